@@ -1,0 +1,126 @@
+"""One exception hierarchy for the whole store, rooted in :class:`StoreError`.
+
+Every error names what was wrong (``field``) and, where RocketMQ has one, the broker's
+response code name (``code``) so that a RocketMQ engineer recognises it.
+
+>>> try:
+...     raise InvalidTopicError("topic", "contains illegal characters", value="a b")
+... except StoreError as e:
+...     print(e.code, "|", e)
+MESSAGE_ILLEGAL | topic: contains illegal characters (got 'a b')
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "StoreError",
+    "MessageError",
+    "InvalidTopicError",
+    "ReservedTopicError",
+    "BodyTooLargeError",
+    "InvalidPropertyError",
+    "ReservedPropertyError",
+    "InvalidQueueIdError",
+    "TopicNotFoundError",
+    "TopicPermissionError",
+    "MessageIdError",
+    "ConcurrentWriteError",
+    "DispatchError",
+    "StoreStateError",
+    "ConfigError",
+    "JavaNotFoundError",
+]
+
+_MISSING = object()
+
+
+class StoreError(Exception):
+    """Root of every error the store raises on purpose.
+
+    ``field`` names the input that was wrong, ``code`` is RocketMQ's response code name
+    (``None`` where RocketMQ has no such check).
+    """
+
+    code: str | None = None
+
+    def __init__(self, field: str | None, reason: str, *, value: Any = _MISSING, where: str | None = None):
+        self.field = field
+        self.reason = reason
+        self.value = None if value is _MISSING else value
+        self.where = where
+        text = f"{field}: {reason}" if field else reason
+        if value is not _MISSING:
+            text += f" (got {value!r})"
+        if where:
+            text += f" [at {where}]"
+        super().__init__(text)
+
+
+class MessageError(StoreError):
+    """A message that RocketMQ's broker would refuse (``MESSAGE_ILLEGAL``)."""
+
+    code = "MESSAGE_ILLEGAL"
+
+
+class InvalidTopicError(MessageError):
+    """A topic name outside RocketMQ's rules: blank, too long, or not ``^[%|a-zA-Z0-9_-]+$``."""
+
+
+class ReservedTopicError(InvalidTopicError):
+    """A system topic that users may not create or send to (``SCHEDULE_TOPIC_XXXX``, ...)."""
+
+    code = "NO_PERMISSION"
+
+
+class BodyTooLargeError(MessageError):
+    """A body over the configured maximum (4 MiB by default, ``maxMessageSize``)."""
+
+
+class InvalidPropertyError(MessageError):
+    """A property whose name or value is not a non-blank string."""
+
+
+class ReservedPropertyError(InvalidPropertyError):
+    """A user property that RocketMQ reserves for itself (``MessageConst.STRING_HASH_SET``)."""
+
+
+class InvalidQueueIdError(MessageError):
+    """A queue id outside ``[0, writeQueueNums)`` of the topic."""
+
+
+class TopicNotFoundError(StoreError):
+    """A topic the store has no configuration for (``TOPIC_NOT_EXIST``)."""
+
+    code = "TOPIC_NOT_EXIST"
+
+
+class TopicPermissionError(StoreError):
+    """A topic whose permission forbids the operation (``NO_PERMISSION``)."""
+
+    code = "NO_PERMISSION"
+
+
+class MessageIdError(StoreError):
+    """A message id that is malformed or names another store host."""
+
+
+class ConcurrentWriteError(StoreError):
+    """Another writer kept winning the same Delta commit; nothing of ours was committed."""
+
+
+class DispatchError(StoreError):
+    """The dispatch job could not make progress; the tables are unchanged past the last commit."""
+
+
+class StoreStateError(StoreError):
+    """The store's tables disagree with what this version of storelib expects."""
+
+
+class ConfigError(StoreError):
+    """A store setting with a value of the wrong kind."""
+
+
+class JavaNotFoundError(StoreError):
+    """Spark needs Java 17+; none was found."""

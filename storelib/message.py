@@ -1,0 +1,158 @@
+"""The message model: RocketMQ's property names, system flags, ``Message`` and ``SendResult``.
+
+>>> m = Message("TopicTest", body=b"hi", tags="TagA", keys=["order-1", "order-2"], properties={"a": "5"})
+>>> m.system_properties()
+{'TAGS': 'TagA', 'KEYS': 'order-1 order-2'}
+>>> validate_message(m, max_body=4 * 1024 * 1024) is m
+True
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+from storelib.errors import BodyTooLargeError, InvalidPropertyError, MessageError, ReservedPropertyError
+from storelib.topics import validate_topic
+
+__all__ = ["Message", "SendResult", "validate_message", "RESERVED_PROPERTIES", "MessageConst", "SysFlag"]
+
+
+class MessageConst:
+    """RocketMQ's ``MessageConst`` property names."""
+
+    KEYS = "KEYS"
+    TAGS = "TAGS"
+    WAIT = "WAIT"
+    DELAY = "DELAY"
+    RETRY_TOPIC = "RETRY_TOPIC"
+    REAL_TOPIC = "REAL_TOPIC"
+    REAL_QID = "REAL_QID"
+    TRAN_MSG = "TRAN_MSG"
+    PGROUP = "PGROUP"
+    MIN_OFFSET = "MIN_OFFSET"
+    MAX_OFFSET = "MAX_OFFSET"
+    ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+    RECONSUME_TIME = "RECONSUME_TIME"
+    UNIQ_KEY = "UNIQ_KEY"
+    MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+    TRAN_PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
+    TRANSACTION_ID = "__transactionId__"
+    TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
+    CHECK_IMMUNITY_TIME_IN_SECONDS = "CHECK_IMMUNITY_TIME_IN_SECONDS"
+    DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
+    DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
+    KEY_SEPARATOR = " "
+
+
+#: ``MessageConst.STRING_HASH_SET``: names ``putUserProperty`` refuses.
+RESERVED_PROPERTIES = frozenset({
+    "TRACE_ON", "MSG_REGION", "KEYS", "TAGS", "WAIT", "DELAY", "RETRY_TOPIC", "REAL_TOPIC", "REAL_QID",
+    "TRAN_MSG", "PGROUP", "MIN_OFFSET", "MAX_OFFSET", "BUYER_ID", "ORIGIN_MESSAGE_ID", "TRANSFER_FLAG",
+    "CORRECTION_FLAG", "MQ2_FLAG", "RECONSUME_TIME", "UNIQ_KEY", "MAX_RECONSUME_TIMES", "CONSUME_START_TIME",
+    "POP_CK", "POP_CK_OFFSET", "1ST_POP_TIME", "TRAN_PREPARED_QUEUE_OFFSET", "DUP_INFO", "EXTEND_UNIQ_INFO",
+    "INSTANCE_ID", "CORRELATION_ID", "REPLY_TO_CLIENT", "TTL", "ARRIVE_TIME", "PUSH_REPLY_TIME", "CLUSTER",
+    "MSG_TYPE", "INNER_MULTI_QUEUE_OFFSET", "TIMER_DELAY_MS", "TIMER_DELAY_SEC", "TIMER_DELIVER_MS",
+    "TIMER_ENQUEUE_MS", "TIMER_DEQUEUE_MS", "TIMER_ROLL_TIMES", "TIMER_OUT_MS", "TIMER_DEL_UNIQKEY",
+    "TIMER_DELAY_LEVEL", "__BORNHOST", "BORN_TIMESTAMP", "DLQ_ORIGIN_TOPIC", "DLQ_ORIGIN_MESSAGE_ID", "__CRC32#",
+})
+
+
+class SysFlag:
+    """RocketMQ's ``MessageSysFlag`` bits."""
+
+    COMPRESSED = 0x1
+    MULTI_TAGS = 0x1 << 1
+    TRANSACTION_NOT_TYPE = 0
+    TRANSACTION_PREPARED_TYPE = 0x1 << 2
+    TRANSACTION_COMMIT_TYPE = 0x2 << 2
+    TRANSACTION_ROLLBACK_TYPE = 0x3 << 2
+    BORNHOST_V6 = 0x1 << 4
+    STOREHOSTADDRESS_V6 = 0x1 << 5
+
+    @staticmethod
+    def transaction_value(sysflag: int) -> int:
+        return sysflag & SysFlag.TRANSACTION_ROLLBACK_TYPE
+
+
+@dataclass
+class Message:
+    """A message to send, as RocketMQ's ``org.apache.rocketmq.common.message.Message``.
+
+    ``keys`` is a list of keys or one space-separated string; ``properties`` are user properties
+    (``putUserProperty``); ``queue_id`` picks a queue, else the producer rotates over the topic's queues.
+    """
+
+    topic: str
+    body: bytes = b""
+    tags: str | None = None
+    keys: Sequence[str] | str | None = None
+    properties: Mapping[str, str] = field(default_factory=dict)
+    flag: int = 0
+    queue_id: int | None = None
+
+    @property
+    def keys_string(self) -> str | None:
+        if self.keys is None:
+            return None
+        return self.keys if isinstance(self.keys, str) else MessageConst.KEY_SEPARATOR.join(self.keys)
+
+    def system_properties(self) -> dict[str, str]:
+        """TAGS and KEYS as RocketMQ's ``Message`` puts them (only when set)."""
+        out = {}
+        if self.tags:
+            out[MessageConst.TAGS] = self.tags
+        keys = self.keys_string
+        if keys:
+            out[MessageConst.KEYS] = keys
+        return out
+
+
+@dataclass(frozen=True)
+class SendResult:
+    """What a send returns. ``msg_id`` is the store's id (RocketMQ's ``offsetMsgId``: store host,
+    port and commitlog offset); ``uniq_key`` is the producer-side id (RocketMQ's ``SendResult.msgId``)."""
+
+    send_status: str
+    msg_id: str
+    uniq_key: str
+    topic: str
+    queue_id: int
+    queue_offset: int
+    commitlog_offset: int
+
+    @property
+    def offset_msg_id(self) -> str:
+        return self.msg_id
+
+
+def validate_message(msg: Message, *, max_body: int, where: str | None = None) -> Message:
+    """Check a message as RocketMQ's producer and broker would; raise a typed error naming the field."""
+    if not isinstance(msg, Message):
+        raise MessageError("message", "must be a storelib.Message", value=type(msg).__name__, where=where)
+    validate_topic(msg.topic)
+    if not isinstance(msg.body, (bytes, bytearray, memoryview)):
+        raise MessageError("body", "must be bytes", value=type(msg.body).__name__, where=where)
+    if len(msg.body) > max_body:
+        raise BodyTooLargeError("body", f"is {len(msg.body)} bytes, over the maximum of {max_body}", where=where)
+    if msg.tags is not None and not isinstance(msg.tags, str):
+        raise MessageError("tags", "must be a string", value=msg.tags, where=where)
+    keys = [msg.keys] if isinstance(msg.keys, str) else list(msg.keys or [])
+    if any(not isinstance(k, str) for k in keys):
+        raise MessageError("keys", "every key must be a string", value=msg.keys, where=where)
+    if not isinstance(msg.flag, int) or isinstance(msg.flag, bool) or not -2**31 <= msg.flag < 2**31:
+        raise MessageError("flag", "must be a 32-bit integer", value=msg.flag, where=where)
+    if msg.queue_id is not None and (not isinstance(msg.queue_id, int) or isinstance(msg.queue_id, bool)):
+        raise MessageError("queue_id", "must be an integer", value=msg.queue_id, where=where)
+    if not isinstance(msg.properties, Mapping):
+        raise InvalidPropertyError("properties", "must be a mapping of str to str", value=type(msg.properties).__name__, where=where)
+    for name, value in msg.properties.items():
+        if not isinstance(name, str) or not isinstance(value, str):
+            raise InvalidPropertyError(f"properties[{name!r}]", "property names and values must be strings",
+                                       value=value, where=where)
+        if name in RESERVED_PROPERTIES:
+            raise ReservedPropertyError(f"properties[{name!r}]", "is used by the system, choose another name", where=where)
+        if not name.strip() or not value.strip():
+            raise InvalidPropertyError(f"properties[{name!r}]", "the name or value of a property can not be blank",
+                                       value=value, where=where)
+    return msg

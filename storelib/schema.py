@@ -1,0 +1,167 @@
+"""The store's tables and their columns: the one place they are defined and documented.
+
+Each column's description is written into the Delta table's schema as the field's ``comment``, so
+users see it where they look at the data (``DESCRIBE TABLE`` on Databricks, ``DeltaTable.schema()``
+in deltalake). ``python -m storelib.schema`` prints them all.
+
+Tables, as folders under the store's root:
+
+=====================  ====================================================================
+``commitlog``          every message, in append order (RocketMQ's CommitLog)
+``consume_queue``      one row per message and queue: where to find it (ConsumeQueue)
+``consume_queue_ext``  filter bitmap, store time, real tag code (ConsumeQueueExt)
+``index``              one row per KEYS key and per UNIQ_KEY (IndexFile)
+``topic_config``       topics with their queue counts and permissions (TopicConfigManager)
+=====================  ====================================================================
+
+No table is Delta-partitioned: the writers cluster rows into files instead (one queue's offset
+range, one key-hash range, one commitlog offset range per file) and every file carries min/max
+statistics, so readers skip files the way Delta's data skipping does.
+
+>>> TABLES["consume_queue"].arrow.names
+['topic', 'queue_id', 'queue_offset', 'commitlog_offset', 'size', 'tags_code', 'store_timestamp']
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+__all__ = ["TableSpec", "TABLES", "COMMITLOG", "CONSUME_QUEUE", "CONSUME_QUEUE_EXT", "INDEX", "TOPIC_CONFIG"]
+
+TIMESTAMP = pa.timestamp("us", tz="UTC")
+PROPERTIES = pa.map_(pa.string(), pa.string())
+
+
+def _f(name: str, kind: pa.DataType, comment: str, nullable: bool = True) -> pa.Field:
+    return pa.field(name, kind, nullable=nullable, metadata={"comment": comment})
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """A table's name (its folder), columns, and how its writers cluster rows into files.
+
+    ``cluster_by``: rows of one file share these values (a queue, a key-hash range).
+    ``sort_by``: order of rows inside a file, so min/max statistics stay tight.
+    """
+
+    name: str
+    arrow: pa.Schema
+    cluster_by: tuple[str, ...] = ()
+    sort_by: tuple[str, ...] = ()
+    description: str = ""
+
+    @property
+    def columns(self) -> list[str]:
+        return list(self.arrow.names)
+
+
+COMMITLOG = TableSpec(
+    "commitlog",
+    pa.schema([
+        _f("physical_offset", pa.int64(), "Commitlog offset: running byte position; physical_offset + size is the next message's", False),
+        _f("size", pa.int32(), "Encoded message size in bytes, as RocketMQ's calMsgLength", False),
+        _f("topic", pa.string(), "Topic the message was stored under (a system topic for delayed and prepared messages)", False),
+        _f("queue_id", pa.int32(), "Queue of the topic", False),
+        _f("queue_offset", pa.int64(), "Position in the (topic, queue_id) consume queue, contiguous from 0", False),
+        _f("sysflag", pa.int32(), "RocketMQ MessageSysFlag bits (transaction type, IPv6 hosts, multi tags)", False),
+        _f("flag", pa.int32(), "User flag of the message", False),
+        _f("body_crc", pa.int32(), "CRC32 of the body, & 0x7FFFFFFF as RocketMQ stores it", False),
+        _f("born_timestamp", TIMESTAMP, "When the producer created the message", False),
+        _f("born_host", pa.string(), "Producer host as ip:port", False),
+        _f("store_timestamp", TIMESTAMP, "When the store appended the message", False),
+        _f("store_host", pa.string(), "Store host as ip:port (part of msg_id)", False),
+        _f("reconsume_times", pa.int32(), "Times the message was sent back for redelivery", False),
+        _f("prepared_transaction_offset", pa.int64(), "Commitlog offset of the prepared message a commit/rollback refers to", False),
+        _f("properties", PROPERTIES, "All message properties with RocketMQ's names (TAGS, KEYS, UNIQ_KEY, user properties)", False),
+        _f("body", pa.binary(), "Message body", False),
+        _f("msg_id", pa.string(), "Store message id: store host, port and physical_offset in upper-case hex"),
+        _f("tags", pa.string(), "Copy of the TAGS property, for column pruning"),
+        _f("keys", pa.string(), "Copy of the KEYS property (space-separated), for column pruning"),
+        _f("uniq_key", pa.string(), "Copy of the UNIQ_KEY property: the producer-side message id"),
+    ]),
+    sort_by=("physical_offset",),
+    description="Every message in append order (RocketMQ's CommitLog).",
+)
+
+CONSUME_QUEUE = TableSpec(
+    "consume_queue",
+    pa.schema([
+        _f("topic", pa.string(), "Topic", False),
+        _f("queue_id", pa.int32(), "Queue of the topic", False),
+        _f("queue_offset", pa.int64(), "Position in the queue, contiguous from 0", False),
+        _f("commitlog_offset", pa.int64(), "physical_offset of the message in commitlog", False),
+        _f("size", pa.int32(), "Message size in bytes", False),
+        _f("tags_code", pa.int64(), "Java String.hashCode of TAGS, or a decorated consume_queue_ext address", False),
+        _f("store_timestamp", TIMESTAMP, "Store time of the message (RocketMQ reads it from the commitlog)", False),
+    ]),
+    cluster_by=("topic", "queue_id"),
+    sort_by=("topic", "queue_id", "queue_offset"),
+    description="Where each message of a queue is (RocketMQ's ConsumeQueue).",
+)
+
+CONSUME_QUEUE_EXT = TableSpec(
+    "consume_queue_ext",
+    pa.schema([
+        _f("topic", pa.string(), "Topic", False),
+        _f("queue_id", pa.int32(), "Queue of the topic", False),
+        _f("ext_offset", pa.int64(), "Undecorated ext address: byte position of this unit in the queue's ext log", False),
+        _f("queue_offset", pa.int64(), "Queue offset of the message this unit belongs to", False),
+        _f("tags_code", pa.int64(), "Real tag hash code of the message", False),
+        _f("store_timestamp", TIMESTAMP, "Store time of the message", False),
+        _f("filter_bitmap", pa.binary(), "Bloom bits of the SQL92 subscriptions the message matched (BitsArray layout)"),
+    ]),
+    cluster_by=("topic", "queue_id"),
+    sort_by=("topic", "queue_id", "ext_offset"),
+    description="Filter bitmap, store time and real tag code per message (RocketMQ's ConsumeQueueExt).",
+)
+
+INDEX = TableSpec(
+    "index",
+    pa.schema([
+        _f("hash_range", pa.int32(), "Cluster of key hashes this row is filed under (key_hash >> bits)", False),
+        _f("key_hash", pa.int32(), "abs(String.hashCode) of index_key, as IndexFile's keyHash", False),
+        _f("index_key", pa.string(), "topic#key, as IndexService.buildKey", False),
+        _f("topic", pa.string(), "Topic", False),
+        _f("key", pa.string(), "The key: one of KEYS, or the UNIQ_KEY", False),
+        _f("kind", pa.string(), "KEYS or UNIQ_KEY", False),
+        _f("commitlog_offset", pa.int64(), "physical_offset of the message", False),
+        _f("size", pa.int32(), "Message size in bytes", False),
+        _f("store_timestamp", TIMESTAMP, "Store time of the message", False),
+    ]),
+    cluster_by=("hash_range",),
+    sort_by=("hash_range", "key_hash", "index_key", "commitlog_offset"),
+    description="Message keys and unique keys to commitlog offsets (RocketMQ's IndexFile).",
+)
+
+TOPIC_CONFIG = TableSpec(
+    "topic_config",
+    pa.schema([
+        _f("topic", pa.string(), "Topic name", False),
+        _f("read_queue_nums", pa.int32(), "Queues consumers read (readQueueNums)", False),
+        _f("write_queue_nums", pa.int32(), "Queues producers write (writeQueueNums)", False),
+        _f("perm", pa.int32(), "PermName bits: 4 read, 2 write, 1 inherit", False),
+        _f("topic_filter_type", pa.string(), "SINGLE_TAG or MULTI_TAG", False),
+        _f("order", pa.bool_(), "Ordered topic", False),
+        _f("updated_at", TIMESTAMP, "When this configuration was last written", False),
+    ]),
+    description="Topic configuration (RocketMQ's TopicConfigManager).",
+)
+
+TABLES: dict[str, TableSpec] = {t.name: t for t in (COMMITLOG, CONSUME_QUEUE, CONSUME_QUEUE_EXT, INDEX, TOPIC_CONFIG)}
+
+
+def describe() -> str:
+    """Every table and column with its description, as plain text."""
+    lines = []
+    for spec in TABLES.values():
+        lines.append(f"{spec.name}: {spec.description}")
+        for f in spec.arrow:
+            lines.append(f"  {f.name:<28} {str(f.type):<32} {f.metadata[b'comment'].decode()}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(describe())

@@ -1,0 +1,83 @@
+"""Getting a Spark session the way the store needs one, with a clear error when Java is missing.
+
+Under ``spark-submit`` the session it built is used as it is. Started from plain ``python``, the
+session reads the repository's ``spark-defaults.conf`` (or ``$STORELIB_SPARK_CONF``) so both ways
+run with the same settings.
+
+>>> spark = get_spark("storelib-doc")   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Mapping
+
+from storelib.errors import JavaNotFoundError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["get_spark", "check_java", "read_properties_file", "DEFAULTS_FILE"]
+
+DEFAULTS_FILE = Path(__file__).resolve().parents[1] / "spark-defaults.conf"
+
+#: Settings the store relies on whatever the defaults file says.
+REQUIRED = {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"}
+
+
+def check_java() -> str:
+    """Path of the ``java`` Spark will run, or :class:`JavaNotFoundError` saying what to do."""
+    home = os.environ.get("JAVA_HOME")
+    java = str(Path(home) / "bin" / "java") if home else shutil.which("java")
+    if not java or not os.access(java, os.X_OK):
+        where = f"JAVA_HOME={home} has no bin/java" if home else "no 'java' on PATH and JAVA_HOME is not set"
+        raise JavaNotFoundError(None, f"Spark needs Java 17 or newer, but {where}. Install a JDK 17 "
+                                      "(e.g. 'apt-get install openjdk-17-jre-headless') or set JAVA_HOME.")
+    try:
+        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise JavaNotFoundError(None, f"could not run {java}: {e}") from None
+    if out.returncode != 0:
+        raise JavaNotFoundError(None, f"{java} -version failed: {out.stderr.strip()[:200]}")
+    return java
+
+
+def read_properties_file(path: str | os.PathLike) -> dict[str, str]:
+    """``spark-defaults.conf`` format: ``key  value`` per line, ``#`` comments."""
+    conf = {}
+    for line in Path(path).read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, _, value = line.partition(" ")
+        conf[key.strip()] = value.strip()
+    return conf
+
+
+def get_spark(app_name: str = "storelib", conf: Mapping[str, str] | None = None) -> "SparkSession":
+    """The active Spark session, or a new one with the store's defaults plus ``conf``."""
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    check_java()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    settings: dict[str, str] = {}
+    defaults = Path(os.environ.get("STORELIB_SPARK_CONF", DEFAULTS_FILE))
+    if defaults.exists():
+        settings.update(read_properties_file(defaults))
+    settings.update(conf or {})
+    settings.update(REQUIRED)
+    settings["spark.app.name"] = app_name
+    builder = SparkSession.builder
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("STORELIB_SPARK_LOG_LEVEL", "ERROR"))
+    return spark

@@ -1,0 +1,171 @@
+"""``MessageStore``: the store's public face, RocketMQ's DefaultMessageStore on Delta tables.
+
+>>> store = MessageStore.open("./data/store", spark)                      # doctest: +SKIP
+>>> store.create_topic("TopicTest", queues=4)                             # doctest: +SKIP
+>>> r = store.send(Message("TopicTest", tags="TagA", keys=["order-1"], body=b"hi"))  # doctest: +SKIP
+>>> r.msg_id, r.queue_id, r.queue_offset                                  # doctest: +SKIP
+('7F00000100002A9F0000000000000000', 2, 0)
+>>> store.dispatch().consume_queue_rows                                   # doctest: +SKIP
+1
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+
+from storelib.commitlog import AppendResult, CommitLog
+from storelib.config import StoreConfig
+from storelib.dispatch import Dispatcher, DispatchResult
+from storelib.errors import InvalidQueueIdError, ReservedTopicError
+from storelib.message import Message, SendResult
+from storelib.producer import Producer
+from storelib.schema import COMMITLOG, CONSUME_QUEUE, CONSUME_QUEUE_EXT, INDEX, TOPIC_CONFIG
+from storelib.tables import Prune, Table
+from storelib.topics import (PERM_READ, PERM_WRITE, TopicConfig, TopicConfigTable, is_system_topic, validate_topic)
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = ["MessageStore"]
+
+log = logging.getLogger(__name__)
+
+
+class MessageStore:
+    """A message store rooted at one folder (or object-store path) holding its Delta tables."""
+
+    def __init__(self, root: str, spark: "SparkSession", config: StoreConfig):
+        self.root = root.rstrip("/")
+        self.spark = spark
+        self.config = config
+        props = dict(config.table_properties)
+        self.tables = {spec.name: Table(f"{self.root}/{spec.name}", spec, props)
+                       for spec in (COMMITLOG, CONSUME_QUEUE, CONSUME_QUEUE_EXT, INDEX, TOPIC_CONFIG)}
+        self.commitlog = CommitLog(self.tables["commitlog"], config)
+        self.topics = TopicConfigTable(self.tables["topic_config"])
+        self.producer = Producer(config)
+
+    @classmethod
+    def open(cls, root: str, spark: "SparkSession | None" = None, config: StoreConfig | None = None,
+             **settings: Any) -> "MessageStore":
+        """Open the store at ``root``, creating its tables where absent.
+
+        Settings come from ``config``, else from ``spark.storelib.*`` Spark settings, with
+        ``settings`` keywords on top (``enable_consume_queue_ext=True``, ...).
+        """
+        from storelib.session import get_spark
+
+        spark = spark or get_spark()
+        if config is None:
+            conf = {k: v for k, v in spark.sparkContext.getConf().getAll() if k.startswith("spark.storelib.")}
+            config = StoreConfig.from_mapping(conf, **settings)
+        elif settings:
+            config = config.replace(**settings)
+        if "://" not in root:
+            import os
+
+            root = os.path.abspath(root)
+        store = cls(root, spark, config)
+        for table in store.tables.values():
+            table.ensure()
+        return store
+
+    # ---- topics ----------------------------------------------------------------------------
+    def create_topic(self, topic: str, queues: int | None = None, *, read_queues: int | None = None,
+                     write_queues: int | None = None, perm: int = PERM_READ | PERM_WRITE, order: bool = False) -> TopicConfig:
+        """Create or update a topic (``updateAndCreateTopic``); system topics are refused."""
+        validate_topic(topic)
+        if is_system_topic(topic):
+            raise ReservedTopicError("topic", "is a system topic and cannot be created by users", value=topic)
+        n = self.config.default_topic_queue_nums if queues is None else queues
+        config = TopicConfig(topic, read_queues if read_queues is not None else n,
+                             write_queues if write_queues is not None else n, perm, "SINGLE_TAG", order)
+        for name in ("read_queue_nums", "write_queue_nums"):
+            value = getattr(config, name)
+            if not isinstance(value, int) or not 1 <= value <= 1024:
+                raise InvalidQueueIdError(name, "must be an integer in 1..1024", value=value)
+        self.topics.put(config)
+        return config
+
+    def topic_config(self, topic: str) -> TopicConfig:
+        """The topic's configuration, or :class:`~storelib.errors.TopicNotFoundError`."""
+        return self.topics.get(topic)
+
+    # ---- sending ---------------------------------------------------------------------------
+    def send(self, message: Message) -> SendResult:
+        """Store one message; return where it went (``SEND_OK``)."""
+        return self.send_batch([message])[0]
+
+    def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
+        """Store many messages in one atomic commit: all are stored, or none (and an error says why)."""
+        messages = list(messages)
+        if not messages:
+            return []
+        encoded = self.producer.encode(messages, self.topics.all())
+        result = self.commitlog.append(encoded)
+        return [SendResult("SEND_OK", r["msg_id"], r["uniq_key"], r["topic"], r["queue_id"], r["queue_offset"],
+                           r["physical_offset"]) for r in result.rows]
+
+    def send_dataframe(self, df: "DataFrame") -> AppendResult:
+        """Store a DataFrame of messages in one atomic commit, written by the executors.
+
+        Columns: ``topic`` (required), ``body``, ``tags``, ``keys``, ``properties``, ``queue_id``,
+        ``flag``, ``born_timestamp``, ``born_host`` (see :data:`storelib.producer.DATAFRAME_COLUMNS`).
+        Every row is checked first; one bad row fails the whole send with a typed error and writes nothing.
+        """
+        from pyspark import StorageLevel
+
+        encoded = self.producer.encode_dataframe(df, self.topics.all()).persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            Producer.check_encoded(encoded)
+            return self.commitlog.append_dataframe(encoded.drop("_error"))
+        finally:
+            encoded.unpersist()
+
+    # ---- dispatch --------------------------------------------------------------------------
+    def dispatcher(self, fault: Callable[[str], None] | None = None) -> Dispatcher:
+        targets = {"consume_queue": self.tables["consume_queue"]}
+        if self.config.message_index_enable:
+            targets["index"] = self.tables["index"]
+        return Dispatcher(self.spark, self.tables["commitlog"], targets, self.config, fault=fault)
+
+    def dispatch(self) -> DispatchResult:
+        """Build consume queue and index rows for everything sent since the last dispatch."""
+        return self.dispatcher().run()
+
+    def dispatch_progress(self) -> dict[str, int]:
+        """How far each dispatched table has come, in commitlog offsets, and where the commitlog ends."""
+        return self.dispatcher().progress()
+
+    # ---- reading ---------------------------------------------------------------------------
+    def max_offset(self) -> int:
+        """The next commitlog offset (RocketMQ's ``getMaxPhyOffset``)."""
+        return self.commitlog.next_offset()
+
+    def max_queue_offset(self, topic: str, queue_id: int) -> int:
+        """The next queue offset the commitlog will hand out for (topic, queue) (``getMaxOffsetInQueue`` once dispatched)."""
+        from storelib.commitlog import queue_marker
+
+        return Table.marker(self.tables["commitlog"].snapshot(), queue_marker(topic, queue_id))
+
+    def table(self, name: str, prune: Prune | None = None) -> "DataFrame":
+        """A table's current rows as a DataFrame (files skipped by ``prune``'s statistics)."""
+        return self.tables[name].read(self.spark, prune=prune)
+
+    def messages(self, topic: str | None = None) -> "DataFrame":
+        """Commitlog rows, optionally of one topic."""
+        from pyspark.sql import functions as F
+
+        df = self.table("commitlog", Prune(equal={"topic": topic}) if topic else None)
+        return df.where(F.col("topic") == topic) if topic else df
+
+    def consume_queue(self, topic: str, queue_id: int, begin: int = 0, end: int | None = None) -> "DataFrame":
+        """Consume queue rows of one queue with ``begin <= queue_offset < end``, reading only files that can hold them."""
+        from pyspark.sql import functions as F
+
+        hi = end - 1 if end is not None else 2**63 - 1
+        df = self.table("consume_queue", Prune(equal={"topic": topic, "queue_id": queue_id},
+                                               between={"queue_offset": (begin, hi)}))
+        return df.where((F.col("topic") == topic) & (F.col("queue_id") == queue_id)
+                        & (F.col("queue_offset") >= begin) & (F.col("queue_offset") <= hi))

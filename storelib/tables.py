@@ -1,0 +1,225 @@
+"""Delta tables through deltalake, read by Spark's Parquet reader over a pruned file list.
+
+A :class:`Table` is one Delta table of the store. It creates itself where absent, lists the data
+files of a snapshot that can hold wanted rows (partition-free data skipping on per-file min/max
+statistics), reads those files with Spark, and commits files written elsewhere in one atomic Delta
+commit. Progress markers (how far the commitlog has been sequenced, how far dispatch has come) are
+Delta ``txn`` actions committed in the same commit as the data they describe, so a marker is never
+ahead of or behind its rows.
+
+>>> import tempfile
+>>> t = Table(tempfile.mkdtemp() + "/consume_queue", CONSUME_QUEUE).ensure()
+>>> t.snapshot().version()
+0
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from urllib.parse import unquote
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import CommitProperties, DeltaTable, Transaction
+from deltalake.exceptions import CommitFailedError, TableNotFoundError
+from deltalake.transaction import AddAction, RemoveAction
+
+from storelib.errors import ConcurrentWriteError, StoreStateError
+from storelib.schema import CONSUME_QUEUE, TableSpec
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = ["Table", "WrittenFile", "Prune", "CommitConflict"]
+
+log = logging.getLogger(__name__)
+
+
+class CommitConflict(Exception):
+    """Another writer committed the version we meant to write; re-read and try again."""
+
+
+@dataclass(frozen=True)
+class WrittenFile:
+    """A Parquet file written into a table's folder, not yet committed.
+
+    ``path`` is relative to the table root; ``stats`` is Delta's per-file statistics JSON.
+    """
+
+    path: str
+    size: int
+    num_records: int
+    stats: str
+
+    def add_action(self) -> AddAction:
+        return AddAction(self.path, self.size, {}, int(time.time() * 1000), True, self.stats)
+
+
+@dataclass(frozen=True)
+class Prune:
+    """Which rows a read wants, for skipping files: column equalities and inclusive ranges.
+
+    >>> Prune(equal={"topic": "T", "queue_id": 0}, between={"queue_offset": (10, 42)})
+    Prune(equal={'topic': 'T', 'queue_id': 0}, between={'queue_offset': (10, 42)})
+    """
+
+    equal: Mapping[str, Any] | None = None
+    between: Mapping[str, tuple[Any, Any]] | None = None
+
+
+class Table:
+    """One Delta table of the store, at ``path``, with the columns of ``spec``."""
+
+    def __init__(self, path: str, spec: TableSpec, properties: Mapping[str, str] | None = None):
+        self.path = path.rstrip("/")
+        self.spec = spec
+        self.properties = dict(properties or {})
+
+    def __repr__(self) -> str:
+        return f"Table({self.spec.name!r}, {self.path!r})"
+
+    # ---- lifecycle -------------------------------------------------------------------------
+    def ensure(self) -> "Table":
+        """Create the table where absent; check its columns where present."""
+        try:
+            dt = DeltaTable(self.path)
+        except TableNotFoundError:
+            os.makedirs(self.path, exist_ok=True) if "://" not in self.path else None
+            conf = {"delta.checkpointInterval": "20", **self.properties}
+            DeltaTable.create(self.path, self.spec.arrow, mode="ignore", name=self.spec.name,
+                              description=self.spec.description, configuration=conf)
+            return self
+        have = [f.name for f in dt.schema().fields]
+        if have != self.spec.columns:
+            raise StoreStateError(self.spec.name, f"table at {self.path} has columns {have}, expected {self.spec.columns}")
+        return self
+
+    def snapshot(self, version: int | None = None) -> DeltaTable:
+        """The table's latest snapshot (or the given version)."""
+        return DeltaTable(self.path, version=version)
+
+    # ---- progress markers --------------------------------------------------------------------
+    @staticmethod
+    def marker(dt: DeltaTable, app_id: str, default: int = 0) -> int:
+        """The latest ``txn`` version committed under ``app_id``, or ``default``."""
+        v = dt.transaction_version(app_id)
+        return default if v is None else int(v)
+
+    # ---- reading -----------------------------------------------------------------------------
+    def files(self, dt: DeltaTable, prune: Prune | None = None) -> list[str]:
+        """Absolute paths of the snapshot's data files that may hold rows matching ``prune``.
+
+        A file is skipped only when its statistics prove it holds no such row; files without
+        statistics are always kept.
+        """
+        actions = pa.table(dt.get_add_actions(flatten=True))
+        if actions.num_rows == 0:
+            return []
+        wanted = [(c, v, v) for c, v in ((prune.equal or {}).items() if prune else ())]
+        wanted += [(c, lo, hi) for c, (lo, hi) in ((prune.between or {}).items() if prune else ())]
+        keep = None
+        for col, lo, hi in wanted:
+            may = _may_contain(actions, col, lo, hi)
+            if may is not None:
+                keep = may if keep is None else pc.and_kleene(keep, may)
+        if keep is not None:
+            actions = actions.filter(pc.fill_null(keep, True))
+        return [f"{self.path}/{unquote(p)}" for p in actions.column("path").to_pylist()]
+
+    def read(self, spark: "SparkSession", dt: DeltaTable | None = None, prune: Prune | None = None) -> "DataFrame":
+        """The rows of the snapshot's files that may match ``prune``, as a Spark DataFrame.
+
+        Rows are not filtered by ``prune``: callers add their exact predicate (Spark pushes it
+        down to Parquet row groups too).
+        """
+        dt = dt or self.snapshot()
+        paths = self.files(dt, prune)
+        schema = spark_schema(self.spec.arrow)
+        if not paths:
+            return spark.createDataFrame([], schema)
+        return spark.read.schema(schema).parquet(*paths)
+
+    def read_arrow(self, dt: DeltaTable | None = None, prune: Prune | None = None,
+                   columns: Sequence[str] | None = None, filter: pc.Expression | None = None) -> pa.Table:
+        """The same rows read on this process with pyarrow: for point reads that need no Spark job."""
+        import pyarrow.dataset as ds
+
+        dt = dt or self.snapshot()
+        paths = self.files(dt, prune)
+        if not paths:
+            return self.spec.arrow.empty_table().select(list(columns or self.spec.columns))
+        dataset = ds.dataset(paths, schema=self.spec.arrow, format="parquet")
+        return dataset.to_table(columns=list(columns) if columns else None, filter=filter)
+
+    # ---- writing -----------------------------------------------------------------------------
+    def commit(self, dt: DeltaTable, files: Sequence[WrittenFile], *, markers: Mapping[str, int] | None = None,
+               removes: Sequence[RemoveAction] = (), operation: str = "WRITE",
+               info: Mapping[str, Any] | None = None) -> int:
+        """Commit ``files`` (and ``markers``) as the version right after ``dt``'s, or raise :class:`CommitConflict`.
+
+        Exactly one version is tried, so whatever the caller computed from ``dt`` (offsets,
+        progress) is still true when the commit lands.
+        """
+        actions: list[AddAction | RemoveAction] = [f.add_action() for f in files]
+        actions.extend(removes)
+        txns = [Transaction(app, int(v)) for app, v in (markers or {}).items()]
+        props = CommitProperties(max_commit_retries=0, app_transactions=txns or None,
+                                 custom_metadata={"storelib.operation": operation, **(info or {})})
+        try:
+            dt.create_write_transaction(actions, mode="append", schema=dt.schema(), commit_properties=props)
+        except CommitFailedError as e:
+            raise CommitConflict(str(e)) from None
+        return dt.version() + 1
+
+    def discard(self, files: Iterable[WrittenFile]) -> None:
+        """Delete files that were written but will never be committed."""
+        for f in files:
+            try:
+                os.remove(f"{self.path}/{f.path}")
+            except FileNotFoundError:
+                pass
+
+
+def with_retries(table: Table, attempts: int, step, *, what: str):
+    """Run ``step(snapshot)`` until its commit lands; it raises :class:`CommitConflict` to retry."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return step(table.snapshot())
+        except CommitConflict:
+            log.info("%s: commit conflict on %s, attempt %d", what, table.spec.name, attempt)
+            time.sleep(min(0.5, 0.01 * attempt))
+    raise ConcurrentWriteError(table.spec.name, f"{what}: other writers won {attempts} commits in a row")
+
+
+def _may_contain(actions: pa.Table, col: str, lo: Any, hi: Any) -> pa.ChunkedArray | None:
+    """Per file: may any row have ``lo <= col <= hi``? Null (unknown) where stats are missing,
+    None where the table keeps no statistics for ``col``."""
+    mins, maxs = f"min.{col}", f"max.{col}"
+    if mins not in actions.column_names or maxs not in actions.column_names:
+        return None
+    cmin, cmax = actions.column(mins), actions.column(maxs)
+    lo_s, hi_s = _scalar(lo, cmin.type), _scalar(hi, cmax.type)
+    return pc.and_kleene(pc.less_equal(cmin, hi_s), pc.greater_equal(cmax, lo_s))
+
+
+def _scalar(value: Any, kind: pa.DataType) -> pa.Scalar:
+    if pa.types.is_timestamp(kind):
+        return pa.scalar(value, type=pa.timestamp("us", tz="UTC")).cast(kind)
+    return pa.scalar(value).cast(kind)
+
+
+def spark_schema(schema: pa.Schema):
+    """The Spark StructType of an Arrow schema, keeping each field's comment."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+    from pyspark.sql.types import StructField, StructType
+
+    struct = from_arrow_schema(schema)
+    out = []
+    for sf, af in zip(struct.fields, schema):
+        meta = {"comment": af.metadata[b"comment"].decode()} if af.metadata and b"comment" in af.metadata else {}
+        out.append(StructField(sf.name, sf.dataType, True, meta))
+    return StructType(out)
