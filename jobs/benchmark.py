@@ -1,0 +1,46 @@
+"""Benchmark: send N messages as a DataFrame and dispatch them, each against a bare Spark baseline.
+
+    spark-submit --properties-file spark-defaults.conf jobs/benchmark.py --messages 10000000
+
+Prints messages per second and the ratio to the baseline measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from storelib.benchmarks import bench_send_and_dispatch  # noqa: E402
+from storelib.errors import StoreError  # noqa: E402
+from storelib.session import get_spark  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=10_000_000, help="messages to send (default 10^7)")
+    parser.add_argument("--topics", type=int, default=4)
+    parser.add_argument("--queues", type=int, default=8, help="queues per topic")
+    parser.add_argument("--partitions", type=int, default=None, help="Spark partitions of the generated messages")
+    parser.add_argument("--root", default=None, help="keep the benchmark's tables here (default: a temp dir, removed)")
+    args = parser.parse_args(argv)
+    try:
+        spark = get_spark("storelib-benchmark")
+        figures = bench_send_and_dispatch(spark, args.messages, root=args.root, topics=args.topics,
+                                          queues=args.queues, partitions=args.partitions)
+    except StoreError as e:
+        print(f"benchmark failed: {e}", file=sys.stderr)
+        return 2
+    for f in figures:
+        print(f.line())
+    print(json.dumps({f.name: {"messages": f.messages, "seconds": round(f.seconds, 3), "msgs_per_s": round(f.rate),
+                               "baseline_seconds": round(f.baseline_seconds, 3), "ratio": round(f.ratio, 3)}
+                      for f in figures}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""Shared fixtures: one real local Spark session for the whole run, a fresh store on disk per test."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+#: Tight on purpose: dispatch and bulk sends must never collect per-message data to the driver.
+MAX_RESULT_SIZE = "4m"
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from storelib.session import get_spark
+
+    session = get_spark("storelib-tests", conf={
+        "spark.master": "local[2]",
+        "spark.sql.shuffle.partitions": "4",
+        "spark.default.parallelism": "2",
+        "spark.driver.memory": "2g",
+        "spark.driver.maxResultSize": MAX_RESULT_SIZE,
+        "spark.sql.adaptive.enabled": "false",
+    })
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def store_path(tmp_path) -> str:
+    return str(tmp_path / "store")
+
+
+@pytest.fixture
+def store(spark, store_path):
+    from storelib import MessageStore
+
+    s = MessageStore.open(store_path, spark)
+    s.create_topic("TopicTest", queues=4)
+    return s
+
+
+@pytest.fixture
+def python_env() -> dict:
+    """Environment for subprocesses that run jobs with this interpreter."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYSPARK_PYTHON"] = sys.executable
+    env.setdefault("STORELIB_SPARK_LOG_LEVEL", "ERROR")
+    return env

@@ -1,0 +1,123 @@
+"""Sending: SendResults, RocketMQ offsets, message encoding, and atomic batches and DataFrames."""
+
+from __future__ import annotations
+
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import functions as F
+
+from storelib import Message, codec, decode_message_id
+from storelib.message import MessageConst
+
+
+def commitlog_rows(store):
+    return store.messages().orderBy("physical_offset").collect()
+
+
+def assert_offsets_contiguous(rows):
+    """physical_offset + size is the next offset; queue offsets run 0..n-1 per (topic, queue)."""
+    assert rows[0].physical_offset == 0
+    for a, b in zip(rows, rows[1:]):
+        assert a.physical_offset + a.size == b.physical_offset
+    per_queue: dict = {}
+    for r in rows:
+        per_queue.setdefault((r.topic, r.queue_id), []).append(r.queue_offset)
+    for offsets in per_queue.values():
+        assert sorted(offsets) == list(range(len(offsets)))
+
+
+class TestSend:
+    def test_send_result(self, store):
+        r = store.send(Message("TopicTest", tags="TagA", keys=["order-1"], body=b"hi", properties={"a": "5"}))
+        assert r.send_status == "SEND_OK"
+        assert (r.queue_offset, r.commitlog_offset) == (0, 0)
+        assert 0 <= r.queue_id < 4
+        assert decode_message_id(r.msg_id) == ("127.0.0.1", 10911, 0)
+        assert len(r.uniq_key) == 32
+
+    def test_message_is_stored_with_rocketmq_properties(self, store):
+        r = store.send(Message("TopicTest", tags="TagA", keys=["order-1", "order-2"], body=b"hi", properties={"a": "5"}))
+        row = commitlog_rows(store)[0]
+        props = dict(row.properties)
+        assert props == {"a": "5", MessageConst.TAGS: "TagA", MessageConst.KEYS: "order-1 order-2",
+                         MessageConst.UNIQ_KEY: r.uniq_key}
+        assert (row.tags, row.keys, row.uniq_key, row.body) == ("TagA", "order-1 order-2", r.uniq_key, bytearray(b"hi"))
+        assert row.size == codec.message_length(body_length=2, topic_length=9,
+                                                properties_length=len(codec.properties_to_string(props).encode()))
+        assert row.msg_id == r.msg_id
+
+    def test_offsets_run_on_across_sends(self, store):
+        results = [store.send(Message("TopicTest", body=b"x" * i, queue_id=1)) for i in range(5)]
+        assert [r.queue_offset for r in results] == [0, 1, 2, 3, 4]
+        rows = commitlog_rows(store)
+        assert_offsets_contiguous(rows)
+        assert [r.commitlog_offset for r in results] == [r.physical_offset for r in rows]
+        assert store.max_offset() == rows[-1].physical_offset + rows[-1].size
+
+    def test_producer_rotates_queues(self, store):
+        results = store.send_batch([Message("TopicTest", body=b"m") for _ in range(8)])
+        queues = [r.queue_id for r in results]
+        assert sorted(set(queues)) == [0, 1, 2, 3]
+        assert all((b - a) % 4 == 1 for a, b in zip(queues, queues[1:]))
+
+    def test_batch_is_one_commit(self, store):
+        before = store.tables["commitlog"].snapshot().version()
+        store.send_batch([Message("TopicTest", body=b"a"), Message("TopicTest", body=b"b")])
+        assert store.tables["commitlog"].snapshot().version() == before + 1
+
+    def test_uniq_keys_are_unique(self, store):
+        results = store.send_batch([Message("TopicTest", body=b"m") for _ in range(200)])
+        assert len({r.uniq_key for r in results}) == 200
+
+
+class TestSendDataFrame:
+    def frame(self, spark, n, partitions=3):
+        return spark.range(0, n, 1, partitions).select(
+            F.when(F.col("id") % 3 == 0, "TopicOther").otherwise("TopicTest").alias("topic"),
+            F.concat(F.lit("body-"), F.col("id").cast("string")).alias("body"),
+            F.concat(F.lit("Tag"), (F.col("id") % 2).cast("string")).alias("tags"),
+            F.array(F.concat(F.lit("k"), F.col("id").cast("string"))).alias("keys"),
+            F.create_map(F.lit("n"), F.col("id").cast("string")).alias("properties"))
+
+    def test_rows_offsets_and_encoding(self, spark, store):
+        store.create_topic("TopicOther", queues=2)
+        store.send(Message("TopicTest", body=b"first"))
+        result = store.send_dataframe(self.frame(spark, 300))
+        assert result.count == 300
+        rows = commitlog_rows(store)
+        assert len(rows) == 301
+        assert_offsets_contiguous(rows)
+        assert result.first_offset == rows[1].physical_offset and result.next_offset == store.max_offset()
+        for r in rows[1:]:
+            props = dict(r.properties)
+            n = props["n"]
+            assert r.body == bytearray(f"body-{n}".encode())
+            assert props[MessageConst.TAGS] == r.tags == f"Tag{int(n) % 2}"
+            assert props[MessageConst.KEYS] == r.keys == f"k{n}"
+            assert props[MessageConst.UNIQ_KEY] == r.uniq_key
+            assert r.size == codec.message_length(
+                body_length=len(r.body), topic_length=len(r.topic),
+                properties_length=len(codec.properties_to_string(props).encode()))
+            assert r.msg_id == codec.create_message_id("127.0.0.1", 10911, r.physical_offset)
+            assert r.body_crc == (__import__("zlib").crc32(r.body) & 0x7FFFFFFF)
+        assert len({r.uniq_key for r in rows}) == 301
+
+    def test_same_rows_as_sending_one_by_one(self, spark, store_path, store):
+        """A DataFrame send stores what a list send stores, except ids, times and queue choice."""
+        from storelib import MessageStore
+
+        other = MessageStore.open(store_path + "-list", spark)
+        other.create_topic("TopicTest", queues=4)
+        msgs = [Message("TopicTest", body=f"b{i}".encode(), tags="T", keys=[f"k{i}"], properties={"i": str(i)}, queue_id=i % 4)
+                for i in range(20)]
+        other.send_batch(msgs)
+        df = spark.createDataFrame([(m.topic, m.body, m.tags, m.keys, dict(m.properties), m.queue_id) for m in msgs],
+                                   "topic string, body binary, tags string, keys array<string>, properties map<string,string>, queue_id int")
+        store.send_dataframe(df.coalesce(1))
+        cols = ["physical_offset", "size", "topic", "queue_id", "queue_offset", "sysflag", "flag", "body_crc", "body", "tags", "keys"]
+        assert_df_equality(store.messages().select(*cols), other.messages().select(*cols),
+                           ignore_row_order=True, ignore_nullable=True)
+
+    def test_empty_frame(self, spark, store):
+        result = store.send_dataframe(self.frame(spark, 0).where("topic = 'TopicTest'"))
+        assert result.count == 0 and store.max_offset() == 0
