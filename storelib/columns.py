@@ -49,8 +49,8 @@ def tags_code(tags: Column) -> Column:
 
 def index_key_hash(index_key: Column) -> Column:
     """IndexFile's keyHash: ``abs(hashCode)``, with ``Integer.MIN_VALUE`` giving 0."""
-    h = java_hash_code(index_key)
-    return F.when(h == F.lit(-(2**31)), F.lit(0)).otherwise(F.abs(h)).cast("int")
+    # abs over long turns Integer.MIN_VALUE into 2^31, which the modulo sends to 0: one hashCode call per row.
+    return F.pmod(F.abs(java_hash_code(index_key).cast("long")), F.lit(2**31)).cast("int")
 
 
 def utf8_length(c: Column) -> Column:
@@ -60,16 +60,16 @@ def utf8_length(c: Column) -> Column:
 
 def properties_length(props: Column) -> Column:
     """Bytes of ``messageProperties2String``: name, 0x01, value, 0x02 for each non-null value."""
-    return F.aggregate(
-        F.map_entries(props), F.lit(0),
-        lambda acc, e: acc + F.when(e["value"].isNull(), F.lit(0)).otherwise(
-            F.octet_length(e["key"]) + F.octet_length(e["value"]) + F.lit(2)))
+    kept = F.map_filter(props, lambda k, v: v.isNotNull())
+    return (F.octet_length(F.array_join(F.map_keys(kept), "")) + F.octet_length(F.array_join(F.map_values(kept), ""))
+            + F.size(kept) * 2)
 
 
-def message_length(body: Column, topic: Column, props: Column, *, born_v6: bool | Column = False,
+def message_length(body: Column, topic: Column, properties_bytes: Column, *, born_v6: bool | Column = False,
                    store_v6: bool = False) -> Column:
-    """RocketMQ's ``calMsgLength``: 91 fixed bytes (IPv4 hosts, 1-byte topic length) plus variable parts."""
+    """RocketMQ's ``calMsgLength`` from the body, the topic and the properties' encoded length:
+    91 fixed bytes (IPv4 hosts, 1-byte topic length) plus the variable parts."""
     topic_len = utf8_length(topic)
     born_extra = F.when(born_v6, F.lit(12)).otherwise(F.lit(0)) if isinstance(born_v6, Column) else F.lit(12 if born_v6 else 0)
     return (F.lit(91 + (12 if store_v6 else 0)) + born_extra + F.length(body) + topic_len
-            + F.when(topic_len > 127, F.lit(1)).otherwise(F.lit(0)) + properties_length(props)).cast("int")
+            + F.when(topic_len > 127, F.lit(1)).otherwise(F.lit(0)) + properties_bytes).cast("int")

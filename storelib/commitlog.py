@@ -21,14 +21,14 @@ import logging
 import uuid
 import zlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
 
 from storelib import codec
 from storelib.config import StoreConfig
-from storelib.errors import ConcurrentWriteError
+from storelib.errors import InputChangedError
 from storelib.message import SysFlag
 from storelib.schema import COMMITLOG
 from storelib.tables import CommitConflict, Table, WrittenFile, with_retries
@@ -42,6 +42,7 @@ __all__ = ["CommitLog", "EncodedMessage", "AppendResult", "COMMITLOG_MARKER", "q
 log = logging.getLogger(__name__)
 
 COMMITLOG_MARKER = "commitlog"
+_INPUT_CHANGED = "storelib: input changed between passes"
 
 
 def queue_marker(topic: str, queue_id: int) -> str:
@@ -147,16 +148,24 @@ class CommitLog:
         return with_retries(self.table, self.config.max_commit_attempts, step, what="send")
 
     # ---- DataFrame appends -----------------------------------------------------------------
-    def append_dataframe(self, encoded: "DataFrame") -> AppendResult:
+    def append_dataframe(self, encoded: "DataFrame", reject: Callable[["DataFrame"], None]) -> AppendResult:
         """Append an encoded DataFrame (see :mod:`storelib.producer`) in one atomic commit.
 
         ``encoded`` has the commitlog columns except the offsets, store time and host, and msg id,
-        plus ``_pid`` (its Spark partition id); it must be persisted so both passes see the same rows.
+        plus ``_pid`` (its Spark partition id) and ``_error`` (why a row is refused, or null). The
+        first pass counts sizes and refused rows; ``reject`` raises when there are any. The second
+        pass must see the same rows as the first: where it does not, :class:`InputChangedError`
+        is raised and nothing is committed (persist the input and try again).
         """
+        from pyspark.errors import PySparkException
         from pyspark.sql import functions as F
 
         groups = (encoded.groupBy("_pid", "topic", "queue_id")
-                  .agg(F.count(F.lit(1)).alias("n"), F.sum("size").alias("bytes")).collect())
+                  .agg(F.count(F.lit(1)).alias("n"), F.sum("size").alias("bytes"), F.count("_error").alias("bad"))
+                  .collect())
+        if any(g["bad"] for g in groups):
+            reject(encoded)
+        encoded = encoded.drop("_error")
         if not groups:
             snapshot = self.table.snapshot()
             n = self.next_offset(snapshot)
@@ -187,7 +196,14 @@ class CommitLog:
                          dt.datetime.now(dt.timezone.utc), self.store_host, self.msg_id_prefix,
                          SysFlag.STOREHOSTADDRESS_V6 if self.store_v6 else 0, self.config.target_file_size,
                          f"part-{attempt_id}")
-            rows = encoded.mapInArrow(plan.run, WRITTEN_FILE_DDL).collect()
+            try:
+                rows = encoded.mapInArrow(plan.run, WRITTEN_FILE_DDL).collect()
+            except PySparkException as e:
+                self._discard_attempt(plan.file_prefix)
+                if _INPUT_CHANGED in str(e):
+                    raise InputChangedError(None, "the DataFrame gave different rows on its second read; "
+                                                  "nothing was written (persist it, or pass persist=True)") from None
+                raise
             files = [WrittenFile(r.path, r.size, r.num_records, r.stats) for r in rows]
             markers = {COMMITLOG_MARKER: start + total}
             markers.update({queue_marker(t, q): n for (t, q), n in nexts.items()})
@@ -201,10 +217,18 @@ class CommitLog:
             return AppendResult(version, start, start + total, count,
                                 queues={k: (first[k], nexts[k]) for k in nexts})
 
-        try:
-            return with_retries(self.table, self.config.max_commit_attempts, step, what="send_dataframe")
-        except ConcurrentWriteError:
-            raise
+        return with_retries(self.table, self.config.max_commit_attempts, step, what="send_dataframe")
+
+    def _discard_attempt(self, prefix: str) -> None:
+        """Delete the files a failed bulk write left behind (they were never committed)."""
+        from pyarrow import fs as pafs
+
+        from storelib.writer import _filesystem
+
+        fs, base = _filesystem(self.table.path)
+        for info in fs.get_file_info(pafs.FileSelector(base)):
+            if info.base_name.startswith(prefix + "-"):
+                fs.delete_file(info.path)
 
 
 @dataclass(frozen=True)
@@ -243,7 +267,7 @@ class _Plan:
                 queue_offsets = self._queue_offsets(pid, b, counters)
                 sink.write([self._row_batch(b, offsets, queue_offsets)])
             if (seen_rows, seen_bytes) != self.expected.get(pid, (0, 0)):
-                raise RuntimeError(f"partition {pid} changed between passes: expected {self.expected.get(pid)}, "
+                raise RuntimeError(f"{_INPUT_CHANGED}: partition {pid} expected {self.expected.get(pid)}, "
                                    f"saw {(seen_rows, seen_bytes)}; persist the DataFrame before sending")
             files = sink.close()
         except BaseException:

@@ -131,19 +131,17 @@ class Dispatcher:
 
         tran = F.col("sysflag").bitwiseAND(F.lit(SysFlag.TRANSACTION_ROLLBACK_TYPE))
         rows = rows.where(tran != SysFlag.TRANSACTION_ROLLBACK_TYPE)
-        uniq = F.when(F.col("uniq_key").isNotNull(),
-                      F.array(F.struct(F.lit(MessageConst.UNIQ_KEY).alias("kind"), F.col("uniq_key").alias("key"))))
-        keys = F.transform(F.filter(F.split(F.coalesce(F.col("keys"), F.lit("")), MessageConst.KEY_SEPARATOR),
-                                    lambda k: F.length(k) > 0),
-                           lambda k: F.struct(F.lit(MessageConst.KEYS).alias("kind"), k.alias("key")))
-        entries = F.concat(F.coalesce(uniq, F.array().cast("array<struct<kind:string,key:string>>")), keys)
-        exploded = rows.select("topic", "physical_offset", "size", "store_timestamp",
-                               F.explode(entries).alias("e"))
-        index_key = F.concat(F.col("topic"), F.lit("#"), F.col("e.key"))
+        # Position 0 holds the UNIQ_KEY, the rest are KEYS split on spaces; empty keys are skipped.
+        candidates = F.concat(F.array(F.col("uniq_key")),
+                              F.split(F.coalesce(F.col("keys"), F.lit("")), MessageConst.KEY_SEPARATOR))
+        exploded = (rows.select("topic", "physical_offset", "size", "store_timestamp",
+                                F.posexplode(candidates).alias("pos", "key"))
+                    .where(F.length("key") > 0))
+        kind = F.when(F.col("pos") == 0, F.lit(MessageConst.UNIQ_KEY)).otherwise(F.lit(MessageConst.KEYS))
+        index_key = F.concat(F.col("topic"), F.lit("#"), F.col("key"))
         shift = 31 - max(0, (self.config.index_hash_ranges - 1).bit_length())
-        out = exploded.select(index_key.alias("index_key"), "topic", F.col("e.key").alias("key"),
-                              F.col("e.kind").alias("kind"), F.col("physical_offset").alias("commitlog_offset"),
-                              "size", "store_timestamp")
+        out = exploded.select(index_key.alias("index_key"), "topic", "key", kind.alias("kind"),
+                              F.col("physical_offset").alias("commitlog_offset"), "size", "store_timestamp")
         out = out.withColumn("key_hash", C.index_key_hash(F.col("index_key")))
         out = out.withColumn("hash_range", F.shiftright(F.col("key_hash"), shift).cast("int"))
         return (out.repartition(max(1, min(self.config.index_hash_ranges, self._parallelism())), "hash_range")

@@ -27,6 +27,7 @@ __all__ = [
     "TopicPermissionError",
     "MessageIdError",
     "ConcurrentWriteError",
+    "InputChangedError",
     "DispatchError",
     "StoreStateError",
     "ConfigError",
@@ -108,6 +109,10 @@ class MessageIdError(StoreError):
 
 class ConcurrentWriteError(StoreError):
     """Another writer kept winning the same Delta commit; nothing of ours was committed."""
+
+
+class InputChangedError(StoreError):
+    """A DataFrame of messages gave different rows on its two reads; nothing was written."""
 
 
 class DispatchError(StoreError):

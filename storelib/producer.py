@@ -119,7 +119,6 @@ class Producer:
         tags = col("tags", F.lit(None).cast("string"))
         tags = F.when(F.length(tags) > 0, tags)
         user = F.coalesce(col("properties", F.lit(None)).cast("map<string,string>"), F.create_map().cast("map<string,string>"))
-        reserved = F.array(*[F.lit(p) for p in sorted(RESERVED_PROPERTIES)])
 
         wq = F.create_map(*itertools.chain.from_iterable((F.lit(t), F.lit(c.write_queue_nums)) for t, c in topics.items())) \
             if topics else F.create_map().cast("map<string,int>")
@@ -132,10 +131,14 @@ class Producer:
         chosen = F.coalesce(queue_id, F.pmod(row_index + pid * 7 + F.lit(random.randrange(1 << 16)), F.coalesce(nqueues, F.lit(1))))
         limit = F.when(topic.startswith(RETRY_GROUP_TOPIC_PREFIX) | topic.startswith(DLQ_GROUP_TOPIC_PREFIX),
                        RETRY_OR_DLQ_TOPIC_MAX_LENGTH).otherwise(TOPIC_MAX_LENGTH)
+        known = sorted(topics)
+        # Topics known to the store were checked when created: the name rules only run for unknown ones.
         errors = [
             (topic.isNull() | (F.trim(topic) == ""), "InvalidTopicError|topic|the specified topic is blank"),
-            (~topic.rlike("^[%|a-zA-Z0-9_-]+$"), "InvalidTopicError|topic|contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"),
-            (F.length(topic) > limit, "InvalidTopicError|topic|is longer than the topic max length"),
+            (~topic.isin(*known) & ~topic.rlike("^[%|a-zA-Z0-9_-]+$") if known else ~topic.rlike("^[%|a-zA-Z0-9_-]+$"),
+             "InvalidTopicError|topic|contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"),
+            (~topic.isin(*known) & (F.length(topic) > limit) if known else F.length(topic) > limit,
+             "InvalidTopicError|topic|is longer than the topic max length"),
             (topic.isin(*sorted(NOT_ALLOWED_SEND_TOPICS)), "ReservedTopicError|topic|is a system topic that producers may not send to"),
             (nqueues.isNull(), "TopicNotFoundError|topic|topic does not exist in this store; create it first"),
             (~topic.isin(*writable) if writable else F.lit(True), "TopicPermissionError|topic|the topic is not writable"),
@@ -143,7 +146,7 @@ class Producer:
             (F.length(body) > self.config.max_message_size,
              f"BodyTooLargeError|body|is over the maximum of {self.config.max_message_size} bytes"),
             (queue_id.isNotNull() & ((queue_id < 0) | (queue_id >= nqueues)), "InvalidQueueIdError|queue_id|is outside [0, writeQueueNums) of the topic"),
-            (F.exists(F.map_keys(user), lambda k: F.array_contains(reserved, k)), "ReservedPropertyError|properties|uses a name reserved by the system"),
+            (F.exists(F.map_keys(user), lambda k: k.isin(*sorted(RESERVED_PROPERTIES))), "ReservedPropertyError|properties|uses a name reserved by the system"),
             (F.exists(F.map_entries(user), lambda e: (F.trim(e["key"]) == "") | e["value"].isNull() | (F.trim(e["value"]) == "")),
              "InvalidPropertyError|properties|the name or value of a property can not be blank"),
         ]
@@ -161,14 +164,22 @@ class Producer:
         tail = F.pmod(F.lit(since_month << 16) + row_index, F.lit(1 << 48))
         uniq = F.concat(F.lit(prefix), F.lpad(F.hex(salt), 8, "0"), F.lpad(F.hex(tail), 12, "0"))
 
-        system = F.map_from_entries(F.filter(
-            F.array(F.struct(F.lit(MessageConst.TAGS).alias("k"), tags.alias("v")),
-                    F.struct(F.lit(MessageConst.KEYS).alias("k"), keys.alias("v")),
-                    F.struct(F.lit(MessageConst.UNIQ_KEY).alias("k"), uniq.alias("v"))),
-            lambda e: e["v"].isNotNull()))
-        properties = F.map_concat(F.map_filter(user, lambda k, v: ~F.array_contains(reserved, k)), system)
+        empty = F.create_map().cast("map<string,string>")
+        system = F.map_concat(F.when(tags.isNotNull(), F.create_map(F.lit(MessageConst.TAGS), tags)).otherwise(empty),
+                              F.when(keys.isNotNull(), F.create_map(F.lit(MessageConst.KEYS), keys)).otherwise(empty),
+                              F.create_map(F.lit(MessageConst.UNIQ_KEY), uniq))
+        # Refused rows (reserved names) never reach map_concat, which would fail on a duplicate key.
+        properties = F.when(error.isNull(), F.map_concat(user, system)).otherwise(system)
         born_v6 = ":" in self.ip
         born_ts = col("born_timestamp", F.current_timestamp()).cast("timestamp")
+        # The size needs no map: user properties plus TAGS, KEYS and the fixed-width UNIQ_KEY entries.
+        def entry(name: str, value: "Column") -> "Column":
+            return F.when(value.isNotNull(), F.octet_length(value) + len(name) + 2).otherwise(F.lit(0))
+
+        props_len = (C.properties_length(user) + entry(MessageConst.TAGS, tags) + entry(MessageConst.KEYS, keys)
+                     + len(MessageConst.UNIQ_KEY) + 32 + 2)
+        host_v6 = ":" in self.config.store_address[0]
+        size = C.message_length(body, topic, props_len, born_v6=born_v6, store_v6=host_v6)
         encoded = df.select(
             topic.alias("topic"), chosen.cast("int").alias("queue_id"),
             F.lit(SysFlag.BORNHOST_V6 if born_v6 else 0).cast("int").alias("sysflag"),
@@ -179,11 +190,9 @@ class Producer:
             F.lit(0).alias("reconsume_times"), F.lit(0).cast("long").alias("prepared_transaction_offset"),
             properties.alias("properties"), body.alias("body"),
             tags.alias("tags"), keys.alias("keys"), uniq.alias("uniq_key"),
-            error.alias("_error"), pid.alias("_pid"),
+            error.alias("_error"), pid.alias("_pid"), size.alias("size"),
         )
-        host_v6 = ":" in self.config.store_address[0]
-        return encoded.withColumn("size", C.message_length(F.col("body"), F.col("topic"), F.col("properties"),
-                                                           born_v6=born_v6, store_v6=host_v6))
+        return encoded
 
     @staticmethod
     def check_encoded(encoded: "DataFrame") -> None:

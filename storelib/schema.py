@@ -131,7 +131,7 @@ INDEX = TableSpec(
         _f("store_timestamp", TIMESTAMP, "Store time of the message", False),
     ]),
     cluster_by=("hash_range",),
-    sort_by=("hash_range", "key_hash", "index_key", "commitlog_offset"),
+    sort_by=("key_hash",),  # key_hash order is hash_range order too
     description="Message keys and unique keys to commitlog offsets (RocketMQ's IndexFile).",
 )
 

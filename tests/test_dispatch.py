@@ -1,0 +1,135 @@
+"""Dispatch: consume queue and index rows, incremental, idempotent under failures, distributed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import functions as F
+
+from storelib import Message, codec
+from storelib.dispatch import FAULT_ENV
+
+ROOT = Path(__file__).resolve().parents[1]
+STEPS = ["consume_queue.written", "consume_queue.committed", "index.written", "index.committed"]
+
+
+def send_some(store, n, start=0, tags=("TagA", "TagB", "Aa", "BB")):
+    return store.send_batch([Message("TopicTest", body=f"m{i}".encode(), tags=tags[i % len(tags)],
+                                     keys=[f"order-{i}", f"user-{i % 3}"]) for i in range(start, start + n)])
+
+
+def expected_consume_queue(spark, store):
+    rows = store.messages().select("topic", "queue_id", "queue_offset", F.col("physical_offset").alias("commitlog_offset"),
+                                   "size", "tags", "store_timestamp").collect()
+    data = [(r.topic, r.queue_id, r.queue_offset, r.commitlog_offset, r.size, codec.tags_code(r.tags), r.store_timestamp)
+            for r in rows]
+    return spark.createDataFrame(data, store.table("consume_queue").schema)
+
+
+def expected_index(store):
+    out = set()
+    for r in store.messages().collect():
+        out.add((f"{r.topic}#{r.uniq_key}", "UNIQ_KEY", r.physical_offset))
+        for k in (r["keys"] or "").split(" "):
+            if k:
+                out.add((f"{r.topic}#{k}", "KEYS", r.physical_offset))
+    return out
+
+
+def index_rows(store):
+    return [(r.index_key, r.kind, r.commitlog_offset, r.key_hash, r.hash_range) for r in store.table("index").collect()]
+
+
+def assert_dispatched_exactly(spark, store):
+    assert_df_equality(store.table("consume_queue"), expected_consume_queue(spark, store),
+                       ignore_row_order=True, ignore_nullable=True, ignore_metadata=True)
+    rows = index_rows(store)
+    assert len(rows) == len(set(rows))  # no duplicates
+    assert {(k, kind, off) for k, kind, off, _, _ in rows} == expected_index(store)
+    for key, _, _, key_hash, hash_range in rows:
+        assert key_hash == codec.index_key_hash(key)
+        assert hash_range == key_hash >> 25
+    progress = store.dispatch_progress()
+    assert progress["consume_queue"] == progress["index"] == progress["commitlog"] == store.max_offset()
+
+
+class TestDispatch:
+    def test_builds_consume_queue_and_index(self, spark, store):
+        send_some(store, 12)
+        result = store.dispatch()
+        assert (result.from_offset, result.to_offset) == (0, store.max_offset())
+        assert result.consume_queue_rows == 12 and result.index_rows == 36
+        assert_dispatched_exactly(spark, store)
+
+    def test_colliding_tags_keep_their_hash_codes(self, spark, store):
+        send_some(store, 4, tags=("Aa", "BB"))
+        store.dispatch()
+        codes = {r.tags_code for r in store.table("consume_queue").collect()}
+        assert codes == {codec.tags_code("Aa")} == {2112}
+
+    def test_incremental(self, spark, store):
+        send_some(store, 5)
+        first = store.dispatch()
+        send_some(store, 7, start=5)
+        second = store.dispatch()
+        assert second.from_offset == first.to_offset and second.consume_queue_rows == 7
+        again = store.dispatch()
+        assert again.rows == {"consume_queue": 0, "index": 0}
+        assert_dispatched_exactly(spark, store)
+
+    def test_reads_only_new_commitlog_files(self, spark, store):
+        send_some(store, 5)
+        store.dispatch()
+        send_some(store, 2, start=5)
+        table = store.tables["commitlog"]
+        from storelib.tables import Prune
+
+        new = table.files(table.snapshot(), Prune(between={"physical_offset": (store.dispatch_progress()["index"], 2**62)}))
+        assert len(new) == 1 < len(table.files(table.snapshot()))
+
+    @pytest.mark.parametrize("step", STEPS)
+    def test_failure_at_any_step_then_rerun(self, spark, store, step):
+        send_some(store, 6)
+        store.dispatch()
+        send_some(store, 6, start=6)
+
+        def fail(name):
+            if name == step:
+                raise RuntimeError(f"injected failure at {name}")
+
+        with pytest.raises(RuntimeError, match="injected"):
+            store.dispatcher(fault=fail).run()
+        store.dispatch()
+        assert_dispatched_exactly(spark, store)
+
+
+def test_dispatch_never_collects_messages(spark, store):
+    """The session's maxResultSize is 4m; these (incompressible) bodies add up to ~23 MB."""
+    assert spark.sparkContext.getConf().get("spark.driver.maxResultSize") == "4m"
+    noise = F.concat(*[F.sha2(F.concat(F.col("id").cast("string"), F.lit(f"-{j}")), 256) for j in range(60)])
+    df = spark.range(0, 6000, 1, 4).select(F.lit("TopicTest").alias("topic"), noise.alias("body"),
+                                           F.array(F.col("id").cast("string")).alias("keys"))
+    store.send_dataframe(df)
+    with pytest.raises(Exception, match="maxResultSize|bigger than"):
+        store.messages().select("body").collect()  # proves the limit bites
+    result = store.dispatch()
+    assert result.consume_queue_rows == 6000 and result.index_rows == 12000
+    assert store.table("consume_queue").count() == 6000
+
+
+def test_dispatch_job_crash_and_rerun(spark, store, python_env):
+    """The spark-submit job, killed hard after writing files, then run again."""
+    send_some(store, 8)
+    job = [sys.executable, str(ROOT / "jobs" / "dispatch.py"), "--store", store.root]
+    crashed = subprocess.run(job, env={**python_env, FAULT_ENV: "index.written"}, capture_output=True, text=True, timeout=300)
+    assert crashed.returncode == 86, crashed.stderr[-2000:]
+    progress = store.dispatch_progress()
+    assert progress["consume_queue"] == store.max_offset() and progress["index"] == 0
+    rerun = subprocess.run(job, env=python_env, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert "dispatched" in rerun.stdout
+    assert_dispatched_exactly(spark, store)
