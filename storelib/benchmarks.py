@@ -45,7 +45,8 @@ class Figure:
 
 
 def message_frame(spark: "SparkSession", n: int, topics: list[str], partitions: int) -> "DataFrame":
-    """``n`` deterministic messages: tags from 10 values, two keys each, three properties, ~100-byte bodies."""
+    """``n`` deterministic messages: tags from 10 values, one key each (an order id), three properties,
+    ~100-byte bodies. Each message also gets its UNIQ_KEY, so dispatch writes two index rows per message."""
     from pyspark.sql import functions as F
 
     i = F.col("id")
@@ -53,7 +54,7 @@ def message_frame(spark: "SparkSession", n: int, topics: list[str], partitions: 
     return spark.range(0, n, 1, partitions).select(
         topic.alias("topic"),
         F.concat(F.lit("Tag"), F.pmod(i, 10).cast("string")).alias("tags"),
-        F.array(F.concat(F.lit("order-"), i.cast("string")), F.concat(F.lit("user-"), F.pmod(i, 100003).cast("string"))).alias("keys"),
+        F.array(F.concat(F.lit("order-"), i.cast("string"))).alias("keys"),
         F.create_map(F.lit("a"), F.pmod(i, 100).cast("string"), F.lit("region"), F.lit("eu-west"),
                      F.lit("seq"), i.cast("string")).alias("properties"),
         F.encode(F.rpad(F.concat(F.lit("message body "), i.cast("string")), 100, "."), "UTF-8").alias("body"),

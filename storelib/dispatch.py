@@ -23,7 +23,6 @@ from storelib import columns as C
 from storelib.commitlog import COMMITLOG_MARKER
 from storelib.config import StoreConfig
 from storelib.message import MessageConst, SysFlag
-from storelib.schema import CONSUME_QUEUE, INDEX
 from storelib.tables import CommitConflict, Prune, Table, with_retries
 from storelib.writer import write_dataframe
 
@@ -123,7 +122,7 @@ class Dispatcher:
         out = rows.where(tran.isin(SysFlag.TRANSACTION_NOT_TYPE, SysFlag.TRANSACTION_COMMIT_TYPE)).select(
             "topic", "queue_id", "queue_offset", F.col("physical_offset").alias("commitlog_offset"), "size",
             C.tags_code(F.col("tags")).alias("tags_code"), "store_timestamp")
-        return out.sortWithinPartitions(*CONSUME_QUEUE.sort_by)
+        return out  # commitlog order is queue-offset order; the writer files each queue apart
 
     def _build_index(self, rows: "DataFrame") -> "DataFrame":
         """IndexService.buildIndex: one row per UNIQ_KEY and per non-empty KEYS key, rollbacks excepted."""
@@ -140,12 +139,7 @@ class Dispatcher:
         kind = F.when(F.col("pos") == 0, F.lit(MessageConst.UNIQ_KEY)).otherwise(F.lit(MessageConst.KEYS))
         index_key = F.concat(F.col("topic"), F.lit("#"), F.col("key"))
         shift = 31 - max(0, (self.config.index_hash_ranges - 1).bit_length())
-        out = exploded.select(index_key.alias("index_key"), "topic", "key", kind.alias("kind"),
+        out = exploded.select("topic", "key", kind.alias("kind"), C.index_key_hash(index_key).alias("key_hash"),
                               F.col("physical_offset").alias("commitlog_offset"), "size", "store_timestamp")
-        out = out.withColumn("key_hash", C.index_key_hash(F.col("index_key")))
-        out = out.withColumn("hash_range", F.shiftright(F.col("key_hash"), shift).cast("int"))
-        return (out.repartition(max(1, min(self.config.index_hash_ranges, self._parallelism())), "hash_range")
-                .sortWithinPartitions(*INDEX.sort_by))
-
-    def _parallelism(self) -> int:
-        return int(self.spark.conf.get("spark.sql.shuffle.partitions", "8"))
+        # No shuffle: each task files its rows by hash range; compaction later merges and sorts them.
+        return out.withColumn("hash_range", F.shiftright(F.col("key_hash"), shift).cast("int"))

@@ -168,8 +168,9 @@ class Producer:
         system = F.map_concat(F.when(tags.isNotNull(), F.create_map(F.lit(MessageConst.TAGS), tags)).otherwise(empty),
                               F.when(keys.isNotNull(), F.create_map(F.lit(MessageConst.KEYS), keys)).otherwise(empty),
                               F.create_map(F.lit(MessageConst.UNIQ_KEY), uniq))
-        # Refused rows (reserved names) never reach map_concat, which would fail on a duplicate key.
-        properties = F.when(error.isNull(), F.map_concat(user, system)).otherwise(system)
+        # Only the second pass reads this column, and only once the first found no refused row:
+        # a reserved name in ``user`` (a duplicate key for map_concat) never gets here.
+        properties = F.map_concat(user, system)
         born_v6 = ":" in self.ip
         born_ts = col("born_timestamp", F.current_timestamp()).cast("timestamp")
         # The size needs no map: user properties plus TAGS, KEYS and the fixed-width UNIQ_KEY entries.

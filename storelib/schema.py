@@ -121,8 +121,7 @@ INDEX = TableSpec(
     "index",
     pa.schema([
         _f("hash_range", pa.int32(), "Cluster of key hashes this row is filed under (key_hash >> bits)", False),
-        _f("key_hash", pa.int32(), "abs(String.hashCode) of index_key, as IndexFile's keyHash", False),
-        _f("index_key", pa.string(), "topic#key, as IndexService.buildKey", False),
+        _f("key_hash", pa.int32(), "abs(String.hashCode) of 'topic#key' (IndexService.buildKey), as IndexFile's keyHash", False),
         _f("topic", pa.string(), "Topic", False),
         _f("key", pa.string(), "The key: one of KEYS, or the UNIQ_KEY", False),
         _f("kind", pa.string(), "KEYS or UNIQ_KEY", False),

@@ -151,6 +151,25 @@ class MessageStore:
         """How far each dispatched table has come, in commitlog offsets, and where the commitlog ends."""
         return self.dispatcher().progress()
 
+    # ---- upkeep ----------------------------------------------------------------------------
+    def compact(self) -> dict[str, tuple[int, int]]:
+        """Merge small files of every table, keeping each file to one queue / key-hash range / offset run.
+
+        Returns ``{table: (files removed, files added)}``. Safe to run beside producers and dispatch.
+        """
+        from storelib.compaction import compact_table
+
+        order = {"commitlog": "physical_offset"}
+        return {name: compact_table(self.spark, self.tables[name], target_file_size=self.config.target_file_size,
+                                    order_by=order.get(name))
+                for name in ("commitlog", "consume_queue", "consume_queue_ext", "index")}
+
+    def vacuum(self, retention_hours: int = 168) -> dict[str, int]:
+        """Delete files no snapshot younger than ``retention_hours`` needs (Delta VACUUM); returns counts."""
+        return {name: len(t.snapshot().vacuum(retention_hours=retention_hours, dry_run=False,
+                                              enforce_retention_duration=retention_hours >= 168))
+                for name, t in self.tables.items()}
+
     # ---- reading ---------------------------------------------------------------------------
     def max_offset(self) -> int:
         """The next commitlog offset (RocketMQ's ``getMaxPhyOffset``)."""

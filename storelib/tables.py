@@ -55,8 +55,8 @@ class WrittenFile:
     num_records: int
     stats: str
 
-    def add_action(self) -> AddAction:
-        return AddAction(self.path, self.size, {}, int(time.time() * 1000), True, self.stats)
+    def add_action(self, data_change: bool = True) -> AddAction:
+        return AddAction(self.path, self.size, {}, int(time.time() * 1000), data_change, self.stats)
 
 
 @dataclass(frozen=True)
@@ -158,13 +158,13 @@ class Table:
     # ---- writing -----------------------------------------------------------------------------
     def commit(self, dt: DeltaTable, files: Sequence[WrittenFile], *, markers: Mapping[str, int] | None = None,
                removes: Sequence[RemoveAction] = (), operation: str = "WRITE",
-               info: Mapping[str, Any] | None = None) -> int:
+               info: Mapping[str, Any] | None = None, data_change: bool = True) -> int:
         """Commit ``files`` (and ``markers``) as the version right after ``dt``'s, or raise :class:`CommitConflict`.
 
         Exactly one version is tried, so whatever the caller computed from ``dt`` (offsets,
         progress) is still true when the commit lands.
         """
-        actions: list[AddAction | RemoveAction] = [f.add_action() for f in files]
+        actions: list[AddAction | RemoveAction] = [f.add_action(data_change) for f in files]
         actions.extend(removes)
         txns = [Transaction(app, int(v)) for app, v in (markers or {}).items()]
         props = CommitProperties(max_commit_retries=0, app_transactions=txns or None,

@@ -40,36 +40,37 @@ _STATS_STRING_PREFIX = 32
 class FileSink:
     """Writes batches of one schema into new Parquet files under ``root``.
 
-    ``cluster_by`` columns must arrive sorted: a file never holds two values of them.
+    Rows are grouped by the ``cluster_by`` columns as they come (no sort needed): each cluster
+    value has its own open file, so a file never holds two values, and rows keep their arrival
+    order inside a file. Rows are buffered into row groups of ``row_group_rows``.
     """
 
     def __init__(self, root: str, schema: pa.Schema, *, cluster_by: Sequence[str] = (),
-                 target_file_size: int = 128 * 1024 * 1024, prefix: str = "part"):
+                 target_file_size: int = 128 * 1024 * 1024, prefix: str = "part", row_group_rows: int = 64 * 1024):
         self.root = root.rstrip("/")
         self.schema = schema
         self.cluster_by = list(cluster_by)
         self.target = target_file_size
         self.prefix = prefix
-        self._writer: pq.ParquetWriter | None = None
-        self._name = ""
-        self._key: tuple | None = None
-        self._stats: _Stats | None = None
-        self._bytes = 0
+        self.row_group_rows = row_group_rows
+        self._open: dict[tuple | None, _OpenFile] = {}
         self.files: list[WrittenFile] = []
 
     def write(self, batches: Iterable[pa.RecordBatch]) -> None:
         for batch in batches:
             batch = _conform(batch, self.schema)
-            for start, length, key in _runs(batch, self.cluster_by):
-                part = batch.slice(start, length)
-                if self._writer is None or key != self._key or self._bytes >= self.target:
-                    self._roll(key)
-                self._writer.write_batch(part)
-                self._stats.add(part)
-                self._bytes += part.nbytes
+            for key, part in _groups(batch, self.cluster_by):
+                f = self._open.get(key)
+                if f is None:
+                    f = self._open[key] = _OpenFile(self.root, self.schema, self.prefix)
+                f.add(part, self.row_group_rows)
+                if f.bytes >= self.target:
+                    self.files.append(self._open.pop(key).close())
 
     def close(self) -> list[WrittenFile]:
-        self._roll(None, reopen=False)
+        for f in self._open.values():
+            self.files.append(f.close())
+        self._open.clear()
         return self.files
 
     def abort(self) -> None:
@@ -83,19 +84,39 @@ class FileSink:
                 pass
         self.files = []
 
-    def _roll(self, key: tuple | None, reopen: bool = True) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            fs, base = _filesystem(self.root)
-            size = fs.get_file_info(f"{base}/{self._name}").size
-            self.files.append(WrittenFile(self._name, size, self._stats.rows, self._stats.to_json()))
-            self._writer = None
-        if reopen:
-            self._name = f"{self.prefix}-{uuid.uuid4().hex}.c000.zstd.parquet"
-            fs, base = _filesystem(self.root)
-            self._writer = pq.ParquetWriter(f"{base}/{self._name}", self.schema, filesystem=fs,
-                                            compression="zstd", write_statistics=True)
-            self._key, self._stats, self._bytes = key, _Stats(self.schema), 0
+
+class _OpenFile:
+    """One Parquet file being written: buffered rows, running statistics."""
+
+    def __init__(self, root: str, schema: pa.Schema, prefix: str):
+        self.name = f"{prefix}-{uuid.uuid4().hex}.c000.zstd.parquet"
+        self.fs, base = _filesystem(root)
+        self.path = f"{base}/{self.name}"
+        self.writer = pq.ParquetWriter(self.path, schema, filesystem=self.fs, compression="zstd",
+                                       write_statistics=True)
+        self.schema = schema
+        self.pending: list[pa.RecordBatch] = []
+        self.pending_rows = 0
+        self.bytes = 0
+
+    def add(self, part: pa.RecordBatch, row_group_rows: int) -> None:
+        self.pending.append(part)
+        self.pending_rows += part.num_rows
+        self.bytes += part.nbytes
+        if self.pending_rows >= row_group_rows:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.pending:
+            self.writer.write_table(pa.Table.from_batches(self.pending), row_group_size=max(self.pending_rows, 1))
+            self.pending, self.pending_rows = [], 0
+
+    def close(self) -> WrittenFile:
+        self.flush()
+        self.writer.close()
+        size = self.fs.get_file_info(self.path).size
+        stats = _Stats.from_metadata(self.schema, self.writer.writer.metadata)
+        return WrittenFile(self.name, size, stats.rows, stats.to_json())
 
 
 def write_dataframe(df: "DataFrame", table: Table, *, cluster_by: Sequence[str] = (),
@@ -142,27 +163,31 @@ def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
-def _runs(batch: pa.RecordBatch, cluster_by: Sequence[str]) -> Iterator[tuple[int, int, tuple | None]]:
-    """(start, length, key) of each stretch of rows sharing the cluster columns' values."""
+def _groups(batch: pa.RecordBatch, cluster_by: Sequence[str]) -> Iterator[tuple[tuple | None, pa.RecordBatch]]:
+    """The batch's rows split by their cluster columns' values, each part in arrival order."""
     n = batch.num_rows
     if n == 0:
         return
     if not cluster_by:
-        yield 0, n, None
+        yield None, batch
         return
+    if all(pc.all(pc.equal(batch.column(c), batch.column(c)[0])).as_py() is True for c in cluster_by):
+        yield tuple(batch.column(c)[0].as_py() for c in cluster_by), batch
+        return
+    order = pc.sort_indices(batch, sort_keys=[(c, "ascending") for c in cluster_by])  # stable
+    batch = batch.take(order)
     change = None
-    for name in cluster_by:
-        col = batch.column(name)
+    for c in cluster_by:
+        col = batch.column(c)
         diff = pc.not_equal(col.slice(1), col.slice(0, n - 1))
         change = diff if change is None else pc.or_(change, diff)
-    starts = [0] + [i + 1 for i in pc.indices_nonzero(change).to_pylist()] if n > 1 else [0]
-    ends = starts[1:] + [n]
-    for s, e in zip(starts, ends):
-        yield s, e - s, tuple(batch.column(c)[s].as_py() for c in cluster_by)
+    starts = [0] + [i + 1 for i in pc.indices_nonzero(change).to_pylist()]
+    for start, end in zip(starts, starts[1:] + [n]):
+        yield tuple(batch.column(c)[start].as_py() for c in cluster_by), batch.slice(start, end - start)
 
 
 class _Stats:
-    """Delta per-file statistics gathered batch by batch: numRecords, minValues, maxValues, nullCount."""
+    """Delta per-file statistics (numRecords, minValues, maxValues, nullCount) from a Parquet footer."""
 
     def __init__(self, schema: pa.Schema):
         self.cols = [f for f in schema if _has_stats(f.type)]
@@ -171,17 +196,32 @@ class _Stats:
         self.max: dict[str, Any] = {}
         self.nulls: dict[str, int] = {f.name: 0 for f in self.cols}
 
-    def add(self, batch: pa.RecordBatch) -> None:
-        self.rows += batch.num_rows
-        for f in self.cols:
-            col = batch.column(f.name)
-            self.nulls[f.name] += col.null_count
-            mm = pc.min_max(col)
-            lo, hi = mm["min"].as_py(), mm["max"].as_py()
-            if lo is None:
-                continue
-            self.min[f.name] = lo if f.name not in self.min else min(self.min[f.name], lo)
-            self.max[f.name] = hi if f.name not in self.max else max(self.max[f.name], hi)
+    @classmethod
+    def from_metadata(cls, schema: pa.Schema, md: "pq.FileMetaData") -> "_Stats":
+        out = cls(schema)
+        out.rows = md.num_rows
+        wanted = {f.name for f in out.cols}
+        missing: set[str] = set()
+        for g in range(md.num_row_groups):
+            group = md.row_group(g)
+            for j in range(group.num_columns):
+                chunk = group.column(j)
+                name = chunk.path_in_schema
+                st = chunk.statistics
+                if name not in wanted:
+                    continue
+                if st is None or not st.has_null_count:
+                    missing.add(name)
+                    continue
+                out.nulls[name] += st.null_count
+                if st.has_min_max:
+                    out.min[name] = st.min if name not in out.min else min(out.min[name], st.min)
+                    out.max[name] = st.max if name not in out.max else max(out.max[name], st.max)
+        for name in missing:  # unknown for some row group: no statistics for the file
+            out.nulls.pop(name, None)
+            out.min.pop(name, None)
+            out.max.pop(name, None)
+        return out
 
     def to_json(self) -> str:
         mins, maxs = {}, {}

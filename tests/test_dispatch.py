@@ -41,7 +41,7 @@ def expected_index(store):
 
 
 def index_rows(store):
-    return [(r.index_key, r.kind, r.commitlog_offset, r.key_hash, r.hash_range) for r in store.table("index").collect()]
+    return [(f"{r.topic}#{r.key}", r.kind, r.commitlog_offset, r.key_hash, r.hash_range) for r in store.table("index").collect()]
 
 
 def assert_dispatched_exactly(spark, store):

@@ -1,0 +1,55 @@
+# Databricks notebook source
+# MAGIC %md
+# MAGIC # storelib quick start
+# MAGIC RocketMQ's CommitLog, ConsumeQueue and IndexFile as Delta tables. This notebook creates a store,
+# MAGIC sends messages one by one and as a DataFrame, dispatches them, and reads the tables back.
+# MAGIC Set `root` to a path your cluster can write (DBFS, a Volume, or cloud storage).
+
+# COMMAND ----------
+
+# MAGIC %pip install -e /Workspace/Repos/<you>/storelib
+
+# COMMAND ----------
+
+from pyspark.sql import functions as F
+from storelib import MessageStore, Message, tags_code
+
+root = "/tmp/storelib/quickstart"   # change me
+store = MessageStore.open(root, spark)
+store.create_topic("OrderEvents", queues=4)
+
+# COMMAND ----------
+
+# MAGIC %md ## Send one message, then a DataFrame of messages
+
+# COMMAND ----------
+
+r = store.send(Message("OrderEvents", tags="created", keys=["order-1"], body=b'{"order": 1}', properties={"region": "eu"}))
+print(r.msg_id, r.queue_id, r.queue_offset)
+
+orders = spark.range(2, 5002).select(
+    F.lit("OrderEvents").alias("topic"),
+    F.concat(F.lit('{"order": '), F.col("id").cast("string"), F.lit("}")).alias("body"),
+    F.when(F.col("id") % 2 == 0, "created").otherwise("paid").alias("tags"),
+    F.array(F.concat(F.lit("order-"), F.col("id").cast("string"))).alias("keys"),
+    F.create_map(F.lit("region"), F.lit("us")).alias("properties"))
+store.send_dataframe(orders)
+
+# COMMAND ----------
+
+# MAGIC %md ## Dispatch: consume queue and index rows for everything new
+
+# COMMAND ----------
+
+result = store.dispatch()
+print(result)
+display(store.table("consume_queue").groupBy("topic", "queue_id").agg(F.count("*").alias("messages"), F.max("queue_offset")))
+
+# COMMAND ----------
+
+# MAGIC %md ## Find messages by key, and by tag code
+
+# COMMAND ----------
+
+display(store.table("index").where(F.col("key") == "order-42"))
+display(store.table("consume_queue").where(F.col("tags_code") == tags_code("paid")).limit(10))

@@ -1,0 +1,94 @@
+"""The quick start: a few thousand messages over several topics and queues, sent, dispatched, read back.
+
+``jobs/quickstart.py`` runs :func:`quickstart` and prints its summary.
+
+>>> summary = quickstart(spark, "./data/quickstart", messages=2000)   # doctest: +SKIP
+>>> print(summary.text())                                             # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from storelib.message import Message
+from storelib.store import MessageStore
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["quickstart", "QuickstartSummary"]
+
+TOPICS = {"OrderEvents": 4, "PaymentEvents": 2, "AuditLog": 1}
+TAGS = ["created", "paid", "shipped", "cancelled"]
+
+
+@dataclass
+class QuickstartSummary:
+    """What the quick start did and found, for printing."""
+
+    root: str
+    sent_one_by_one: int
+    sent_as_dataframe: int
+    dispatched_from: int
+    dispatched_to: int
+    per_queue: list[tuple[str, int, int, int]] = field(default_factory=list)
+    index_rows: int = 0
+    lookup_key: str = ""
+    lookup_hits: list[tuple[str, int, str]] = field(default_factory=list)
+    sample: dict = field(default_factory=dict)
+
+    def text(self) -> str:
+        lines = [f"store: {self.root}",
+                 f"sent: {self.sent_one_by_one} messages one by one (send_batch), "
+                 f"{self.sent_as_dataframe} as a DataFrame (send_dataframe)",
+                 f"dispatched commitlog [{self.dispatched_from}, {self.dispatched_to}) into consume_queue and index",
+                 "", f"{'topic':<16}{'queue':>6}{'messages':>10}{'max offset':>12}"]
+        lines += [f"{t:<16}{q:>6}{n:>10}{m:>12}" for t, q, n, m in self.per_queue]
+        lines += ["", f"index rows (KEYS and UNIQ_KEY): {self.index_rows}",
+                  f"messages with key {self.lookup_key!r}: "
+                  + ", ".join(f"{t} @ commitlog offset {o} ({msg_id})" for t, o, msg_id in self.lookup_hits),
+                  "", "one message as stored:"]
+        lines += [f"  {k:<16} {v}" for k, v in self.sample.items()]
+        return "\n".join(lines)
+
+
+def quickstart(spark: "SparkSession", root: str, messages: int = 3000) -> QuickstartSummary:
+    """Create the topics, send ``messages`` (a tenth one by one, the rest as a DataFrame), dispatch, read back."""
+    from pyspark.sql import functions as F
+
+    store = MessageStore.open(root, spark)
+    for topic, queues in TOPICS.items():
+        store.create_topic(topic, queues=queues)
+    names = list(TOPICS)
+    few = max(1, messages // 10)
+    batch = [Message(names[i % len(names)], body=f'{{"order": {i}}}'.encode(), tags=TAGS[i % len(TAGS)],
+                     keys=[f"order-{i}"], properties={"region": ["eu", "us", "apac"][i % 3], "amount": str(i % 500)})
+             for i in range(few)]
+    store.send_batch(batch)
+    i = F.col("id")
+    frame = spark.range(few, messages).select(
+        F.element_at(F.array(*[F.lit(t) for t in names]), (F.pmod(i, len(names)) + 1).cast("int")).alias("topic"),
+        F.concat(F.lit('{"order": '), i.cast("string"), F.lit("}")).alias("body"),
+        F.element_at(F.array(*[F.lit(t) for t in TAGS]), (F.pmod(i, len(TAGS)) + 1).cast("int")).alias("tags"),
+        F.array(F.concat(F.lit("order-"), i.cast("string"))).alias("keys"),
+        F.create_map(F.lit("region"), F.element_at(F.array(F.lit("eu"), F.lit("us"), F.lit("apac")), (F.pmod(i, 3) + 1).cast("int")),
+                     F.lit("amount"), F.pmod(i, 500).cast("string")).alias("properties"))
+    sent = store.send_dataframe(frame)
+    result = store.dispatch()
+
+    cq = store.table("consume_queue")
+    per_queue = [(r.topic, r.queue_id, r.n, r.m) for r in cq.groupBy("topic", "queue_id").agg(
+        F.count(F.lit(1)).alias("n"), F.max("queue_offset").alias("m")).orderBy("topic", "queue_id").collect()]
+    key = f"order-{messages // 2}"
+    index = store.table("index")
+    hits = index.where(F.col("key") == key).select("topic", "commitlog_offset").collect()
+    ids = {r.physical_offset: r.msg_id for r in store.messages().where(
+        F.col("physical_offset").isin([h.commitlog_offset for h in hits])).select("physical_offset", "msg_id").collect()}
+    first = store.messages().orderBy("physical_offset").limit(1).collect()[0]
+    sample = {"msg_id": first.msg_id, "topic": first.topic, "queue": f"{first.queue_id} @ {first.queue_offset}",
+              "commitlog": f"{first.physical_offset} (+{first.size} bytes)", "properties": dict(first.properties),
+              "body": bytes(first.body).decode()}
+    return QuickstartSummary(store.root, len(batch), sent.count, result.from_offset, result.to_offset, per_queue,
+                             index.count(), key, [(h.topic, h.commitlog_offset, ids.get(h.commitlog_offset, "")) for h in hits],
+                             sample)

@@ -1,0 +1,152 @@
+"""Tables: real Delta tables, file skipping by statistics, schemas with comments, settings."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from chispa import assert_df_equality
+from deltalake import DeltaTable
+from pyspark.sql import functions as F
+
+from storelib import Message, StoreConfig
+from storelib.errors import ConfigError, StoreStateError
+from storelib.schema import CONSUME_QUEUE, TABLES
+from storelib.tables import Prune, Table
+
+
+ORDER = {"commitlog": ["physical_offset"], "consume_queue": ["topic", "queue_id", "queue_offset"],
+         "index": ["topic", "key", "commitlog_offset"]}
+
+
+def assert_same_rows(name, actual, expected):
+    """chispa equality in the table's natural order (maps cannot be sorted on)."""
+    assert_df_equality(actual.orderBy(*ORDER[name]), expected.orderBy(*ORDER[name]), ignore_nullable=True,
+                       ignore_metadata=True)
+
+
+def fill(store, rounds=4, per_round=8):
+    """Several sends and dispatches, so each table has several files."""
+    for r in range(rounds):
+        store.send_batch([Message("TopicTest", body=f"{r}-{i}".encode(), keys=[f"k{r}-{i}"], queue_id=i % 4)
+                          for i in range(per_round)])
+        store.dispatch()
+
+
+class TestDelta:
+    def test_tables_are_delta_tables_readable_by_deltalake(self, spark, store):
+        fill(store, rounds=2)
+        for name in ("commitlog", "consume_queue", "index"):
+            rows = DeltaTable(store.tables[name].path).to_pyarrow_table().to_pylist()
+            rows = [{k: dict(v) if k == "properties" else v for k, v in r.items()} for r in rows]
+            via_delta = spark.createDataFrame(rows, schema=store.table(name).schema)
+            assert_same_rows(name, store.table(name), via_delta)
+
+    def test_column_comments_are_in_the_delta_schema(self, store):
+        schema = DeltaTable(store.tables["consume_queue"].path).schema()
+        comments = {f.name: f.metadata.get("comment") for f in schema.fields}
+        assert comments["tags_code"].startswith("Java String.hashCode of TAGS")
+        assert set(comments) == set(CONSUME_QUEUE.columns)
+        assert all(comments.values())
+
+    def test_spark_schema_carries_comments(self, store):
+        field = store.table("commitlog").schema["physical_offset"]
+        assert "running byte position" in field.metadata["comment"]
+
+    def test_every_table_is_created(self, store):
+        for name in TABLES:
+            assert DeltaTable.is_deltatable(store.tables[name].path)
+
+    def test_existing_table_with_other_columns_is_refused(self, tmp_path):
+        path = str(tmp_path / "t")
+        DeltaTable.create(path, pa.schema([("x", pa.int64())]))
+        with pytest.raises(StoreStateError):
+            Table(path, CONSUME_QUEUE).ensure()
+
+
+class TestFileSkipping:
+    def test_one_queue_range_reads_one_file(self, store):
+        fill(store, rounds=4)
+        cq = store.tables["consume_queue"]
+        snapshot = cq.snapshot()
+        every = cq.files(snapshot)
+        assert len(every) == 4 * 4  # one file per queue per dispatch
+        one = cq.files(snapshot, Prune(equal={"topic": "TopicTest", "queue_id": 2}, between={"queue_offset": (2, 3)}))
+        assert len(one) == 1
+
+    def test_consume_queue_range_rows(self, spark, store):
+        fill(store, rounds=3)
+        got = store.consume_queue("TopicTest", 1, begin=2, end=5).select("queue_offset").orderBy("queue_offset")
+        assert [r.queue_offset for r in got.collect()] == [2, 3, 4]
+
+    def test_commitlog_offset_range_skips_files(self, store):
+        fill(store, rounds=3)
+        cl = store.tables["commitlog"]
+        snapshot = cl.snapshot()
+        last = store.messages().agg(F.max("physical_offset")).first()[0]
+        assert len(cl.files(snapshot, Prune(between={"physical_offset": (last, last)}))) == 1
+        assert len(cl.files(snapshot)) == 3
+
+    def test_index_key_hash_range_skips_files(self, store):
+        fill(store, rounds=3, per_round=40)
+        from storelib import index_key_hash
+
+        ix = store.tables["index"]
+        h = index_key_hash("TopicTest#k1-7")
+        files = ix.files(ix.snapshot(), Prune(between={"key_hash": (h, h)}))
+        assert len(files) == 1 < len(ix.files(ix.snapshot()))
+
+
+class TestConfig:
+    def test_defaults_are_rocketmq_defaults(self):
+        c = StoreConfig()
+        assert (c.max_message_size, c.message_index_enable, c.enable_consume_queue_ext, c.max_hash_slot_num) == \
+            (4 * 1024 * 1024, True, False, 5_000_000)
+
+    def test_from_spark_settings(self):
+        c = StoreConfig.from_mapping({"spark.storelib.max_message_size": "1024", "spark.master": "local"})
+        assert c.max_message_size == 1024
+
+    @pytest.mark.parametrize("conf", [{"spark.storelib.max_message_size": "big"}, {"spark.storelib.nope": "1"},
+                                      {"spark.storelib.store_host": "localhost"}])
+    def test_bad_settings(self, conf):
+        with pytest.raises(ConfigError):
+            StoreConfig.from_mapping(conf)
+
+    def test_store_host_goes_into_message_ids(self, spark, store_path):
+        from storelib import MessageStore, decode_message_id
+
+        store = MessageStore.open(store_path, spark, store_host="10.1.2.3:9876")
+        store.create_topic("TopicTest")
+        r = store.send(Message("TopicTest", body=b"x"))
+        assert decode_message_id(r.msg_id) == ("10.1.2.3", 9876, 0)
+
+
+class TestCompaction:
+    def test_compaction_keeps_rows_and_clustering(self, spark, store):
+        fill(store, rounds=5)
+        before = {n: store.table(n).collect() for n in ("commitlog", "consume_queue", "index")}
+        counts = {n: len(store.tables[n].files(store.tables[n].snapshot())) for n in before}
+        result = store.compact()
+        for name, rows in before.items():
+            after = store.table(name)
+            assert_same_rows(name, after, spark.createDataFrame(rows, after.schema))
+            removed, added = result[name]
+            assert added < removed <= counts[name]
+        clusters = {"commitlog": 1, "consume_queue": 4,
+                    "index": store.table("index").select("hash_range").distinct().count()}
+        for name, n in clusters.items():  # one file per cluster is left
+            assert len(store.tables[name].files(store.tables[name].snapshot())) == n
+        cq = store.tables["consume_queue"]
+        assert len(cq.files(cq.snapshot())) == 4  # one file per queue
+        one = cq.files(cq.snapshot(), Prune(equal={"topic": "TopicTest", "queue_id": 1}, between={"queue_offset": (0, 9)}))
+        assert len(one) == 1
+        assert store.dispatch_progress()["consume_queue"] == store.max_offset()  # markers survive compaction
+        history = DeltaTable(cq.path).history(1)[0]
+        assert history["storelib.operation"] == "OPTIMIZE"
+
+    def test_compaction_then_more_sends(self, spark, store):
+        fill(store, rounds=2)
+        store.compact()
+        fill(store, rounds=1)
+        cq = store.table("consume_queue").groupBy("queue_id").agg(F.count("*").alias("n"), F.max("queue_offset").alias("m"))
+        assert sorted((r.n, r.m) for r in cq.collect()) == [(6, 5)] * 4
