@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for f in figures:
         print(f.line())
-    print(json.dumps({f.name: {"messages": f.messages, "seconds": round(f.seconds, 3), "msgs_per_s": round(f.rate),
+    print(json.dumps({f.name.strip(): {"messages": f.messages, "seconds": round(f.seconds, 3), "msgs_per_s": round(f.rate),
                                "baseline_seconds": round(f.baseline_seconds, 3), "ratio": round(f.ratio, 3)}
                       for f in figures}))
     return 0

@@ -1,7 +1,6 @@
 -- Messages and offset range per queue, from the consume_queue table.
--- Parameters: none. Run after registering the store's tables as views, e.g. in pyspark:
---   spark.read.format("delta").load("<store>/consume_queue").createOrReplaceTempView("consume_queue")
--- or, without the Delta jar: store.table("consume_queue").createOrReplaceTempView("consume_queue")
+-- No parameters. Register the views first (storelib.sql.register_views), or run:
+--   python -m storelib.sql --store ./data/quickstart sql/consume_queue_depth.sql
 SELECT topic,
        queue_id,
        count(*)          AS messages,

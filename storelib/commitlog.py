@@ -45,6 +45,12 @@ COMMITLOG_MARKER = "commitlog"
 _INPUT_CHANGED = "storelib: input changed between passes"
 
 
+def now_millis() -> dt.datetime:
+    """The current UTC time at RocketMQ's precision (milliseconds), as store and born times are kept."""
+    now = dt.datetime.now(dt.timezone.utc)
+    return now.replace(microsecond=now.microsecond // 1000 * 1000)
+
+
 def queue_marker(topic: str, queue_id: int) -> str:
     """Name of the ``txn`` marker holding the next queue offset of (topic, queue_id)."""
     return f"cq/{topic}/{queue_id}"
@@ -114,7 +120,7 @@ class CommitLog:
         def step(snapshot) -> AppendResult:
             start = offset = self.next_offset(snapshot)
             queues: dict[tuple[str, int], int] = {}
-            now = dt.datetime.now(dt.timezone.utc)
+            now = now_millis()
             rows = []
             for m, size, crc in zip(messages, sizes, crcs):
                 key = (m.topic, m.queue_id)
@@ -193,7 +199,7 @@ class CommitLog:
                 queue_base[(g["_pid"], *key)] = nexts[key]
                 nexts[key] += g["n"]
             plan = _Plan(self.table.path, phys_base, queue_base, {p: tuple(v) for p, v in per_pid.items()},
-                         dt.datetime.now(dt.timezone.utc), self.store_host, self.msg_id_prefix,
+                         now_millis(), self.store_host, self.msg_id_prefix,
                          SysFlag.STOREHOSTADDRESS_V6 if self.store_v6 else 0, self.config.target_file_size,
                          f"part-{attempt_id}")
             try:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
@@ -46,6 +47,7 @@ class DispatchResult:
     to_offset: int
     rows: dict[str, int] = field(default_factory=dict)
     versions: dict[str, int] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
 
     @property
     def consume_queue_rows(self) -> int:
@@ -107,7 +109,9 @@ class Dispatcher:
                 self._step(f"{name}.committed")
                 return start, sum(f.num_records for f in files), version
 
+            began = time.perf_counter()
             start, n, version = with_retries(table, self.config.max_commit_attempts, step, what=f"dispatch {name}")
+            result.seconds[name] = round(time.perf_counter() - began, 3)
             result.from_offset = min(result.from_offset, start)
             result.rows[name] = n
             result.versions[name] = version

@@ -26,6 +26,7 @@ __all__ = [
     "TopicNotFoundError",
     "TopicPermissionError",
     "MessageIdError",
+    "MessageNotFoundError",
     "ConcurrentWriteError",
     "InputChangedError",
     "DispatchError",
@@ -105,6 +106,12 @@ class TopicPermissionError(StoreError):
 
 class MessageIdError(StoreError):
     """A message id that is malformed or names another store host."""
+
+
+class MessageNotFoundError(StoreError):
+    """No stored message matches the id, key or unique key asked for (``QUERY_NOT_FOUND``)."""
+
+    code = "QUERY_NOT_FOUND"
 
 
 class ConcurrentWriteError(StoreError):

@@ -18,7 +18,7 @@ import uuid
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from storelib import codec
-from storelib.commitlog import EncodedMessage
+from storelib.commitlog import EncodedMessage, now_millis
 from storelib.config import StoreConfig
 from storelib.errors import (BodyTooLargeError, InvalidPropertyError, InvalidQueueIdError, InvalidTopicError,
                              MessageError, ReservedPropertyError, ReservedTopicError, StoreError,
@@ -71,7 +71,7 @@ class Producer:
             validate_message(m, max_body=self.config.max_message_size, where=where)
             config = self._topic(topics, m.topic, where)
             config.check_writable(m.queue_id)
-        born = dt.datetime.now(dt.timezone.utc)
+        born = now_millis()
         v6 = ":" in self.ip
         out = []
         for m in messages:
@@ -95,7 +95,7 @@ class Producer:
     def encode_dataframe(self, df: "DataFrame", topics: Mapping[str, TopicConfig]) -> "DataFrame":
         """Encoded rows plus ``_error`` (why a row is refused, or null) and ``_pid``; not yet checked."""
         from pyspark.sql import functions as F
-        from pyspark.sql.types import ArrayType, BinaryType, StringType
+        from pyspark.sql.types import ArrayType, StringType
 
         from storelib import columns as C
 
@@ -104,7 +104,6 @@ class Producer:
             raise MessageError("columns", f"unknown message columns {unknown}; allowed: {sorted(DATAFRAME_COLUMNS)}")
         if "topic" not in df.columns:
             raise MessageError("columns", "a DataFrame of messages needs a 'topic' column")
-        types = dict(df.dtypes)
 
         def col(name: str, default: "Column") -> "Column":
             return F.col(name) if name in df.columns else default
@@ -172,7 +171,7 @@ class Producer:
         # a reserved name in ``user`` (a duplicate key for map_concat) never gets here.
         properties = F.map_concat(user, system)
         born_v6 = ":" in self.ip
-        born_ts = col("born_timestamp", F.current_timestamp()).cast("timestamp")
+        born_ts = F.date_trunc("millisecond", col("born_timestamp", F.current_timestamp()).cast("timestamp"))
         # The size needs no map: user properties plus TAGS, KEYS and the fixed-width UNIQ_KEY entries.
         def entry(name: str, value: "Column") -> "Column":
             return F.when(value.isNotNull(), F.octet_length(value) + len(name) + 2).otherwise(F.lit(0))

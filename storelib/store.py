@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from storelib.commitlog import AppendResult, CommitLog
 from storelib.config import StoreConfig
@@ -26,6 +26,8 @@ from storelib.topics import (PERM_READ, PERM_WRITE, TopicConfig, TopicConfigTabl
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+    from storelib.query import MessageQuery, StoredMessage
 
 __all__ = ["MessageStore"]
 
@@ -169,6 +171,38 @@ class MessageStore:
         return {name: len(t.snapshot().vacuum(retention_hours=retention_hours, dry_run=False,
                                               enforce_retention_duration=retention_hours >= 168))
                 for name, t in self.tables.items()}
+
+    # ---- finding messages -------------------------------------------------------------------
+    @property
+    def query(self) -> "MessageQuery":
+        from storelib.query import MessageQuery
+
+        if not hasattr(self, "_query"):
+            self._query = MessageQuery(self)
+        return self._query
+
+    def query_by_id(self, msg_id: str) -> "StoredMessage":
+        """The message with this store message id, or :class:`~storelib.errors.MessageNotFoundError`.
+
+        An id of another store host, or a malformed id, raises :class:`~storelib.errors.MessageIdError`.
+        """
+        return self.query.by_id(msg_id)
+
+    def query_by_key(self, topic: str, key: str, max_num: int = 32, begin: object = None,
+                     end: object = None) -> list["StoredMessage"]:
+        """Messages of ``topic`` with ``key`` among their KEYS, newest first (``max_num`` capped at 64).
+
+        ``begin`` and ``end`` bound the store time, inclusive: epoch milliseconds or aware datetimes.
+        """
+        return self.query.by_key(topic, key, max_num, begin, end)
+
+    def query_by_unique_key(self, topic: str, uniq_key: str) -> "StoredMessage":
+        """The message whose UNIQ_KEY is ``uniq_key`` (RocketMQ client's message id)."""
+        return self.query.by_unique_key(topic, uniq_key)
+
+    def search_offset(self, topic: str, queue_id: int, timestamp: object) -> int:
+        """First queue offset stored at or after ``timestamp`` (``getOffsetInQueueByTime``)."""
+        return self.query.search_offset(topic, queue_id, timestamp)
 
     # ---- reading ---------------------------------------------------------------------------
     def max_offset(self) -> int:

@@ -29,7 +29,7 @@ from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from deltalake.transaction import AddAction, RemoveAction
 
 from storelib.errors import ConcurrentWriteError, StoreStateError
-from storelib.schema import CONSUME_QUEUE, TableSpec
+from storelib.schema import CONSUME_QUEUE, TableSpec  # noqa: F401  (CONSUME_QUEUE: module doctest)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -129,6 +129,26 @@ class Table:
         if keep is not None:
             actions = actions.filter(pc.fill_null(keep, True))
         return [f"{self.path}/{unquote(p)}" for p in actions.column("path").to_pylist()]
+
+    def files_holding(self, dt: DeltaTable, col: str, values: pa.Array) -> list[str]:
+        """Absolute paths of the files whose ``[min, max]`` of ``col`` holds at least one of ``values``."""
+        actions = pa.table(dt.get_add_actions(flatten=True))
+        if actions.num_rows == 0 or len(values) == 0:
+            return []
+        mins, maxs = f"min.{col}", f"max.{col}"
+        if mins not in actions.column_names:
+            return [f"{self.path}/{unquote(p)}" for p in actions.column("path").to_pylist()]
+        import numpy as np
+
+        wanted = np.sort(values.to_numpy(zero_copy_only=False))
+        lo = actions.column(mins).to_numpy(zero_copy_only=False)
+        hi = actions.column(maxs).to_numpy(zero_copy_only=False)
+        unknown = pc.is_null(actions.column(mins)).to_numpy(zero_copy_only=False)
+        first_at_or_above = np.searchsorted(wanted, np.where(unknown, 0, lo), side="left")
+        holds = unknown | ((first_at_or_above < len(wanted))
+                           & (wanted[np.minimum(first_at_or_above, len(wanted) - 1)] <= np.where(unknown, 0, hi)))
+        paths = actions.column("path").to_pylist()
+        return [f"{self.path}/{unquote(p)}" for p, keep in zip(paths, holds) if keep]
 
     def read(self, spark: "SparkSession", dt: DeltaTable | None = None, prune: Prune | None = None) -> "DataFrame":
         """The rows of the snapshot's files that may match ``prune``, as a Spark DataFrame.

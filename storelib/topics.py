@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from deltalake import write_deltalake, CommitProperties
 
-from storelib.errors import InvalidTopicError, ReservedTopicError, TopicNotFoundError, TopicPermissionError
+from storelib.errors import InvalidTopicError, TopicNotFoundError, TopicPermissionError
 from storelib.schema import TOPIC_CONFIG
 from storelib.tables import Table
 

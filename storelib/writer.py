@@ -1,9 +1,9 @@
 """Writing Parquet data files into a table's folder, with Delta statistics, from anywhere.
 
-:class:`FileSink` takes Arrow record batches already sorted by the table's cluster columns, starts a
-new file whenever the cluster value changes (or a file reaches its target size), and returns one
-:class:`~storelib.tables.WrittenFile` per file with Delta's per-file min/max/null statistics taken
-from the batches as they pass. The producer uses it on the driver for small batches;
+:class:`FileSink` takes Arrow record batches in any order, files each row by the table's cluster
+columns (one open file per queue, or per key-hash range), and returns one
+:class:`~storelib.tables.WrittenFile` per file with Delta's per-file min/max/null statistics read
+from the Parquet footer it just wrote. The producer uses it on the driver for small batches;
 :func:`write_dataframe` runs it inside Spark executors (``mapInArrow``) so bulk writes never pass
 through the driver. Committing the files is the caller's job (:meth:`Table.commit`).
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 

@@ -1,0 +1,209 @@
+"""Finding messages: by message id, by key, by unique key, and a queue's offset by time.
+
+RocketMQ's QueryMessageProcessor, ViewMessageById and getOffsetInQueueByTime, as point reads: each
+lookup prunes the index or consume queue files by their statistics (a key's hash range, a queue),
+reads the few row groups that can match with pyarrow on this process, then reads the messages at
+the offsets it found from the commitlog files whose offset range holds them. No Spark job runs, so
+a lookup costs what it returns, not what the store holds.
+
+>>> store.query_by_id("7F00000100002A9F0000000000000000").topic      # doctest: +SKIP
+'TopicTest'
+>>> [m.queue_offset for m in store.query_by_key("TopicTest", "order-1")]   # doctest: +SKIP
+[7, 0]
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+
+from storelib import codec
+from storelib.errors import MessageIdError, MessageNotFoundError, StoreError
+from storelib.message import MessageConst
+from storelib.tables import Prune, Table
+
+if TYPE_CHECKING:
+    from storelib.store import MessageStore
+
+__all__ = ["StoredMessage", "MessageQuery", "DEFAULT_QUERY_MAX_NUM", "MAX_MSGS_NUM_BATCH"]
+
+#: ``defaultQueryMaxNum``: messages a key query returns unless told otherwise.
+DEFAULT_QUERY_MAX_NUM = 32
+#: ``maxMsgsNumBatch``: the most a key query ever returns.
+MAX_MSGS_NUM_BATCH = 64
+_FAR_FUTURE_MS = 253_402_300_799_000  # 9999-12-31T23:59:59Z
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    """A stored message, as RocketMQ's ``MessageExt``: the commitlog row with its properties as a dict."""
+
+    msg_id: str
+    topic: str
+    queue_id: int
+    queue_offset: int
+    commitlog_offset: int
+    size: int
+    sysflag: int
+    flag: int
+    body_crc: int
+    born_timestamp: dt.datetime
+    born_host: str
+    store_timestamp: dt.datetime
+    store_host: str
+    reconsume_times: int
+    prepared_transaction_offset: int
+    properties: dict
+    body: bytes
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(MessageConst.TAGS)
+
+    @property
+    def keys(self) -> str | None:
+        return self.properties.get(MessageConst.KEYS)
+
+    @property
+    def uniq_key(self) -> str | None:
+        return self.properties.get(MessageConst.UNIQ_KEY)
+
+    @classmethod
+    def from_row(cls, row: dict) -> "StoredMessage":
+        return cls(row["msg_id"], row["topic"], row["queue_id"], row["queue_offset"], row["physical_offset"],
+                   row["size"], row["sysflag"], row["flag"], row["body_crc"], row["born_timestamp"], row["born_host"],
+                   row["store_timestamp"], row["store_host"], row["reconsume_times"],
+                   row["prepared_transaction_offset"], dict(row["properties"]), bytes(row["body"]))
+
+
+class MessageQuery:
+    """Point lookups over one store's tables."""
+
+    def __init__(self, store: "MessageStore"):
+        self.store = store
+        self.commitlog: Table = store.tables["commitlog"]
+        self.index: Table = store.tables["index"]
+        self.consume_queue: Table = store.tables["consume_queue"]
+        #: Data files each table's last lookup opened (for benchmarks and tests).
+        self.files_touched: dict[str, int] = {}
+
+    # ---- commitlog -------------------------------------------------------------------------
+    def by_offsets(self, offsets: Sequence[int]) -> list[StoredMessage]:
+        """Messages at these commitlog offsets, in the order given (missing ones left out)."""
+        if not offsets:
+            return []
+        wanted = pa.array(sorted(set(int(o) for o in offsets)), pa.int64())
+        snapshot = self.commitlog.snapshot()
+        paths = self.commitlog.files_holding(snapshot, "physical_offset", wanted)
+        self.files_touched["commitlog"] = len(paths)
+        if not paths:
+            return []
+        rows = ds.dataset(paths, schema=self.commitlog.spec.arrow, format="parquet").to_table(
+            filter=pc.field("physical_offset").isin(wanted)).to_pylist()
+        by_offset = {r["physical_offset"]: r for r in rows}
+        return [StoredMessage.from_row(by_offset[o]) for o in offsets if o in by_offset]
+
+    def by_id(self, msg_id: str) -> StoredMessage:
+        """The message with this store message id (``viewMessageById``)."""
+        host, port, offset = codec.decode_message_id(msg_id)
+        mine = self.store.config.store_address
+        if (_ip_bytes(host), port) != (_ip_bytes(mine[0]), mine[1]):
+            raise MessageIdError("msg_id", f"names store {host}:{port}, but this store is {mine[0]}:{mine[1]}",
+                                 value=msg_id)
+        found = self.by_offsets([offset])
+        if not found:
+            raise MessageNotFoundError("msg_id", f"no message at commitlog offset {offset} in this store", value=msg_id)
+        return found[0]
+
+    # ---- index -----------------------------------------------------------------------------
+    def by_key(self, topic: str, key: str, max_num: int = DEFAULT_QUERY_MAX_NUM, begin: object = None,
+               end: object = None, *, kind: str | None = None) -> list[StoredMessage]:
+        """Messages of ``topic`` indexed under ``key``, newest first (``queryMessage``).
+
+        ``max_num`` is capped at 64 (``maxMsgsNumBatch``); ``begin`` and ``end`` bound the store
+        time (epoch milliseconds or datetimes, both inclusive).
+        """
+        if not isinstance(max_num, int) or isinstance(max_num, bool) or max_num < 1:
+            raise StoreError("max_num", "must be a positive integer", value=max_num)
+        if not isinstance(key, str) or not key:
+            raise StoreError("key", "must be a non-empty string", value=key)
+        max_num = min(max_num, MAX_MSGS_NUM_BATCH)
+        lo, hi = _millis(begin, 0, "begin"), _millis(end, _FAR_FUTURE_MS, "end")
+        h = codec.index_key_hash(codec.build_index_key(topic, key))
+        snapshot = self.index.snapshot()
+        paths = self.index.files(snapshot, Prune(equal={"key_hash": h}))
+        self.files_touched["index"] = len(paths)
+        if not paths:
+            return []
+        cond = ((pc.field("key_hash") == h) & (pc.field("topic") == topic) & (pc.field("key") == key)
+                & (pc.field("store_timestamp") >= _ts(lo)) & (pc.field("store_timestamp") <= _ts(hi)))
+        if kind is not None:
+            cond = cond & (pc.field("kind") == kind)
+        hits = ds.dataset(paths, schema=self.index.spec.arrow, format="parquet").to_table(
+            columns=["commitlog_offset"], filter=cond).column("commitlog_offset").to_numpy()
+        offsets = [int(o) for o in np.unique(hits)[::-1][:max_num]]  # newest first, each message once
+        return self.by_offsets(offsets)
+
+    def by_unique_key(self, topic: str, uniq_key: str) -> StoredMessage:
+        """The message whose UNIQ_KEY (the producer's message id) is ``uniq_key``; the first stored wins."""
+        found = self.by_key(topic, uniq_key, DEFAULT_QUERY_MAX_NUM, kind=MessageConst.UNIQ_KEY)
+        if not found:
+            raise MessageNotFoundError("uniq_key", f"no message of topic {topic} has this UNIQ_KEY", value=uniq_key)
+        return min(found, key=lambda m: m.commitlog_offset)
+
+    # ---- consume queue ---------------------------------------------------------------------
+    def search_offset(self, topic: str, queue_id: int, timestamp: object) -> int:
+        """First queue offset stored at or after ``timestamp`` (``getOffsetInQueueByTime``, lower boundary).
+
+        Past the last message it is the queue's max offset; before the first, its min offset; 0 for an
+        empty queue.
+        """
+        t = _ts(_millis(timestamp, None, "timestamp"))
+        snapshot = self.consume_queue.snapshot()
+        prune = Prune(equal={"topic": topic, "queue_id": queue_id})
+        paths = self.consume_queue.files(snapshot, prune)
+        later = self.consume_queue.files(snapshot, Prune(equal={"topic": topic, "queue_id": queue_id},
+                                                         between={"store_timestamp": (t, _ts(_FAR_FUTURE_MS))}))
+        self.files_touched["consume_queue"] = len(later)
+        if not paths:
+            return 0
+        queue = (pc.field("topic") == topic) & (pc.field("queue_id") == queue_id)
+        if later:
+            found = ds.dataset(later, schema=self.consume_queue.spec.arrow, format="parquet").to_table(
+                columns=["queue_offset"], filter=queue & (pc.field("store_timestamp") >= t)).column("queue_offset")
+            if len(found):
+                return int(pc.min(found).as_py())
+        bounds = ds.dataset(paths, schema=self.consume_queue.spec.arrow, format="parquet").to_table(
+            columns=["queue_offset"], filter=queue).column("queue_offset")
+        return int(pc.max(bounds).as_py()) + 1 if len(bounds) else 0
+
+
+def _ip_bytes(host: str) -> bytes:
+    import ipaddress
+
+    ip = ipaddress.ip_address(host)
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:
+        ip = ip.ipv4_mapped
+    return ip.packed
+
+
+def _millis(value: object, default: int | None, field: str) -> int:
+    if value is None and default is not None:
+        return default
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is None:
+            raise StoreError(field, "a datetime needs a time zone", value=value)
+        return int(value.timestamp() * 1000)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise StoreError(field, "must be epoch milliseconds or a timezone-aware datetime", value=value)
+
+
+def _ts(millis: int) -> pa.Scalar:
+    return pa.scalar(min(millis, _FAR_FUTURE_MS) * 1000, pa.timestamp("us", tz="UTC"))

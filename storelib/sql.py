@@ -1,0 +1,125 @@
+"""The store in plain SQL: temporary views over its tables, and the parameterised files in ``sql/``.
+
+:func:`register_views` names each table's current snapshot (``commitlog``, ``consume_queue``,
+``consume_queue_ext``, ``index``, ``topic_config``) plus ``messages_by_key``, the index joined to
+the messages it points at. Files in ``sql/`` are one statement each, with a header naming their
+parameters (``-- :topic string``); :func:`run_file` binds the values as Spark SQL parameters, so a
+value is never part of the statement's text.
+
+    python -m storelib.sql --store ./data/quickstart sql/messages_by_key.sql topic=OrderEvents key=order-42
+
+>>> parse_parameters("-- :topic string\\n-- :max_num int = 32\\nSELECT 1")
+{'topic': ('string', None), 'max_num': ('int', '32')}
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import re
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
+
+from storelib.errors import StoreError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from storelib.store import MessageStore
+
+__all__ = ["register_views", "run_file", "parse_parameters", "SQL_DIR"]
+
+SQL_DIR = Path(__file__).resolve().parents[1] / "sql"
+_PARAM = re.compile(r"^--\s*:(\w+)\s+(string|int|bigint|timestamp)\s*(?:=\s*(\S+))?\s*$")
+_KINDS = {"string": str, "int": int, "bigint": int}
+
+
+class SqlParameterError(StoreError):
+    """A SQL file's parameter that is missing, unknown, or of the wrong kind."""
+
+
+def register_views(spark: "SparkSession", store: "MessageStore") -> list[str]:
+    """Register the store's tables (current snapshots) and ``messages_by_key`` as temporary views."""
+    from pyspark.sql import functions as F
+
+    names = []
+    for name in ("commitlog", "consume_queue", "consume_queue_ext", "index", "topic_config"):
+        store.table(name).createOrReplaceTempView(name)
+        names.append(name)
+    index = store.table("index").alias("i")
+    messages = store.table("commitlog").alias("m")
+    by_key = index.join(messages, F.col("i.commitlog_offset") == F.col("m.physical_offset")).select(
+        "i.topic", "i.key", "i.kind", "m.msg_id", "m.queue_id", "m.queue_offset",
+        F.col("m.physical_offset").alias("commitlog_offset"), "m.store_timestamp", "m.born_timestamp",
+        "m.tags", "m.keys", "m.uniq_key", "m.properties", "m.body")
+    by_key.createOrReplaceTempView("messages_by_key")
+    return names + ["messages_by_key"]
+
+
+def parse_parameters(text: str) -> dict[str, tuple[str, str | None]]:
+    """The ``-- :name kind [= default]`` header lines of a SQL file."""
+    out = {}
+    for line in text.splitlines():
+        m = _PARAM.match(line.strip())
+        if m:
+            out[m.group(1)] = (m.group(2), m.group(3))
+    return out
+
+
+def run_file(spark: "SparkSession", path: str | Path, params: Mapping[str, Any] | None = None) -> "DataFrame":
+    """Run one SQL file with its parameters bound (not formatted into the text); views must be registered."""
+    text = Path(path).read_text()
+    declared = parse_parameters(text)
+    given = dict(params or {})
+    unknown = sorted(set(given) - set(declared))
+    if unknown:
+        raise SqlParameterError("params", f"{Path(path).name} takes {sorted(declared)}, not {unknown}")
+    args = {}
+    for name, (kind, default) in declared.items():
+        raw = given.get(name, default)
+        if raw is None:
+            raise SqlParameterError(name, f"{Path(path).name} needs :{name} ({kind})")
+        args[name] = _convert(name, kind, raw)
+    return spark.sql(text.strip().rstrip(";"), args=args)
+
+
+def _convert(name: str, kind: str, raw: Any) -> Any:
+    try:
+        if kind == "timestamp":
+            if isinstance(raw, dt.datetime):
+                return raw
+            if isinstance(raw, int) or str(raw).lstrip("-").isdigit():
+                return dt.datetime.fromtimestamp(int(raw) / 1000, dt.timezone.utc)
+            return dt.datetime.fromisoformat(str(raw))
+        return _KINDS[kind](raw)
+    except (TypeError, ValueError):
+        raise SqlParameterError(name, f"must be a {kind}", value=raw) from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Run a storelib SQL file against a store.")
+    parser.add_argument("--store", required=True, help="root folder or URI of the store")
+    parser.add_argument("file", help="a .sql file, e.g. sql/messages_by_key.sql")
+    parser.add_argument("params", nargs="*", help="name=value for each parameter in the file's header")
+    args = parser.parse_args(argv)
+    from storelib.session import get_spark
+    from storelib.store import MessageStore
+
+    try:
+        params = dict(p.split("=", 1) for p in args.params)
+    except ValueError:
+        print("parameters are name=value", file=sys.stderr)
+        return 2
+    try:
+        spark = get_spark("storelib-sql")
+        register_views(spark, MessageStore.open(args.store, spark))
+        run_file(spark, args.file, params).show(truncate=False)
+    except StoreError as e:
+        print(f"sql failed: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
