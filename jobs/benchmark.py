@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from storelib.benchmarks import bench_send_and_dispatch  # noqa: E402
+from storelib.benchmarks import bench_key_lookup, bench_send_and_dispatch  # noqa: E402
 from storelib.errors import StoreError  # noqa: E402
 from storelib.session import get_spark  # noqa: E402
 
@@ -26,19 +26,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--queues", type=int, default=8, help="queues per topic")
     parser.add_argument("--partitions", type=int, default=None, help="Spark partitions of the generated messages")
     parser.add_argument("--root", default=None, help="keep the benchmark's tables here (default: a temp dir, removed)")
+    parser.add_argument("--suite", default="send,lookup", help="comma-separated: send (send+dispatch), lookup (keys)")
+    parser.add_argument("--distinct-keys", type=int, default=None, help="keys for the lookup suite (default N/10)")
+    parser.add_argument("--lookups", type=int, default=50)
     args = parser.parse_args(argv)
+    suites = set(args.suite.split(","))
+    out: dict = {}
     try:
         spark = get_spark("storelib-benchmark")
-        figures = bench_send_and_dispatch(spark, args.messages, root=args.root, topics=args.topics,
-                                          queues=args.queues, partitions=args.partitions)
+        if "send" in suites:
+            figures = bench_send_and_dispatch(spark, args.messages, root=args.root, topics=args.topics,
+                                              queues=args.queues, partitions=args.partitions)
+            for f in figures:
+                print(f.line(), flush=True)
+                out[f.name.strip()] = {"messages": f.messages, "seconds": round(f.seconds, 3), "msgs_per_s": round(f.rate),
+                                       "baseline_seconds": round(f.baseline_seconds, 3), "ratio": round(f.ratio, 3)}
+        if "lookup" in suites:
+            lookup = bench_key_lookup(spark, args.messages, args.distinct_keys or max(1, args.messages // 10),
+                                      lookups=args.lookups, root=args.root, partitions=args.partitions)
+            for line in lookup.lines():
+                print(line, flush=True)
+            out["lookup"] = lookup.as_dict()
     except StoreError as e:
         print(f"benchmark failed: {e}", file=sys.stderr)
         return 2
-    for f in figures:
-        print(f.line())
-    print(json.dumps({f.name.strip(): {"messages": f.messages, "seconds": round(f.seconds, 3), "msgs_per_s": round(f.rate),
-                               "baseline_seconds": round(f.baseline_seconds, 3), "ratio": round(f.ratio, 3)}
-                      for f in figures}))
+    print(json.dumps(out))
     return 0
 
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Callable
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["Figure", "message_frame", "bench_send_and_dispatch"]
+__all__ = ["Figure", "message_frame", "bench_send_and_dispatch", "bench_key_lookup", "LookupFigures"]
 
 
 @dataclass(frozen=True)
@@ -44,17 +44,23 @@ class Figure:
                 f"baseline {self.baseline_seconds:8.2f} s   ratio {self.ratio:5.2f}")
 
 
-def message_frame(spark: "SparkSession", n: int, topics: list[str], partitions: int) -> "DataFrame":
+def message_frame(spark: "SparkSession", n: int, topics: list[str], partitions: int,
+                  distinct_keys: int | None = None) -> "DataFrame":
     """``n`` deterministic messages: tags from 10 values, one key each (an order id), three properties,
-    ~100-byte bodies. Each message also gets its UNIQ_KEY, so dispatch writes two index rows per message."""
+    ~100-byte bodies. Each message also gets its UNIQ_KEY, so dispatch writes two index rows per message.
+
+    With ``distinct_keys``, consecutive messages share a key (``n / distinct_keys`` events per order,
+    sent close together, as an order's events are).
+    """
     from pyspark.sql import functions as F
 
     i = F.col("id")
+    key = i if distinct_keys is None else (i * distinct_keys / n).cast("long")
     topic = F.element_at(F.array(*[F.lit(t) for t in topics]), (F.pmod(i, len(topics)) + 1).cast("int"))
     return spark.range(0, n, 1, partitions).select(
         topic.alias("topic"),
         F.concat(F.lit("Tag"), F.pmod(i, 10).cast("string")).alias("tags"),
-        F.array(F.concat(F.lit("order-"), i.cast("string"))).alias("keys"),
+        F.array(F.concat(F.lit("order-"), key.cast("string"))).alias("keys"),
         F.create_map(F.lit("a"), F.pmod(i, 100).cast("string"), F.lit("region"), F.lit("eu-west"),
                      F.lit("seq"), i.cast("string")).alias("properties"),
         F.encode(F.rpad(F.concat(F.lit("message body "), i.cast("string")), 100, "."), "UTF-8").alias("body"),
@@ -113,6 +119,80 @@ def bench_send_and_dispatch(spark: "SparkSession", n: int, *, root: str | None =
         return [Figure("send", n, send, base_send), Figure("dispatch", n, dispatch, base_dispatch),
                 Figure("  cq part", n, parts.get("consume_queue", 0.0), base_dispatch),
                 Figure("  index part", n, parts.get("index", 0.0), base_dispatch)]
+    finally:
+        if root is None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class LookupFigures:
+    """Key lookups through the index against full scans of the commitlog for the same keys."""
+
+    messages: int
+    distinct_keys: int
+    lookup_seconds: list[float]
+    files_touched: list[dict]
+    scan_seconds: list[float]
+
+    @staticmethod
+    def _pct(values: list[float], q: float) -> float:
+        ordered = sorted(values)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+    def lines(self) -> list[str]:
+        p50, p99 = self._pct(self.lookup_seconds, 0.5), self._pct(self.lookup_seconds, 0.99)
+        scan = self._pct(self.scan_seconds, 0.5)
+        idx = max(f.get("index", 0) for f in self.files_touched)
+        cl = max(f.get("commitlog", 0) for f in self.files_touched)
+        return [f"key lookup  {self.messages:,} msgs, {self.distinct_keys:,} keys: p50 {p50 * 1000:.0f} ms, "
+                f"p99 {p99 * 1000:.0f} ms over {len(self.lookup_seconds)} lookups; files touched: index {idx}, "
+                f"commitlog {cl}",
+                f"full scan   p50 {scan * 1000:.0f} ms over {len(self.scan_seconds)} scans   "
+                f"speed-up {scan / p50:.0f}x"]
+
+    def as_dict(self) -> dict:
+        p50 = self._pct(self.lookup_seconds, 0.5)
+        scan = self._pct(self.scan_seconds, 0.5)
+        return {"lookup_p50_ms": round(p50 * 1000, 1), "lookup_p99_ms": round(self._pct(self.lookup_seconds, 0.99) * 1000, 1),
+                "index_files_max": max(f.get("index", 0) for f in self.files_touched),
+                "commitlog_files_max": max(f.get("commitlog", 0) for f in self.files_touched),
+                "scan_p50_ms": round(scan * 1000, 1), "speedup": round(scan / p50, 1)}
+
+
+def bench_key_lookup(spark: "SparkSession", n: int, distinct_keys: int, *, lookups: int = 50, scans: int = 3,
+                     root: str | None = None, partitions: int | None = None) -> LookupFigures:
+    """Send, dispatch and compact ``n`` messages over ``distinct_keys`` keys; time key lookups and full scans."""
+    import random
+
+    from pyspark.sql import functions as F
+
+    from storelib.store import MessageStore
+
+    work = root or tempfile.mkdtemp(prefix="storelib-bench-")
+    partitions = partitions or max(2, spark.sparkContext.defaultParallelism * 2)
+    try:
+        store = MessageStore.open(f"{work}/lookup", spark)
+        store.create_topic("BenchTopic0", queues=8)
+        store.send_dataframe(message_frame(spark, n, ["BenchTopic0"], partitions, distinct_keys=distinct_keys))
+        store.dispatch()
+        store.compact()
+        rng = random.Random(7)
+        keys = [f"order-{rng.randrange(distinct_keys)}" for _ in range(lookups)]
+        store.query_by_key("BenchTopic0", keys[0])  # warm the file listing and the Parquet readers
+        times, touched = [], []
+        for key in keys:
+            start = time.perf_counter()
+            found = store.query_by_key("BenchTopic0", key)
+            times.append(time.perf_counter() - start)
+            touched.append(dict(store.query.files_touched))
+            assert found, key
+        scan_times = []
+        for key in keys[:scans]:
+            start = time.perf_counter()
+            store.messages("BenchTopic0").where(F.array_contains(F.split(F.col("keys"), " "), key)) \
+                .orderBy(F.col("physical_offset").desc()).limit(32).collect()
+            scan_times.append(time.perf_counter() - start)
+        return LookupFigures(n, distinct_keys, times, touched, scan_times)
     finally:
         if root is None:
             shutil.rmtree(work, ignore_errors=True)
