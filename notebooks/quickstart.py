@@ -53,3 +53,17 @@ display(store.table("consume_queue").groupBy("topic", "queue_id").agg(F.count("*
 
 display(store.table("index").where(F.col("key") == "order-42"))
 display(store.table("consume_queue").where(F.col("tags_code") == tags_code("paid")).limit(10))
+
+# COMMAND ----------
+
+# MAGIC %md ## Point lookups (no Spark job) and SQL
+
+# COMMAND ----------
+
+m = store.query_by_id(r.msg_id)
+print(m.topic, m.queue_offset, m.properties)
+print([x.msg_id for x in store.query_by_key("OrderEvents", "order-42")])
+
+from storelib.sql import register_views, run_file
+register_views(spark, store)
+display(run_file(spark, "sql/messages_by_key.sql", {"topic": "OrderEvents", "key": "order-42"}))

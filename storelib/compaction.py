@@ -61,13 +61,18 @@ def plan_groups(actions: pa.Table, cluster_by: tuple[str, ...], order_by: str | 
 
 
 def compact_table(spark: "SparkSession", table: Table, *, target_file_size: int, attempts: int = 10,
-                  order_by: str | None = None) -> tuple[int, int]:
-    """Rewrite ``table``'s small files group by group; return (files removed, files added)."""
+                  order_by: str | None = None, full: bool = False) -> tuple[int, int]:
+    """Rewrite ``table``'s small files group by group; return (files removed, files added).
+
+    ``full`` takes every file of a cluster, large ones too, so each cluster ends as sorted files
+    with disjoint ranges (a key then touches one file however many compactions came before).
+    """
     spec = table.spec
 
     def step(snapshot) -> tuple[int, int]:
         actions = pa.table(snapshot.get_add_actions(flatten=True))
-        groups = plan_groups(actions, spec.cluster_by, order_by, small=target_file_size // 2, target=target_file_size)
+        small = 2**62 if full else target_file_size // 2
+        groups = plan_groups(actions, spec.cluster_by, order_by, small=small, target=2**62 if full else target_file_size)
         if not groups:
             return 0, 0
         paths = [f"{table.path}/{unquote(r['path'])}" for g in groups for r in g]

@@ -154,16 +154,17 @@ class MessageStore:
         return self.dispatcher().progress()
 
     # ---- upkeep ----------------------------------------------------------------------------
-    def compact(self) -> dict[str, tuple[int, int]]:
+    def compact(self, full: bool = False) -> dict[str, tuple[int, int]]:
         """Merge small files of every table, keeping each file to one queue / key-hash range / offset run.
 
-        Returns ``{table: (files removed, files added)}``. Safe to run beside producers and dispatch.
+        ``full=True`` also rewrites large files, so each cluster ends as sorted files with disjoint
+        ranges. Returns ``{table: (files removed, files added)}``. Safe beside producers and dispatch.
         """
         from storelib.compaction import compact_table
 
         order = {"commitlog": "physical_offset"}
         return {name: compact_table(self.spark, self.tables[name], target_file_size=self.config.target_file_size,
-                                    order_by=order.get(name))
+                                    order_by=order.get(name), full=full)
                 for name in ("commitlog", "consume_queue", "consume_queue_ext", "index")}
 
     def vacuum(self, retention_hours: int = 168) -> dict[str, int]:

@@ -150,3 +150,24 @@ class TestCompaction:
         fill(store, rounds=1)
         cq = store.table("consume_queue").groupBy("queue_id").agg(F.count("*").alias("n"), F.max("queue_offset").alias("m"))
         assert sorted((r.n, r.m) for r in cq.collect()) == [(6, 5)] * 4
+
+    def test_full_compaction_leaves_disjoint_key_ranges(self, spark, store_path):
+        """Files already large still get merged and sorted, so one key never spans two files of a range."""
+        from storelib import MessageStore
+
+        store = MessageStore.open(store_path, spark, target_file_size=4096)
+        store.create_topic("TopicTest", queues=2)
+        fill(store, rounds=3, per_round=60)
+        store.compact()
+        store.compact(full=True)
+        ix = store.tables["index"]
+        actions = pa.table(ix.snapshot().get_add_actions(flatten=True)).to_pylist()
+        by_range: dict = {}
+        for a in actions:
+            assert a["min.hash_range"] == a["max.hash_range"]
+            by_range.setdefault(a["min.hash_range"], []).append((a["min.key_hash"], a["max.key_hash"]))
+        for spans in by_range.values():
+            spans.sort()
+            assert all(prev[1] <= nxt[0] for prev, nxt in zip(spans, spans[1:]))
+        found = store.query_by_key("TopicTest", "k1-7")
+        assert len(found) == 1 and store.query.files_touched["index"] == 1
