@@ -211,10 +211,13 @@ class MessageStore:
         return self.commitlog.next_offset()
 
     def max_queue_offset(self, topic: str, queue_id: int) -> int:
-        """The next queue offset the commitlog will hand out for (topic, queue) (``getMaxOffsetInQueue`` once dispatched)."""
-        from storelib.commitlog import queue_marker
+        """One past the last dispatched queue offset of (topic, queue), 0 for none (``getMaxOffsetInQueue``).
 
-        return Table.marker(self.tables["commitlog"].snapshot(), queue_marker(topic, queue_id))
+        Read from the consume queue files' statistics: no data file is opened.
+        """
+        table = self.tables["consume_queue"]
+        last = table.max_of(table.snapshot(), "queue_offset", Prune(equal={"topic": topic, "queue_id": queue_id}))
+        return 0 if last is None else last + 1
 
     def table(self, name: str, prune: Prune | None = None) -> "DataFrame":
         """A table's current rows as a DataFrame (files skipped by ``prune``'s statistics)."""

@@ -130,6 +130,23 @@ class Table:
             actions = actions.filter(pc.fill_null(keep, True))
         return [f"{self.path}/{unquote(p)}" for p in actions.column("path").to_pylist()]
 
+    def max_of(self, dt: DeltaTable, col: str, prune: Prune) -> Any:
+        """The largest ``col`` among files that hold only rows matching ``prune``'s equalities, from statistics.
+
+        Exact for tables whose files each hold one cluster (a queue); None where no file matches.
+        """
+        actions = pa.table(dt.get_add_actions(flatten=True))
+        if actions.num_rows == 0 or f"max.{col}" not in actions.column_names:
+            return None
+        keep = None
+        for c, v in (prune.equal or {}).items():
+            same = pc.and_(pc.equal(actions.column(f"min.{c}"), _scalar(v, actions.column(f"min.{c}").type)),
+                           pc.equal(actions.column(f"max.{c}"), _scalar(v, actions.column(f"max.{c}").type)))
+            keep = same if keep is None else pc.and_(keep, same)
+        if keep is not None:
+            actions = actions.filter(pc.fill_null(keep, False))
+        return pc.max(actions.column(f"max.{col}")).as_py() if actions.num_rows else None
+
     def files_holding(self, dt: DeltaTable, col: str, values: pa.Array) -> list[str]:
         """Absolute paths of the files whose ``[min, max]`` of ``col`` holds at least one of ``values``."""
         actions = pa.table(dt.get_add_actions(flatten=True))

@@ -71,6 +71,14 @@ class TestDispatch:
         codes = {r.tags_code for r in store.table("consume_queue").collect()}
         assert codes == {codec.tags_code("Aa")} == {2112}
 
+    def test_max_queue_offset_follows_dispatch(self, store):
+        send_some(store, 6)
+        assert store.max_queue_offset("TopicTest", 0) == 0  # sent, not yet dispatched
+        store.dispatch()
+        counts = {q: store.consume_queue("TopicTest", q).count() for q in range(4)}
+        assert {q: store.max_queue_offset("TopicTest", q) for q in range(4)} == counts
+        assert store.max_queue_offset("NoSuchTopic", 0) == 0
+
     def test_incremental(self, spark, store):
         send_some(store, 5)
         first = store.dispatch()

@@ -156,7 +156,7 @@ class TestCompaction:
         from storelib import MessageStore
 
         store = MessageStore.open(store_path, spark, target_file_size=4096)
-        store.create_topic("TopicTest", queues=2)
+        store.create_topic("TopicTest", queues=4)
         fill(store, rounds=3, per_round=60)
         store.compact()
         store.compact(full=True)
