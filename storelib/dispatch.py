@@ -134,16 +134,14 @@ class Dispatcher:
 
         tran = F.col("sysflag").bitwiseAND(F.lit(SysFlag.TRANSACTION_ROLLBACK_TYPE))
         rows = rows.where(tran != SysFlag.TRANSACTION_ROLLBACK_TYPE)
-        # Position 0 holds the UNIQ_KEY, the rest are KEYS split on spaces; empty keys are skipped.
+        # The UNIQ_KEY and each non-empty key of KEYS split on spaces, hashed as IndexFile does.
         candidates = F.concat(F.array(F.col("uniq_key")),
                               F.split(F.coalesce(F.col("keys"), F.lit("")), MessageConst.KEY_SEPARATOR))
-        exploded = (rows.select("topic", "physical_offset", "size", "store_timestamp",
-                                F.posexplode(candidates).alias("pos", "key"))
+        exploded = (rows.select("topic", "physical_offset", "store_timestamp", F.explode(candidates).alias("key"))
                     .where(F.length("key") > 0))
-        kind = F.when(F.col("pos") == 0, F.lit(MessageConst.UNIQ_KEY)).otherwise(F.lit(MessageConst.KEYS))
         index_key = F.concat(F.col("topic"), F.lit("#"), F.col("key"))
         shift = 31 - max(0, (self.config.index_hash_ranges - 1).bit_length())
-        out = exploded.select("topic", "key", kind.alias("kind"), C.index_key_hash(index_key).alias("key_hash"),
-                              F.col("physical_offset").alias("commitlog_offset"), "size", "store_timestamp")
+        out = exploded.select(C.index_key_hash(index_key).alias("key_hash"),
+                              F.col("physical_offset").alias("commitlog_offset"), "store_timestamp")
         # No shuffle: each task files its rows by hash range; compaction later merges and sorts them.
         return out.withColumn("hash_range", F.shiftright(F.col("key_hash"), shift).cast("int"))

@@ -123,11 +123,13 @@ class MessageQuery:
 
     # ---- index -----------------------------------------------------------------------------
     def by_key(self, topic: str, key: str, max_num: int = DEFAULT_QUERY_MAX_NUM, begin: object = None,
-               end: object = None, *, kind: str | None = None) -> list[StoredMessage]:
-        """Messages of ``topic`` indexed under ``key``, newest first (``queryMessage``).
+               end: object = None, *, unique: bool = False) -> list[StoredMessage]:
+        """Messages of ``topic`` indexed under ``key`` (one of their KEYS, or their UNIQ_KEY), newest first.
 
         ``max_num`` is capped at 64 (``maxMsgsNumBatch``); ``begin`` and ``end`` bound the store
-        time (epoch milliseconds or datetimes, both inclusive).
+        time (epoch milliseconds or datetimes, both inclusive). Index rows hold only the hash of
+        ``topic#key``, as IndexFile entries do; each candidate message is checked for the real
+        topic and key, so keys whose hashes collide never return each other's messages.
         """
         if not isinstance(max_num, int) or isinstance(max_num, bool) or max_num < 1:
             raise StoreError("max_num", "must be a positive integer", value=max_num)
@@ -138,21 +140,29 @@ class MessageQuery:
         h = codec.index_key_hash(codec.build_index_key(topic, key))
         snapshot = self.index.snapshot()
         paths = self.index.files(snapshot, Prune(equal={"key_hash": h}))
-        self.files_touched["index"] = len(paths)
+        self.files_touched = {"index": len(paths)}
         if not paths:
             return []
-        cond = ((pc.field("key_hash") == h) & (pc.field("topic") == topic) & (pc.field("key") == key)
-                & (pc.field("store_timestamp") >= _ts(lo)) & (pc.field("store_timestamp") <= _ts(hi)))
-        if kind is not None:
-            cond = cond & (pc.field("kind") == kind)
+        cond = ((pc.field("key_hash") == h) & (pc.field("store_timestamp") >= _ts(lo))
+                & (pc.field("store_timestamp") <= _ts(hi)))
         hits = ds.dataset(paths, schema=self.index.spec.arrow, format="parquet").to_table(
             columns=["commitlog_offset"], filter=cond).column("commitlog_offset").to_numpy()
-        offsets = [int(o) for o in np.unique(hits)[::-1][:max_num]]  # newest first, each message once
-        return self.by_offsets(offsets)
+        candidates = [int(o) for o in np.unique(hits)[::-1]]  # newest first, each message once
+        found: list[StoredMessage] = []
+        commitlog_files = 0
+        for start in range(0, len(candidates), MAX_MSGS_NUM_BATCH):
+            for m in self.by_offsets(candidates[start:start + MAX_MSGS_NUM_BATCH]):
+                if m.topic == topic and (m.uniq_key == key or (not unique and key in (m.keys or "").split(" "))):
+                    found.append(m)
+            commitlog_files += self.files_touched.get("commitlog", 0)
+            if len(found) >= max_num:
+                break
+        self.files_touched["commitlog"] = commitlog_files
+        return found[:max_num]
 
     def by_unique_key(self, topic: str, uniq_key: str) -> StoredMessage:
         """The message whose UNIQ_KEY (the producer's message id) is ``uniq_key``; the first stored wins."""
-        found = self.by_key(topic, uniq_key, DEFAULT_QUERY_MAX_NUM, kind=MessageConst.UNIQ_KEY)
+        found = self.by_key(topic, uniq_key, DEFAULT_QUERY_MAX_NUM, unique=True)
         if not found:
             raise MessageNotFoundError("uniq_key", f"no message of topic {topic} has this UNIQ_KEY", value=uniq_key)
         return min(found, key=lambda m: m.commitlog_offset)

@@ -122,16 +122,13 @@ INDEX = TableSpec(
     pa.schema([
         _f("hash_range", pa.int32(), "Cluster of key hashes this row is filed under (key_hash >> bits)", False),
         _f("key_hash", pa.int32(), "abs(String.hashCode) of 'topic#key' (IndexService.buildKey), as IndexFile's keyHash", False),
-        _f("topic", pa.string(), "Topic", False),
-        _f("key", pa.string(), "The key: one of KEYS, or the UNIQ_KEY", False),
-        _f("kind", pa.string(), "KEYS or UNIQ_KEY", False),
-        _f("commitlog_offset", pa.int64(), "physical_offset of the message", False),
-        _f("size", pa.int32(), "Message size in bytes", False),
-        _f("store_timestamp", TIMESTAMP, "Store time of the message", False),
+        _f("commitlog_offset", pa.int64(), "physical_offset of the message (IndexFile's phyOffset)", False),
+        _f("store_timestamp", TIMESTAMP, "Store time of the message (IndexFile keeps it as timeDiff)", False),
     ]),
     cluster_by=("hash_range",),
     sort_by=("key_hash",),  # key_hash order is hash_range order too
-    description="Message keys and unique keys to commitlog offsets (RocketMQ's IndexFile).",
+    description=("Message keys and unique keys to commitlog offsets (RocketMQ's IndexFile entries: the key itself "
+                 "is not stored; lookups check it on the message, so colliding hashes never mix keys)."),
 )
 
 TOPIC_CONFIG = TableSpec(

@@ -47,12 +47,19 @@ def register_views(spark: "SparkSession", store: "MessageStore") -> list[str]:
     for name in ("commitlog", "consume_queue", "consume_queue_ext", "index", "topic_config"):
         store.table(name).createOrReplaceTempView(name)
         names.append(name)
+    from storelib import columns as C
+
+    # Index rows hold the hash of topic#key; the key itself comes from the message it points at.
     index = store.table("index").alias("i")
     messages = store.table("commitlog").alias("m")
-    by_key = index.join(messages, F.col("i.commitlog_offset") == F.col("m.physical_offset")).select(
-        "i.topic", "i.key", "i.kind", "m.msg_id", "m.queue_id", "m.queue_offset",
-        F.col("m.physical_offset").alias("commitlog_offset"), "m.store_timestamp", "m.born_timestamp",
-        "m.tags", "m.keys", "m.uniq_key", "m.properties", "m.body")
+    keyed = index.join(messages, F.col("i.commitlog_offset") == F.col("m.physical_offset")).select(
+        "i.key_hash", "m.*", F.posexplode(F.concat(F.array("m.uniq_key"), F.split(F.coalesce("m.keys", F.lit("")), " ")))
+        .alias("pos", "key"))
+    by_key = keyed.where((F.length("key") > 0)
+                         & (C.index_key_hash(F.concat("topic", F.lit("#"), "key")) == F.col("key_hash"))).select(
+        "topic", "key", F.when(F.col("pos") == 0, "UNIQ_KEY").otherwise("KEYS").alias("kind"), "msg_id", "queue_id",
+        "queue_offset", F.col("physical_offset").alias("commitlog_offset"), "store_timestamp", "born_timestamp",
+        "tags", "keys", "uniq_key", "properties", "body")
     by_key.createOrReplaceTempView("messages_by_key")
     return names + ["messages_by_key"]
 

@@ -15,7 +15,7 @@ from storelib.tables import Prune, Table
 
 
 ORDER = {"commitlog": ["physical_offset"], "consume_queue": ["topic", "queue_id", "queue_offset"],
-         "index": ["topic", "key", "commitlog_offset"]}
+         "index": ["key_hash", "commitlog_offset"]}
 
 
 def assert_same_rows(name, actual, expected):
