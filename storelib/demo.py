@@ -81,14 +81,12 @@ def quickstart(spark: "SparkSession", root: str, messages: int = 3000) -> Quicks
     per_queue = [(r.topic, r.queue_id, r.n, r.m) for r in cq.groupBy("topic", "queue_id").agg(
         F.count(F.lit(1)).alias("n"), F.max("queue_offset").alias("m")).orderBy("topic", "queue_id").collect()]
     key = f"order-{messages // 2}"
-    index = store.table("index")
-    hits = index.where(F.col("key") == key).select("topic", "commitlog_offset").collect()
-    ids = {r.physical_offset: r.msg_id for r in store.messages().where(
-        F.col("physical_offset").isin([h.commitlog_offset for h in hits])).select("physical_offset", "msg_id").collect()}
+    topic = names[(messages // 2) % len(names)]
+    hits = store.query_by_key(topic, key)
     first = store.messages().orderBy("physical_offset").limit(1).collect()[0]
     sample = {"msg_id": first.msg_id, "topic": first.topic, "queue": f"{first.queue_id} @ {first.queue_offset}",
               "commitlog": f"{first.physical_offset} (+{first.size} bytes)", "properties": dict(first.properties),
               "body": bytes(first.body).decode()}
     return QuickstartSummary(store.root, len(batch), sent.count, result.from_offset, result.to_offset, per_queue,
-                             index.count(), key, [(h.topic, h.commitlog_offset, ids.get(h.commitlog_offset, "")) for h in hits],
+                             store.table("index").count(), key, [(h.topic, h.commitlog_offset, h.msg_id) for h in hits],
                              sample)
