@@ -31,7 +31,7 @@ from storelib.config import StoreConfig
 from storelib.errors import InputChangedError
 from storelib.message import SysFlag
 from storelib.schema import COMMITLOG
-from storelib.tables import CommitConflict, Table, WrittenFile, with_retries
+from storelib.tables import CommitConflict, Table, WrittenFile, filesystem, with_retries
 from storelib.writer import FileSink, WRITTEN_FILE_DDL, _WRITTEN_FILE_ARROW
 
 if TYPE_CHECKING:
@@ -229,9 +229,7 @@ class CommitLog:
         """Delete the files a failed bulk write left behind (they were never committed)."""
         from pyarrow import fs as pafs
 
-        from storelib.writer import _filesystem
-
-        fs, base = _filesystem(self.table.path)
+        fs, base = filesystem(self.table.path)
         for info in fs.get_file_info(pafs.FileSelector(base)):
             if info.base_name.startswith(prefix + "-"):
                 fs.delete_file(info.path)

@@ -21,7 +21,7 @@ from urllib.parse import unquote
 import pyarrow as pa
 from deltalake.transaction import RemoveAction
 
-from storelib.tables import CommitConflict, Table, with_retries
+from storelib.tables import CommitConflict, Table, spark_schema, with_retries
 from storelib.writer import write_dataframe
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ def compact_table(spark: "SparkSession", table: Table, *, target_file_size: int,
         if not groups:
             return 0, 0
         paths = [f"{table.path}/{unquote(r['path'])}" for g in groups for r in g]
-        df = spark.read.schema(table_schema(table)).parquet(*paths)
+        df = spark.read.schema(spark_schema(spec.arrow)).parquet(*paths)
         if spec.cluster_by:
             df = df.repartition(max(1, len(groups)), *spec.cluster_by)
         elif order_by:
@@ -93,9 +93,3 @@ def compact_table(spark: "SparkSession", table: Table, *, target_file_size: int,
         return len(removes), len(files)
 
     return with_retries(table, attempts, step, what=f"compact {spec.name}")
-
-
-def table_schema(table: Table):
-    from storelib.tables import spark_schema
-
-    return spark_schema(table.spec.arrow)

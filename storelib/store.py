@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -174,13 +175,12 @@ class MessageStore:
                 for name, t in self.tables.items()}
 
     # ---- finding messages -------------------------------------------------------------------
-    @property
+    @functools.cached_property
     def query(self) -> "MessageQuery":
+        """Point lookups over this store (see :mod:`storelib.query`)."""
         from storelib.query import MessageQuery
 
-        if not hasattr(self, "_query"):
-            self._query = MessageQuery(self)
-        return self._query
+        return MessageQuery(self)
 
     def query_by_id(self, msg_id: str) -> "StoredMessage":
         """The message with this store message id, or :class:`~storelib.errors.MessageNotFoundError`.

@@ -88,7 +88,8 @@ class Table:
         try:
             dt = DeltaTable(self.path)
         except TableNotFoundError:
-            os.makedirs(self.path, exist_ok=True) if "://" not in self.path else None
+            if "://" not in self.path:
+                os.makedirs(self.path, exist_ok=True)
             conf = {"delta.checkpointInterval": "20", **self.properties}
             DeltaTable.create(self.path, self.spec.arrow, mode="ignore", name=self.spec.name,
                               description=self.spec.description, configuration=conf)
@@ -214,11 +215,21 @@ class Table:
 
     def discard(self, files: Iterable[WrittenFile]) -> None:
         """Delete files that were written but will never be committed."""
+        fs, base = filesystem(self.path)
         for f in files:
             try:
-                os.remove(f"{self.path}/{f.path}")
+                fs.delete_file(f"{base}/{f.path}")
             except FileNotFoundError:
                 pass
+
+
+def filesystem(root: str):
+    """The pyarrow filesystem and base path for a local folder or an object-store URI."""
+    from pyarrow import fs
+
+    if "://" in root:
+        return fs.FileSystem.from_uri(root)
+    return fs.LocalFileSystem(), root
 
 
 def with_retries(table: Table, attempts: int, step, *, what: str):

@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from storelib.tables import Table, WrittenFile
+from storelib.tables import Table, WrittenFile, filesystem
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -76,7 +76,7 @@ class FileSink:
     def abort(self) -> None:
         """Close and delete everything this sink wrote."""
         self.close()
-        fs, base = _filesystem(self.root)
+        fs, base = filesystem(self.root)
         for f in self.files:
             try:
                 fs.delete_file(f"{base}/{f.path}")
@@ -90,7 +90,7 @@ class _OpenFile:
 
     def __init__(self, root: str, schema: pa.Schema, prefix: str):
         self.name = f"{prefix}-{uuid.uuid4().hex}.c000.zstd.parquet"
-        self.fs, base = _filesystem(root)
+        self.fs, base = filesystem(root)
         self.path = f"{base}/{self.name}"
         self.writer = pq.ParquetWriter(self.path, schema, filesystem=self.fs, compression="zstd",
                                        write_statistics=True)
@@ -146,14 +146,6 @@ def write_dataframe(df: "DataFrame", table: Table, *, cluster_by: Sequence[str] 
 
 _WRITTEN_FILE_ARROW = pa.schema([("path", pa.string()), ("size", pa.int64()), ("num_records", pa.int64()),
                                  ("stats", pa.string())])
-
-
-def _filesystem(root: str):
-    from pyarrow import fs
-
-    if "://" in root:
-        return fs.FileSystem.from_uri(root)
-    return fs.LocalFileSystem(), root
 
 
 def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
