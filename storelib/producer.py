@@ -121,47 +121,14 @@ class Producer:
 
         wq = F.create_map(*itertools.chain.from_iterable((F.lit(t), F.lit(c.write_queue_nums)) for t, c in topics.items())) \
             if topics else F.create_map().cast("map<string,int>")
-        writable = [t for t, c in topics.items() if c.writable]
         topic = F.col("topic")
         queue_id = col("queue_id", F.lit(None).cast("int")).cast("int")
         row_index = F.monotonically_increasing_id().bitwiseAND(F.lit((1 << 33) - 1))
         pid = F.spark_partition_id()
         nqueues = F.try_element_at(wq, topic)
         chosen = F.coalesce(queue_id, F.pmod(row_index + pid * 7 + F.lit(random.randrange(1 << 16)), F.coalesce(nqueues, F.lit(1))))
-        limit = F.when(topic.startswith(RETRY_GROUP_TOPIC_PREFIX) | topic.startswith(DLQ_GROUP_TOPIC_PREFIX),
-                       RETRY_OR_DLQ_TOPIC_MAX_LENGTH).otherwise(TOPIC_MAX_LENGTH)
-        known = sorted(topics)
-        # Topics known to the store were checked when created: the name rules only run for unknown ones.
-        errors = [
-            (topic.isNull() | (F.trim(topic) == ""), "InvalidTopicError|topic|the specified topic is blank"),
-            (~topic.isin(*known) & ~topic.rlike("^[%|a-zA-Z0-9_-]+$") if known else ~topic.rlike("^[%|a-zA-Z0-9_-]+$"),
-             "InvalidTopicError|topic|contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"),
-            (~topic.isin(*known) & (F.length(topic) > limit) if known else F.length(topic) > limit,
-             "InvalidTopicError|topic|is longer than the topic max length"),
-            (topic.isin(*sorted(NOT_ALLOWED_SEND_TOPICS)), "ReservedTopicError|topic|is a system topic that producers may not send to"),
-            (nqueues.isNull(), "TopicNotFoundError|topic|topic does not exist in this store; create it first"),
-            (~topic.isin(*writable) if writable else F.lit(True), "TopicPermissionError|topic|the topic is not writable"),
-            (body.isNull(), "MessageError|body|must not be null"),
-            (F.length(body) > self.config.max_message_size,
-             f"BodyTooLargeError|body|is over the maximum of {self.config.max_message_size} bytes"),
-            (queue_id.isNotNull() & ((queue_id < 0) | (queue_id >= nqueues)), "InvalidQueueIdError|queue_id|is outside [0, writeQueueNums) of the topic"),
-            (F.exists(F.map_keys(user), lambda k: k.isin(*sorted(RESERVED_PROPERTIES))), "ReservedPropertyError|properties|uses a name reserved by the system"),
-            (F.exists(F.map_entries(user), lambda e: (F.trim(e["key"]) == "") | e["value"].isNull() | (F.trim(e["value"]) == "")),
-             "InvalidPropertyError|properties|the name or value of a property can not be blank"),
-        ]
-        if "keys" in df.columns and isinstance(df.schema["keys"].dataType, ArrayType):
-            errors.append((F.exists(F.col("keys"), lambda k: k.isNull()), "MessageError|keys|every key must be a string"))
-        error = F.lit(None).cast("string")
-        for cond, text in reversed(errors):
-            error = F.when(F.coalesce(cond, F.lit(False)), F.lit(text)).otherwise(error)
-
-        prefix = codec.uniq_id_prefix_hex(self.ip, os.getpid(), 0)[:12]
-        salt = F.pmod(F.hash(F.lit(uuid.uuid4().hex), pid), F.lit(1 << 32))
-        now_ms = int(dt.datetime.now(dt.timezone.utc).timestamp() * 1000)
-        month = dt.datetime.now(dt.timezone.utc).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-        since_month = now_ms - int(month.timestamp() * 1000)
-        tail = F.pmod(F.lit(since_month << 16) + row_index, F.lit(1 << 48))
-        uniq = F.concat(F.lit(prefix), F.lpad(F.hex(salt), 8, "0"), F.lpad(F.hex(tail), 12, "0"))
+        error = self._refusal(df, topics, topic, body, queue_id, nqueues, user)
+        uniq = self._uniq_key(pid, row_index)
 
         empty = F.create_map().cast("map<string,string>")
         system = F.map_concat(F.when(tags.isNotNull(), F.create_map(F.lit(MessageConst.TAGS), tags)).otherwise(empty),
@@ -193,6 +160,54 @@ class Producer:
             error.alias("_error"), pid.alias("_pid"), size.alias("size"),
         )
         return encoded
+
+    def _refusal(self, df: "DataFrame", topics: Mapping[str, TopicConfig], topic: "Column", body: "Column",
+                 queue_id: "Column", nqueues: "Column", user: "Column") -> "Column":
+        """Why a row is refused, as ``ErrorClass|field|reason`` (the first failing check), or null."""
+        from pyspark.sql import functions as F
+        from pyspark.sql.types import ArrayType
+
+        writable = [t for t, c in topics.items() if c.writable]
+        limit = F.when(topic.startswith(RETRY_GROUP_TOPIC_PREFIX) | topic.startswith(DLQ_GROUP_TOPIC_PREFIX),
+                       RETRY_OR_DLQ_TOPIC_MAX_LENGTH).otherwise(TOPIC_MAX_LENGTH)
+        known = sorted(topics)
+        # Topics known to the store were checked when created: the name rules only run for unknown ones.
+        errors = [
+            (topic.isNull() | (F.trim(topic) == ""), "InvalidTopicError|topic|the specified topic is blank"),
+            (~topic.isin(*known) & ~topic.rlike("^[%|a-zA-Z0-9_-]+$") if known else ~topic.rlike("^[%|a-zA-Z0-9_-]+$"),
+             "InvalidTopicError|topic|contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"),
+            (~topic.isin(*known) & (F.length(topic) > limit) if known else F.length(topic) > limit,
+             "InvalidTopicError|topic|is longer than the topic max length"),
+            (topic.isin(*sorted(NOT_ALLOWED_SEND_TOPICS)), "ReservedTopicError|topic|is a system topic that producers may not send to"),
+            (nqueues.isNull(), "TopicNotFoundError|topic|topic does not exist in this store; create it first"),
+            (~topic.isin(*writable) if writable else F.lit(True), "TopicPermissionError|topic|the topic is not writable"),
+            (body.isNull(), "MessageError|body|must not be null"),
+            (F.length(body) > self.config.max_message_size,
+             f"BodyTooLargeError|body|is over the maximum of {self.config.max_message_size} bytes"),
+            (queue_id.isNotNull() & ((queue_id < 0) | (queue_id >= nqueues)), "InvalidQueueIdError|queue_id|is outside [0, writeQueueNums) of the topic"),
+            (F.exists(F.map_keys(user), lambda k: k.isin(*sorted(RESERVED_PROPERTIES))), "ReservedPropertyError|properties|uses a name reserved by the system"),
+            (F.exists(F.map_entries(user), lambda e: (F.trim(e["key"]) == "") | e["value"].isNull() | (F.trim(e["value"]) == "")),
+             "InvalidPropertyError|properties|the name or value of a property can not be blank"),
+        ]
+        if "keys" in df.columns and isinstance(df.schema["keys"].dataType, ArrayType):
+            errors.append((F.exists(F.col("keys"), lambda k: k.isNull()), "MessageError|keys|every key must be a string"))
+        error = F.lit(None).cast("string")
+        for cond, text in reversed(errors):
+            error = F.when(F.coalesce(cond, F.lit(False)), F.lit(text)).otherwise(error)
+        return error
+
+    def _uniq_key(self, pid: "Column", row_index: "Column") -> "Column":
+        """RocketMQ-shaped UNIQ_KEYs made by Spark: host and pid prefix, a per-partition salt, then
+        milliseconds since the month's start (<< 16) plus the row's index in its partition."""
+        from pyspark.sql import functions as F
+
+        prefix = codec.uniq_id_prefix_hex(self.ip, os.getpid(), 0)[:12]
+        salt = F.pmod(F.hash(F.lit(uuid.uuid4().hex), pid), F.lit(1 << 32))
+        now_ms = int(dt.datetime.now(dt.timezone.utc).timestamp() * 1000)
+        month = dt.datetime.now(dt.timezone.utc).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+        since_month = now_ms - int(month.timestamp() * 1000)
+        tail = F.pmod(F.lit(since_month << 16) + row_index, F.lit(1 << 48))
+        return F.concat(F.lit(prefix), F.lpad(F.hex(salt), 8, "0"), F.lpad(F.hex(tail), 12, "0"))
 
     @staticmethod
     def check_encoded(encoded: "DataFrame") -> None:
