@@ -31,8 +31,8 @@ from storelib.config import StoreConfig
 from storelib.errors import InputChangedError
 from storelib.message import SysFlag
 from storelib.schema import COMMITLOG
-from storelib.tables import CommitConflict, Table, WrittenFile, filesystem, with_retries
-from storelib.writer import FileSink, WRITTEN_FILE_DDL, _WRITTEN_FILE_ARROW
+from storelib.tables import CommitConflict, Table, filesystem, with_retries
+from storelib.writer import FileSink, write_dataframe
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -198,19 +198,18 @@ class CommitLog:
                     nexts[key] = self.queue_next(*key, snapshot)
                 queue_base[(g["_pid"], *key)] = nexts[key]
                 nexts[key] += g["n"]
-            plan = _Plan(self.table.path, phys_base, queue_base, {p: tuple(v) for p, v in per_pid.items()},
-                         now_millis(), self.store_host, self.msg_id_prefix,
-                         SysFlag.STOREHOSTADDRESS_V6 if self.store_v6 else 0, self.config.target_file_size,
-                         f"part-{attempt_id}")
+            plan = _Plan(phys_base, queue_base, {p: tuple(v) for p, v in per_pid.items()}, now_millis(),
+                         self.store_host, self.msg_id_prefix, SysFlag.STOREHOSTADDRESS_V6 if self.store_v6 else 0)
+            prefix = f"part-{attempt_id}"
             try:
-                rows = encoded.mapInArrow(plan.run, WRITTEN_FILE_DDL).collect()
+                files = write_dataframe(encoded, self.table, target_file_size=self.config.target_file_size,
+                                        prefix=prefix, transform=plan.place)
             except PySparkException as e:
-                self._discard_attempt(plan.file_prefix)
+                self._discard_attempt(prefix)
                 if _INPUT_CHANGED in str(e):
                     raise InputChangedError(None, "the DataFrame gave different rows on its second read; "
                                                   "nothing was written (persist it, or pass persist=True)") from None
                 raise
-            files = [WrittenFile(r.path, r.size, r.num_records, r.stats) for r in rows]
             markers = {COMMITLOG_MARKER: start + total}
             markers.update({queue_marker(t, q): n for (t, q), n in nexts.items()})
             try:
@@ -239,7 +238,6 @@ class CommitLog:
 class _Plan:
     """Everything an executor needs to place its partition's messages; shipped in the closure."""
 
-    root: str
     phys_base: dict[int, int]
     queue_base: dict[tuple, int]
     expected: dict[int, tuple[int, int]]
@@ -247,37 +245,32 @@ class _Plan:
     store_host: str
     msg_id_prefix: str
     sysflag_bits: int
-    target_file_size: int
-    file_prefix: str
 
-    def run(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def place(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Give one partition's encoded rows their offsets and msg ids, as commitlog rows (on an executor).
+
+        Fails the task, so that nothing is committed, when the partition is not the one the first
+        pass counted.
+        """
         from pyspark import TaskContext
 
         pid = TaskContext.get().partitionId()
         phys = self.phys_base.get(pid, 0)
         counters: dict[tuple[str, int], int] = {}
         seen_rows = seen_bytes = 0
-        sink = FileSink(self.root, COMMITLOG.arrow, target_file_size=self.target_file_size, prefix=self.file_prefix)
-        try:
-            for b in batches:
-                if b.num_rows == 0:
-                    continue
-                sizes = b.column("size").to_numpy().astype(np.int64)
-                ends = np.cumsum(sizes)
-                offsets = phys + ends - sizes
-                phys += int(ends[-1])
-                seen_rows += b.num_rows
-                seen_bytes += int(ends[-1])
-                queue_offsets = self._queue_offsets(pid, b, counters)
-                sink.write([self._row_batch(b, offsets, queue_offsets)])
-            if (seen_rows, seen_bytes) != self.expected.get(pid, (0, 0)):
-                raise RuntimeError(f"{_INPUT_CHANGED}: partition {pid} expected {self.expected.get(pid)}, "
-                                   f"saw {(seen_rows, seen_bytes)}; persist the DataFrame before sending")
-            files = sink.close()
-        except BaseException:
-            sink.abort()
-            raise
-        yield pa.RecordBatch.from_pylist([f.__dict__ for f in files], schema=_WRITTEN_FILE_ARROW)
+        for b in batches:
+            if b.num_rows == 0:
+                continue
+            sizes = b.column("size").to_numpy().astype(np.int64)
+            ends = np.cumsum(sizes)
+            offsets = phys + ends - sizes
+            phys += int(ends[-1])
+            seen_rows += b.num_rows
+            seen_bytes += int(ends[-1])
+            yield self._row_batch(b, offsets, self._queue_offsets(pid, b, counters))
+        if (seen_rows, seen_bytes) != self.expected.get(pid, (0, 0)):
+            raise RuntimeError(f"{_INPUT_CHANGED}: partition {pid} expected {self.expected.get(pid)}, "
+                               f"saw {(seen_rows, seen_bytes)}; persist the DataFrame before sending")
 
     def _queue_offsets(self, pid: int, b: pa.RecordBatch, counters: dict) -> np.ndarray:
         topics = b.column("topic").dictionary_encode()

@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import time
 from typing import TYPE_CHECKING
-from urllib.parse import unquote
 
 import pyarrow as pa
 from deltalake.transaction import RemoveAction
 
-from storelib.tables import CommitConflict, Table, spark_schema, with_retries
+from storelib.tables import CommitConflict, Table, add_actions, spark_schema, with_retries
 from storelib.writer import write_dataframe
 
 if TYPE_CHECKING:
@@ -70,12 +69,12 @@ def compact_table(spark: "SparkSession", table: Table, *, target_file_size: int,
     spec = table.spec
 
     def step(snapshot) -> tuple[int, int]:
-        actions = pa.table(snapshot.get_add_actions(flatten=True))
+        actions = add_actions(snapshot)
         small = 2**62 if full else target_file_size // 2
         groups = plan_groups(actions, spec.cluster_by, order_by, small=small, target=2**62 if full else target_file_size)
         if not groups:
             return 0, 0
-        paths = [f"{table.path}/{unquote(r['path'])}" for g in groups for r in g]
+        paths = [table.path_of(r["path"]) for g in groups for r in g]
         df = spark.read.schema(spark_schema(spec.arrow)).parquet(*paths)
         if spec.cluster_by:
             df = df.repartition(max(1, len(groups)), *spec.cluster_by)

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 
 from storelib import codec
 from storelib.errors import MessageIdError, MessageNotFoundError, StoreError
@@ -102,10 +101,7 @@ class MessageQuery:
         snapshot = self.commitlog.snapshot()
         paths = self.commitlog.files_holding(snapshot, "physical_offset", wanted)
         self.files_touched["commitlog"] = len(paths)
-        if not paths:
-            return []
-        rows = ds.dataset(paths, schema=self.commitlog.spec.arrow, format="parquet").to_table(
-            filter=pc.field("physical_offset").isin(wanted)).to_pylist()
+        rows = self.commitlog.read_arrow(paths=paths, filter=pc.field("physical_offset").isin(wanted)).to_pylist()
         by_offset = {r["physical_offset"]: r for r in rows}
         return [StoredMessage.from_row(by_offset[o]) for o in offsets if o in by_offset]
 
@@ -141,12 +137,10 @@ class MessageQuery:
         snapshot = self.index.snapshot()
         paths = self.index.files(snapshot, Prune(equal={"key_hash": h}))
         self.files_touched = {"index": len(paths)}
-        if not paths:
-            return []
         cond = ((pc.field("key_hash") == h) & (pc.field("store_timestamp") >= _ts(lo))
                 & (pc.field("store_timestamp") <= _ts(hi)))
-        hits = ds.dataset(paths, schema=self.index.spec.arrow, format="parquet").to_table(
-            columns=["commitlog_offset"], filter=cond).column("commitlog_offset").to_numpy()
+        hits = self.index.read_arrow(paths=paths, columns=["commitlog_offset"], filter=cond).column(
+            "commitlog_offset").to_numpy()
         candidates = [int(o) for o in np.unique(hits)[::-1]]  # newest first, each message once
         found: list[StoredMessage] = []
         commitlog_files = 0
@@ -176,22 +170,22 @@ class MessageQuery:
         """
         t = _ts(_millis(timestamp, None, "timestamp"))
         snapshot = self.consume_queue.snapshot()
-        prune = Prune(equal={"topic": topic, "queue_id": queue_id})
-        paths = self.consume_queue.files(snapshot, prune)
-        later = self.consume_queue.files(snapshot, Prune(equal={"topic": topic, "queue_id": queue_id},
-                                                         between={"store_timestamp": (t, _ts(_FAR_FUTURE_MS))}))
+        queue = {"topic": topic, "queue_id": queue_id}
+        later = self.consume_queue.files(snapshot, Prune(equal=queue, between={"store_timestamp": (t, _ts(_FAR_FUTURE_MS))}))
         self.files_touched["consume_queue"] = len(later)
-        if not paths:
-            return 0
-        queue = (pc.field("topic") == topic) & (pc.field("queue_id") == queue_id)
-        if later:
-            found = ds.dataset(later, schema=self.consume_queue.spec.arrow, format="parquet").to_table(
-                columns=["queue_offset"], filter=queue & (pc.field("store_timestamp") >= t)).column("queue_offset")
-            if len(found):
-                return int(pc.min(found).as_py())
-        bounds = ds.dataset(paths, schema=self.consume_queue.spec.arrow, format="parquet").to_table(
-            columns=["queue_offset"], filter=queue).column("queue_offset")
-        return int(pc.max(bounds).as_py()) + 1 if len(bounds) else 0
+        found = self.consume_queue.read_arrow(
+            paths=later, columns=["queue_offset"],
+            filter=(pc.field("topic") == topic) & (pc.field("queue_id") == queue_id) & (pc.field("store_timestamp") >= t),
+        ).column("queue_offset")
+        if len(found):
+            return int(pc.min(found).as_py())
+        return self.max_queue_offset(topic, queue_id, snapshot)
+
+    def max_queue_offset(self, topic: str, queue_id: int, snapshot=None) -> int:
+        """One past the last dispatched queue offset, 0 for an empty queue, from file statistics alone."""
+        snapshot = snapshot or self.consume_queue.snapshot()
+        last = self.consume_queue.max_of(snapshot, "queue_offset", Prune(equal={"topic": topic, "queue_id": queue_id}))
+        return 0 if last is None else last + 1
 
 
 def _ip_bytes(host: str) -> bytes:

@@ -215,9 +215,7 @@ class MessageStore:
 
         Read from the consume queue files' statistics: no data file is opened.
         """
-        table = self.tables["consume_queue"]
-        last = table.max_of(table.snapshot(), "queue_offset", Prune(equal={"topic": topic, "queue_id": queue_id}))
-        return 0 if last is None else last + 1
+        return self.query.max_queue_offset(topic, queue_id)
 
     def table(self, name: str, prune: Prune | None = None) -> "DataFrame":
         """A table's current rows as a DataFrame (files skipped by ``prune``'s statistics)."""

@@ -117,7 +117,7 @@ class Table:
         A file is skipped only when its statistics prove it holds no such row; files without
         statistics are always kept.
         """
-        actions = pa.table(dt.get_add_actions(flatten=True))
+        actions = add_actions(dt)
         if actions.num_rows == 0:
             return []
         wanted = [(c, v, v) for c, v in ((prune.equal or {}).items() if prune else ())]
@@ -129,14 +129,14 @@ class Table:
                 keep = may if keep is None else pc.and_kleene(keep, may)
         if keep is not None:
             actions = actions.filter(pc.fill_null(keep, True))
-        return [f"{self.path}/{unquote(p)}" for p in actions.column("path").to_pylist()]
+        return self._paths(actions)
 
     def max_of(self, dt: DeltaTable, col: str, prune: Prune) -> Any:
         """The largest ``col`` among files that hold only rows matching ``prune``'s equalities, from statistics.
 
         Exact for tables whose files each hold one cluster (a queue); None where no file matches.
         """
-        actions = pa.table(dt.get_add_actions(flatten=True))
+        actions = add_actions(dt)
         if actions.num_rows == 0 or f"max.{col}" not in actions.column_names:
             return None
         keep = None
@@ -150,12 +150,12 @@ class Table:
 
     def files_holding(self, dt: DeltaTable, col: str, values: pa.Array) -> list[str]:
         """Absolute paths of the files whose ``[min, max]`` of ``col`` holds at least one of ``values``."""
-        actions = pa.table(dt.get_add_actions(flatten=True))
+        actions = add_actions(dt)
         if actions.num_rows == 0 or len(values) == 0:
             return []
         mins, maxs = f"min.{col}", f"max.{col}"
         if mins not in actions.column_names:
-            return [f"{self.path}/{unquote(p)}" for p in actions.column("path").to_pylist()]
+            return self._paths(actions)
         import numpy as np
 
         wanted = np.sort(values.to_numpy(zero_copy_only=False))
@@ -165,8 +165,14 @@ class Table:
         first_at_or_above = np.searchsorted(wanted, np.where(unknown, 0, lo), side="left")
         holds = unknown | ((first_at_or_above < len(wanted))
                            & (wanted[np.minimum(first_at_or_above, len(wanted) - 1)] <= np.where(unknown, 0, hi)))
-        paths = actions.column("path").to_pylist()
-        return [f"{self.path}/{unquote(p)}" for p, keep in zip(paths, holds) if keep]
+        return self._paths(actions.filter(pa.array(holds, pa.bool_())))
+
+    def _paths(self, actions: pa.Table) -> list[str]:
+        return [self.path_of(p) for p in actions.column("path").to_pylist()]
+
+    def path_of(self, action_path: str) -> str:
+        """Absolute path of a file named in an add action (there a URI-encoded relative path)."""
+        return f"{self.path}/{unquote(action_path)}"
 
     def read(self, spark: "SparkSession", dt: DeltaTable | None = None, prune: Prune | None = None) -> "DataFrame":
         """The rows of the snapshot's files that may match ``prune``, as a Spark DataFrame.
@@ -182,12 +188,16 @@ class Table:
         return spark.read.schema(schema).parquet(*paths)
 
     def read_arrow(self, dt: DeltaTable | None = None, prune: Prune | None = None,
-                   columns: Sequence[str] | None = None, filter: pc.Expression | None = None) -> pa.Table:
-        """The same rows read on this process with pyarrow: for point reads that need no Spark job."""
+                   columns: Sequence[str] | None = None, filter: pc.Expression | None = None,
+                   paths: Sequence[str] | None = None) -> pa.Table:
+        """The same rows read on this process with pyarrow: for point reads that need no Spark job.
+
+        ``paths`` (from :meth:`files` or :meth:`files_holding`) replaces the snapshot's pruned list.
+        """
         import pyarrow.dataset as ds
 
-        dt = dt or self.snapshot()
-        paths = self.files(dt, prune)
+        if paths is None:
+            paths = self.files(dt or self.snapshot(), prune)
         if not paths:
             return self.spec.arrow.empty_table().select(list(columns or self.spec.columns))
         dataset = ds.dataset(paths, schema=self.spec.arrow, format="parquet")
@@ -221,6 +231,11 @@ class Table:
                 fs.delete_file(f"{base}/{f.path}")
             except FileNotFoundError:
                 pass
+
+
+def add_actions(dt: DeltaTable) -> pa.Table:
+    """The snapshot's add actions with flattened statistics (``min.<col>``, ``max.<col>``)."""
+    return pa.table(dt.get_add_actions(flatten=True))
 
 
 def filesystem(root: str):

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -120,27 +120,31 @@ class _OpenFile:
 
 
 def write_dataframe(df: "DataFrame", table: Table, *, cluster_by: Sequence[str] = (),
-                    target_file_size: int = 128 * 1024 * 1024) -> list[WrittenFile]:
-    """Write ``df`` (columns of ``table``) as Parquet files into the table's folder from the executors.
+                    target_file_size: int = 128 * 1024 * 1024, prefix: str = "part",
+                    transform: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]] | None = None,
+                    ) -> list[WrittenFile]:
+    """Write ``df`` as Parquet files into the table's folder from the executors.
 
-    Rows are written in the order each partition holds them; sort them first where the table
-    clusters. Returns the files, to be committed by the caller: only file metadata reaches the
-    driver.
+    Without ``transform``, ``df`` has the table's columns. With it, each partition's batches pass
+    through ``transform`` (run on the executor, it yields batches with the table's columns) on
+    their way to the files. Rows keep their order within each file. Returns the files, to be
+    committed by the caller: only file metadata reaches the driver.
     """
     root, schema = table.path, table.spec.arrow
     cluster = list(cluster_by)
 
     def write_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        sink = FileSink(root, schema, cluster_by=cluster, target_file_size=target_file_size)
+        sink = FileSink(root, schema, cluster_by=cluster, target_file_size=target_file_size, prefix=prefix)
         try:
-            sink.write(batches)
+            sink.write(transform(batches) if transform else batches)
             files = sink.close()
         except BaseException:
             sink.abort()
             raise
         yield pa.RecordBatch.from_pylist([f.__dict__ for f in files], schema=_WRITTEN_FILE_ARROW)
 
-    rows = df.select(*schema.names).mapInArrow(write_partition, WRITTEN_FILE_DDL).collect()
+    source = df if transform else df.select(*schema.names)
+    rows = source.mapInArrow(write_partition, WRITTEN_FILE_DDL).collect()
     return [WrittenFile(r.path, r.size, r.num_records, r.stats) for r in rows]
 
 
