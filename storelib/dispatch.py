@@ -88,34 +88,38 @@ class Dispatcher:
         end = Table.marker(snapshot, COMMITLOG_MARKER)
         result = DispatchResult(end, end)
         for name, table in self.targets.items():
-            build = getattr(self, f"_build_{name}")
-
-            def step(target_snapshot, name=name, table=table, build=build):
-                start = Table.marker(target_snapshot, REPUT_MARKER)
-                if start >= end:
-                    return start, 0, target_snapshot.version()
-                rows = self.commitlog.read(self.spark, snapshot, Prune(between={"physical_offset": (start, end - 1)}))
-                rows = rows.where((rows.physical_offset >= start) & (rows.physical_offset < end))
-                out = build(rows)
-                files = write_dataframe(out, table, cluster_by=table.spec.cluster_by,
-                                        target_file_size=self.config.target_file_size)
-                self._step(f"{name}.written")
-                try:
-                    version = table.commit(target_snapshot, files, markers={REPUT_MARKER: end}, operation="DISPATCH",
-                                           info={"storelib.from": str(start), "storelib.to": str(end)})
-                except CommitConflict:
-                    table.discard(files)
-                    raise
-                self._step(f"{name}.committed")
-                return start, sum(f.num_records for f in files), version
-
             began = time.perf_counter()
-            start, n, version = with_retries(table, self.config.max_commit_attempts, step, what=f"dispatch {name}")
+            start, n, version = with_retries(
+                table, self.config.max_commit_attempts,
+                lambda target, name=name, table=table: self._dispatch_into(name, table, target, snapshot, end),
+                what=f"dispatch {name}")
             result.seconds[name] = round(time.perf_counter() - began, 3)
             result.from_offset = min(result.from_offset, start)
             result.rows[name] = n
             result.versions[name] = version
         return result
+
+    def _dispatch_into(self, name: str, table: Table, target, commitlog, end: int) -> tuple[int, int, int]:
+        """One target's rows for commitlog ``[its reput marker, end)``, committed with the marker moved to ``end``.
+
+        Returns (start offset, rows written, table version); raises CommitConflict to be retried.
+        """
+        start = Table.marker(target, REPUT_MARKER)
+        if start >= end:
+            return start, 0, target.version()
+        rows = self.commitlog.read(self.spark, commitlog, Prune(between={"physical_offset": (start, end - 1)}))
+        rows = rows.where((rows.physical_offset >= start) & (rows.physical_offset < end))
+        files = write_dataframe(getattr(self, f"_build_{name}")(rows), table, cluster_by=table.spec.cluster_by,
+                                target_file_size=self.config.target_file_size)
+        self._step(f"{name}.written")
+        try:
+            version = table.commit(target, files, markers={REPUT_MARKER: end}, operation="DISPATCH",
+                                   info={"storelib.from": str(start), "storelib.to": str(end)})
+        except CommitConflict:
+            table.discard(files)
+            raise
+        self._step(f"{name}.committed")
+        return start, sum(f.num_records for f in files), version
 
     # ---- row builders: one per target table ------------------------------------------------
     def _build_consume_queue(self, rows: "DataFrame") -> "DataFrame":
