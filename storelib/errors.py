@@ -33,6 +33,11 @@ __all__ = [
     "StoreStateError",
     "ConfigError",
     "JavaNotFoundError",
+    "FilterError",
+    "FilterExpressionError",
+    "FilterNotSupportedError",
+    "SubscriptionNotFoundError",
+    "BloomFilterError",
 ]
 
 _MISSING = object()
@@ -136,3 +141,49 @@ class ConfigError(StoreError):
 
 class JavaNotFoundError(StoreError):
     """Spark needs Java 17+; none was found."""
+
+
+class FilterError(StoreError):
+    """A subscription the store cannot use (tag string, SQL92 expression, selector or group)."""
+
+
+class FilterExpressionError(FilterError):
+    """A subscription expression outside RocketMQ's grammar (``SUBSCRIPTION_PARSE_FAILED``).
+
+    ``expression`` is the text, ``position`` the 0-based character offset of the first thing that
+    is wrong, and ``line``/``column`` (1-based) the same place for humans.
+
+    >>> e = FilterExpressionError("unexpected 'LIKE'", "a LIKE 'x%'", 2)
+    >>> e.position, e.line, e.column
+    (2, 1, 3)
+    >>> print(e)
+    expression: unexpected 'LIKE' (got "a LIKE 'x%'") [at line 1, column 3]
+    """
+
+    code = "SUBSCRIPTION_PARSE_FAILED"
+
+    def __init__(self, reason: str, expression: str, position: int):
+        self.expression = expression
+        self.position = max(0, min(int(position), len(expression)))
+        before = expression[:self.position]
+        self.line = before.count("\n") + 1
+        self.column = self.position - (before.rfind("\n") + 1) + 1
+        super().__init__("expression", reason, value=expression, where=f"line {self.line}, column {self.column}")
+
+
+class FilterNotSupportedError(FilterError):
+    """A filter type the store is configured not to serve, e.g. SQL92 with property filtering off
+    (``FILTER_NOT_SUPPORT``)."""
+
+    code = "FILTER_NOT_SUPPORT"
+
+
+class SubscriptionNotFoundError(FilterError):
+    """No subscription is registered for the (group, topic) asked for (``SUBSCRIPTION_NOT_EXIST``)."""
+
+    code = "SUBSCRIPTION_NOT_EXIST"
+
+
+class BloomFilterError(FilterError):
+    """Bloom filter settings, bit positions or bitmaps that do not fit together (RocketMQ throws
+    IllegalArgumentException), e.g. a bitmap whose length is not the filter's ``m`` bits."""

@@ -1,0 +1,58 @@
+"""``MessageSelector``: what a consumer asks for, by tag expression or by SQL92 (RocketMQ's client class).
+
+>>> MessageSelector.by_tag("TagA || TagB")
+MessageSelector(expression_type='TAG', expression='TagA || TagB')
+>>> MessageSelector.by_sql("a > 5").expression_type
+'SQL92'
+>>> MessageSelector.of("TagA").expression_type        # a bare string is a tag expression
+'TAG'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from storelib.errors import FilterExpressionError
+
+__all__ = ["MessageSelector", "TAG", "SQL92"]
+
+TAG = "TAG"
+SQL92 = "SQL92"
+
+
+@dataclass(frozen=True)
+class MessageSelector:
+    """An expression and its type: ``TAG`` (``'TagA || TagB'``, ``'*'``) or ``SQL92``."""
+
+    expression_type: str
+    expression: str
+
+    @classmethod
+    def by_tag(cls, tag: str | None) -> "MessageSelector":
+        """A tag expression: tags joined by ``||``; ``*`` or empty means every message."""
+        return cls(TAG, "*" if tag is None or not tag.strip() else tag)
+
+    @classmethod
+    def by_sql(cls, sql: str) -> "MessageSelector":
+        """A SQL92 expression over the message's properties (TAGS included), e.g. ``a between 0 and 3``."""
+        if not isinstance(sql, str) or not sql.strip():
+            raise FilterExpressionError("a SQL92 selector needs an expression", "" if sql is None else str(sql), 0)
+        return cls(SQL92, sql)
+
+    @classmethod
+    def of(cls, selector: "MessageSelector | str | None") -> "MessageSelector":
+        """A selector as given, or a tag selector from a string (``None`` means ``*``)."""
+        if isinstance(selector, MessageSelector):
+            return selector
+        if selector is None or isinstance(selector, str):
+            return cls.by_tag(selector)
+        raise FilterExpressionError(f"a selector is a MessageSelector or a tag string, not {type(selector).__name__}",
+                                    repr(selector), 0)
+
+    @property
+    def is_tag(self) -> bool:
+        return self.expression_type.upper() == TAG
+
+    @property
+    def is_sql92(self) -> bool:
+        return self.expression_type.upper() == SQL92

@@ -1,0 +1,426 @@
+"""SQL92 subscriptions: the grammar, the Python reference evaluator and the Spark Column, against
+RocketMQ's own answers and against each other.
+
+Spark checks run many expressions in one job: one DataFrame row per property map, one column per
+expression (through ``to_columns``), read back whole or along the diagonal.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import functions as F
+
+from storelib.errors import FilterExpressionError
+from storelib.filter.sql92 import MAX_NESTING, Sql92Expression, compile_sql92, parse_sql92
+from storelib.filter.sql92_eval import JavaEvaluationError, java_parse_double, java_parse_int, java_parse_long
+from storelib.filter.sql92_spark import to_columns
+from storelib.filter.sql92_tree import (
+    Between, Comparison, InList, IsNull, JavaType, Literal, Logic, Match, Negate, Not, Property, Truth,
+)
+from tests.conformance import load_cases
+
+INT, LONG, DOUBLE, STRING, BOOLEAN = JavaType.INT, JavaType.LONG, JavaType.DOUBLE, JavaType.STRING, JavaType.BOOLEAN
+
+
+def a_eq(value: int) -> Comparison:
+    return Comparison("=", Property("a"), Literal(value, INT))
+
+
+# -- literal cases: (expression, properties, RocketMQ's answer), grouped by concept --------------
+
+OPERATORS = [
+    ("a = 5", {"a": "5"}, True), ("a = 5", {"a": "6"}, False), ("a = 5", {}, False),
+    ("a <> 5", {"a": "6"}, True), ("a <> 5", {}, False),
+    ("a = 'x'", {"a": "x"}, True), ("a = 'x'", {"a": "X"}, False), ("a <> 'x'", {"a": "y"}, True),
+    ("a > 5", {"a": "6"}, True), ("a > 5", {"a": "5"}, False), ("a >= 5", {"a": "5"}, True),
+    ("a < 5", {"a": "5"}, False), ("a <= 5", {"a": "5"}, True), ("5 < a", {"a": "6"}, True),
+    ("a BETWEEN 1 AND 5", {"a": "1"}, True), ("a BETWEEN 1 AND 5", {"a": "6"}, False),
+    ("a NOT BETWEEN 1 AND 5", {"a": "6"}, True), ("a NOT BETWEEN 1 AND 5", {}, False),
+    ("a IN ('x', 'y')", {"a": "y"}, True), ("a IN ('x', 'y')", {}, False),
+    ("a NOT IN ('x', 'y')", {"a": "z"}, True), ("a NOT IN ('x')", {}, False),
+    ("a IS NULL", {}, True), ("a IS NULL", {"a": ""}, False), ("a IS NOT NULL", {"a": ""}, True),
+    ("a CONTAINS 'b'", {"a": "abc"}, True), ("a NOT CONTAINS 'b'", {"a": "abc"}, False),
+    ("a NOT CONTAINS 'b'", {}, False), ("a STARTSWITH 'ab'", {"a": "abc"}, True),
+    ("a NOT STARTSWITH 'ab'", {"a": "xbc"}, True), ("a ENDSWITH 'bc'", {"a": "abc"}, True),
+    ("a NOT ENDSWITH 'z'", {"a": "abc"}, True), ("a NOT STARTSWITH ''", {"a": "x"}, False),
+    ("a CONTAINS ''", {"a": "x"}, False),
+    ("a = 1 AND b = 2", {"a": "1", "b": "2"}, True), ("a = 1 AND b = 2", {"a": "1"}, False),
+    ("a = 1 OR b = 2", {"b": "2"}, True), ("NOT (a = 1)", {"a": "2"}, True), ("NOT (a = 1)", {}, False),
+]
+COERCION = [
+    ("a = 5", {"a": "+5"}, True), ("a = 5", {"a": "５"}, True), ("a = 5", {"a": " 5"}, False),
+    ("a = 5", {"a": "5.0"}, False), ("a <> 5", {"a": "5.0"}, False), ("a <> 5", {"a": "2147483648"}, False),
+    ("a <> 5000000000", {"a": "2147483648"}, True), ("a = 10L", {"a": "10"}, True),
+    ("a = 5.0", {"a": " 5 "}, True), ("a = 5.0", {"a": "5d"}, True), ("a = 8.0", {"a": "0x1p3"}, True),
+    ("a > 5.0", {"a": "Infinity"}, True), ("a > 5.0", {"a": "infinity"}, False), ("a > 5.0", {"a": "NaN"}, True),
+    ("a < 5.0", {"a": "NaN"}, False), ("a > 5", {"a": "NaN"}, False), ("a = 1.0", {"a": "1"}, True),
+    ("a > 9223372036854775806", {"a": "9223372036854775807"}, True),
+    ("a = TRUE", {"a": "tRuE"}, True), ("a = FALSE", {"a": "yes"}, True), ("a = 'true'", {"a": "TRUE"}, False),
+    ("TRUE = a", {"a": "true"}, False), ("TRUE = a", {}, False), ("TRUE <> a", {}, True),
+    ("'x' <> a", {}, True), ("'x' = a", {}, False),
+    ("a = b", {}, True), ("a = b", {"a": "1"}, False), ("a <> b", {"a": "1"}, True), ("a <> b", {"b": "1"}, False),
+    ("a = b", {"a": "1", "b": "1.0"}, False), ("a > b", {"a": "10", "b": "9"}, True),
+    ("a >= b", {"a": "-0.0", "b": "0.0"}, False), ("a < b", {"a": "-0.0", "b": "0.0"}, True),
+    ("a > b", {"a": "NaN", "b": "Infinity"}, True), ("a > b", {"a": "x", "b": "1"}, False),
+    ("1 = 1.0", {}, True), ("5000000000 > 4.5", {}, True), ("-a > 0", {"a": "-5"}, False),
+    ("a > --1", {"a": "2"}, True), ("a > -2147483648", {"a": "-2147483648"}, False),
+    ("'true' = TRUE", {}, True), ("1 = TRUE", {}, False), ("1 CONTAINS '1'", {}, False),
+]
+SHORT_CIRCUIT = [
+    ("a = 'x' OR b > 1", {"a": "x", "b": "abc"}, True), ("b > 1 OR a = 'x'", {"a": "x", "b": "abc"}, False),
+    ("a = 'y' AND b > 1", {"a": "x", "b": "abc"}, False), ("b > 1 AND a = 'y'", {"a": "x", "b": "abc"}, False),
+    ("TRUE OR b > 1", {"b": "abc"}, True), ("b > 1 OR TRUE", {"b": "abc"}, False),
+    ("c > 1 AND b > 1", {"b": "abc"}, False), ("c IS NULL OR b > 1", {"b": "abc"}, True),
+    ("NOT (b > 1)", {"b": "abc"}, False), ("(b > 1) IS NULL", {"b": "abc"}, False), ("(b > 1) IS NULL", {}, True),
+    ("c > b", {"b": "abc"}, False), ("(b > 1) CONTAINS ''", {"b": "abc"}, False),
+    ("a IN ('x') AND (b > 1) = TRUE", {"a": "y", "b": "abc"}, False),
+]
+BOOLEANS_AND_PRECEDENCE = [
+    ("a", {"a": "true"}, False), ("NOT a", {"a": "x"}, True), ("NOT a", {}, False), ("a AND b", {"a": "true"}, False),
+    ("TRUE", {}, True), ("FALSE", {}, False), ("NULL", {}, False), ("NOT NULL", {}, False),
+    ("NOT a = 1", {"a": "1"}, False), ("NOT a = TRUE", {"a": "x"}, True), ("NOT a = FALSE", {"a": "x"}, False),
+    ("NOT a CONTAINS 'x'", {"a": "x"}, False), ("a = 1 OR b = 2 AND c = 3", {"a": "1"}, True),
+    ("(a = 1 OR b = 2) AND c = 3", {"a": "1"}, False), ("a = 1 = TRUE", {"a": "1"}, True),
+    ("a CONTAINS 'x' = FALSE", {"a": "abc"}, True), ("a IS NULL = TRUE", {}, True),
+    ("a BETWEEN 1 AND 2 AND b = 1", {"a": "2", "b": "1"}, True),
+]
+LITERAL_CASES = OPERATORS + COERCION + SHORT_CIRCUIT + BOOLEANS_AND_PRECEDENCE
+
+
+@pytest.mark.parametrize("text, props, expected", LITERAL_CASES, ids=[f"{c[0]}|{c[1]}" for c in LITERAL_CASES])
+def test_python_evaluator_on_literal_cases(text, props, expected):
+    assert parse_sql92(text).evaluate(props) is expected
+
+
+def _conformance() -> list[dict]:
+    return load_cases("sql92_cases")["cases"]
+
+
+def test_python_on_conformance_cases():
+    wrong = []
+    for case in _conformance():
+        try:
+            got: object = parse_sql92(case["expr"]).evaluate(case["props"])
+        except FilterExpressionError:
+            got = "parse_error"
+        if got != case["expected"]:
+            wrong.append((case["expr"][:80], case["props"], case["expected"], got))
+    assert not wrong
+
+
+@pytest.fixture(scope="module")
+def spark_answers(spark) -> dict[tuple[str, str], bool]:
+    """Spark's answer for every literal case and every (parseable) conformance case, in one job:
+    row i holds case i's properties, column i its expression, and cell (i, i) is kept. Separate
+    columns rather than one array of them: Spark compiles and shares those far better."""
+    try:
+        conformance = [(c["expr"], c["props"]) for c in _conformance() if c["expected"] != "parse_error"]
+    except pytest.skip.Exception:
+        conformance = []
+    cases = [(text, props) for text, props, _ in LITERAL_CASES] + conformance
+    df = spark.createDataFrame([(i, props) for i, (_, props) in enumerate(cases)], "i int, properties map<string,string>")
+    columns = to_columns([parse_sql92(text).tree for text, _ in cases])
+    rows = df.select("i", *(c.alias(f"c{i}") for i, c in enumerate(columns))).collect()
+    return {(cases[row.i][0], repr(cases[row.i][1])): row[f"c{row.i}"] for row in rows}
+
+
+def test_spark_on_literal_cases(spark_answers):
+    wrong = [(t, p, spark_answers[t, repr(p)]) for t, p, want in LITERAL_CASES if spark_answers[t, repr(p)] is not want]
+    assert not wrong
+
+
+def test_spark_on_conformance_cases(spark_answers):
+    cases = [c for c in _conformance() if c["expected"] != "parse_error"]
+    wrong = [(c["expr"][:80], c["props"]) for c in cases if spark_answers[c["expr"], repr(c["props"])] is not c["expected"]]
+    assert not wrong
+
+
+# -- grammar ---------------------------------------------------------------------------------------
+
+
+def test_not_binds_tighter_than_comparisons():
+    assert parse_sql92("NOT a = 1").tree == Comparison("=", Not(Truth(Property("a"))), Literal(1, INT))
+    assert parse_sql92("NOT (a = 1)").tree == Not(a_eq(1))
+    assert parse_sql92("NOT a IS NULL").tree == IsNull(Not(Truth(Property("a"))))
+    for text in ("NOT a > 1", "NOT a BETWEEN 1 AND 2", "NOT a IN ('x')"):
+        with pytest.raises(FilterExpressionError):
+            parse_sql92(text)
+
+
+def test_and_binds_tighter_than_or_and_chains_are_flat():
+    b2, c3 = (Comparison("=", Property(n), Literal(v, INT)) for n, v in (("b", 2), ("c", 3)))
+    assert parse_sql92("a = 1 OR b = 2 AND c = 3").tree == Logic("OR", (a_eq(1), Logic("AND", (b2, c3))))
+    assert parse_sql92("a = 1 AND b = 2 OR c = 3").tree == Logic("OR", (Logic("AND", (a_eq(1), b2)), c3))
+    assert parse_sql92("a = 1 AND b = 2 AND c = 3").tree == Logic("AND", (a_eq(1), b2, c3))
+    assert parse_sql92("a = 1 AND (b = 2 AND c = 3)").tree == Logic("AND", (a_eq(1), Logic("AND", (b2, c3))))
+
+
+def test_between_takes_the_first_and():
+    tree = parse_sql92("a BETWEEN 1 AND 2 AND b IS NULL").tree
+    assert tree == Logic("AND", (Between(Property("a"), Literal(1, INT), Literal(2, INT)), IsNull(Property("b"))))
+
+
+def test_each_operator_builds_its_node():
+    assert parse_sql92("a <> 'x'").tree == Comparison("<>", Property("a"), Literal("x", STRING))
+    assert parse_sql92("a NOT IN ('x','y')").tree == InList(Property("a"), ("x", "y"), negated=True)
+    assert parse_sql92("a NOT ENDSWITH 'z'").tree == Match("ENDSWITH", Property("a"), "z", negated=True)
+    assert parse_sql92("a IS NOT NULL").tree == IsNull(Property("a"), negated=True)
+    assert parse_sql92("-a < 1").tree == Comparison("<", Negate(Property("a")), Literal(1, INT))
+    assert parse_sql92("+a < +1").tree == Comparison("<", Property("a"), Literal(1, INT))
+
+
+@pytest.mark.parametrize("literal, expected", [
+    ("5", Literal(5, INT)), ("0", Literal(0, INT)), ("10L", Literal(10, INT)), ("10l", Literal(10, INT)),
+    ("2147483647", Literal(2147483647, INT)), ("2147483648", Literal(2147483648, LONG)),
+    ("9223372036854775807", Literal(9223372036854775807, LONG)), ("1.5", Literal(1.5, DOUBLE)),
+    ("5.", Literal(5.0, DOUBLE)), (".5", Literal(0.5, DOUBLE)), ("1e3", Literal(1000.0, DOUBLE)),
+    ("1.5E-3", Literal(0.0015, DOUBLE)), ("5e+2", Literal(500.0, DOUBLE)), ("00.5", Literal(0.5, DOUBLE)),
+    ("4.9e-324", Literal(5e-324, DOUBLE)), ("'it''s'", Literal("it's", STRING)), ("''", Literal("", STRING)),
+    ("'a\nb'", Literal("a\nb", STRING)), ("TRUE", Literal(True, BOOLEAN)), ("false", Literal(False, BOOLEAN)),
+    ("-5", Negate(Literal(5, INT))), ("-2147483648", Negate(Literal(2147483648, LONG))),
+])
+def test_literal_forms(literal, expected):
+    assert parse_sql92(f"a = {literal}").tree.right == expected
+
+
+@pytest.mark.parametrize("literal, offset", [
+    ("0x1F", 1), ("017", 1), ("0L", 1), ("1f", 1), ("1d", 1), ("1e", 1), ("1.5.3", 3),  # leftover text
+    ("0.0", 0), ("1e-400", 0), ("1e400", 0), ("9223372036854775808", 0), ("'x", 0), ("\"x\"", 0),
+])
+def test_literals_outside_the_grammar(literal, offset):
+    with pytest.raises(FilterExpressionError) as e:
+        parse_sql92(f"a = {literal}")
+    assert e.value.position == 4 + offset
+
+
+def test_keywords_are_case_insensitive_and_property_names_case_sensitive():
+    upper = parse_sql92("a IS NOT NULL AND b BETWEEN 1 AND 2 OR c NOT IN ('x') OR d CONTAINS 'x' OR TRUE")
+    mixed = parse_sql92("a iS nOt NuLl aNd b bEtWeEn 1 AnD 2 oR c NoT iN ('x') Or d cOnTaInS 'x' oR tRuE")
+    assert mixed == upper and str(mixed) == str(upper)
+    assert parse_sql92("A = 1").properties == {"A"}
+    assert not parse_sql92("A = 1").evaluate({"a": "1"}) and parse_sql92("A = 1").evaluate({"A": "1"})
+    assert parse_sql92("nullx IS NULL").properties == {"nullx"}  # a keyword prefix is a name
+
+
+@pytest.mark.parametrize("text", [
+    "a = 1 /* c */ AND b = 2", "/**/a=1 AND b=2/***/", "a = 1 -- c\nAND b = 2", "a = 1 -- c\r\nAND b = 2",
+    "a = 1 -- c\rAND b = 2", "/* multi\nline * / */ a = 1\tAND\fb = 2 -- trailing\n", "a = 1 AND b = 2--\n",
+])
+def test_comments_and_white_space(text):
+    assert parse_sql92(text) == parse_sql92("a = 1 AND b = 2")
+
+
+@pytest.mark.parametrize("text, position, reason", [
+    ("a LIKE 'x%'", 2, "LIKE is not supported"),
+    ("f()", 1, "function calls"), ("a = upper(b)", 9, "function calls"),
+    ("a + 1 > 2", 2, "arithmetic"), ("a * 2 > 1", 2, "arithmetic"), ("a = 4 / 2", 6, "arithmetic"),
+    ("a % 2 = 0", 2, "arithmetic"), ("a - 1 = 0", 2, "arithmetic"),
+    ("a IN (SELECT b FROM t)", 6, "unexpected 'SELECT'"), ("(SELECT 1)", 8, "unexpected '1'"),
+    ("SELECT * FROM t", 7, "arithmetic"), ("a = 1; DROP TABLE x", 5, "';'"), ("a = 1;", 5, "';'"),
+    ('a = "x"', 4, "double quotes"), ("\"a\" = 'x'", 0, "double quotes"),
+    ("a = 1 garbage", 6, "unexpected 'garbage'"), ("a = 01", 5, "unexpected '1'"), ("a = 5 5", 6, "unexpected '5'"),
+    ("a = 1 -- comment", 6, "must end with a line break"), ("a IN (-1)", 6, "expected a string literal"),
+    ("a = 1 /* c", 6, "unterminated comment"), ("a = 'abc", 4, "unterminated string"),
+    ("", 0, "empty expression"), ("  \n ", 4, "empty expression"), ("/* */", 5, "empty expression"),
+    ("a = ", 4, "unexpected end"), ("a = 1 AND", 9, "unexpected end"), ("a = 1 AND (b = 2", 16, "expected ')'"),
+    ("a > 'x'", 4, "cannot be ordered"), ("'2' > 1", 4, "cannot be ordered"), ("a > TRUE", 4, "cannot be ordered"),
+    ("NOT a > 1", 6, "cannot be ordered"), ("a > 1 > 0", 6, "cannot be ordered"),
+    ("a = NULL", 4, "NULL cannot be compared"), ("NULL <> a", 5, "NULL cannot be compared"),
+    ("TRUE = 1", 7, "cannot be compared"), ("a IN ()", 6, "string literal"), ("a IN (1)", 6, "string literal"),
+    ("a IN ('x' 'y')", 10, "',' or ')'"), ("NOT a IN ('x')", 6, "IN needs a property"),
+    ("'x' IN ('x')", 4, "IN needs a property"), ("a BETWEEN 5 AND 1", 16, "out of order"),
+    ("a BETWEEN 1.5 AND 1", 18, "out of order"), ("a BETWEEN 'a' AND 'b'", 10, "cannot be ordered"),
+    ("a NOT 'x'", 2, "NOT after an operand"), ("a IS TRUE", 5, "NULL or NOT NULL"), ("a IS NOT", 8, "NULL"),
+    ("'x'", 0, "not a boolean"), ("1", 0, "not a boolean"), ("-a", 0, "not a boolean"),
+    ("a AND 'x'", 6, "not a boolean"), ("'x' OR a", 4, "not a boolean"), ("NOT 1", 4, "not a boolean"),
+    ("in = 1", 0, "unexpected 'in'"), ("a = :x", 4, "':'"), ("a = @x", 4, "'@'"), ("a = 1 #", 6, "'#'"),
+    ("é = 1", 0, "'é'"), ("a = 1 \v", 6, "'\\x0b'"), ("a =< 1", 3, "unexpected '<'"), ("a == 1", 3, "unexpected '='"),
+    ("a != 1", 2, "'!'"),
+])
+def test_rejections_name_the_first_offending_token(text, position, reason):
+    with pytest.raises(FilterExpressionError) as e:
+        parse_sql92(text)
+    assert (e.value.position, e.value.code) == (position, "SUBSCRIPTION_PARSE_FAILED")
+    assert reason in e.value.reason
+
+
+@pytest.mark.parametrize("text, position", [
+    ("a = '1' OR java_method('java.lang.Runtime','getRuntime') IS NOT NULL", 22),
+    ("reflect('java.lang.Runtime','getRuntime')", 7), ("a = 1; DROP TABLE x", 5),
+    ("a = '1') OR (1 = 1", 7), ("a = '1' UNION SELECT * FROM t", 8), ("a = x'00'", 5),
+    ("${jndi:ldap://x}", 1), ("a = '\\'' OR 1=1", 7), ("SLEEP(5)", 5), ("a = CHAR(65)", 8),
+    ("TAGS = 'x' OR 1 = 1) --\n", 19), ("a = '1' || 'x'", 8),
+])
+def test_injection_attempts_do_not_parse(text, position):
+    with pytest.raises(FilterExpressionError) as e:
+        compile_sql92(text)
+    assert e.value.position == position
+
+
+def test_nothing_but_filter_expression_error_escapes():
+    rng = random.Random(7)
+    alphabet = "ab TAGS=<>()',.+-*/%;\"\\01259eELxX_$\n\t\v-/*notandorinisbetweennullcontains中é\x00😀"
+    texts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30))) for _ in range(3000)]
+    texts += ["(" * (MAX_NESTING + 5) + "a" + ")" * (MAX_NESTING + 5), "NOT " * 2000 + "a", "-" * 5000 + "1 = a",
+              "a = 1" + " AND a = 1" * 3000, "'" * 10001]
+    for text in texts:
+        try:
+            parse_sql92(text)
+        except FilterExpressionError:
+            pass
+    with pytest.raises(FilterExpressionError):
+        parse_sql92(None)  # type: ignore[arg-type]
+    assert parse_sql92("(" * 50 + "a = 1" + ")" * 50).evaluate({"a": "1"})
+
+
+def test_canonical_text_and_expression_object():
+    e = parse_sql92("not a=1 or b in('x','y''z') and c between -1 and 2.5")
+    assert str(e) == "(NOT a) = 1 OR (b IN ('x', 'y''z') AND c BETWEEN -1 AND 2.5)"
+    assert repr(e) == 'Sql92Expression("(NOT a) = 1 OR (b IN (\'x\', \'y\'\'z\') AND c BETWEEN -1 AND 2.5)")'
+    assert e.text == "not a=1 or b in('x','y''z') and c between -1 and 2.5"
+    assert e.properties == frozenset({"a", "b", "c"}) and isinstance(e, Sql92Expression)
+    for text, _, _ in LITERAL_CASES:
+        tree = parse_sql92(text).tree
+        assert parse_sql92(str(tree)).tree == tree, text
+
+
+# -- Java's number parsers ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, value", [
+    ("5", 5), ("+5", 5), ("-0", 0), ("0005", 5), ("٣", 3), ("５", 5), ("-१२", -12), ("2147483647", 2**31 - 1),
+    ("-2147483648", -2**31),
+])
+def test_java_integer_value_of(text, value):
+    assert java_parse_int(text) == value
+
+
+@pytest.mark.parametrize("text", ["", "+", "-", " 5", "5 ", "5.0", "2147483648", "1_0", "0x5", "5L", "\U0001d7d3"])
+def test_java_integer_value_of_throws(text):
+    with pytest.raises(JavaEvaluationError):
+        java_parse_int(text)
+
+
+def test_java_long_value_of():
+    assert java_parse_long("9223372036854775807") == 2**63 - 1 and java_parse_long("-9223372036854775808") == -2**63
+    with pytest.raises(JavaEvaluationError):
+        java_parse_long("9223372036854775808")
+
+
+@pytest.mark.parametrize("text, value", [
+    ("5", 5.0), (" 5 \n", 5.0), ("\x00\x1f5\x20", 5.0), ("5.", 5.0), (".5", 0.5), ("1e3", 1000.0), ("1E+3", 1000.0),
+    ("5f", 5.0), ("5D", 5.0), ("0x1p3", 8.0), ("0x1.8p1", 3.0), ("-0X.8P1d", -1.0), ("-Infinity", -math.inf),
+    ("Infinity ", math.inf), ("1e400", math.inf), ("0x1p99999999999", math.inf), ("-0.0", -0.0),
+    ("1e-400", 0.0), ("9007199254740993", 9007199254740992.0),
+])
+def test_java_double_value_of(text, value):
+    assert java_parse_double(text) == value and math.copysign(1, java_parse_double(text)) == math.copysign(1, value)
+
+
+@pytest.mark.parametrize("text", ["", "nan", "inf", "infinity", "1e", "1.5.3", "0x1.8", "5dd", "٥", "\u00a05",
+                                  "1_000", "0x", ".", "+", "NaNd", "1e3.5", "0x1p3.5"])
+def test_java_double_value_of_throws(text):
+    with pytest.raises(JavaEvaluationError):
+        java_parse_double(text)
+
+
+def test_java_double_nan_forms():
+    assert all(math.isnan(java_parse_double(t)) for t in ("NaN", "+NaN", "-NaN", " NaN\t"))
+
+
+# -- Spark specifics --------------------------------------------------------------------------------
+
+ANSI_VALUES = ["abc", "9999999999999999999999", "", " 5", "5 ", "NaN", "nan", "inf", "1e400", "0x1p3", "١٢",
+               "-0.0", "5.0", "2147483648", "1_000", "5L", "+", "\u00a05", "0" * 30 + "5", "-" + "9" * 40, None]
+ANSI_EXPRESSIONS = ["a > 5", "a = 5", "a <> 5", "a = 5000000000", "a < 1.5", "a BETWEEN 1 AND 10", "a > b",
+                    "a = b", "b <= a", "a IN ('abc', '')", "a = TRUE", "a > 5 OR a < 5", "5.5 >= a"]
+
+
+@pytest.mark.parametrize("ansi", ["true", "false"])
+def test_no_property_value_fails_a_read(spark, ansi):
+    previous = spark.conf.get("spark.sql.ansi.enabled")
+    spark.conf.set("spark.sql.ansi.enabled", ansi)
+    try:
+        maps = [{k: v for k, v in (("a", x), ("b", y)) if v is not None} for x in ANSI_VALUES for y in ("7", x)]
+        df = spark.createDataFrame([(i, m) for i, m in enumerate(maps)], "i int, properties map<string,string>")
+        trees = [parse_sql92(text).tree for text in ANSI_EXPRESSIONS]
+        rows = df.select("i", *(c.alias(f"e{j}") for j, c in enumerate(to_columns(trees)))).collect()
+    finally:
+        spark.conf.set("spark.sql.ansi.enabled", previous)
+    for row in rows:
+        for j, text in enumerate(ANSI_EXPRESSIONS):
+            assert row[f"e{j}"] is parse_sql92(text).evaluate(maps[row.i]), (text, maps[row.i], ansi)
+
+
+def test_compile_takes_a_column_or_a_name(spark):
+    df = spark.createDataFrame([({"TAGS": "TagA"},), ({"TAGS": "TagB"},), ({},)], "props map<string,string>")
+    by_name = df.where(compile_sql92("TAGS IN ('TagA')", "props"))
+    by_column = df.where(compile_sql92("TAGS IN ('TagA')", F.col("props")))
+    assert_df_equality(by_name, by_column)
+    assert by_name.count() == 1
+
+
+def test_columns_are_built_from_functions_only():
+    source = (Path(__file__).parents[1] / "storelib" / "filter" / "sql92_spark.py").read_text()
+    for forbidden in ("F.expr(", "selectExpr", ".sql(", "udf", "pandas_udf"):
+        assert forbidden not in source
+
+
+# -- randomized cross-check: reference evaluator vs Spark -----------------------------------------
+
+PROPERTY_VALUES = ["1", "5", "+5", "-0", "05", "2147483648", "9223372036854775808", "-1.5", "5.0", "1e3", "NaN",
+                   "-Infinity", "0x1p3", " 7", "7 ", "abc", "", "true", "TRUE", "false", "５", "0.0", "-0.0", "x",
+                   "5d", "it's"]
+NUMBERS = ["0", "1", "5", "7", "10L", "2147483648", "5000000000", "1.5", "5.0", "0.5", "1e3", "-1", "-1.5", "--5"]
+STRINGS = ["'x'", "'abc'", "''", "'true'", "'5'", "'it''s'"]
+
+
+def random_expression(rng: random.Random, depth: int = 0) -> str:
+    prop = rng.choice("abc")
+    operand = lambda: rng.choice([rng.choice("abc")] * 4 + NUMBERS + STRINGS + ["TRUE", "FALSE", "-c"])  # noqa: E731
+    kind = rng.choice(["cmp", "cmp", "cmp", "between", "in", "null", "match", "bare"]
+                      + (["not", "logic", "logic", "nested"] if depth < 3 else []))
+    if kind == "cmp":
+        return f"{operand()} {rng.choice(['=', '<>', '>', '>=', '<', '<='])} {operand()}"
+    if kind == "between":
+        bounds = rng.choice([NUMBERS, NUMBERS, list("abc")])
+        return f"{prop} {rng.choice(['', 'NOT '])}BETWEEN {rng.choice(bounds)} AND {rng.choice(bounds)}"
+    if kind == "in":
+        return f"{prop} {rng.choice(['', 'NOT '])}IN ({', '.join(rng.sample(STRINGS, rng.randint(1, 3)))})"
+    if kind == "null":
+        return f"{operand()} IS {rng.choice(['', 'NOT '])}NULL"
+    if kind == "match":
+        op = rng.choice(["CONTAINS", "STARTSWITH", "ENDSWITH"])
+        return f"{rng.choice([prop, prop, '1'])} {rng.choice(['', 'NOT '])}{op} {rng.choice(STRINGS)}"
+    if kind == "bare":
+        return rng.choice([prop, "TRUE", "FALSE", "NULL", f"NOT {prop}"])
+    if kind == "not":
+        return f"NOT ({random_expression(rng, depth + 1)})"
+    if kind == "nested":
+        return f"({random_expression(rng, depth + 1)}) {rng.choice(['=', '<>'])} {rng.choice(['TRUE', 'FALSE', prop])}"
+    joined = f" {rng.choice(['AND', 'OR'])} ".join(random_expression(rng, depth + 1) for _ in range(rng.randint(2, 3)))
+    return f"({joined})" if rng.random() < 0.5 else joined
+
+
+def test_random_expressions_python_vs_spark(spark):
+    rng = random.Random(20240601)
+    expressions: list[Sql92Expression] = []
+    while len(expressions) < 250:
+        try:
+            expressions.append(parse_sql92(random_expression(rng)))
+        except FilterExpressionError:
+            continue
+    maps = [{p: rng.choice(PROPERTY_VALUES) for p in "abc" if rng.random() < 0.75} for _ in range(30)]
+    df = spark.createDataFrame([(i, m) for i, m in enumerate(maps)], "i int, properties map<string,string>")
+    columns = to_columns([e.tree for e in expressions])
+    rows = df.select("i", *(c.alias(f"e{j}") for j, c in enumerate(columns))).collect()
+    mismatches = [(e.text, maps[row.i], e.evaluate(maps[row.i]), row[f"e{j}"])
+                  for row in rows for j, e in enumerate(expressions) if row[f"e{j}"] is not e.evaluate(maps[row.i])]
+    assert not mismatches[:10]
+    for e in expressions:  # the canonical text parses back to the same tree
+        assert parse_sql92(str(e)).tree == e.tree, e.text
