@@ -14,8 +14,10 @@ from __future__ import annotations
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
+from storelib.codec import MAX_EXT_ADDR
+
 __all__ = ["java_hash_code", "java_hash_code_expr", "tags_code", "index_key_hash", "properties_length",
-           "message_length"]
+           "message_length", "decorate_ext_addr", "is_ext_addr", "MAX_EXT_ADDR"]
 
 _MASK32 = 0xFFFFFFFF
 
@@ -69,3 +71,13 @@ def message_length(body: Column, topic: Column, properties_bytes: Column, *, bor
     born_extra = F.when(born_v6, F.lit(12)).otherwise(F.lit(0)) if isinstance(born_v6, Column) else F.lit(12 if born_v6 else 0)
     return (F.lit(91 + (12 if store_v6 else 0)) + born_extra + F.length(body) + topic_len
             + F.when(topic_len > 127, F.lit(1)).otherwise(F.lit(0)) + properties_bytes).cast("int")
+
+
+def decorate_ext_addr(offset: Column) -> Column:
+    """ConsumeQueueExt ``decorate`` of a non-negative ext offset: ``offset + Long.MIN_VALUE``."""
+    return (offset.cast("long") + F.lit(-(2**63))).cast("long")
+
+
+def is_ext_addr(tags_code: Column) -> Column:
+    """ConsumeQueueExt ``isExtAddr``: the consume queue tag code holds an ext address."""
+    return tags_code <= F.lit(MAX_EXT_ADDR)

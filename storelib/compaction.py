@@ -20,10 +20,12 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 from deltalake.transaction import RemoveAction
 
-from storelib.tables import CommitConflict, Table, add_actions, spark_schema, with_retries
-from storelib.writer import write_dataframe
+from storelib.tables import CommitConflict, Table, WrittenFile, add_actions, spark_schema, with_retries
+from storelib.writer import Summarizer, write_dataframe
 
 if TYPE_CHECKING:
+    from typing import Callable
+
     from pyspark.sql import SparkSession
 
 __all__ = ["compact_table", "plan_groups"]
@@ -60,8 +62,12 @@ def plan_groups(actions: pa.Table, cluster_by: tuple[str, ...], order_by: str | 
 
 
 def compact_table(spark: "SparkSession", table: Table, *, target_file_size: int, attempts: int = 10,
-                  order_by: str | None = None, full: bool = False) -> tuple[int, int]:
+                  order_by: str | None = None, full: bool = False, summarize: "Summarizer | None" = None,
+                  before_commit: "Callable[[list[WrittenFile]], object] | None" = None) -> tuple[int, int]:
     """Rewrite ``table``'s small files group by group; return (files removed, files added).
+
+    ``summarize`` sums up each new file and ``before_commit`` receives them before they are
+    committed (the ext table records its per-file summaries this way).
 
     ``full`` takes every file of a cluster, large ones too, so each cluster ends as sorted files
     with disjoint ranges (a key then touches one file however many compactions came before).
@@ -81,7 +87,10 @@ def compact_table(spark: "SparkSession", table: Table, *, target_file_size: int,
         elif order_by:
             df = df.repartitionByRange(max(1, len(groups)), order_by)
         df = df.sortWithinPartitions(*(spec.sort_by or spec.cluster_by))
-        files = write_dataframe(df, table, cluster_by=spec.cluster_by, target_file_size=target_file_size)
+        files = write_dataframe(df, table, cluster_by=spec.cluster_by, target_file_size=target_file_size,
+                                summarize=summarize)
+        if before_commit is not None and files:
+            before_commit(files)
         now = int(time.time() * 1000)
         removes = [RemoveAction(r["path"], False, now, r["size_bytes"], {}) for g in groups for r in g]
         try:

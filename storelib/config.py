@@ -25,7 +25,12 @@ SPARK_CONF_PREFIX = "spark.storelib."
 
 @dataclass(frozen=True)
 class StoreConfig:
-    """Settings of one store. Defaults are RocketMQ's."""
+    """Settings of one store. Defaults are RocketMQ's, except the three filtering switches.
+
+    A stock broker ships with property filtering, bitmap calculation and the ext queue off; here
+    they are on, since filtering is what the store is for. Set all three to ``False`` for a
+    broker's defaults: SQL92 subscriptions are then refused and reads evaluate every message.
+    """
 
     #: ``ip:port`` of this store as written into message ids (``brokerIP1`` and ``listenPort``).
     store_host: str = "127.0.0.1:10911"
@@ -34,11 +39,11 @@ class StoreConfig:
     #: Build index rows for KEYS and UNIQ_KEY (``messageIndexEnable``).
     message_index_enable: bool = True
     #: Write ConsumeQueueExt rows and decorate consume queue tag codes (``enableConsumeQueueExt``).
-    enable_consume_queue_ext: bool = False
+    enable_consume_queue_ext: bool = True
     #: Allow SQL92 subscriptions (``enablePropertyFilter``).
-    enable_property_filter: bool = False
-    #: Compute per-message filter bitmaps at dispatch (``enableCalcFilterBitMap``).
-    enable_calc_filter_bitmap: bool = False
+    enable_property_filter: bool = True
+    #: Compute per-message filter bitmaps at dispatch (``enableCalcFilterBitMap``; needs the ext queue).
+    enable_calc_filter_bitmap: bool = True
     #: Bloom filter sizing (``maxErrorRateOfBloomFilter``, ``expectConsumerNumUseFilter``).
     max_error_rate_of_bloom_filter: int = 20
     expect_consumer_num_use_filter: int = 32

@@ -1,12 +1,20 @@
 """Dispatch: RocketMQ's ReputMessageService, as a Spark job over the new part of the commitlog.
 
-Each target table (``consume_queue``, ``index``, and ``consume_queue_ext`` when enabled) keeps its
+Each target table (``consume_queue``, ``consume_queue_ext`` and ``index``) keeps its
 own ``reput`` marker in its Delta log: the commitlog offset up to which it holds rows. A run reads
 the commitlog's sequenced end from one snapshot, and for every target behind it reads only the
 commitlog files of ``[marker, end)``, builds that target's rows as Spark columns, writes them from
 the executors, and commits them together with the advanced marker in one Delta commit. A run that
 dies anywhere leaves each target either fully at its old marker or fully at the new one, so the
 next run redoes exactly what is missing: nothing twice, nothing skipped.
+
+With the ext queue on (``enable_consume_queue_ext``), each consume queue row's tag code is the
+decorated address of its ``consume_queue_ext`` row, which holds the real tag code, the store time
+and the filter bitmap: CommitLogDispatcherCalcBitMap evaluates every live SQL92 subscription of
+the message's topic (Spark columns, all subscriptions in one pass) and sets the subscription's Bloom
+bits where it returns TRUE. Each ext row records the registry version its bitmap was computed with.
+With the ext queue off, the ext target still moves its marker (with no rows), so the two always
+cover the same messages.
 
 >>> store.dispatch()                                  # doctest: +SKIP
 DispatchResult(from_offset=0, to_offset=4021, consume_queue_rows=40, index_rows=80, ...)
@@ -23,12 +31,15 @@ from typing import TYPE_CHECKING, Callable
 from storelib import columns as C
 from storelib.commitlog import COMMITLOG_MARKER
 from storelib.config import StoreConfig
+from storelib.filter.summary import record_summaries, summarizer_for
 from storelib.message import MessageConst, SysFlag
 from storelib.tables import CommitConflict, Prune, Table, with_retries
 from storelib.writer import write_dataframe
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+    from storelib.filter.registry import Subscription, SubscriptionRegistry
 
 __all__ = ["Dispatcher", "DispatchResult", "REPUT_MARKER", "FAULT_ENV"]
 
@@ -62,12 +73,16 @@ class Dispatcher:
     """Builds consume queue, ext and index rows for what is new in the commitlog."""
 
     def __init__(self, spark: "SparkSession", commitlog: Table, targets: dict[str, Table], config: StoreConfig,
-                 fault: Callable[[str], None] | None = None):
+                 fault: Callable[[str], None] | None = None, registry: "SubscriptionRegistry | None" = None,
+                 summaries: Table | None = None):
         self.spark = spark
         self.commitlog = commitlog
         self.targets = targets
         self.config = config
         self._fault = fault
+        self.registry = registry
+        self.summaries = summaries
+        self._filters: tuple[int, list["Subscription"]] | None = None
 
     def _step(self, name: str) -> None:
         if os.environ.get(FAULT_ENV) == name:
@@ -87,6 +102,7 @@ class Dispatcher:
         snapshot = self.commitlog.snapshot()
         end = Table.marker(snapshot, COMMITLOG_MARKER)
         result = DispatchResult(end, end)
+        self._filters = None
         for name, table in self.targets.items():
             began = time.perf_counter()
             start, n, version = with_retries(
@@ -107,11 +123,17 @@ class Dispatcher:
         start = Table.marker(target, REPUT_MARKER)
         if start >= end:
             return start, 0, target.version()
-        rows = self.commitlog.read(self.spark, commitlog, Prune(between={"physical_offset": (start, end - 1)}))
-        rows = rows.where((rows.physical_offset >= start) & (rows.physical_offset < end))
-        files = write_dataframe(getattr(self, f"_build_{name}")(rows), table, cluster_by=table.spec.cluster_by,
-                                target_file_size=self.config.target_file_size)
+        files, summarize = [], None
+        if name != "consume_queue_ext" or self.ext_enabled:
+            rows = self.commitlog.read(self.spark, commitlog, Prune(between={"physical_offset": (start, end - 1)}))
+            rows = rows.where((rows.physical_offset >= start) & (rows.physical_offset < end))
+            summarize = summarizer_for(self.filters()[1]) if name == "consume_queue_ext" else None
+            files = write_dataframe(getattr(self, f"_build_{name}")(rows), table, cluster_by=table.spec.cluster_by,
+                                    target_file_size=self.config.target_file_size, summarize=summarize)
         self._step(f"{name}.written")
+        if summarize is not None and self.summaries is not None and files:
+            record_summaries(self.summaries, files, self.config.max_commit_attempts)
+            self._step(f"{name}.summarized")
         try:
             version = table.commit(target, files, markers={REPUT_MARKER: end}, operation="DISPATCH",
                                    info={"storelib.from": str(start), "storelib.to": str(end)})
@@ -121,16 +143,65 @@ class Dispatcher:
         self._step(f"{name}.committed")
         return start, sum(f.num_records for f in files), version
 
+    @property
+    def ext_enabled(self) -> bool:
+        return self.config.enable_consume_queue_ext and "consume_queue_ext" in self.targets
+
+    def filters(self) -> tuple[int, list["Subscription"]]:
+        """The registry version this run uses and its live SQL92 subscriptions with valid Bloom data."""
+        if self._filters is None:
+            if self.registry is None or not self.config.enable_calc_filter_bitmap:
+                self._filters = (0, [])
+            else:
+                snapshot = self.registry.snapshot()
+                bloom = self.registry.bloom_filter
+                subs = [s for s in self.registry.all(snapshot)
+                        if s.is_sql92 and s.bloom is not None and bloom.is_valid(s.bloom)]
+                self._filters = (snapshot.version(), subs)
+        return self._filters
+
     # ---- row builders: one per target table ------------------------------------------------
-    def _build_consume_queue(self, rows: "DataFrame") -> "DataFrame":
-        """CommitLogDispatcherBuildConsumeQueue: normal and committed messages only."""
+    @staticmethod
+    def _queued(rows: "DataFrame") -> "DataFrame":
+        """Messages that get a consume queue row: normal and committed ones (not prepared, not rolled back)."""
         from pyspark.sql import functions as F
 
         tran = F.col("sysflag").bitwiseAND(F.lit(SysFlag.TRANSACTION_ROLLBACK_TYPE))
-        out = rows.where(tran.isin(SysFlag.TRANSACTION_NOT_TYPE, SysFlag.TRANSACTION_COMMIT_TYPE)).select(
+        return rows.where(tran.isin(SysFlag.TRANSACTION_NOT_TYPE, SysFlag.TRANSACTION_COMMIT_TYPE))
+
+    def _build_consume_queue(self, rows: "DataFrame") -> "DataFrame":
+        """CommitLogDispatcherBuildConsumeQueue; the tag code is the decorated ext address with the ext queue on."""
+        from pyspark.sql import functions as F
+
+        code = C.decorate_ext_addr(F.col("queue_offset")) if self.ext_enabled else C.tags_code(F.col("tags"))
+        out = self._queued(rows).select(
             "topic", "queue_id", "queue_offset", F.col("physical_offset").alias("commitlog_offset"), "size",
-            C.tags_code(F.col("tags")).alias("tags_code"), "store_timestamp")
+            code.alias("tags_code"), "store_timestamp")
         return out  # commitlog order is queue-offset order; the writer files each queue apart
+
+    def _build_consume_queue_ext(self, rows: "DataFrame") -> "DataFrame":
+        """ConsumeQueueExt units: real tag code, store time, and the CalcBitMap filter bitmap."""
+        from pyspark.sql import functions as F
+
+        from storelib.filter.bloom import bitmap_column
+
+        version, subs = self.filters()
+        if subs:
+            from storelib.filter.sql92_spark import to_columns_with_inputs
+
+            # Each property look-up and number parse once per row, shared by every subscription.
+            inputs, predicates = to_columns_with_inputs([s.compiled.tree for s in subs], "properties")
+            rows = rows.select("*", *inputs)
+            matches = [((F.col("topic") == s.topic) & p, s.bloom) for s, p in zip(subs, predicates)]
+            topics = sorted({s.topic for s in subs})
+            bitmap = F.when(F.col("topic").isin(topics), bitmap_column(matches, subs[0].bloom.bit_num))
+            filter_version = F.when(F.col("topic").isin(topics), F.lit(version).cast("long"))
+        else:
+            bitmap, filter_version = F.lit(None).cast("binary"), F.lit(None).cast("long")
+        return self._queued(rows).select(
+            "topic", "queue_id", "queue_offset", F.col("queue_offset").alias("ext_offset"),
+            F.col("physical_offset").alias("commitlog_offset"), "size", C.tags_code(F.col("tags")).alias("tags_code"),
+            "store_timestamp", bitmap.alias("filter_bitmap"), filter_version.alias("filter_version"))
 
     def _build_index(self, rows: "DataFrame") -> "DataFrame":
         """IndexService.buildIndex: one row per UNIQ_KEY and per non-empty KEYS key, rollbacks excepted."""

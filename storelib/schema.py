@@ -6,13 +6,15 @@ in deltalake). ``python -m storelib.schema`` prints them all.
 
 Tables, as folders under the store's root:
 
-=====================  ====================================================================
-``commitlog``          every message, in append order (RocketMQ's CommitLog)
-``consume_queue``      one row per message and queue: where to find it (ConsumeQueue)
-``consume_queue_ext``  filter bitmap, store time, real tag code (ConsumeQueueExt)
-``index``              one row per KEYS key and per UNIQ_KEY (IndexFile)
-``topic_config``       topics with their queue counts and permissions (TopicConfigManager)
-=====================  ====================================================================
+=============================  ====================================================================
+``commitlog``                  every message, in append order (RocketMQ's CommitLog)
+``consume_queue``              one row per message and queue: where to find it (ConsumeQueue)
+``consume_queue_ext``          filter bitmap, store time, real tag code (ConsumeQueueExt)
+``consume_queue_ext_summary``  per ext file: OR of its bitmaps, its tag codes (file-level pruning)
+``index``                      one row per KEYS key and per UNIQ_KEY (IndexFile)
+``topic_config``               topics with their queue counts and permissions (TopicConfigManager)
+``subscription``               subscriptions by consumer group and topic (ConsumerFilterManager)
+=============================  ====================================================================
 
 No table is Delta-partitioned: the writers cluster rows into files instead (one queue's offset
 range, one key-hash range, one commitlog offset range per file) and every file carries min/max
@@ -28,7 +30,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-__all__ = ["TableSpec", "TABLES", "COMMITLOG", "CONSUME_QUEUE", "CONSUME_QUEUE_EXT", "INDEX", "TOPIC_CONFIG"]
+__all__ = ["TableSpec", "TABLES", "COMMITLOG", "CONSUME_QUEUE", "CONSUME_QUEUE_EXT", "EXT_SUMMARY", "INDEX", "TOPIC_CONFIG",
+           "SUBSCRIPTION"]
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 PROPERTIES = pa.map_(pa.string(), pa.string())
@@ -106,15 +109,59 @@ CONSUME_QUEUE_EXT = TableSpec(
     pa.schema([
         _f("topic", pa.string(), "Topic", False),
         _f("queue_id", pa.int32(), "Queue of the topic", False),
-        _f("ext_offset", pa.int64(), "Undecorated ext address: byte position of this unit in the queue's ext log", False),
         _f("queue_offset", pa.int64(), "Queue offset of the message this unit belongs to", False),
+        _f("ext_offset", pa.int64(), "Undecorated ext address of this unit (its index in the queue's ext log); "
+                                     "the consume queue row's tags_code holds it decorated", False),
+        _f("commitlog_offset", pa.int64(), "physical_offset of the message (repeated from the consume queue row, "
+                                           "so filtered reads need no join)", False),
+        _f("size", pa.int32(), "Message size in bytes (repeated from the consume queue row)", False),
         _f("tags_code", pa.int64(), "Real tag hash code of the message", False),
         _f("store_timestamp", TIMESTAMP, "Store time of the message", False),
-        _f("filter_bitmap", pa.binary(), "Bloom bits of the SQL92 subscriptions the message matched (BitsArray layout)"),
+        _f("filter_bitmap", pa.binary(), "Bloom bits of the SQL92 subscriptions the message matched (BitsArray "
+                                         "layout, ceil(m/8) bytes); null when bitmaps were off"),
+        _f("filter_version", pa.int64(), "Subscription registry version the bitmap was computed with: valid for "
+                                         "subscriptions registered at or before it"),
     ]),
     cluster_by=("topic", "queue_id"),
-    sort_by=("topic", "queue_id", "ext_offset"),
+    sort_by=("topic", "queue_id", "queue_offset"),
     description="Filter bitmap, store time and real tag code per message (RocketMQ's ConsumeQueueExt).",
+)
+
+EXT_SUMMARY = TableSpec(
+    "consume_queue_ext_summary",
+    pa.schema([
+        _f("path", pa.string(), "Data file of consume_queue_ext this row sums up (Delta add path)", False),
+        _f("topic", pa.string(), "Topic of the file's rows", False),
+        _f("queue_id", pa.int32(), "Queue of the file's rows", False),
+        _f("num_records", pa.int64(), "Rows in the file", False),
+        _f("filter_bitmap_or", pa.binary(), "OR of every row's filter bitmap; null when some row has none"),
+        _f("filter_version_min", pa.int64(), "Lowest filter_version of the file's rows"),
+        _f("tags_codes", pa.list_(pa.int64()), "Distinct real tag codes of the file's rows; null when there are "
+                                               "more than 64"),
+        _f("no_hit", pa.list_(pa.string()), "SQL92 subscriptions ('group@version') whose Bloom bits no row's "
+                                            "bitmap hits: the file holds no message for them"),
+    ]),
+    cluster_by=("topic",),
+    description=("One row per consume_queue_ext file: what its bitmaps and tag codes can match, so a selective "
+                 "read skips files without opening them."),
+)
+
+SUBSCRIPTION = TableSpec(
+    "subscription",
+    pa.schema([
+        _f("consumer_group", pa.string(), "Consumer group", False),
+        _f("topic", pa.string(), "Subscribed topic", False),
+        _f("expression_type", pa.string(), "TAG or SQL92", False),
+        _f("expression", pa.string(), "Tag expression ('TagA || TagB', '*') or SQL92 text", False),
+        _f("version", pa.int64(), "Registry version (Delta version of the commit that registered this row)", False),
+        _f("sub_version", pa.int64(), "Client's subscription version (epoch ms of the registration)", False),
+        _f("born_timestamp", TIMESTAMP, "When the subscription was registered (ConsumerFilterData.bornTime)", False),
+        _f("dead", pa.bool_(), "An unregistration: the (group, topic) has no subscription from this version", False),
+        _f("bloom_bit_pos", pa.list_(pa.int32()), "Bloom bit positions of 'group#topic' (BloomFilterData.bitPos)"),
+        _f("bloom_bit_num", pa.int32(), "Bloom filter size m the bit positions are for (BloomFilterData.bitNum)"),
+    ]),
+    cluster_by=("topic",),
+    description="Subscriptions by (consumer group, topic), every registration kept (RocketMQ's ConsumerFilterManager).",
 )
 
 INDEX = TableSpec(
@@ -145,7 +192,8 @@ TOPIC_CONFIG = TableSpec(
     description="Topic configuration (RocketMQ's TopicConfigManager).",
 )
 
-TABLES: dict[str, TableSpec] = {t.name: t for t in (COMMITLOG, CONSUME_QUEUE, CONSUME_QUEUE_EXT, INDEX, TOPIC_CONFIG)}
+TABLES: dict[str, TableSpec] = {t.name: t for t in (COMMITLOG, CONSUME_QUEUE, CONSUME_QUEUE_EXT, EXT_SUMMARY, INDEX,
+                                                     TOPIC_CONFIG, SUBSCRIPTION)}
 
 
 def describe() -> str:

@@ -21,7 +21,9 @@ from storelib.dispatch import Dispatcher, DispatchResult
 from storelib.errors import InputChangedError, InvalidQueueIdError, ReservedTopicError
 from storelib.message import Message, SendResult
 from storelib.producer import Producer
-from storelib.schema import COMMITLOG, CONSUME_QUEUE, CONSUME_QUEUE_EXT, INDEX, TOPIC_CONFIG
+from storelib.filter.registry import Subscription, SubscriptionRegistry
+from storelib.filter.selector import MessageSelector
+from storelib.schema import COMMITLOG, CONSUME_QUEUE, CONSUME_QUEUE_EXT, EXT_SUMMARY, INDEX, SUBSCRIPTION, TOPIC_CONFIG
 from storelib.tables import Prune, Table
 from storelib.topics import (PERM_READ, PERM_WRITE, TopicConfig, TopicConfigTable, is_system_topic, validate_topic)
 
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from storelib.query import MessageQuery, StoredMessage
+    from storelib.read import FilterStats
 
 __all__ = ["MessageStore"]
 
@@ -44,9 +47,11 @@ class MessageStore:
         self.config = config
         props = dict(config.table_properties)
         self.tables = {spec.name: Table(f"{self.root}/{spec.name}", spec, props)
-                       for spec in (COMMITLOG, CONSUME_QUEUE, CONSUME_QUEUE_EXT, INDEX, TOPIC_CONFIG)}
+                       for spec in (COMMITLOG, CONSUME_QUEUE, CONSUME_QUEUE_EXT, EXT_SUMMARY, INDEX, TOPIC_CONFIG,
+                                    SUBSCRIPTION)}
         self.commitlog = CommitLog(self.tables["commitlog"], config)
         self.topics = TopicConfigTable(self.tables["topic_config"])
+        self.registry = SubscriptionRegistry(self.tables["subscription"], config)
         self.producer = Producer(config)
 
     @classmethod
@@ -141,18 +146,59 @@ class MessageStore:
 
     # ---- dispatch --------------------------------------------------------------------------
     def dispatcher(self, fault: Callable[[str], None] | None = None) -> Dispatcher:
-        targets = {"consume_queue": self.tables["consume_queue"]}
+        targets = {"consume_queue": self.tables["consume_queue"], "consume_queue_ext": self.tables["consume_queue_ext"]}
         if self.config.message_index_enable:
             targets["index"] = self.tables["index"]
-        return Dispatcher(self.spark, self.tables["commitlog"], targets, self.config, fault=fault)
+        return Dispatcher(self.spark, self.tables["commitlog"], targets, self.config, fault=fault,
+                          registry=self.registry, summaries=self.tables["consume_queue_ext_summary"])
 
     def dispatch(self) -> DispatchResult:
-        """Build consume queue and index rows for everything sent since the last dispatch."""
+        """Build consume queue, ext (with filter bitmaps) and index rows for everything sent since the last dispatch."""
         return self.dispatcher().run()
 
     def dispatch_progress(self) -> dict[str, int]:
         """How far each dispatched table has come, in commitlog offsets, and where the commitlog ends."""
         return self.dispatcher().progress()
+
+    # ---- subscriptions and filtered reads ---------------------------------------------------------
+    def subscribe(self, group: str, topic: str, selector: "MessageSelector | str | None" = None) -> Subscription:
+        """Register ``group``'s subscription to ``topic``: a tag expression (``'TagA || TagB'``) or a selector.
+
+        A later call replaces the group's expression for the topic and bumps its version. SQL92
+        subscriptions get Bloom bits in every message dispatched from now on.
+
+        >>> store.subscribe("GroupA", "TopicTest", "TagA || TagB").version        # doctest: +SKIP
+        1
+        """
+        self.topic_config(topic)
+        return self.registry.register(group, topic, selector)
+
+    def unsubscribe(self, group: str, topic: str) -> bool:
+        """Remove ``group``'s subscription to ``topic``; False when it had none."""
+        return self.registry.unregister(group, topic)
+
+    def subscription(self, group: str, topic: str) -> Subscription:
+        """The group's current subscription to the topic, or :class:`~storelib.errors.SubscriptionNotFoundError`."""
+        return self.registry.get(group, topic)
+
+    def read(self, topic: str, selector: "MessageSelector | str | None" = None, *, group: str | None = None) -> "DataFrame":
+        """The topic's dispatched messages matching ``selector`` or ``group``'s subscription, as commitlog rows.
+
+        Two stages, as the broker filters: consume queue units by tag code or Bloom bitmap (whole
+        ext files skipped by their summaries), then the exact check on the commitlog row.
+
+        >>> store.read("TopicTest", MessageSelector.by_sql("a between 0 and 3")).count()   # doctest: +SKIP
+        4
+        """
+        from storelib.read import read_topic
+
+        return read_topic(self, topic, selector, group)
+
+    def filter_stats(self, group: str, topic: str) -> "FilterStats":
+        """Units checked, skipped by file summaries, pruned by bitmap, and messages matched for the group now."""
+        from storelib.read import filter_stats
+
+        return filter_stats(self, topic, group=group)
 
     # ---- upkeep ----------------------------------------------------------------------------
     def compact(self, full: bool = False) -> dict[str, tuple[int, int]]:
@@ -163,9 +209,15 @@ class MessageStore:
         """
         from storelib.compaction import compact_table
 
+        from storelib.filter.summary import record_summaries, summarizer_for
+
         order = {"commitlog": "physical_offset"}
+        summaries = self.tables["consume_queue_ext_summary"]
+        hooks = {"consume_queue_ext": (summarizer_for(self.registry.all()),
+                                       lambda files: record_summaries(summaries, files))}
         return {name: compact_table(self.spark, self.tables[name], target_file_size=self.config.target_file_size,
-                                    order_by=order.get(name), full=full)
+                                    order_by=order.get(name), full=full, summarize=hooks.get(name, (None, None))[0],
+                                    before_commit=hooks.get(name, (None, None))[1])
                 for name in ("commitlog", "consume_queue", "consume_queue_ext", "index")}
 
     def vacuum(self, retention_hours: int = 168) -> dict[str, int]:

@@ -47,13 +47,15 @@ class CommitConflict(Exception):
 class WrittenFile:
     """A Parquet file written into a table's folder, not yet committed.
 
-    ``path`` is relative to the table root; ``stats`` is Delta's per-file statistics JSON.
+    ``path`` is relative to the table root; ``stats`` is Delta's per-file statistics JSON;
+    ``summary`` what the writer's :class:`~storelib.writer.Summarizer` made of the file, if any.
     """
 
     path: str
     size: int
     num_records: int
     stats: str
+    summary: str | None = None
 
     def add_action(self, data_change: bool = True) -> AddAction:
         return AddAction(self.path, self.size, {}, int(time.time() * 1000), data_change, self.stats)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -31,10 +31,24 @@ from storelib.tables import Table, WrittenFile, filesystem
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["FileSink", "write_dataframe", "WRITTEN_FILE_DDL"]
+__all__ = ["FileSink", "Summarizer", "write_dataframe", "WRITTEN_FILE_DDL"]
 
-WRITTEN_FILE_DDL = "path string, size long, num_records long, stats string"
+WRITTEN_FILE_DDL = "path string, size long, num_records long, stats string, summary string"
 _STATS_STRING_PREFIX = 32
+
+
+class Summarizer(Protocol):
+    """Sums up each written file beyond min/max statistics (e.g. the OR of its filter bitmaps).
+
+    ``start`` makes a fresh state for a file, ``add`` folds a batch of its rows in, ``finish``
+    returns the summary as a string (JSON) kept on the :class:`WrittenFile`.
+    """
+
+    def start(self) -> Any: ...
+
+    def add(self, state: Any, batch: pa.RecordBatch) -> Any: ...
+
+    def finish(self, state: Any) -> str | None: ...
 
 
 class FileSink:
@@ -46,8 +60,10 @@ class FileSink:
     """
 
     def __init__(self, root: str, schema: pa.Schema, *, cluster_by: Sequence[str] = (),
-                 target_file_size: int = 128 * 1024 * 1024, prefix: str = "part", row_group_rows: int = 64 * 1024):
+                 target_file_size: int = 128 * 1024 * 1024, prefix: str = "part", row_group_rows: int = 64 * 1024,
+                 summarize: Summarizer | None = None):
         self.root = root.rstrip("/")
+        self.summarize = summarize
         self.schema = schema
         self.cluster_by = list(cluster_by)
         self.target = target_file_size
@@ -62,7 +78,7 @@ class FileSink:
             for key, part in _groups(batch, self.cluster_by):
                 f = self._open.get(key)
                 if f is None:
-                    f = self._open[key] = _OpenFile(self.root, self.schema, self.prefix)
+                    f = self._open[key] = _OpenFile(self.root, self.schema, self.prefix, self.summarize)
                 f.add(part, self.row_group_rows)
                 if f.bytes >= self.target:
                     self.files.append(self._open.pop(key).close())
@@ -88,7 +104,9 @@ class FileSink:
 class _OpenFile:
     """One Parquet file being written: buffered rows, running statistics."""
 
-    def __init__(self, root: str, schema: pa.Schema, prefix: str):
+    def __init__(self, root: str, schema: pa.Schema, prefix: str, summarize: Summarizer | None = None):
+        self.summarize = summarize
+        self.summary = summarize.start() if summarize else None
         self.name = f"{prefix}-{uuid.uuid4().hex}.c000.zstd.parquet"
         self.fs, base = filesystem(root)
         self.path = f"{base}/{self.name}"
@@ -101,6 +119,8 @@ class _OpenFile:
 
     def add(self, part: pa.RecordBatch, row_group_rows: int) -> None:
         self.pending.append(part)
+        if self.summarize:
+            self.summary = self.summarize.add(self.summary, part)
         self.pending_rows += part.num_rows
         self.bytes += part.nbytes
         if self.pending_rows >= row_group_rows:
@@ -116,25 +136,28 @@ class _OpenFile:
         self.writer.close()
         size = self.fs.get_file_info(self.path).size
         stats = _Stats.from_metadata(self.schema, self.writer.writer.metadata)
-        return WrittenFile(self.name, size, stats.rows, stats.to_json())
+        summary = self.summarize.finish(self.summary) if self.summarize else None
+        return WrittenFile(self.name, size, stats.rows, stats.to_json(), summary)
 
 
 def write_dataframe(df: "DataFrame", table: Table, *, cluster_by: Sequence[str] = (),
                     target_file_size: int = 128 * 1024 * 1024, prefix: str = "part",
                     transform: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]] | None = None,
-                    ) -> list[WrittenFile]:
+                    summarize: Summarizer | None = None) -> list[WrittenFile]:
     """Write ``df`` as Parquet files into the table's folder from the executors.
 
     Without ``transform``, ``df`` has the table's columns. With it, each partition's batches pass
     through ``transform`` (run on the executor, it yields batches with the table's columns) on
     their way to the files. Rows keep their order within each file. Returns the files, to be
-    committed by the caller: only file metadata reaches the driver.
+    committed by the caller: only file metadata reaches the driver. ``summarize`` adds a
+    per-file summary to each :class:`WrittenFile` (computed on the executor).
     """
     root, schema = table.path, table.spec.arrow
     cluster = list(cluster_by)
 
     def write_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        sink = FileSink(root, schema, cluster_by=cluster, target_file_size=target_file_size, prefix=prefix)
+        sink = FileSink(root, schema, cluster_by=cluster, target_file_size=target_file_size, prefix=prefix,
+                        summarize=summarize)
         try:
             sink.write(transform(batches) if transform else batches)
             files = sink.close()
@@ -145,11 +168,11 @@ def write_dataframe(df: "DataFrame", table: Table, *, cluster_by: Sequence[str] 
 
     source = df if transform else df.select(*schema.names)
     rows = source.mapInArrow(write_partition, WRITTEN_FILE_DDL).collect()
-    return [WrittenFile(r.path, r.size, r.num_records, r.stats) for r in rows]
+    return [WrittenFile(r.path, r.size, r.num_records, r.stats, r.summary) for r in rows]
 
 
 _WRITTEN_FILE_ARROW = pa.schema([("path", pa.string()), ("size", pa.int64()), ("num_records", pa.int64()),
-                                 ("stats", pa.string())])
+                                 ("stats", pa.string()), ("summary", pa.string())])
 
 
 def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:

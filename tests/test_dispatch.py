@@ -14,7 +14,8 @@ from storelib import Message, codec
 from storelib.dispatch import FAULT_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
-STEPS = ["consume_queue.written", "consume_queue.committed", "index.written", "index.committed"]
+STEPS = ["consume_queue.written", "consume_queue.committed", "consume_queue_ext.written",
+         "consume_queue_ext.summarized", "consume_queue_ext.committed", "index.written", "index.committed"]
 
 
 def send_some(store, n, start=0, tags=("TagA", "TagB", "Aa", "BB")):
@@ -23,11 +24,22 @@ def send_some(store, n, start=0, tags=("TagA", "TagB", "Aa", "BB")):
 
 
 def expected_consume_queue(spark, store):
+    """With the ext queue on (the default) the tag code is the decorated address of the message's ext unit."""
+    ext = store.config.enable_consume_queue_ext
     rows = store.messages().select("topic", "queue_id", "queue_offset", F.col("physical_offset").alias("commitlog_offset"),
                                    "size", "tags", "store_timestamp").collect()
-    data = [(r.topic, r.queue_id, r.queue_offset, r.commitlog_offset, r.size, codec.tags_code(r.tags), r.store_timestamp)
+    data = [(r.topic, r.queue_id, r.queue_offset, r.commitlog_offset, r.size,
+             codec.decorate_ext_addr(r.queue_offset) if ext else codec.tags_code(r.tags), r.store_timestamp)
             for r in rows]
     return spark.createDataFrame(data, store.table("consume_queue").schema)
+
+
+def expected_ext(spark, store):
+    """One ext unit per message: real tag code, store time, no bitmap while nothing subscribes by SQL92."""
+    rows = store.messages().collect()
+    data = [(r.topic, r.queue_id, r.queue_offset, r.queue_offset, r.physical_offset, r.size, codec.tags_code(r.tags),
+             r.store_timestamp, None, None) for r in rows]
+    return spark.createDataFrame(data, store.table("consume_queue_ext").schema)
 
 
 def expected_index(store):
@@ -46,11 +58,14 @@ def index_rows(store):
 def assert_dispatched_exactly(spark, store):
     assert_df_equality(store.table("consume_queue"), expected_consume_queue(spark, store),
                        ignore_row_order=True, ignore_nullable=True, ignore_metadata=True)
+    assert_df_equality(store.table("consume_queue_ext"), expected_ext(spark, store),
+                       ignore_row_order=True, ignore_nullable=True, ignore_metadata=True)
     rows = index_rows(store)
     assert sorted((h, off, ts) for h, off, ts, _ in rows) == expected_index(store)  # each once: no dup, no gap
     assert all(hash_range == key_hash >> 25 for key_hash, _, _, hash_range in rows)
     progress = store.dispatch_progress()
-    assert progress["consume_queue"] == progress["index"] == progress["commitlog"] == store.max_offset()
+    assert progress["consume_queue"] == progress["consume_queue_ext"] == progress["index"] == progress["commitlog"] \
+        == store.max_offset()
 
 
 class TestDispatch:
@@ -64,8 +79,19 @@ class TestDispatch:
     def test_colliding_tags_keep_their_hash_codes(self, spark, store):
         send_some(store, 4, tags=("Aa", "BB"))
         store.dispatch()
-        codes = {r.tags_code for r in store.table("consume_queue").collect()}
+        codes = {r.tags_code for r in store.table("consume_queue_ext").collect()}
         assert codes == {codec.tags_code("Aa")} == {2112}
+
+    def test_ext_queue_off_keeps_real_tag_codes(self, spark, store_path):
+        from storelib import MessageStore
+
+        plain = MessageStore.open(store_path, spark, enable_consume_queue_ext=False)
+        plain.create_topic("TopicTest", queues=4)
+        send_some(plain, 4, tags=("Aa", "BB"))
+        plain.dispatch()
+        assert {r.tags_code for r in plain.table("consume_queue").collect()} == {2112}
+        assert plain.table("consume_queue_ext").count() == 0
+        assert plain.dispatch_progress()["consume_queue_ext"] == plain.max_offset()  # the marker moves all the same
 
     def test_max_queue_offset_follows_dispatch(self, store):
         send_some(store, 6)
@@ -82,7 +108,7 @@ class TestDispatch:
         second = store.dispatch()
         assert second.from_offset == first.to_offset and second.consume_queue_rows == 7
         again = store.dispatch()
-        assert again.rows == {"consume_queue": 0, "index": 0}
+        assert again.rows == {"consume_queue": 0, "consume_queue_ext": 0, "index": 0}
         assert_dispatched_exactly(spark, store)
 
     def test_reads_only_new_commitlog_files(self, spark, store):

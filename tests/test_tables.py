@@ -99,8 +99,14 @@ class TestFileSkipping:
 class TestConfig:
     def test_defaults_are_rocketmq_defaults(self):
         c = StoreConfig()
-        assert (c.max_message_size, c.message_index_enable, c.enable_consume_queue_ext, c.max_hash_slot_num) == \
-            (4 * 1024 * 1024, True, False, 5_000_000)
+        assert (c.max_message_size, c.message_index_enable, c.max_hash_slot_num, c.max_error_rate_of_bloom_filter,
+                c.expect_consumer_num_use_filter) == (4 * 1024 * 1024, True, 5_000_000, 20, 32)
+
+    def test_filtering_is_on_by_default_and_can_be_turned_off(self):
+        c = StoreConfig()
+        assert (c.enable_consume_queue_ext, c.enable_property_filter, c.enable_calc_filter_bitmap) == (True, True, True)
+        off = StoreConfig.from_mapping({"spark.storelib.enable_property_filter": "false"})
+        assert off.enable_property_filter is False
 
     def test_from_spark_settings(self):
         c = StoreConfig.from_mapping({"spark.storelib.max_message_size": "1024", "spark.master": "local"})

@@ -1,0 +1,155 @@
+"""``MessageFilter``: one selector's two checks, RocketMQ's ExpressionMessageFilter as Spark columns.
+
+A read asks two questions of every message, as the broker does:
+
+1. **by consume queue** (``isMatchedByConsumeQueue``), over the queue unit alone: the real tag
+   code against the subscription's code set, or - for a registered SQL92 subscription - the
+   group's Bloom bits against the message's filter bitmap. Units whose bitmap cannot be trusted
+   (none, the wrong length, or computed before the subscription was registered) pass, as
+   RocketMQ lets them pass, and are decided by step 2.
+2. **by commitlog** (``isMatchedByCommitLog`` and the client's tag re-check): the exact test on
+   the message - its TAGS string in the tags set, or the SQL92 predicate over its properties.
+
+Step 1 never drops a message step 2 would keep; step 2 makes the answer exact (hash collisions,
+Bloom false positives). The same checks exist as Python methods for point reads of a few messages.
+
+>>> from storelib.filter.selector import MessageSelector
+>>> f = MessageFilter("TopicTest", MessageSelector.by_tag("Aa"))
+>>> f.is_matched_by_consume_queue(tags_code=2112), f.is_matched_by_commitlog(tags="BB")   # "BB" collides
+(True, False)
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Mapping
+
+from storelib.filter.selector import MessageSelector
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
+
+    from storelib.filter.bloom import BloomFilter, BloomFilterData
+    from storelib.filter.registry import Subscription
+    from storelib.filter.summary import FileSummary
+
+__all__ = ["MessageFilter"]
+
+
+class MessageFilter:
+    """The consume-queue and commitlog checks of one selector on one topic.
+
+    ``subscription`` (a registered group's) brings Bloom data and its registry version; an ad hoc
+    selector has none, so its consume-queue check is by tag code only (SQL92 passes every unit).
+    """
+
+    def __init__(self, topic: str, selector: MessageSelector, subscription: "Subscription | None" = None,
+                 bloom_filter: "BloomFilter | None" = None):
+        self.topic = topic
+        self.selector = selector
+        self.subscription = subscription
+        bloom = subscription.bloom if subscription is not None and subscription.is_sql92 else None
+        self.bloom: "BloomFilterData | None" = bloom if bloom is not None and (
+            bloom_filter is None or bloom_filter.is_valid(bloom)) else None
+        self.version = subscription.version if subscription is not None else None
+        self.bloom_filter = bloom_filter
+
+    @functools.cached_property
+    def data(self):
+        """RocketMQ's SubscriptionData (tags set and code set; none for SQL92)."""
+        from storelib.filter.tag import build_subscription
+
+        return build_subscription(self.topic, self.selector.expression, self.selector.expression_type)
+
+    @functools.cached_property
+    def sql(self):
+        from storelib.filter.sql92 import parse_sql92
+
+        return parse_sql92(self.selector.expression) if self.selector.is_sql92 else None
+
+    @property
+    def matches_all(self) -> bool:
+        """A ``*`` tag subscription: every message of the topic."""
+        return self.selector.is_tag and self.data.sub_string == "*"
+
+    @property
+    def uses_bitmap(self) -> bool:
+        return self.bloom is not None
+
+    # ---- Spark columns -------------------------------------------------------------------------
+    def consume_queue_column(self) -> "Column":
+        """Step 1 over ``tags_code`` (real), ``filter_bitmap`` and ``filter_version`` columns; never NULL."""
+        from pyspark.sql import functions as F
+
+        if self.selector.is_tag:
+            from storelib.filter.tag import code_match_column
+
+            return code_match_column(self.data, F.col("tags_code"))
+        if self.bloom is None:
+            return F.lit(True)
+        return F.coalesce(~self.trusted_bitmap() | self.bitmap_hit(), F.lit(True))
+
+    def trusted_bitmap(self) -> "Column":
+        """TRUE where the unit's bitmap was computed knowing this subscription (so it may prune)."""
+        from pyspark.sql import functions as F
+
+        return F.coalesce(F.col("filter_version") >= F.lit(self.version), F.lit(False))
+
+    def bitmap_hit(self) -> "Column":
+        from pyspark.sql import functions as F
+
+        from storelib.filter.bloom import may_match_column
+
+        return F.coalesce(may_match_column(F.col("filter_bitmap"), self.bloom), F.lit(True))
+
+    def commitlog_column(self) -> "Column":
+        """Step 2 over commitlog columns ``tags`` and ``properties``; never NULL."""
+        from pyspark.sql import functions as F
+
+        if self.selector.is_tag:
+            from storelib.filter.tag import tag_match_column
+
+            return tag_match_column(self.data, F.col("tags"))
+        return self.sql.to_column("properties")
+
+    # ---- file level ----------------------------------------------------------------------------
+    def may_skip_file(self, summary: "FileSummary") -> bool:
+        """True when a consume_queue_ext file's summary proves none of its units passes step 1."""
+        if self.selector.is_tag:
+            if self.matches_all or summary.codes is None:
+                return False
+            return not any(self.data.matches_code(c) for c in summary.codes)
+        if self.bloom is None:
+            return False
+        from storelib.filter.summary import subscription_key
+
+        if subscription_key(self.subscription.group, self.version) in summary.no_hit:
+            return True
+        if summary.bitmap is None or summary.version_min is None:
+            return False
+        if summary.version_min < self.version or len(summary.bitmap) * 8 != self.bloom.bit_num:
+            return False
+        return not self._hit(summary.bitmap)
+
+    # ---- Python, for point reads -----------------------------------------------------------------
+    def is_matched_by_consume_queue(self, tags_code: int | None = None, filter_bitmap: bytes | None = None,
+                                    filter_version: int | None = None) -> bool:
+        """Step 1 for one unit (tag code real, not an ext address)."""
+        if self.selector.is_tag:
+            return tags_code is None or self.data.matches_code(tags_code)
+        if self.bloom is None or filter_bitmap is None or filter_version is None or filter_version < self.version:
+            return True
+        if len(filter_bitmap) * 8 != self.bloom.bit_num:
+            return True
+        return self._hit(filter_bitmap)
+
+    def _hit(self, bitmap: bytes) -> bool:
+        from storelib.filter.bloom import BloomFilter
+
+        return (self.bloom_filter or BloomFilter()).is_hit(self.bloom, bytearray(bitmap))
+
+    def is_matched_by_commitlog(self, tags: str | None = None, properties: Mapping[str, str] | None = None) -> bool:
+        """Step 2 for one message."""
+        if self.selector.is_tag:
+            return self.data.matches_tag(tags)
+        return self.sql.evaluate(properties or {})

@@ -1,0 +1,196 @@
+"""The subscription registry: RocketMQ's ConsumerFilterManager, kept as a Delta table.
+
+One expression per (consumer group, topic). Every registration is a row; the newest row of a
+(group, topic) is its subscription, so a later registration replaces the earlier one. Rows carry
+the registry ``version`` they were committed at (the ``subscription`` table's Delta version), and
+SQL92 rows carry the Bloom filter data of ``group#topic``. Dispatch records the registry version
+it computed bitmaps with, so a bitmap is trusted for exactly the subscriptions it knew.
+
+>>> reg = SubscriptionRegistry(table, StoreConfig())                     # doctest: +SKIP
+>>> s = reg.register("GroupB", "TopicTest", MessageSelector.by_sql("a > 5"))   # doctest: +SKIP
+>>> s.version, s.bloom.bit_pos                                          # doctest: +SKIP
+(1, [41, 17, 97])
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterable
+
+import pyarrow as pa
+
+from storelib.config import StoreConfig
+from storelib.errors import FilterNotSupportedError, SubscriptionNotFoundError
+from storelib.filter.bloom import BloomFilter, BloomFilterData
+from storelib.filter.selector import MessageSelector
+from storelib.schema import SUBSCRIPTION
+from storelib.tables import CommitConflict, Table, with_retries
+from storelib.topics import validate_group, validate_topic
+from storelib.writer import FileSink
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
+
+    from storelib.filter.sql92 import Sql92Expression
+    from storelib.filter.tag import SubscriptionData
+
+__all__ = ["Subscription", "SubscriptionRegistry"]
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """A registered subscription of a consumer group to a topic (ConsumerFilterData + SubscriptionData)."""
+
+    group: str
+    topic: str
+    selector: MessageSelector
+    version: int
+    sub_version: int
+    born_timestamp: dt.datetime
+    bloom: BloomFilterData | None = None
+
+    @property
+    def is_sql92(self) -> bool:
+        return self.selector.is_sql92
+
+    @functools.cached_property
+    def data(self) -> "SubscriptionData":
+        """RocketMQ's SubscriptionData (``FilterAPI.build``): tags set and code set for tag subscriptions."""
+        from storelib.filter.tag import build_subscription
+
+        return build_subscription(self.topic, self.selector.expression, self.selector.expression_type)
+
+    @functools.cached_property
+    def compiled(self) -> "Sql92Expression | None":
+        """The SQL92 expression, parsed (``None`` for tag subscriptions)."""
+        from storelib.filter.sql92 import parse_sql92
+
+        return parse_sql92(self.selector.expression) if self.is_sql92 else None
+
+
+class SubscriptionRegistry:
+    """The ``subscription`` table: register, replace, unregister and look up subscriptions."""
+
+    def __init__(self, table: Table, config: StoreConfig):
+        self.table = table
+        self.config = config
+        self.bloom_filter = BloomFilter(config.max_error_rate_of_bloom_filter, config.expect_consumer_num_use_filter)
+
+    # ---- writing -----------------------------------------------------------------------------
+    def register(self, group: str, topic: str, selector: "MessageSelector | str | None") -> Subscription:
+        """Subscribe ``group`` to ``topic``; replaces the group's earlier expression for the topic.
+
+        The expression is checked first (a typed error, nothing written, if it is not valid).
+        Registering the same expression again changes nothing and returns the current subscription.
+        """
+        validate_group(group)
+        validate_topic(topic)
+        selector = MessageSelector.of(selector)
+        self.check(topic, selector)
+        bloom = self.bloom_filter.generate(f"{group}#{topic}") if selector.is_sql92 else None
+
+        def step(snapshot: "DeltaTable") -> Subscription:
+            current = self._current(snapshot).get((group, topic))
+            if current is not None and current.selector == selector:
+                return current
+            version = snapshot.version() + 1
+            now = dt.datetime.now(dt.timezone.utc)
+            sub = Subscription(group, topic, selector, version, _sub_version(now, current), now, bloom)
+            self._commit(snapshot, [_row(sub, dead=False)], "SUBSCRIBE")
+            return sub
+
+        return with_retries(self.table, self.config.max_commit_attempts, step, what="subscribe")
+
+    def unregister(self, group: str, topic: str) -> bool:
+        """Remove the group's subscription to the topic; False if it had none."""
+
+        def step(snapshot: "DeltaTable") -> bool:
+            current = self._current(snapshot).get((group, topic))
+            if current is None:
+                return False
+            now = dt.datetime.now(dt.timezone.utc)
+            gone = Subscription(group, topic, current.selector, snapshot.version() + 1, _sub_version(now, current), now)
+            self._commit(snapshot, [_row(gone, dead=True)], "UNSUBSCRIBE")
+            return True
+
+        return with_retries(self.table, self.config.max_commit_attempts, step, what="unsubscribe")
+
+    def check(self, topic: str, selector: MessageSelector) -> None:
+        """Raise the typed error RocketMQ's broker would give for this selector, if any."""
+        if selector.is_sql92:
+            if not self.config.enable_property_filter:
+                raise FilterNotSupportedError("expression_type", "SQL92 filtering is off in this store "
+                                              "(enable_property_filter=false)", value=selector.expression)
+            from storelib.filter.sql92 import parse_sql92
+
+            parse_sql92(selector.expression)
+        elif selector.is_tag:
+            from storelib.filter.tag import build_subscription
+
+            build_subscription(topic, selector.expression, selector.expression_type)
+        else:
+            raise FilterNotSupportedError("expression_type", "only TAG and SQL92 selectors exist",
+                                          value=selector.expression_type)
+
+    def _commit(self, snapshot: "DeltaTable", rows: list[dict], operation: str) -> None:
+        sink = FileSink(self.table.path, SUBSCRIPTION.arrow, prefix="sub")
+        sink.write(pa.Table.from_pylist(rows, schema=SUBSCRIPTION.arrow).to_batches())
+        files = sink.close()
+        try:
+            self.table.commit(snapshot, files, operation=operation)
+        except CommitConflict:
+            self.table.discard(files)
+            raise
+
+    # ---- reading -----------------------------------------------------------------------------
+    def snapshot(self) -> "DeltaTable":
+        return self.table.snapshot()
+
+    def get(self, group: str, topic: str, snapshot: "DeltaTable | None" = None) -> Subscription:
+        """The group's live subscription to the topic, or :class:`SubscriptionNotFoundError`."""
+        sub = self._current(snapshot or self.snapshot()).get((group, topic))
+        if sub is None:
+            raise SubscriptionNotFoundError("group", f"consumer group {group} has no subscription to topic {topic}",
+                                            value=group)
+        return sub
+
+    def for_topic(self, topic: str, snapshot: "DeltaTable | None" = None) -> list[Subscription]:
+        """Every live subscription to ``topic``, by group name."""
+        subs = self._current(snapshot or self.snapshot())
+        return [s for (g, t), s in sorted(subs.items()) if t == topic]
+
+    def all(self, snapshot: "DeltaTable | None" = None) -> list[Subscription]:
+        return [s for _, s in sorted(self._current(snapshot or self.snapshot()).items())]
+
+    def _current(self, snapshot: "DeltaTable") -> dict[tuple[str, str], Subscription]:
+        rows = self.table.read_arrow(snapshot).to_pylist()
+        latest: dict[tuple[str, str], dict] = {}
+        for r in sorted(rows, key=lambda r: r["version"]):
+            latest[(r["consumer_group"], r["topic"])] = r
+        return {k: _subscription(r) for k, r in latest.items() if not r["dead"]}
+
+
+def _sub_version(now: dt.datetime, current: Subscription | None) -> int:
+    millis = int(now.timestamp() * 1000)
+    return max(millis, current.sub_version + 1) if current is not None else millis
+
+
+def _row(sub: Subscription, dead: bool) -> dict:
+    return {"consumer_group": sub.group, "topic": sub.topic, "expression_type": sub.selector.expression_type,
+            "expression": sub.selector.expression, "version": sub.version, "sub_version": sub.sub_version,
+            "born_timestamp": sub.born_timestamp, "dead": dead,
+            "bloom_bit_pos": list(sub.bloom.bit_pos) if sub.bloom else None,
+            "bloom_bit_num": sub.bloom.bit_num if sub.bloom else None}
+
+
+def _subscription(r: dict) -> Subscription:
+    bloom = BloomFilterData(list(r["bloom_bit_pos"]), r["bloom_bit_num"]) if r["bloom_bit_pos"] is not None else None
+    return Subscription(r["consumer_group"], r["topic"], MessageSelector(r["expression_type"], r["expression"]),
+                        r["version"], r["sub_version"], r["born_timestamp"], bloom)
+
+
+def live_sql92(subs: Iterable[Subscription]) -> list[Subscription]:
+    """The SQL92 subscriptions among ``subs`` that have Bloom data (the ones dispatch computes bits for)."""
+    return [s for s in subs if s.is_sql92 and s.bloom is not None]

@@ -1,0 +1,259 @@
+"""Subscriptions, filter bitmaps at dispatch, and two-stage reads (tag, SQL92, Bloom-pruned)."""
+
+from __future__ import annotations
+
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import functions as F
+
+from storelib import Message, MessageStore, codec
+from storelib.errors import (FilterExpressionError, FilterNotSupportedError, InvalidTopicError,
+                             SubscriptionNotFoundError, TopicNotFoundError)
+from storelib.filter.bloom import BloomFilter
+from storelib.filter.selector import MessageSelector
+from storelib.filter.sql92 import parse_sql92
+
+SQL_B = "(TAGS is not null and TAGS in ('TagA', 'TagB')) and (a is not null and a between 0 and 3)"
+TAGS = ("TagA", "TagB", "TagC", "Aa", "BB")
+
+
+def send_props(store, n, start=0, topic="TopicTest"):
+    """Messages with tags cycling over TAGS and properties a = i % 7, b = 'x' or 'y'."""
+    return store.send_batch([Message(topic, body=f"m{i}".encode(), tags=TAGS[i % len(TAGS)], keys=[f"k{i}"],
+                                     properties={"a": str(i % 7), "b": "x" if i % 2 else "y"})
+                             for i in range(start, start + n)])
+
+
+def bodies(df):
+    return sorted(r.body.decode() for r in df.select("body").collect())
+
+
+def expected_bodies(store, predicate):
+    """The answer computed the slow way: every message through the Python evaluator."""
+    return sorted(r.body.decode() for r in store.messages("TopicTest").collect()
+                  if predicate(r.tags, dict(r.properties or {})))
+
+
+class TestRegistry:
+    def test_register_replace_and_versions(self, store):
+        first = store.subscribe("GroupA", "TopicTest", "TagA || TagB")
+        assert first.selector == MessageSelector.by_tag("TagA || TagB") and first.bloom is None
+        assert first.data.tags_set == {"TagA", "TagB"}
+        same = store.subscribe("GroupA", "TopicTest", "TagA || TagB")
+        assert same.version == first.version  # nothing changed: no new version
+        later = store.subscribe("GroupA", "TopicTest", MessageSelector.by_sql("a > 5"))
+        assert later.version > first.version and later.sub_version > first.sub_version
+        assert store.subscription("GroupA", "TopicTest") == later
+        assert later.bloom == BloomFilter().generate("GroupA#TopicTest")
+
+    def test_persisted_as_delta_table(self, spark, store):
+        store.subscribe("GroupB", "TopicTest", MessageSelector.by_sql(SQL_B))
+        reopened = MessageStore.open(store.root, spark)
+        assert reopened.subscription("GroupB", "TopicTest").selector.expression == SQL_B
+        from deltalake import DeltaTable
+
+        assert DeltaTable(f"{store.root}/subscription").to_pyarrow_table().num_rows == 1
+
+    def test_unsubscribe(self, store):
+        store.subscribe("GroupA", "TopicTest", "TagA")
+        assert store.unsubscribe("GroupA", "TopicTest") is True
+        assert store.unsubscribe("GroupA", "TopicTest") is False
+        with pytest.raises(SubscriptionNotFoundError) as e:
+            store.subscription("GroupA", "TopicTest")
+        assert e.value.code == "SUBSCRIPTION_NOT_EXIST"
+
+    @pytest.mark.parametrize("selector, error", [
+        ("||", FilterExpressionError),
+        (MessageSelector.by_sql("a LIKE 'x%'"), FilterExpressionError),
+        (MessageSelector.by_sql("a = 1 garbage"), FilterExpressionError),
+        (MessageSelector("CLASS", "com.x.Filter"), FilterNotSupportedError),
+    ])
+    def test_bad_subscriptions_write_nothing(self, store, selector, error):
+        with pytest.raises(error):
+            store.subscribe("GroupA", "TopicTest", selector)
+        assert store.tables["subscription"].read_arrow().num_rows == 0
+
+    def test_unknown_topic_and_bad_group(self, store):
+        with pytest.raises(TopicNotFoundError):
+            store.subscribe("GroupA", "NoSuchTopic", "*")
+        with pytest.raises(InvalidTopicError):
+            store.subscribe("bad group", "TopicTest", "*")
+
+    def test_sql92_needs_property_filtering(self, spark, store_path):
+        off = MessageStore.open(store_path, spark, enable_property_filter=False)
+        off.create_topic("TopicTest", queues=2)
+        with pytest.raises(FilterNotSupportedError) as e:
+            off.subscribe("GroupB", "TopicTest", MessageSelector.by_sql("a > 1"))
+        assert e.value.code == "FILTER_NOT_SUPPORT"
+        with pytest.raises(FilterNotSupportedError):
+            off.read("TopicTest", MessageSelector.by_sql("a > 1"))
+        off.subscribe("GroupA", "TopicTest", "TagA")  # tags still work
+
+
+class TestBitmaps:
+    def test_dispatch_sets_bloom_bits_of_matching_subscriptions(self, spark, store):
+        subs = {g: store.subscribe(g, "TopicTest", MessageSelector.by_sql(e))
+                for g, e in [("G1", "a > 3"), ("G2", "b = 'x'"), ("G3", SQL_B)]}
+        send_props(store, 20)
+        store.dispatch()
+        bf = BloomFilter()
+        version = store.tables["subscription"].snapshot().version()
+        ext = {r.commitlog_offset: r for r in store.table("consume_queue_ext").collect()}
+        for m in store.messages("TopicTest").collect():
+            unit = ext[m.physical_offset]
+            bits = bytearray(bf.m // 8 + (bf.m % 8 > 0))
+            for s in subs.values():
+                if parse_sql92(s.selector.expression).evaluate(dict(m.properties)):
+                    bf.hash_to(s.bloom, bits)
+            assert unit.filter_bitmap == bytes(bits) and unit.filter_version == version
+            assert unit.tags_code == codec.tags_code(m.tags)
+        cq = store.table("consume_queue").collect()
+        assert all(codec.is_ext_addr(r.tags_code) and codec.undecorate_ext_addr(r.tags_code) == r.queue_offset
+                   for r in cq)
+
+    def test_no_sql92_subscription_no_bitmap(self, store):
+        store.subscribe("GroupA", "TopicTest", "TagA")
+        send_props(store, 3)
+        store.dispatch()
+        assert {(r.filter_bitmap, r.filter_version) for r in store.table("consume_queue_ext").collect()} == {(None, None)}
+
+    def test_bitmap_calculation_off(self, spark, store_path):
+        off = MessageStore.open(store_path, spark, enable_calc_filter_bitmap=False)
+        off.create_topic("TopicTest", queues=2)
+        off.subscribe("GroupB", "TopicTest", MessageSelector.by_sql("a > 3"))
+        send_props(off, 10)
+        off.dispatch()
+        assert {r.filter_bitmap for r in off.table("consume_queue_ext").collect()} == {None}
+        assert bodies(off.read("TopicTest", group="GroupB")) == expected_bodies(off, lambda t, p: int(p["a"]) > 3)
+
+
+class TestTagReads:
+    def test_colliding_tags_never_mix(self, store):
+        assert codec.tags_code("Aa") == codec.tags_code("BB")
+        send_props(store, 25)
+        store.dispatch()
+        got = bodies(store.read("TopicTest", MessageSelector.by_tag("Aa")))
+        assert got == expected_bodies(store, lambda t, p: t == "Aa") and len(got) == 5
+        store.subscribe("GA", "TopicTest", "Aa")
+        s = store.filter_stats("GA", "TopicTest")  # the code stage lets BB through; the tag stage drops it
+        assert (s.checked, s.passed_consume_queue, s.matched, s.false_positives) == (25, 10, 5, 5)
+
+    @pytest.mark.parametrize("expression", ["TagA || TagB", "TagC", "*", "", "Nope"])
+    def test_tag_expressions(self, store, expression):
+        send_props(store, 15)
+        store.dispatch()
+        sub = MessageSelector.by_tag(expression)
+        wanted = {t.strip() for t in expression.split("||")} if expression.strip() not in ("", "*") else None
+        got = bodies(store.read("TopicTest", sub))
+        assert got == expected_bodies(store, lambda t, p: wanted is None or t in wanted)
+
+    def test_group_read_uses_its_subscription(self, store):
+        store.subscribe("GroupA", "TopicTest", "TagA || TagB")
+        send_props(store, 10)
+        store.dispatch()
+        assert bodies(store.read("TopicTest", group="GroupA")) == \
+            expected_bodies(store, lambda t, p: t in ("TagA", "TagB"))
+        with pytest.raises(SubscriptionNotFoundError):
+            store.read("TopicTest", group="Nobody")
+
+    def test_only_dispatched_messages_are_read(self, store):
+        send_props(store, 5)
+        store.dispatch()
+        send_props(store, 5, start=5)
+        assert len(bodies(store.read("TopicTest"))) == 5
+
+    def test_ext_queue_off(self, spark, store_path):
+        plain = MessageStore.open(store_path, spark, enable_consume_queue_ext=False)
+        plain.create_topic("TopicTest", queues=3)
+        send_props(plain, 12)
+        plain.dispatch()
+        assert bodies(plain.read("TopicTest", "Aa")) == expected_bodies(plain, lambda t, p: t == "Aa")
+        assert bodies(plain.read("TopicTest", MessageSelector.by_sql("a >= 5"))) == \
+            expected_bodies(plain, lambda t, p: int(p["a"]) >= 5)
+
+
+class TestSql92Reads:
+    def test_group_read_with_bloom_pruning_is_exact(self, store):
+        for i in range(8):  # several subscriptions share the bitmap
+            store.subscribe(f"G{i}", "TopicTest", MessageSelector.by_sql(f"a = {i % 7}"))
+        store.subscribe("GroupB", "TopicTest", MessageSelector.by_sql(SQL_B))
+        send_props(store, 70)
+        store.dispatch()
+        want = expected_bodies(store, lambda t, p: t in ("TagA", "TagB") and 0 <= int(p["a"]) <= 3)
+        assert bodies(store.read("TopicTest", group="GroupB")) == want
+        s = store.filter_stats("GroupB", "TopicTest")
+        assert s.checked == 70 and s.matched == len(want)
+        assert s.pruned_by_bitmap + s.skipped_by_file > 0 and s.false_positives >= 0
+        assert s.skipped_by_file + s.pruned_by_bitmap + s.passed_consume_queue == s.checked
+
+    def test_messages_before_the_subscription_pass_to_exact_evaluation(self, store):
+        send_props(store, 14)
+        store.dispatch()  # dispatched while nobody subscribed: no bitmap
+        store.subscribe("GroupB", "TopicTest", MessageSelector.by_sql("a > 4"))
+        send_props(store, 14, start=14)
+        store.dispatch()
+        want = expected_bodies(store, lambda t, p: int(p["a"]) > 4)
+        assert bodies(store.read("TopicTest", group="GroupB")) == want
+        s = store.filter_stats("GroupB", "TopicTest")
+        assert s.passed_consume_queue >= 14  # the first 14 all pass the consume queue stage
+
+    def test_replaced_subscription_does_not_trust_old_bitmaps(self, store):
+        store.subscribe("GroupB", "TopicTest", MessageSelector.by_sql("a = 1"))
+        send_props(store, 14)
+        store.dispatch()
+        store.subscribe("GroupB", "TopicTest", MessageSelector.by_sql("a = 2"))
+        assert bodies(store.read("TopicTest", group="GroupB")) == expected_bodies(store, lambda t, p: p["a"] == "2")
+
+    def test_whole_files_are_skipped(self, spark, store):
+        store.subscribe("GroupB", "TopicTest", MessageSelector.by_sql("region = 'eu'"))
+        store.send_batch([Message("TopicTest", body=b"us", tags="T", properties={"region": "us"}, queue_id=0)
+                          for _ in range(10)])
+        store.dispatch()
+        store.send_batch([Message("TopicTest", body=b"eu", tags="T", properties={"region": "eu"}, queue_id=0)
+                          for _ in range(3)])
+        store.dispatch()
+        from storelib.read import plan_read
+
+        plan = plan_read(store, "TopicTest", group="GroupB")
+        assert plan.files_skipped == 1 and plan.units_skipped == 10 and len(plan.ext_files) == 1
+        assert bodies(store.read("TopicTest", group="GroupB")) == ["eu"] * 3
+        eu = [r.physical_offset for r in store.messages("TopicTest").where(F.col("body") == b"eu").collect()]
+        ranges = plan.commitlog_ranges(spark, bucket=256)  # the passing units' whereabouts, bucketed
+        assert ranges and all(any(lo <= o <= hi for lo, hi in ranges) for o in eu)
+        us = [r.physical_offset for r in store.messages("TopicTest").where(F.col("body") == b"us").collect()]
+        assert not any(lo <= o <= hi for lo, hi in ranges for o in us[:-2])  # the 'us' run is cut away
+        assert store.filter_stats("GroupB", "TopicTest").skipped_by_file == 10
+
+    def test_ad_hoc_sql92_read(self, store):
+        send_props(store, 21)
+        store.dispatch()
+        got = store.read("TopicTest", MessageSelector.by_sql("b = 'x' AND a <> 3"))
+        assert bodies(got) == expected_bodies(store, lambda t, p: p["b"] == "x" and p["a"] != "3")
+
+    def test_read_equals_exact_filter_over_every_message(self, spark, store):
+        store.subscribe("GroupB", "TopicTest", MessageSelector.by_sql(SQL_B))
+        send_props(store, 30)
+        store.dispatch()
+        slow = store.messages("TopicTest").where(parse_sql92(SQL_B).to_column("properties"))
+        assert_df_equality(store.read("TopicTest", group="GroupB").drop("properties"), slow.drop("properties"),
+                           ignore_row_order=True, ignore_nullable=True)  # (chispa cannot sort map columns)
+
+    def test_ansi_mode_never_fails_a_read(self, spark, store):
+        store.send_batch([Message("TopicTest", body=b"x", properties={"a": v})
+                          for v in ("abc", " 7", "99999999999999999999", "1e400", "3")])
+        store.dispatch()
+        assert spark.conf.get("spark.sql.ansi.enabled") == "true"
+        assert len(bodies(store.read("TopicTest", MessageSelector.by_sql("a > 2")))) == 1
+
+    def test_compaction_keeps_file_summaries(self, store):
+        store.subscribe("GroupB", "TopicTest", MessageSelector.by_sql("a = 6"))
+        for start in range(0, 21, 7):
+            send_props(store, 7, start=start)
+            store.dispatch()
+        before = bodies(store.read("TopicTest", group="GroupB"))
+        store.compact()
+        from storelib.read import plan_read
+
+        plan = plan_read(store, "TopicTest", group="GroupB")
+        assert bodies(store.read("TopicTest", group="GroupB")) == before
+        assert len(plan.ext_files) < 12
