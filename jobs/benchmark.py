@@ -1,6 +1,7 @@
 """Benchmark: send N messages as a DataFrame and dispatch them, each against a bare Spark baseline.
 
     spark-submit --properties-file spark-defaults.conf jobs/benchmark.py --messages 10000000
+    spark-submit --properties-file spark-defaults.conf jobs/benchmark.py --suite filter   # filtered reads
 
 Prints messages per second and the ratio to the baseline measured in the same run.
 """
@@ -15,6 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from storelib.benchmarks import bench_key_lookup, bench_send_and_dispatch  # noqa: E402
+from storelib.benchmarks_filter import bench_filtering  # noqa: E402
 from storelib.errors import StoreError  # noqa: E402
 from storelib.session import get_spark  # noqa: E402
 
@@ -26,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--queues", type=int, default=8, help="queues per topic")
     parser.add_argument("--partitions", type=int, default=None, help="Spark partitions of the generated messages")
     parser.add_argument("--root", default=None, help="keep the benchmark's tables here (default: a temp dir, removed)")
-    parser.add_argument("--suite", default="send,lookup", help="comma-separated: send (send+dispatch), lookup (keys)")
+    parser.add_argument("--suite", default="send,lookup", help="comma-separated: send (send+dispatch), lookup (keys), filter (filtered reads)")
     parser.add_argument("--distinct-keys", type=int, default=None, help="keys for the lookup suite (default N/10)")
     parser.add_argument("--lookups", type=int, default=50)
     args = parser.parse_args(argv)
@@ -47,6 +49,12 @@ def main(argv: list[str] | None = None) -> int:
             for line in lookup.lines():
                 print(line, flush=True)
             out["lookup"] = lookup.as_dict()
+        if "filter" in suites:
+            filtering = bench_filtering(spark, args.messages, root=args.root, queues=args.queues,
+                                        partitions=args.partitions)
+            for line in filtering.lines():
+                print(line, flush=True)
+            out["filter"] = filtering.as_dict()
     except StoreError as e:
         print(f"benchmark failed: {e}", file=sys.stderr)
         return 2

@@ -12,7 +12,7 @@
 # COMMAND ----------
 
 from pyspark.sql import functions as F
-from storelib import MessageStore, Message, tags_code
+from storelib import MessageStore, Message, MessageSelector
 
 root = "/tmp/storelib/quickstart"   # change me
 store = MessageStore.open(root, spark)
@@ -47,12 +47,16 @@ display(store.table("consume_queue").groupBy("topic", "queue_id").agg(F.count("*
 
 # COMMAND ----------
 
-# MAGIC %md ## Find messages by key, and by tag code
+# MAGIC %md ## Filtered reads: by tag, by SQL92, by a group's subscription
+# MAGIC Tags match by hash code in the consume queue first, then by the tag string; SQL92 groups prune with
+# MAGIC their Bloom bits first, then evaluate the exact predicate on the message's properties.
 
 # COMMAND ----------
 
-display(store.table("index").where(F.col("key") == "order-42"))
-display(store.table("consume_queue").where(F.col("tags_code") == tags_code("paid")).limit(10))
+display(store.read("OrderEvents", MessageSelector.by_tag("paid || shipped")).limit(10))
+store.subscribe("Billing", "OrderEvents", MessageSelector.by_sql("region = 'eu' AND amount BETWEEN 100 AND 199"))
+display(store.read("OrderEvents", group="Billing").limit(10))   # bitmaps apply to messages dispatched from now on
+print(store.filter_stats("Billing", "OrderEvents"))
 
 # COMMAND ----------
 

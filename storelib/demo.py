@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from storelib.filter.selector import MessageSelector
 from storelib.message import Message
 from storelib.store import MessageStore
 
@@ -37,6 +38,7 @@ class QuickstartSummary:
     lookup_key: str = ""
     lookup_hits: list[tuple[str, int, str]] = field(default_factory=list)
     sample: dict = field(default_factory=dict)
+    filtered: list[tuple[str, str, int]] = field(default_factory=list)
 
     def text(self) -> str:
         lines = [f"store: {self.root}",
@@ -48,7 +50,9 @@ class QuickstartSummary:
         lines += ["", f"index rows (KEYS and UNIQ_KEY): {self.index_rows}",
                   f"messages with key {self.lookup_key!r}: "
                   + ", ".join(f"{t} @ commitlog offset {o} ({msg_id})" for t, o, msg_id in self.lookup_hits),
-                  "", "one message as stored:"]
+                  "", "filtered reads of OrderEvents (consume queue first, then the exact check):"]
+        lines += [f"  {who:<10} {expression:<44} {n:>5} messages" for who, expression, n in self.filtered]
+        lines += ["", "one message as stored:"]
         lines += [f"  {k:<16} {v}" for k, v in self.sample.items()]
         return "\n".join(lines)
 
@@ -60,6 +64,9 @@ def quickstart(spark: "SparkSession", root: str, messages: int = 3000) -> Quicks
     store = MessageStore.open(root, spark)
     for topic, queues in TOPICS.items():
         store.create_topic(topic, queues=queues)
+    # Subscribed before sending, so dispatch computes their Bloom bits for every message.
+    store.subscribe("Shipping", "OrderEvents", "paid || shipped")
+    store.subscribe("Billing", "OrderEvents", MessageSelector.by_sql("region = 'eu' AND amount BETWEEN 100 AND 199"))
     names = list(TOPICS)
     few = max(1, messages // 10)
     batch = [Message(names[i % len(names)], body=f'{{"order": {i}}}'.encode(), tags=TAGS[i % len(TAGS)],
@@ -87,6 +94,9 @@ def quickstart(spark: "SparkSession", root: str, messages: int = 3000) -> Quicks
     sample = {"msg_id": first.msg_id, "topic": first.topic, "queue": f"{first.queue_id} @ {first.queue_offset}",
               "commitlog": f"{first.physical_offset} (+{first.size} bytes)", "properties": dict(first.properties),
               "body": bytes(first.body).decode()}
+    filtered = [(f"group {g}", store.subscription(g, "OrderEvents").selector.expression,
+                 store.read("OrderEvents", group=g).count()) for g in ("Shipping", "Billing")]
+    filtered.append(("ad hoc", "tag cancelled", store.read("OrderEvents", MessageSelector.by_tag("cancelled")).count()))
     return QuickstartSummary(store.root, len(batch), sent.count, result.from_offset, result.to_offset, per_queue,
                              store.table("index").count(), key, [(h.topic, h.commitlog_offset, h.msg_id) for h in hits],
-                             sample)
+                             sample, filtered)
