@@ -54,6 +54,8 @@ __all__ = ["ReadPlan", "FilterStats", "plan_read", "read_topic", "filter_stats"]
 RANGE_BUCKET = 1 << 20
 #: More buckets than this: matches are everywhere, read the files whole.
 MAX_BUCKETS = 4096
+#: Up to this many units, the passing ones are found with pyarrow on the driver instead of a Spark job.
+LOCAL_UNITS = 4_000_000
 #: At most this many ranges go into the read's predicate (close ones are joined).
 MAX_RANGES = 64
 #: Ranges covering more than this share of the commitlog: read the files whole.
@@ -107,11 +109,14 @@ class ReadPlan:
         ``None`` when they are everywhere (more than :data:`MAX_BUCKETS` buckets, or most of the
         topic's span): then reading the planned files whole is cheaper than cutting them up.
         """
-        from pyspark.sql import functions as F
+        if self.units_total - self.units_skipped <= LOCAL_UNITS:
+            found = self._local_buckets(bucket)
+        else:
+            from pyspark.sql import functions as F
 
-        passing = self.units(spark).where(self.filter.consume_queue_column())
-        buckets = passing.select(F.floor(F.col("commitlog_offset") / bucket).alias("b")).distinct()
-        found = sorted(r.b for r in buckets.limit(MAX_BUCKETS + 1).collect())
+            passing = self.units(spark).where(self.filter.consume_queue_column())
+            buckets = passing.select(F.floor(F.col("commitlog_offset") / bucket).alias("b")).distinct()
+            found = sorted(r.b for r in buckets.limit(MAX_BUCKETS + 1).collect())
         if len(found) > MAX_BUCKETS:
             return None
         if not found:
@@ -130,6 +135,30 @@ class ReadPlan:
         if covered > COVERAGE_LIMIT * span:
             return None
         return [(lo * bucket, (hi + 1) * bucket - 1) for lo, hi in ranges]
+
+
+    def _local_buckets(self, bucket: int) -> list[int]:
+        """The buckets of passing units, read with pyarrow on this process (small unit sets: no Spark job)."""
+        import pyarrow.dataset as ds
+
+        from storelib.schema import CONSUME_QUEUE, CONSUME_QUEUE_EXT
+
+        cols = ["topic", "commitlog_offset", "tags_code", "filter_bitmap", "filter_version"]
+        parts = []
+        topic = pc.field("topic") == self.filter.topic
+        if self.ext_files:
+            parts.append(ds.dataset(self.ext_files, schema=CONSUME_QUEUE_EXT.arrow, format="parquet")
+                         .to_table(columns=cols, filter=topic))
+        if self.cq_files:
+            cq = ds.dataset(self.cq_files, schema=CONSUME_QUEUE.arrow, format="parquet").to_table(
+                columns=["topic", "commitlog_offset", "tags_code"], filter=topic & (pc.field("tags_code") > MAX_EXT_ADDR))
+            parts.append(cq.append_column("filter_bitmap", pa.nulls(cq.num_rows, pa.binary()))
+                         .append_column("filter_version", pa.nulls(cq.num_rows, pa.int64())))
+        if not parts:
+            return []
+        units = pa.concat_tables(parts)
+        offsets = units.column("commitlog_offset").to_numpy()[self.filter.consume_queue_mask(units)]
+        return np.unique(offsets // bucket).tolist()
 
 
 def plan_read(store: "MessageStore", topic: str, selector: MessageSelector | str | None = None,

@@ -32,6 +32,15 @@ def spark():
 
 
 @pytest.fixture
+def ansi(spark):
+    """The session with ANSI mode on (Spark 4's default), restored afterwards."""
+    before = spark.conf.get("spark.sql.ansi.enabled")
+    spark.conf.set("spark.sql.ansi.enabled", "true")
+    yield spark
+    spark.conf.set("spark.sql.ansi.enabled", before)
+
+
+@pytest.fixture
 def store_path(tmp_path) -> str:
     return str(tmp_path / "store")
 

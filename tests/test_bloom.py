@@ -34,14 +34,6 @@ def reference_may_match(bitmap: bytes | None, data: BloomFilterData) -> bool:
     return all(bitmap[p // 8] & (1 << (p % 8)) for p in data.bit_pos)
 
 
-@pytest.fixture
-def ansi(spark):
-    """The session with ANSI mode on (Spark 4's default), restored afterwards."""
-    before = spark.conf.get("spark.sql.ansi.enabled")
-    spark.conf.set("spark.sql.ansi.enabled", "true")
-    yield spark
-    spark.conf.set("spark.sql.ansi.enabled", before)
-
 
 # --- murmur3_128 -------------------------------------------------------------------------------------
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
@@ -257,3 +258,28 @@ class TestSql92Reads:
         plan = plan_read(store, "TopicTest", group="GroupB")
         assert bodies(store.read("TopicTest", group="GroupB")) == before
         assert len(plan.ext_files) < 12
+
+
+class TestPassingUnits:
+    """The consume queue stage computed two ways: Spark columns, and Arrow/numpy on the driver."""
+
+    @pytest.mark.parametrize("selector", [MessageSelector.by_tag("Aa || TagC"), None, "group"])
+    def test_driver_and_spark_agree(self, spark, store, monkeypatch, selector):
+        import storelib.read as read
+
+        store.subscribe("G1", "TopicTest", MessageSelector.by_sql("a > 4"))
+        send_props(store, 12)
+        store.dispatch()
+        store.subscribe("GroupB", "TopicTest", MessageSelector.by_sql("b = 'x'"))  # after: its old units pass
+        send_props(store, 30, start=12)
+        store.dispatch()
+        group = "GroupB" if selector == "group" else None
+        plan = read.plan_read(store, "TopicTest", None if group else selector, group)
+        units = plan.units(spark)
+        in_spark = sorted(r.commitlog_offset for r in units.where(plan.filter.consume_queue_column()).collect())
+        table = pa.Table.from_pylist([r.asDict() for r in units.collect()])
+        on_driver = sorted(table.column("commitlog_offset").to_numpy()[plan.filter.consume_queue_mask(table)])
+        assert in_spark == on_driver and len(in_spark) < 42 or selector is None
+        local = plan.commitlog_ranges(spark, bucket=256)
+        monkeypatch.setattr(read, "LOCAL_UNITS", 0)
+        assert plan.commitlog_ranges(spark, bucket=256) == local

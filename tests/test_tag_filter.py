@@ -221,14 +221,6 @@ SPARK_ROWS += [(None, 0), (None, None), ("TagA", None), ("TagA", 2598919 + 2**32
                ("x", 2**63 - 1), ("y", -2**63), ("z", 2**31), ("w", -2**31 - 1)]
 
 
-@pytest.fixture
-def ansi(spark):
-    """The session with ANSI mode on (Spark 4's default), restored afterwards."""
-    before = spark.conf.get("spark.sql.ansi.enabled")
-    spark.conf.set("spark.sql.ansi.enabled", "true")
-    yield spark
-    spark.conf.set("spark.sql.ansi.enabled", before)
-
 
 def test_columns_equal_python_for_every_row_and_subscription(ansi):
     spark = ansi

@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Mapping
 from storelib.filter.selector import MessageSelector
 
 if TYPE_CHECKING:
+    import numpy as np
+    import pyarrow as pa
     from pyspark.sql import Column
 
     from storelib.filter.bloom import BloomFilter, BloomFilterData
@@ -130,6 +132,36 @@ class MessageFilter:
         if summary.version_min < self.version or len(summary.bitmap) * 8 != self.bloom.bit_num:
             return False
         return not self._hit(summary.bitmap)
+
+    # ---- Arrow, for units read on the driver --------------------------------------------------------
+    def consume_queue_mask(self, units: "pa.Table") -> "np.ndarray":
+        """Step 1 for a table of units (``tags_code``, ``filter_bitmap``, ``filter_version``), vectorized."""
+        import numpy as np
+        import pyarrow.compute as pc
+
+        n = units.num_rows
+        if self.selector.is_tag:
+            if self.matches_all:
+                return np.ones(n, dtype=bool)
+            codes = units.column("tags_code")
+            low32 = pc.fill_null(codes, 0).to_numpy().astype(np.int64).astype(np.int32)  # Long.intValue()
+            return np.isin(low32, np.array(sorted(self.data.code_set), dtype=np.int32)) | \
+                pc.is_null(codes).to_numpy(zero_copy_only=False)
+        if self.bloom is None:
+            return np.ones(n, dtype=bool)
+        from storelib.filter.summary import bitmap_hits
+
+        versions = pc.fill_null(units.column("filter_version"), -1).to_numpy()
+        width = self.bloom.bit_num // 8 if self.bloom.bit_num % 8 == 0 else -1
+        sized = pc.fill_null(pc.equal(pc.binary_length(units.column("filter_bitmap")), width), False).to_numpy(
+            zero_copy_only=False)
+        trusted = (versions >= self.version) & sized
+        passed = ~trusted
+        if trusted.any():
+            rows = np.flatnonzero(trusted)
+            bitmaps = units.column("filter_bitmap").take(rows).combine_chunks()
+            passed[rows] = bitmap_hits(bitmaps, self.bloom)
+        return passed
 
     # ---- Python, for point reads -----------------------------------------------------------------
     def is_matched_by_consume_queue(self, tags_code: int | None = None, filter_bitmap: bytes | None = None,

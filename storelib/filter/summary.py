@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from storelib.filter.bloom import BloomFilterData
     from storelib.filter.registry import Subscription
 
-__all__ = ["ExtSummarizer", "FileSummary", "record_summaries", "read_summaries", "subscription_key", "summarizer_for",
+__all__ = ["ExtSummarizer", "FileSummary", "record_summaries", "read_summaries", "subscription_key", "summarizer_for", "bitmap_hits",
            "MAX_TAG_CODES"]
 
 #: A file with more distinct tag codes than this keeps none (it is read for every tag subscription).
@@ -128,6 +128,15 @@ def _matrix(bitmaps: pa.Array) -> np.ndarray | None:
     offsets = np.frombuffer(bitmaps.buffers()[1], np.int32)[bitmaps.offset:bitmaps.offset + len(bitmaps) + 1]
     data = np.frombuffer(bitmaps.buffers()[2], np.uint8)[offsets[0]:offsets[-1]]
     return data.reshape(len(bitmaps), width)
+
+
+def bitmap_hits(bitmaps: pa.Array, data: "BloomFilterData") -> np.ndarray:
+    """Per value of a binary array of equal-length bitmaps: does it hit ``data``'s bits (``isHit``)?
+    Values of other lengths cannot be tested and count as hits (they prune nothing)."""
+    matrix = _matrix(bitmaps)
+    if matrix is None or matrix.shape[1] * 8 < max(data.bit_pos) + 1:
+        return np.ones(len(bitmaps), dtype=bool)
+    return _hits(matrix, data)
 
 
 def _hits(matrix: np.ndarray, data: "BloomFilterData") -> np.ndarray:
