@@ -118,6 +118,7 @@ def bench_send_and_dispatch(spark: "SparkSession", n: int, *, root: str | None =
         parts = result[0].seconds
         return [Figure("send", n, send, base_send), Figure("dispatch", n, dispatch, base_dispatch),
                 Figure("  cq part", n, parts.get("consume_queue", 0.0), base_dispatch),
+                Figure("  ext part", n, parts.get("consume_queue_ext", 0.0), base_dispatch),
                 Figure("  index part", n, parts.get("index", 0.0), base_dispatch)]
     finally:
         if root is None:
