@@ -55,6 +55,15 @@ class TestRegistry:
 
         assert DeltaTable(f"{store.root}/subscription").to_pyarrow_table().num_rows == 1
 
+    def test_concurrent_registrations_all_land(self, store):
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(4) as pool:
+            subs = list(pool.map(lambda i: store.subscribe(f"G{i}", "TopicTest", MessageSelector.by_sql(f"a = {i}")),
+                                 range(8)))
+        assert sorted(s.version for s in subs) == list(range(1, 9))  # one commit each, none lost
+        assert {s.group for s in store.registry.all()} == {f"G{i}" for i in range(8)}
+
     def test_unsubscribe(self, store):
         store.subscribe("GroupA", "TopicTest", "TagA")
         assert store.unsubscribe("GroupA", "TopicTest") is True
