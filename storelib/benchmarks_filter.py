@@ -208,9 +208,9 @@ def _false_positive_rates(store, groups: list[str]) -> dict[str, float]:
     messages = store.messages(TOPIC).select("physical_offset", "tags", "properties")
     joined = units.join(messages, units.commitlog_offset == messages.physical_offset)
     aggs = []
+    subscriptions = {s.group: s for s in store.registry.for_topic(TOPIC)}
     for g in groups:
-        mf = MessageFilter(TOPIC, store.subscription(g, TOPIC).selector, store.subscription(g, TOPIC),
-                           store.registry.bloom_filter)
+        mf = MessageFilter(TOPIC, subscriptions[g].selector, subscriptions[g], store.registry.bloom_filter)
         miss = ~mf.commitlog_column()
         aggs += [F.count_if(miss).alias(f"{g}__neg"), F.count_if(miss & mf.bitmap_hit()).alias(f"{g}__fp")]
     row = joined.agg(*aggs).first()

@@ -31,8 +31,8 @@ from storelib.config import StoreConfig
 from storelib.errors import InputChangedError
 from storelib.message import SysFlag
 from storelib.schema import COMMITLOG
-from storelib.tables import CommitConflict, Table, filesystem, with_retries
-from storelib.writer import FileSink, write_dataframe
+from storelib.tables import Table, filesystem, with_retries
+from storelib.writer import write_dataframe
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -139,16 +139,10 @@ class CommitLog:
                 queues[key] += 1
                 offset += size
             data = pa.Table.from_pylist(rows, schema=COMMITLOG.arrow)
-            sink = FileSink(self.table.path, COMMITLOG.arrow, target_file_size=self.config.target_file_size)
-            sink.write(data.to_batches())
-            files = sink.close()
             markers = {COMMITLOG_MARKER: offset, **{queue_marker(t, q): n for (t, q), n in queues.items()}}
-            try:
-                version = self.table.commit(snapshot, files, markers=markers, operation="SEND",
-                                            info={"storelib.messages": str(len(rows))})
-            except CommitConflict:
-                self.table.discard(files)
-                raise
+            version, _ = self.table.write_rows(snapshot, data, target_file_size=self.config.target_file_size,
+                                               markers=markers, operation="SEND",
+                                               info={"storelib.messages": str(len(rows))})
             return AppendResult(version, start, offset, len(rows), rows=rows)
 
         return with_retries(self.table, self.config.max_commit_attempts, step, what="send")
@@ -212,12 +206,8 @@ class CommitLog:
                 raise
             markers = {COMMITLOG_MARKER: start + total}
             markers.update({queue_marker(t, q): n for (t, q), n in nexts.items()})
-            try:
-                version = self.table.commit(snapshot, files, markers=markers, operation="SEND_DATAFRAME",
-                                            info={"storelib.messages": str(count)})
-            except CommitConflict:
-                self.table.discard(files)
-                raise
+            version = self.table.commit(snapshot, files, markers=markers, operation="SEND_DATAFRAME",
+                                        info={"storelib.messages": str(count)})
             first = {k: queue_base[min((p, *k) for p in per_pid if (p, *k) in queue_base)] for k in nexts}
             return AppendResult(version, start, start + total, count,
                                 queues={k: (first[k], nexts[k]) for k in nexts})

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 from deltalake.transaction import RemoveAction
 
-from storelib.tables import CommitConflict, Table, WrittenFile, add_actions, spark_schema, with_retries
+from storelib.tables import Table, WrittenFile, add_actions, spark_schema, with_retries
 from storelib.writer import Summarizer, write_dataframe
 
 if TYPE_CHECKING:
@@ -93,11 +93,7 @@ def compact_table(spark: "SparkSession", table: Table, *, target_file_size: int,
             before_commit(files)
         now = int(time.time() * 1000)
         removes = [RemoveAction(r["path"], False, now, r["size_bytes"], {}) for g in groups for r in g]
-        try:
-            table.commit(snapshot, files, removes=removes, operation="OPTIMIZE", data_change=False)
-        except CommitConflict:
-            table.discard(files)
-            raise
+        table.commit(snapshot, files, removes=removes, operation="OPTIMIZE", data_change=False)
         return len(removes), len(files)
 
     return with_retries(table, attempts, step, what=f"compact {spec.name}")

@@ -33,7 +33,7 @@ from storelib.commitlog import COMMITLOG_MARKER
 from storelib.config import StoreConfig
 from storelib.filter.summary import record_summaries, summarizer_for
 from storelib.message import MessageConst, SysFlag
-from storelib.tables import CommitConflict, Prune, Table, with_retries
+from storelib.tables import Prune, Table, with_retries
 from storelib.writer import write_dataframe
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
     from storelib.filter.registry import Subscription, SubscriptionRegistry
 
-__all__ = ["Dispatcher", "DispatchResult", "REPUT_MARKER", "FAULT_ENV"]
+__all__ = ["Dispatcher", "DispatchResult", "queued", "REPUT_MARKER", "FAULT_ENV"]
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +67,14 @@ class DispatchResult:
     @property
     def index_rows(self) -> int:
         return self.rows.get("index", 0)
+
+
+def queued(rows: "DataFrame") -> "DataFrame":
+    """Messages that get a consume queue row: normal and committed ones (not prepared, not rolled back)."""
+    from pyspark.sql import functions as F
+
+    tran = F.col("sysflag").bitwiseAND(F.lit(SysFlag.TRANSACTION_ROLLBACK_TYPE))
+    return rows.where(tran.isin(SysFlag.TRANSACTION_NOT_TYPE, SysFlag.TRANSACTION_COMMIT_TYPE))
 
 
 class Dispatcher:
@@ -134,12 +142,8 @@ class Dispatcher:
         if summarize is not None and self.summaries is not None and files:
             record_summaries(self.summaries, files, self.config.max_commit_attempts)
             self._step(f"{name}.summarized")
-        try:
-            version = table.commit(target, files, markers={REPUT_MARKER: end}, operation="DISPATCH",
-                                   info={"storelib.from": str(start), "storelib.to": str(end)})
-        except CommitConflict:
-            table.discard(files)
-            raise
+        version = table.commit(target, files, markers={REPUT_MARKER: end}, operation="DISPATCH",
+                               info={"storelib.from": str(start), "storelib.to": str(end)})
         self._step(f"{name}.committed")
         return start, sum(f.num_records for f in files), version
 
@@ -161,20 +165,12 @@ class Dispatcher:
         return self._filters
 
     # ---- row builders: one per target table ------------------------------------------------
-    @staticmethod
-    def _queued(rows: "DataFrame") -> "DataFrame":
-        """Messages that get a consume queue row: normal and committed ones (not prepared, not rolled back)."""
-        from pyspark.sql import functions as F
-
-        tran = F.col("sysflag").bitwiseAND(F.lit(SysFlag.TRANSACTION_ROLLBACK_TYPE))
-        return rows.where(tran.isin(SysFlag.TRANSACTION_NOT_TYPE, SysFlag.TRANSACTION_COMMIT_TYPE))
-
     def _build_consume_queue(self, rows: "DataFrame") -> "DataFrame":
         """CommitLogDispatcherBuildConsumeQueue; the tag code is the decorated ext address with the ext queue on."""
         from pyspark.sql import functions as F
 
         code = C.decorate_ext_addr(F.col("queue_offset")) if self.ext_enabled else C.tags_code(F.col("tags"))
-        out = self._queued(rows).select(
+        out = queued(rows).select(
             "topic", "queue_id", "queue_offset", F.col("physical_offset").alias("commitlog_offset"), "size",
             code.alias("tags_code"), "store_timestamp")
         return out  # commitlog order is queue-offset order; the writer files each queue apart
@@ -198,7 +194,7 @@ class Dispatcher:
             filter_version = F.when(F.col("topic").isin(topics), F.lit(version).cast("long"))
         else:
             bitmap, filter_version = F.lit(None).cast("binary"), F.lit(None).cast("long")
-        return self._queued(rows).select(
+        return queued(rows).select(
             "topic", "queue_id", "queue_offset", F.col("queue_offset").alias("ext_offset"),
             F.col("physical_offset").alias("commitlog_offset"), "size", C.tags_code(F.col("tags")).alias("tags_code"),
             "store_timestamp", bitmap.alias("filter_bitmap"), filter_version.alias("filter_version"))

@@ -39,7 +39,7 @@ from storelib.codec import MAX_EXT_ADDR
 from storelib.filter.message_filter import MessageFilter
 from storelib.filter.selector import MessageSelector
 from storelib.filter.summary import read_summaries
-from storelib.tables import Prune, add_actions
+from storelib.tables import Prune, Table, add_actions
 
 from pyspark.sql import Column
 
@@ -72,12 +72,19 @@ class ReadPlan:
     filter: MessageFilter
     ext_files: list[str]
     cq_files: list[str]
-    commitlog_files: list[str]
+    commitlog: Table
+    #: Add actions of the commitlog files overlapping the planned unit files.
+    commitlog_actions: pa.Table
     units_total: int
     units_skipped: int
     files_skipped: int
     #: Commitlog offset up to which both consume queue tables are dispatched.
     end: int = 2**63 - 1
+
+    def commitlog_files(self, ranges: list[tuple[int, int]] | None = None) -> list[str]:
+        """The planned commitlog files, or only those overlapping ``ranges``."""
+        actions = self.commitlog_actions if ranges is None else _overlapping(self.commitlog_actions, ranges)
+        return [self.commitlog.path_of(p) for p in actions.column("path").to_pylist()] if actions.num_rows else []
 
     def units(self, spark) -> "DataFrame":
         """Every unit of the planned files with its real tag code, bitmap and filter version."""
@@ -180,25 +187,25 @@ def plan_read(store: "MessageStore", topic: str, selector: MessageSelector | str
     mf = MessageFilter(topic, selector, sub, store.registry.bloom_filter)
 
     ext, cq, clog = (store.tables[n] for n in ("consume_queue_ext", "consume_queue", "commitlog"))
-    ext_actions = _topic_actions(ext, topic)
+    ext_dt, cq_dt, of_topic = ext.snapshot(), cq.snapshot(), Prune(equal={"topic": topic})
+    ext_actions = Table.actions(ext_dt, of_topic)
     summaries = read_summaries(store.tables["consume_queue_ext_summary"], topic) if ext_actions.num_rows else {}
     keep = np.array([not (p in summaries and mf.may_skip_file(summaries[p]))
                      for p in ext_actions.column("path").to_pylist()], dtype=bool)
     records = _column(ext_actions, "num_records", 0)
     skipped = ext_actions.filter(pa.array(~keep))
     ext_actions = ext_actions.filter(pa.array(keep))
-    cq_actions = _topic_actions(cq, topic)
+    cq_actions = Table.actions(cq_dt, of_topic)
     cq_actions = cq_actions.filter(pc.fill_null(pc.greater(cq_actions.column("max.tags_code"), MAX_EXT_ADDR), True)) \
         if cq_actions.num_rows else cq_actions
     ranges = [(lo, hi) for a in (ext_actions, cq_actions) if a.num_rows
               for lo, hi in zip(a.column("min.commitlog_offset").to_pylist(), a.column("max.commitlog_offset").to_pylist())]
     from storelib.dispatch import REPUT_MARKER
-    from storelib.tables import Table
 
-    end = min(Table.marker(cq.snapshot(), REPUT_MARKER), Table.marker(ext.snapshot(), REPUT_MARKER))
+    end = min(Table.marker(cq_dt, REPUT_MARKER), Table.marker(ext_dt, REPUT_MARKER))
     return ReadPlan(mf, [ext.path_of(p) for p in ext_actions.column("path").to_pylist()],
                     [cq.path_of(p) for p in cq_actions.column("path").to_pylist()],
-                    _overlapping(clog, ranges), int(records.sum()) + int(_column(cq_actions, "num_records", 0).sum()),
+                    clog, _overlapping(add_actions(clog.snapshot()), ranges), int(records.sum()) + int(_column(cq_actions, "num_records", 0).sum()),
                     int(_column(skipped, "num_records", 0).sum()), skipped.num_rows, end)
 
 
@@ -207,21 +214,20 @@ def read_topic(store: "MessageStore", topic: str, selector: MessageSelector | st
     """The topic's dispatched messages that match ``selector`` (or ``group``'s subscription), as commitlog rows."""
     from pyspark.sql import functions as F
 
-    from storelib.dispatch import Dispatcher
+    from storelib.dispatch import queued
     from storelib.schema import COMMITLOG
     from storelib.tables import spark_schema
 
     plan = plan_read(store, topic, selector, group)
     spark = store.spark
-    files, ranges = plan.commitlog_files, None
-    if files and not plan.filter.matches_all:
+    ranges = None
+    if plan.commitlog_actions.num_rows and not plan.filter.matches_all:
         ranges = plan.commitlog_ranges(spark)
-        if ranges is not None:
-            files = _overlapping(store.tables["commitlog"], ranges)
+    files = plan.commitlog_files(ranges)
     if not files:
         return spark.createDataFrame([], spark_schema(COMMITLOG.arrow))
     messages = spark.read.schema(spark_schema(COMMITLOG.arrow)).parquet(*files)
-    messages = Dispatcher._queued(messages.where((F.col("topic") == topic) & (F.col("physical_offset") < plan.end)))
+    messages = queued(messages.where((F.col("topic") == topic) & (F.col("physical_offset") < plan.end)))
     if ranges is not None:
         messages = messages.where(reduce(Column.__or__, [F.col("physical_offset").between(lo, hi) for lo, hi in ranges]))
     return messages.where(plan.filter.commitlog_column())
@@ -270,31 +276,18 @@ def filter_stats(store: "MessageStore", topic: str, selector: MessageSelector | 
                        int(row["pruned"]), int(row["passed"]), int(row["matched"]))
 
 
-def _topic_actions(table, topic: str) -> pa.Table:
-    """The snapshot's add actions of files that may hold ``topic``'s rows."""
-    actions = add_actions(table.snapshot())
-    if actions.num_rows == 0:
-        return actions
-    lo, hi = actions.column("min.topic"), actions.column("max.topic")
-    may = pc.and_kleene(pc.less_equal(lo, topic), pc.greater_equal(hi, topic))
-    return actions.filter(pc.fill_null(may, True))
-
-
 def _column(actions: pa.Table, name: str, default: int) -> np.ndarray:
     if actions.num_rows == 0 or name not in actions.column_names:
         return np.zeros(0, dtype=np.int64)
     return np.asarray(pc.fill_null(actions.column(name), default).to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
-def _overlapping(clog, ranges: list[tuple[int | None, int | None]]) -> list[str]:
-    """Commitlog files whose physical offsets overlap any of ``ranges`` (unknown bounds overlap everything)."""
-    if not ranges:
-        return []
-    actions = add_actions(clog.snapshot())
-    if actions.num_rows == 0:
-        return []
+def _overlapping(actions: pa.Table, ranges: list[tuple[int | None, int | None]]) -> pa.Table:
+    """The commitlog add actions whose physical offsets overlap any of ``ranges`` (unknown bounds overlap all)."""
+    if not ranges or actions.num_rows == 0:
+        return actions.slice(0, 0)
     if any(lo is None or hi is None for lo, hi in ranges):
-        return clog._paths(actions)
+        return actions
     spans = sorted(ranges)
     merged = [list(spans[0])]
     for lo, hi in spans[1:]:
@@ -309,4 +302,4 @@ def _overlapping(clog, ranges: list[tuple[int | None, int | None]]) -> list[str]
     # A file [flo, fhi] overlaps a merged span when the last span starting at or before fhi ends at or after flo.
     idx = np.searchsorted(starts, fhi, side="right") - 1
     hit = (idx >= 0) & (ends[np.maximum(idx, 0)] >= flo)
-    return clog._paths(actions.filter(pa.array(hit)))
+    return actions.filter(pa.array(hit))

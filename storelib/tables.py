@@ -119,9 +119,14 @@ class Table:
         A file is skipped only when its statistics prove it holds no such row; files without
         statistics are always kept.
         """
+        return self._paths(self.actions(dt, prune))
+
+    @staticmethod
+    def actions(dt: DeltaTable, prune: Prune | None = None) -> pa.Table:
+        """The add actions (with flattened statistics) of the files :meth:`files` keeps."""
         actions = add_actions(dt)
         if actions.num_rows == 0:
-            return []
+            return actions
         wanted = [(c, v, v) for c, v in ((prune.equal or {}).items() if prune else ())]
         wanted += [(c, lo, hi) for c, (lo, hi) in ((prune.between or {}).items() if prune else ())]
         keep = None
@@ -131,7 +136,7 @@ class Table:
                 keep = may if keep is None else pc.and_kleene(keep, may)
         if keep is not None:
             actions = actions.filter(pc.fill_null(keep, True))
-        return self._paths(actions)
+        return actions
 
     def max_of(self, dt: DeltaTable, col: str, prune: Prune) -> Any:
         """The largest ``col`` among files that hold only rows matching ``prune``'s equalities, from statistics.
@@ -212,7 +217,7 @@ class Table:
         """Commit ``files`` (and ``markers``) as the version right after ``dt``'s, or raise :class:`CommitConflict`.
 
         Exactly one version is tried, so whatever the caller computed from ``dt`` (offsets,
-        progress) is still true when the commit lands.
+        progress) is still true when the commit lands. On a conflict the files are deleted.
         """
         actions: list[AddAction | RemoveAction] = [f.add_action(data_change) for f in files]
         actions.extend(removes)
@@ -222,8 +227,23 @@ class Table:
         try:
             dt.create_write_transaction(actions, mode="append", schema=dt.schema(), commit_properties=props)
         except CommitFailedError as e:
+            self.discard(files)
             raise CommitConflict(str(e)) from None
         return dt.version() + 1
+
+    def write_rows(self, dt: DeltaTable, data: pa.Table, *, prefix: str = "part", target_file_size: int | None = None,
+                   **commit: Any) -> tuple[int, list[WrittenFile]]:
+        """Write a few rows from this process into new files and :meth:`commit` them after ``dt``.
+
+        Returns (version, files); raises :class:`CommitConflict` (files deleted) to be retried.
+        """
+        from storelib.writer import FileSink
+
+        sink = FileSink(self.path, self.spec.arrow, cluster_by=self.spec.cluster_by, prefix=prefix,
+                        **({"target_file_size": target_file_size} if target_file_size else {}))
+        sink.write(data.to_batches())
+        files = sink.close()
+        return self.commit(dt, files, **commit), files
 
     def discard(self, files: Iterable[WrittenFile]) -> None:
         """Delete files that were written but will never be committed."""

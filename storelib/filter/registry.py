@@ -26,9 +26,8 @@ from storelib.errors import FilterNotSupportedError, SubscriptionNotFoundError
 from storelib.filter.bloom import BloomFilter, BloomFilterData
 from storelib.filter.selector import MessageSelector
 from storelib.schema import SUBSCRIPTION
-from storelib.tables import CommitConflict, Table, with_retries
+from storelib.tables import Table, with_retries
 from storelib.topics import validate_group, validate_topic
-from storelib.writer import FileSink
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -98,7 +97,7 @@ class SubscriptionRegistry:
             version = snapshot.version() + 1
             now = dt.datetime.now(dt.timezone.utc)
             sub = Subscription(group, topic, selector, version, _sub_version(now, current), now, bloom)
-            self._commit(snapshot, [_row(sub, dead=False)], "SUBSCRIBE")
+            self.table.write_rows(snapshot, _rows([sub], dead=False), prefix="sub", operation="SUBSCRIBE")
             return sub
 
         return with_retries(self.table, self.config.max_commit_attempts, step, what="subscribe")
@@ -112,7 +111,7 @@ class SubscriptionRegistry:
                 return False
             now = dt.datetime.now(dt.timezone.utc)
             gone = Subscription(group, topic, current.selector, snapshot.version() + 1, _sub_version(now, current), now)
-            self._commit(snapshot, [_row(gone, dead=True)], "UNSUBSCRIBE")
+            self.table.write_rows(snapshot, _rows([gone], dead=True), prefix="sub", operation="UNSUBSCRIBE")
             return True
 
         return with_retries(self.table, self.config.max_commit_attempts, step, what="unsubscribe")
@@ -133,16 +132,6 @@ class SubscriptionRegistry:
         else:
             raise FilterNotSupportedError("expression_type", "only TAG and SQL92 selectors exist",
                                           value=selector.expression_type)
-
-    def _commit(self, snapshot: "DeltaTable", rows: list[dict], operation: str) -> None:
-        sink = FileSink(self.table.path, SUBSCRIPTION.arrow, prefix="sub")
-        sink.write(pa.Table.from_pylist(rows, schema=SUBSCRIPTION.arrow).to_batches())
-        files = sink.close()
-        try:
-            self.table.commit(snapshot, files, operation=operation)
-        except CommitConflict:
-            self.table.discard(files)
-            raise
 
     # ---- reading -----------------------------------------------------------------------------
     def snapshot(self) -> "DeltaTable":
@@ -177,6 +166,10 @@ def _sub_version(now: dt.datetime, current: Subscription | None) -> int:
     return max(millis, current.sub_version + 1) if current is not None else millis
 
 
+def _rows(subs: Iterable[Subscription], dead: bool) -> pa.Table:
+    return pa.Table.from_pylist([_row(s, dead) for s in subs], schema=SUBSCRIPTION.arrow)
+
+
 def _row(sub: Subscription, dead: bool) -> dict:
     return {"consumer_group": sub.group, "topic": sub.topic, "expression_type": sub.selector.expression_type,
             "expression": sub.selector.expression, "version": sub.version, "sub_version": sub.sub_version,
@@ -190,7 +183,3 @@ def _subscription(r: dict) -> Subscription:
     return Subscription(r["consumer_group"], r["topic"], MessageSelector(r["expression_type"], r["expression"]),
                         r["version"], r["sub_version"], r["born_timestamp"], bloom)
 
-
-def live_sql92(subs: Iterable[Subscription]) -> list[Subscription]:
-    """The SQL92 subscriptions among ``subs`` that have Bloom data (the ones dispatch computes bits for)."""
-    return [s for s in subs if s.is_sql92 and s.bloom is not None]

@@ -13,11 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from storelib.errors import FilterExpressionError
+from storelib.filter.tag import ExpressionType
 
-__all__ = ["MessageSelector", "TAG", "SQL92"]
+__all__ = ["MessageSelector"]
 
-TAG = "TAG"
-SQL92 = "SQL92"
+TAG, SQL92 = ExpressionType.TAG, ExpressionType.SQL92
 
 
 @dataclass(frozen=True)

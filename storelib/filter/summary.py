@@ -34,9 +34,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from storelib.filter.bloom import bits_or
 from storelib.schema import EXT_SUMMARY
-from storelib.tables import CommitConflict, Table, WrittenFile, with_retries
-from storelib.writer import FileSink
+from storelib.tables import Table, WrittenFile, with_retries
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -97,8 +97,7 @@ class ExtSummarizer:
         if ored is None or (state["bitmap"] is not None and len(state["bitmap"]) != len(ored)):
             state["no_bitmap"] = True
             return state
-        state["bitmap"] = ored if state["bitmap"] is None else bytes(np.bitwise_or(
-            np.frombuffer(state["bitmap"], np.uint8), np.frombuffer(ored, np.uint8)))
+        state["bitmap"] = ored if state["bitmap"] is None else bits_or([state["bitmap"], ored])
         state["version_min"] = low if state["version_min"] is None else min(state["version_min"], low)
         return state
 
@@ -176,14 +175,7 @@ def record_summaries(table: Table, files: Sequence[WrittenFile], attempts: int =
     data = pa.Table.from_pylist(rows, schema=EXT_SUMMARY.arrow)
 
     def step(snapshot: "DeltaTable") -> int:
-        sink = FileSink(table.path, EXT_SUMMARY.arrow, prefix="summary")
-        sink.write(data.to_batches())
-        written = sink.close()
-        try:
-            table.commit(snapshot, written, operation="SUMMARIZE")
-        except CommitConflict:
-            table.discard(written)
-            raise
+        table.write_rows(snapshot, data, prefix="summary", operation="SUMMARIZE")
         return len(rows)
 
     return with_retries(table, attempts, step, what="record ext summaries")
