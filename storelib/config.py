@@ -57,6 +57,39 @@ class StoreConfig:
     target_file_size: int = 128 * 1024 * 1024
     #: How many times a write retries when another writer committed first.
     max_commit_attempts: int = 50
+    # ---- consuming (PullMessageProcessor, DefaultMessageStore.getMessage, PullRequestHoldService) ----
+    #: Permission bits of the whole store (``brokerPermission``): 4 read, 2 write.
+    broker_permission: int = 6
+    #: Create a consumer group's configuration on first use (``autoCreateSubscriptionGroup``).
+    auto_create_subscription_group: bool = True
+    #: Bytes of consume queue units one pull may scan for matches (``maxFilterMessageSize``, 800 units).
+    max_filter_message_size: int = 16000
+    #: Consume queue units per consume queue file (``mappedFileSizeConsumeQueue`` / 20).
+    consume_queue_file_units: int = 300_000
+    #: isTheBatchFull limits for messages within ``access_message_in_memory_max_ratio`` % of RAM of the end
+    #: of the commitlog (``maxTransferBytesOnMessageInMemory``, ``maxTransferCountOnMessageInMemory``) ...
+    max_transfer_bytes_on_message_in_memory: int = 256 * 1024
+    max_transfer_count_on_message_in_memory: int = 32
+    #: ... and for older messages (``maxTransferBytesOnMessageInDisk``, ``maxTransferCountOnMessageInDisk``).
+    max_transfer_bytes_on_message_in_disk: int = 64 * 1024
+    max_transfer_count_on_message_in_disk: int = 8
+    #: Share of physical memory the newest commitlog bytes are assumed cached in (``accessMessageInMemoryMaxRatio``).
+    access_message_in_memory_max_ratio: int = 40
+    #: Hold pulls that find nothing until a matching message arrives (``longPollingEnable``) ...
+    long_polling_enable: bool = True
+    #: ... else hold them this long, then answer (``shortPollingTimeMills``).
+    short_polling_time_mills: int = 1000
+    #: How often a held pull looks for new consume queue units written by other processes, in ms.
+    long_polling_check_interval_ms: int = 100
+    #: Filter a group's retry topic by the group's subscription of each message's original topic
+    #: (``filterSupportRetry``; off in a stock broker).
+    filter_support_retry: bool = True
+    #: Delay of each delay level, level 1 first (``messageDelayLevel``).
+    message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+    #: Hours a commitlog file is kept after its newest message (``fileReservedTime``).
+    file_reserved_time: int = 72
+    #: Consumer offset commits kept as separate files before they are merged into one row per queue.
+    consumer_offset_compact_files: int = 64
     #: Extra Delta table properties for every table the store creates.
     table_properties: Mapping[str, str] = field(default_factory=dict)
 
@@ -68,6 +101,7 @@ class StoreConfig:
             if f.type in ("bool",) and not isinstance(value, bool):
                 raise ConfigError(f.name, "must be true or false", value=value)
         self.store_address  # validates store_host
+        self.delay_levels_ms  # validates message_delay_level
 
     @property
     def store_address(self) -> tuple[str, int]:
@@ -82,6 +116,25 @@ class StoreConfig:
         if not sep or not 0 <= port_no <= 65535:
             raise ConfigError("store_host", "must be 'ip:port' with a port in 0..65535", value=self.store_host)
         return host, port_no
+
+    @property
+    def delay_levels_ms(self) -> tuple[int, ...]:
+        """Delay of each level in milliseconds, level 1 first (``parseDelayLevel``).
+
+        >>> StoreConfig().delay_levels_ms[:3], len(StoreConfig().delay_levels_ms)
+        ((1000, 5000, 10000), 18)
+        """
+        units = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+        out = []
+        for part in self.message_delay_level.split():
+            unit, number = part[-1:], part[:-1]
+            if unit not in units or not number.isdigit():
+                raise ConfigError("message_delay_level", f"{part!r} is not a delay like 5s, 2m, 1h or 1d",
+                                  value=self.message_delay_level)
+            out.append(int(number) * units[unit])
+        if not out:
+            raise ConfigError("message_delay_level", "needs at least one level", value=self.message_delay_level)
+        return tuple(out)
 
     def replace(self, **changes: Any) -> "StoreConfig":
         """A copy with some settings changed."""

@@ -38,6 +38,11 @@ __all__ = [
     "FilterNotSupportedError",
     "SubscriptionNotFoundError",
     "BloomFilterError",
+    "SubscriptionNotLatestError",
+    "SubscriptionGroupNotFoundError",
+    "ConsumeDisabledError",
+    "StorePermissionError",
+    "OffsetError",
 ]
 
 _MISSING = object()
@@ -52,7 +57,10 @@ class StoreError(Exception):
 
     code: str | None = None
 
-    def __init__(self, field: str | None, reason: str, *, value: Any = _MISSING, where: str | None = None):
+    def __init__(self, field: str | None, reason: str, *, value: Any = _MISSING, where: str | None = None,
+                 code: str | None = None):
+        if code is not None:
+            self.code = code  # the same mistake answers differently on another path (send vs pull)
         self.field = field
         self.reason = reason
         self.value = None if value is _MISSING else value
@@ -187,3 +195,32 @@ class SubscriptionNotFoundError(FilterError):
 class BloomFilterError(FilterError):
     """Bloom filter settings, bit positions or bitmaps that do not fit together (RocketMQ throws
     IllegalArgumentException), e.g. a bitmap whose length is not the filter's ``m`` bits."""
+
+
+class SubscriptionNotLatestError(FilterError):
+    """The store holds an older subscription than the consumer pulls with (``SUBSCRIPTION_NOT_LATEST``)."""
+
+    code = "SUBSCRIPTION_NOT_LATEST"
+
+
+class SubscriptionGroupNotFoundError(StoreError):
+    """A consumer group with no configuration, where groups are not created on first use
+    (``SUBSCRIPTION_GROUP_NOT_EXIST``)."""
+
+    code = "SUBSCRIPTION_GROUP_NOT_EXIST"
+
+
+class ConsumeDisabledError(StoreError):
+    """A consumer group whose configuration forbids consuming (``consumeEnable=false``: ``NO_PERMISSION``)."""
+
+    code = "NO_PERMISSION"
+
+
+class StorePermissionError(StoreError):
+    """The store as a whole is not readable or not writable (``brokerPermission``: ``NO_PERMISSION``)."""
+
+    code = "NO_PERMISSION"
+
+
+class OffsetError(StoreError):
+    """A queue offset that is not a non-negative integer, or a consumer offset that cannot be stored."""

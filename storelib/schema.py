@@ -14,6 +14,8 @@ Tables, as folders under the store's root:
 ``index``                      one row per KEYS key and per UNIQ_KEY (IndexFile)
 ``topic_config``               topics with their queue counts and permissions (TopicConfigManager)
 ``subscription``               subscriptions by consumer group and topic (ConsumerFilterManager)
+``subscription_group``         consumer group settings (SubscriptionGroupManager)
+``consumer_offset``            committed offsets by group, topic and queue (ConsumerOffsetManager)
 =============================  ====================================================================
 
 No table is Delta-partitioned: the writers cluster rows into files instead (one queue's offset
@@ -31,7 +33,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 __all__ = ["TableSpec", "TABLES", "COMMITLOG", "CONSUME_QUEUE", "CONSUME_QUEUE_EXT", "EXT_SUMMARY", "INDEX", "TOPIC_CONFIG",
-           "SUBSCRIPTION"]
+           "SUBSCRIPTION", "SUBSCRIPTION_GROUP", "CONSUMER_OFFSET"]
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 PROPERTIES = pa.map_(pa.string(), pa.string())
@@ -192,8 +194,39 @@ TOPIC_CONFIG = TableSpec(
     description="Topic configuration (RocketMQ's TopicConfigManager).",
 )
 
+SUBSCRIPTION_GROUP = TableSpec(
+    "subscription_group",
+    pa.schema([
+        _f("group_name", pa.string(), "Consumer group", False),
+        _f("consume_enable", pa.bool_(), "Whether the group may pull (consumeEnable)", False),
+        _f("consume_from_min_enable", pa.bool_(), "consumeFromMinEnable", False),
+        _f("consume_broadcast_enable", pa.bool_(), "consumeBroadcastEnable", False),
+        _f("retry_queue_nums", pa.int32(), "Queues of the group's %RETRY% topic (retryQueueNums); 0 drops sent-back messages", False),
+        _f("retry_max_times", pa.int32(), "Redeliveries before a message goes to %DLQ% (retryMaxTimes)", False),
+        _f("broker_id", pa.int64(), "brokerId", False),
+        _f("which_broker_when_consume_slowly", pa.int64(), "whichBrokerWhenConsumeSlowly", False),
+        _f("updated_at", TIMESTAMP, "When this configuration was last written", False),
+    ]),
+    description="Consumer group configuration (RocketMQ's SubscriptionGroupManager).",
+)
+
+CONSUMER_OFFSET = TableSpec(
+    "consumer_offset",
+    pa.schema([
+        _f("consumer_group", pa.string(), "Consumer group", False),
+        _f("topic", pa.string(), "Topic", False),
+        _f("queue_id", pa.int32(), "Queue of the topic", False),
+        _f("offset", pa.int64(), "Committed consumer offset: the next queue offset the group will consume", False),
+        _f("commit_version", pa.int64(), "Delta version of the commit that wrote the row: the latest wins", False),
+        _f("commit_timestamp", TIMESTAMP, "When the offset was committed", False),
+    ]),
+    cluster_by=("consumer_group",),
+    sort_by=("consumer_group", "topic", "queue_id"),
+    description="Consumer offsets by (group, topic, queue) (RocketMQ's ConsumerOffsetManager).",
+)
+
 TABLES: dict[str, TableSpec] = {t.name: t for t in (COMMITLOG, CONSUME_QUEUE, CONSUME_QUEUE_EXT, EXT_SUMMARY, INDEX,
-                                                     TOPIC_CONFIG, SUBSCRIPTION)}
+                                                     TOPIC_CONFIG, SUBSCRIPTION, SUBSCRIPTION_GROUP, CONSUMER_OFFSET)}
 
 
 def describe() -> str:

@@ -21,9 +21,11 @@ from storelib.dispatch import Dispatcher, DispatchResult
 from storelib.errors import InputChangedError, InvalidQueueIdError, ReservedTopicError
 from storelib.message import Message, SendResult
 from storelib.producer import Producer
+from storelib.groups import GroupConfig, GroupConfigTable
 from storelib.filter.registry import Subscription, SubscriptionRegistry
 from storelib.filter.selector import MessageSelector
-from storelib.schema import COMMITLOG, CONSUME_QUEUE, CONSUME_QUEUE_EXT, EXT_SUMMARY, INDEX, SUBSCRIPTION, TOPIC_CONFIG
+from storelib.schema import (COMMITLOG, CONSUME_QUEUE, CONSUME_QUEUE_EXT, CONSUMER_OFFSET, EXT_SUMMARY, INDEX, SUBSCRIPTION,
+                             SUBSCRIPTION_GROUP, TOPIC_CONFIG)
 from storelib.tables import Prune, Table
 from storelib.topics import (PERM_READ, PERM_WRITE, TopicConfig, TopicConfigTable, is_system_topic, validate_topic)
 
@@ -48,10 +50,11 @@ class MessageStore:
         props = dict(config.table_properties)
         self.tables = {spec.name: Table(f"{self.root}/{spec.name}", spec, props)
                        for spec in (COMMITLOG, CONSUME_QUEUE, CONSUME_QUEUE_EXT, EXT_SUMMARY, INDEX, TOPIC_CONFIG,
-                                    SUBSCRIPTION)}
+                                    SUBSCRIPTION, SUBSCRIPTION_GROUP, CONSUMER_OFFSET)}
         self.commitlog = CommitLog(self.tables["commitlog"], config)
         self.topics = TopicConfigTable(self.tables["topic_config"])
         self.registry = SubscriptionRegistry(self.tables["subscription"], config)
+        self.groups = GroupConfigTable(self.tables["subscription_group"], config)
         self.producer = Producer(config)
 
     @classmethod
@@ -160,6 +163,20 @@ class MessageStore:
         """How far each dispatched table has come, in commitlog offsets, and where the commitlog ends."""
         return self.dispatcher().progress()
 
+    # ---- consumer groups -------------------------------------------------------------------------
+    def create_group(self, group: str, **settings: Any) -> GroupConfig:
+        """Create or update a consumer group's configuration (``updateSubscriptionGroup``).
+
+        >>> store.create_group("GroupA", retry_max_times=3).retry_max_times       # doctest: +SKIP
+        3
+        """
+        return self.groups.put(GroupConfig(group, **settings))
+
+    def group_config(self, group: str) -> GroupConfig:
+        """The group's configuration; created with RocketMQ's defaults on first use unless
+        ``auto_create_subscription_group`` is off (then :class:`~storelib.errors.SubscriptionGroupNotFoundError`)."""
+        return self.groups.find(group)
+
     # ---- subscriptions and filtered reads ---------------------------------------------------------
     def subscribe(self, group: str, topic: str, selector: "MessageSelector | str | None" = None) -> Subscription:
         """Register ``group``'s subscription to ``topic``: a tag expression (``'TagA || TagB'``) or a selector.
@@ -199,6 +216,10 @@ class MessageStore:
         from storelib.read import filter_stats
 
         return filter_stats(self, topic, group=group)
+
+    # ---- consumer offsets ----------------------------------------------------------------------
+
+    # ---- retention -----------------------------------------------------------------------------
 
     # ---- upkeep ----------------------------------------------------------------------------
     def compact(self, full: bool = False) -> dict[str, tuple[int, int]]:
