@@ -14,13 +14,11 @@ then plans again from the newer snapshot, so it never removes a file it did not 
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-from deltalake.transaction import RemoveAction
 
-from storelib.tables import Table, WrittenFile, add_actions, spark_schema, with_retries
+from storelib.tables import Table, WrittenFile, add_actions, remove_actions, spark_schema, with_retries
 from storelib.writer import Summarizer, write_dataframe
 
 if TYPE_CHECKING:
@@ -91,8 +89,7 @@ def compact_table(spark: "SparkSession", table: Table, *, target_file_size: int,
                                 summarize=summarize)
         if before_commit is not None and files:
             before_commit(files)
-        now = int(time.time() * 1000)
-        removes = [RemoveAction(r["path"], False, now, r["size_bytes"], {}) for g in groups for r in g]
+        removes = remove_actions([r for g in groups for r in g], data_change=False)
         table.commit(snapshot, files, removes=removes, operation="OPTIMIZE", data_change=False)
         return len(removes), len(files)
 

@@ -11,7 +11,6 @@ how many redeliveries a message gets before it goes to ``%DLQ%``. Groups are cre
 from __future__ import annotations
 
 import datetime as dt
-import threading
 from dataclasses import asdict, dataclass, fields
 
 import pyarrow as pa
@@ -58,21 +57,16 @@ class GroupConfigTable:
     def __init__(self, table: Table, config: StoreConfig):
         self.table = table
         self.config = config
-        self._lock = threading.Lock()
-        self._cache: tuple[int, dict[str, GroupConfig]] | None = None
 
     def all(self) -> dict[str, GroupConfig]:
-        """Every group's configuration."""
-        snapshot = self.table.snapshot()
-        with self._lock:
-            if self._cache is not None and self._cache[0] == snapshot.version():
-                return self._cache[1]
-        rows = sorted(self.table.read_arrow(snapshot).to_pylist(), key=lambda r: r["updated_at"])
+        """Every group's configuration, from memory while the table has not moved."""
+        return self.table.memo("all", lambda view: self._latest(self.table.read_view(view).to_pylist()))
+
+    @staticmethod
+    def _latest(rows: list[dict]) -> dict[str, GroupConfig]:
         names = {f.name for f in fields(GroupConfig)}
-        groups = {r["group_name"]: GroupConfig(**{k: v for k, v in r.items() if k in names}) for r in rows}
-        with self._lock:
-            self._cache = (snapshot.version(), groups)
-        return groups
+        return {r["group_name"]: GroupConfig(**{k: v for k, v in r.items() if k in names})
+                for r in sorted(rows, key=lambda r: r["updated_at"])}
 
     def find(self, group: str) -> GroupConfig:
         """``findSubscriptionGroupConfig``: the group's configuration, created with defaults where absent

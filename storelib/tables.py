@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 from urllib.parse import unquote
 
 import pyarrow as pa
@@ -34,7 +35,7 @@ from storelib.schema import CONSUME_QUEUE, TableSpec  # noqa: F401  (CONSUME_QUE
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["Table", "WrittenFile", "Prune", "CommitConflict"]
+__all__ = ["Table", "TableView", "WrittenFile", "Prune", "CommitConflict", "add_actions", "remove_actions"]
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,23 @@ class Prune:
     between: Mapping[str, tuple[Any, Any]] | None = None
 
 
+@dataclass(frozen=True)
+class TableView:
+    """What point reads need of one snapshot, kept in memory: its version, add actions and ``txn`` markers.
+
+    Immutable, so many threads may use it while the table moves on.
+    """
+
+    version: int
+    actions: pa.Table
+    markers: Mapping[str, int | None]
+
+    def marker(self, app_id: str, default: int = 0) -> int:
+        """The ``txn`` version under ``app_id`` (asked for when the view was made), or ``default``."""
+        value = self.markers.get(app_id)
+        return default if value is None else value
+
+
 class Table:
     """One Delta table of the store, at ``path``, with the columns of ``spec``."""
 
@@ -80,6 +98,10 @@ class Table:
         self.path = path.rstrip("/")
         self.spec = spec
         self.properties = dict(properties or {})
+        self._warm: DeltaTable | None = None
+        self._view: TableView | None = None
+        self._lock = threading.Lock()
+        self._memo: dict[str, tuple[int, Any]] = {}
 
     def __repr__(self) -> str:
         return f"Table({self.spec.name!r}, {self.path!r})"
@@ -105,6 +127,48 @@ class Table:
         """The table's latest snapshot (or the given version)."""
         return DeltaTable(self.path, version=version)
 
+    def view(self, markers: Iterable[str] = ()) -> TableView:
+        """The newest snapshot as a :class:`TableView`, kept warm between calls.
+
+        The first call loads the table; later calls only read the log entries written since
+        (``update_incremental``), and rebuild the view only when the version moved. ``markers``
+        names the ``txn`` app ids the caller will ask the view for.
+        """
+        wanted = tuple(markers)
+        with self._lock:
+            if self._warm is None:
+                self._warm = self.snapshot()
+            else:
+                self._warm.update_incremental()
+            version = self._warm.version()
+            view = self._view
+            if view is None or view.version != version or any(m not in view.markers for m in wanted):
+                known = set(view.markers) if view is not None and view.version == version else set()
+                names = known | set(wanted)
+                found = {m: self._warm.transaction_version(m) for m in names}
+                actions = view.actions if view is not None and view.version == version else add_actions(self._warm)
+                view = TableView(version, actions, {m: None if v is None else int(v) for m, v in found.items()})
+                self._view = view
+            return view
+
+    def memo(self, name: str, build: Callable[[TableView], Any]) -> Any:
+        """``build(view)`` over the newest snapshot, computed once per table version (a warm cache).
+
+        For small tables read on every request (topics, groups, subscriptions), as a broker keeps
+        them in memory: a request then costs one look at the log, not a read of the table.
+        """
+        view = self.view()
+        cached = self._memo.get(name)
+        if cached is not None and cached[0] == view.version:
+            return cached[1]
+        value = build(view)
+        self._memo[name] = (view.version, value)
+        return value
+
+    def read_view(self, view: TableView, prune: Prune | None = None, **kwargs: Any) -> pa.Table:
+        """:meth:`read_arrow` over the files of ``view`` that may hold rows matching ``prune``."""
+        return self.read_arrow(paths=self._paths(self.prune(view.actions, prune)), **kwargs)
+
     # ---- progress markers --------------------------------------------------------------------
     @staticmethod
     def marker(dt: DeltaTable, app_id: str, default: int = 0) -> int:
@@ -124,7 +188,11 @@ class Table:
     @staticmethod
     def actions(dt: DeltaTable, prune: Prune | None = None) -> pa.Table:
         """The add actions (with flattened statistics) of the files :meth:`files` keeps."""
-        actions = add_actions(dt)
+        return Table.prune(add_actions(dt), prune)
+
+    @staticmethod
+    def prune(actions: pa.Table, prune: Prune | None = None) -> pa.Table:
+        """The add actions whose statistics say their file may hold rows matching ``prune``."""
         if actions.num_rows == 0:
             return actions
         wanted = [(c, v, v) for c, v in ((prune.equal or {}).items() if prune else ())]
@@ -143,26 +211,38 @@ class Table:
 
         Exact for tables whose files each hold one cluster (a queue); None where no file matches.
         """
-        actions = add_actions(dt)
+        actions = self.only(add_actions(dt), prune.equal or {})
         if actions.num_rows == 0 or f"max.{col}" not in actions.column_names:
             return None
+        return pc.max(actions.column(f"max.{col}")).as_py()
+
+    @staticmethod
+    def only(actions: pa.Table, equal: Mapping[str, Any]) -> pa.Table:
+        """The add actions of files holding only rows with these values (min and max statistics both equal)."""
+        if actions.num_rows == 0:
+            return actions
         keep = None
-        for c, v in (prune.equal or {}).items():
-            same = pc.and_(pc.equal(actions.column(f"min.{c}"), _scalar(v, actions.column(f"min.{c}").type)),
-                           pc.equal(actions.column(f"max.{c}"), _scalar(v, actions.column(f"max.{c}").type)))
-            keep = same if keep is None else pc.and_(keep, same)
-        if keep is not None:
-            actions = actions.filter(pc.fill_null(keep, False))
-        return pc.max(actions.column(f"max.{col}")).as_py() if actions.num_rows else None
+        for c, v in equal.items():
+            if f"min.{c}" not in actions.column_names:
+                return actions.slice(0, 0)
+            for side in ("min", "max"):
+                column = actions.column(f"{side}.{c}")
+                same = pc.equal(column, _scalar(v, column.type))
+                keep = same if keep is None else pc.and_(keep, same)
+        return actions if keep is None else actions.filter(pc.fill_null(keep, False))
 
     def files_holding(self, dt: DeltaTable, col: str, values: pa.Array) -> list[str]:
         """Absolute paths of the files whose ``[min, max]`` of ``col`` holds at least one of ``values``."""
-        actions = add_actions(dt)
+        return self._paths(self.holding(add_actions(dt), col, values))
+
+    @staticmethod
+    def holding(actions: pa.Table, col: str, values: pa.Array) -> pa.Table:
+        """The add actions whose ``[min, max]`` of ``col`` holds at least one of ``values`` (no stats: kept)."""
         if actions.num_rows == 0 or len(values) == 0:
-            return []
+            return actions.slice(0, 0)
         mins, maxs = f"min.{col}", f"max.{col}"
         if mins not in actions.column_names:
-            return self._paths(actions)
+            return actions
         import numpy as np
 
         wanted = np.sort(values.to_numpy(zero_copy_only=False))
@@ -172,7 +252,7 @@ class Table:
         first_at_or_above = np.searchsorted(wanted, np.where(unknown, 0, lo), side="left")
         holds = unknown | ((first_at_or_above < len(wanted))
                            & (wanted[np.minimum(first_at_or_above, len(wanted) - 1)] <= np.where(unknown, 0, hi)))
-        return self._paths(actions.filter(pa.array(holds, pa.bool_())))
+        return actions.filter(pa.array(holds, pa.bool_()))
 
     def _paths(self, actions: pa.Table) -> list[str]:
         return [self.path_of(p) for p in actions.column("path").to_pylist()]
@@ -253,6 +333,16 @@ class Table:
                 fs.delete_file(f"{base}/{f.path}")
             except FileNotFoundError:
                 pass
+
+
+def remove_actions(files: "pa.Table | Iterable[Mapping[str, Any]]", data_change: bool = True) -> list[RemoveAction]:
+    """Remove actions for files given as add actions (a table, or rows with ``path`` and ``size_bytes``).
+
+    ``data_change=False`` for rewrites that keep the rows (compaction), True for deletions (retention).
+    """
+    rows = files.select(["path", "size_bytes"]).to_pylist() if isinstance(files, pa.Table) else files
+    now = int(time.time() * 1000)
+    return [RemoveAction(r["path"], data_change, now, r["size_bytes"], {}) for r in rows]
 
 
 def add_actions(dt: DeltaTable) -> pa.Table:

@@ -134,7 +134,11 @@ class TopicConfigTable:
         self.table = table
 
     def all(self) -> dict[str, TopicConfig]:
-        rows = self.table.read_arrow().to_pylist()
+        """Every topic's configuration, from memory while the table has not moved."""
+        return self.table.memo("all", lambda view: self._latest(self.table.read_view(view).to_pylist()))
+
+    @staticmethod
+    def _latest(rows: list[dict]) -> dict[str, TopicConfig]:
         latest: dict[str, dict] = {}
         for r in sorted(rows, key=lambda r: r["updated_at"]):
             latest[r["topic"]] = r

@@ -137,9 +137,13 @@ class SubscriptionRegistry:
     def snapshot(self) -> "DeltaTable":
         return self.table.snapshot()
 
+    def current(self) -> dict[tuple[str, str], Subscription]:
+        """Live subscriptions by (group, topic) of the newest registry version, kept in memory between versions."""
+        return self.table.memo("current", lambda view: self._latest(self.table.read_view(view)))
+
     def get(self, group: str, topic: str, snapshot: "DeltaTable | None" = None) -> Subscription:
         """The group's live subscription to the topic, or :class:`SubscriptionNotFoundError`."""
-        sub = self._current(snapshot or self.snapshot()).get((group, topic))
+        sub = (self._current(snapshot) if snapshot is not None else self.current()).get((group, topic))
         if sub is None:
             raise SubscriptionNotFoundError("group", f"consumer group {group} has no subscription to topic {topic}",
                                             value=group)
@@ -147,14 +151,19 @@ class SubscriptionRegistry:
 
     def for_topic(self, topic: str, snapshot: "DeltaTable | None" = None) -> list[Subscription]:
         """Every live subscription to ``topic``, by group name."""
-        subs = self._current(snapshot or self.snapshot())
+        subs = self._current(snapshot) if snapshot is not None else self.current()
         return [s for (g, t), s in sorted(subs.items()) if t == topic]
 
     def all(self, snapshot: "DeltaTable | None" = None) -> list[Subscription]:
-        return [s for _, s in sorted(self._current(snapshot or self.snapshot()).items())]
+        subs = self._current(snapshot) if snapshot is not None else self.current()
+        return [s for _, s in sorted(subs.items())]
 
     def _current(self, snapshot: "DeltaTable") -> dict[tuple[str, str], Subscription]:
-        rows = self.table.read_arrow(snapshot).to_pylist()
+        return self._latest(self.table.read_arrow(snapshot))
+
+    @staticmethod
+    def _latest(table: pa.Table) -> dict[tuple[str, str], Subscription]:
+        rows = table.to_pylist()
         latest: dict[tuple[str, str], dict] = {}
         for r in sorted(rows, key=lambda r: r["version"]):
             latest[(r["consumer_group"], r["topic"])] = r
