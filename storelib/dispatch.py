@@ -37,7 +37,7 @@ from storelib.tables import Prune, Table, with_retries
 from storelib.writer import write_dataframe
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
     from storelib.filter.registry import Subscription, SubscriptionRegistry
 
@@ -169,11 +169,27 @@ class Dispatcher:
         """CommitLogDispatcherBuildConsumeQueue; the tag code is the decorated ext address with the ext queue on."""
         from pyspark.sql import functions as F
 
-        code = C.decorate_ext_addr(F.col("queue_offset")) if self.ext_enabled else C.tags_code(F.col("tags"))
+        code = C.decorate_ext_addr(F.col("queue_offset")) if self.ext_enabled else self._tags_code()
         out = queued(rows).select(
             "topic", "queue_id", "queue_offset", F.col("physical_offset").alias("commitlog_offset"), "size",
             code.alias("tags_code"), "store_timestamp")
         return out  # commitlog order is queue-offset order; the writer files each queue apart
+
+    def _tags_code(self) -> "Column":
+        """The real tag code of a row (checkMessageAndReturnSize): ``String.hashCode`` of TAGS, except
+        that a SCHEDULE_TOPIC_XXXX message with a DELAY level > 0 gets its deliver timestamp instead:
+        store time in ms plus the delay of the level, the level capped at the highest one."""
+        from pyspark.sql import functions as F
+
+        from storelib.topics import SCHEDULE_TOPIC
+
+        delays = self.config.delay_levels_ms
+        level = F.try_element_at(F.col("properties"), F.lit(MessageConst.DELAY)).try_cast("int")
+        capped = F.least(level, F.lit(len(delays)))
+        delay_ms = F.try_element_at(F.array(*[F.lit(d).cast("long") for d in delays]), capped)
+        deliver = F.unix_millis(F.col("store_timestamp")) + delay_ms
+        scheduled = (F.col("topic") == SCHEDULE_TOPIC) & level.isNotNull() & (level > 0)
+        return F.when(scheduled, deliver).otherwise(C.tags_code(F.col("tags"))).cast("long")
 
     def _build_consume_queue_ext(self, rows: "DataFrame") -> "DataFrame":
         """ConsumeQueueExt units: real tag code, store time, and the CalcBitMap filter bitmap."""
@@ -196,7 +212,7 @@ class Dispatcher:
             bitmap, filter_version = F.lit(None).cast("binary"), F.lit(None).cast("long")
         return queued(rows).select(
             "topic", "queue_id", "queue_offset", F.col("queue_offset").alias("ext_offset"),
-            F.col("physical_offset").alias("commitlog_offset"), "size", C.tags_code(F.col("tags")).alias("tags_code"),
+            F.col("physical_offset").alias("commitlog_offset"), "size", self._tags_code().alias("tags_code"),
             "store_timestamp", bitmap.alias("filter_bitmap"), filter_version.alias("filter_version"))
 
     def _build_index(self, rows: "DataFrame") -> "DataFrame":
