@@ -22,16 +22,21 @@ from storelib.errors import InputChangedError, InvalidQueueIdError, ReservedTopi
 from storelib.message import Message, SendResult
 from storelib.producer import Producer
 from storelib.groups import GroupConfig, GroupConfigTable
+from storelib.long_polling import PullRequestHoldService
 from storelib.filter.registry import Subscription, SubscriptionRegistry
 from storelib.filter.selector import MessageSelector
 from storelib.schema import (COMMITLOG, CONSUME_QUEUE, CONSUME_QUEUE_EXT, CONSUMER_OFFSET, EXT_SUMMARY, INDEX, SUBSCRIPTION,
                              SUBSCRIPTION_GROUP, TOPIC_CONFIG)
 from storelib.tables import Prune, Table
-from storelib.topics import (PERM_READ, PERM_WRITE, TopicConfig, TopicConfigTable, is_system_topic, validate_topic)
+from storelib.topics import (PERM_READ, PERM_WRITE, TopicConfig, TopicConfigTable, is_system_topic, retry_topic,
+                             validate_topic)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from storelib.get_message import GetMessageResult
+    from storelib.offsets import ConsumerOffsetTable
+    from storelib.pull import PullMessageProcessor, PullResult
     from storelib.query import MessageQuery, StoredMessage
     from storelib.read import FilterStats
 
@@ -56,6 +61,7 @@ class MessageStore:
         self.registry = SubscriptionRegistry(self.tables["subscription"], config)
         self.groups = GroupConfigTable(self.tables["subscription_group"], config)
         self.producer = Producer(config)
+        self.hold_service = PullRequestHoldService()
 
     @classmethod
     def open(cls, root: str, spark: "SparkSession | None" = None, config: StoreConfig | None = None,
@@ -147,17 +153,40 @@ class MessageStore:
             if persist:
                 encoded.unpersist()
 
+    def send_back(self, msg: "StoredMessage", group: str, delay_level: int = 0,
+                  max_reconsume_times: int | None = None) -> SendResult:
+        """A consumption failed: store ``msg`` again for ``group`` (RocketMQ's ``consumerSendMsgBack``).
+
+        Delayed for ``%RETRY%group`` (``SCHEDULE_TOPIC_XXXX``, level ``3 + reconsume_times`` when
+        ``delay_level`` is 0), or to ``%DLQ%group`` after ``max_reconsume_times`` (the group's
+        ``retry_max_times``) or with a negative ``delay_level``. Returns where the copy was stored;
+        see :mod:`storelib.retry`.
+
+        >>> store.send_back(store.query_by_id(r.msg_id), "GroupA").topic   # doctest: +SKIP
+        'SCHEDULE_TOPIC_XXXX'
+        """
+        from storelib.retry import send_back
+
+        return send_back(self, msg, group, delay_level, max_reconsume_times)
+
     # ---- dispatch --------------------------------------------------------------------------
     def dispatcher(self, fault: Callable[[str], None] | None = None) -> Dispatcher:
-        targets = {"consume_queue": self.tables["consume_queue"], "consume_queue_ext": self.tables["consume_queue_ext"]}
+        # The ext rows land before the consume queue rows that point at them (putMessagePositionInfoWrapper).
+        targets = {"consume_queue_ext": self.tables["consume_queue_ext"], "consume_queue": self.tables["consume_queue"]}
         if self.config.message_index_enable:
             targets["index"] = self.tables["index"]
         return Dispatcher(self.spark, self.tables["commitlog"], targets, self.config, fault=fault,
                           registry=self.registry, summaries=self.tables["consume_queue_ext_summary"])
 
     def dispatch(self) -> DispatchResult:
-        """Build consume queue, ext (with filter bitmaps) and index rows for everything sent since the last dispatch."""
-        return self.dispatcher().run()
+        """Build consume queue, ext (with filter bitmaps) and index rows for everything sent since the last dispatch.
+
+        Pulls held in this process (long polling) are woken when it is done.
+        """
+        try:
+            return self.dispatcher().run()
+        finally:
+            self.hold_service.notify_message_arriving()
 
     def dispatch_progress(self) -> dict[str, int]:
         """How far each dispatched table has come, in commitlog offsets, and where the commitlog ends."""
@@ -182,13 +211,22 @@ class MessageStore:
         """Register ``group``'s subscription to ``topic``: a tag expression (``'TagA || TagB'``) or a selector.
 
         A later call replaces the group's expression for the topic and bumps its version. SQL92
-        subscriptions get Bloom bits in every message dispatched from now on.
+        subscriptions get Bloom bits in every message dispatched from now on. As a consumer's
+        heartbeat does, it also creates the group's configuration (unless groups must be created
+        first, ``auto_create_subscription_group=false``) and its ``%RETRY%`` topic.
 
         >>> store.subscribe("GroupA", "TopicTest", "TagA || TagB").version        # doctest: +SKIP
         1
         """
+        from storelib.retry import ensure_topic
+
         self.topic_config(topic)
-        return self.registry.register(group, topic, selector)
+        self.registry.check(topic, MessageSelector.of(selector))
+        group_config = self.groups.find(group)  # a consumer's heartbeat: the group, and its retry topic
+        subscription = self.registry.register(group, topic, selector)
+        if group_config.retry_queue_nums > 0:
+            ensure_topic(self, dict(self.topics.all()), retry_topic(group), group_config.retry_queue_nums)
+        return subscription
 
     def unsubscribe(self, group: str, topic: str) -> bool:
         """Remove ``group``'s subscription to ``topic``; False when it had none."""
@@ -217,9 +255,161 @@ class MessageStore:
 
         return filter_stats(self, topic, group=group)
 
+    # ---- consuming ---------------------------------------------------------------------------------
+    def pull(self, group: str, topic: str, queue_id: int, offset: int, max_msgs: int = 32, *,
+             selector: "MessageSelector | str | None" = None, sub_version: int | None = None,
+             suspend_timeout_ms: int = 0, commit_offset: int | None = None) -> "PullResult":
+        """Pull up to ``max_msgs`` messages of one queue from ``offset``, as a RocketMQ consumer pulls.
+
+        The group's registered subscription filters the queue, unless ``selector`` brings the pull's
+        own (a tag expression or a :class:`MessageSelector`). ``suspend_timeout_ms`` holds a pull that
+        finds nothing new until a matching message arrives (long polling); ``commit_offset`` commits
+        that offset for the group first (the commit-offset flag). Refusals are typed errors carrying
+        RocketMQ's response codes; see :mod:`storelib.pull` for statuses and offsets.
+
+        >>> r = store.pull("GroupA", "TopicTest", queue_id=0, offset=0, max_msgs=32)        # doctest: +SKIP
+        >>> r.status, r.next_begin_offset, r.min_offset, r.max_offset, len(r.messages)       # doctest: +SKIP
+        (<PullStatus.FOUND: 'FOUND'>, 32, 0, 1000, 32)
+        """
+        from storelib.pull import PullRequest
+
+        request = PullRequest(group, topic, queue_id, offset, max_msgs,
+                              None if selector is None else MessageSelector.of(selector), sub_version,
+                              suspend_timeout_ms, commit_offset)
+        return self.pull_processor.pull(request)
+
+    @functools.cached_property
+    def pull_processor(self) -> "PullMessageProcessor":
+        from storelib.pull import PullMessageProcessor
+
+        return PullMessageProcessor(self)
+
+    def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msgs: int = 32,
+                    selector: "MessageSelector | str | None" = None) -> "GetMessageResult":
+        """The store's own answer (``DefaultMessageStore.getMessage``): no checks, no client re-check.
+
+        >>> store.get_message("GroupA", "TopicTest", 0, 0).status                   # doctest: +SKIP
+        <GetMessageStatus.FOUND: 'FOUND'>
+        """
+        from storelib.get_message import get_message
+        from storelib.pull import PullFilter
+        from storelib.filter.message_filter import MessageFilter
+
+        message_filter = None
+        if selector is not None:
+            message_filter = PullFilter(MessageFilter(topic, MessageSelector.of(selector)))
+        return get_message(self, group, topic, queue_id, offset, max_msgs, message_filter)
+
     # ---- consumer offsets ----------------------------------------------------------------------
+    @functools.cached_property
+    def offsets(self) -> "ConsumerOffsetTable":
+        """The ``consumer_offset`` table (see :mod:`storelib.offsets`)."""
+        from storelib.offsets import ConsumerOffsetTable
+
+        return ConsumerOffsetTable(self.tables["consumer_offset"], self.config)
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Commit the next queue offset ``group`` will consume from the queue (``commitOffset``).
+
+        The last commit wins, also when it moves the offset backwards (a reset). Bad input raises a
+        typed error and writes nothing.
+
+        >>> store.commit_offset("GroupA", "TopicTest", 0, 42)                     # doctest: +SKIP
+        >>> store.committed_offset("GroupA", "TopicTest", 0)                      # doctest: +SKIP
+        42
+        """
+        self.offsets.commit(group, topic, queue_id, offset)
+
+    def committed_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """The group's committed offset of the queue, -1 when it has none (``queryOffset``); no Spark job.
+
+        >>> store.committed_offset("GroupA", "TopicTest", 3)                      # doctest: +SKIP
+        -1
+        """
+        return self.offsets.query(group, topic, queue_id)
+
+    def consumer_lag(self, group: str) -> "DataFrame":
+        """Per queue the group reads: ``topic, queue_id, max_offset, committed_offset, lag`` (``getConsumeStats``).
+
+        Queues of the group's subscribed topics, of its ``%RETRY%`` topic where it exists, and of
+        topics it committed offsets for; ``committed_offset`` is 0 where none was committed.
+
+        >>> store.consumer_lag("GroupA").show()                                   # doctest: +SKIP
+        +---------+--------+----------+----------------+---+
+        |    topic|queue_id|max_offset|committed_offset|lag|
+        +---------+--------+----------+----------------+---+
+        |TopicTest|       0|         3|               2|  1|
+        ...
+        """
+        from storelib.offsets import consumer_lag
+
+        return consumer_lag(self, group)
 
     # ---- retention -----------------------------------------------------------------------------
+    def min_offset(self) -> int:
+        """The smallest commitlog offset still stored (RocketMQ's ``getMinPhyOffset``); 0 for an empty store.
+
+        Read from the commitlog files' statistics: no data file is opened.
+
+        >>> store.min_offset()                                                     # doctest: +SKIP
+        3024
+        """
+        from storelib.retention import commitlog_min_offset
+
+        return commitlog_min_offset(self.tables["commitlog"].snapshot())
+
+    def min_queue_offset(self, topic: str, queue_id: int) -> int:
+        """The first queue offset of (topic, queue) still served (``getMinOffsetInQueue``); 0 for an empty queue.
+
+        Retention moves it past units whose messages left the commitlog, up to the queue's max
+        offset when none is left. Read from the consume queue's log: no data file is opened.
+
+        >>> store.min_queue_offset("TopicTest", 0)                                 # doctest: +SKIP
+        3
+        """
+        from storelib.retention import min_queue_offset
+
+        table = self.tables["consume_queue"]
+        return min_queue_offset(table, table.snapshot(), topic, queue_id)
+
+    def clean_commitlog(self, reserved_hours: float | None = None, now: object = None) -> int:
+        """Remove expired commitlog files, oldest first (``CleanCommitLogService``); returns files removed.
+
+        A file expires ``reserved_hours`` (default ``file_reserved_time``, 72) after its newest
+        message; removal stops at the first unexpired file, and never takes the newest file or
+        anything not yet dispatched. ``now`` is epoch ms or an aware datetime (default: the clock).
+
+        >>> store.clean_commitlog(now=time.time() * 1000 + 73 * 3_600_000)         # doctest: +SKIP
+        3
+        """
+        from storelib.retention import clean_commitlog
+
+        return clean_commitlog(self, reserved_hours, now)
+
+    def clean_consume_queue(self) -> dict[str, int]:
+        """Remove consume queue, ext and index files wholly below :meth:`min_offset` and move each
+        queue's min offset (``CleanConsumeQueueService``); returns files removed per table.
+
+        >>> store.clean_consume_queue()                                            # doctest: +SKIP
+        {'consume_queue': 8, 'consume_queue_ext': 8, 'index': 6}
+        """
+        from storelib.retention import clean_consume_queue
+
+        return clean_consume_queue(self)
+
+    def delete_expired_files(self, reserved_hours: float | None = None, now: object = None) -> dict[str, int]:
+        """Both retention steps in RocketMQ's order: the commitlog, then what pointed into it.
+
+        Returns files removed per table. Safe to run again after a crash anywhere: each step
+        finishes what an earlier run left undone and changes nothing when there is nothing to do.
+
+        >>> store.delete_expired_files(now=time.time() * 1000 + 73 * 3_600_000)    # doctest: +SKIP
+        {'commitlog': 3, 'consume_queue': 8, 'consume_queue_ext': 8, 'index': 6}
+        """
+        removed = {"commitlog": self.clean_commitlog(reserved_hours, now)}
+        removed.update(self.clean_consume_queue())
+        return removed
+
 
     # ---- upkeep ----------------------------------------------------------------------------
     def compact(self, full: bool = False) -> dict[str, tuple[int, int]]:

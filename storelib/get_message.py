@@ -1,0 +1,318 @@
+"""``getMessage``: one batch of a queue from a given offset, as RocketMQ's DefaultMessageStore answers it.
+
+The store answers a pull with a status, the messages it found and the offset the consumer should
+ask for next (``nextBeginOffset``). The statuses and their corrections are RocketMQ's:
+
+==========================  =======================================  ==============================
+status                      when                                     next_begin_offset
+==========================  =======================================  ==============================
+``NO_MATCHED_LOGIC_QUEUE``  the store has no such queue              0
+``NO_MESSAGE_IN_QUEUE``     the queue is empty (max offset 0)        0
+``OFFSET_TOO_SMALL``        offset below the queue's min offset      min offset
+``OFFSET_OVERFLOW_ONE``     offset == max offset (caught up)         offset
+``OFFSET_OVERFLOW_BADLY``   offset > max offset                      min offset if it is 0, else max
+``OFFSET_FOUND_NULL``       no consume queue unit at the offset      start of the next queue file
+``MESSAGE_WAS_REMOVING``    retention removed the commitlog data     past the scanned units
+``NO_MATCHED_MESSAGE``      units scanned, none matched the filter   past the scanned units
+``FOUND``                   messages found                           past the last unit taken
+==========================  =======================================  ==============================
+
+A scan reads at most ``max(max_filter_message_size, max_msgs * 20)`` bytes of 20-byte units, never
+past the end of the queue file holding the offset, and stops when the batch is full
+(``isTheBatchFull``: ``max_msgs`` messages, or the transfer limits of 256 KiB / 32 messages for
+recent data and 64 KiB / 8 messages for data older than the share of memory RocketMQ assumes cached).
+
+Everything is a point read with pyarrow on this process, over warm snapshot views: the queue's
+units, their ext rows, and the commitlog rows of the units that pass the consume queue stage.
+No Spark job runs.
+
+>>> r = store.get_message("GroupA", "TopicTest", 0, 0, 32)        # doctest: +SKIP
+>>> r.status, r.next_begin_offset, len(r.messages)                  # doctest: +SKIP
+('FOUND', 32, 32)
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from storelib.codec import is_ext_addr, undecorate_ext_addr
+from storelib.commitlog import COMMITLOG_MARKER
+from storelib.query import StoredMessage
+from storelib.retention import min_queue_marker, queue_min_offset
+from storelib.tables import Prune, Table, TableView
+
+if TYPE_CHECKING:
+    from storelib.store import MessageStore
+
+__all__ = ["GetMessageStatus", "GetMessageResult", "ConsumeQueueFilter", "get_message", "CQ_STORE_UNIT_SIZE"]
+
+#: Bytes of one ConsumeQueue unit: commitlog offset (8), size (4), tags code (8).
+CQ_STORE_UNIT_SIZE = 20
+_MIN_LONG = -(1 << 63)
+
+
+class GetMessageStatus(str, enum.Enum):
+    """RocketMQ's ``GetMessageStatus``."""
+
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass
+class GetMessageResult:
+    """RocketMQ's ``GetMessageResult``: status, messages, offsets, and the bytes transferred."""
+
+    status: GetMessageStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    messages: list[StoredMessage] = field(default_factory=list)
+    #: Queue offset of each message in :attr:`messages`.
+    queue_offsets: list[int] = field(default_factory=list)
+    buffer_total_size: int = 0
+    suggest_pulling_from_slave: bool = False
+    #: Messages that passed the consume queue stage but not the commitlog stage (``filterMessageCount``).
+    filter_message_count: int = 0
+
+    @property
+    def message_count(self) -> int:
+        return len(self.messages)
+
+
+class ConsumeQueueFilter(Protocol):
+    """The two checks a pull makes (RocketMQ's ``MessageFilter``)."""
+
+    def is_matched_by_consume_queue(self, tags_code: int | None, filter_bitmap: bytes | None,
+                                    filter_version: int | None) -> bool: ...
+
+    def is_matched_by_commitlog(self, message: StoredMessage) -> bool: ...
+
+
+def total_physical_memory() -> int:
+    """RocketMQ's ``StoreUtil.TOTAL_PHYSICAL_MEMORY_SIZE`` (bytes of RAM; 24 GiB where it cannot be read)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 24 * 1024 ** 3
+
+
+def roll_next_file(offset: int, units_per_file: int) -> int:
+    """``ConsumeQueue.rollNextFile``: the first queue offset of the queue file after the one holding ``offset``."""
+    return offset + units_per_file - offset % units_per_file
+
+
+def get_message(store: "MessageStore", group: str, topic: str, queue_id: int, offset: int, max_msgs: int,
+                message_filter: ConsumeQueueFilter | None = None) -> GetMessageResult:
+    """Up to ``max_msgs`` messages of (topic, queue_id) from ``offset`` that pass ``message_filter``.
+
+    No checks of the group, topic or subscription are made here (the pull processor makes them).
+    """
+    config = store.config
+    cq, ext = store.tables["consume_queue"], store.tables["consume_queue_ext"]
+    commitlog = store.tables["commitlog"]
+    marker = min_queue_marker(topic, queue_id)
+    cq_view = cq.view(markers=[marker])
+    queue = {"topic": topic, "queue_id": queue_id}
+    queue_actions = Table.only(cq_view.actions, queue)
+    if queue_actions.num_rows == 0 and not _queue_exists(store, topic, queue_id):
+        return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+    max_offset = _max_offset(queue_actions)
+    min_offset = queue_min_offset(cq_view.markers.get(marker), queue_actions, topic, queue_id) if max_offset else 0
+
+    if max_offset == 0:
+        return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, min_offset, max_offset)
+    if offset < min_offset:
+        return GetMessageResult(GetMessageStatus.OFFSET_TOO_SMALL, min_offset, min_offset, max_offset)
+    if offset == max_offset:
+        return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, min_offset, max_offset)
+    if offset > max_offset:
+        nxt = min_offset if min_offset == 0 else max_offset
+        return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, nxt, min_offset, max_offset)
+
+    units_per_file = config.consume_queue_file_units
+    file_end = min(max_offset, roll_next_file(offset, units_per_file))
+    window_bytes = min((file_end - offset) * CQ_STORE_UNIT_SIZE, max(config.max_filter_message_size,
+                                                                     max_msgs * CQ_STORE_UNIT_SIZE))
+    window = -(-window_bytes // CQ_STORE_UNIT_SIZE)
+    units = _read_units(cq, queue_actions, topic, queue_id, offset, offset + window)
+    if units.num_rows == 0 or units.column("queue_offset")[0].as_py() != offset:
+        return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, roll_next_file(offset, units_per_file),
+                                min_offset, max_offset)
+    units = _contiguous(units, offset)
+
+    tags_codes = units.column("tags_code").to_pylist()
+    ext_rows = _ext_rows(ext, topic, queue_id, tags_codes) if any(is_ext_addr(c) for c in tags_codes) else {}
+    clog_view = commitlog.view(markers=[COMMITLOG_MARKER])
+    max_offset_py = clog_view.marker(COMMITLOG_MARKER)
+    clog_min = _min_physical_offset(clog_view)
+    memory = total_physical_memory() * config.access_message_in_memory_max_ratio // 100
+
+    result = GetMessageResult(GetMessageStatus.NO_MATCHED_MESSAGE, offset, min_offset, max_offset)
+    offsets_py = units.column("commitlog_offset").to_pylist()
+    sizes = units.column("size").to_pylist()
+    queue_offsets = units.column("queue_offset").to_pylist()
+    passed = [_cq_match(message_filter, code, ext_rows) for code in tags_codes]
+    reader = _CommitLogReader(commitlog, clog_view, [o for o, p in zip(offsets_py, passed) if p and o >= clog_min],
+                              batch=max_msgs)
+
+    next_phy_file_start = _MIN_LONG
+    max_phy_offset_pulling = 0
+    taken = 0
+    for i, (offset_py, size_py) in enumerate(zip(offsets_py, sizes)):
+        taken = i
+        max_phy_offset_pulling = offset_py
+        if next_phy_file_start != _MIN_LONG and offset_py < next_phy_file_start:
+            continue
+        in_disk = (max_offset_py - offset_py) > memory
+        if _batch_full(config, size_py, max_msgs, result.buffer_total_size, result.message_count, in_disk):
+            break
+        if not passed[i]:
+            if result.buffer_total_size == 0:
+                result.status = GetMessageStatus.NO_MATCHED_MESSAGE
+            continue
+        message = reader.get(offset_py) if offset_py >= clog_min else None
+        if message is None:
+            if result.buffer_total_size == 0:
+                result.status = GetMessageStatus.MESSAGE_WAS_REMOVING
+            next_phy_file_start = max(clog_min, offset_py + 1)  # commitLog.rollNextFile
+            continue
+        if message_filter is not None and not message_filter.is_matched_by_commitlog(message):
+            if result.buffer_total_size == 0:
+                result.status = GetMessageStatus.NO_MATCHED_MESSAGE
+            result.filter_message_count += 1
+            continue
+        result.messages.append(message)
+        result.queue_offsets.append(queue_offsets[i])
+        result.buffer_total_size += size_py
+        result.status = GetMessageStatus.FOUND
+        next_phy_file_start = _MIN_LONG
+    else:
+        taken = len(offsets_py)
+    result.next_begin_offset = offset + taken
+    result.suggest_pulling_from_slave = (max_offset_py - max_phy_offset_pulling) > memory
+    return result
+
+
+def _batch_full(config, size_py: int, max_msgs: int, buffer_total: int, message_total: int, in_disk: bool) -> bool:
+    """``isTheBatchFull``: may one more message of ``size_py`` bytes join the batch?"""
+    if buffer_total == 0 or message_total == 0:
+        return False
+    if max_msgs <= message_total:
+        return True
+    if in_disk:
+        return (buffer_total + size_py > config.max_transfer_bytes_on_message_in_disk
+                or message_total > config.max_transfer_count_on_message_in_disk - 1)
+    return (buffer_total + size_py > config.max_transfer_bytes_on_message_in_memory
+            or message_total > config.max_transfer_count_on_message_in_memory - 1)
+
+
+def _cq_match(message_filter: ConsumeQueueFilter | None, tags_code: int, ext_rows: dict) -> bool:
+    if message_filter is None:
+        return True
+    if is_ext_addr(tags_code):
+        row = ext_rows.get(undecorate_ext_addr(tags_code))
+        if row is None:  # ext not dispatched yet: the code is unknown, the unit passes (RocketMQ logs and passes)
+            return message_filter.is_matched_by_consume_queue(None, None, None)
+        return message_filter.is_matched_by_consume_queue(row[0], row[1], row[2])
+    return message_filter.is_matched_by_consume_queue(tags_code, None, None)
+
+
+# ---- reading the tables ---------------------------------------------------------------------------
+def _max_offset(queue_actions: pa.Table) -> int:
+    if queue_actions.num_rows == 0:
+        return 0
+    top = pc.max(queue_actions.column("max.queue_offset")).as_py()
+    return 0 if top is None else top + 1
+
+
+def _queue_exists(store: "MessageStore", topic: str, queue_id: int) -> bool:
+    config = store.topics.all().get(topic)
+    return config is not None and 0 <= queue_id < max(config.read_queue_nums, config.write_queue_nums)
+
+
+def _read_units(cq: Table, queue_actions: pa.Table, topic: str, queue_id: int, lo: int, hi: int) -> pa.Table:
+    actions = cq.prune(queue_actions, Prune(between={"queue_offset": (lo, hi - 1)}))
+    rows = cq.read_arrow(paths=cq._paths(actions), columns=["queue_offset", "commitlog_offset", "size", "tags_code"],
+                         filter=(pc.field("topic") == topic) & (pc.field("queue_id") == queue_id)
+                         & (pc.field("queue_offset") >= lo) & (pc.field("queue_offset") < hi))
+    return rows.sort_by("queue_offset")
+
+
+def _contiguous(units: pa.Table, offset: int) -> pa.Table:
+    """The units from ``offset`` up to the first gap (a queue file that is missing ends the buffer)."""
+    got = units.column("queue_offset").to_numpy()
+    gaps = np.flatnonzero(got != offset + np.arange(len(got)))
+    return units.slice(0, int(gaps[0])) if len(gaps) else units
+
+
+def _ext_rows(ext: Table, topic: str, queue_id: int, tags_codes: list[int]) -> dict[int, tuple]:
+    """Ext units by ext offset: (real tags code, filter bitmap, filter version)."""
+    wanted = [undecorate_ext_addr(c) for c in tags_codes if is_ext_addr(c)]
+    lo, hi = min(wanted), max(wanted)
+    view = ext.view()
+    actions = ext.prune(Table.only(view.actions, {"topic": topic, "queue_id": queue_id}),
+                        Prune(between={"ext_offset": (lo, hi)}))
+    rows = ext.read_arrow(paths=ext._paths(actions),
+                          columns=["ext_offset", "tags_code", "filter_bitmap", "filter_version"],
+                          filter=(pc.field("topic") == topic) & (pc.field("queue_id") == queue_id)
+                          & (pc.field("ext_offset") >= lo) & (pc.field("ext_offset") <= hi))
+    return {r["ext_offset"]: (r["tags_code"], r["filter_bitmap"], r["filter_version"]) for r in rows.to_pylist()}
+
+
+def _min_physical_offset(view: TableView) -> int:
+    if view.actions.num_rows == 0 or "min.physical_offset" not in view.actions.column_names:
+        return 0
+    low = pc.min(view.actions.column("min.physical_offset")).as_py()
+    return 0 if low is None else low
+
+
+class _CommitLogReader:
+    """Commitlog rows at planned offsets, read in growing batches as the scan reaches them.
+
+    A tag pull needs about ``max_msgs`` rows; a SQL92 pull whose matches are rare reads on, each
+    batch twice the last, so a scan costs a few reads however selective the filter is.
+    """
+
+    def __init__(self, table: Table, view: TableView, offsets: list[int], batch: int):
+        self.table, self.view = table, view
+        self.planned = offsets
+        self.position = {o: i for i, o in enumerate(offsets)}
+        self.read_upto = 0
+        self.batch = max(batch, 8)
+        self.rows: dict[int, StoredMessage] = {}
+
+    def get(self, offset: int) -> StoredMessage | None:
+        """The message at ``offset``, or None when the commitlog no longer holds it."""
+        if offset not in self.rows:
+            i = self.position.get(offset)
+            if i is None or i < self.read_upto:
+                return None
+            chunk = self.planned[i:i + self.batch]
+            self._read(chunk)
+            self.read_upto, self.batch = i + len(chunk), self.batch * 2
+        return self.rows.get(offset)
+
+    def _read(self, offsets: list[int]) -> None:
+        wanted = pa.array(offsets, pa.int64())
+        holding = Table.holding(self.view.actions, "physical_offset", wanted)
+        rows = self.table.read_arrow(paths=self.table._paths(holding),
+                                     filter=pc.field("physical_offset").isin(wanted)).to_pylist()
+        for r in rows:
+            self.rows[r["physical_offset"]] = StoredMessage.from_row(r)

@@ -1,0 +1,284 @@
+"""Pulling: RocketMQ's PullMessageProcessor and the client's PullAPIWrapper over :mod:`storelib.get_message`.
+
+A pull checks the request as the broker does, each refusal a typed error with RocketMQ's response
+code; asks the store for a batch (:func:`~storelib.get_message.get_message`); turns the store's
+status into a response code and the client's ``PullStatus``; and, on the client side, re-checks
+each message's TAGS string (the broker matches tag *hash codes* only):
+
+=========================  =====================================  ===================
+GetMessageStatus           response code                          PullStatus
+=========================  =====================================  ===================
+FOUND                      SUCCESS                                FOUND
+NO_MATCHED_MESSAGE         PULL_RETRY_IMMEDIATELY                 NO_MATCHED_MSG
+MESSAGE_WAS_REMOVING       PULL_RETRY_IMMEDIATELY                 NO_MATCHED_MSG
+OFFSET_FOUND_NULL          PULL_NOT_FOUND                         NO_NEW_MSG
+OFFSET_OVERFLOW_ONE        PULL_NOT_FOUND                         NO_NEW_MSG
+NO_MESSAGE_IN_QUEUE        PULL_NOT_FOUND (offset 0), else MOVED  NO_NEW_MSG / ILLEGAL
+OFFSET_TOO_SMALL           PULL_OFFSET_MOVED                      OFFSET_ILLEGAL
+OFFSET_OVERFLOW_BADLY      PULL_OFFSET_MOVED                      OFFSET_ILLEGAL
+=========================  =====================================  ===================
+
+A pull that finds nothing new (``PULL_NOT_FOUND``) with ``suspend_timeout_ms`` is held until a
+matching message arrives or the time runs out (:mod:`storelib.long_polling`).
+
+>>> r = store.pull("GroupA", "TopicTest", queue_id=0, offset=0, max_msgs=32)     # doctest: +SKIP
+>>> r.status, r.next_begin_offset, len(r.messages)                                  # doctest: +SKIP
+(<PullStatus.FOUND: 'FOUND'>, 32, 32)
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable
+
+from storelib.errors import (ConsumeDisabledError, FilterNotSupportedError, InvalidQueueIdError, OffsetError,
+                             StoreError, StorePermissionError, SubscriptionNotLatestError, TopicPermissionError)
+from storelib.filter.message_filter import MessageFilter
+from storelib.filter.selector import MessageSelector
+from storelib.get_message import GetMessageResult, GetMessageStatus, get_message
+from storelib.message import MessageConst
+from storelib.query import StoredMessage
+from storelib.topics import PERM_READ, RETRY_GROUP_TOPIC_PREFIX, retry_topic, validate_group
+
+if TYPE_CHECKING:
+    from storelib.filter.registry import Subscription
+    from storelib.store import MessageStore
+
+__all__ = ["PullStatus", "PullResult", "PullFilter", "PullMessageProcessor", "response_code"]
+
+
+class PullStatus(str, enum.Enum):
+    """The client's ``PullStatus``."""
+
+    FOUND = "FOUND"
+    NO_NEW_MSG = "NO_NEW_MSG"
+    NO_MATCHED_MSG = "NO_MATCHED_MSG"
+    OFFSET_ILLEGAL = "OFFSET_ILLEGAL"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_CLIENT_STATUS = {"SUCCESS": PullStatus.FOUND, "PULL_NOT_FOUND": PullStatus.NO_NEW_MSG,
+                  "PULL_RETRY_IMMEDIATELY": PullStatus.NO_MATCHED_MSG, "PULL_OFFSET_MOVED": PullStatus.OFFSET_ILLEGAL}
+
+
+def response_code(status: GetMessageStatus, request_offset: int) -> str:
+    """The broker's response code for a store status (PullMessageProcessor, on a master).
+
+    >>> response_code(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0), response_code(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 5)
+    ('PULL_NOT_FOUND', 'PULL_OFFSET_MOVED')
+    """
+    S = GetMessageStatus
+    if status is S.FOUND:
+        return "SUCCESS"
+    if status in (S.MESSAGE_WAS_REMOVING, S.NO_MATCHED_MESSAGE):
+        return "PULL_RETRY_IMMEDIATELY"
+    if status in (S.NO_MATCHED_LOGIC_QUEUE, S.NO_MESSAGE_IN_QUEUE):
+        return "PULL_OFFSET_MOVED" if request_offset != 0 else "PULL_NOT_FOUND"
+    if status in (S.OFFSET_FOUND_NULL, S.OFFSET_OVERFLOW_ONE):
+        return "PULL_NOT_FOUND"
+    return "PULL_OFFSET_MOVED"  # OFFSET_OVERFLOW_BADLY, OFFSET_TOO_SMALL
+
+
+@dataclass
+class PullResult:
+    """What a pull returns: the client's status and messages, with the broker's answer kept beside them.
+
+    ``messages`` are the ones left after the client's tag string re-check; each carries the
+    ``MIN_OFFSET`` and ``MAX_OFFSET`` properties, as RocketMQ's client adds them.
+    """
+
+    status: PullStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    messages: list[StoredMessage] = field(default_factory=list)
+    #: The broker's response code (``SUCCESS``, ``PULL_NOT_FOUND``, ...).
+    response_code: str = "SUCCESS"
+    #: The store's ``GetMessageStatus``.
+    get_status: GetMessageStatus = GetMessageStatus.FOUND
+    #: Milliseconds the pull was held waiting for messages.
+    suspended_ms: int = 0
+
+    @property
+    def msg_found_list(self) -> list[StoredMessage]:
+        """RocketMQ's name for :attr:`messages`."""
+        return self.messages
+
+
+class PullFilter:
+    """RocketMQ's ExpressionMessageFilter, and ExpressionForRetryMessageFilter on a group's retry topic.
+
+    The consume queue stage is :class:`~storelib.filter.message_filter.MessageFilter`'s (tag code,
+    or Bloom bits). The broker's commitlog stage evaluates SQL92 only; tag strings are left to the
+    client. On a retry topic each message is checked against the group's subscription of its
+    original topic (``RETRY_TOPIC``): its SQL92 expression, and its tag expression too.
+    """
+
+    def __init__(self, message_filter: MessageFilter,
+                 retry: Callable[[str], MessageFilter | None] | None = None):
+        self.filter = message_filter
+        self.retry = retry
+
+    def is_matched_by_consume_queue(self, tags_code: int | None, filter_bitmap: bytes | None,
+                                    filter_version: int | None) -> bool:
+        return self.filter.is_matched_by_consume_queue(tags_code, filter_bitmap, filter_version)
+
+    def is_matched_by_commitlog(self, message: StoredMessage) -> bool:
+        if self.retry is not None:
+            real_topic = message.properties.get(MessageConst.RETRY_TOPIC)
+            real = self.retry(real_topic) if real_topic else None
+            return real is None or real.is_matched_by_commitlog(tags=message.tags, properties=message.properties)
+        if self.filter.selector.is_tag:
+            return True
+        return self.filter.is_matched_by_commitlog(properties=message.properties)
+
+    def client_keeps(self, message: StoredMessage) -> bool:
+        """``PullAPIWrapper.processPullResult``: a tag subscription keeps messages whose TAGS is in its tags set."""
+        if not self.filter.selector.is_tag or not self.filter.data.tags_set:
+            return True
+        return message.tags is not None and message.tags in self.filter.data.tags_set
+
+
+@dataclass(frozen=True)
+class PullRequest:
+    """One pull as the client sends it (PullMessageRequestHeader)."""
+
+    group: str
+    topic: str
+    queue_id: int
+    offset: int
+    max_msgs: int
+    selector: MessageSelector | None = None
+    sub_version: int | None = None
+    suspend_timeout_ms: int = 0
+    commit_offset: int | None = None
+
+
+class PullMessageProcessor:
+    """Checks pulls, runs them against the store, and holds those that find nothing new."""
+
+    def __init__(self, store: "MessageStore"):
+        self.store = store
+
+    def pull(self, request: PullRequest) -> PullResult:
+        _check_request(request)
+        message_filter = self.check(request)
+        if request.commit_offset is not None:
+            self.store.commit_offset(request.group, request.topic, request.queue_id, request.commit_offset)
+        result = self.answer(request, message_filter)
+        if result.response_code == "PULL_NOT_FOUND" and request.suspend_timeout_ms > 0:
+            from storelib.long_polling import hold
+
+            result = hold(self, request, result)
+        return result
+
+    def answer(self, request: PullRequest, message_filter: PullFilter) -> PullResult:
+        """The broker's answer to a checked request, turned into the client's result."""
+        got = self.get(request, message_filter)
+        code = response_code(got.status, request.offset)
+        messages = got.messages
+        if code == "SUCCESS":
+            messages = [m for m in messages if message_filter.client_keeps(m)]
+            for m in messages:
+                m.properties[MessageConst.MIN_OFFSET] = str(got.min_offset)
+                m.properties[MessageConst.MAX_OFFSET] = str(got.max_offset)
+        return PullResult(_CLIENT_STATUS[code], got.next_begin_offset, got.min_offset, got.max_offset, messages,
+                          code, got.status)
+
+    def get(self, request: PullRequest, message_filter: PullFilter, offset: int | None = None) -> GetMessageResult:
+        return get_message(self.store, request.group, request.topic, request.queue_id,
+                           request.offset if offset is None else offset, request.max_msgs, message_filter)
+
+    # ---- the broker's checks, in PullMessageProcessor's order ------------------------------------
+    def check(self, request: PullRequest) -> PullFilter:
+        """Raise the typed error the broker would answer with; else the request's message filter."""
+        store, group, topic = self.store, request.group, request.topic
+        if not store.config.broker_permission & PERM_READ:
+            raise StorePermissionError("store", f"the store {store.config.store_host} forbids pulling "
+                                                f"(broker_permission {store.config.broker_permission})")
+        group_config = store.groups.find(group)
+        if not group_config.consume_enable:
+            raise ConsumeDisabledError("group", f"subscription group {group} may not consume (consume_enable=false)",
+                                       value=group)
+        topic_config = store.topic_config(topic)
+        if not topic_config.perm & PERM_READ:
+            raise TopicPermissionError("topic", f"the topic {topic} forbids pulling (perm {topic_config.perm})",
+                                       value=topic)
+        if not 0 <= request.queue_id < topic_config.read_queue_nums:
+            raise InvalidQueueIdError("queue_id", f"queue id must be in [0, {topic_config.read_queue_nums}) "
+                                                  f"(read_queue_nums of topic {topic})", value=request.queue_id,
+                                      code="SYSTEM_ERROR")
+        selector, subscription = self._subscription(request)
+        if selector.is_sql92 and not store.config.enable_property_filter:
+            raise FilterNotSupportedError("expression_type", "the store does not filter messages by SQL92 "
+                                          "(enable_property_filter=false)", value=selector.expression,
+                                          code="SYSTEM_ERROR")
+        message_filter = MessageFilter(topic, selector, subscription, store.registry.bloom_filter)
+        if store.config.filter_support_retry and topic == retry_topic(group):
+            return PullFilter(message_filter, retry=self._retry_filters(group))
+        return PullFilter(message_filter)
+
+    def _subscription(self, request: PullRequest) -> tuple[MessageSelector, "Subscription | None"]:
+        registered = self.store.registry.current().get((request.group, request.topic))
+        if request.selector is not None:  # the pull carries its subscription (hasSubscriptionFlag)
+            selector = request.selector
+            _parse(request.topic, selector)
+            return selector, registered if registered is not None and registered.selector == selector else None
+        if registered is None:
+            if request.topic == retry_topic(request.group):  # consumers subscribe their retry topic to "*"
+                return MessageSelector.by_tag("*"), None
+            self.store.registry.get(request.group, request.topic)  # raises SUBSCRIPTION_NOT_EXIST
+        if request.sub_version is not None and registered.sub_version < request.sub_version:
+            raise SubscriptionNotLatestError(
+                "sub_version", f"the store holds subscription version {registered.sub_version} of group "
+                               f"{request.group} to {request.topic}, older than the consumer's", value=request.sub_version)
+        return registered.selector, registered
+
+    def _retry_filters(self, group: str) -> Callable[[str], MessageFilter | None]:
+        subs = self.store.registry.current()
+        cache: dict[str, MessageFilter | None] = {}
+
+        def real_filter(real_topic: str) -> MessageFilter | None:
+            if real_topic not in cache:
+                sub = subs.get((group, real_topic))
+                usable = sub is not None and not real_topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
+                cache[real_topic] = MessageFilter(real_topic, sub.selector, sub) if usable else None
+            return cache[real_topic]
+
+        return real_filter
+
+
+def _parse(topic: str, selector: MessageSelector) -> None:
+    """``FilterAPI.build`` of the pull's own subscription (SUBSCRIPTION_PARSE_FAILED when it fails)."""
+    if selector.is_sql92:
+        from storelib.filter.sql92 import parse_sql92
+
+        parse_sql92(selector.expression)
+    elif selector.is_tag:
+        from storelib.filter.tag import build_subscription
+
+        build_subscription(topic, selector.expression, selector.expression_type)
+    else:
+        raise FilterNotSupportedError("expression_type", "only TAG and SQL92 selectors exist",
+                                      value=selector.expression_type)
+
+
+def _check_request(r: PullRequest) -> None:
+    """The client's own checks before a pull leaves it (DefaultMQPullConsumerImpl.pullSyncImpl)."""
+    validate_group(r.group)
+    for name in ("queue_id", "offset", "max_msgs", "suspend_timeout_ms"):
+        value = getattr(r, name)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise StoreError(name, "must be an integer", value=value)
+    if r.offset < 0:
+        raise OffsetError("offset", "must be >= 0 (offset < 0)", value=r.offset)
+    if r.max_msgs <= 0:
+        raise StoreError("max_msgs", "must be > 0 (maxNums <= 0)", value=r.max_msgs)
+    if r.suspend_timeout_ms < 0:
+        raise StoreError("suspend_timeout_ms", "must be >= 0", value=r.suspend_timeout_ms)
+    if r.commit_offset is not None and (not isinstance(r.commit_offset, int) or isinstance(r.commit_offset, bool)
+                                        or r.commit_offset < 0):
+        raise OffsetError("commit_offset", "must be a non-negative integer", value=r.commit_offset)
