@@ -2,6 +2,7 @@
 
     spark-submit --properties-file spark-defaults.conf jobs/benchmark.py --messages 10000000
     spark-submit --properties-file spark-defaults.conf jobs/benchmark.py --suite filter   # filtered reads
+    spark-submit --properties-file spark-defaults.conf jobs/benchmark.py --suite pull     # pull latency
 
 Prints messages per second and the ratio to the baseline measured in the same run.
 """
@@ -17,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from storelib.benchmarks import bench_key_lookup, bench_send_and_dispatch  # noqa: E402
 from storelib.benchmarks_filter import bench_filtering  # noqa: E402
+from storelib.benchmarks_pull import bench_pull  # noqa: E402
 from storelib.errors import StoreError  # noqa: E402
 from storelib.session import get_spark  # noqa: E402
 
@@ -28,9 +30,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--queues", type=int, default=8, help="queues per topic")
     parser.add_argument("--partitions", type=int, default=None, help="Spark partitions of the generated messages")
     parser.add_argument("--root", default=None, help="keep the benchmark's tables here (default: a temp dir, removed)")
-    parser.add_argument("--suite", default="send,lookup", help="comma-separated: send (send+dispatch), lookup (keys), filter (filtered reads)")
+    parser.add_argument("--suite", default="send,lookup", help="comma-separated: send (send+dispatch), lookup (keys), filter (filtered reads), "
+                             "pull (pull latency)")
     parser.add_argument("--distinct-keys", type=int, default=None, help="keys for the lookup suite (default N/10)")
     parser.add_argument("--lookups", type=int, default=50)
+    parser.add_argument("--pulls", type=int, default=200, help="pulls of each kind for the pull suite")
     args = parser.parse_args(argv)
     suites = set(args.suite.split(","))
     out: dict = {}
@@ -55,6 +59,12 @@ def main(argv: list[str] | None = None) -> int:
             for line in filtering.lines():
                 print(line, flush=True)
             out["filter"] = filtering.as_dict()
+        if "pull" in suites:
+            pulling = bench_pull(spark, args.messages, pulls=args.pulls, root=args.root, queues=args.queues,
+                                 partitions=args.partitions)
+            for line in pulling.lines():
+                print(line, flush=True)
+            out["pull"] = pulling.as_dict()
     except StoreError as e:
         print(f"benchmark failed: {e}", file=sys.stderr)
         return 2

@@ -71,3 +71,18 @@ print([x.msg_id for x in store.query_by_key("OrderEvents", "order-42")])
 from storelib.sql import register_views, run_file
 register_views(spark, store)
 display(run_file(spark, "sql/messages_by_key.sql", {"topic": "OrderEvents", "key": "order-42"}))
+
+# COMMAND ----------
+
+# MAGIC %md ## Consuming: pull with RocketMQ's statuses, commit offsets, lag, retry
+# MAGIC A pull is a point read (no Spark job). `status` is the client's PullStatus, `get_status` the store's.
+
+# COMMAND ----------
+
+store.subscribe("Shipping", "OrderEvents", "paid || shipped")
+p = store.pull("Shipping", "OrderEvents", queue_id=0, offset=0, max_msgs=32)
+print(p.status, p.get_status, p.next_begin_offset, p.min_offset, p.max_offset, len(p.messages))
+store.commit_offset("Shipping", "OrderEvents", 0, p.next_begin_offset)
+display(store.consumer_lag("Shipping"))
+if p.messages:
+    print(store.send_back(p.messages[0], group="Shipping"))   # to SCHEDULE_TOPIC_XXXX, level 3, for %RETRY%Shipping

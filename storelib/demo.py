@@ -1,4 +1,4 @@
-"""The quick start: a few thousand messages over several topics and queues, sent, dispatched, read back.
+"""The quick start: a few thousand messages over several topics and queues, sent, dispatched, read back, pulled.
 
 ``jobs/quickstart.py`` runs :func:`quickstart` and prints its summary.
 
@@ -39,6 +39,8 @@ class QuickstartSummary:
     lookup_hits: list[tuple[str, int, str]] = field(default_factory=list)
     sample: dict = field(default_factory=dict)
     filtered: list[tuple[str, str, int]] = field(default_factory=list)
+    pulls: list[tuple[int, str, int, int]] = field(default_factory=list)
+    lag: list[tuple[str, int, int, int, int]] = field(default_factory=list)
 
     def text(self) -> str:
         lines = [f"store: {self.root}",
@@ -52,6 +54,10 @@ class QuickstartSummary:
                   + ", ".join(f"{t} @ commitlog offset {o} ({msg_id})" for t, o, msg_id in self.lookup_hits),
                   "", "filtered reads of OrderEvents (consume queue first, then the exact check):"]
         lines += [f"  {who:<10} {expression:<44} {n:>5} messages" for who, expression, n in self.filtered]
+        lines += ["", "group Shipping pulls OrderEvents queue 0, 32 at a time, committing as it goes:"]
+        lines += [f"  offset {o:>5}: {status:<14} {n:>3} messages, next {nxt}" for o, status, n, nxt in self.pulls]
+        lines += ["", "consumer lag of Shipping:", f"  {'topic':<22}{'queue':>6}{'max':>6}{'committed':>11}{'lag':>6}"]
+        lines += [f"  {t:<22}{q:>6}{m:>6}{c:>11}{g:>6}" for t, q, m, c, g in self.lag]
         lines += ["", "one message as stored:"]
         lines += [f"  {k:<16} {v}" for k, v in self.sample.items()]
         return "\n".join(lines)
@@ -97,6 +103,13 @@ def quickstart(spark: "SparkSession", root: str, messages: int = 3000) -> Quicks
     filtered = [(f"group {g}", store.subscription(g, "OrderEvents").selector.expression,
                  store.read("OrderEvents", group=g).count()) for g in ("Shipping", "Billing")]
     filtered.append(("ad hoc", "tag cancelled", store.read("OrderEvents", MessageSelector.by_tag("cancelled")).count()))
+    pulls, offset = [], 0
+    for _ in range(4):
+        r = store.pull("Shipping", "OrderEvents", 0, offset, 32, commit_offset=offset)
+        pulls.append((offset, r.status.value, len(r.messages), r.next_begin_offset))
+        offset = r.next_begin_offset
+    store.commit_offset("Shipping", "OrderEvents", 0, offset)
+    lag = [tuple(row) for row in store.consumer_lag("Shipping").collect()]
     return QuickstartSummary(store.root, len(batch), sent.count, result.from_offset, result.to_offset, per_queue,
                              store.table("index").count(), key, [(h.topic, h.commitlog_offset, h.msg_id) for h in hits],
-                             sample, filtered)
+                             sample, filtered, pulls, lag)

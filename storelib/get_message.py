@@ -42,7 +42,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from storelib.codec import is_ext_addr, undecorate_ext_addr
 from storelib.commitlog import COMMITLOG_MARKER
 from storelib.query import StoredMessage
 from storelib.retention import min_queue_marker, queue_min_offset
@@ -56,6 +55,7 @@ __all__ = ["GetMessageStatus", "GetMessageResult", "ConsumeQueueFilter", "get_me
 #: Bytes of one ConsumeQueue unit: commitlog offset (8), size (4), tags code (8).
 CQ_STORE_UNIT_SIZE = 20
 _MIN_LONG = -(1 << 63)
+_MAX_EXT_ADDR = -(1 << 31) - 1  # ConsumeQueueExt.MAX_ADDR: tags codes at or below it are ext addresses
 
 
 class GetMessageStatus(str, enum.Enum):
@@ -97,10 +97,12 @@ class GetMessageResult:
 
 
 class ConsumeQueueFilter(Protocol):
-    """The two checks a pull makes (RocketMQ's ``MessageFilter``)."""
+    """The two checks a pull makes (RocketMQ's ``MessageFilter``); ``passes_every_unit`` when the
+    first lets every unit through, so the units' ext rows need not be read."""
 
-    def is_matched_by_consume_queue(self, tags_code: int | None, filter_bitmap: bytes | None,
-                                    filter_version: int | None) -> bool: ...
+    passes_every_unit: bool
+
+    def consume_queue_mask(self, units: pa.Table) -> "np.ndarray": ...
 
     def is_matched_by_commitlog(self, message: StoredMessage) -> bool: ...
 
@@ -157,8 +159,7 @@ def get_message(store: "MessageStore", group: str, topic: str, queue_id: int, of
                                 min_offset, max_offset)
     units = _contiguous(units, offset)
 
-    tags_codes = units.column("tags_code").to_pylist()
-    ext_rows = _ext_rows(ext, topic, queue_id, tags_codes) if any(is_ext_addr(c) for c in tags_codes) else {}
+    passed = _passing(message_filter, units, ext, topic, queue_id)
     clog_view = commitlog.view(markers=[COMMITLOG_MARKER])
     max_offset_py = clog_view.marker(COMMITLOG_MARKER)
     clog_min = _min_physical_offset(clog_view)
@@ -168,7 +169,6 @@ def get_message(store: "MessageStore", group: str, topic: str, queue_id: int, of
     offsets_py = units.column("commitlog_offset").to_pylist()
     sizes = units.column("size").to_pylist()
     queue_offsets = units.column("queue_offset").to_pylist()
-    passed = [_cq_match(message_filter, code, ext_rows) for code in tags_codes]
     reader = _CommitLogReader(commitlog, clog_view, [o for o, p in zip(offsets_py, passed) if p and o >= clog_min],
                               batch=max_msgs)
 
@@ -223,15 +223,38 @@ def _batch_full(config, size_py: int, max_msgs: int, buffer_total: int, message_
             or message_total > config.max_transfer_count_on_message_in_memory - 1)
 
 
-def _cq_match(message_filter: ConsumeQueueFilter | None, tags_code: int, ext_rows: dict) -> bool:
-    if message_filter is None:
-        return True
-    if is_ext_addr(tags_code):
-        row = ext_rows.get(undecorate_ext_addr(tags_code))
-        if row is None:  # ext not dispatched yet: the code is unknown, the unit passes (RocketMQ logs and passes)
-            return message_filter.is_matched_by_consume_queue(None, None, None)
-        return message_filter.is_matched_by_consume_queue(row[0], row[1], row[2])
-    return message_filter.is_matched_by_consume_queue(tags_code, None, None)
+def _passing(message_filter: ConsumeQueueFilter | None, units: pa.Table, ext: Table, topic: str,
+             queue_id: int) -> list[bool]:
+    """``isMatchedByConsumeQueue`` for every unit at once, with the real tag code, bitmap and bitmap
+    version of units whose ``tags_code`` is an ext address. A unit whose ext row is not there passes
+    (RocketMQ logs it and lets the client filter)."""
+    n = units.num_rows
+    if message_filter is None or message_filter.passes_every_unit:
+        return [True] * n
+    codes = units.column("tags_code").to_numpy()
+    is_ext = codes <= _MAX_EXT_ADDR
+    if not is_ext.any():
+        cq_units = pa.table({"tags_code": codes, "filter_bitmap": pa.nulls(n, pa.binary()),
+                             "filter_version": pa.nulls(n, pa.int64())})
+        return message_filter.consume_queue_mask(cq_units).tolist()
+    wanted = np.where(is_ext, codes - np.int64(_MIN_LONG), 0)  # unDecorate, wrapping as Java's long does
+    rows = _ext_rows(ext, topic, queue_id, int(wanted[is_ext].min()), int(wanted[is_ext].max()))
+    have = rows.column("ext_offset").to_numpy()
+    if len(have):
+        at = np.minimum(np.searchsorted(have, wanted), len(have) - 1)
+        found = is_ext & (have[at] == wanted)
+    else:
+        at, found = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
+    from_ext, unknown = pa.array(found), pa.array(is_ext & ~found)
+
+    def column(name: str, plain: pa.Array) -> pa.Array:
+        picked = rows.column(name).take(pa.array(np.where(found, at, 0))).combine_chunks() if len(have) else plain
+        return pc.if_else(unknown, pa.nulls(n, plain.type), pc.if_else(from_ext, picked, plain))
+
+    cq_units = pa.table({"tags_code": column("tags_code", pa.array(codes)),
+                         "filter_bitmap": column("filter_bitmap", pa.nulls(n, pa.binary())),
+                         "filter_version": column("filter_version", pa.nulls(n, pa.int64()))})
+    return message_filter.consume_queue_mask(cq_units).tolist()
 
 
 # ---- reading the tables ---------------------------------------------------------------------------
@@ -262,18 +285,15 @@ def _contiguous(units: pa.Table, offset: int) -> pa.Table:
     return units.slice(0, int(gaps[0])) if len(gaps) else units
 
 
-def _ext_rows(ext: Table, topic: str, queue_id: int, tags_codes: list[int]) -> dict[int, tuple]:
-    """Ext units by ext offset: (real tags code, filter bitmap, filter version)."""
-    wanted = [undecorate_ext_addr(c) for c in tags_codes if is_ext_addr(c)]
-    lo, hi = min(wanted), max(wanted)
-    view = ext.view()
-    actions = ext.prune(Table.only(view.actions, {"topic": topic, "queue_id": queue_id}),
+def _ext_rows(ext: Table, topic: str, queue_id: int, lo: int, hi: int) -> pa.Table:
+    """Ext units of the queue with ``lo <= ext_offset <= hi``, sorted: real tags code, bitmap, bitmap version."""
+    actions = ext.prune(Table.only(ext.view().actions, {"topic": topic, "queue_id": queue_id}),
                         Prune(between={"ext_offset": (lo, hi)}))
     rows = ext.read_arrow(paths=ext._paths(actions),
                           columns=["ext_offset", "tags_code", "filter_bitmap", "filter_version"],
                           filter=(pc.field("topic") == topic) & (pc.field("queue_id") == queue_id)
                           & (pc.field("ext_offset") >= lo) & (pc.field("ext_offset") <= hi))
-    return {r["ext_offset"]: (r["tags_code"], r["filter_bitmap"], r["filter_version"]) for r in rows.to_pylist()}
+    return rows.sort_by("ext_offset")
 
 
 def _min_physical_offset(view: TableView) -> int:

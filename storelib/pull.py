@@ -42,6 +42,9 @@ from storelib.query import StoredMessage
 from storelib.topics import PERM_READ, RETRY_GROUP_TOPIC_PREFIX, retry_topic, validate_group
 
 if TYPE_CHECKING:
+    import numpy as np
+    import pyarrow as pa
+
     from storelib.filter.registry import Subscription
     from storelib.store import MessageStore
 
@@ -122,9 +125,13 @@ class PullFilter:
         self.filter = message_filter
         self.retry = retry
 
-    def is_matched_by_consume_queue(self, tags_code: int | None, filter_bitmap: bytes | None,
-                                    filter_version: int | None) -> bool:
-        return self.filter.is_matched_by_consume_queue(tags_code, filter_bitmap, filter_version)
+    @property
+    def passes_every_unit(self) -> bool:
+        return self.filter.passes_every_unit
+
+    def consume_queue_mask(self, units: "pa.Table") -> "np.ndarray":
+        """``isMatchedByConsumeQueue`` of each unit (real ``tags_code``, ``filter_bitmap``, ``filter_version``)."""
+        return self.filter.consume_queue_mask(units)
 
     def is_matched_by_commitlog(self, message: StoredMessage) -> bool:
         if self.retry is not None:
@@ -225,7 +232,7 @@ class PullMessageProcessor:
         registered = self.store.registry.current().get((request.group, request.topic))
         if request.selector is not None:  # the pull carries its subscription (hasSubscriptionFlag)
             selector = request.selector
-            _parse(request.topic, selector)
+            selector.parse(request.topic)  # FilterAPI.build of the pull's own subscription
             return selector, registered if registered is not None and registered.selector == selector else None
         if registered is None:
             if request.topic == retry_topic(request.group):  # consumers subscribe their retry topic to "*"
@@ -249,21 +256,6 @@ class PullMessageProcessor:
             return cache[real_topic]
 
         return real_filter
-
-
-def _parse(topic: str, selector: MessageSelector) -> None:
-    """``FilterAPI.build`` of the pull's own subscription (SUBSCRIPTION_PARSE_FAILED when it fails)."""
-    if selector.is_sql92:
-        from storelib.filter.sql92 import parse_sql92
-
-        parse_sql92(selector.expression)
-    elif selector.is_tag:
-        from storelib.filter.tag import build_subscription
-
-        build_subscription(topic, selector.expression, selector.expression_type)
-    else:
-        raise FilterNotSupportedError("expression_type", "only TAG and SQL92 selectors exist",
-                                      value=selector.expression_type)
 
 
 def _check_request(r: PullRequest) -> None:

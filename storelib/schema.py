@@ -49,6 +49,8 @@ class TableSpec:
 
     ``cluster_by``: rows of one file share these values (a queue, a key-hash range).
     ``sort_by``: order of rows inside a file, so min/max statistics stay tight.
+    ``row_group_rows``: rows per Parquet row group. Point reads (pulls, lookups) decode whole row
+    groups, so tables read a few rows at a time keep them small.
     """
 
     name: str
@@ -56,6 +58,7 @@ class TableSpec:
     cluster_by: tuple[str, ...] = ()
     sort_by: tuple[str, ...] = ()
     description: str = ""
+    row_group_rows: int = 64 * 1024
 
     @property
     def columns(self) -> list[str]:
@@ -88,6 +91,7 @@ COMMITLOG = TableSpec(
     ]),
     sort_by=("physical_offset",),
     description="Every message in append order (RocketMQ's CommitLog).",
+    row_group_rows=8 * 1024,  # a pull of 32 messages decodes ~1 MiB, not a 64k-message row group
 )
 
 CONSUME_QUEUE = TableSpec(
@@ -104,6 +108,7 @@ CONSUME_QUEUE = TableSpec(
     cluster_by=("topic", "queue_id"),
     sort_by=("topic", "queue_id", "queue_offset"),
     description="Where each message of a queue is (RocketMQ's ConsumeQueue).",
+    row_group_rows=16 * 1024,
 )
 
 CONSUME_QUEUE_EXT = TableSpec(
@@ -127,6 +132,7 @@ CONSUME_QUEUE_EXT = TableSpec(
     cluster_by=("topic", "queue_id"),
     sort_by=("topic", "queue_id", "queue_offset"),
     description="Filter bitmap, store time and real tag code per message (RocketMQ's ConsumeQueueExt).",
+    row_group_rows=16 * 1024,
 )
 
 EXT_SUMMARY = TableSpec(

@@ -15,6 +15,7 @@ ahead of or behind its rows.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -280,6 +281,8 @@ class Table:
         """The same rows read on this process with pyarrow: for point reads that need no Spark job.
 
         ``paths`` (from :meth:`files` or :meth:`files_holding`) replaces the snapshot's pruned list.
+        Data files never change once written, so their Parquet footers are parsed once per process
+        and kept: a filter then skips row groups without opening the file again.
         """
         import pyarrow.dataset as ds
 
@@ -287,7 +290,8 @@ class Table:
             paths = self.files(dt or self.snapshot(), prune)
         if not paths:
             return self.spec.arrow.empty_table().select(list(columns or self.spec.columns))
-        dataset = ds.dataset(paths, schema=self.spec.arrow, format="parquet")
+        dataset = ds.FileSystemDataset([_fragment(p) for p in paths], self.spec.arrow, _parquet_format(),
+                                       filesystem(self.path)[0])
         return dataset.to_table(columns=list(columns) if columns else None, filter=filter)
 
     # ---- writing -----------------------------------------------------------------------------
@@ -320,6 +324,7 @@ class Table:
         from storelib.writer import FileSink
 
         sink = FileSink(self.path, self.spec.arrow, cluster_by=self.spec.cluster_by, prefix=prefix,
+                        row_group_rows=self.spec.row_group_rows,
                         **({"target_file_size": target_file_size} if target_file_size else {}))
         sink.write(data.to_batches())
         files = sink.close()
@@ -333,6 +338,22 @@ class Table:
                 fs.delete_file(f"{base}/{f.path}")
             except FileNotFoundError:
                 pass
+
+
+@functools.lru_cache(maxsize=1)
+def _parquet_format():
+    import pyarrow.dataset as ds
+
+    return ds.ParquetFileFormat()
+
+
+@functools.lru_cache(maxsize=4096)
+def _fragment(path: str):
+    """A data file as a pyarrow fragment whose footer (row groups and their statistics) is already parsed."""
+    fs, local = filesystem(path)
+    fragment = _parquet_format().make_fragment(local, fs)
+    fragment.ensure_complete_metadata()
+    return fragment
 
 
 def remove_actions(files: "pa.Table | Iterable[Mapping[str, Any]]", data_change: bool = True) -> list[RemoveAction]:

@@ -124,11 +124,13 @@ class _OpenFile:
         self.pending_rows += part.num_rows
         self.bytes += part.nbytes
         if self.pending_rows >= row_group_rows:
-            self.flush()
+            self.flush(row_group_rows)
 
-    def flush(self) -> None:
+    def flush(self, row_group_rows: int | None = None) -> None:
+        """Write the buffered rows as row groups of at most ``row_group_rows`` (all of them by default)."""
         if self.pending:
-            self.writer.write_table(pa.Table.from_batches(self.pending), row_group_size=max(self.pending_rows, 1))
+            self.writer.write_table(pa.Table.from_batches(self.pending),
+                                    row_group_size=max(min(self.pending_rows, row_group_rows or self.pending_rows), 1))
             self.pending, self.pending_rows = [], 0
 
     def close(self) -> WrittenFile:
@@ -152,12 +154,12 @@ def write_dataframe(df: "DataFrame", table: Table, *, cluster_by: Sequence[str] 
     committed by the caller: only file metadata reaches the driver. ``summarize`` adds a
     per-file summary to each :class:`WrittenFile` (computed on the executor).
     """
-    root, schema = table.path, table.spec.arrow
+    root, schema, row_group_rows = table.path, table.spec.arrow, table.spec.row_group_rows
     cluster = list(cluster_by)
 
     def write_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         sink = FileSink(root, schema, cluster_by=cluster, target_file_size=target_file_size, prefix=prefix,
-                        summarize=summarize)
+                        summarize=summarize, row_group_rows=row_group_rows)
         try:
             sink.write(transform(batches) if transform else batches)
             files = sink.close()

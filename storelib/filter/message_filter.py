@@ -75,6 +75,11 @@ class MessageFilter:
         return self.selector.is_tag and self.data.sub_string == "*"
 
     @property
+    def passes_every_unit(self) -> bool:
+        """Step 1 lets every unit through (``*``, or SQL92 without Bloom data): units need no ext lookup."""
+        return self.matches_all if self.selector.is_tag else self.bloom is None
+
+    @property
     def uses_bitmap(self) -> bool:
         return self.bloom is not None
 

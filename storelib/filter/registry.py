@@ -118,20 +118,10 @@ class SubscriptionRegistry:
 
     def check(self, topic: str, selector: MessageSelector) -> None:
         """Raise the typed error RocketMQ's broker would give for this selector, if any."""
-        if selector.is_sql92:
-            if not self.config.enable_property_filter:
-                raise FilterNotSupportedError("expression_type", "SQL92 filtering is off in this store "
-                                              "(enable_property_filter=false)", value=selector.expression)
-            from storelib.filter.sql92 import parse_sql92
-
-            parse_sql92(selector.expression)
-        elif selector.is_tag:
-            from storelib.filter.tag import build_subscription
-
-            build_subscription(topic, selector.expression, selector.expression_type)
-        else:
-            raise FilterNotSupportedError("expression_type", "only TAG and SQL92 selectors exist",
-                                          value=selector.expression_type)
+        if selector.is_sql92 and not self.config.enable_property_filter:
+            raise FilterNotSupportedError("expression_type", "SQL92 filtering is off in this store "
+                                          "(enable_property_filter=false)", value=selector.expression)
+        selector.parse(topic)
 
     # ---- reading -----------------------------------------------------------------------------
     def snapshot(self) -> "DeltaTable":

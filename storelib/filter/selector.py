@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from storelib.errors import FilterExpressionError
+from storelib.errors import FilterExpressionError, FilterNotSupportedError
 from storelib.filter.tag import ExpressionType
 
 __all__ = ["MessageSelector"]
@@ -56,3 +56,24 @@ class MessageSelector:
     @property
     def is_sql92(self) -> bool:
         return self.expression_type.upper() == SQL92
+
+    def parse(self, topic: str) -> None:
+        """``FilterAPI.build``: raise :class:`FilterExpressionError` (SUBSCRIPTION_PARSE_FAILED) for an
+        expression outside its type's grammar, :class:`FilterNotSupportedError` for an unknown type.
+
+        >>> MessageSelector.by_tag("||").parse("TopicTest")
+        Traceback (most recent call last):
+        ...
+        storelib.errors.FilterExpressionError: expression: ...
+        """
+        if self.is_sql92:
+            from storelib.filter.sql92 import parse_sql92
+
+            parse_sql92(self.expression)
+        elif self.is_tag:
+            from storelib.filter.tag import build_subscription
+
+            build_subscription(topic, self.expression, self.expression_type)
+        else:
+            raise FilterNotSupportedError("expression_type", "only TAG and SQL92 selectors exist",
+                                          value=self.expression_type)
