@@ -410,7 +410,6 @@ class MessageStore:
         removed.update(self.clean_consume_queue())
         return removed
 
-
     # ---- upkeep ----------------------------------------------------------------------------
     def compact(self, full: bool = False) -> dict[str, tuple[int, int]]:
         """Merge small files of every table, keeping each file to one queue / key-hash range / offset run.
