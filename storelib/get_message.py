@@ -50,7 +50,7 @@ from storelib.tables import Prune, Table, TableView
 if TYPE_CHECKING:
     from storelib.store import MessageStore
 
-__all__ = ["GetMessageStatus", "GetMessageResult", "ConsumeQueueFilter", "get_message", "CQ_STORE_UNIT_SIZE"]
+__all__ = ["GetMessageStatus", "GetMessageResult", "ConsumeQueueFilter", "get_message", "max_offsets", "CQ_STORE_UNIT_SIZE"]
 
 #: Bytes of one ConsumeQueue unit: commitlog offset (8), size (4), tags code (8).
 CQ_STORE_UNIT_SIZE = 20
@@ -263,6 +263,17 @@ def _max_offset(queue_actions: pa.Table) -> int:
         return 0
     top = pc.max(queue_actions.column("max.queue_offset")).as_py()
     return 0 if top is None else top + 1
+
+
+def max_offsets(actions: pa.Table) -> dict[tuple[str, int], int]:
+    """``getMaxOffsetInQueue`` of every queue at once, from consume queue add actions (files of one queue)."""
+    if actions.num_rows == 0 or "min.topic" not in actions.column_names:
+        return {}
+    single = pc.fill_null(pc.and_(pc.equal(actions.column("min.topic"), actions.column("max.topic")),
+                                  pc.equal(actions.column("min.queue_id"), actions.column("max.queue_id"))), False)
+    tops = actions.filter(single).group_by(["min.topic", "min.queue_id"]).aggregate([("max.queue_offset", "max")])
+    return {(t, q): m + 1 for t, q, m in zip(*(tops.column(c).to_pylist() for c in
+                                               ("min.topic", "min.queue_id", "max.queue_offset_max"))) if m is not None}
 
 
 def _queue_exists(store: "MessageStore", topic: str, queue_id: int) -> bool:

@@ -244,10 +244,12 @@ def consumer_lag(store: "MessageStore", group: str) -> "DataFrame":
     for topic in wanted:
         if topic in topics:
             queues.update((topic, q) for q in range(topics[topic].read_queue_nums))
-    snapshot = store.tables["consume_queue"].snapshot()
+    from storelib.get_message import max_offsets
+
+    ends = max_offsets(store.tables["consume_queue"].view().actions)  # one pass over the file statistics
     rows = []
     for topic, queue_id in sorted(queues):
-        max_offset = max(0, store.query.max_queue_offset(topic, queue_id, snapshot))
+        max_offset = ends.get((topic, queue_id), 0)
         offset = max(0, committed.get((topic, queue_id), -1))
         rows.append((topic, queue_id, max_offset, offset, max_offset - offset))
     return store.spark.createDataFrame(rows, CONSUMER_LAG_DDL)
