@@ -18,7 +18,7 @@ import time
 from collections.abc import Mapping
 from datetime import date, timedelta
 
-from storelib.errors import MessageError, MessageIdError, StoreError
+from storelib.errors import MessageError, MessageIdError, StoreError, require_int
 
 __all__ = [
     "java_string_hash", "tags_code", "create_message_id", "decode_message_id", "MAX_EXT_ADDR",
@@ -36,15 +36,6 @@ def _int64(value: int) -> int:
     """Wrap an unbounded int to Java's signed 64-bit range."""
     value &= 0xFFFFFFFFFFFFFFFF
     return value - (1 << 64) if value >> 63 else value
-
-
-def _require_int(error: type[StoreError], field: str, value: object,
-                 lo: int | None = None, hi: int | None = None) -> None:
-    """Raise ``error`` unless ``value`` is an int (not a bool) within [lo, hi]."""
-    if (not isinstance(value, int) or isinstance(value, bool)
-            or (lo is not None and value < lo) or (hi is not None and value > hi)):
-        bounds = "" if lo is None else f" in [{lo}, {hi}]" if hi is not None else f" >= {lo}"
-        raise error(field, f"must be an int{bounds}", value=value)
 
 
 # --- Java String.hashCode -------------------------------------------------------------------
@@ -100,8 +91,8 @@ def create_message_id(host: str, port: int, commitlog_offset: int) -> str:
     '7F00000100002A9F0000000000000001'
     """
     ip = _ip_bytes("host", host)
-    _require_int(MessageIdError, "port", port, 0, 0xFFFF)
-    _require_int(MessageIdError, "commitlog_offset", commitlog_offset, _INT64_MIN, _INT64_MAX)
+    require_int(MessageIdError, "port", port, 0, 0xFFFF)
+    require_int(MessageIdError, "commitlog_offset", commitlog_offset, _INT64_MIN, _INT64_MAX)
     return (ip + struct.pack(">iq", port, commitlog_offset)).hex().upper()
 
 
@@ -161,7 +152,7 @@ def decorate_ext_addr(offset: int) -> int:
     >>> decorate_ext_addr(1)
     -9223372036854775807
     """
-    _require_int(StoreError, "offset", offset, _INT64_MIN, _INT64_MAX)
+    require_int(StoreError, "offset", offset, _INT64_MIN, _INT64_MAX)
     return offset if is_ext_addr(offset) else _int64(offset + _INT64_MIN)
 
 
@@ -171,7 +162,7 @@ def undecorate_ext_addr(addr: int) -> int:
     >>> undecorate_ext_addr(-9223372036854775807)
     1
     """
-    _require_int(StoreError, "addr", addr, _INT64_MIN, _INT64_MAX)
+    require_int(StoreError, "addr", addr, _INT64_MIN, _INT64_MAX)
     return _int64(addr - _INT64_MIN) if is_ext_addr(addr) else addr
 
 
@@ -201,7 +192,7 @@ def index_slot(index_key: str, slots: int = 5_000_000) -> int:
     >>> index_slot("#")
     35
     """
-    _require_int(StoreError, "slots", slots, 1)
+    require_int(StoreError, "slots", slots, 1)
     return index_key_hash(index_key) % slots
 
 
@@ -233,9 +224,9 @@ def message_length(*, body_length: int, topic_length: int, properties_length: in
     >>> message_length(body_length=0, topic_length=1, properties_length=0)
     92
     """
-    _require_int(MessageError, "body_length", body_length, 0)
-    _require_int(MessageError, "topic_length", topic_length, 0)
-    _require_int(MessageError, "properties_length", properties_length, 0)
+    require_int(MessageError, "body_length", body_length, 0)
+    require_int(MessageError, "topic_length", topic_length, 0)
+    require_int(MessageError, "properties_length", properties_length, 0)
     topic_len_size = 1 if topic_length <= TOPIC_V1_MAX_LENGTH else 2
     v6_extra = 12 * (bool(born_host_v6) + bool(store_host_v6))  # 16-byte instead of 4-byte ip
     return (_RECORD_FIXED_LENGTH + v6_extra
@@ -317,8 +308,8 @@ def uniq_id_prefix_hex(ip: str | None = None, pid: int | None = None, seed: int 
     raw = _ip_bytes("ip", _local_ip() if ip is None else ip)
     pid = os.getpid() if pid is None else pid
     seed = random.getrandbits(32) if seed is None else seed
-    _require_int(MessageIdError, "pid", pid)
-    _require_int(MessageIdError, "seed", seed)
+    require_int(MessageIdError, "pid", pid)
+    require_int(MessageIdError, "seed", seed)
     return (raw + struct.pack(">HI", pid & 0xFFFF, seed & 0xFFFFFFFF)).hex().upper()
 
 

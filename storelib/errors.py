@@ -43,6 +43,7 @@ __all__ = [
     "ConsumeDisabledError",
     "StorePermissionError",
     "OffsetError",
+    "require_int",
 ]
 
 _MISSING = object()
@@ -220,6 +221,24 @@ class StorePermissionError(StoreError):
     """The store as a whole is not readable or not writable (``brokerPermission``: ``NO_PERMISSION``)."""
 
     code = "NO_PERMISSION"
+
+
+def require_int(error: type[StoreError], field: str, value: object, lo: int | None = None, hi: int | None = None,
+                *, optional: bool = False) -> None:
+    """Raise ``error`` naming ``field`` unless ``value`` is an int (not a bool) within ``[lo, hi]``
+    (or None, when ``optional``).
+
+    >>> require_int(OffsetError, "offset", -1, 0)
+    Traceback (most recent call last):
+    ...
+    storelib.errors.OffsetError: offset: must be an int >= 0 (got -1)
+    """
+    if optional and value is None:
+        return
+    if (not isinstance(value, int) or isinstance(value, bool)
+            or (lo is not None and value < lo) or (hi is not None and value > hi)):
+        bounds = "" if lo is None else f" in [{lo}, {hi}]" if hi is not None else f" >= {lo}"
+        raise error(field, f"must be an int{bounds}" + (" or None" if optional else ""), value=value)
 
 
 class OffsetError(StoreError):

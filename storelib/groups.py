@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, fields
 import pyarrow as pa
 
 from storelib.config import StoreConfig
-from storelib.errors import ConfigError, SubscriptionGroupNotFoundError
+from storelib.errors import ConfigError, SubscriptionGroupNotFoundError, require_int
 from storelib.schema import SUBSCRIPTION_GROUP
 from storelib.tables import Table, with_retries
 from storelib.topics import validate_group
@@ -40,9 +40,7 @@ class GroupConfig:
     def __post_init__(self) -> None:
         validate_group(self.group_name)
         for name in ("retry_queue_nums", "retry_max_times", "broker_id", "which_broker_when_consume_slowly"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ConfigError(name, "must be a non-negative integer", value=value)
+            require_int(ConfigError, name, getattr(self, name), 0)
         for name in ("consume_enable", "consume_from_min_enable", "consume_broadcast_enable"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(name, "must be true or false", value=getattr(self, name))

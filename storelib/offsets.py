@@ -46,7 +46,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from storelib.config import StoreConfig
-from storelib.errors import ConcurrentWriteError, OffsetError
+from storelib.errors import ConcurrentWriteError, OffsetError, require_int
 from storelib.schema import CONSUMER_OFFSET
 from storelib.tables import Prune, Table, WrittenFile, add_actions, remove_actions, with_retries
 from storelib.topics import retry_topic, validate_group, validate_topic
@@ -131,7 +131,7 @@ class ConsumerOffsetTable:
         """
         validate_group(group)
         validate_topic(topic)
-        _check_int("queue_id", queue_id, _MAX_QUEUE_ID)
+        require_int(OffsetError, "queue_id", queue_id, 0, _MAX_QUEUE_ID)
         snapshot = self.table.snapshot()
         paths = self.table.files(snapshot, Prune(equal={"consumer_group": group, "topic": topic, "queue_id": queue_id}))
         rows = self.table.read_arrow(
@@ -266,12 +266,7 @@ def _checked(group: str, entries: Mapping[tuple[str, int], int]) -> list[tuple[s
             raise OffsetError("entries", "keys must be (topic, queue_id) pairs", value=key)
         topic, queue_id = key
         validate_topic(topic)
-        _check_int("queue_id", queue_id, _MAX_QUEUE_ID)
-        _check_int("offset", offset, _MAX_OFFSET)
+        require_int(OffsetError, "queue_id", queue_id, 0, _MAX_QUEUE_ID)
+        require_int(OffsetError, "offset", offset, 0, _MAX_OFFSET)
         out.append((topic, queue_id, offset))
     return out
-
-
-def _check_int(field: str, value: object, most: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= most:
-        raise OffsetError(field, f"must be an integer in 0..{most}", value=value)

@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 from storelib.errors import (ConsumeDisabledError, FilterNotSupportedError, InvalidQueueIdError, OffsetError,
-                             StoreError, StorePermissionError, SubscriptionNotLatestError, TopicPermissionError)
+                             StoreError, StorePermissionError, SubscriptionNotLatestError, TopicPermissionError,
+                             require_int)
 from storelib.filter.message_filter import MessageFilter
 from storelib.filter.selector import MessageSelector
 from storelib.get_message import GetMessageResult, GetMessageStatus, get_message
@@ -261,16 +262,8 @@ class PullMessageProcessor:
 def _check_request(r: PullRequest) -> None:
     """The client's own checks before a pull leaves it (DefaultMQPullConsumerImpl.pullSyncImpl)."""
     validate_group(r.group)
-    for name in ("queue_id", "offset", "max_msgs", "suspend_timeout_ms"):
-        value = getattr(r, name)
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise StoreError(name, "must be an integer", value=value)
-    if r.offset < 0:
-        raise OffsetError("offset", "must be >= 0 (offset < 0)", value=r.offset)
-    if r.max_msgs <= 0:
-        raise StoreError("max_msgs", "must be > 0 (maxNums <= 0)", value=r.max_msgs)
-    if r.suspend_timeout_ms < 0:
-        raise StoreError("suspend_timeout_ms", "must be >= 0", value=r.suspend_timeout_ms)
-    if r.commit_offset is not None and (not isinstance(r.commit_offset, int) or isinstance(r.commit_offset, bool)
-                                        or r.commit_offset < 0):
-        raise OffsetError("commit_offset", "must be a non-negative integer", value=r.commit_offset)
+    require_int(StoreError, "queue_id", r.queue_id)  # its range is the broker's check (SYSTEM_ERROR)
+    require_int(OffsetError, "offset", r.offset, 0)
+    require_int(StoreError, "max_msgs", r.max_msgs, 1)
+    require_int(StoreError, "suspend_timeout_ms", r.suspend_timeout_ms, 0)
+    require_int(OffsetError, "commit_offset", r.commit_offset, 0, optional=True)

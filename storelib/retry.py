@@ -43,7 +43,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from storelib.commitlog import EncodedMessage
-from storelib.errors import (MessageError, MessageNotFoundError, StorePermissionError, TopicPermissionError)
+from storelib.errors import (MessageError, MessageNotFoundError, StorePermissionError, TopicPermissionError,
+                             require_int)
 from storelib.message import MessageConst, SendResult
 from storelib.topics import (PERM_READ, PERM_WRITE, SCHEDULE_TOPIC, TopicConfig, dlq_topic, retry_topic,
                              validate_group)
@@ -79,13 +80,6 @@ class SendBackPlan:
     dead: bool
 
 
-def _check_int(value: object, field: str, *, optional: bool = False) -> None:
-    if optional and value is None:
-        return
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise MessageError(field, "must be an integer" + (" or None" if optional else ""), value=value)
-
-
 def _check_input(store: "MessageStore", msg: object, group: object, delay_level: object,
                  max_reconsume_times: object) -> None:
     from storelib.query import StoredMessage
@@ -93,11 +87,10 @@ def _check_input(store: "MessageStore", msg: object, group: object, delay_level:
     if not isinstance(msg, StoredMessage):
         raise MessageError("msg", "must be a storelib.query.StoredMessage (a message read from this store)",
                            value=type(msg).__name__)
-    if not isinstance(msg.commitlog_offset, int) or isinstance(msg.commitlog_offset, bool) or msg.commitlog_offset < 0:
-        raise MessageError("msg.commitlog_offset", "must be a non-negative integer", value=msg.commitlog_offset)
+    require_int(MessageError, "msg.commitlog_offset", msg.commitlog_offset, 0)
     validate_group(group)
-    _check_int(delay_level, "delay_level")
-    _check_int(max_reconsume_times, "max_reconsume_times", optional=True)
+    require_int(MessageError, "delay_level", delay_level)
+    require_int(MessageError, "max_reconsume_times", max_reconsume_times, optional=True)
 
 
 def plan_send_back(reconsume_times: int, group: str, retry_queue_id: int, delay_level: int, max_reconsume_times: int,
