@@ -43,8 +43,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from storelib.commitlog import COMMITLOG_MARKER
-from storelib.query import StoredMessage
-from storelib.retention import min_queue_marker, queue_min_offset
+from storelib.query import StoredMessage, read_messages
+from storelib.retention import min_physical_offset, min_queue_marker, queue_min_offset
 from storelib.tables import Prune, Table, TableView
 
 if TYPE_CHECKING:
@@ -162,7 +162,7 @@ def get_message(store: "MessageStore", group: str, topic: str, queue_id: int, of
     passed = _passing(message_filter, units, ext, topic, queue_id)
     clog_view = commitlog.view(markers=[COMMITLOG_MARKER])
     max_offset_py = clog_view.marker(COMMITLOG_MARKER)
-    clog_min = _min_physical_offset(clog_view)
+    clog_min = min_physical_offset(clog_view.actions)
     memory = total_physical_memory() * config.access_message_in_memory_max_ratio // 100
 
     result = GetMessageResult(GetMessageStatus.NO_MATCHED_MESSAGE, offset, min_offset, max_offset)
@@ -307,13 +307,6 @@ def _ext_rows(ext: Table, topic: str, queue_id: int, lo: int, hi: int) -> pa.Tab
     return rows.sort_by("ext_offset")
 
 
-def _min_physical_offset(view: TableView) -> int:
-    if view.actions.num_rows == 0 or "min.physical_offset" not in view.actions.column_names:
-        return 0
-    low = pc.min(view.actions.column("min.physical_offset")).as_py()
-    return 0 if low is None else low
-
-
 class _CommitLogReader:
     """Commitlog rows at planned offsets, read in growing batches as the scan reaches them.
 
@@ -341,9 +334,4 @@ class _CommitLogReader:
         return self.rows.get(offset)
 
     def _read(self, offsets: list[int]) -> None:
-        wanted = pa.array(offsets, pa.int64())
-        holding = Table.holding(self.view.actions, "physical_offset", wanted)
-        rows = self.table.read_arrow(paths=self.table._paths(holding),
-                                     filter=pc.field("physical_offset").isin(wanted)).to_pylist()
-        for r in rows:
-            self.rows[r["physical_offset"]] = StoredMessage.from_row(r)
+        self.rows.update(read_messages(self.table, self.view.actions, offsets))

@@ -30,7 +30,7 @@ from storelib.tables import Prune, Table
 if TYPE_CHECKING:
     from storelib.store import MessageStore
 
-__all__ = ["StoredMessage", "MessageQuery", "DEFAULT_QUERY_MAX_NUM", "MAX_MSGS_NUM_BATCH"]
+__all__ = ["StoredMessage", "MessageQuery", "read_messages", "DEFAULT_QUERY_MAX_NUM", "MAX_MSGS_NUM_BATCH"]
 
 #: ``defaultQueryMaxNum``: messages a key query returns unless told otherwise.
 DEFAULT_QUERY_MAX_NUM = 32
@@ -95,15 +95,8 @@ class MessageQuery:
     # ---- commitlog -------------------------------------------------------------------------
     def by_offsets(self, offsets: Sequence[int]) -> list[StoredMessage]:
         """Messages at these commitlog offsets, in the order given (missing ones left out)."""
-        if not offsets:
-            return []
-        wanted = pa.array(sorted(set(int(o) for o in offsets)), pa.int64())
-        snapshot = self.commitlog.snapshot()
-        paths = self.commitlog.files_holding(snapshot, "physical_offset", wanted)
-        self.files_touched["commitlog"] = len(paths)
-        rows = self.commitlog.read_arrow(paths=paths, filter=pc.field("physical_offset").isin(wanted)).to_pylist()
-        by_offset = {r["physical_offset"]: r for r in rows}
-        return [StoredMessage.from_row(by_offset[o]) for o in offsets if o in by_offset]
+        found = read_messages(self.commitlog, self.commitlog.view().actions, offsets, self.files_touched)
+        return [found[o] for o in offsets if o in found]
 
     def by_id(self, msg_id: str) -> StoredMessage:
         """The message with this store message id (``viewMessageById``)."""
@@ -186,6 +179,24 @@ class MessageQuery:
         snapshot = snapshot or self.consume_queue.snapshot()
         last = self.consume_queue.max_of(snapshot, "queue_offset", Prune(equal={"topic": topic, "queue_id": queue_id}))
         return 0 if last is None else last + 1
+
+
+def read_messages(commitlog: Table, actions: pa.Table, offsets: Sequence[int],
+                  files_touched: dict[str, int] | None = None) -> dict[int, StoredMessage]:
+    """The messages at these commitlog offsets, by offset (missing ones left out): only the files and
+    row groups whose offset statistics hold one are read, with pyarrow on this process.
+
+    ``actions`` are the commitlog's add actions (a warm :meth:`Table.view`'s). ``files_touched``,
+    when given, gets how many data files were opened.
+    """
+    if not len(offsets):
+        return {}
+    wanted = pa.array(sorted(set(int(o) for o in offsets)), pa.int64())
+    holding = commitlog.holding(actions, "physical_offset", wanted)
+    if files_touched is not None:
+        files_touched["commitlog"] = holding.num_rows
+    rows = commitlog.read_arrow(paths=commitlog._paths(holding), filter=pc.field("physical_offset").isin(wanted))
+    return {r["physical_offset"]: StoredMessage.from_row(r) for r in rows.to_pylist()}
 
 
 def _ip_bytes(host: str) -> bytes:

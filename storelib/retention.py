@@ -23,7 +23,7 @@ go when the store is vacuumed):
   ``cqmin/<topic>/<queue_id>`` in the same commit as the consume queue removals. It also removes
   index files wholly below the minimum. Each table is one commit of its own, so a crash between
   them leaves every table consistent, and running it again finishes the job.
-* :func:`commitlog_min_offset` and :func:`min_queue_offset` read the minimums from the snapshots'
+* :func:`min_physical_offset` and :func:`queue_min_offset` read the minimums from the snapshots'
   add actions alone: no data file is opened.
 
 Between the two steps a consume queue may still hold units whose message is gone; a pull at such
@@ -71,8 +71,8 @@ if TYPE_CHECKING:
 
     from storelib.store import MessageStore
 
-__all__ = ["Span", "expired_prefix", "commitlog_min_offset", "clean_commitlog", "clean_consume_queue",
-           "min_queue_offset", "min_queue_marker", "DELETE_EXPIRED"]
+__all__ = ["Span", "expired_prefix", "commitlog_min_offset", "min_physical_offset", "clean_commitlog", "clean_consume_queue",
+           "min_queue_marker", "queue_min_offset", "DELETE_EXPIRED"]
 
 log = logging.getLogger(__name__)
 
@@ -134,23 +134,17 @@ def commitlog_min_offset(commitlog_snapshot: "DeltaTable") -> int:
     From the add actions' statistics alone. A file without statistics could hold anything, so
     its presence gives 0 (nothing is then cleaned on its account).
     """
-    actions = add_actions(commitlog_snapshot)
+    return min_physical_offset(add_actions(commitlog_snapshot))
+
+
+def min_physical_offset(actions: pa.Table) -> int:
+    """:func:`commitlog_min_offset` from the commitlog's add actions."""
     if actions.num_rows == 0 or "min.physical_offset" not in actions.column_names:
         return 0
     column = actions.column("min.physical_offset")
     if column.null_count:
         return 0
     return int(pc.min(column).as_py())
-
-
-def min_queue_offset(consume_queue_table: Table, snapshot: "DeltaTable | None", topic: str, queue_id: int) -> int:
-    """The queue's min logical offset (``getMinOffsetInQueue``), from the snapshot's log alone.
-
-    ``snapshot`` None reads the table's latest one. See :func:`queue_min_offset`.
-    """
-    snapshot = snapshot if snapshot is not None else consume_queue_table.snapshot()
-    return queue_min_offset(snapshot.transaction_version(min_queue_marker(topic, queue_id)), add_actions(snapshot),
-                            topic, queue_id)
 
 
 def queue_min_offset(marker: int | None, actions: pa.Table, topic: str, queue_id: int) -> int:
@@ -262,7 +256,7 @@ def _clean_queues(table: Table, snapshot: "DeltaTable", min_phy: int) -> int:
     removed = set(gone)
     for queue, value in candidates.items():
         current = snapshot.transaction_version(min_queue_marker(*queue))
-        if current is None:  # what min_queue_offset answers without a marker, once the removals land
+        if current is None:  # what queue_min_offset answers without a marker, once the removals land
             current = min(min_qo[i] for i in queues[queue] if i not in removed)
         if value > current:
             markers[min_queue_marker(*queue)] = value

@@ -354,9 +354,9 @@ class MessageStore:
         >>> store.min_offset()                                                     # doctest: +SKIP
         3024
         """
-        from storelib.retention import commitlog_min_offset
+        from storelib.retention import min_physical_offset
 
-        return commitlog_min_offset(self.tables["commitlog"].snapshot())
+        return min_physical_offset(self.tables["commitlog"].view().actions)
 
     def min_queue_offset(self, topic: str, queue_id: int) -> int:
         """The first queue offset of (topic, queue) still served (``getMinOffsetInQueue``); 0 for an empty queue.
@@ -367,10 +367,11 @@ class MessageStore:
         >>> store.min_queue_offset("TopicTest", 0)                                 # doctest: +SKIP
         3
         """
-        from storelib.retention import min_queue_offset
+        from storelib.retention import min_queue_marker, queue_min_offset
 
-        table = self.tables["consume_queue"]
-        return min_queue_offset(table, table.snapshot(), topic, queue_id)
+        marker = min_queue_marker(topic, queue_id)
+        view = self.tables["consume_queue"].view(markers=[marker])
+        return queue_min_offset(view.markers.get(marker), view.actions, topic, queue_id)
 
     def clean_commitlog(self, reserved_hours: float | None = None, now: object = None) -> int:
         """Remove expired commitlog files, oldest first (``CleanCommitLogService``); returns files removed.
