@@ -267,11 +267,10 @@ def _max_offset(queue_actions: pa.Table) -> int:
 
 def max_offsets(actions: pa.Table) -> dict[tuple[str, int], int]:
     """``getMaxOffsetInQueue`` of every queue at once, from consume queue add actions (files of one queue)."""
-    if actions.num_rows == 0 or "min.topic" not in actions.column_names:
+    actions = Table.clustered(actions, ["topic", "queue_id"])
+    if actions.num_rows == 0:
         return {}
-    single = pc.fill_null(pc.and_(pc.equal(actions.column("min.topic"), actions.column("max.topic")),
-                                  pc.equal(actions.column("min.queue_id"), actions.column("max.queue_id"))), False)
-    tops = actions.filter(single).group_by(["min.topic", "min.queue_id"]).aggregate([("max.queue_offset", "max")])
+    tops = actions.group_by(["min.topic", "min.queue_id"]).aggregate([("max.queue_offset", "max")])
     return {(t, q): m + 1 for t, q, m in zip(*(tops.column(c).to_pylist() for c in
                                                ("min.topic", "min.queue_id", "max.queue_offset_max"))) if m is not None}
 

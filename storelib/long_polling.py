@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from storelib.get_message import GetMessageStatus
 
 if TYPE_CHECKING:
-    from storelib.pull import PullMessageProcessor, PullRequest, PullResult
+    from storelib.pull import PullFilter, PullMessageProcessor, PullRequest, PullResult
 
 __all__ = ["PullRequestHoldService", "hold"]
 
@@ -57,8 +57,9 @@ class PullRequestHoldService:
         return self._generation
 
 
-def hold(processor: "PullMessageProcessor", request: "PullRequest", first: "PullResult") -> "PullResult":
-    """Hold a pull that found nothing new; answer when a matching message arrived or time ran out."""
+def hold(processor: "PullMessageProcessor", request: "PullRequest", message_filter: "PullFilter") -> "PullResult":
+    """Hold a pull that found nothing new; answer when a message passing ``message_filter`` arrived or
+    time ran out."""
     store, config = processor.store, processor.store.config
     service: PullRequestHoldService = store.hold_service
     began = time.monotonic()
@@ -67,7 +68,6 @@ def hold(processor: "PullMessageProcessor", request: "PullRequest", first: "Pull
     else:
         deadline = began + request.suspend_timeout_ms / 1000
         interval = max(config.long_polling_check_interval_ms, 1) / 1000
-        message_filter = processor.check(request)
         cursor = request.offset
         seen = service.generation
         while (remaining := deadline - time.monotonic()) > 0:

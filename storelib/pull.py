@@ -145,9 +145,7 @@ class PullFilter:
 
     def client_keeps(self, message: StoredMessage) -> bool:
         """``PullAPIWrapper.processPullResult``: a tag subscription keeps messages whose TAGS is in its tags set."""
-        if not self.filter.selector.is_tag or not self.filter.data.tags_set:
-            return True
-        return message.tags is not None and message.tags in self.filter.data.tags_set
+        return not self.filter.selector.is_tag or self.filter.data.matches_tag(message.tags)
 
 
 @dataclass(frozen=True)
@@ -180,7 +178,7 @@ class PullMessageProcessor:
         if result.response_code == "PULL_NOT_FOUND" and request.suspend_timeout_ms > 0:
             from storelib.long_polling import hold
 
-            result = hold(self, request, result)
+            result = hold(self, request, message_filter)
         return result
 
     def answer(self, request: PullRequest, message_filter: PullFilter) -> PullResult:

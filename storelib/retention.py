@@ -217,20 +217,17 @@ def clean_consume_queue(store: "MessageStore", *, fault: Callable[[str], None] |
 
 def _clean_queues(table: Table, snapshot: "DeltaTable", min_phy: int) -> int:
     """One commit on a consume queue table: expired files out, and (consume_queue) min offsets moved."""
-    actions = add_actions(snapshot)
+    actions = Table.clustered(add_actions(snapshot), ["topic", "queue_id"])  # files of one queue only
     if actions.num_rows == 0 or min_phy <= 0:
         return 0
     with_markers = table.spec.name == "consume_queue"
     topics = _column(actions, "min.topic")
-    single = (pc.fill_null(pc.and_(pc.equal(actions.column("min.topic"), actions.column("max.topic")),
-                                   pc.equal(actions.column("min.queue_id"), actions.column("max.queue_id"))), False)
-              .to_pylist())
     qids, max_qo = _column(actions, "min.queue_id"), _column(actions, "max.queue_offset")
     min_qo = _column(actions, "min.queue_offset")
     lo_phy, hi_phy = _column(actions, "min.commitlog_offset"), _column(actions, "max.commitlog_offset")
     queues: dict[tuple[str, int], list[int]] = {}
-    for i, ok in enumerate(single):
-        if ok and None not in (max_qo[i], min_qo[i], lo_phy[i], hi_phy[i]):
+    for i in range(actions.num_rows):
+        if None not in (max_qo[i], min_qo[i], lo_phy[i], hi_phy[i]):
             queues.setdefault((topics[i], qids[i]), []).append(i)
 
     gone: list[int] = []

@@ -116,13 +116,12 @@ def plan_send_back(reconsume_times: int, group: str, retry_queue_id: int, delay_
     return SendBackPlan(SCHEDULE_TOPIC, delay_level - 1, retry, retry_queue_id, delay_level, False)
 
 
-def ensure_topic(store: "MessageStore", topics: dict[str, TopicConfig], topic: str, queues: int) -> TopicConfig:
+def ensure_topic(store: "MessageStore", topic: str, queues: int) -> TopicConfig:
     """``createTopicInSendMessageBackMethod``: the topic's configuration, created read|write where absent."""
-    found = topics.get(topic)
+    found = store.topics.all().get(topic)
     if found is None:
         found = TopicConfig(topic, queues, queues, PERM_READ | PERM_WRITE)
         store.topics.put(found)
-        topics[topic] = found
     return found
 
 
@@ -145,8 +144,7 @@ def send_back(store: "MessageStore", msg: "StoredMessage", group: str, delay_lev
     if config.retry_queue_nums <= 0:
         return SendResult(NOT_STORED, "", msg.uniq_key or "", retry, -1, -1, -1)
 
-    topics = dict(store.topics.all())
-    retry_config = ensure_topic(store, topics, retry, config.retry_queue_nums)
+    retry_config = ensure_topic(store, retry, config.retry_queue_nums)
     if not retry_config.writable:
         raise TopicPermissionError("topic", f"the topic {retry} is not writable (perm {retry_config.perm}); "
                                             "sending messages back is forbidden", value=retry)
@@ -171,9 +169,9 @@ def send_back(store: "MessageStore", msg: "StoredMessage", group: str, delay_lev
     if not (props.get(MessageConst.ORIGIN_MESSAGE_ID) or "").strip():
         props[MessageConst.ORIGIN_MESSAGE_ID] = old.msg_id
     if plan.dead:
-        ensure_topic(store, topics, plan.topic, DLQ_NUMS_PER_GROUP)
+        ensure_topic(store, plan.topic, DLQ_NUMS_PER_GROUP)
     else:
-        ensure_topic(store, topics, SCHEDULE_TOPIC, len(levels))
+        ensure_topic(store, SCHEDULE_TOPIC, len(levels))
         props[MessageConst.REAL_TOPIC] = plan.real_topic
         props[MessageConst.REAL_QID] = str(plan.real_queue_id)
 

@@ -225,7 +225,7 @@ class MessageStore:
         group_config = self.groups.find(group)  # a consumer's heartbeat: the group, and its retry topic
         subscription = self.registry.register(group, topic, selector)
         if group_config.retry_queue_nums > 0:
-            ensure_topic(self, dict(self.topics.all()), retry_topic(group), group_config.retry_queue_nums)
+            ensure_topic(self, retry_topic(group), group_config.retry_queue_nums)
         return subscription
 
     def unsubscribe(self, group: str, topic: str) -> bool:

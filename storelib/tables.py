@@ -218,19 +218,29 @@ class Table:
         return pc.max(actions.column(f"max.{col}")).as_py()
 
     @staticmethod
-    def only(actions: pa.Table, equal: Mapping[str, Any]) -> pa.Table:
-        """The add actions of files holding only rows with these values (min and max statistics both equal)."""
+    def clustered(actions: pa.Table, columns: Sequence[str]) -> pa.Table:
+        """The add actions of files whose rows share one value of each column (min equals max): one
+        queue's files, for tables the writers cluster by queue."""
         if actions.num_rows == 0:
             return actions
         keep = None
-        for c, v in equal.items():
+        for c in columns:
             if f"min.{c}" not in actions.column_names:
                 return actions.slice(0, 0)
-            for side in ("min", "max"):
-                column = actions.column(f"{side}.{c}")
-                same = pc.equal(column, _scalar(v, column.type))
-                keep = same if keep is None else pc.and_(keep, same)
+            same = pc.equal(actions.column(f"min.{c}"), actions.column(f"max.{c}"))
+            keep = same if keep is None else pc.and_(keep, same)
         return actions if keep is None else actions.filter(pc.fill_null(keep, False))
+
+    @staticmethod
+    def only(actions: pa.Table, equal: Mapping[str, Any]) -> pa.Table:
+        """The add actions of files holding only rows with these values (min and max statistics both equal)."""
+        actions = Table.clustered(actions, list(equal))
+        keep = None
+        for c, v in equal.items():
+            column = actions.column(f"min.{c}")
+            same = pc.equal(column, _scalar(v, column.type))
+            keep = same if keep is None else pc.and_(keep, same)
+        return actions if keep is None or actions.num_rows == 0 else actions.filter(pc.fill_null(keep, False))
 
     def files_holding(self, dt: DeltaTable, col: str, values: pa.Array) -> list[str]:
         """Absolute paths of the files whose ``[min, max]`` of ``col`` holds at least one of ``values``."""
