@@ -48,7 +48,7 @@ import pyarrow.compute as pc
 from storelib.config import StoreConfig
 from storelib.errors import ConcurrentWriteError, OffsetError, require_int
 from storelib.schema import CONSUMER_OFFSET
-from storelib.tables import Prune, Table, WrittenFile, add_actions, remove_actions, with_retries
+from storelib.tables import Prune, Table, add_actions, remove_actions, with_retries
 from storelib.topics import retry_topic, validate_group, validate_topic
 
 if TYPE_CHECKING:
@@ -110,7 +110,7 @@ class ConsumerOffsetTable:
                 "commit_version": [version] * len(checked),
                 "commit_timestamp": [now] * len(checked),
             }, schema=CONSUMER_OFFSET.arrow)
-            files = self._write(data, _COMMIT_PREFIX, clustered=True)
+            files = self.table.write_files(data, prefix=_COMMIT_PREFIX, target_file_size=self.config.target_file_size)
             self._step("written")
             committed = self.table.commit(snapshot, files, operation="COMMIT_OFFSET")
             return committed, add_actions(snapshot).num_rows + len(files)
@@ -132,10 +132,9 @@ class ConsumerOffsetTable:
         validate_group(group)
         validate_topic(topic)
         require_int(OffsetError, "queue_id", queue_id, 0, _MAX_QUEUE_ID)
-        snapshot = self.table.snapshot()
-        paths = self.table.files(snapshot, Prune(equal={"consumer_group": group, "topic": topic, "queue_id": queue_id}))
-        rows = self.table.read_arrow(
-            paths=paths, columns=["offset", "commit_version"],
+        rows = self.table.read_view(
+            self.table.view(), Prune(equal={"consumer_group": group, "topic": topic, "queue_id": queue_id}),
+            columns=["offset", "commit_version"],
             filter=(pc.field("consumer_group") == group) & (pc.field("topic") == topic)
             & (pc.field("queue_id") == queue_id))
         if rows.num_rows == 0:
@@ -145,12 +144,12 @@ class ConsumerOffsetTable:
 
     def offsets(self, group: str | None = None) -> pa.Table:
         """The latest row of every (group, topic, queue), or of one group's queues, sorted by them."""
-        snapshot = self.table.snapshot()
+        view = self.table.view()
         if group is None:
-            return latest_offsets(self.table.read_arrow(snapshot))
+            return latest_offsets(self.table.read_view(view))
         validate_group(group)
-        rows = self.table.read_arrow(snapshot, Prune(equal={"consumer_group": group}),
-                                     filter=pc.field("consumer_group") == group)
+        rows = self.table.read_view(view, Prune(equal={"consumer_group": group}),
+                                    filter=pc.field("consumer_group") == group)
         return latest_offsets(rows)
 
     # ---- compaction ----------------------------------------------------------------------------
@@ -168,7 +167,8 @@ class ConsumerOffsetTable:
             if actions.num_rows < min_files:
                 return 0, 0
             latest = latest_offsets(self.table.read_arrow(snapshot))
-            files = self._write(latest, _COMPACT_PREFIX, clustered=False)
+            files = self.table.write_files(latest, prefix=_COMPACT_PREFIX, target_file_size=self.config.target_file_size,
+                                           clustered=False)
             self._step("compact_written")
             removes = remove_actions(actions, data_change=False)
             # data_change=False: the latest offset of every queue is the same before and after.
@@ -178,20 +178,6 @@ class ConsumerOffsetTable:
         return with_retries(self.table, self.config.max_commit_attempts, step, what="compact consumer offsets")
 
     # ---- internals -----------------------------------------------------------------------------
-    def _write(self, data: pa.Table, prefix: str, *, clustered: bool) -> list[WrittenFile]:
-        """Write rows into new, uncommitted files: one per group (``clustered``) or sorted runs."""
-        from storelib.writer import FileSink
-
-        spec = self.table.spec
-        sink = FileSink(self.table.path, spec.arrow, cluster_by=spec.cluster_by if clustered else (), prefix=prefix,
-                        target_file_size=self.config.target_file_size)
-        try:
-            sink.write(data.to_batches())
-            return sink.close()
-        except BaseException:
-            sink.abort()
-            raise
-
     def _step(self, name: str) -> None:
         if self._fault is not None:
             self._fault(name)

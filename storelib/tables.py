@@ -331,14 +331,24 @@ class Table:
 
         Returns (version, files); raises :class:`CommitConflict` (files deleted) to be retried.
         """
+        files = self.write_files(data, prefix=prefix, target_file_size=target_file_size)
+        return self.commit(dt, files, **commit), files
+
+    def write_files(self, data: pa.Table, *, prefix: str = "part", target_file_size: int | None = None,
+                    clustered: bool = True) -> list[WrittenFile]:
+        """Write rows from this process into new, uncommitted files (one per cluster unless not
+        ``clustered``); on an error nothing written is left behind."""
         from storelib.writer import FileSink
 
-        sink = FileSink(self.path, self.spec.arrow, cluster_by=self.spec.cluster_by, prefix=prefix,
-                        row_group_rows=self.spec.row_group_rows,
+        sink = FileSink(self.path, self.spec.arrow, cluster_by=self.spec.cluster_by if clustered else (),
+                        prefix=prefix, row_group_rows=self.spec.row_group_rows,
                         **({"target_file_size": target_file_size} if target_file_size else {}))
-        sink.write(data.to_batches())
-        files = sink.close()
-        return self.commit(dt, files, **commit), files
+        try:
+            sink.write(data.to_batches())
+            return sink.close()
+        except BaseException:
+            sink.abort()
+            raise
 
     def discard(self, files: Iterable[WrittenFile]) -> None:
         """Delete files that were written but will never be committed."""
