@@ -42,6 +42,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from storelib.codec import MAX_EXT_ADDR
 from storelib.commitlog import COMMITLOG_MARKER
 from storelib.query import StoredMessage, read_messages
 from storelib.retention import min_physical_offset, min_queue_marker, queue_min_offset
@@ -55,7 +56,6 @@ __all__ = ["GetMessageStatus", "GetMessageResult", "ConsumeQueueFilter", "get_me
 #: Bytes of one ConsumeQueue unit: commitlog offset (8), size (4), tags code (8).
 CQ_STORE_UNIT_SIZE = 20
 _MIN_LONG = -(1 << 63)
-_MAX_EXT_ADDR = -(1 << 31) - 1  # ConsumeQueueExt.MAX_ADDR: tags codes at or below it are ext addresses
 
 
 class GetMessageStatus(str, enum.Enum):
@@ -232,7 +232,7 @@ def _passing(message_filter: ConsumeQueueFilter | None, units: pa.Table, ext: Ta
     if message_filter is None or message_filter.passes_every_unit:
         return [True] * n
     codes = units.column("tags_code").to_numpy()
-    is_ext = codes <= _MAX_EXT_ADDR
+    is_ext = codes <= MAX_EXT_ADDR
     if not is_ext.any():
         cq_units = pa.table({"tags_code": codes, "filter_bitmap": pa.nulls(n, pa.binary()),
                              "filter_version": pa.nulls(n, pa.int64())})

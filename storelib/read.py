@@ -39,7 +39,7 @@ from storelib.codec import MAX_EXT_ADDR
 from storelib.filter.message_filter import MessageFilter
 from storelib.filter.selector import MessageSelector
 from storelib.filter.summary import read_summaries
-from storelib.tables import Prune, Table, add_actions
+from storelib.tables import Prune, Table
 
 from pyspark.sql import Column
 
@@ -186,26 +186,27 @@ def plan_read(store: "MessageStore", topic: str, selector: MessageSelector | str
     store.registry.check(topic, selector)
     mf = MessageFilter(topic, selector, sub, store.registry.bloom_filter)
 
+    from storelib.dispatch import REPUT_MARKER
+
     ext, cq, clog = (store.tables[n] for n in ("consume_queue_ext", "consume_queue", "commitlog"))
-    ext_dt, cq_dt, of_topic = ext.snapshot(), cq.snapshot(), Prune(equal={"topic": topic})
-    ext_actions = Table.actions(ext_dt, of_topic)
+    ext_view, cq_view = ext.view(markers=[REPUT_MARKER]), cq.view(markers=[REPUT_MARKER])
+    of_topic = Prune(equal={"topic": topic})
+    ext_actions = Table.prune(ext_view.actions, of_topic)
     summaries = read_summaries(store.tables["consume_queue_ext_summary"], topic) if ext_actions.num_rows else {}
     keep = np.array([not (p in summaries and mf.may_skip_file(summaries[p]))
                      for p in ext_actions.column("path").to_pylist()], dtype=bool)
     records = _column(ext_actions, "num_records", 0)
     skipped = ext_actions.filter(pa.array(~keep))
     ext_actions = ext_actions.filter(pa.array(keep))
-    cq_actions = Table.actions(cq_dt, of_topic)
+    cq_actions = Table.prune(cq_view.actions, of_topic)
     cq_actions = cq_actions.filter(pc.fill_null(pc.greater(cq_actions.column("max.tags_code"), MAX_EXT_ADDR), True)) \
         if cq_actions.num_rows else cq_actions
     ranges = [(lo, hi) for a in (ext_actions, cq_actions) if a.num_rows
               for lo, hi in zip(a.column("min.commitlog_offset").to_pylist(), a.column("max.commitlog_offset").to_pylist())]
-    from storelib.dispatch import REPUT_MARKER
-
-    end = min(Table.marker(cq_dt, REPUT_MARKER), Table.marker(ext_dt, REPUT_MARKER))
+    end = min(cq_view.marker(REPUT_MARKER), ext_view.marker(REPUT_MARKER))
     return ReadPlan(mf, [ext.path_of(p) for p in ext_actions.column("path").to_pylist()],
                     [cq.path_of(p) for p in cq_actions.column("path").to_pylist()],
-                    clog, _overlapping(add_actions(clog.snapshot()), ranges), int(records.sum()) + int(_column(cq_actions, "num_records", 0).sum()),
+                    clog, _overlapping(clog.view().actions, ranges), int(records.sum()) + int(_column(cq_actions, "num_records", 0).sum()),
                     int(_column(skipped, "num_records", 0).sum()), skipped.num_rows, end)
 
 
