@@ -83,10 +83,10 @@ class GroupConfigTable:
         """Write ``config`` for its group in one atomic commit; with ``only_if_absent``, keep an existing one."""
 
         def step(snapshot) -> GroupConfig:
-            if only_if_absent:
-                rows = self.table.read_arrow(snapshot).to_pylist()
-                if any(r["group_name"] == config.group_name for r in rows):
-                    return self.all()[config.group_name]
+            if only_if_absent:  # another writer may have created it since we looked
+                existing = self._latest(self.table.read_arrow(snapshot).to_pylist()).get(config.group_name)
+                if existing is not None:
+                    return existing
             row = {**asdict(config), "updated_at": dt.datetime.now(dt.timezone.utc)}
             data = pa.Table.from_pylist([row], schema=SUBSCRIPTION_GROUP.arrow)
             self.table.write_rows(snapshot, data, prefix="group", operation="UPDATE_SUBSCRIPTION_GROUP")
