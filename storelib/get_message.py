@@ -58,7 +58,7 @@ CQ_STORE_UNIT_SIZE = 20
 _MIN_LONG = -(1 << 63)
 
 
-class GetMessageStatus(str, enum.Enum):
+class GetMessageStatus(enum.StrEnum):
     """RocketMQ's ``GetMessageStatus``."""
 
     FOUND = "FOUND"
@@ -70,9 +70,6 @@ class GetMessageStatus(str, enum.Enum):
     OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
     NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
     NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass

@@ -52,16 +52,13 @@ if TYPE_CHECKING:
 __all__ = ["PullStatus", "PullResult", "PullFilter", "PullMessageProcessor", "response_code"]
 
 
-class PullStatus(str, enum.Enum):
+class PullStatus(enum.StrEnum):
     """The client's ``PullStatus``."""
 
     FOUND = "FOUND"
     NO_NEW_MSG = "NO_NEW_MSG"
     NO_MATCHED_MSG = "NO_MATCHED_MSG"
     OFFSET_ILLEGAL = "OFFSET_ILLEGAL"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 _CLIENT_STATUS = {"SUCCESS": PullStatus.FOUND, "PULL_NOT_FOUND": PullStatus.NO_NEW_MSG,
