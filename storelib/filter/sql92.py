@@ -186,17 +186,17 @@ class Sql92Parser(sqlglot_parser.Parser):
     # -- grammar (one method per production of SelectorParser.jj) ---------------------------------
 
     def _or(self) -> Node:
-        left = self._and()
-        while self._match(TokenType.OR):
-            op = self._prev
-            left = _logic("OR", self._as_boolean(left, op), self._as_boolean(self._and(), None))
-        return left
+        return self._logic_chain(TokenType.OR, "OR", self._and)
 
     def _and(self) -> Node:
-        left = self._equality()
-        while self._match(TokenType.AND):
+        return self._logic_chain(TokenType.AND, "AND", self._equality)
+
+    def _logic_chain(self, token: TokenType, name: str, operand) -> Node:
+        """``operand (token operand)*``, left-associative, each side a boolean expression."""
+        left = operand()
+        while self._match(token):
             op = self._prev
-            left = _logic("AND", self._as_boolean(left, op), self._as_boolean(self._equality(), None))
+            left = _logic(name, self._as_boolean(left, op), self._as_boolean(operand(), None))
         return left
 
     def _equality(self) -> Node:
