@@ -231,14 +231,14 @@ def require_int(error: type[StoreError], field: str, value: object, lo: int | No
     >>> require_int(OffsetError, "offset", -1, 0)
     Traceback (most recent call last):
     ...
-    storelib.errors.OffsetError: offset: must be an int >= 0 (got -1)
+    storelib.errors.OffsetError: offset: must be an integer >= 0 (got -1)
     """
     if optional and value is None:
         return
     if (not isinstance(value, int) or isinstance(value, bool)
             or (lo is not None and value < lo) or (hi is not None and value > hi)):
-        bounds = "" if lo is None else f" in [{lo}, {hi}]" if hi is not None else f" >= {lo}"
-        raise error(field, f"must be an int{bounds}" + (" or None" if optional else ""), value=value)
+        bounds = "" if lo is None else f" in {lo}..{hi}" if hi is not None else f" >= {lo}"
+        raise error(field, f"must be an integer{bounds}" + (" or None" if optional else ""), value=value)
 
 
 class OffsetError(StoreError):
