@@ -22,19 +22,26 @@ DispatchResult(from_offset=0, to_offset=4021, consume_queue_rows=40, index_rows=
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping
 
-from storelib import columns as C
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from storelib import arrays
 from storelib.commitlog import COMMITLOG_MARKER
 from storelib.config import StoreConfig
 from storelib.filter.summary import record_summaries, summarizer_for
+from storelib.errors import ConcurrentWriteError
 from storelib.message import MessageConst, SysFlag
-from storelib.tables import Prune, Table, with_retries
-from storelib.writer import write_dataframe
+from storelib.schema import CONSUME_QUEUE, CONSUME_QUEUE_EXT, INDEX
+from storelib.tables import CommitConflict, Prune, Table, WrittenFile
+from storelib.writer import Target, write_split
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -71,10 +78,7 @@ class DispatchResult:
 
 def queued(rows: "DataFrame") -> "DataFrame":
     """Messages that get a consume queue row: normal and committed ones (not prepared, not rolled back)."""
-    from pyspark.sql import functions as F
-
-    tran = F.col("sysflag").bitwiseAND(F.lit(SysFlag.TRANSACTION_ROLLBACK_TYPE))
-    return rows.where(tran.isin(SysFlag.TRANSACTION_NOT_TYPE, SysFlag.TRANSACTION_COMMIT_TYPE))
+    return rows.where(_queued())
 
 
 class Dispatcher:
@@ -106,46 +110,84 @@ class Dispatcher:
         return out
 
     def run(self) -> DispatchResult:
-        """Dispatch everything sequenced so far; return what was done."""
-        snapshot = self.commitlog.snapshot()
-        end = Table.marker(snapshot, COMMITLOG_MARKER)
+        """Dispatch everything sequenced so far; return what was done.
+
+        One Spark job reads the commitlog range once and writes every target's files; the targets
+        then commit one by one, in order. When another dispatcher took a target's next version,
+        the targets not yet committed are redone from fresh snapshots.
+        """
+        commitlog = self.commitlog.snapshot()
+        end = Table.marker(commitlog, COMMITLOG_MARKER)
         result = DispatchResult(end, end)
         self._filters = None
-        for name, table in self.targets.items():
+        pending = list(self.targets)
+        for attempt in range(1, self.config.max_commit_attempts + 1):
+            snapshots = {name: self.targets[name].snapshot() for name in pending}
+            starts = {name: Table.marker(snapshots[name], REPUT_MARKER) for name in pending}
+            for name in pending:
+                result.from_offset = min(result.from_offset, starts[name])
             began = time.perf_counter()
-            start, n, version = with_retries(
-                table, self.config.max_commit_attempts,
-                lambda target, name=name, table=table: self._dispatch_into(name, table, target, snapshot, end),
-                what=f"dispatch {name}")
+            files = self._write({n: s for n, s in starts.items() if s < end}, commitlog, end)
+            result.seconds["scan"] = round(result.seconds.get("scan", 0.0) + time.perf_counter() - began, 3)
+            try:
+                pending = self._commit_in_order(pending, snapshots, starts, files, end, result)
+            except BaseException:
+                for name, written in files.items():
+                    if name not in result.versions:
+                        self.targets[name].discard(written)
+                raise
+            if not pending:
+                return result
+            log.info("dispatch: commit conflict on %s, attempt %d", pending[0], attempt)
+            time.sleep(min(0.5, 0.01 * attempt))
+        raise ConcurrentWriteError(pending[0], f"dispatch: other writers won {self.config.max_commit_attempts} "
+                                               "commits in a row")
+
+    def _commit_in_order(self, pending: list[str], snapshots: dict, starts: dict[str, int],
+                         files: dict[str, list[WrittenFile]], end: int, result: DispatchResult) -> list[str]:
+        """Commit each pending target's files with its marker moved to ``end``, in order; stop at the
+        first conflict (its files are deleted) and return the targets still to do."""
+        for i, name in enumerate(pending):
+            table, written = self.targets[name], files.get(name, [])
+            began = time.perf_counter()
+            if starts[name] >= end:
+                version = snapshots[name].version()
+            else:
+                self._step(f"{name}.written")
+                if name == "consume_queue_ext" and self.summaries is not None and written:
+                    record_summaries(self.summaries, written, self.config.max_commit_attempts)
+                    self._step(f"{name}.summarized")
+                try:
+                    version = table.commit(snapshots[name], written, markers={REPUT_MARKER: end}, operation="DISPATCH",
+                                           info={"storelib.from": str(starts[name]), "storelib.to": str(end)})
+                except CommitConflict:
+                    for later in pending[i + 1:]:
+                        self.targets[later].discard(files.get(later, []))
+                    return pending[i:]
+            result.rows[name] = sum(f.num_records for f in written)
+            result.versions[name] = version  # committed: its files are the table's now
             result.seconds[name] = round(time.perf_counter() - began, 3)
-            result.from_offset = min(result.from_offset, start)
-            result.rows[name] = n
-            result.versions[name] = version
-        return result
+            if starts[name] < end:
+                self._step(f"{name}.committed")
+        return []
 
-    def _dispatch_into(self, name: str, table: Table, target, commitlog, end: int) -> tuple[int, int, int]:
-        """One target's rows for commitlog ``[its reput marker, end)``, committed with the marker moved to ``end``.
-
-        Returns (start offset, rows written, table version); raises CommitConflict to be retried.
-        """
-        start = Table.marker(target, REPUT_MARKER)
-        if start >= end:
-            return start, 0, target.version()
-        files, summarize = [], None
-        if name != "consume_queue_ext" or self.ext_enabled:
-            rows = self.commitlog.read(self.spark, commitlog, Prune(between={"physical_offset": (start, end - 1)}))
-            rows = rows.where((rows.physical_offset >= start) & (rows.physical_offset < end))
+    def _write(self, starts: dict[str, int], commitlog, end: int) -> dict[str, list[WrittenFile]]:
+        """Every target's rows for commitlog ``[its start, end)``, written in one Spark job over one read."""
+        writing = {n: s for n, s in starts.items() if n != "consume_queue_ext" or self.ext_enabled}
+        if not writing:
+            return {}
+        low = min(writing.values())
+        actions = Table.actions(commitlog, Prune(between={"physical_offset": (low, end - 1)}))
+        rows = self.commitlog.read_files(self.spark, actions)
+        rows = rows.where((rows.physical_offset >= low) & (rows.physical_offset < end))
+        units = self._units(rows, set(writing), actions)
+        targets = {}
+        for name in writing:
+            table = self.targets[name]
             summarize = summarizer_for(self.filters()[1]) if name == "consume_queue_ext" else None
-            files = write_dataframe(getattr(self, f"_build_{name}")(rows), table, cluster_by=table.spec.cluster_by,
-                                    target_file_size=self.config.target_file_size, summarize=summarize)
-        self._step(f"{name}.written")
-        if summarize is not None and self.summaries is not None and files:
-            record_summaries(self.summaries, files, self.config.max_commit_attempts)
-            self._step(f"{name}.summarized")
-        version = table.commit(target, files, markers={REPUT_MARKER: end}, operation="DISPATCH",
-                               info={"storelib.from": str(start), "storelib.to": str(end)})
-        self._step(f"{name}.committed")
-        return start, sum(f.num_records for f in files), version
+            targets[name] = Target.of(table, target_file_size=self.config.target_file_size, summarize=summarize)
+        shift = 31 - max(0, (self.config.index_hash_ranges - 1).bit_length())
+        return write_split(units, targets, UnitSplit(writing, self.ext_enabled, shift))
 
     @property
     def ext_enabled(self) -> bool:
@@ -164,21 +206,51 @@ class Dispatcher:
                 self._filters = (snapshot.version(), subs)
         return self._filters
 
-    # ---- row builders: one per target table ------------------------------------------------
-    def _build_consume_queue(self, rows: "DataFrame") -> "DataFrame":
-        """CommitLogDispatcherBuildConsumeQueue; the tag code is the decorated ext address with the ext queue on."""
+    # ---- the units of every target, as columns of one row per message -------------------------
+    def _units(self, rows: "DataFrame", names: set[str], actions: "pa.Table") -> "DataFrame":
+        """One row per message with what the targets need, for :class:`UnitSplit` to cut and hash.
+
+        Spark reads and filters; hash codes are computed by the executors' Python over whole
+        batches (:mod:`storelib.arrays`). The ``properties`` map, the widest column of the
+        commitlog, is read only when a file of the range may hold a message that needs it: a
+        delayed one (its tag code is its deliver time) or one a SQL92 subscription checks.
+        """
         from pyspark.sql import functions as F
 
-        code = C.decorate_ext_addr(F.col("queue_offset")) if self.ext_enabled else self._tags_code()
-        out = queued(rows).select(
-            "topic", "queue_id", "queue_offset", F.col("physical_offset").alias("commitlog_offset"), "size",
-            code.alias("tags_code"), "store_timestamp")
-        return out  # commitlog order is queue-offset order; the writer files each queue apart
+        from storelib.topics import SCHEDULE_TOPIC
 
-    def _tags_code(self) -> "Column":
-        """The real tag code of a row (checkMessageAndReturnSize): ``String.hashCode`` of TAGS, except
-        that a SCHEDULE_TOPIC_XXXX message with a DELAY level > 0 gets its deliver timestamp instead:
-        store time in ms plus the delay of the level, the level capped at the highest one."""
+        may_hold = functools.partial(_may_hold_topic, actions)
+        cols: list = ["physical_offset", "size", "topic", "queue_id", "queue_offset", "store_timestamp",
+                      _queued().alias("queued")]
+        if "consume_queue_ext" in names or "consume_queue" in names and not self.ext_enabled:
+            cols.append("tags")
+            if may_hold(SCHEDULE_TOPIC):
+                cols.append(self._deliver_time().alias("deliver_time"))
+        if "consume_queue_ext" in names:
+            version, subs = self.filters()
+            subs = [s for s in subs if may_hold(s.topic)]
+            if subs:
+                from storelib.filter.bloom import bitmap_column
+                from storelib.filter.sql92_spark import to_columns_with_inputs
+
+                # Each property look-up and number parse once per row, shared by every subscription.
+                inputs, predicates = to_columns_with_inputs([s.compiled.tree for s in subs], "properties")
+                rows = rows.select("*", *inputs)
+                matches = [((F.col("topic") == s.topic) & p, s.bloom) for s, p in zip(subs, predicates)]
+                subscribed = F.col("topic").isin(sorted({s.topic for s in subs}))
+                cols += [F.when(subscribed, bitmap_column(matches, subs[0].bloom.bit_num)).alias("filter_bitmap"),
+                         F.when(subscribed, F.lit(version).cast("long")).alias("filter_version")]
+            else:
+                cols += [F.lit(None).cast("binary").alias("filter_bitmap"),
+                         F.lit(None).cast("long").alias("filter_version")]
+        if "index" in names:
+            cols += [(_transaction_type() != SysFlag.TRANSACTION_ROLLBACK_TYPE).alias("indexed"), "keys", "uniq_key"]
+        return rows.select(*cols)
+
+    def _deliver_time(self) -> "Column":
+        """A delayed message's tag code (checkMessageAndReturnSize): for a SCHEDULE_TOPIC_XXXX message
+        with a DELAY level > 0, its deliver timestamp, store time in ms plus the delay of the level
+        (capped at the highest one); null for every other message, whose tag code is its TAGS hash."""
         from pyspark.sql import functions as F
 
         from storelib.topics import SCHEDULE_TOPIC
@@ -188,47 +260,80 @@ class Dispatcher:
         capped = F.least(level, F.lit(len(delays)))
         delay_ms = F.try_element_at(F.array(*[F.lit(d).cast("long") for d in delays]), capped)
         deliver = F.unix_millis(F.col("store_timestamp")) + delay_ms
-        scheduled = (F.col("topic") == SCHEDULE_TOPIC) & level.isNotNull() & (level > 0)
-        return F.when(scheduled, deliver).otherwise(C.tags_code(F.col("tags"))).cast("long")
+        return F.when((F.col("topic") == SCHEDULE_TOPIC) & (level > 0), deliver).cast("long")
 
-    def _build_consume_queue_ext(self, rows: "DataFrame") -> "DataFrame":
-        """ConsumeQueueExt units: real tag code, store time, and the CalcBitMap filter bitmap."""
-        from pyspark.sql import functions as F
 
-        from storelib.filter.bloom import bitmap_column
+def _transaction_type() -> "Column":
+    from pyspark.sql import functions as F
 
-        version, subs = self.filters()
-        if subs:
-            from storelib.filter.sql92_spark import to_columns_with_inputs
+    return F.col("sysflag").bitwiseAND(F.lit(SysFlag.TRANSACTION_ROLLBACK_TYPE))
 
-            # Each property look-up and number parse once per row, shared by every subscription.
-            inputs, predicates = to_columns_with_inputs([s.compiled.tree for s in subs], "properties")
-            rows = rows.select("*", *inputs)
-            matches = [((F.col("topic") == s.topic) & p, s.bloom) for s, p in zip(subs, predicates)]
-            topics = sorted({s.topic for s in subs})
-            bitmap = F.when(F.col("topic").isin(topics), bitmap_column(matches, subs[0].bloom.bit_num))
-            filter_version = F.when(F.col("topic").isin(topics), F.lit(version).cast("long"))
-        else:
-            bitmap, filter_version = F.lit(None).cast("binary"), F.lit(None).cast("long")
-        return queued(rows).select(
-            "topic", "queue_id", "queue_offset", F.col("queue_offset").alias("ext_offset"),
-            F.col("physical_offset").alias("commitlog_offset"), "size", self._tags_code().alias("tags_code"),
-            "store_timestamp", bitmap.alias("filter_bitmap"), filter_version.alias("filter_version"))
 
-    def _build_index(self, rows: "DataFrame") -> "DataFrame":
-        """IndexService.buildIndex: one row per UNIQ_KEY and per non-empty KEYS key, rollbacks excepted."""
-        from pyspark.sql import functions as F
+def _queued() -> "Column":
+    """Whether a message gets a consume queue row: a normal or committed one (not prepared, not rolled back)."""
+    return _transaction_type().isin(SysFlag.TRANSACTION_NOT_TYPE, SysFlag.TRANSACTION_COMMIT_TYPE)
 
-        tran = F.col("sysflag").bitwiseAND(F.lit(SysFlag.TRANSACTION_ROLLBACK_TYPE))
-        rows = rows.where(tran != SysFlag.TRANSACTION_ROLLBACK_TYPE)
-        # The UNIQ_KEY and each non-empty key of KEYS split on spaces, hashed as IndexFile does.
-        candidates = F.concat(F.array(F.col("uniq_key")),
-                              F.split(F.coalesce(F.col("keys"), F.lit("")), MessageConst.KEY_SEPARATOR))
-        exploded = (rows.select("topic", "physical_offset", "store_timestamp", F.explode(candidates).alias("key"))
-                    .where(F.length("key") > 0))
-        index_key = F.concat(F.col("topic"), F.lit("#"), F.col("key"))
-        shift = 31 - max(0, (self.config.index_hash_ranges - 1).bit_length())
-        out = exploded.select(C.index_key_hash(index_key).alias("key_hash"),
-                              F.col("physical_offset").alias("commitlog_offset"), "store_timestamp")
-        # No shuffle: each task files its rows by hash range; compaction later merges and sorts them.
-        return out.withColumn("hash_range", F.shiftright(F.col("key_hash"), shift).cast("int"))
+
+def _may_hold_topic(actions: "pa.Table", topic: str) -> bool:
+    """Whether a commitlog file among ``actions`` may hold a message of ``topic`` (by its statistics)."""
+    return Table.prune(actions, Prune(equal={"topic": topic})).num_rows > 0
+
+
+@dataclass(frozen=True)
+class UnitSplit:
+    """Cuts each batch of message units (:meth:`Dispatcher._units`) into the targets' rows, on the executors.
+
+    A target gets the rows at or past its own start (targets may stand at different markers after
+    a crash): consume queue and ext units for queued messages, with the consume queue's tag code the
+    decorated ext address when the ext queue is on; index rows (IndexService.buildIndex) for the
+    UNIQ_KEY and each non-empty key of KEYS of every message not rolled back, as hashes of
+    ``topic#key`` filed by hash range.
+    """
+
+    starts: Mapping[str, int]
+    ext_enabled: bool
+    index_shift: int
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[dict[str, pa.RecordBatch]]:
+        for batch in batches:
+            if batch.num_rows:
+                yield {name: getattr(self, name)(self._rows_for(batch, name)) for name in self.starts}
+
+    def _rows_for(self, batch: pa.RecordBatch, name: str) -> pa.RecordBatch:
+        flag = batch.column("indexed" if name == "index" else "queued")
+        keep = pc.and_(flag, pc.greater_equal(batch.column("physical_offset"), self.starts[name]))
+        return batch if pc.all(keep).as_py() else batch.filter(keep)
+
+    @staticmethod
+    def _tags_code(b: pa.RecordBatch) -> pa.Array:
+        code = pa.array(arrays.tags_codes(b.column("tags")), pa.int64())
+        if "deliver_time" in b.schema.names:
+            code = pc.coalesce(b.column("deliver_time"), code)
+        return code
+
+    def consume_queue(self, b: pa.RecordBatch) -> pa.RecordBatch:
+        code = (pc.add(b.column("queue_offset"), pa.scalar(-(2**63), pa.int64())) if self.ext_enabled
+                else self._tags_code(b))
+        return pa.RecordBatch.from_arrays(
+            [b.column("topic"), b.column("queue_id"), b.column("queue_offset"), b.column("physical_offset"),
+             b.column("size"), code, b.column("store_timestamp")], schema=CONSUME_QUEUE.arrow)
+
+    def consume_queue_ext(self, b: pa.RecordBatch) -> pa.RecordBatch:
+        return pa.RecordBatch.from_arrays(
+            [b.column("topic"), b.column("queue_id"), b.column("queue_offset"), b.column("queue_offset"),
+             b.column("physical_offset"), b.column("size"), self._tags_code(b), b.column("store_timestamp"),
+             b.column("filter_bitmap"), b.column("filter_version")], schema=CONSUME_QUEUE_EXT.arrow)
+
+    def index(self, b: pa.RecordBatch) -> pa.RecordBatch:
+        split = pc.split_pattern(b.column("keys"), MessageConst.KEY_SEPARATOR)
+        keys = pa.concat_arrays([b.column("uniq_key"), pc.list_flatten(split)])
+        owner = np.concatenate([np.arange(b.num_rows), pc.list_parent_indices(split).to_numpy()])
+        filled = pc.fill_null(pc.greater(pc.binary_length(keys), 0), False).to_numpy(zero_copy_only=False)
+        keys, owner = keys.filter(pa.array(filled)), owner[filled]
+        order = np.argsort(owner, kind="stable")  # each message's keys together: its UNIQ_KEY first
+        keys, owner = keys.take(pa.array(order)), pa.array(owner[order])
+        topics = b.column("topic").take(owner)
+        hashes = pa.array(arrays.index_key_hashes(pc.binary_join_element_wise(topics, keys, "#")), pa.int32())
+        return pa.RecordBatch.from_arrays(
+            [pc.shift_right(hashes, self.index_shift), hashes, b.column("physical_offset").take(owner),
+             b.column("store_timestamp").take(owner)], schema=INDEX.arrow)

@@ -51,6 +51,9 @@ class TableSpec:
     ``sort_by``: order of rows inside a file, so min/max statistics stay tight.
     ``row_group_rows``: rows per Parquet row group. Point reads (pulls, lookups) decode whole row
     groups, so tables read a few rows at a time keep them small.
+    ``dictionary``: the (leaf) columns worth dictionary encoding, the repetitive ones; None for all.
+    Trying a dictionary on a column of unique values (offsets, bodies, ids) costs about as much
+    as writing it, and the writer then drops it anyway.
     """
 
     name: str
@@ -59,6 +62,7 @@ class TableSpec:
     sort_by: tuple[str, ...] = ()
     description: str = ""
     row_group_rows: int = 64 * 1024
+    dictionary: tuple[str, ...] | None = None
 
     @property
     def columns(self) -> list[str]:
@@ -92,6 +96,8 @@ COMMITLOG = TableSpec(
     sort_by=("physical_offset",),
     description="Every message in append order (RocketMQ's CommitLog).",
     row_group_rows=8 * 1024,  # a pull of 32 messages decodes ~1 MiB, not a 64k-message row group
+    dictionary=("topic", "queue_id", "sysflag", "flag", "born_timestamp", "born_host", "store_timestamp", "store_host",
+                "reconsume_times", "prepared_transaction_offset", "properties.key_value.key", "tags"),
 )
 
 CONSUME_QUEUE = TableSpec(
@@ -109,6 +115,7 @@ CONSUME_QUEUE = TableSpec(
     sort_by=("topic", "queue_id", "queue_offset"),
     description="Where each message of a queue is (RocketMQ's ConsumeQueue).",
     row_group_rows=16 * 1024,
+    dictionary=("topic", "queue_id", "store_timestamp"),
 )
 
 CONSUME_QUEUE_EXT = TableSpec(
@@ -133,6 +140,7 @@ CONSUME_QUEUE_EXT = TableSpec(
     sort_by=("topic", "queue_id", "queue_offset"),
     description="Filter bitmap, store time and real tag code per message (RocketMQ's ConsumeQueueExt).",
     row_group_rows=16 * 1024,
+    dictionary=("topic", "queue_id", "tags_code", "store_timestamp", "filter_bitmap", "filter_version"),
 )
 
 EXT_SUMMARY = TableSpec(
@@ -182,6 +190,7 @@ INDEX = TableSpec(
     ]),
     cluster_by=("hash_range",),
     sort_by=("key_hash",),  # key_hash order is hash_range order too
+    dictionary=("hash_range", "store_timestamp"),
     description=("Message keys and unique keys to commitlog offsets (RocketMQ's IndexFile entries: the key itself "
                  "is not stored; lookups check it on the message, so colliding hashes never mix keys)."),
 )

@@ -278,8 +278,11 @@ class Table:
         Rows are not filtered by ``prune``: callers add their exact predicate (Spark pushes it
         down to Parquet row groups too).
         """
-        dt = dt or self.snapshot()
-        paths = self.files(dt, prune)
+        return self.read_files(spark, self.actions(dt or self.snapshot(), prune))
+
+    def read_files(self, spark: "SparkSession", actions: pa.Table) -> "DataFrame":
+        """The rows of the files named by ``actions`` (add actions, e.g. from :meth:`actions`), as a Spark DataFrame."""
+        paths = self._paths(actions)
         schema = spark_schema(self.spec.arrow)
         if not paths:
             return spark.createDataFrame([], schema)
@@ -338,11 +341,10 @@ class Table:
                     clustered: bool = True) -> list[WrittenFile]:
         """Write rows from this process into new, uncommitted files (one per cluster unless not
         ``clustered``); on an error nothing written is left behind."""
-        from storelib.writer import FileSink
+        from storelib.writer import Target
 
-        sink = FileSink(self.path, self.spec.arrow, cluster_by=self.spec.cluster_by if clustered else (),
-                        prefix=prefix, row_group_rows=self.spec.row_group_rows,
-                        **({"target_file_size": target_file_size} if target_file_size else {}))
+        sink = Target.of(self, cluster_by=None if clustered else (), prefix=prefix,
+                         **({"target_file_size": target_file_size} if target_file_size else {})).sink()
         try:
             sink.write(data.to_batches())
             return sink.close()

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Protocol, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -31,9 +32,9 @@ from storelib.tables import Table, WrittenFile, filesystem
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["FileSink", "Summarizer", "write_dataframe", "WRITTEN_FILE_DDL"]
+__all__ = ["FileSink", "Summarizer", "Target", "write_dataframe", "write_split", "WRITTEN_FILE_DDL"]
 
-WRITTEN_FILE_DDL = "path string, size long, num_records long, stats string, summary string"
+WRITTEN_FILE_DDL = "table string, path string, size long, num_records long, stats string, summary string"
 _STATS_STRING_PREFIX = 32
 
 
@@ -61,8 +62,9 @@ class FileSink:
 
     def __init__(self, root: str, schema: pa.Schema, *, cluster_by: Sequence[str] = (),
                  target_file_size: int = 128 * 1024 * 1024, prefix: str = "part", row_group_rows: int = 64 * 1024,
-                 summarize: Summarizer | None = None):
+                 summarize: Summarizer | None = None, dictionary: Sequence[str] | None = None):
         self.root = root.rstrip("/")
+        self.dictionary = True if dictionary is None else list(dictionary)
         self.summarize = summarize
         self.schema = schema
         self.cluster_by = list(cluster_by)
@@ -78,7 +80,7 @@ class FileSink:
             for key, part in _groups(batch, self.cluster_by):
                 f = self._open.get(key)
                 if f is None:
-                    f = self._open[key] = _OpenFile(self.root, self.schema, self.prefix, self.summarize)
+                    f = self._open[key] = _OpenFile(self.root, self.schema, self.prefix, self.summarize, self.dictionary)
                 f.add(part, self.row_group_rows)
                 if f.bytes >= self.target:
                     self.files.append(self._open.pop(key).close())
@@ -104,14 +106,15 @@ class FileSink:
 class _OpenFile:
     """One Parquet file being written: buffered rows, running statistics."""
 
-    def __init__(self, root: str, schema: pa.Schema, prefix: str, summarize: Summarizer | None = None):
+    def __init__(self, root: str, schema: pa.Schema, prefix: str, summarize: Summarizer | None = None,
+                 dictionary: bool | list[str] = True):
         self.summarize = summarize
         self.summary = summarize.start() if summarize else None
         self.name = f"{prefix}-{uuid.uuid4().hex}.c000.zstd.parquet"
         self.fs, base = filesystem(root)
         self.path = f"{base}/{self.name}"
         self.writer = pq.ParquetWriter(self.path, schema, filesystem=self.fs, compression="zstd",
-                                       write_statistics=True)
+                                       write_statistics=True, use_dictionary=dictionary)
         self.schema = schema
         self.pending: list[pa.RecordBatch] = []
         self.pending_rows = 0
@@ -154,26 +157,82 @@ def write_dataframe(df: "DataFrame", table: Table, *, cluster_by: Sequence[str] 
     committed by the caller: only file metadata reaches the driver. ``summarize`` adds a
     per-file summary to each :class:`WrittenFile` (computed on the executor).
     """
-    root, schema, row_group_rows = table.path, table.spec.arrow, table.spec.row_group_rows
-    cluster = list(cluster_by)
+    name = table.spec.name
+    target = Target.of(table, cluster_by=cluster_by, target_file_size=target_file_size, prefix=prefix,
+                       summarize=summarize)
+    source = df if transform else df.select(*table.spec.columns)
+    return write_split(source, {name: target}, _OneTable(name, transform))[name]
+
+
+@dataclass(frozen=True)
+class Target:
+    """One table a :func:`write_split` fills: its folder, its columns and how its files are cut."""
+
+    root: str
+    schema: pa.Schema
+    cluster_by: tuple[str, ...] = ()
+    target_file_size: int = 128 * 1024 * 1024
+    row_group_rows: int = 64 * 1024
+    prefix: str = "part"
+    summarize: Summarizer | None = None
+    dictionary: tuple[str, ...] | None = None
+
+    @classmethod
+    def of(cls, table: Table, *, cluster_by: Sequence[str] | None = None, target_file_size: int = 128 * 1024 * 1024,
+           prefix: str = "part", summarize: Summarizer | None = None) -> "Target":
+        """The target for ``table``: its path, schema and row group size; clustered by ``cluster_by``."""
+        return cls(table.path, table.spec.arrow, tuple(table.spec.cluster_by if cluster_by is None else cluster_by),
+                   target_file_size, table.spec.row_group_rows, prefix, summarize, table.spec.dictionary)
+
+    def sink(self) -> FileSink:
+        return FileSink(self.root, self.schema, cluster_by=self.cluster_by, target_file_size=self.target_file_size,
+                        prefix=self.prefix, row_group_rows=self.row_group_rows, summarize=self.summarize,
+                        dictionary=self.dictionary)
+
+
+def write_split(df: "DataFrame", targets: Mapping[str, Target],
+                split: Callable[[Iterator[pa.RecordBatch]], Iterator[Mapping[str, pa.RecordBatch]]]
+                ) -> dict[str, list[WrittenFile]]:
+    """Write one DataFrame into several tables in one Spark job, each row read once.
+
+    ``split`` runs on the executors over a partition's batches and yields, per batch, the rows
+    each target gets (a batch with the target's columns, keyed by target name). Returns each
+    target's files, uncommitted; a failing task deletes what it wrote.
+    """
+    names = list(targets)
 
     def write_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        sink = FileSink(root, schema, cluster_by=cluster, target_file_size=target_file_size, prefix=prefix,
-                        summarize=summarize, row_group_rows=row_group_rows)
+        sinks = {name: targets[name].sink() for name in names}
         try:
-            sink.write(transform(batches) if transform else batches)
-            files = sink.close()
+            for parts in split(batches):
+                for name, part in parts.items():
+                    sinks[name].write([part])
+            written = [{"table": name, **f.__dict__} for name in names for f in sinks[name].close()]
         except BaseException:
-            sink.abort()
+            for sink in sinks.values():
+                sink.abort()
             raise
-        yield pa.RecordBatch.from_pylist([f.__dict__ for f in files], schema=_WRITTEN_FILE_ARROW)
+        yield pa.RecordBatch.from_pylist(written, schema=_WRITTEN_FILE_ARROW)
 
-    source = df if transform else df.select(*schema.names)
-    rows = source.mapInArrow(write_partition, WRITTEN_FILE_DDL).collect()
-    return [WrittenFile(r.path, r.size, r.num_records, r.stats, r.summary) for r in rows]
+    out: dict[str, list[WrittenFile]] = {name: [] for name in names}
+    for r in df.mapInArrow(write_partition, WRITTEN_FILE_DDL).collect():
+        out[r.table].append(WrittenFile(r.path, r.size, r.num_records, r.stats, r.summary))
+    return out
 
 
-_WRITTEN_FILE_ARROW = pa.schema([("path", pa.string()), ("size", pa.int64()), ("num_records", pa.int64()),
+@dataclass(frozen=True)
+class _OneTable:
+    """The :func:`write_split` of a single table: every batch (``transform``-ed) goes to it."""
+
+    name: str
+    transform: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]] | None
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[Mapping[str, pa.RecordBatch]]:
+        for batch in (self.transform(batches) if self.transform else batches):
+            yield {self.name: batch}
+
+
+_WRITTEN_FILE_ARROW = pa.schema([("table", pa.string()), ("path", pa.string()), ("size", pa.int64()), ("num_records", pa.int64()),
                                  ("stats", pa.string()), ("summary", pa.string())])
 
 

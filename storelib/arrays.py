@@ -1,0 +1,83 @@
+"""Arrow array versions of the RocketMQ encodings in :mod:`storelib.codec`: whole batches at a time.
+
+:mod:`storelib.columns` computes these values as Spark columns; the executors that write the
+store's files compute them here, with numpy over Arrow buffers and no Python per row. Java's
+``String.hashCode`` is a polynomial over the string's UTF-16 code units,
+``s[0]*31^(n-1) + ... + s[n-1]`` modulo 2^32, so every unit is weighted by a power of 31 and each
+string's weighted units are summed in one ``reduceat``.
+
+>>> import pyarrow as pa
+>>> java_hash_codes(pa.array(["TagA||TagB", "", None, "Aa", "BB", "é", "😀"])).tolist()
+[1789476431, 0, 0, 2112, 2112, 233, 1772899]
+>>> tags_codes(pa.array(["TagA||TagB", None, ""])).tolist()
+[1789476431, 0, 0]
+>>> index_key_hashes(pa.array(["TopicTest#erAHomt", "TopicTest#order-1"])).tolist()
+[0, 1829193424]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+__all__ = ["java_hash_codes", "tags_codes", "index_key_hashes"]
+
+_POW31 = np.array([1], dtype=np.uint32)
+
+
+def _powers_of_31(n: int) -> np.ndarray:
+    """31^0 .. 31^(n-1) modulo 2^32 (uint32 arithmetic wraps)."""
+    global _POW31
+    if len(_POW31) < n:
+        _POW31 = np.cumprod(np.concatenate(([1], np.full(max(n, 2 * len(_POW31)) - 1, 31))).astype(np.uint32),
+                            dtype=np.uint32)
+    return _POW31
+
+
+def _utf16_units(strings: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """The strings' UTF-16 code units back to back, and where each string's units start and end."""
+    strings = strings.cast(pa.large_string()) if not pa.types.is_large_string(strings.type) else strings
+    offsets = np.frombuffer(strings.buffers()[1], np.int64)[strings.offset:strings.offset + len(strings) + 1]
+    data = np.frombuffer(strings.buffers()[2], np.uint8) if strings.buffers()[2] is not None else np.zeros(0, np.uint8)
+    data = data[offsets[0]:offsets[-1]]
+    offsets = offsets - offsets[0]
+    if not len(data) or data.max() < 0x80:  # ASCII: one unit per byte
+        return data, offsets
+    # A UTF-8 lead byte starts one unit, or two (a surrogate pair) when it starts 4 bytes; continuation bytes none.
+    per_byte = np.where(data < 0x80, 1, np.where(data < 0xC0, 0, np.where(data < 0xF0, 1, 2)))
+    unit_at = np.concatenate(([0], np.cumsum(per_byte)))
+    units = np.frombuffer(bytes(data).decode("utf-8", errors="strict").encode("utf-16-le"), np.dtype("<u2"))
+    return units, unit_at[offsets]
+
+
+def java_hash_codes(strings: pa.Array) -> np.ndarray:
+    """``String.hashCode`` of each string as int32 (``Objects.hashCode``: 0 for null).
+
+    Strings must be valid UTF-8, as Arrow strings are.
+    """
+    if isinstance(strings, pa.ChunkedArray):
+        strings = strings.combine_chunks()
+    n = len(strings)
+    units, offsets = _utf16_units(strings)
+    lengths = np.diff(offsets)
+    out = np.zeros(n, dtype=np.uint32)
+    if len(units):
+        ends = np.repeat(offsets[1:], lengths)
+        weights = _powers_of_31(int(lengths.max()))[ends - 1 - np.arange(len(units))]
+        filled = lengths > 0
+        out[filled] = np.add.reduceat(units.astype(np.uint32) * weights, offsets[:-1][filled], dtype=np.uint32)
+    out = out.view(np.int32)
+    if strings.null_count:
+        out[pc.is_null(strings).to_numpy(zero_copy_only=False)] = 0
+    return out
+
+
+def tags_codes(tags: pa.Array) -> np.ndarray:
+    """ConsumeQueue tag codes as int64: ``String.hashCode`` of TAGS, 0 where absent or empty."""
+    return java_hash_codes(tags).astype(np.int64)
+
+
+def index_key_hashes(index_keys: pa.Array) -> np.ndarray:
+    """IndexFile key hashes of ``topic#key`` strings as int32: ``abs(hashCode)``, ``Integer.MIN_VALUE`` giving 0."""
+    return (np.abs(java_hash_codes(index_keys).astype(np.int64)) % (1 << 31)).astype(np.int32)
