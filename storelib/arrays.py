@@ -11,7 +11,7 @@ string's weighted units are summed in one ``reduceat``.
 [1789476431, 0, 0, 2112, 2112, 233, 1772899]
 >>> tags_codes(pa.array(["TagA||TagB", None, ""])).tolist()
 [1789476431, 0, 0]
->>> index_key_hashes(pa.array(["TopicTest#erAHomt", "TopicTest#order-1"])).tolist()
+>>> index_key_hashes(pa.array(["TopicTest", "TopicTest"]), pa.array(["erAHomt", "order-1"])).tolist()
 [0, 1829193424]
 """
 
@@ -51,26 +51,41 @@ def _utf16_units(strings: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return units, unit_at[offsets]
 
 
+def _hashes(strings: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """``String.hashCode`` of each string as uint32 (0 for null), and its length in UTF-16 units."""
+    if isinstance(strings, pa.ChunkedArray):
+        strings = strings.combine_chunks()
+    units, offsets = _utf16_units(strings)
+    lengths = np.diff(offsets)
+    out = np.zeros(len(strings), dtype=np.uint32)
+    if len(units):
+        longest = int(lengths.max())
+        if len(strings) * longest <= 4 * len(units):
+            # Dense: one column per string, right-aligned (leading zeros add nothing), folded row by
+            # row as Java does: h = 31 * h + unit.
+            narrow = offsets.astype(np.int32 if offsets[-1] < 2**31 else np.int64)
+            position = np.arange(longest, dtype=narrow.dtype)[:, None] - longest + narrow[None, 1:]
+            inside = position >= narrow[None, :-1]
+            matrix = np.where(inside, units[np.maximum(position, 0)], 0).astype(np.uint32)
+            for row in matrix:
+                out *= np.uint32(31)
+                out += row
+        else:
+            ends = np.repeat(offsets[1:], lengths)
+            weights = _powers_of_31(longest)[ends - 1 - np.arange(len(units))]
+            filled = lengths > 0
+            out[filled] = np.add.reduceat(units.astype(np.uint32) * weights, offsets[:-1][filled], dtype=np.uint32)
+    if strings.null_count:
+        out[pc.is_null(strings).to_numpy(zero_copy_only=False)] = 0
+    return out, lengths
+
+
 def java_hash_codes(strings: pa.Array) -> np.ndarray:
     """``String.hashCode`` of each string as int32 (``Objects.hashCode``: 0 for null).
 
     Strings must be valid UTF-8, as Arrow strings are.
     """
-    if isinstance(strings, pa.ChunkedArray):
-        strings = strings.combine_chunks()
-    n = len(strings)
-    units, offsets = _utf16_units(strings)
-    lengths = np.diff(offsets)
-    out = np.zeros(n, dtype=np.uint32)
-    if len(units):
-        ends = np.repeat(offsets[1:], lengths)
-        weights = _powers_of_31(int(lengths.max()))[ends - 1 - np.arange(len(units))]
-        filled = lengths > 0
-        out[filled] = np.add.reduceat(units.astype(np.uint32) * weights, offsets[:-1][filled], dtype=np.uint32)
-    out = out.view(np.int32)
-    if strings.null_count:
-        out[pc.is_null(strings).to_numpy(zero_copy_only=False)] = 0
-    return out
+    return _hashes(strings)[0].view(np.int32)
 
 
 def tags_codes(tags: pa.Array) -> np.ndarray:
@@ -78,6 +93,15 @@ def tags_codes(tags: pa.Array) -> np.ndarray:
     return java_hash_codes(tags).astype(np.int64)
 
 
-def index_key_hashes(index_keys: pa.Array) -> np.ndarray:
-    """IndexFile key hashes of ``topic#key`` strings as int32: ``abs(hashCode)``, ``Integer.MIN_VALUE`` giving 0."""
-    return (np.abs(java_hash_codes(index_keys).astype(np.int64)) % (1 << 31)).astype(np.int32)
+def index_key_hashes(topics: pa.Array, keys: pa.Array) -> np.ndarray:
+    """IndexFile key hashes of ``topic#key`` (IndexService.buildKey) as int32: ``abs(hashCode)``, with
+    ``Integer.MIN_VALUE`` giving 0. The hash of ``topic#`` is computed once per distinct topic:
+    ``hash(a + b) = hash(a) * 31^len(b) + hash(b)``."""
+    encoded = pc.dictionary_encode(topics)
+    if isinstance(encoded, pa.ChunkedArray):
+        encoded = encoded.combine_chunks()
+    prefix, _ = _hashes(pa.array([f"{t}#" for t in encoded.dictionary.to_pylist()], pa.string()))
+    suffix, lengths = _hashes(keys)
+    powers = _powers_of_31(int(lengths.max(initial=0)) + 1)
+    full = prefix[encoded.indices.to_numpy()] * powers[lengths] + suffix
+    return (np.abs(full.view(np.int32).astype(np.int64)) % (1 << 31)).astype(np.int32)

@@ -27,24 +27,20 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Callable
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-
-from storelib import arrays
 from storelib.commitlog import COMMITLOG_MARKER
 from storelib.config import StoreConfig
 from storelib.filter.summary import record_summaries, summarizer_for
 from storelib.errors import ConcurrentWriteError
+from storelib.dispatch_request import REQUEST_COLUMNS, CommitlogFiles, DispatchRequests, contiguous_groups
 from storelib.message import MessageConst, SysFlag
-from storelib.schema import CONSUME_QUEUE, CONSUME_QUEUE_EXT, INDEX
 from storelib.tables import CommitConflict, Prune, Table, WrittenFile
 from storelib.writer import Target, write_split
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
     from storelib.filter.registry import Subscription, SubscriptionRegistry
 
@@ -78,7 +74,10 @@ class DispatchResult:
 
 def queued(rows: "DataFrame") -> "DataFrame":
     """Messages that get a consume queue row: normal and committed ones (not prepared, not rolled back)."""
-    return rows.where(_queued())
+    from pyspark.sql import functions as F
+
+    kind = F.col("sysflag").bitwiseAND(F.lit(SysFlag.TRANSACTION_ROLLBACK_TYPE))
+    return rows.where(kind.isin(SysFlag.TRANSACTION_NOT_TYPE, SysFlag.TRANSACTION_COMMIT_TYPE))
 
 
 class Dispatcher:
@@ -172,22 +171,43 @@ class Dispatcher:
         return []
 
     def _write(self, starts: dict[str, int], commitlog, end: int) -> dict[str, list[WrittenFile]]:
-        """Every target's rows for commitlog ``[its start, end)``, written in one Spark job over one read."""
+        """Every target's rows for commitlog ``[its start, end)``, written in one Spark job over one read.
+
+        The commitlog files are read by the executors with pyarrow, unless SQL92 subscriptions of a
+        topic in the range need filter bitmaps: then Spark reads them and evaluates the subscriptions.
+        The ``properties`` map, the widest column, is read only when a file of the range may hold a
+        message that needs it: a delayed one (its tag code is its deliver time) or a subscribed one.
+        """
+        from storelib.topics import SCHEDULE_TOPIC
+
         writing = {n: s for n, s in starts.items() if n != "consume_queue_ext" or self.ext_enabled}
         if not writing:
             return {}
         low = min(writing.values())
         actions = Table.actions(commitlog, Prune(between={"physical_offset": (low, end - 1)}))
-        rows = self.commitlog.read_files(self.spark, actions)
-        rows = rows.where((rows.physical_offset >= low) & (rows.physical_offset < end))
-        units = self._units(rows, set(writing), actions)
+        may_hold = functools.partial(_may_hold_topic, actions)
+        coded = "consume_queue_ext" in writing or "consume_queue" in writing and not self.ext_enabled
+        delay = coded and may_hold(SCHEDULE_TOPIC)
+        subs = [s for s in self.filters()[1] if may_hold(s.topic)] if "consume_queue_ext" in writing else []
+        shift = 31 - max(0, (self.config.index_hash_ranges - 1).bit_length())
+        requests = DispatchRequests(writing, self.ext_enabled, shift, tuple(self.config.delay_levels_ms))
+        if subs:
+            rows = self.commitlog.read_files(self.spark, actions)
+            rows = rows.where((rows.physical_offset >= low) & (rows.physical_offset < end))
+            source, split = self._with_bitmaps(rows, subs, delay), requests
+        else:
+            actions = actions.sort_by("min.physical_offset")
+            paths = [self.commitlog.path_of(p) for p in actions.column("path").to_pylist()]
+            groups = contiguous_groups(paths, actions.column("size_bytes").to_pylist(),
+                                       max(1, self.spark.sparkContext.defaultParallelism))
+            source = self.spark.range(0, len(groups), 1, max(1, len(groups)))
+            split = CommitlogFiles(groups, low, end, delay, requests)
         targets = {}
         for name in writing:
-            table = self.targets[name]
             summarize = summarizer_for(self.filters()[1]) if name == "consume_queue_ext" else None
-            targets[name] = Target.of(table, target_file_size=self.config.target_file_size, summarize=summarize)
-        shift = 31 - max(0, (self.config.index_hash_ranges - 1).bit_length())
-        return write_split(units, targets, UnitSplit(writing, self.ext_enabled, shift))
+            targets[name] = Target.of(self.targets[name], target_file_size=self.config.target_file_size,
+                                      summarize=summarize)
+        return write_split(source, targets, split)
 
     @property
     def ext_enabled(self) -> bool:
@@ -206,134 +226,29 @@ class Dispatcher:
                 self._filters = (snapshot.version(), subs)
         return self._filters
 
-    # ---- the units of every target, as columns of one row per message -------------------------
-    def _units(self, rows: "DataFrame", names: set[str], actions: "pa.Table") -> "DataFrame":
-        """One row per message with what the targets need, for :class:`UnitSplit` to cut and hash.
-
-        Spark reads and filters; hash codes are computed by the executors' Python over whole
-        batches (:mod:`storelib.arrays`). The ``properties`` map, the widest column of the
-        commitlog, is read only when a file of the range may hold a message that needs it: a
-        delayed one (its tag code is its deliver time) or one a SQL92 subscription checks.
-        """
+    def _with_bitmaps(self, rows: "DataFrame", subs: list["Subscription"], delay: bool) -> "DataFrame":
+        """The commitlog rows a dispatch reads, with CalcBitMap's filter bitmap and the registry
+        version it was computed with, for messages of the subscribed topics (Spark columns, every
+        subscription in one pass)."""
         from pyspark.sql import functions as F
 
+        from storelib.filter.bloom import bitmap_column
+        from storelib.filter.sql92_spark import to_columns_with_inputs
         from storelib.topics import SCHEDULE_TOPIC
 
-        may_hold = functools.partial(_may_hold_topic, actions)
-        cols: list = ["physical_offset", "size", "topic", "queue_id", "queue_offset", "store_timestamp",
-                      _queued().alias("queued")]
-        if "consume_queue_ext" in names or "consume_queue" in names and not self.ext_enabled:
-            cols.append("tags")
-            if may_hold(SCHEDULE_TOPIC):
-                cols.append(self._deliver_time().alias("deliver_time"))
-        if "consume_queue_ext" in names:
-            version, subs = self.filters()
-            subs = [s for s in subs if may_hold(s.topic)]
-            if subs:
-                from storelib.filter.bloom import bitmap_column
-                from storelib.filter.sql92_spark import to_columns_with_inputs
-
-                # Each property look-up and number parse once per row, shared by every subscription.
-                inputs, predicates = to_columns_with_inputs([s.compiled.tree for s in subs], "properties")
-                rows = rows.select("*", *inputs)
-                matches = [((F.col("topic") == s.topic) & p, s.bloom) for s, p in zip(subs, predicates)]
-                subscribed = F.col("topic").isin(sorted({s.topic for s in subs}))
-                cols += [F.when(subscribed, bitmap_column(matches, subs[0].bloom.bit_num)).alias("filter_bitmap"),
-                         F.when(subscribed, F.lit(version).cast("long")).alias("filter_version")]
-            else:
-                cols += [F.lit(None).cast("binary").alias("filter_bitmap"),
-                         F.lit(None).cast("long").alias("filter_version")]
-        if "index" in names:
-            cols += [(_transaction_type() != SysFlag.TRANSACTION_ROLLBACK_TYPE).alias("indexed"), "keys", "uniq_key"]
-        return rows.select(*cols)
-
-    def _deliver_time(self) -> "Column":
-        """A delayed message's tag code (checkMessageAndReturnSize): for a SCHEDULE_TOPIC_XXXX message
-        with a DELAY level > 0, its deliver timestamp, store time in ms plus the delay of the level
-        (capped at the highest one); null for every other message, whose tag code is its TAGS hash."""
-        from pyspark.sql import functions as F
-
-        from storelib.topics import SCHEDULE_TOPIC
-
-        delays = self.config.delay_levels_ms
-        level = F.try_element_at(F.col("properties"), F.lit(MessageConst.DELAY)).try_cast("int")
-        capped = F.least(level, F.lit(len(delays)))
-        delay_ms = F.try_element_at(F.array(*[F.lit(d).cast("long") for d in delays]), capped)
-        deliver = F.unix_millis(F.col("store_timestamp")) + delay_ms
-        return F.when((F.col("topic") == SCHEDULE_TOPIC) & (level > 0), deliver).cast("long")
-
-
-def _transaction_type() -> "Column":
-    from pyspark.sql import functions as F
-
-    return F.col("sysflag").bitwiseAND(F.lit(SysFlag.TRANSACTION_ROLLBACK_TYPE))
-
-
-def _queued() -> "Column":
-    """Whether a message gets a consume queue row: a normal or committed one (not prepared, not rolled back)."""
-    return _transaction_type().isin(SysFlag.TRANSACTION_NOT_TYPE, SysFlag.TRANSACTION_COMMIT_TYPE)
+        version = self.filters()[0]
+        # Each property look-up and number parse once per row, shared by every subscription.
+        inputs, predicates = to_columns_with_inputs([s.compiled.tree for s in subs], "properties")
+        rows = rows.select("*", *inputs)
+        matches = [((F.col("topic") == s.topic) & p, s.bloom) for s, p in zip(subs, predicates)]
+        subscribed = F.col("topic").isin(sorted({s.topic for s in subs}))
+        extra = [F.when(F.col("topic") == SCHEDULE_TOPIC, F.try_element_at(F.col("properties"), F.lit(MessageConst.DELAY)))
+                 .alias("delay")] if delay else []
+        return rows.select(*REQUEST_COLUMNS, *extra,
+                           F.when(subscribed, bitmap_column(matches, subs[0].bloom.bit_num)).alias("filter_bitmap"),
+                           F.when(subscribed, F.lit(version).cast("long")).alias("filter_version"))
 
 
 def _may_hold_topic(actions: "pa.Table", topic: str) -> bool:
     """Whether a commitlog file among ``actions`` may hold a message of ``topic`` (by its statistics)."""
     return Table.prune(actions, Prune(equal={"topic": topic})).num_rows > 0
-
-
-@dataclass(frozen=True)
-class UnitSplit:
-    """Cuts each batch of message units (:meth:`Dispatcher._units`) into the targets' rows, on the executors.
-
-    A target gets the rows at or past its own start (targets may stand at different markers after
-    a crash): consume queue and ext units for queued messages, with the consume queue's tag code the
-    decorated ext address when the ext queue is on; index rows (IndexService.buildIndex) for the
-    UNIQ_KEY and each non-empty key of KEYS of every message not rolled back, as hashes of
-    ``topic#key`` filed by hash range.
-    """
-
-    starts: Mapping[str, int]
-    ext_enabled: bool
-    index_shift: int
-
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[dict[str, pa.RecordBatch]]:
-        for batch in batches:
-            if batch.num_rows:
-                yield {name: getattr(self, name)(self._rows_for(batch, name)) for name in self.starts}
-
-    def _rows_for(self, batch: pa.RecordBatch, name: str) -> pa.RecordBatch:
-        flag = batch.column("indexed" if name == "index" else "queued")
-        keep = pc.and_(flag, pc.greater_equal(batch.column("physical_offset"), self.starts[name]))
-        return batch if pc.all(keep).as_py() else batch.filter(keep)
-
-    @staticmethod
-    def _tags_code(b: pa.RecordBatch) -> pa.Array:
-        code = pa.array(arrays.tags_codes(b.column("tags")), pa.int64())
-        if "deliver_time" in b.schema.names:
-            code = pc.coalesce(b.column("deliver_time"), code)
-        return code
-
-    def consume_queue(self, b: pa.RecordBatch) -> pa.RecordBatch:
-        code = (pc.add(b.column("queue_offset"), pa.scalar(-(2**63), pa.int64())) if self.ext_enabled
-                else self._tags_code(b))
-        return pa.RecordBatch.from_arrays(
-            [b.column("topic"), b.column("queue_id"), b.column("queue_offset"), b.column("physical_offset"),
-             b.column("size"), code, b.column("store_timestamp")], schema=CONSUME_QUEUE.arrow)
-
-    def consume_queue_ext(self, b: pa.RecordBatch) -> pa.RecordBatch:
-        return pa.RecordBatch.from_arrays(
-            [b.column("topic"), b.column("queue_id"), b.column("queue_offset"), b.column("queue_offset"),
-             b.column("physical_offset"), b.column("size"), self._tags_code(b), b.column("store_timestamp"),
-             b.column("filter_bitmap"), b.column("filter_version")], schema=CONSUME_QUEUE_EXT.arrow)
-
-    def index(self, b: pa.RecordBatch) -> pa.RecordBatch:
-        split = pc.split_pattern(b.column("keys"), MessageConst.KEY_SEPARATOR)
-        keys = pa.concat_arrays([b.column("uniq_key"), pc.list_flatten(split)])
-        owner = np.concatenate([np.arange(b.num_rows), pc.list_parent_indices(split).to_numpy()])
-        filled = pc.fill_null(pc.greater(pc.binary_length(keys), 0), False).to_numpy(zero_copy_only=False)
-        keys, owner = keys.filter(pa.array(filled)), owner[filled]
-        order = np.argsort(owner, kind="stable")  # each message's keys together: its UNIQ_KEY first
-        keys, owner = keys.take(pa.array(order)), pa.array(owner[order])
-        topics = b.column("topic").take(owner)
-        hashes = pa.array(arrays.index_key_hashes(pc.binary_join_element_wise(topics, keys, "#")), pa.int32())
-        return pa.RecordBatch.from_arrays(
-            [pc.shift_right(hashes, self.index_shift), hashes, b.column("physical_offset").take(owner),
-             b.column("store_timestamp").take(owner)], schema=INDEX.arrow)

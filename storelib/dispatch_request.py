@@ -1,0 +1,183 @@
+"""Dispatch requests: what each new commitlog message becomes in the consume queue, ext and index.
+
+RocketMQ's ReputMessageService reads a ``DispatchRequest`` out of every new message and hands it
+to each dispatcher (build consume queue, calc bitmap, build index). Here a batch of messages is
+an Arrow record batch, and :class:`DispatchRequests` cuts it into each target table's rows on the
+executors, with numpy and pyarrow over whole batches (hash codes from :mod:`storelib.arrays`).
+
+The batches come from one of two sources, both inside a single Spark job:
+
+* :class:`CommitlogFiles` - each task reads a contiguous run of commitlog files with pyarrow. The
+  usual case: no Spark row conversion at all.
+* a Spark DataFrame of the commitlog rows, when SQL92 subscriptions need their filter bitmaps:
+  Spark evaluates the subscriptions as columns (:meth:`storelib.dispatch.Dispatcher._with_bitmaps`).
+
+>>> import pyarrow as pa
+>>> deliver_times(pa.array(["3", None, "x", "0", "99", "+1"]), pa.array([1000] * 6, pa.int64()), [1000, 5000, 10000]).to_pylist()
+[11000, None, None, None, 11000, 2000]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from storelib import arrays
+from storelib.message import MessageConst, SysFlag
+from storelib.schema import CONSUME_QUEUE, CONSUME_QUEUE_EXT, INDEX
+from storelib.topics import SCHEDULE_TOPIC
+
+__all__ = ["DispatchRequests", "CommitlogFiles", "REQUEST_COLUMNS", "deliver_times", "contiguous_groups"]
+
+#: The commitlog columns a dispatch reads (plus ``properties`` when a delay level or bitmap needs it).
+REQUEST_COLUMNS = ("physical_offset", "size", "topic", "queue_id", "queue_offset", "store_timestamp", "sysflag",
+                   "tags", "keys", "uniq_key")
+_JAVA_INT = r"^[+-]?[0-9]{1,10}$"
+
+
+def deliver_times(delay: pa.Array, store_ms: pa.Array, delays_ms: Sequence[int]) -> pa.Array:
+    """ScheduleMessageService.computeDeliverTimestamp for each message's DELAY property: store time
+    plus the delay of its level, the level capped at the highest one. Null where there is no level
+    above 0 (``Integer.parseInt`` of the property, null when it is no Java int)."""
+    valid = pc.fill_null(pc.match_substring_regex(delay, _JAVA_INT), False)
+    digits = pc.replace_substring_regex(pc.if_else(valid, delay, "0"), r"^\+", "")  # Java allows "+3"
+    level = pc.cast(digits, pa.int64())
+    level = pc.if_else(pc.and_(valid, pc.less_equal(pc.abs(level), 2**31 - 1)), level, 0)
+    if not pc.any(pc.greater(level, 0)).as_py():
+        return pa.nulls(len(delay), pa.int64())
+    capped = pc.min_element_wise(level, len(delays_ms))
+    table = pa.array([0, *delays_ms], pa.int64())
+    deliver = pc.add(store_ms, table.take(pc.max_element_wise(capped, 0)))
+    return pc.if_else(pc.greater(level, 0), deliver, pa.scalar(None, pa.int64()))
+
+
+@dataclass(frozen=True)
+class DispatchRequests:
+    """Cuts batches of commitlog rows into the targets' rows, on the executors.
+
+    A target gets the rows at or past its own start (targets may stand at different markers after
+    a crash): consume queue and ext units for queued messages (normal or committed, not prepared
+    or rolled back), the consume queue's tag code being the decorated ext address when the ext
+    queue is on; index rows (IndexService.buildIndex) for the UNIQ_KEY and each non-empty key of
+    KEYS of every message not rolled back, as hashes of ``topic#key`` filed by hash range. A
+    batch may carry ``delay`` (the DELAY property of SCHEDULE_TOPIC_XXXX messages) and the
+    ``filter_bitmap`` and ``filter_version`` of the ext units.
+    """
+
+    starts: Mapping[str, int]
+    ext_enabled: bool
+    index_shift: int
+    delays_ms: tuple[int, ...]
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[dict[str, pa.RecordBatch]]:
+        for batch in batches:
+            if batch.num_rows:
+                yield {name: getattr(self, name)(self._rows_for(batch, name)) for name in self.starts}
+
+    def _rows_for(self, batch: pa.RecordBatch, name: str) -> pa.RecordBatch:
+        kind = pc.bit_wise_and(batch.column("sysflag"), SysFlag.TRANSACTION_ROLLBACK_TYPE)
+        if name == "index":
+            wanted = pc.not_equal(kind, SysFlag.TRANSACTION_ROLLBACK_TYPE)
+        else:
+            wanted = pc.is_in(kind, pa.array([SysFlag.TRANSACTION_NOT_TYPE, SysFlag.TRANSACTION_COMMIT_TYPE], pa.int32()))
+        keep = pc.and_(wanted, pc.greater_equal(batch.column("physical_offset"), self.starts[name]))
+        return batch if pc.all(keep).as_py() else batch.filter(keep)
+
+    def _tags_code(self, b: pa.RecordBatch) -> pa.Array:
+        """checkMessageAndReturnSize's tag code: the TAGS hash, or a delayed message's deliver time."""
+        code = pa.array(arrays.tags_codes(b.column("tags")), pa.int64())
+        if "delay" in b.schema.names:
+            store_ms = pc.divide(pc.cast(b.column("store_timestamp"), pa.int64()), 1000)
+            code = pc.coalesce(deliver_times(b.column("delay"), store_ms, self.delays_ms), code)
+        return code
+
+    def consume_queue(self, b: pa.RecordBatch) -> pa.RecordBatch:
+        code = (pc.add(b.column("queue_offset"), pa.scalar(-(2**63), pa.int64())) if self.ext_enabled
+                else self._tags_code(b))
+        return pa.RecordBatch.from_arrays(
+            [b.column("topic"), b.column("queue_id"), b.column("queue_offset"), b.column("physical_offset"),
+             b.column("size"), code, b.column("store_timestamp")], schema=CONSUME_QUEUE.arrow)
+
+    def consume_queue_ext(self, b: pa.RecordBatch) -> pa.RecordBatch:
+        n, names = b.num_rows, b.schema.names
+        bitmap = b.column("filter_bitmap") if "filter_bitmap" in names else pa.nulls(n, pa.binary())
+        version = b.column("filter_version") if "filter_version" in names else pa.nulls(n, pa.int64())
+        return pa.RecordBatch.from_arrays(
+            [b.column("topic"), b.column("queue_id"), b.column("queue_offset"), b.column("queue_offset"),
+             b.column("physical_offset"), b.column("size"), self._tags_code(b), b.column("store_timestamp"),
+             bitmap, version], schema=CONSUME_QUEUE_EXT.arrow)
+
+    def index(self, b: pa.RecordBatch) -> pa.RecordBatch:
+        split = pc.split_pattern(b.column("keys"), MessageConst.KEY_SEPARATOR)
+        keys = pa.concat_arrays([b.column("uniq_key"), pc.list_flatten(split)])
+        owner = np.concatenate([np.arange(b.num_rows), pc.list_parent_indices(split).to_numpy()])
+        filled = pc.fill_null(pc.greater(pc.binary_length(keys), 0), False).to_numpy(zero_copy_only=False)
+        keys, owner = keys.filter(pa.array(filled)), owner[filled]
+        order = np.argsort(owner, kind="stable")  # each message's keys together: its UNIQ_KEY first
+        keys, owner = keys.take(pa.array(order)), pa.array(owner[order])
+        hashes = pa.array(arrays.index_key_hashes(b.column("topic").take(owner), keys), pa.int32())
+        return pa.RecordBatch.from_arrays(
+            [pc.shift_right(hashes, self.index_shift), hashes, b.column("physical_offset").take(owner),
+             b.column("store_timestamp").take(owner)], schema=INDEX.arrow)
+
+
+@dataclass(frozen=True)
+class CommitlogFiles:
+    """The commitlog rows of ``[low, end)``, read on the executors with pyarrow and cut by ``requests``.
+
+    The Spark job runs over ``spark.range(len(groups))``, one row per task: task ``i`` reads the
+    files of ``groups[i]`` in order, skipping row groups outside the range by their statistics.
+    """
+
+    groups: Sequence[Sequence[str]]
+    low: int
+    end: int
+    delay: bool
+    requests: DispatchRequests
+    batch_rows: int = 20_000
+
+    def __call__(self, tasks: Iterator[pa.RecordBatch]) -> Iterator[dict[str, pa.RecordBatch]]:
+        for task in tasks:
+            for i in task.column(0).to_pylist():
+                for path in self.groups[i]:
+                    yield from self.requests(self._read(path))
+
+    def _read(self, path: str) -> Iterator[pa.RecordBatch]:
+        import pyarrow.dataset as ds
+
+        from storelib.tables import filesystem
+
+        fs, local = filesystem(path)
+        fragment = ds.ParquetFileFormat().make_fragment(local, fs)
+        offset = pc.field("physical_offset")
+        columns = list(REQUEST_COLUMNS) + (["properties"] if self.delay else [])
+        for batch in fragment.to_batches(columns=columns, filter=(offset >= self.low) & (offset < self.end),
+                                         batch_size=self.batch_rows, use_threads=False):
+            if self.delay:
+                scheduled = pc.equal(batch.column("topic"), SCHEDULE_TOPIC)
+                delay = pc.map_lookup(batch.column("properties"), pa.scalar(MessageConst.DELAY), "first") \
+                    if pc.any(scheduled).as_py() else pa.nulls(batch.num_rows, pa.string())
+                delay = pc.if_else(scheduled, delay, pa.scalar(None, pa.string()))
+                batch = pa.RecordBatch.from_arrays([*batch.columns[:-1], delay], names=[*REQUEST_COLUMNS, "delay"])
+            yield batch
+
+
+def contiguous_groups(paths: Sequence[str], sizes: Sequence[int], groups: int) -> list[list[str]]:
+    """``paths`` (in commitlog order) cut into at most ``groups`` contiguous runs of about equal size.
+
+    >>> contiguous_groups(["a", "b", "c", "d"], [10, 10, 10, 30], 2)
+    [['a', 'b', 'c'], ['d']]
+    """
+    total = max(1, sum(sizes))
+    out: list[list[str]] = []
+    done = 0
+    for path, size in zip(paths, sizes):
+        if not out or (done >= total * len(out) / groups and len(out) < groups):
+            out.append([])
+        out[-1].append(path)
+        done += size
+    return out
