@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
-from storelib import codec
+from storelib import arrays, codec
 from storelib.config import StoreConfig
 from storelib.errors import InputChangedError
 from storelib.message import SysFlag
@@ -36,6 +36,8 @@ from storelib.writer import write_dataframe
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+
+    from storelib.producer import EncodedFrame
 
 __all__ = ["CommitLog", "EncodedMessage", "AppendResult", "COMMITLOG_MARKER", "queue_marker"]
 
@@ -148,11 +150,13 @@ class CommitLog:
         return with_retries(self.table, self.config.max_commit_attempts, step, what="send")
 
     # ---- DataFrame appends -----------------------------------------------------------------
-    def append_dataframe(self, encoded: "DataFrame", reject: Callable[["DataFrame"], None]) -> AppendResult:
+    def append_dataframe(self, encoded: "DataFrame", reject: Callable[["DataFrame"], None],
+                         frame: "EncodedFrame") -> AppendResult:
         """Append an encoded DataFrame (see :mod:`storelib.producer`) in one atomic commit.
 
-        ``encoded`` has the commitlog columns except the offsets, store time and host, and msg id,
-        plus ``_pid`` (its Spark partition id) and ``_error`` (why a row is refused, or null). The
+        ``encoded`` has the commitlog columns that vary per message except the offsets, store time
+        and host, msg id and UNIQ_KEY (``frame`` completes the rest on the executors), plus
+        ``_pid`` (its Spark partition id) and ``_error`` (why a row is refused, or null). The
         first pass counts sizes and refused rows; ``reject`` raises when there are any. The second
         pass must see the same rows as the first: where it does not, :class:`InputChangedError`
         is raised and nothing is committed (persist the input and try again).
@@ -193,7 +197,7 @@ class CommitLog:
                 queue_base[(g["_pid"], *key)] = nexts[key]
                 nexts[key] += g["n"]
             plan = _Plan(phys_base, queue_base, {p: tuple(v) for p, v in per_pid.items()}, now_millis(),
-                         self.store_host, self.msg_id_prefix, SysFlag.STOREHOSTADDRESS_V6 if self.store_v6 else 0)
+                         self.store_host, self.msg_id_prefix, SysFlag.STOREHOSTADDRESS_V6 if self.store_v6 else 0, frame)
             prefix = f"part-{attempt_id}"
             try:
                 files = write_dataframe(encoded, self.table, target_file_size=self.config.target_file_size,
@@ -235,6 +239,7 @@ class _Plan:
     store_host: str
     msg_id_prefix: str
     sysflag_bits: int
+    frame: "EncodedFrame"
 
     def place(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Give one partition's encoded rows their offsets and msg ids, as commitlog rows (on an executor).
@@ -257,7 +262,7 @@ class _Plan:
             phys += int(ends[-1])
             seen_rows += b.num_rows
             seen_bytes += int(ends[-1])
-            yield self._row_batch(b, offsets, self._queue_offsets(pid, b, counters))
+            yield self._row_batch(b, offsets, self._queue_offsets(pid, b, counters), pid, seen_rows - b.num_rows)
         if (seen_rows, seen_bytes) != self.expected.get(pid, (0, 0)):
             raise RuntimeError(f"{_INPUT_CHANGED}: partition {pid} expected {self.expected.get(pid)}, "
                                f"saw {(seen_rows, seen_bytes)}; persist the DataFrame before sending")
@@ -284,30 +289,14 @@ class _Plan:
             counters[qk] += int(counts[i])
         return bases[inv] + rank
 
-    def _row_batch(self, b: pa.RecordBatch, offsets: np.ndarray, queue_offsets: np.ndarray) -> pa.RecordBatch:
+    def _row_batch(self, b: pa.RecordBatch, offsets: np.ndarray, queue_offsets: np.ndarray, pid: int,
+                   first_row: int) -> pa.RecordBatch:
         n = b.num_rows
-        cols = {name: b.column(name) for name in b.schema.names}
+        cols = self.frame.complete(b, pid, first_row)
         cols["physical_offset"] = pa.array(offsets, pa.int64())
         cols["queue_offset"] = pa.array(queue_offsets, pa.int64())
-        cols["store_timestamp"] = pa.array([self.store_timestamp] * 1, COMMITLOG.arrow.field("store_timestamp").type).take(np.zeros(n, dtype=np.int64))
+        cols["store_timestamp"] = pa.array([self.store_timestamp], COMMITLOG.arrow.field("store_timestamp").type).take(np.zeros(n, dtype=np.int64))
         cols["store_host"] = pa.array([self.store_host], pa.string()).take(np.zeros(n, dtype=np.int64))
-        cols["sysflag"] = pa.array(b.column("sysflag").to_numpy() | self.sysflag_bits, pa.int32())
-        cols["msg_id"] = _hex_ids(self.msg_id_prefix, offsets)
+        cols["sysflag"] = pa.array(cols["sysflag"].to_numpy() | self.sysflag_bits, pa.int32())
+        cols["msg_id"] = arrays.hex_strings(self.msg_id_prefix, offsets, 16)
         return pa.RecordBatch.from_arrays([cols[f.name] for f in COMMITLOG.arrow], schema=COMMITLOG.arrow)
-
-
-_HEX = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
-
-
-def _hex_ids(prefix: str, offsets: np.ndarray) -> pa.Array:
-    """``prefix`` + 16 upper-case hex digits of each offset, vectorized (no Python per row)."""
-    n = len(offsets)
-    raw = offsets.astype(">u8").view(np.uint8).reshape(n, 8)
-    digits = np.empty((n, 16), dtype=np.uint8)
-    digits[:, 0::2] = _HEX[raw >> 4]
-    digits[:, 1::2] = _HEX[raw & 0xF]
-    head = np.frombuffer(prefix.encode(), dtype=np.uint8)
-    data = np.concatenate([np.broadcast_to(head, (n, len(head))), digits], axis=1).tobytes()
-    width = len(head) + 16
-    offs = np.arange(0, (n + 1) * width, width, dtype=np.int32)
-    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offs.tobytes()), pa.py_buffer(data)])

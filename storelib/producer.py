@@ -15,9 +15,14 @@ import os
 import random
 import socket
 import uuid
+import zlib
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping, Sequence
 
-from storelib import codec
+import numpy as np
+import pyarrow as pa
+
+from storelib import arrays, codec
 from storelib.commitlog import EncodedMessage, now_millis
 from storelib.config import StoreConfig
 from storelib.errors import (BodyTooLargeError, InvalidPropertyError, InvalidQueueIdError, InvalidTopicError,
@@ -30,7 +35,7 @@ from storelib.topics import (NOT_ALLOWED_SEND_TOPICS, RETRY_GROUP_TOPIC_PREFIX, 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-__all__ = ["Producer", "DATAFRAME_COLUMNS"]
+__all__ = ["Producer", "DATAFRAME_COLUMNS", "EncodedFrame", "UniqKeys"]
 
 #: Columns a DataFrame of messages may have; only ``topic`` is required.
 DATAFRAME_COLUMNS = {
@@ -128,17 +133,8 @@ class Producer:
         nqueues = F.try_element_at(wq, topic)
         chosen = F.coalesce(queue_id, F.pmod(row_index + pid * 7 + F.lit(random.randrange(1 << 16)), F.coalesce(nqueues, F.lit(1))))
         error = self._refusal(df, topics, topic, body, queue_id, nqueues, user)
-        uniq = self._uniq_key(pid, row_index)
-
-        empty = F.create_map().cast("map<string,string>")
-        system = F.map_concat(F.when(tags.isNotNull(), F.create_map(F.lit(MessageConst.TAGS), tags)).otherwise(empty),
-                              F.when(keys.isNotNull(), F.create_map(F.lit(MessageConst.KEYS), keys)).otherwise(empty),
-                              F.create_map(F.lit(MessageConst.UNIQ_KEY), uniq))
-        # Only the second pass reads this column, and only once the first found no refused row:
-        # a reserved name in ``user`` (a duplicate key for map_concat) never gets here.
-        properties = F.map_concat(user, system)
         born_v6 = ":" in self.ip
-        born_ts = F.date_trunc("millisecond", col("born_timestamp", F.current_timestamp()).cast("timestamp"))
+
         # The size needs no map: user properties plus TAGS, KEYS and the fixed-width UNIQ_KEY entries.
         def entry(name: str, value: "Column") -> "Column":
             return F.when(value.isNotNull(), F.octet_length(value) + len(name) + 2).otherwise(F.lit(0))
@@ -147,19 +143,28 @@ class Producer:
                      + len(MessageConst.UNIQ_KEY) + 32 + 2)
         host_v6 = ":" in self.config.store_address[0]
         size = C.message_length(body, topic, props_len, born_v6=born_v6, store_v6=host_v6)
-        encoded = df.select(
+        # Only what varies per row comes from Spark; the commitlog writer adds the rest (see
+        # ``EncodedFrame``): constants, the UNIQ_KEY and the system properties.
+        given = {"flag": lambda c: c.cast("int"), "born_host": lambda c: c.cast("string"),
+                 "born_timestamp": lambda c: F.date_trunc("millisecond", c.cast("timestamp"))}
+        optional = [cast(F.col(name)).alias(name) for name, cast in given.items() if name in df.columns]
+        return df.select(
             topic.alias("topic"), chosen.cast("int").alias("queue_id"),
-            F.lit(SysFlag.BORNHOST_V6 if born_v6 else 0).cast("int").alias("sysflag"),
-            col("flag", F.lit(0)).cast("int").alias("flag"),
             F.crc32(body).bitwiseAND(F.lit(0x7FFFFFFF)).cast("int").alias("body_crc"),
-            born_ts.alias("born_timestamp"),
-            col("born_host", F.lit(self.born_host)).alias("born_host"),
-            F.lit(0).alias("reconsume_times"), F.lit(0).cast("long").alias("prepared_transaction_offset"),
-            properties.alias("properties"), body.alias("body"),
-            tags.alias("tags"), keys.alias("keys"), uniq.alias("uniq_key"),
+            user.alias("properties"), body.alias("body"), tags.alias("tags"), keys.alias("keys"), *optional,
             error.alias("_error"), pid.alias("_pid"), size.alias("size"),
         )
-        return encoded
+
+    def frame_defaults(self) -> "EncodedFrame":
+        """What :meth:`encode_dataframe` leaves to the commitlog writer: per-send constants and UNIQ_KEYs."""
+        born_v6 = ":" in self.ip
+        defaults = {"sysflag": SysFlag.BORNHOST_V6 if born_v6 else 0, "flag": 0, "born_host": self.born_host,
+                    "born_timestamp": now_millis(), "reconsume_times": 0, "prepared_transaction_offset": 0}
+        now = dt.datetime.now(dt.timezone.utc)
+        month = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+        since_month = int(now.timestamp() * 1000) - int(month.timestamp() * 1000)
+        prefix = codec.uniq_id_prefix_hex(self.ip, os.getpid(), 0)[:12]
+        return EncodedFrame(defaults, UniqKeys(prefix, uuid.uuid4().hex, since_month))
 
     def _refusal(self, df: "DataFrame", topics: Mapping[str, TopicConfig], topic: "Column", body: "Column",
                  queue_id: "Column", nqueues: "Column", user: "Column") -> "Column":
@@ -196,19 +201,6 @@ class Producer:
             error = F.when(F.coalesce(cond, F.lit(False)), F.lit(text)).otherwise(error)
         return error
 
-    def _uniq_key(self, pid: "Column", row_index: "Column") -> "Column":
-        """RocketMQ-shaped UNIQ_KEYs made by Spark: host and pid prefix, a per-partition salt, then
-        milliseconds since the month's start (<< 16) plus the row's index in its partition."""
-        from pyspark.sql import functions as F
-
-        prefix = codec.uniq_id_prefix_hex(self.ip, os.getpid(), 0)[:12]
-        salt = F.pmod(F.hash(F.lit(uuid.uuid4().hex), pid), F.lit(1 << 32))
-        now_ms = int(dt.datetime.now(dt.timezone.utc).timestamp() * 1000)
-        month = dt.datetime.now(dt.timezone.utc).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-        since_month = now_ms - int(month.timestamp() * 1000)
-        tail = F.pmod(F.lit(since_month << 16) + row_index, F.lit(1 << 48))
-        return F.concat(F.lit(prefix), F.lpad(F.hex(salt), 8, "0"), F.lpad(F.hex(tail), 12, "0"))
-
     @staticmethod
     def check_encoded(encoded: "DataFrame") -> None:
         """Raise the typed error of the first refused row, if any row is refused."""
@@ -224,3 +216,48 @@ class Producer:
         extra = {"value": bad["topic"]} if field == "topic" else {}
         raise cls(field, reason, where=f"DataFrame partition {bad['_pid']}, topic {bad['topic']!r}; nothing was written",
                   **extra)
+
+
+@dataclass(frozen=True)
+class UniqKeys:
+    """RocketMQ-shaped UNIQ_KEYs for the rows of one DataFrame send, made on the executors: the
+    host and pid prefix, a salt per send and partition, then milliseconds since the month's start
+    (<< 16) plus the row's index in its partition, all upper-case hex (32 characters).
+
+    >>> keys = UniqKeys("0A0000010001", "nonce", 5).for_rows(0, 0, 2).to_pylist()
+    >>> [len(k) for k in keys], keys[0][:12], keys[0][-12:], keys[1][-12:]
+    ([32, 32], '0A0000010001', '000000050000', '000000050001')
+    """
+
+    prefix: str
+    nonce: str
+    since_month_ms: int
+
+    def for_rows(self, partition: int, first_row: int, n: int) -> pa.Array:
+        salt = zlib.crc32(f"{self.nonce}/{partition}".encode())
+        tail = ((self.since_month_ms << 16) + first_row + np.arange(n, dtype=np.int64)) % (1 << 48)
+        return arrays.hex_strings(f"{self.prefix}{salt:08X}", tail, 12)
+
+
+@dataclass(frozen=True)
+class EncodedFrame:
+    """The columns of a DataFrame send that the commitlog writer completes on the executors:
+    ``defaults`` for the columns the DataFrame did not have, and the UNIQ_KEYs."""
+
+    defaults: Mapping[str, object]
+    uniq: UniqKeys
+
+    def complete(self, batch: pa.RecordBatch, partition: int, first_row: int) -> dict[str, pa.Array]:
+        """The batch's columns plus the defaults, ``uniq_key``, and the system properties (TAGS, KEYS
+        and UNIQ_KEY after the user's) in ``properties``."""
+        from storelib.schema import COMMITLOG
+
+        n = batch.num_rows
+        cols = {name: batch.column(name) for name in batch.schema.names}
+        for name, value in self.defaults.items():
+            if name not in cols:
+                cols[name] = pa.array([value], COMMITLOG.arrow.field(name).type).take(np.zeros(n, dtype=np.int64))
+        cols["uniq_key"] = self.uniq.for_rows(partition, first_row, n)
+        cols["properties"] = arrays.append_entries(cols["properties"], [
+            (MessageConst.TAGS, cols["tags"]), (MessageConst.KEYS, cols["keys"]), (MessageConst.UNIQ_KEY, cols["uniq_key"])])
+        return cols

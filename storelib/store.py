@@ -143,7 +143,7 @@ class MessageStore:
         if persist:
             encoded = encoded.persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            return self.commitlog.append_dataframe(encoded, Producer.check_encoded)
+            return self.commitlog.append_dataframe(encoded, Producer.check_encoded, self.producer.frame_defaults())
         except InputChangedError:
             if persist:
                 raise
