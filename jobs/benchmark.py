@@ -30,6 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--queues", type=int, default=8, help="queues per topic")
     parser.add_argument("--partitions", type=int, default=None, help="Spark partitions of the generated messages")
     parser.add_argument("--root", default=None, help="keep the benchmark's tables here (default: a temp dir, removed)")
+    parser.add_argument("--repeats", type=int, default=2, help="runs of each side of the send suite; the best counts")
     parser.add_argument("--suite", default="send,lookup", help="comma-separated: send (send+dispatch), lookup (keys), filter (filtered reads), "
                              "pull (pull latency)")
     parser.add_argument("--distinct-keys", type=int, default=None, help="keys for the lookup suite (default N/10)")
@@ -42,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         spark = get_spark("storelib-benchmark")
         if "send" in suites:
             figures = bench_send_and_dispatch(spark, args.messages, root=args.root, topics=args.topics,
-                                              queues=args.queues, partitions=args.partitions)
+                                              queues=args.queues, partitions=args.partitions, repeats=args.repeats)
             for f in figures:
                 print(f.line(), flush=True)
                 out[f.name.strip()] = {"messages": f.messages, "seconds": round(f.seconds, 3), "msgs_per_s": round(f.rate),

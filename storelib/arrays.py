@@ -127,8 +127,6 @@ def hex_strings(prefix: str, values: np.ndarray, digits: int) -> pa.Array:
     width = len(head) + digits
     offsets = np.arange(0, (n + 1) * width, width, dtype=np.int32)
     return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets.tobytes()), pa.py_buffer(data)])
-
-
 def append_entries(maps: pa.MapArray, extra: Sequence[tuple[str, pa.Array]]) -> pa.MapArray:
     """Each row's map followed by the ``(name, values)`` entries whose value is not null, in order.
 

@@ -9,30 +9,31 @@ and starts again from the newer snapshot. So offsets never repeat and never skip
 Two paths share that protocol:
 
 * :meth:`CommitLog.append` - a producer's messages, encoded on the driver (a few to thousands);
-* :meth:`CommitLog.append_dataframe` - a DataFrame of messages, encoded and written by the executors
-  in two passes: one small aggregation (sizes and counts per partition and queue), then one
-  ``mapInArrow`` that assigns offsets with running sums and writes the Parquet files.
+* :meth:`CommitLog.append_dataframe` - a DataFrame of messages, read once: the executors stage each
+  partition's rows and count them, then place them with running sums of the counts and write the
+  Parquet files.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import uuid
 import zlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from storelib import arrays, codec
 from storelib.config import StoreConfig
-from storelib.errors import InputChangedError
 from storelib.message import SysFlag
 from storelib.schema import COMMITLOG
 from storelib.tables import Table, filesystem, with_retries
-from storelib.writer import write_dataframe
+from storelib.writer import Target, contiguous_groups, write_split
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -44,7 +45,6 @@ __all__ = ["CommitLog", "EncodedMessage", "AppendResult", "COMMITLOG_MARKER", "q
 log = logging.getLogger(__name__)
 
 COMMITLOG_MARKER = "commitlog"
-_INPUT_CHANGED = "storelib: input changed between passes"
 
 
 def now_millis() -> dt.datetime:
@@ -150,73 +150,74 @@ class CommitLog:
         return with_retries(self.table, self.config.max_commit_attempts, step, what="send")
 
     # ---- DataFrame appends -----------------------------------------------------------------
-    def append_dataframe(self, encoded: "DataFrame", reject: Callable[["DataFrame"], None],
-                         frame: "EncodedFrame") -> AppendResult:
+    def append_dataframe(self, encoded: "DataFrame", frame: "EncodedFrame",
+                         refused: Callable[[Mapping[str, Any]], None]) -> AppendResult:
         """Append an encoded DataFrame (see :mod:`storelib.producer`) in one atomic commit.
 
         ``encoded`` has the commitlog columns that vary per message except the offsets, store time
-        and host, msg id and UNIQ_KEY (``frame`` completes the rest on the executors), plus
-        ``_pid`` (its Spark partition id) and ``_error`` (why a row is refused, or null). The
-        first pass counts sizes and refused rows; ``reject`` raises when there are any. The second
-        pass must see the same rows as the first: where it does not, :class:`InputChangedError`
-        is raised and nothing is committed (persist the input and try again).
+        and host, and msg id, plus ``_error`` (why a row is refused, or null); ``frame`` completes
+        the rest. Two Spark jobs, the DataFrame read once:
+
+        1. each task completes its partition's rows and stages them (Arrow IPC, under the
+           table's hidden ``_staging`` folder), counting rows, bytes and rows per queue; a task
+           meeting a refused row stages nothing and reports it, and ``refused`` raises;
+        2. the driver gives every staged partition its first physical and queue offsets (running
+           sums, in partition order, from the snapshot's markers), and the executors place and
+           write the commitlog files, committed as the next version. If another producer took
+           that version, only this step runs again.
         """
         from pyspark.errors import PySparkException
-        from pyspark.sql import functions as F
 
-        groups = (encoded.groupBy("_pid", "topic", "queue_id")
-                  .agg(F.count(F.lit(1)).alias("n"), F.sum("size").alias("bytes"), F.count("_error").alias("bad"))
-                  .collect())
-        if any(g["bad"] for g in groups):
-            reject(encoded)
-        encoded = encoded.drop("_error")
-        if not groups:
-            snapshot = self.table.snapshot()
-            n = self.next_offset(snapshot)
-            return AppendResult(snapshot.version(), n, n, 0, queues={})
-        per_pid: dict[int, list[int]] = {}
-        for g in groups:
-            acc = per_pid.setdefault(g["_pid"], [0, 0])
-            acc[0] += g["n"]
-            acc[1] += g["bytes"]
-        total = sum(b for _, b in per_pid.values())
-        count = sum(n for n, _ in per_pid.values())
         attempt_id = uuid.uuid4().hex[:12]
+        staging = f"{self.table.path}/_staging/{attempt_id}"
+        fs, base = filesystem(staging)
+        fs.create_dir(base, recursive=True)
+        try:
+            staged = [r.asDict() for r in encoded.mapInArrow(_Stage(staging, frame), _STAGED_DDL).collect()]
+            bad = [r for r in staged if r["refused"]]
+            if bad:
+                refused(json.loads(min(bad, key=lambda r: r["partition"])["refused"]))
+            parts = sorted((r for r in staged if r["rows"]), key=lambda r: r["partition"])
+            count, total = sum(r["rows"] for r in parts), sum(r["bytes"] for r in parts)
 
-        def step(snapshot) -> AppendResult:
-            start = self.next_offset(snapshot)
-            phys_base, offset = {}, start
-            for pid in sorted(per_pid):
-                phys_base[pid] = offset
-                offset += per_pid[pid][1]
-            queue_base, nexts = {}, {}
-            for g in sorted(groups, key=lambda g: g["_pid"]):
-                key = (g["topic"], g["queue_id"])
-                if key not in nexts:
-                    nexts[key] = self.queue_next(*key, snapshot)
-                queue_base[(g["_pid"], *key)] = nexts[key]
-                nexts[key] += g["n"]
-            plan = _Plan(phys_base, queue_base, {p: tuple(v) for p, v in per_pid.items()}, now_millis(),
-                         self.store_host, self.msg_id_prefix, SysFlag.STOREHOSTADDRESS_V6 if self.store_v6 else 0, frame)
-            prefix = f"part-{attempt_id}"
-            try:
-                files = write_dataframe(encoded, self.table, target_file_size=self.config.target_file_size,
-                                        prefix=prefix, transform=plan.place)
-            except PySparkException as e:
-                self._discard_attempt(prefix)
-                if _INPUT_CHANGED in str(e):
-                    raise InputChangedError(None, "the DataFrame gave different rows on its second read; "
-                                                  "nothing was written (persist it, or pass persist=True)") from None
-                raise
-            markers = {COMMITLOG_MARKER: start + total}
-            markers.update({queue_marker(t, q): n for (t, q), n in nexts.items()})
-            version = self.table.commit(snapshot, files, markers=markers, operation="SEND_DATAFRAME",
-                                        info={"storelib.messages": str(count)})
-            first = {k: queue_base[min((p, *k) for p in per_pid if (p, *k) in queue_base)] for k in nexts}
-            return AppendResult(version, start, start + total, count,
-                                queues={k: (first[k], nexts[k]) for k in nexts})
+            def step(snapshot) -> AppendResult:
+                start = self.next_offset(snapshot)
+                placed, offset, nexts, first = [], start, {}, {}
+                for r in parts:
+                    bases = {}
+                    for topic, queue_id, n in json.loads(r["queues"]):
+                        key = (topic, queue_id)
+                        if key not in nexts:
+                            nexts[key] = first[key] = self.queue_next(topic, queue_id, snapshot)
+                        bases[key] = nexts[key]
+                        nexts[key] += n
+                    placed.append(_StagedPart(r["path"], offset, bases, r["rows"], r["bytes"]))
+                    offset += r["bytes"]
+                prefix = f"part-{attempt_id}"
+                place = _Place(contiguous_groups(placed, [p.bytes for p in placed], self.parallelism(encoded)),
+                               now_millis(), self.store_host, self.msg_id_prefix,
+                               SysFlag.STOREHOSTADDRESS_V6 if self.store_v6 else 0)
+                try:
+                    files = write_split(encoded.sparkSession.range(0, len(place.groups), 1, max(1, len(place.groups))),
+                                        {"commitlog": Target.of(self.table, target_file_size=self.config.target_file_size,
+                                                                prefix=prefix)}, place)["commitlog"]
+                except PySparkException:
+                    self._discard_attempt(prefix)
+                    raise
+                markers = {COMMITLOG_MARKER: start + total}
+                markers.update({queue_marker(t, q): n for (t, q), n in nexts.items()})
+                version = self.table.commit(snapshot, files, markers=markers, operation="SEND_DATAFRAME",
+                                            info={"storelib.messages": str(count)})
+                return AppendResult(version, start, start + total, count,
+                                    queues={k: (first[k], nexts[k]) for k in nexts})
 
-        return with_retries(self.table, self.config.max_commit_attempts, step, what="send_dataframe")
+            return with_retries(self.table, self.config.max_commit_attempts, step, what="send_dataframe")
+        finally:
+            fs.delete_dir(base)
+
+    @staticmethod
+    def parallelism(df: "DataFrame") -> int:
+        return max(1, df.sparkSession.sparkContext.defaultParallelism)
 
     def _discard_attempt(self, prefix: str) -> None:
         """Delete the files a failed bulk write left behind (they were never committed)."""
@@ -228,71 +229,128 @@ class CommitLog:
                 fs.delete_file(info.path)
 
 
-@dataclass(frozen=True)
-class _Plan:
-    """Everything an executor needs to place its partition's messages; shipped in the closure."""
+#: Commitlog columns the store sets when it places a message; staged rows have all the others.
+_PLACED = ("physical_offset", "queue_offset", "store_timestamp", "store_host", "msg_id")
+_STAGED = pa.schema([f for f in COMMITLOG.arrow if f.name not in _PLACED])
+_STAGED_DDL = "partition int, path string, rows long, bytes long, queues string, refused string"
+_STAGED_ARROW = pa.schema([("partition", pa.int32()), ("path", pa.string()), ("rows", pa.int64()), ("bytes", pa.int64()),
+                          ("queues", pa.string()), ("refused", pa.string())])
 
-    phys_base: dict[int, int]
-    queue_base: dict[tuple, int]
-    expected: dict[int, tuple[int, int]]
+
+def _queue_groups(batch: pa.RecordBatch) -> tuple[list[tuple[str, int]], np.ndarray, np.ndarray]:
+    """The batch's (topic, queue_id) pairs in sorted order, each row's index among them, and their counts."""
+    topics = batch.column("topic").dictionary_encode()
+    key = topics.indices.to_numpy().astype(np.int64) * (1 << 32) + batch.column("queue_id").to_numpy().astype(np.int64)
+    unique, inverse = np.unique(key, return_inverse=True)
+    names = topics.dictionary.to_pylist()
+    pairs = [(names[k >> 32], k & 0xFFFFFFFF) for k in unique.tolist()]
+    return pairs, inverse.reshape(-1), np.bincount(inverse.reshape(-1), minlength=len(unique))
+
+
+@dataclass(frozen=True)
+class _Stage:
+    """Step 1 on an executor: complete a partition's rows and stage them, or report the first refused row."""
+
+    root: str
+    frame: "EncodedFrame"
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        pid = TaskContext.get().partitionId()
+        fs, base = filesystem(self.root)
+        path = f"{base}/{pid}-{uuid.uuid4().hex}.arrows"
+        rows = nbytes = 0
+        counts: dict[tuple[str, int], int] = {}
+        refused = None
+        with fs.open_output_stream(path) as out, pa.ipc.new_stream(out, _STAGED) as writer:
+            for b in batches:
+                if not b.num_rows:
+                    continue
+                errors, properties = self.frame.refusals(b)
+                bad = pc.is_valid(errors)
+                if pc.any(bad).as_py():
+                    i = pc.index(bad, True).as_py()
+                    refused = json.dumps({"error": errors[i].as_py(), "topic": b.column("topic")[i].as_py(),
+                                          "queue_id": b.column("queue_id")[i].as_py(), "partition": pid})
+                    break
+                cols = self.frame.complete(b, properties, pid, rows)
+                writer.write_batch(pa.RecordBatch.from_arrays([cols[f.name].cast(f.type) for f in _STAGED],
+                                                              schema=_STAGED))
+                pairs, _, n = _queue_groups(b)
+                for pair, c in zip(pairs, n.tolist()):
+                    counts[pair] = counts.get(pair, 0) + c
+                rows += b.num_rows
+                nbytes += int(pc.sum(b.column("size")).as_py())
+        if refused is not None:
+            fs.delete_file(path)
+            rows = nbytes = 0
+        row = {"partition": pid, "path": self.root + path[len(base):], "rows": rows, "bytes": nbytes,
+               "queues": json.dumps([[t, q, n] for (t, q), n in counts.items()]), "refused": refused}
+        yield pa.RecordBatch.from_pylist([row], schema=_STAGED_ARROW)
+
+
+@dataclass(frozen=True)
+class _StagedPart:
+    """One staged partition and where its messages go: its first physical offset and per-queue offsets."""
+
+    path: str
+    physical_base: int
+    queue_bases: Mapping[tuple[str, int], int]
+    rows: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class _Place:
+    """Step 2 on the executors: task ``i`` places the staged partitions of ``groups[i]`` as commitlog rows."""
+
+    groups: Sequence[Sequence[_StagedPart]]
     store_timestamp: dt.datetime
     store_host: str
     msg_id_prefix: str
     sysflag_bits: int
-    frame: "EncodedFrame"
 
-    def place(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """Give one partition's encoded rows their offsets and msg ids, as commitlog rows (on an executor).
+    def __call__(self, tasks: Iterator[pa.RecordBatch]) -> Iterator[dict[str, pa.RecordBatch]]:
+        for task in tasks:
+            for i in task.column(0).to_pylist():
+                for part in self.groups[i]:
+                    for batch in self._place(part):
+                        yield {"commitlog": batch}
 
-        Fails the task, so that nothing is committed, when the partition is not the one the first
-        pass counted.
-        """
-        from pyspark import TaskContext
+    def _place(self, part: _StagedPart) -> Iterator[pa.RecordBatch]:
+        fs, path = filesystem(part.path)
+        phys = part.physical_base
+        counters = dict(part.queue_bases)
+        seen_rows = 0
+        with fs.open_input_stream(path) as source:
+            for b in pa.ipc.open_stream(source):
+                sizes = b.column("size").to_numpy().astype(np.int64)
+                ends = np.cumsum(sizes)
+                offsets = phys + ends - sizes
+                phys += int(ends[-1])
+                seen_rows += b.num_rows
+                yield self._row_batch(b, offsets, self._queue_offsets(b, counters))
+        if (seen_rows, phys - part.physical_base) != (part.rows, part.bytes):
+            raise RuntimeError(f"staged file {part.path} holds {seen_rows} rows, {phys - part.physical_base} bytes; "
+                               f"expected {part.rows}, {part.bytes}")
 
-        pid = TaskContext.get().partitionId()
-        phys = self.phys_base.get(pid, 0)
-        counters: dict[tuple[str, int], int] = {}
-        seen_rows = seen_bytes = 0
-        for b in batches:
-            if b.num_rows == 0:
-                continue
-            sizes = b.column("size").to_numpy().astype(np.int64)
-            ends = np.cumsum(sizes)
-            offsets = phys + ends - sizes
-            phys += int(ends[-1])
-            seen_rows += b.num_rows
-            seen_bytes += int(ends[-1])
-            yield self._row_batch(b, offsets, self._queue_offsets(pid, b, counters), pid, seen_rows - b.num_rows)
-        if (seen_rows, seen_bytes) != self.expected.get(pid, (0, 0)):
-            raise RuntimeError(f"{_INPUT_CHANGED}: partition {pid} expected {self.expected.get(pid)}, "
-                               f"saw {(seen_rows, seen_bytes)}; persist the DataFrame before sending")
-
-    def _queue_offsets(self, pid: int, b: pa.RecordBatch, counters: dict) -> np.ndarray:
-        topics = b.column("topic").dictionary_encode()
-        t_idx = topics.indices.to_numpy().astype(np.int64)
-        q = b.column("queue_id").to_numpy().astype(np.int64)
-        key = t_idx * (1 << 32) + q
-        uniq, inv = np.unique(key, return_inverse=True)
-        inv = inv.reshape(-1)
-        order = np.argsort(inv, kind="stable")
-        counts = np.bincount(inv, minlength=len(uniq))
+    @staticmethod
+    def _queue_offsets(b: pa.RecordBatch, counters: dict[tuple[str, int], int]) -> np.ndarray:
+        pairs, inverse, counts = _queue_groups(b)
+        order = np.argsort(inverse, kind="stable")
         starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
-        rank = np.empty(len(inv), dtype=np.int64)
-        rank[order] = np.arange(len(inv)) - np.repeat(starts, counts)
-        bases = np.empty(len(uniq), dtype=np.int64)
-        names = topics.dictionary.to_pylist()
-        for i, k in enumerate(uniq.tolist()):
-            qk = (names[k >> 32], k & 0xFFFFFFFF)
-            if qk not in counters:
-                counters[qk] = self.queue_base[(pid, *qk)]
-            bases[i] = counters[qk]
-            counters[qk] += int(counts[i])
-        return bases[inv] + rank
+        rank = np.empty(len(inverse), dtype=np.int64)
+        rank[order] = np.arange(len(inverse)) - np.repeat(starts, counts)
+        bases = np.empty(len(pairs), dtype=np.int64)
+        for i, pair in enumerate(pairs):
+            bases[i] = counters[pair]
+            counters[pair] += int(counts[i])
+        return bases[inverse] + rank
 
-    def _row_batch(self, b: pa.RecordBatch, offsets: np.ndarray, queue_offsets: np.ndarray, pid: int,
-                   first_row: int) -> pa.RecordBatch:
+    def _row_batch(self, b: pa.RecordBatch, offsets: np.ndarray, queue_offsets: np.ndarray) -> pa.RecordBatch:
         n = b.num_rows
-        cols = self.frame.complete(b, pid, first_row)
+        cols = {name: b.column(name) for name in b.schema.names}
         cols["physical_offset"] = pa.array(offsets, pa.int64())
         cols["queue_offset"] = pa.array(queue_offsets, pa.int64())
         cols["store_timestamp"] = pa.array([self.store_timestamp], COMMITLOG.arrow.field("store_timestamp").type).take(np.zeros(n, dtype=np.int64))

@@ -34,10 +34,10 @@ from storelib.commitlog import COMMITLOG_MARKER
 from storelib.config import StoreConfig
 from storelib.filter.summary import record_summaries, summarizer_for
 from storelib.errors import ConcurrentWriteError
-from storelib.dispatch_request import REQUEST_COLUMNS, CommitlogFiles, DispatchRequests, contiguous_groups
+from storelib.dispatch_request import REQUEST_COLUMNS, CommitlogFiles, DispatchRequests
 from storelib.message import MessageConst, SysFlag
 from storelib.tables import CommitConflict, Prune, Table, WrittenFile
-from storelib.writer import Target, write_split
+from storelib.writer import Target, contiguous_groups, write_split
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -31,7 +31,7 @@ from storelib.message import MessageConst, SysFlag
 from storelib.schema import CONSUME_QUEUE, CONSUME_QUEUE_EXT, INDEX
 from storelib.topics import SCHEDULE_TOPIC
 
-__all__ = ["DispatchRequests", "CommitlogFiles", "REQUEST_COLUMNS", "deliver_times", "contiguous_groups"]
+__all__ = ["DispatchRequests", "CommitlogFiles", "REQUEST_COLUMNS", "deliver_times"]
 
 #: The commitlog columns a dispatch reads (plus ``properties`` when a delay level or bitmap needs it).
 REQUEST_COLUMNS = ("physical_offset", "size", "topic", "queue_id", "queue_offset", "store_timestamp", "sysflag",
@@ -164,20 +164,3 @@ class CommitlogFiles:
                 delay = pc.if_else(scheduled, delay, pa.scalar(None, pa.string()))
                 batch = pa.RecordBatch.from_arrays([*batch.columns[:-1], delay], names=[*REQUEST_COLUMNS, "delay"])
             yield batch
-
-
-def contiguous_groups(paths: Sequence[str], sizes: Sequence[int], groups: int) -> list[list[str]]:
-    """``paths`` (in commitlog order) cut into at most ``groups`` contiguous runs of about equal size.
-
-    >>> contiguous_groups(["a", "b", "c", "d"], [10, 10, 10, 30], 2)
-    [['a', 'b', 'c'], ['d']]
-    """
-    total = max(1, sum(sizes))
-    out: list[list[str]] = []
-    done = 0
-    for path, size in zip(paths, sizes):
-        if not out or (done >= total * len(out) / groups and len(out) < groups):
-            out.append([])
-        out[-1].append(path)
-        done += size
-    return out

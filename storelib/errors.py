@@ -28,7 +28,6 @@ __all__ = [
     "MessageIdError",
     "MessageNotFoundError",
     "ConcurrentWriteError",
-    "InputChangedError",
     "DispatchError",
     "StoreStateError",
     "ConfigError",
@@ -130,10 +129,6 @@ class MessageNotFoundError(StoreError):
 
 class ConcurrentWriteError(StoreError):
     """Another writer kept winning the same Delta commit; nothing of ours was committed."""
-
-
-class InputChangedError(StoreError):
-    """A DataFrame of messages gave different rows on its two reads; nothing was written."""
 
 
 class DispatchError(StoreError):

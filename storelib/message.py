@@ -9,6 +9,7 @@ True
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
@@ -43,6 +44,9 @@ class MessageConst:
     DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
     DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
     KEY_SEPARATOR = " "
+    #: MessageDecoder's separators in the encoded properties string: name \x01 value \x02 ...
+    NAME_VALUE_SEPARATOR = "\x01"
+    PROPERTY_SEPARATOR = "\x02"
 
 
 #: ``MessageConst.STRING_HASH_SET``: names ``putUserProperty`` refuses.
@@ -56,6 +60,13 @@ RESERVED_PROPERTIES = frozenset({
     "TIMER_ENQUEUE_MS", "TIMER_DEQUEUE_MS", "TIMER_ROLL_TIMES", "TIMER_OUT_MS", "TIMER_DEL_UNIQKEY",
     "TIMER_DELAY_LEVEL", "__BORNHOST", "BORN_TIMESTAMP", "DLQ_ORIGIN_TOPIC", "DLQ_ORIGIN_MESSAGE_ID", "__CRC32#",
 })
+
+#: A property name or value may not hold MessageDecoder's separators: the broker would split it there.
+SEPARATORS_PATTERN = "[\x01\x02]"
+SEPARATORS_REASON = ("a property name or value can not hold \\u0001 or \\u0002, the separators of RocketMQ's "
+                     "encoded properties")
+#: How a DataFrame send carries property names (and values) from Spark to the executors' Python: joined by it.
+PROPERTY_JOIN = MessageConst.NAME_VALUE_SEPARATOR
 
 
 class SysFlag:
@@ -155,4 +166,6 @@ def validate_message(msg: Message, *, max_body: int, where: str | None = None) -
         if not name.strip() or not value.strip():
             raise InvalidPropertyError(f"properties[{name!r}]", "the name or value of a property can not be blank",
                                        value=value, where=where)
+        if re.search(SEPARATORS_PATTERN, name + value):
+            raise InvalidPropertyError(f"properties[{name!r}]", SEPARATORS_REASON, value=value, where=where)
     return msg

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from storelib import arrays, codec
 from storelib.commitlog import EncodedMessage, now_millis
@@ -28,7 +29,11 @@ from storelib.config import StoreConfig
 from storelib.errors import (BodyTooLargeError, InvalidPropertyError, InvalidQueueIdError, InvalidTopicError,
                              MessageError, ReservedPropertyError, ReservedTopicError, StoreError,
                              TopicNotFoundError, TopicPermissionError)
-from storelib.message import RESERVED_PROPERTIES, Message, MessageConst, SysFlag, validate_message
+from storelib.message import (PROPERTY_JOIN, RESERVED_PROPERTIES, SEPARATORS_REASON, Message,
+                              MessageConst, SysFlag, validate_message)
+
+#: How a null property value crosses from Spark (it is refused as blank): a separator, which no value may hold.
+NULL_VALUE = MessageConst.PROPERTY_SEPARATOR
 from storelib.topics import (NOT_ALLOWED_SEND_TOPICS, RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX,
                              RETRY_OR_DLQ_TOPIC_MAX_LENGTH, TOPIC_MAX_LENGTH, TopicConfig)
 
@@ -98,7 +103,7 @@ class Producer:
 
     # ---- DataFrames ------------------------------------------------------------------------
     def encode_dataframe(self, df: "DataFrame", topics: Mapping[str, TopicConfig]) -> "DataFrame":
-        """Encoded rows plus ``_error`` (why a row is refused, or null) and ``_pid``; not yet checked."""
+        """Encoded rows plus ``_error`` (why a row is refused, or null); not yet checked."""
         from pyspark.sql import functions as F
         from pyspark.sql.types import ArrayType, StringType
 
@@ -151,9 +156,21 @@ class Producer:
         return df.select(
             topic.alias("topic"), chosen.cast("int").alias("queue_id"),
             F.crc32(body).bitwiseAND(F.lit(0x7FFFFFFF)).cast("int").alias("body_crc"),
-            user.alias("properties"), body.alias("body"), tags.alias("tags"), keys.alias("keys"), *optional,
-            error.alias("_error"), pid.alias("_pid"), size.alias("size"),
+            *self._joined_properties(user), body.alias("body"), tags.alias("tags"), keys.alias("keys"), *optional,
+            error.alias("_error"), size.alias("size"),
         )
+
+    @staticmethod
+    def _joined_properties(user: "Column") -> list["Column"]:
+        """The user properties as two strings, names and values each joined by NAME_VALUE_SEPARATOR
+        (null when there are none): strings cross from Spark to Python far cheaper than a map.
+        A null value is joined as :data:`NULL_VALUE`. :meth:`EncodedFrame.refusals` checks them."""
+        from pyspark.sql import functions as F
+
+        some = F.size(user) > 0
+        return [F.when(some, F.array_join(F.map_keys(user), PROPERTY_JOIN)).alias("property_names"),
+                F.when(some, F.array_join(F.map_values(user), PROPERTY_JOIN, NULL_VALUE)).alias("property_values"),
+                F.size(user).alias("property_count")]
 
     def frame_defaults(self) -> "EncodedFrame":
         """What :meth:`encode_dataframe` leaves to the commitlog writer: per-send constants and UNIQ_KEYs."""
@@ -190,31 +207,26 @@ class Producer:
             (F.length(body) > self.config.max_message_size,
              f"BodyTooLargeError|body|is over the maximum of {self.config.max_message_size} bytes"),
             (queue_id.isNotNull() & ((queue_id < 0) | (queue_id >= nqueues)), "InvalidQueueIdError|queue_id|is outside [0, writeQueueNums) of the topic"),
-            (F.exists(F.map_keys(user), lambda k: k.isin(*sorted(RESERVED_PROPERTIES))), "ReservedPropertyError|properties|uses a name reserved by the system"),
-            (F.exists(F.map_entries(user), lambda e: (F.trim(e["key"]) == "") | e["value"].isNull() | (F.trim(e["value"]) == "")),
-             "InvalidPropertyError|properties|the name or value of a property can not be blank"),
         ]
         if "keys" in df.columns and isinstance(df.schema["keys"].dataType, ArrayType):
-            errors.append((F.exists(F.col("keys"), lambda k: k.isNull()), "MessageError|keys|every key must be a string"))
+            # array_join skips null elements unless told what to put there: the lengths differ iff one is null.
+            nulls = F.length(F.array_join(F.col("keys"), " ")) != F.length(F.array_join(F.col("keys"), " ", "?"))
+            errors.append((nulls, "MessageError|keys|every key must be a string"))
+        # The properties are checked by the executors (EncodedFrame.refusals), over whole batches.
         error = F.lit(None).cast("string")
         for cond, text in reversed(errors):
             error = F.when(F.coalesce(cond, F.lit(False)), F.lit(text)).otherwise(error)
         return error
 
     @staticmethod
-    def check_encoded(encoded: "DataFrame") -> None:
-        """Raise the typed error of the first refused row, if any row is refused."""
-        from pyspark.sql import functions as F
-
-        bad = encoded.where(F.col("_error").isNotNull()).select("_error", "topic", "queue_id", "_pid").first()
-        if bad is None:
-            return
-        kind, field, reason = bad["_error"].split("|", 2)
+    def refuse(bad: Mapping[str, object]) -> None:
+        """Raise the typed error of a refused row (``error``, ``topic``, ``queue_id``, ``partition``)."""
+        kind, field, reason = str(bad["error"]).split("|", 2)
         cls = {c.__name__: c for c in (InvalidTopicError, ReservedTopicError, TopicNotFoundError, TopicPermissionError,
                                        MessageError, BodyTooLargeError, InvalidQueueIdError, ReservedPropertyError,
                                        InvalidPropertyError)}.get(kind, StoreError)
         extra = {"value": bad["topic"]} if field == "topic" else {}
-        raise cls(field, reason, where=f"DataFrame partition {bad['_pid']}, topic {bad['topic']!r}; nothing was written",
+        raise cls(field, reason, where=f"DataFrame partition {bad['partition']}, topic {bad['topic']!r}; nothing was written",
                   **extra)
 
 
@@ -247,17 +259,54 @@ class EncodedFrame:
     defaults: Mapping[str, object]
     uniq: UniqKeys
 
-    def complete(self, batch: pa.RecordBatch, partition: int, first_row: int) -> dict[str, pa.Array]:
-        """The batch's columns plus the defaults, ``uniq_key``, and the system properties (TAGS, KEYS
-        and UNIQ_KEY after the user's) in ``properties``."""
+    def refusals(self, batch: pa.RecordBatch) -> tuple[pa.Array, pa.MapArray | None]:
+        """Why each row is refused (``ErrorClass|field|reason``, the first failing check), or null:
+        Spark's ``_error``, else the checks ``putUserProperty`` and the properties encoding imply.
+        Also the user properties as a map (None when some row is refused for its properties)."""
+        n = batch.num_rows
+        joined_names, joined_values = batch.column("property_names"), batch.column("property_values")
+        names = pc.split_pattern(joined_names, PROPERTY_JOIN)
+        values = pc.split_pattern(joined_values, PROPERTY_JOIN)
+        count = batch.column("property_count").to_numpy(zero_copy_only=False)
+        flat_names, flat_values = pc.list_flatten(names), pc.list_flatten(values)
+
+        def rows_with(lists: pa.Array, entries: pa.Array) -> np.ndarray:
+            hit = np.zeros(n, dtype=bool)
+            hit[pc.list_parent_indices(lists).to_numpy()[entries.to_numpy(zero_copy_only=False)]] = True
+            return hit
+
+        def holds(joined: pa.Array) -> np.ndarray:
+            found = pc.match_substring(joined, MessageConst.PROPERTY_SEPARATOR)
+            return pc.fill_null(found, False).to_numpy(zero_copy_only=False)
+
+        reserved = rows_with(names, pc.is_in(flat_names, value_set=pa.array(sorted(RESERVED_PROPERTIES))))
+        blank = (rows_with(names, pc.equal(pc.ascii_trim(flat_names, " "), ""))
+                 | rows_with(values, pc.or_(pc.equal(pc.ascii_trim(flat_values, " "), ""),
+                                            pc.equal(flat_values, NULL_VALUE))))
+        # A NAME_VALUE_SEPARATOR inside a name or value splits it into more entries than the map has.
+        separators = ((pc.fill_null(pc.list_value_length(names), 0).to_numpy(zero_copy_only=False) != count)
+                      | (pc.fill_null(pc.list_value_length(values), 0).to_numpy(zero_copy_only=False) != count)
+                      | holds(joined_names) | holds(joined_values))
+        code = np.select([reserved, blank, separators], [1, 2, 3], default=0)
+        if not code.any():
+            return batch.column("_error"), pa.MapArray.from_arrays(names.offsets, flat_names, flat_values)
+        found = pa.array([None, "ReservedPropertyError|properties|uses a name reserved by the system",
+                          "InvalidPropertyError|properties|the name or value of a property can not be blank",
+                          f"InvalidPropertyError|properties|{SEPARATORS_REASON}"], pa.string()).take(pa.array(code))
+        return pc.coalesce(batch.column("_error"), found), None
+
+    def complete(self, batch: pa.RecordBatch, properties: pa.MapArray, partition: int,
+                 first_row: int) -> dict[str, pa.Array]:
+        """The batch's columns plus the defaults, ``uniq_key``, and ``properties``: the user's
+        (from :meth:`refusals`), then TAGS, KEYS and UNIQ_KEY where present."""
         from storelib.schema import COMMITLOG
 
         n = batch.num_rows
         cols = {name: batch.column(name) for name in batch.schema.names}
         for name, value in self.defaults.items():
             if name not in cols:
-                cols[name] = pa.array([value], COMMITLOG.arrow.field(name).type).take(np.zeros(n, dtype=np.int64))
+                cols[name] = pa.repeat(pa.scalar(value, COMMITLOG.arrow.field(name).type), n)
         cols["uniq_key"] = self.uniq.for_rows(partition, first_row, n)
-        cols["properties"] = arrays.append_entries(cols["properties"], [
+        cols["properties"] = arrays.append_entries(properties, [
             (MessageConst.TAGS, cols["tags"]), (MessageConst.KEYS, cols["keys"]), (MessageConst.UNIQ_KEY, cols["uniq_key"])])
         return cols

@@ -54,6 +54,8 @@ class TableSpec:
     ``dictionary``: the (leaf) columns worth dictionary encoding, the repetitive ones; None for all.
     Trying a dictionary on a column of unique values (offsets, bodies, ids) costs about as much
     as writing it, and the writer then drops it anyway.
+    ``statistics``: the columns whose min/max the files keep (for skipping files and row groups);
+    None for all. Bodies and property maps are never searched by range.
     """
 
     name: str
@@ -63,6 +65,7 @@ class TableSpec:
     description: str = ""
     row_group_rows: int = 64 * 1024
     dictionary: tuple[str, ...] | None = None
+    statistics: tuple[str, ...] | None = None
 
     @property
     def columns(self) -> list[str]:
@@ -98,6 +101,8 @@ COMMITLOG = TableSpec(
     row_group_rows=8 * 1024,  # a pull of 32 messages decodes ~1 MiB, not a 64k-message row group
     dictionary=("topic", "queue_id", "sysflag", "flag", "born_timestamp", "born_host", "store_timestamp", "store_host",
                 "reconsume_times", "prepared_transaction_offset", "properties.key_value.key", "tags"),
+    statistics=("physical_offset", "size", "topic", "queue_id", "queue_offset", "sysflag", "born_timestamp",
+                "store_timestamp", "tags"),
 )
 
 CONSUME_QUEUE = TableSpec(

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from storelib.commitlog import AppendResult, CommitLog
 from storelib.config import StoreConfig
 from storelib.dispatch import Dispatcher, DispatchResult
-from storelib.errors import InputChangedError, InvalidQueueIdError, ReservedTopicError
+from storelib.errors import InvalidQueueIdError, ReservedTopicError
 from storelib.message import Message, SendResult
 from storelib.producer import Producer
 from storelib.groups import GroupConfig, GroupConfigTable
@@ -124,34 +124,16 @@ class MessageStore:
         return [SendResult("SEND_OK", r["msg_id"], r["uniq_key"], r["topic"], r["queue_id"], r["queue_offset"],
                            r["physical_offset"]) for r in result.rows]
 
-    def send_dataframe(self, df: "DataFrame", persist: bool | None = None) -> AppendResult:
+    def send_dataframe(self, df: "DataFrame") -> AppendResult:
         """Store a DataFrame of messages in one atomic commit, written by the executors.
 
         Columns: ``topic`` (required), ``body``, ``tags``, ``keys``, ``properties``, ``queue_id``,
         ``flag``, ``born_timestamp``, ``born_host`` (see :data:`storelib.producer.DATAFRAME_COLUMNS`).
-        Every row is checked first; one bad row fails the whole send with a typed error and writes nothing.
-
-        The DataFrame is read twice (sizes, then offsets and files). ``persist`` caches it between
-        the reads; by default only a DataFrame whose plan Spark calls nondeterministic is cached,
-        and one that still changes is cached and sent again.
+        Every row is checked; one bad row fails the whole send with a typed error and writes nothing.
+        The DataFrame is read once, so it need not be deterministic or persisted.
         """
-        from pyspark import StorageLevel
-
-        if persist is None:
-            persist = not _deterministic(df)
         encoded = self.producer.encode_dataframe(df, self.topics.all())
-        if persist:
-            encoded = encoded.persist(StorageLevel.MEMORY_AND_DISK)
-        try:
-            return self.commitlog.append_dataframe(encoded, Producer.check_encoded, self.producer.frame_defaults())
-        except InputChangedError:
-            if persist:
-                raise
-            log.warning("send_dataframe: input changed between reads; sending again from a persisted copy")
-            return self.send_dataframe(df, persist=True)
-        finally:
-            if persist:
-                encoded.unpersist()
+        return self.commitlog.append_dataframe(encoded, self.producer.frame_defaults(), Producer.refuse)
 
     def send_back(self, msg: "StoredMessage", group: str, delay_level: int = 0,
                   max_reconsume_times: int | None = None) -> SendResult:
@@ -500,11 +482,3 @@ class MessageStore:
                                                between={"queue_offset": (begin, hi)}))
         return df.where((F.col("topic") == topic) & (F.col("queue_id") == queue_id)
                         & (F.col("queue_offset") >= begin) & (F.col("queue_offset") <= hi))
-
-
-def _deterministic(df: "DataFrame") -> bool:
-    """Whether Spark calls the DataFrame's plan deterministic (False where it cannot tell)."""
-    try:
-        return bool(df._jdf.queryExecution().analyzed().deterministic())
-    except Exception:  # Spark Connect and other sessions without the JVM plan
-        return False

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Protocol, Sequence, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -32,7 +32,9 @@ from storelib.tables import Table, WrittenFile, filesystem
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["FileSink", "Summarizer", "Target", "write_dataframe", "write_split", "WRITTEN_FILE_DDL"]
+__all__ = ["FileSink", "Summarizer", "Target", "write_dataframe", "write_split", "contiguous_groups", "WRITTEN_FILE_DDL"]
+
+T = TypeVar("T")
 
 WRITTEN_FILE_DDL = "table string, path string, size long, num_records long, stats string, summary string"
 _STATS_STRING_PREFIX = 32
@@ -62,9 +64,11 @@ class FileSink:
 
     def __init__(self, root: str, schema: pa.Schema, *, cluster_by: Sequence[str] = (),
                  target_file_size: int = 128 * 1024 * 1024, prefix: str = "part", row_group_rows: int = 64 * 1024,
-                 summarize: Summarizer | None = None, dictionary: Sequence[str] | None = None):
+                 summarize: Summarizer | None = None, dictionary: Sequence[str] | None = None,
+                 statistics: Sequence[str] | None = None):
         self.root = root.rstrip("/")
         self.dictionary = True if dictionary is None else list(dictionary)
+        self.statistics = True if statistics is None else list(statistics)
         self.summarize = summarize
         self.schema = schema
         self.cluster_by = list(cluster_by)
@@ -80,7 +84,8 @@ class FileSink:
             for key, part in _groups(batch, self.cluster_by):
                 f = self._open.get(key)
                 if f is None:
-                    f = self._open[key] = _OpenFile(self.root, self.schema, self.prefix, self.summarize, self.dictionary)
+                    f = self._open[key] = _OpenFile(self.root, self.schema, self.prefix, self.summarize, self.dictionary,
+                                                    self.statistics)
                 f.add(part, self.row_group_rows)
                 if f.bytes >= self.target:
                     self.files.append(self._open.pop(key).close())
@@ -107,14 +112,14 @@ class _OpenFile:
     """One Parquet file being written: buffered rows, running statistics."""
 
     def __init__(self, root: str, schema: pa.Schema, prefix: str, summarize: Summarizer | None = None,
-                 dictionary: bool | list[str] = True):
+                 dictionary: bool | list[str] = True, statistics: bool | list[str] = True):
         self.summarize = summarize
         self.summary = summarize.start() if summarize else None
         self.name = f"{prefix}-{uuid.uuid4().hex}.c000.zstd.parquet"
         self.fs, base = filesystem(root)
         self.path = f"{base}/{self.name}"
         self.writer = pq.ParquetWriter(self.path, schema, filesystem=self.fs, compression="zstd",
-                                       write_statistics=True, use_dictionary=dictionary)
+                                       write_statistics=statistics, use_dictionary=dictionary)
         self.schema = schema
         self.pending: list[pa.RecordBatch] = []
         self.pending_rows = 0
@@ -176,18 +181,20 @@ class Target:
     prefix: str = "part"
     summarize: Summarizer | None = None
     dictionary: tuple[str, ...] | None = None
+    statistics: tuple[str, ...] | None = None
 
     @classmethod
     def of(cls, table: Table, *, cluster_by: Sequence[str] | None = None, target_file_size: int = 128 * 1024 * 1024,
            prefix: str = "part", summarize: Summarizer | None = None) -> "Target":
         """The target for ``table``: its path, schema and row group size; clustered by ``cluster_by``."""
         return cls(table.path, table.spec.arrow, tuple(table.spec.cluster_by if cluster_by is None else cluster_by),
-                   target_file_size, table.spec.row_group_rows, prefix, summarize, table.spec.dictionary)
+                   target_file_size, table.spec.row_group_rows, prefix, summarize, table.spec.dictionary,
+                   table.spec.statistics)
 
     def sink(self) -> FileSink:
         return FileSink(self.root, self.schema, cluster_by=self.cluster_by, target_file_size=self.target_file_size,
                         prefix=self.prefix, row_group_rows=self.row_group_rows, summarize=self.summarize,
-                        dictionary=self.dictionary)
+                        dictionary=self.dictionary, statistics=self.statistics)
 
 
 def write_split(df: "DataFrame", targets: Mapping[str, Target],
@@ -334,3 +341,21 @@ def _iso(ts, up: bool) -> str:
     if up and ms != ts:
         ms += _dt.timedelta(milliseconds=1)
     return ms.astimezone(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms.microsecond // 1000:03d}Z"
+
+
+def contiguous_groups(items: Sequence[T], sizes: Sequence[int], groups: int) -> list[list[T]]:
+    """``items`` (in order) cut into at most ``groups`` contiguous runs of about equal total size:
+    the work of each task of a job over files, keeping each task's files in order.
+
+    >>> contiguous_groups(["a", "b", "c", "d"], [10, 10, 10, 30], 2)
+    [['a', 'b', 'c'], ['d']]
+    """
+    total = max(1, sum(sizes))
+    out: list[list[T]] = []
+    done = 0
+    for item, size in zip(items, sizes):
+        if not out or (done >= total * len(out) / groups and len(out) < groups):
+            out.append([])
+        out[-1].append(item)
+        done += size
+    return out

@@ -28,6 +28,8 @@ BAD_MESSAGES = [
     pytest.param(Message("TopicTest", properties={"k": " "}), InvalidPropertyError, "properties['k']", id="blank-value"),
     pytest.param(Message("TopicTest", properties={"UNIQ_KEY": "x"}), ReservedPropertyError, "properties['UNIQ_KEY']", id="reserved-prop"),
     pytest.param(Message("TopicTest", properties={"DELAY": "3"}), ReservedPropertyError, "properties['DELAY']", id="reserved-delay"),
+    pytest.param(Message("TopicTest", properties={"k": "a\x02b"}), InvalidPropertyError, "properties['k']", id="separator-value"),
+    pytest.param(Message("TopicTest", properties={"k\x01": "v"}), InvalidPropertyError, "properties['k\\x01']", id="separator-name"),
     pytest.param(Message("TopicTest", queue_id=4), InvalidQueueIdError, "queue_id", id="queue-too-high"),
     pytest.param(Message("TopicTest", queue_id=-1), InvalidQueueIdError, "queue_id", id="queue-negative"),
     pytest.param(Message("TopicTest", body="text"), MessageError, "body", id="str-body"),
@@ -95,6 +97,14 @@ BAD_ROWS = [
     pytest.param(lambda: (None, None, F.create_map(F.lit("KEYS"), F.lit("x"))), ReservedPropertyError, "properties", id="reserved"),
     pytest.param(lambda: (None, None, F.create_map(F.lit("k"), F.lit(None).cast("string"))), InvalidPropertyError,
                  "properties", id="null-value"),
+    pytest.param(lambda: (None, None, F.create_map(F.lit("a"), F.lit("1"), F.lit("  "), F.lit("2"))), InvalidPropertyError,
+                 "properties", id="blank-name"),
+    pytest.param(lambda: (None, None, F.create_map(F.lit("a\x01b"), F.lit("1"))), InvalidPropertyError,
+                 "properties", id="name-with-separator"),
+    pytest.param(lambda: (None, None, F.create_map(F.lit("a\x01b"), F.lit("1\x012"))), InvalidPropertyError,
+                 "properties", id="name-and-value-with-separator"),
+    pytest.param(lambda: (None, None, F.create_map(F.lit("a"), F.lit("x\x02"))), InvalidPropertyError,
+                 "properties", id="value-with-separator"),
 ]
 
 
@@ -114,6 +124,26 @@ def test_send_dataframe_refuses_bad_rows(spark, small_store, bad, error, field):
     assert info.value.field == field
     assert "nothing was written" in str(info.value)
     assert commitlog_version(small_store) == before
+
+
+def test_send_dataframe_refuses_null_keys(spark, small_store):
+    df = spark.range(5).select(F.lit("TopicTest").alias("topic"),
+                               F.when(F.col("id") == 3, F.array(F.lit("a"), F.lit(None).cast("string")))
+                               .otherwise(F.array(F.lit("a"), F.lit("b"))).alias("keys"))
+    with pytest.raises(MessageError, match="every key must be a string"):
+        small_store.send_dataframe(df)
+
+
+def test_send_dataframe_accepts_good_properties_of_every_shape(spark, small_store):
+    """No properties, one, several: stored as given, the system ones added."""
+    df = spark.range(4).select(F.lit("TopicTest").alias("topic"), F.col("id").cast("int").alias("queue_id"),
+                               F.when(F.col("id") == 0, F.lit(None))
+                               .when(F.col("id") == 1, F.create_map(F.lit("a"), F.lit("1")))
+                               .otherwise(F.create_map(F.lit("a"), F.lit("1"), F.lit("b c"), F.lit(" x ")))
+                               .cast("map<string,string>").alias("properties"))
+    small_store.send_dataframe(df)
+    got = {r.queue_id: {k: v for k, v in r.properties.items() if k != "UNIQ_KEY"} for r in small_store.messages().collect()}
+    assert got == {0: {}, 1: {"a": "1"}, 2: {"a": "1", "b c": " x "}, 3: {"a": "1", "b c": " x "}}
 
 
 def test_send_dataframe_refuses_oversize_body(spark, small_store):
