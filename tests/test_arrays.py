@@ -1,0 +1,98 @@
+"""storelib.arrays: RocketMQ's encodings over whole Arrow arrays, checked against storelib.codec and RocketMQ."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from conformance import load_cases
+
+from storelib import arrays, codec
+
+
+def utf8_cases(name: str) -> list[dict]:
+    """The conformance cases whose strings Arrow can hold (valid UTF-8: no unpaired surrogates)."""
+    out = []
+    for case in load_cases(name)["cases"]:
+        try:
+            "".join(str(v) for v in case.values()).encode("utf-8")
+        except UnicodeEncodeError:
+            continue
+        out.append(case)
+    return out
+
+
+class TestJavaHashCodes:
+    @pytest.mark.parametrize("strings", [
+        [], [None], [""], ["a", "ab", "Aa", "BB"], ["polygenelubricants"], ["\U0001F600", "é中", "a\U0001F600b"],
+        ["x" * 5000, "y"],  # one long string among short ones: the sparse fold
+    ])
+    def test_literals(self, strings):
+        expected = [codec.java_string_hash(s) if s is not None else 0 for s in strings]
+        assert arrays.java_hash_codes(pa.array(strings, pa.string())).tolist() == expected
+
+    def test_random_strings_and_slices(self):
+        rnd = random.Random(11)
+        alphabet = "abcXYZ019 #|é中\u0800\uffff😀"
+        for longest in (1, 8, 40, 300):
+            strings = ["".join(rnd.choice(alphabet) for _ in range(rnd.randrange(longest + 1)))
+                       if rnd.random() > 0.1 else None for _ in range(2000)]
+            expected = [codec.java_string_hash(s) if s is not None else 0 for s in strings]
+            array = pa.array(strings, pa.string())
+            assert arrays.java_hash_codes(array).tolist() == expected
+            assert arrays.java_hash_codes(array.slice(123, 700)).tolist() == expected[123:823]
+            assert arrays.java_hash_codes(pa.chunked_array([array.slice(0, 5), array.slice(5)])).tolist() == expected
+
+    def test_tags_conformance(self):
+        cases = utf8_cases("tags_hash_cases.json")
+        got = arrays.tags_codes(pa.array([c["tag"] for c in cases], pa.string())).tolist()
+        assert got == [c["tagsCode"] for c in cases]
+
+    def test_no_tags_is_zero(self):
+        assert arrays.tags_codes(pa.array([None, ""], pa.string())).tolist() == [0, 0]
+
+
+class TestIndexKeyHashes:
+    def test_conformance(self):
+        cases = utf8_cases("index_key_cases.json")
+        got = arrays.index_key_hashes(pa.array([c["topic"] for c in cases]), pa.array([c["key"] for c in cases]))
+        assert got.tolist() == [c["keyHash"] for c in cases]
+
+    def test_matches_codec_over_many_topics(self):
+        rnd = random.Random(5)
+        topics = [rnd.choice(["TopicTest", "T2", "Tö", "%RETRY%G"]) for _ in range(3000)]
+        keys = ["".join(rnd.choice("ab #é😀") for _ in range(rnd.randrange(1, 30))) for _ in topics]
+        got = arrays.index_key_hashes(pa.array(topics), pa.array(keys))
+        assert got.tolist() == [codec.index_key_hash(f"{t}#{k}") for t, k in zip(topics, keys)]
+
+
+def test_hex_strings_are_message_ids():
+    offsets = np.array([0, 1, 255, 2**40 + 7, 2**63 - 1], dtype=np.int64)
+    prefix = codec.create_message_id("10.0.0.1", 10911, 0)[:-16]
+    assert arrays.hex_strings(prefix, offsets, 16).to_pylist() == \
+        [codec.create_message_id("10.0.0.1", 10911, int(o)) for o in offsets]
+    assert arrays.hex_strings("", np.array([0xABC], dtype=np.int64), 4).to_pylist() == ["0ABC"]
+
+
+class TestAppendEntries:
+    MAP = pa.map_(pa.string(), pa.string())
+
+    def test_entries_follow_each_row_in_order(self):
+        rnd = random.Random(3)
+        rows = [[(f"k{j}", f"v{i}.{j}") for j in range(rnd.randrange(4))] for i in range(300)]
+        tags = [rnd.choice([None, "T1", "T2"]) for _ in rows]
+        keys = [rnd.choice([None, "a b"]) for _ in rows]
+        uniq = [f"u{i}" for i in range(len(rows))]
+        expected = [r + ([("TAGS", t)] if t else []) + ([("KEYS", k)] if k else []) + [("UNIQ_KEY", u)]
+                    for r, t, k, u in zip(rows, tags, keys, uniq)]
+        maps = pa.array(rows, self.MAP)
+        for lo, hi in ((0, 300), (41, 260)):
+            extra = [("TAGS", pa.array(tags).slice(lo, hi - lo)), ("KEYS", pa.array(keys).slice(lo, hi - lo)),
+                     ("UNIQ_KEY", pa.array(uniq).slice(lo, hi - lo))]
+            assert arrays.append_entries(maps.slice(lo, hi - lo), extra).to_pylist() == expected[lo:hi]
+
+    def test_nothing_to_add(self):
+        maps = pa.array([[("a", "1")], []], self.MAP)
+        assert arrays.append_entries(maps, [("TAGS", pa.nulls(2, pa.string()))]).to_pylist() == [[("a", "1")], []]
