@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["java_hash_codes", "tags_codes", "index_key_hashes", "hex_strings", "append_entries"]
+__all__ = ["java_hash_codes", "tags_codes", "topic_key_prefixes", "index_key_hashes", "hex_strings", "append_entries"]
 
 _POW31 = np.array([1], dtype=np.uint32)
 
@@ -97,17 +97,23 @@ def tags_codes(tags: pa.Array) -> np.ndarray:
     return java_hash_codes(tags).astype(np.int64)
 
 
-def index_key_hashes(topics: pa.Array, keys: pa.Array) -> np.ndarray:
-    """IndexFile key hashes of ``topic#key`` (IndexService.buildKey) as int32: ``abs(hashCode)``, with
-    ``Integer.MIN_VALUE`` giving 0. The hash of ``topic#`` is computed once per distinct topic:
-    ``hash(a + b) = hash(a) * 31^len(b) + hash(b)``."""
+def topic_key_prefixes(topics: pa.Array) -> np.ndarray:
+    """``String.hashCode`` of ``topic#`` for each row (uint32), computed once per distinct topic."""
     encoded = pc.dictionary_encode(topics)
     if isinstance(encoded, pa.ChunkedArray):
         encoded = encoded.combine_chunks()
     prefix, _ = _hashes(pa.array([f"{t}#" for t in encoded.dictionary.to_pylist()], pa.string()))
+    return prefix[encoded.indices.to_numpy()]
+
+
+def index_key_hashes(topics: pa.Array | np.ndarray, keys: pa.Array) -> np.ndarray:
+    """IndexFile key hashes of ``topic#key`` (IndexService.buildKey) as int32: ``abs(hashCode)``, with
+    ``Integer.MIN_VALUE`` giving 0. ``topics`` may be given as :func:`topic_key_prefixes` already:
+    ``hash(a + b) = hash(a) * 31^len(b) + hash(b)``, so no ``topic#key`` string is ever built."""
+    prefixes = topics if isinstance(topics, np.ndarray) else topic_key_prefixes(topics)
     suffix, lengths = _hashes(keys)
     powers = _powers_of_31(int(lengths.max(initial=0)) + 1)
-    full = prefix[encoded.indices.to_numpy()] * powers[lengths] + suffix
+    full = prefixes * powers[lengths] + suffix
     return (np.abs(full.view(np.int32).astype(np.int64)) % (1 << 31)).astype(np.int32)
 
 

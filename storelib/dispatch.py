@@ -197,8 +197,10 @@ class Dispatcher:
             source, split = self._with_bitmaps(rows, subs, delay), requests
         else:
             actions = actions.sort_by("min.physical_offset")
-            paths = [self.commitlog.path_of(p) for p in actions.column("path").to_pylist()]
-            groups = contiguous_groups(paths, actions.column("size_bytes").to_pylist(),
+            files = [(self.commitlog.path_of(p), lo is not None and lo >= low and hi < end) for p, lo, hi in zip(
+                actions.column("path").to_pylist(), actions.column("min.physical_offset").to_pylist(),
+                actions.column("max.physical_offset").to_pylist())]
+            groups = contiguous_groups(files, actions.column("size_bytes").to_pylist(),
                                        max(1, self.spark.sparkContext.defaultParallelism))
             source = self.spark.range(0, len(groups), 1, max(1, len(groups)))
             split = CommitlogFiles(groups, low, end, delay, requests)

@@ -112,16 +112,18 @@ class DispatchRequests:
              bitmap, version], schema=CONSUME_QUEUE_EXT.arrow)
 
     def index(self, b: pa.RecordBatch) -> pa.RecordBatch:
+        prefixes = arrays.topic_key_prefixes(b.column("topic"))
+        uniq = b.column("uniq_key")
         split = pc.split_pattern(b.column("keys"), MessageConst.KEY_SEPARATOR)
-        keys = pa.concat_arrays([b.column("uniq_key"), pc.list_flatten(split)])
-        owner = np.concatenate([np.arange(b.num_rows), pc.list_parent_indices(split).to_numpy()])
-        filled = pc.fill_null(pc.greater(pc.binary_length(keys), 0), False).to_numpy(zero_copy_only=False)
-        keys, owner = keys.filter(pa.array(filled)), owner[filled]
-        order = np.argsort(owner, kind="stable")  # each message's keys together: its UNIQ_KEY first
-        keys, owner = keys.take(pa.array(order)), pa.array(owner[order])
-        hashes = pa.array(arrays.index_key_hashes(b.column("topic").take(owner), keys), pa.int32())
+        keys, parents = pc.list_flatten(split), pc.list_parent_indices(split).to_numpy()
+        hashes, owners = [], []
+        for values, owner in ((uniq, np.arange(b.num_rows)), (keys, parents)):
+            filled = pc.fill_null(pc.greater(pc.binary_length(values), 0), False).to_numpy(zero_copy_only=False)
+            hashes.append(arrays.index_key_hashes(prefixes[owner], values)[filled])
+            owners.append(owner[filled])
+        key_hash, owner = pa.array(np.concatenate(hashes), pa.int32()), pa.array(np.concatenate(owners))
         return pa.RecordBatch.from_arrays(
-            [pc.shift_right(hashes, self.index_shift), hashes, b.column("physical_offset").take(owner),
+            [pc.shift_right(key_hash, self.index_shift), key_hash, b.column("physical_offset").take(owner),
              b.column("store_timestamp").take(owner)], schema=INDEX.arrow)
 
 
@@ -130,10 +132,11 @@ class CommitlogFiles:
     """The commitlog rows of ``[low, end)``, read on the executors with pyarrow and cut by ``requests``.
 
     The Spark job runs over ``spark.range(len(groups))``, one row per task: task ``i`` reads the
-    files of ``groups[i]`` in order, skipping row groups outside the range by their statistics.
+    files of ``groups[i]`` (``(path, whole)``) in order. A file ``whole`` in the range is read as
+    it is; another is filtered, skipping row groups outside the range by their statistics.
     """
 
-    groups: Sequence[Sequence[str]]
+    groups: Sequence[Sequence[tuple[str, bool]]]
     low: int
     end: int
     delay: bool
@@ -143,20 +146,26 @@ class CommitlogFiles:
     def __call__(self, tasks: Iterator[pa.RecordBatch]) -> Iterator[dict[str, pa.RecordBatch]]:
         for task in tasks:
             for i in task.column(0).to_pylist():
-                for path in self.groups[i]:
-                    yield from self.requests(self._read(path))
+                for path, whole in self.groups[i]:
+                    yield from self.requests(self._read(path, whole))
 
-    def _read(self, path: str) -> Iterator[pa.RecordBatch]:
+    def _read(self, path: str, whole: bool = False) -> Iterator[pa.RecordBatch]:
         import pyarrow.dataset as ds
+        import pyarrow.parquet as pq
 
         from storelib.tables import filesystem
 
         fs, local = filesystem(path)
-        fragment = ds.ParquetFileFormat().make_fragment(local, fs)
-        offset = pc.field("physical_offset")
         columns = list(REQUEST_COLUMNS) + (["properties"] if self.delay else [])
-        for batch in fragment.to_batches(columns=columns, filter=(offset >= self.low) & (offset < self.end),
-                                         batch_size=self.batch_rows, use_threads=False):
+        if whole:
+            batches = pq.ParquetFile(fs.open_input_file(local)).iter_batches(
+                batch_size=self.batch_rows, columns=columns, use_threads=False)
+        else:
+            offset = pc.field("physical_offset")
+            batches = ds.ParquetFileFormat().make_fragment(local, fs).to_batches(
+                columns=columns, filter=(offset >= self.low) & (offset < self.end), batch_size=self.batch_rows,
+                use_threads=False)
+        for batch in batches:
             if self.delay:
                 scheduled = pc.equal(batch.column("topic"), SCHEDULE_TOPIC)
                 delay = pc.map_lookup(batch.column("properties"), pa.scalar(MessageConst.DELAY), "first") \

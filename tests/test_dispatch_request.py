@@ -52,11 +52,10 @@ def test_each_target_from_its_own_start_and_transaction_types():
     assert out["consume_queue"].column("commitlog_offset").to_pylist() == [300]
     assert out["consume_queue"].column("tags_code").to_pylist() == [codec.decorate_ext_addr(3)]
     assert out["consume_queue_ext"].column("tags_code").to_pylist() == [codec.tags_code("TagA"), codec.tags_code("Aa")]
-    # Index: the UNIQ_KEY then each non-empty key, for every message but the rolled back one.
+    # Index: the UNIQ_KEY and each non-empty key, for every message but the rolled back one.
     index = out["index"].to_pydict()
-    assert list(zip(index["key_hash"], index["commitlog_offset"])) == [
-        (codec.index_key_hash(f"T#{k}"), off) for k, off in
-        [("U0", 0), ("k1", 0), ("k2", 0), ("U1", 100), ("U3", 300)]]
+    assert sorted(zip(index["key_hash"], index["commitlog_offset"])) == sorted(
+        (codec.index_key_hash(f"T#{k}"), off) for k, off in [("U0", 0), ("k1", 0), ("k2", 0), ("U1", 100), ("U3", 300)])
     assert index["hash_range"] == [h >> 25 for h in index["key_hash"]]
 
 
