@@ -144,7 +144,11 @@ class Producer:
         def entry(name: str, value: "Column") -> "Column":
             return F.when(value.isNotNull(), F.octet_length(value) + len(name) + 2).otherwise(F.lit(0))
 
-        props_len = (C.properties_length(user) + entry(MessageConst.TAGS, tags) + entry(MessageConst.KEYS, keys)
+        # Joined by 1-byte separators, the entries' name+value bytes plus their 2 separators each are
+        # the joined names' and values' lengths plus 2 (refused rows aside: their size is never used).
+        names, values, count = self._joined_properties(user)
+        user_len = F.when(count > 0, F.octet_length(names) + F.octet_length(values) + 2).otherwise(F.lit(0))
+        props_len = (user_len + entry(MessageConst.TAGS, tags) + entry(MessageConst.KEYS, keys)
                      + len(MessageConst.UNIQ_KEY) + 32 + 2)
         host_v6 = ":" in self.config.store_address[0]
         size = C.message_length(body, topic, props_len, born_v6=born_v6, store_v6=host_v6)
@@ -156,21 +160,22 @@ class Producer:
         return df.select(
             topic.alias("topic"), chosen.cast("int").alias("queue_id"),
             F.crc32(body).bitwiseAND(F.lit(0x7FFFFFFF)).cast("int").alias("body_crc"),
-            *self._joined_properties(user), body.alias("body"), tags.alias("tags"), keys.alias("keys"), *optional,
+            names.alias("property_names"), values.alias("property_values"), count.alias("property_count"),
+            body.alias("body"), tags.alias("tags"), keys.alias("keys"), *optional,
             error.alias("_error"), size.alias("size"),
         )
 
     @staticmethod
     def _joined_properties(user: "Column") -> list["Column"]:
         """The user properties as two strings, names and values each joined by NAME_VALUE_SEPARATOR
-        (null when there are none): strings cross from Spark to Python far cheaper than a map.
+        (null when there are none), and their count: strings cross from Spark to Python far cheaper
+        than a map.
         A null value is joined as :data:`NULL_VALUE`. :meth:`EncodedFrame.refusals` checks them."""
         from pyspark.sql import functions as F
 
-        some = F.size(user) > 0
-        return [F.when(some, F.array_join(F.map_keys(user), PROPERTY_JOIN)).alias("property_names"),
-                F.when(some, F.array_join(F.map_values(user), PROPERTY_JOIN, NULL_VALUE)).alias("property_values"),
-                F.size(user).alias("property_count")]
+        count = F.size(user)
+        return [F.when(count > 0, F.array_join(F.map_keys(user), PROPERTY_JOIN)),
+                F.when(count > 0, F.array_join(F.map_values(user), PROPERTY_JOIN, NULL_VALUE)), count]
 
     def frame_defaults(self) -> "EncodedFrame":
         """What :meth:`encode_dataframe` leaves to the commitlog writer: per-send constants and UNIQ_KEYs."""
