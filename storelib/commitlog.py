@@ -16,6 +16,7 @@ Two paths share that protocol:
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import logging
@@ -117,6 +118,9 @@ class CommitLog:
     # ---- small appends ---------------------------------------------------------------------
     def append(self, messages: Sequence[EncodedMessage]) -> AppendResult:
         """Append ``messages`` in order, atomically: all of them land, or none."""
+        # The store host's address family is the store's: the flag (and the 12 bytes) it adds count in the size.
+        messages = [dataclasses.replace(m, sysflag=m.sysflag | (SysFlag.STOREHOSTADDRESS_V6 if self.store_v6 else 0))
+                    for m in messages]
         sizes = [m.size for m in messages]
         crcs = [zlib.crc32(m.body) & 0x7FFFFFFF for m in messages]
 
@@ -132,7 +136,7 @@ class CommitLog:
                 props = m.properties
                 rows.append({
                     "physical_offset": offset, "size": size, "topic": m.topic, "queue_id": m.queue_id,
-                    "queue_offset": queues[key], "sysflag": m.sysflag | (SysFlag.STOREHOSTADDRESS_V6 if self.store_v6 else 0),
+                    "queue_offset": queues[key], "sysflag": m.sysflag,
                     "flag": m.flag, "body_crc": crc, "born_timestamp": m.born_timestamp, "born_host": m.born_host,
                     "store_timestamp": now, "store_host": self.store_host, "reconsume_times": m.reconsume_times,
                     "prepared_transaction_offset": m.prepared_transaction_offset, "properties": list(props.items()),
@@ -180,6 +184,10 @@ class CommitLog:
                 refused(json.loads(min(bad, key=lambda r: r["partition"])["refused"]))
             parts = sorted((r for r in staged if r["rows"]), key=lambda r: r["partition"])
             count, total = sum(r["rows"] for r in parts), sum(r["bytes"] for r in parts)
+            if not parts:
+                snapshot = self.table.snapshot()
+                return AppendResult(snapshot.version(), self.next_offset(snapshot), self.next_offset(snapshot), 0,
+                                    queues={})
 
             def step(snapshot) -> AppendResult:
                 start = self.next_offset(snapshot)
@@ -215,6 +223,19 @@ class CommitLog:
             return with_retries(self.table, self.config.max_commit_attempts, step, what="send_dataframe")
         finally:
             fs.delete_dir(base)
+
+    def clean_staging(self, older_than_hours: float) -> int:
+        """Delete staged partitions of DataFrame sends that died (folders older than the given hours)."""
+        import time
+
+        fs, base = filesystem(f"{self.table.path}/_staging")
+        if fs.get_file_info(base).type == pafs.FileType.NotFound:
+            return 0
+        cutoff = time.time() - older_than_hours * 3600
+        stale = [i for i in fs.get_file_info(pafs.FileSelector(base)) if i.mtime is not None and i.mtime.timestamp() < cutoff]
+        for info in stale:
+            fs.delete_dir(info.path) if info.type == pafs.FileType.Directory else fs.delete_file(info.path)
+        return len(stale)
 
     @staticmethod
     def parallelism(df: "DataFrame") -> int:

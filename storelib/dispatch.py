@@ -2,11 +2,13 @@
 
 Each target table (``consume_queue``, ``consume_queue_ext`` and ``index``) keeps its
 own ``reput`` marker in its Delta log: the commitlog offset up to which it holds rows. A run reads
-the commitlog's sequenced end from one snapshot, and for every target behind it reads only the
-commitlog files of ``[marker, end)``, builds that target's rows as Spark columns, writes them from
-the executors, and commits them together with the advanced marker in one Delta commit. A run that
-dies anywhere leaves each target either fully at its old marker or fully at the new one, so the
-next run redoes exactly what is missing: nothing twice, nothing skipped.
+the commitlog's sequenced end from one snapshot; one Spark job reads the commitlog files of
+``[lowest marker, end)`` once and writes every target's rows from its own marker on (see
+:mod:`storelib.dispatch_request`); then each target commits its files together with its advanced
+marker, ext first, then consume queue, then index (putMessagePositionInfoWrapper writes the ext
+unit before the unit pointing at it). A run that dies anywhere leaves each target either fully at
+its old marker or fully at the new one, so the next run redoes exactly what is missing: nothing
+twice, nothing skipped.
 
 With the ext queue on (``enable_consume_queue_ext``), each consume queue row's tag code is the
 decorated address of its ``consume_queue_ext`` row, which holds the real tag code, the store time

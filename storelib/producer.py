@@ -31,9 +31,6 @@ from storelib.errors import (BodyTooLargeError, InvalidPropertyError, InvalidQue
                              TopicNotFoundError, TopicPermissionError)
 from storelib.message import (PROPERTY_JOIN, RESERVED_PROPERTIES, SEPARATORS_REASON, Message,
                               MessageConst, SysFlag, validate_message)
-
-#: How a null property value crosses from Spark (it is refused as blank): a separator, which no value may hold.
-NULL_VALUE = MessageConst.PROPERTY_SEPARATOR
 from storelib.topics import (NOT_ALLOWED_SEND_TOPICS, RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX,
                              RETRY_OR_DLQ_TOPIC_MAX_LENGTH, TOPIC_MAX_LENGTH, TopicConfig)
 
@@ -41,6 +38,9 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
 __all__ = ["Producer", "DATAFRAME_COLUMNS", "EncodedFrame", "UniqKeys"]
+
+#: How a null property value crosses from Spark (it is refused as blank): a separator, which no value may hold.
+NULL_VALUE = MessageConst.PROPERTY_SEPARATOR
 
 #: Columns a DataFrame of messages may have; only ``topic`` is required.
 DATAFRAME_COLUMNS = {
@@ -140,7 +140,7 @@ class Producer:
         error = self._refusal(df, topics, topic, body, queue_id, nqueues, user)
         born_v6 = ":" in self.ip
 
-        # The size needs no map: user properties plus TAGS, KEYS and the fixed-width UNIQ_KEY entries.
+        # The size needs no map: the user's properties plus TAGS, KEYS and the fixed-width UNIQ_KEY entries.
         def entry(name: str, value: "Column") -> "Column":
             return F.when(value.isNotNull(), F.octet_length(value) + len(name) + 2).otherwise(F.lit(0))
 

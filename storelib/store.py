@@ -414,10 +414,13 @@ class MessageStore:
                 for name in ("commitlog", "consume_queue", "consume_queue_ext", "index")}
 
     def vacuum(self, retention_hours: int = 168) -> dict[str, int]:
-        """Delete files no snapshot younger than ``retention_hours`` needs (Delta VACUUM); returns counts."""
-        return {name: len(t.snapshot().vacuum(retention_hours=retention_hours, dry_run=False,
-                                              enforce_retention_duration=retention_hours >= 168))
-                for name, t in self.tables.items()}
+        """Delete files no snapshot younger than ``retention_hours`` needs (Delta VACUUM), and what
+        DataFrame sends that died left staged (older than ``retention_hours``, at least an hour); returns counts."""
+        counts = {name: len(t.snapshot().vacuum(retention_hours=retention_hours, dry_run=False,
+                                                enforce_retention_duration=retention_hours >= 168))
+                  for name, t in self.tables.items()}
+        counts["staging"] = self.commitlog.clean_staging(max(1, retention_hours))
+        return counts
 
     # ---- finding messages -------------------------------------------------------------------
     @functools.cached_property

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
@@ -120,3 +121,64 @@ class TestSendDataFrame:
     def test_empty_frame(self, spark, store):
         result = store.send_dataframe(self.frame(spark, 0).where("topic = 'TopicTest'"))
         assert result.count == 0 and store.max_offset() == 0
+
+    def test_nondeterministic_frame_is_read_once(self, spark, store):
+        """rand() differs on every read: one read means every stored row is consistent with its size."""
+        df = spark.range(0, 200, 1, 4).select(F.lit("TopicTest").alias("topic"),
+                                              F.expr("repeat('x', cast(rand() * 50 as int))").alias("body"))
+        store.send_dataframe(df)
+        rows = commitlog_rows(store)
+        assert len(rows) == 200
+        assert_offsets_contiguous(rows)
+        assert all(r.size == codec.message_length(body_length=len(r.body), topic_length=9,
+                                                  properties_length=len(codec.properties_to_string(dict(r.properties)).encode()))
+                   for r in rows)
+
+    def test_failed_send_leaves_nothing_staged(self, spark, store):
+        import os
+
+        from pyspark.errors import PySparkException
+
+        df = spark.range(0, 50, 1, 2).select(F.lit("TopicTest").alias("topic"), F.when(
+            F.col("id") == 42, F.raise_error(F.lit("boom"))).otherwise(F.lit("b")).alias("body"))
+        before = store.tables["commitlog"].snapshot().version()
+        with pytest.raises(PySparkException, match="boom"):
+            store.send_dataframe(df)
+        assert store.tables["commitlog"].snapshot().version() == before
+        staging = os.path.join(store.tables["commitlog"].path, "_staging")
+        assert not os.path.exists(staging) or os.listdir(staging) == []
+
+    def test_vacuum_removes_what_dead_sends_staged(self, store):
+        import os
+        import time
+
+        staging = os.path.join(store.tables["commitlog"].path, "_staging")
+        for name, age_hours in (("dead", 5), ("running", 0)):
+            os.makedirs(os.path.join(staging, name))
+            with open(os.path.join(staging, name, "0-x.arrows"), "wb") as f:
+                f.write(b"partial")
+            stamp = time.time() - age_hours * 3600
+            os.utime(os.path.join(staging, name), (stamp, stamp))
+        assert store.vacuum(retention_hours=2)["staging"] == 1
+        assert os.listdir(staging) == ["running"]
+
+
+def test_ipv6_store_host_counts_in_every_size(spark, store_path):
+    """A store on an IPv6 address stores 16-byte store hosts: the flag and 12 more bytes per message,
+    whichever way the message was sent (the sizes must still chain: offset + size = next)."""
+    from storelib import MessageStore
+    from storelib.message import SysFlag
+
+    v6 = MessageStore.open(store_path, spark, store_host="[::1]:10911")
+    v6.create_topic("TopicTest", queues=2)
+    v6.send(Message("TopicTest", body=b"one", properties={"a": "1"}))
+    v6.send_dataframe(spark.range(3).select(F.lit("TopicTest").alias("topic"), F.lit("two").alias("body")))
+    rows = commitlog_rows(v6)
+    assert_offsets_contiguous(rows)
+    for r in rows:
+        assert r.sysflag & SysFlag.STOREHOSTADDRESS_V6
+        assert r.size == codec.message_length(
+            body_length=len(r.body), topic_length=len(r.topic), store_host_v6=True,
+            born_host_v6=bool(r.sysflag & SysFlag.BORNHOST_V6),
+            properties_length=len(codec.properties_to_string(dict(r.properties)).encode()))
+    assert decode_message_id(rows[0].msg_id)[:2] == ("::1", 10911)
