@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
+from storelib.session import parallelism
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
@@ -86,7 +88,7 @@ def bench_send_and_dispatch(spark: "SparkSession", n: int, *, root: str | None =
     from storelib.store import MessageStore
 
     work = root or tempfile.mkdtemp(prefix="storelib-bench-")
-    partitions = partitions or max(2, spark.sparkContext.defaultParallelism * 2)
+    partitions = partitions or max(2, parallelism(spark) * 2)
     names = [f"BenchTopic{i}" for i in range(topics)]
 
     def new_store(name: str) -> MessageStore:
@@ -178,7 +180,7 @@ def bench_key_lookup(spark: "SparkSession", n: int, distinct_keys: int, *, looku
     from storelib.store import MessageStore
 
     work = root or tempfile.mkdtemp(prefix="storelib-bench-")
-    partitions = partitions or max(2, spark.sparkContext.defaultParallelism * 2)
+    partitions = partitions or max(2, parallelism(spark) * 2)
     try:
         store = MessageStore.open(f"{work}/lookup", spark)
         store.create_topic("BenchTopic0", queues=8)

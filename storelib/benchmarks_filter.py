@@ -28,6 +28,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
+from storelib.session import parallelism
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
@@ -151,7 +153,7 @@ def bench_filtering(spark: "SparkSession", n: int, *, root: str | None = None, q
     from storelib.store import MessageStore
 
     work = root or tempfile.mkdtemp(prefix="storelib-bench-filter-")
-    partitions = partitions or max(2, spark.sparkContext.defaultParallelism * 2)
+    partitions = partitions or max(2, parallelism(spark) * 2)
     figures = FilterFigures(n)
     try:
         plain = MessageStore.open(f"{work}/no-bitmap", spark, enable_calc_filter_bitmap=False)

@@ -19,6 +19,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from storelib.session import parallelism
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -74,7 +76,7 @@ def bench_pull(spark: "SparkSession", n: int, *, pulls: int = 200, baseline_pull
     from storelib.store import MessageStore
 
     work = root or tempfile.mkdtemp(prefix="storelib-bench-")
-    partitions = partitions or max(2, spark.sparkContext.defaultParallelism * 2)
+    partitions = partitions or max(2, parallelism(spark) * 2)
     try:
         store = MessageStore.open(f"{work}/pull", spark)
         store.create_topic(TOPIC, queues=queues)

@@ -34,6 +34,7 @@ from storelib import arrays, codec
 from storelib.config import StoreConfig
 from storelib.message import SysFlag
 from storelib.schema import COMMITLOG
+from storelib.session import parallelism
 from storelib.tables import Table, filesystem, with_retries
 from storelib.writer import Target, contiguous_groups, write_split
 
@@ -203,7 +204,7 @@ class CommitLog:
                     placed.append(_StagedPart(r["path"], offset, bases, r["rows"], r["bytes"]))
                     offset += r["bytes"]
                 prefix = f"part-{attempt_id}"
-                place = _Place(contiguous_groups(placed, [p.bytes for p in placed], self.parallelism(encoded)),
+                place = _Place(contiguous_groups(placed, [p.bytes for p in placed], parallelism(encoded.sparkSession)),
                                now_millis(), self.store_host, self.msg_id_prefix,
                                SysFlag.STOREHOSTADDRESS_V6 if self.store_v6 else 0)
                 try:
@@ -236,10 +237,6 @@ class CommitLog:
         for info in stale:
             fs.delete_dir(info.path) if info.type == pafs.FileType.Directory else fs.delete_file(info.path)
         return len(stale)
-
-    @staticmethod
-    def parallelism(df: "DataFrame") -> int:
-        return max(1, df.sparkSession.sparkContext.defaultParallelism)
 
     def _discard_attempt(self, prefix: str) -> None:
         """Delete the files a failed bulk write left behind (they were never committed)."""

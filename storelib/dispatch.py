@@ -38,6 +38,7 @@ from storelib.filter.summary import record_summaries, summarizer_for
 from storelib.errors import ConcurrentWriteError
 from storelib.dispatch_request import REQUEST_COLUMNS, CommitlogFiles, DispatchRequests
 from storelib.message import MessageConst, SysFlag
+from storelib.session import parallelism
 from storelib.tables import CommitConflict, Prune, Table, WrittenFile
 from storelib.writer import Target, contiguous_groups, write_split
 
@@ -203,7 +204,7 @@ class Dispatcher:
                 actions.column("path").to_pylist(), actions.column("min.physical_offset").to_pylist(),
                 actions.column("max.physical_offset").to_pylist())]
             groups = contiguous_groups(files, actions.column("size_bytes").to_pylist(),
-                                       max(1, self.spark.sparkContext.defaultParallelism))
+                                       parallelism(self.spark))
             source = self.spark.range(0, len(groups), 1, max(1, len(groups)))
             split = CommitlogFiles(groups, low, end, delay, requests)
         targets = {}

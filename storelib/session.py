@@ -21,7 +21,7 @@ from storelib.errors import JavaNotFoundError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["get_spark", "check_java", "read_properties_file", "DEFAULTS_FILE"]
+__all__ = ["get_spark", "check_java", "read_properties_file", "parallelism", "DEFAULTS_FILE"]
 
 DEFAULTS_FILE = Path(__file__).resolve().parents[1] / "spark-defaults.conf"
 
@@ -81,3 +81,15 @@ def get_spark(app_name: str = "storelib", conf: Mapping[str, str] | None = None)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("STORELIB_SPARK_LOG_LEVEL", "ERROR"))
     return spark
+
+
+def parallelism(spark: "SparkSession") -> int:
+    """How many tasks the cluster runs at once (``defaultParallelism``), for sizing jobs over files.
+
+    Spark Connect sessions have no SparkContext: there it is ``spark.default.parallelism``, else this
+    machine's cores.
+    """
+    try:
+        return max(1, spark.sparkContext.defaultParallelism)
+    except Exception:  # Spark Connect
+        return max(1, int(spark.conf.get("spark.default.parallelism", str(os.cpu_count() or 1))))
