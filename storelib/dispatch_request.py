@@ -158,13 +158,17 @@ class CommitlogFiles:
         fs, local = filesystem(path)
         columns = list(REQUEST_COLUMNS) + (["properties"] if self.delay else [])
         if whole:
-            batches = pq.ParquetFile(fs.open_input_file(local)).iter_batches(
-                batch_size=self.batch_rows, columns=columns, use_threads=False)
+            with pq.ParquetFile(fs.open_input_file(local)) as file:
+                yield from self._with_delay(file.iter_batches(batch_size=self.batch_rows, columns=columns,
+                                                              use_threads=False))
         else:
             offset = pc.field("physical_offset")
-            batches = ds.ParquetFileFormat().make_fragment(local, fs).to_batches(
+            yield from self._with_delay(ds.ParquetFileFormat().make_fragment(local, fs).to_batches(
                 columns=columns, filter=(offset >= self.low) & (offset < self.end), batch_size=self.batch_rows,
-                use_threads=False)
+                use_threads=False))
+
+    def _with_delay(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """The batches, with ``properties`` replaced by ``delay`` (DELAY of SCHEDULE_TOPIC_XXXX messages) when read."""
         for batch in batches:
             if self.delay:
                 scheduled = pc.equal(batch.column("topic"), SCHEDULE_TOPIC)

@@ -79,3 +79,21 @@ def test_both_read_paths_give_delayed_messages_their_deliver_time(spark, store):
         assert unit.tags_code == store_ms + store.config.delay_levels_ms[2]  # level 3 for a first send-back
     bitmaps = {r.topic: r.filter_bitmap for r in store.table("consume_queue_ext").collect() if r.filter_bitmap}
     assert set(bitmaps) == {"Other"}
+
+
+def test_commitlog_files_read_only_the_range(tmp_path):
+    """A file partly in ``[low, end)`` is filtered; one wholly in it is read as it is."""
+    import pyarrow.parquet as pq
+
+    from storelib.dispatch_request import CommitlogFiles
+
+    rows = [{"physical_offset": i * 100, "topic": "T", "queue_offset": i, "uniq_key": f"U{i}"} for i in range(10)]
+    path = str(tmp_path / "part-0.parquet")
+    pq.write_table(pa.Table.from_batches([batch(rows)]), path, row_group_size=3)
+    requests = DispatchRequests({"consume_queue_ext": 0}, True, 25, tuple(DELAYS))
+    files = CommitlogFiles([[(path, False)]], 300, 700, False, requests)
+    assert pa.Table.from_batches(list(files._read(path))).column("physical_offset").to_pylist() == [300, 400, 500, 600]
+    whole = CommitlogFiles([[(path, True)]], 0, 1000, False, requests)
+    task = pa.RecordBatch.from_pydict({"id": [0]})
+    units = [out["consume_queue_ext"] for out in whole(iter([task]))]
+    assert pa.Table.from_batches(units).column("queue_offset").to_pylist() == list(range(10))
