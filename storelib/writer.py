@@ -5,7 +5,8 @@ columns (one open file per queue, or per key-hash range), and returns one
 :class:`~storelib.tables.WrittenFile` per file with Delta's per-file min/max/null statistics read
 from the Parquet footer it just wrote. The producer uses it on the driver for small batches;
 :func:`write_dataframe` runs it inside Spark executors (``mapInArrow``) so bulk writes never pass
-through the driver. Committing the files is the caller's job (:meth:`Table.commit`).
+through the driver; :func:`write_split` does the same for several tables from one read (dispatch).
+Committing the files is the caller's job (:meth:`Table.commit`).
 
 >>> import tempfile, pyarrow as pa
 >>> from storelib.schema import TOPIC_CONFIG
