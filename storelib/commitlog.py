@@ -34,9 +34,8 @@ from storelib import arrays, codec
 from storelib.config import StoreConfig
 from storelib.message import SysFlag
 from storelib.schema import COMMITLOG
-from storelib.session import parallelism
 from storelib.tables import Table, filesystem, with_retries
-from storelib.writer import Target, contiguous_groups, write_split
+from storelib.writer import Target, write_items
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -204,13 +203,12 @@ class CommitLog:
                     placed.append(_StagedPart(r["path"], offset, bases, r["rows"], r["bytes"]))
                     offset += r["bytes"]
                 prefix = f"part-{attempt_id}"
-                place = _Place(contiguous_groups(placed, [p.bytes for p in placed], parallelism(encoded.sparkSession)),
-                               now_millis(), self.store_host, self.msg_id_prefix,
+                place = _Place(now_millis(), self.store_host, self.msg_id_prefix,
                                SysFlag.STOREHOSTADDRESS_V6 if self.store_v6 else 0)
+                target = Target.of(self.table, target_file_size=self.config.target_file_size, prefix=prefix)
                 try:
-                    files = write_split(encoded.sparkSession.range(0, len(place.groups), 1, max(1, len(place.groups))),
-                                        {"commitlog": Target.of(self.table, target_file_size=self.config.target_file_size,
-                                                                prefix=prefix)}, place)["commitlog"]
+                    files = write_items(encoded.sparkSession, placed, [p.bytes for p in placed],
+                                        {"commitlog": target}, place)["commitlog"]
                 except PySparkException:
                     self._discard_attempt(prefix)
                     raise
@@ -320,20 +318,17 @@ class _StagedPart:
 
 @dataclass(frozen=True)
 class _Place:
-    """Step 2 on the executors: task ``i`` places the staged partitions of ``groups[i]`` as commitlog rows."""
+    """Step 2 on the executors (the ``per_item`` of a :func:`~storelib.writer.write_items` job): a
+    staged partition placed as commitlog rows."""
 
-    groups: Sequence[Sequence[_StagedPart]]
     store_timestamp: dt.datetime
     store_host: str
     msg_id_prefix: str
     sysflag_bits: int
 
-    def __call__(self, tasks: Iterator[pa.RecordBatch]) -> Iterator[dict[str, pa.RecordBatch]]:
-        for task in tasks:
-            for i in task.column(0).to_pylist():
-                for part in self.groups[i]:
-                    for batch in self._place(part):
-                        yield {"commitlog": batch}
+    def __call__(self, part: _StagedPart) -> Iterator[dict[str, pa.RecordBatch]]:
+        for batch in self._place(part):
+            yield {"commitlog": batch}
 
     def _place(self, part: _StagedPart) -> Iterator[pa.RecordBatch]:
         fs, path = filesystem(part.path)

@@ -38,9 +38,8 @@ from storelib.filter.summary import record_summaries, summarizer_for
 from storelib.errors import ConcurrentWriteError
 from storelib.dispatch_request import REQUEST_COLUMNS, CommitlogFiles, DispatchRequests
 from storelib.message import MessageConst, SysFlag
-from storelib.session import parallelism
 from storelib.tables import CommitConflict, Prune, Table, WrittenFile
-from storelib.writer import Target, contiguous_groups, write_split
+from storelib.writer import Target, write_items, write_split
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -195,25 +194,21 @@ class Dispatcher:
         subs = [s for s in self.filters()[1] if may_hold(s.topic)] if "consume_queue_ext" in writing else []
         shift = 31 - max(0, (self.config.index_hash_ranges - 1).bit_length())
         requests = DispatchRequests(writing, self.ext_enabled, shift, tuple(self.config.delay_levels_ms))
-        if subs:
-            rows = self.commitlog.read_files(self.spark, actions)
-            rows = rows.where((rows.physical_offset >= low) & (rows.physical_offset < end))
-            source, split = self._with_bitmaps(rows, subs, delay), requests
-        else:
-            actions = actions.sort_by("min.physical_offset")
-            files = [(self.commitlog.path_of(p), lo is not None and lo >= low and hi < end) for p, lo, hi in zip(
-                actions.column("path").to_pylist(), actions.column("min.physical_offset").to_pylist(),
-                actions.column("max.physical_offset").to_pylist())]
-            groups = contiguous_groups(files, actions.column("size_bytes").to_pylist(),
-                                       parallelism(self.spark))
-            source = self.spark.range(0, len(groups), 1, max(1, len(groups)))
-            split = CommitlogFiles(groups, low, end, delay, requests)
         targets = {}
         for name in writing:
             summarize = summarizer_for(self.filters()[1]) if name == "consume_queue_ext" else None
             targets[name] = Target.of(self.targets[name], target_file_size=self.config.target_file_size,
                                       summarize=summarize)
-        return write_split(source, targets, split)
+        if subs:  # Spark reads the rows: it evaluates the subscriptions
+            rows = self.commitlog.read_files(self.spark, actions)
+            rows = rows.where((rows.physical_offset >= low) & (rows.physical_offset < end))
+            return write_split(self._with_bitmaps(rows, subs, delay), targets, requests)
+        actions = actions.sort_by("min.physical_offset")
+        files = [(self.commitlog.path_of(p), lo is not None and lo >= low and hi < end) for p, lo, hi in zip(
+            actions.column("path").to_pylist(), actions.column("min.physical_offset").to_pylist(),
+            actions.column("max.physical_offset").to_pylist())]
+        return write_items(self.spark, files, actions.column("size_bytes").to_pylist(), targets,
+                           CommitlogFiles(low, end, delay, requests))
 
     @property
     def ext_enabled(self) -> bool:

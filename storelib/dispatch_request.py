@@ -129,25 +129,20 @@ class DispatchRequests:
 
 @dataclass(frozen=True)
 class CommitlogFiles:
-    """The commitlog rows of ``[low, end)``, read on the executors with pyarrow and cut by ``requests``.
-
-    The Spark job runs over ``spark.range(len(groups))``, one row per task: task ``i`` reads the
-    files of ``groups[i]`` (``(path, whole)``) in order. A file ``whole`` in the range is read as
-    it is; another is filtered, skipping row groups outside the range by their statistics.
+    """The commitlog rows of ``[low, end)``, read on the executors with pyarrow and cut by ``requests``:
+    the ``per_item`` of a :func:`~storelib.writer.write_items` job over ``(path, whole)`` items. A
+    file ``whole`` in the range is read as it is; another is filtered, skipping row groups outside
+    the range by their statistics.
     """
 
-    groups: Sequence[Sequence[tuple[str, bool]]]
     low: int
     end: int
     delay: bool
     requests: DispatchRequests
     batch_rows: int = 20_000
 
-    def __call__(self, tasks: Iterator[pa.RecordBatch]) -> Iterator[dict[str, pa.RecordBatch]]:
-        for task in tasks:
-            for i in task.column(0).to_pylist():
-                for path, whole in self.groups[i]:
-                    yield from self.requests(self._read(path, whole))
+    def __call__(self, item: tuple[str, bool]) -> Iterator[dict[str, pa.RecordBatch]]:
+        yield from self.requests(self._read(*item))
 
     def _read(self, path: str, whole: bool = False) -> Iterator[pa.RecordBatch]:
         import pyarrow.dataset as ds

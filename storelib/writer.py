@@ -5,7 +5,8 @@ columns (one open file per queue, or per key-hash range), and returns one
 :class:`~storelib.tables.WrittenFile` per file with Delta's per-file min/max/null statistics read
 from the Parquet footer it just wrote. The producer uses it on the driver for small batches;
 :func:`write_dataframe` runs it inside Spark executors (``mapInArrow``) so bulk writes never pass
-through the driver; :func:`write_split` does the same for several tables from one read (dispatch).
+through the driver; :func:`write_split` does the same for several tables from one read, and
+:func:`write_items` for several tables from a list of files the executors read themselves.
 Committing the files is the caller's job (:meth:`Table.commit`).
 
 >>> import tempfile, pyarrow as pa
@@ -31,9 +32,10 @@ import pyarrow.parquet as pq
 from storelib.tables import Table, WrittenFile, filesystem
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["FileSink", "Summarizer", "Target", "write_dataframe", "write_split", "contiguous_groups", "WRITTEN_FILE_DDL"]
+__all__ = ["FileSink", "Summarizer", "Target", "write_dataframe", "write_split", "write_items", "contiguous_groups",
+           "WRITTEN_FILE_DDL"]
 
 T = TypeVar("T")
 
@@ -226,6 +228,34 @@ def write_split(df: "DataFrame", targets: Mapping[str, Target],
     for r in df.mapInArrow(write_partition, WRITTEN_FILE_DDL).collect():
         out[r.table].append(WrittenFile(r.path, r.size, r.num_records, r.stats, r.summary))
     return out
+
+
+def write_items(spark: "SparkSession", items: Sequence[T], sizes: Sequence[int], targets: Mapping[str, Target],
+                per_item: Callable[[T], Iterator[Mapping[str, pa.RecordBatch]]]) -> dict[str, list[WrittenFile]]:
+    """:func:`write_split` over work items (files) rather than a DataFrame's rows.
+
+    The items are cut into contiguous runs of about equal ``sizes`` (:func:`contiguous_groups`), one
+    task per run; on the executors ``per_item`` turns each item, in order, into the rows each
+    target gets.
+    """
+    from storelib.session import parallelism
+
+    runs = contiguous_groups(items, sizes, parallelism(spark))
+    return write_split(spark.range(0, len(runs), 1, max(1, len(runs))), targets, _Runs(runs, per_item))
+
+
+@dataclass(frozen=True)
+class _Runs:
+    """Task ``i`` of a :func:`write_items` job: the items of ``runs[i]``, each through ``per_item``."""
+
+    runs: Sequence[Sequence[Any]]
+    per_item: Callable[[Any], Iterator[Mapping[str, pa.RecordBatch]]]
+
+    def __call__(self, tasks: Iterator[pa.RecordBatch]) -> Iterator[Mapping[str, pa.RecordBatch]]:
+        for task in tasks:
+            for i in task.column(0).to_pylist():
+                for item in self.runs[i]:
+                    yield from self.per_item(item)
 
 
 @dataclass(frozen=True)

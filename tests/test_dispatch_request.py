@@ -91,9 +91,8 @@ def test_commitlog_files_read_only_the_range(tmp_path):
     path = str(tmp_path / "part-0.parquet")
     pq.write_table(pa.Table.from_batches([batch(rows)]), path, row_group_size=3)
     requests = DispatchRequests({"consume_queue_ext": 0}, True, 25, tuple(DELAYS))
-    files = CommitlogFiles([[(path, False)]], 300, 700, False, requests)
+    files = CommitlogFiles(300, 700, False, requests)
     assert pa.Table.from_batches(list(files._read(path))).column("physical_offset").to_pylist() == [300, 400, 500, 600]
-    whole = CommitlogFiles([[(path, True)]], 0, 1000, False, requests)
-    task = pa.RecordBatch.from_pydict({"id": [0]})
-    units = [out["consume_queue_ext"] for out in whole(iter([task]))]
+    whole = CommitlogFiles(0, 1000, False, requests)
+    units = [out["consume_queue_ext"] for out in whole((path, True))]
     assert pa.Table.from_batches(units).column("queue_offset").to_pylist() == list(range(10))
