@@ -37,7 +37,7 @@ from storelib.config import StoreConfig
 from storelib.filter.summary import record_summaries, summarizer_for
 from storelib.errors import ConcurrentWriteError
 from storelib.dispatch_request import REQUEST_COLUMNS, CommitlogFiles, DispatchRequests
-from storelib.message import MessageConst, SysFlag
+from storelib.message import SysFlag
 from storelib.tables import CommitConflict, Prune, Table, WrittenFile
 from storelib.writer import Target, write_items, write_split
 
@@ -235,7 +235,6 @@ class Dispatcher:
 
         from storelib.filter.bloom import bitmap_column
         from storelib.filter.sql92_spark import to_columns_with_inputs
-        from storelib.topics import SCHEDULE_TOPIC
 
         version = self.filters()[0]
         # Each property look-up and number parse once per row, shared by every subscription.
@@ -243,9 +242,7 @@ class Dispatcher:
         rows = rows.select("*", *inputs)
         matches = [((F.col("topic") == s.topic) & p, s.bloom) for s, p in zip(subs, predicates)]
         subscribed = F.col("topic").isin(sorted({s.topic for s in subs}))
-        extra = [F.when(F.col("topic") == SCHEDULE_TOPIC, F.try_element_at(F.col("properties"), F.lit(MessageConst.DELAY)))
-                 .alias("delay")] if delay else []
-        return rows.select(*REQUEST_COLUMNS, *extra,
+        return rows.select(*REQUEST_COLUMNS, *(["properties"] if delay else []),
                            F.when(subscribed, bitmap_column(matches, subs[0].bloom.bit_num)).alias("filter_bitmap"),
                            F.when(subscribed, F.lit(version).cast("long")).alias("filter_version"))
 

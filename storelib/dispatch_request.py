@@ -64,7 +64,7 @@ class DispatchRequests:
     or rolled back), the consume queue's tag code being the decorated ext address when the ext
     queue is on; index rows (IndexService.buildIndex) for the UNIQ_KEY and each non-empty key of
     KEYS of every message not rolled back, as hashes of ``topic#key`` filed by hash range. A
-    batch may carry ``delay`` (the DELAY property of SCHEDULE_TOPIC_XXXX messages) and the
+    batch may carry ``properties`` (read when a delayed message may be among its rows) and the
     ``filter_bitmap`` and ``filter_version`` of the ext units.
     """
 
@@ -88,11 +88,16 @@ class DispatchRequests:
         return batch if pc.all(keep).as_py() else batch.filter(keep)
 
     def _tags_code(self, b: pa.RecordBatch) -> pa.Array:
-        """checkMessageAndReturnSize's tag code: the TAGS hash, or a delayed message's deliver time."""
+        """checkMessageAndReturnSize's tag code: the TAGS hash, or the deliver time of a SCHEDULE_TOPIC_XXXX
+        message with a DELAY level (only batches read with ``properties`` can hold one)."""
         code = pa.array(arrays.tags_codes(b.column("tags")), pa.int64())
-        if "delay" in b.schema.names:
-            store_ms = pc.divide(pc.cast(b.column("store_timestamp"), pa.int64()), 1000)
-            code = pc.coalesce(deliver_times(b.column("delay"), store_ms, self.delays_ms), code)
+        if "properties" in b.schema.names:
+            scheduled = pc.equal(b.column("topic"), SCHEDULE_TOPIC)
+            if pc.any(scheduled).as_py():
+                delay = pc.if_else(scheduled, pc.map_lookup(b.column("properties"), pa.scalar(MessageConst.DELAY), "first"),
+                                   pa.scalar(None, pa.string()))
+                store_ms = pc.divide(pc.cast(b.column("store_timestamp"), pa.int64()), 1000)
+                code = pc.coalesce(deliver_times(delay, store_ms, self.delays_ms), code)
         return code
 
     def consume_queue(self, b: pa.RecordBatch) -> pa.RecordBatch:
@@ -154,21 +159,9 @@ class CommitlogFiles:
         columns = list(REQUEST_COLUMNS) + (["properties"] if self.delay else [])
         if whole:
             with pq.ParquetFile(fs.open_input_file(local)) as file:
-                yield from self._with_delay(file.iter_batches(batch_size=self.batch_rows, columns=columns,
-                                                              use_threads=False))
+                yield from file.iter_batches(batch_size=self.batch_rows, columns=columns, use_threads=False)
         else:
             offset = pc.field("physical_offset")
-            yield from self._with_delay(ds.ParquetFileFormat().make_fragment(local, fs).to_batches(
+            yield from ds.ParquetFileFormat().make_fragment(local, fs).to_batches(
                 columns=columns, filter=(offset >= self.low) & (offset < self.end), batch_size=self.batch_rows,
-                use_threads=False))
-
-    def _with_delay(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """The batches, with ``properties`` replaced by ``delay`` (DELAY of SCHEDULE_TOPIC_XXXX messages) when read."""
-        for batch in batches:
-            if self.delay:
-                scheduled = pc.equal(batch.column("topic"), SCHEDULE_TOPIC)
-                delay = pc.map_lookup(batch.column("properties"), pa.scalar(MessageConst.DELAY), "first") \
-                    if pc.any(scheduled).as_py() else pa.nulls(batch.num_rows, pa.string())
-                delay = pc.if_else(scheduled, delay, pa.scalar(None, pa.string()))
-                batch = pa.RecordBatch.from_arrays([*batch.columns[:-1], delay], names=[*REQUEST_COLUMNS, "delay"])
-            yield batch
+                use_threads=False)
