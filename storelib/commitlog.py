@@ -34,7 +34,7 @@ from storelib import arrays, codec
 from storelib.config import StoreConfig
 from storelib.message import SysFlag
 from storelib.schema import COMMITLOG
-from storelib.tables import Table, filesystem, with_retries
+from storelib.tables import Table, filesystem, spark_schema, with_retries
 from storelib.writer import Target, write_items
 
 if TYPE_CHECKING:
@@ -178,7 +178,8 @@ class CommitLog:
         fs, base = filesystem(staging)
         fs.create_dir(base, recursive=True)
         try:
-            staged = [r.asDict() for r in encoded.mapInArrow(_Stage(staging, frame), _STAGED_DDL).collect()]
+            stage = encoded.mapInArrow(_Stage(staging, frame), spark_schema(_STAGED_ARROW))
+            staged = [r.asDict() for r in stage.collect()]
             bad = [r for r in staged if r["refused"]]
             if bad:
                 refused(json.loads(min(bad, key=lambda r: r["partition"])["refused"]))
@@ -247,7 +248,6 @@ class CommitLog:
 #: Commitlog columns the store sets when it places a message; staged rows have all the others.
 _PLACED = ("physical_offset", "queue_offset", "store_timestamp", "store_host", "msg_id")
 _STAGED = pa.schema([f for f in COMMITLOG.arrow if f.name not in _PLACED])
-_STAGED_DDL = "partition int, path string, rows long, bytes long, queues string, refused string"
 _STAGED_ARROW = pa.schema([("partition", pa.int32()), ("path", pa.string()), ("rows", pa.int64()), ("bytes", pa.int64()),
                           ("queues", pa.string()), ("refused", pa.string())])
 

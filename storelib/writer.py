@@ -29,17 +29,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from storelib.tables import Table, WrittenFile, filesystem
+from storelib.tables import Table, WrittenFile, filesystem, spark_schema
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["FileSink", "Summarizer", "Target", "write_dataframe", "write_split", "write_items", "contiguous_groups",
-           "WRITTEN_FILE_DDL"]
+__all__ = ["FileSink", "Summarizer", "Target", "write_dataframe", "write_split", "write_items", "contiguous_groups"]
 
 T = TypeVar("T")
 
-WRITTEN_FILE_DDL = "table string, path string, size long, num_records long, stats string, summary string"
 _STATS_STRING_PREFIX = 32
 
 
@@ -225,7 +223,7 @@ def write_split(df: "DataFrame", targets: Mapping[str, Target],
         yield pa.RecordBatch.from_pylist(written, schema=_WRITTEN_FILE_ARROW)
 
     out: dict[str, list[WrittenFile]] = {name: [] for name in names}
-    for r in df.mapInArrow(write_partition, WRITTEN_FILE_DDL).collect():
+    for r in df.mapInArrow(write_partition, spark_schema(_WRITTEN_FILE_ARROW)).collect():
         out[r.table].append(WrittenFile(r.path, r.size, r.num_records, r.stats, r.summary))
     return out
 
