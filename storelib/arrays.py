@@ -25,7 +25,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["java_hash_codes", "tags_codes", "topic_key_prefixes", "index_key_hashes", "hex_strings", "append_entries"]
+__all__ = ["java_hash_codes", "tags_codes", "topic_key_prefixes", "index_key_hashes", "decorate_ext_addrs", "hex_strings",
+           "append_entries"]
 
 _POW31 = np.array([1], dtype=np.uint32)
 
@@ -115,6 +116,15 @@ def index_key_hashes(topics: pa.Array | np.ndarray, keys: pa.Array) -> np.ndarra
     powers = _powers_of_31(int(lengths.max(initial=0)) + 1)
     full = prefixes * powers[lengths] + suffix
     return (np.abs(full.view(np.int32).astype(np.int64)) % (1 << 31)).astype(np.int32)
+
+
+def decorate_ext_addrs(offsets: pa.Array) -> pa.Array:
+    """ConsumeQueueExt ``decorate`` of non-negative ext offsets: ``offset + Long.MIN_VALUE``.
+
+    >>> decorate_ext_addrs(pa.array([0, 5])).to_pylist()
+    [-9223372036854775808, -9223372036854775803]
+    """
+    return pc.add(offsets.cast(pa.int64()), pa.scalar(-(2**63), pa.int64()))
 
 
 _HEX_DIGITS = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)

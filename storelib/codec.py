@@ -25,7 +25,7 @@ __all__ = [
     "is_ext_addr", "decorate_ext_addr", "undecorate_ext_addr", "index_key_hash", "index_slot",
     "build_index_key", "RECORD_FIXED_FIELDS", "TOPIC_V1_MAX_LENGTH", "message_length",
     "NAME_VALUE_SEPARATOR", "PROPERTY_SEPARATOR", "properties_to_string", "string_to_properties",
-    "UniqIdGenerator", "uniq_id_prefix_hex", "decode_uniq_id_time",
+    "UniqIdGenerator", "uniq_id_prefix_hex", "decode_uniq_id_time", "month_start_ms",
 ]
 
 _INT32_MIN, _INT64_MIN, _INT64_MAX = -(1 << 31), -(1 << 63), (1 << 63) - 1
@@ -276,7 +276,7 @@ def string_to_properties(s: str) -> dict[str, str]:
 _EPOCH, _DAY_MS, _NTP_TOLERANCE_MS = date(1970, 1, 1), 86_400_000, 1_000_000
 
 
-def _month_start_ms(ms: int, months: int = 0) -> int:
+def month_start_ms(ms: int, months: int = 0) -> int:
     """Epoch ms of 00:00 UTC on the 1st of the month containing ``ms``, shifted by ``months``."""
     day = _EPOCH + timedelta(days=ms // _DAY_MS)
     year, month0 = divmod(day.year * 12 + day.month - 1 + months, 12)
@@ -339,8 +339,8 @@ class UniqIdGenerator:
         now = _now_ms() if now_ms is None else now_ms
         with self._lock:
             if now >= self._next_start or now <= self._start - _NTP_TOLERANCE_MS:
-                self._start = _month_start_ms(now)
-                self._next_start = _month_start_ms(now, 1)
+                self._start = month_start_ms(now)
+                self._next_start = month_start_ms(now, 1)
             diff = max(now - self._start, 0)
             counter, self._counter = self._counter, (self._counter + 1) & 0xFFFF
         return f"{self.prefix}{diff & 0xFFFFFFFF:08X}{counter:04X}"
@@ -358,7 +358,7 @@ def decode_uniq_id_time(uniq_id: str, now_ms: int | None = None) -> int:
     raw = _hex_bytes("uniq_id", uniq_id, (32, 56))
     (span,) = struct.unpack_from(">I", raw, len(raw) - 6)
     now = _now_ms() if now_ms is None else now_ms
-    start = _month_start_ms(now)
+    start = month_start_ms(now)
     if start + span >= now:
-        start = _month_start_ms(now, -1)
+        start = month_start_ms(now, -1)
     return start + span

@@ -187,8 +187,8 @@ class CommitLog:
             count, total = sum(r["rows"] for r in parts), sum(r["bytes"] for r in parts)
             if not parts:
                 snapshot = self.table.snapshot()
-                return AppendResult(snapshot.version(), self.next_offset(snapshot), self.next_offset(snapshot), 0,
-                                    queues={})
+                end = self.next_offset(snapshot)
+                return AppendResult(snapshot.version(), end, end, 0, queues={})
 
             def step(snapshot) -> AppendResult:
                 start = self.next_offset(snapshot)
@@ -274,7 +274,8 @@ class _Stage:
 
         pid = TaskContext.get().partitionId()
         fs, base = filesystem(self.root)
-        path = f"{base}/{pid}-{uuid.uuid4().hex}.arrows"
+        name = f"{pid}-{uuid.uuid4().hex}.arrows"
+        path = f"{base}/{name}"
         rows = nbytes = 0
         counts: dict[tuple[str, int], int] = {}
         refused = None
@@ -300,7 +301,7 @@ class _Stage:
         if refused is not None:
             fs.delete_file(path)
             rows = nbytes = 0
-        row = {"partition": pid, "path": self.root + path[len(base):], "rows": rows, "bytes": nbytes,
+        row = {"partition": pid, "path": f"{self.root}/{name}", "rows": rows, "bytes": nbytes,
                "queues": json.dumps([[t, q, n] for (t, q), n in counts.items()]), "refused": refused}
         yield pa.RecordBatch.from_pylist([row], schema=_STAGED_ARROW)
 
@@ -366,8 +367,8 @@ class _Place:
         cols = {name: b.column(name) for name in b.schema.names}
         cols["physical_offset"] = pa.array(offsets, pa.int64())
         cols["queue_offset"] = pa.array(queue_offsets, pa.int64())
-        cols["store_timestamp"] = pa.array([self.store_timestamp], COMMITLOG.arrow.field("store_timestamp").type).take(np.zeros(n, dtype=np.int64))
-        cols["store_host"] = pa.array([self.store_host], pa.string()).take(np.zeros(n, dtype=np.int64))
+        cols["store_timestamp"] = pa.repeat(pa.scalar(self.store_timestamp, COMMITLOG.arrow.field("store_timestamp").type), n)
+        cols["store_host"] = pa.repeat(pa.scalar(self.store_host, pa.string()), n)
         cols["sysflag"] = pa.array(cols["sysflag"].to_numpy() | self.sysflag_bits, pa.int32())
         cols["msg_id"] = arrays.hex_strings(self.msg_id_prefix, offsets, 16)
         return pa.RecordBatch.from_arrays([cols[f.name] for f in COMMITLOG.arrow], schema=COMMITLOG.arrow)

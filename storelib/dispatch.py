@@ -80,7 +80,7 @@ def queued(rows: "DataFrame") -> "DataFrame":
     from pyspark.sql import functions as F
 
     kind = F.col("sysflag").bitwiseAND(F.lit(SysFlag.TRANSACTION_ROLLBACK_TYPE))
-    return rows.where(kind.isin(SysFlag.TRANSACTION_NOT_TYPE, SysFlag.TRANSACTION_COMMIT_TYPE))
+    return rows.where(kind.isin(*SysFlag.QUEUED_TRANSACTION_TYPES))
 
 
 class Dispatcher:

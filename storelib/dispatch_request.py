@@ -83,7 +83,7 @@ class DispatchRequests:
         if name == "index":
             wanted = pc.not_equal(kind, SysFlag.TRANSACTION_ROLLBACK_TYPE)
         else:
-            wanted = pc.is_in(kind, pa.array([SysFlag.TRANSACTION_NOT_TYPE, SysFlag.TRANSACTION_COMMIT_TYPE], pa.int32()))
+            wanted = pc.is_in(kind, pa.array(SysFlag.QUEUED_TRANSACTION_TYPES, pa.int32()))
         keep = pc.and_(wanted, pc.greater_equal(batch.column("physical_offset"), self.starts[name]))
         return batch if pc.all(keep).as_py() else batch.filter(keep)
 
@@ -101,8 +101,7 @@ class DispatchRequests:
         return code
 
     def consume_queue(self, b: pa.RecordBatch) -> pa.RecordBatch:
-        code = (pc.add(b.column("queue_offset"), pa.scalar(-(2**63), pa.int64())) if self.ext_enabled
-                else self._tags_code(b))
+        code = arrays.decorate_ext_addrs(b.column("queue_offset")) if self.ext_enabled else self._tags_code(b)
         return pa.RecordBatch.from_arrays(
             [b.column("topic"), b.column("queue_id"), b.column("queue_offset"), b.column("physical_offset"),
              b.column("size"), code, b.column("store_timestamp")], schema=CONSUME_QUEUE.arrow)

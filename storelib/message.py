@@ -80,6 +80,8 @@ class SysFlag:
     TRANSACTION_ROLLBACK_TYPE = 0x3 << 2
     BORNHOST_V6 = 0x1 << 4
     STOREHOSTADDRESS_V6 = 0x1 << 5
+    #: Transaction types that get a consume queue unit (CommitLogDispatcherBuildConsumeQueue).
+    QUEUED_TRANSACTION_TYPES = (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
 
     @staticmethod
     def transaction_value(sysflag: int) -> int:

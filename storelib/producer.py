@@ -9,11 +9,11 @@ DataFrames are encoded as Spark columns, and their bad rows are reported before 
 
 from __future__ import annotations
 
-import datetime as dt
 import itertools
 import os
 import random
 import socket
+import time
 import uuid
 import zlib
 from dataclasses import dataclass
@@ -182,9 +182,8 @@ class Producer:
         born_v6 = ":" in self.ip
         defaults = {"sysflag": SysFlag.BORNHOST_V6 if born_v6 else 0, "flag": 0, "born_host": self.born_host,
                     "born_timestamp": now_millis(), "reconsume_times": 0, "prepared_transaction_offset": 0}
-        now = dt.datetime.now(dt.timezone.utc)
-        month = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-        since_month = int(now.timestamp() * 1000) - int(month.timestamp() * 1000)
+        now = int(time.time() * 1000)
+        since_month = now - codec.month_start_ms(now)
         prefix = codec.uniq_id_prefix_hex(self.ip, os.getpid(), 0)[:12]
         return EncodedFrame(defaults, UniqKeys(prefix, uuid.uuid4().hex, since_month))
 
@@ -275,18 +274,20 @@ class EncodedFrame:
         count = batch.column("property_count").to_numpy(zero_copy_only=False)
         flat_names, flat_values = pc.list_flatten(names), pc.list_flatten(values)
 
-        def rows_with(lists: pa.Array, entries: pa.Array) -> np.ndarray:
+        name_rows, value_rows = pc.list_parent_indices(names).to_numpy(), pc.list_parent_indices(values).to_numpy()
+
+        def rows_with(owners: np.ndarray, entries: pa.Array) -> np.ndarray:
             hit = np.zeros(n, dtype=bool)
-            hit[pc.list_parent_indices(lists).to_numpy()[entries.to_numpy(zero_copy_only=False)]] = True
+            hit[owners[entries.to_numpy(zero_copy_only=False)]] = True
             return hit
 
         def holds(joined: pa.Array) -> np.ndarray:
             found = pc.match_substring(joined, MessageConst.PROPERTY_SEPARATOR)
             return pc.fill_null(found, False).to_numpy(zero_copy_only=False)
 
-        reserved = rows_with(names, pc.is_in(flat_names, value_set=pa.array(sorted(RESERVED_PROPERTIES))))
-        blank = (rows_with(names, pc.equal(pc.ascii_trim(flat_names, " "), ""))
-                 | rows_with(values, pc.or_(pc.equal(pc.ascii_trim(flat_values, " "), ""),
+        reserved = rows_with(name_rows, pc.is_in(flat_names, value_set=pa.array(sorted(RESERVED_PROPERTIES))))
+        blank = (rows_with(name_rows, pc.equal(pc.ascii_trim(flat_names, " "), ""))
+                 | rows_with(value_rows, pc.or_(pc.equal(pc.ascii_trim(flat_values, " "), ""),
                                             pc.equal(flat_values, NULL_VALUE))))
         # A NAME_VALUE_SEPARATOR inside a name or value splits it into more entries than the map has.
         separators = ((pc.fill_null(pc.list_value_length(names), 0).to_numpy(zero_copy_only=False) != count)
