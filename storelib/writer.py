@@ -378,13 +378,16 @@ def contiguous_groups(items: Sequence[T], sizes: Sequence[int], groups: int) -> 
 
     >>> contiguous_groups(["a", "b", "c", "d"], [10, 10, 10, 30], 2)
     [['a', 'b', 'c'], ['d']]
+    >>> contiguous_groups(["a", "b", "c", "d"], [99, 99, 100, 100], 2)
+    [['a', 'b'], ['c', 'd']]
     """
+    # Each item goes to the run its midpoint falls in: runs come out balanced and contiguous,
+    # whatever the sizes (cutting when the running total passes a share is off by one item
+    # whenever the first items are a little smaller than the rest).
     total = max(1, sum(sizes))
-    out: list[list[T]] = []
+    out: dict[int, list[T]] = {}
     done = 0
     for item, size in zip(items, sizes):
-        if not out or (done >= total * len(out) / groups and len(out) < groups):
-            out.append([])
-        out[-1].append(item)
+        out.setdefault(min(groups - 1, int((done + size / 2) * groups // total)), []).append(item)
         done += size
-    return out
+    return list(out.values())

@@ -13,6 +13,7 @@ from storelib import Message, StoreConfig
 from storelib.errors import ConfigError, StoreStateError
 from storelib.schema import CONSUME_QUEUE, TABLES
 from storelib.tables import Prune, Table
+from storelib.writer import contiguous_groups
 
 
 ORDER = {"commitlog": ["physical_offset"], "consume_queue": ["topic", "queue_id", "queue_offset"],
@@ -98,6 +99,23 @@ class TestFileSkipping:
         # Random UNIQ_KEYs may put another file's key range around h too; the one holding it is always kept.
         holding = [f for f in every if h in pq.read_table(f, columns=["key_hash"]).column(0).to_pylist()]
         assert len(holding) == 1 and set(holding) <= set(kept) and len(kept) < len(every) / 4
+
+
+class TestContiguousGroups:
+    """How a job over files cuts them into tasks: contiguous, in order, about equal in size."""
+
+    @pytest.mark.parametrize("sizes, groups, expected", [
+        ([10, 10, 10, 10], 2, [[0, 1], [2, 3]]),
+        ([99, 99, 100, 100], 2, [[0, 1], [2, 3]]),   # first items a little smaller: still 2 + 2
+        ([100, 100, 99, 99], 2, [[0, 1], [2, 3]]),
+        ([10, 10, 10, 30], 2, [[0, 1, 2], [3]]),
+        ([5, 5, 5], 4, [[0], [1], [2]]),
+        ([1, 1, 1, 1, 1, 1], 3, [[0, 1], [2, 3], [4, 5]]),
+        ([0, 0, 0], 2, [[0, 1, 2]]),
+        ([], 2, []),
+    ])
+    def test_runs(self, sizes, groups, expected):
+        assert contiguous_groups(list(range(len(sizes))), sizes, groups) == expected
 
 
 class TestConfig:
