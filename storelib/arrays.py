@@ -19,14 +19,11 @@ string's weighted units are summed in one ``reduceat``.
 
 from __future__ import annotations
 
-from typing import Sequence
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["java_hash_codes", "tags_codes", "topic_key_prefixes", "index_key_hashes", "decorate_ext_addrs", "hex_strings",
-           "append_entries"]
+__all__ = ["java_hash_codes", "tags_codes", "topic_key_prefixes", "index_key_hashes", "decorate_ext_addrs", "hex_strings"]
 
 _POW31 = np.array([1], dtype=np.uint32)
 
@@ -143,32 +140,3 @@ def hex_strings(prefix: str, values: np.ndarray, digits: int) -> pa.Array:
     width = len(head) + digits
     offsets = np.arange(0, (n + 1) * width, width, dtype=np.int32)
     return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets.tobytes()), pa.py_buffer(data)])
-def append_entries(maps: pa.MapArray, extra: Sequence[tuple[str, pa.Array]]) -> pa.MapArray:
-    """Each row's map followed by the ``(name, values)`` entries whose value is not null, in order.
-
-    >>> m = pa.array([[("a", "1")], []], pa.map_(pa.string(), pa.string()))
-    >>> append_entries(m, [("TAGS", pa.array(["T", None])), ("UNIQ_KEY", pa.array(["u1", "u2"]))]).to_pylist()
-    [[('a', '1'), ('TAGS', 'T'), ('UNIQ_KEY', 'u1')], [('UNIQ_KEY', 'u2')]]
-    """
-    maps = maps.combine_chunks() if isinstance(maps, pa.ChunkedArray) else maps
-    n = len(maps)
-    start = maps.offsets.to_numpy()
-    own = np.diff(start)
-    present = [pc.is_valid(v).to_numpy(zero_copy_only=False) for _, v in extra]
-    counts = own + sum(p.astype(np.int64) for p in present)
-    offsets = np.concatenate(([0], np.cumsum(counts)))
-    # Where each source entry lands: a row's own entries first, then its present extras in order.
-    row = np.repeat(np.arange(n), own)
-    dest = [offsets[row] + np.arange(len(row)) - (start[row] - start[0])]
-    filled = own.copy()
-    for p in present:
-        dest.append((offsets[:-1] + filled)[p])
-        filled += p
-    source = np.empty(int(offsets[-1]), dtype=np.int64)
-    source[np.concatenate(dest)] = np.arange(int(offsets[-1]))
-    own_keys = maps.keys.slice(start[0], start[-1] - start[0])  # keys and items ignore the array's slice
-    own_values = maps.items.slice(start[0], start[-1] - start[0])
-    keys = pa.concat_arrays([own_keys, *[pa.array([name] * int(p.sum()), own_keys.type) for (name, _), p in zip(extra, present)]])
-    values = pa.concat_arrays([own_values, *[v.filter(pa.array(p)).cast(own_values.type) for (_, v), p in zip(extra, present)]])
-    take = pa.array(source)
-    return pa.MapArray.from_arrays(pa.array(offsets, pa.int32()), keys.take(take), values.take(take))

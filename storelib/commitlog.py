@@ -283,14 +283,14 @@ class _Stage:
             for b in batches:
                 if not b.num_rows:
                     continue
-                errors, properties = self.frame.refusals(b)
+                errors = self.frame.refusals(b)
                 bad = pc.is_valid(errors)
                 if pc.any(bad).as_py():
                     i = pc.index(bad, True).as_py()
                     refused = json.dumps({"error": errors[i].as_py(), "topic": b.column("topic")[i].as_py(),
                                           "queue_id": b.column("queue_id")[i].as_py(), "partition": pid})
                     break
-                cols = self.frame.complete(b, properties, pid, rows)
+                cols = self.frame.complete(b, pid, rows)
                 writer.write_batch(pa.RecordBatch.from_arrays([cols[f.name].cast(f.type) for f in _STAGED],
                                                               schema=_STAGED))
                 pairs, _, n = _queue_groups(b)

@@ -65,6 +65,24 @@ RESERVED_PROPERTIES = frozenset({
 SEPARATORS_PATTERN = "[\x01\x02]"
 SEPARATORS_REASON = ("a property name or value can not hold \\u0001 or \\u0002, the separators of RocketMQ's "
                      "encoded properties")
+#: Tags and keys are properties too (TAGS, KEYS).
+SEPARATORS_REASON_TAGS = "can not hold \\u0001 or \\u0002, the separators of RocketMQ's encoded properties"
+#: What Java's ``String.trim()`` strips: every char up to U+0020. RocketMQ's ``putUserProperty``
+#: refuses a name or value that is empty once trimmed, so "\t" and "\x00" are blank; "\u00a0" is not.
+JAVA_TRIMMED = "".join(map(chr, range(0x21)))
+#: A blank entry (as above) of names or values joined by NAME_VALUE_SEPARATOR (``\x01``), as RE2 sees it.
+BLANK_ENTRY_PATTERN = r"(?:^|\x01)[\x00\x02-\x20]*(?:\x01|$)"
+
+
+def is_blank(text: str) -> bool:
+    """Blank as ``putUserProperty`` sees it: empty after Java's ``trim()``.
+
+    >>> is_blank(" \t"), is_blank("\u00a0"), is_blank("a ")
+    (True, False, False)
+    """
+    return not text.strip(JAVA_TRIMMED)
+
+
 #: How a DataFrame send carries property names (and values) from Spark to the executors' Python: joined by it.
 PROPERTY_JOIN = MessageConst.NAME_VALUE_SEPARATOR
 
@@ -153,6 +171,9 @@ def validate_message(msg: Message, *, max_body: int, where: str | None = None) -
     keys = [msg.keys] if isinstance(msg.keys, str) else list(msg.keys or [])
     if any(not isinstance(k, str) for k in keys):
         raise MessageError("keys", "every key must be a string", value=msg.keys, where=where)
+    for name, text in (("tags", msg.tags or ""), ("keys", "".join(keys))):
+        if re.search(SEPARATORS_PATTERN, text):
+            raise MessageError(name, SEPARATORS_REASON_TAGS, value=text, where=where)
     if not isinstance(msg.flag, int) or isinstance(msg.flag, bool) or not -2**31 <= msg.flag < 2**31:
         raise MessageError("flag", "must be a 32-bit integer", value=msg.flag, where=where)
     if msg.queue_id is not None and (not isinstance(msg.queue_id, int) or isinstance(msg.queue_id, bool)):
@@ -165,7 +186,7 @@ def validate_message(msg: Message, *, max_body: int, where: str | None = None) -
                                        value=value, where=where)
         if name in RESERVED_PROPERTIES:
             raise ReservedPropertyError(f"properties[{name!r}]", "is used by the system, choose another name", where=where)
-        if not name.strip() or not value.strip():
+        if is_blank(name) or is_blank(value):
             raise InvalidPropertyError(f"properties[{name!r}]", "the name or value of a property can not be blank",
                                        value=value, where=where)
         if re.search(SEPARATORS_PATTERN, name + value):

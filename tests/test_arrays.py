@@ -76,23 +76,65 @@ def test_hex_strings_are_message_ids():
     assert arrays.hex_strings("", np.array([0xABC], dtype=np.int64), 4).to_pylist() == ["0ABC"]
 
 
-class TestAppendEntries:
-    MAP = pa.map_(pa.string(), pa.string())
+class TestEncodedFrame:
+    """The executors' half of a DataFrame send: property checks and the properties map, over batches."""
 
-    def test_entries_follow_each_row_in_order(self):
+    @staticmethod
+    def batch(rows, tags=None, keys=None):
+        """A batch as ``Producer.encode_dataframe`` sends it: names and values joined, nulls as \\x02."""
+        n = len(rows)
+        join = lambda parts: "\x01".join(parts) if parts else None  # noqa: E731
+        return pa.RecordBatch.from_pydict({
+            "property_names": pa.array([join([k for k, _ in r]) for r in rows], pa.string()),
+            "property_values": pa.array([join(["\x02" if v is None else v for _, v in r]) for r in rows], pa.string()),
+            "property_count": pa.array([len(r) for r in rows], pa.int32()),
+            "tags": pa.array(tags or [None] * n, pa.string()), "keys": pa.array(keys or [None] * n, pa.string()),
+            "_error": pa.nulls(n, pa.string()),
+        })
+
+    @staticmethod
+    def frame():
+        from storelib.producer import EncodedFrame, UniqKeys
+
+        return EncodedFrame({}, UniqKeys("0A0000010001", "nonce", 5))
+
+    def test_properties_follow_each_row_in_order(self):
         rnd = random.Random(3)
         rows = [[(f"k{j}", f"v{i}.{j}") for j in range(rnd.randrange(4))] for i in range(300)]
         tags = [rnd.choice([None, "T1", "T2"]) for _ in rows]
         keys = [rnd.choice([None, "a b"]) for _ in rows]
-        uniq = [f"u{i}" for i in range(len(rows))]
-        expected = [r + ([("TAGS", t)] if t else []) + ([("KEYS", k)] if k else []) + [("UNIQ_KEY", u)]
-                    for r, t, k, u in zip(rows, tags, keys, uniq)]
-        maps = pa.array(rows, self.MAP)
+        batch = self.batch(rows, tags, keys)
         for lo, hi in ((0, 300), (41, 260)):
-            extra = [("TAGS", pa.array(tags).slice(lo, hi - lo)), ("KEYS", pa.array(keys).slice(lo, hi - lo)),
-                     ("UNIQ_KEY", pa.array(uniq).slice(lo, hi - lo))]
-            assert arrays.append_entries(maps.slice(lo, hi - lo), extra).to_pylist() == expected[lo:hi]
+            part = batch.slice(lo, hi - lo)
+            assert self.frame().refusals(part).null_count == hi - lo
+            cols = self.frame().complete(part, 0, lo)
+            uniq = cols["uniq_key"].to_pylist()
+            expected = [r + ([("TAGS", t)] if t else []) + ([("KEYS", k)] if k else []) + [("UNIQ_KEY", u)]
+                        for r, t, k, u in zip(rows[lo:hi], tags[lo:hi], keys[lo:hi], uniq)]
+            assert cols["properties"].to_pylist() == expected
 
-    def test_nothing_to_add(self):
-        maps = pa.array([[("a", "1")], []], self.MAP)
-        assert arrays.append_entries(maps, [("TAGS", pa.nulls(2, pa.string()))]).to_pylist() == [[("a", "1")], []]
+    @pytest.mark.parametrize("props, tags, keys", [
+        ({"a": "1"}, "T", "k1 k2"), ({"UNIQ_KEY": "x"}, None, None), ({"a": "1", "DELAY": "3"}, None, None),
+        ({"a": " "}, None, None), ({"a": "\t"}, None, None), ({"a": "\x00"}, None, None), ({"a": "\u00a0"}, None, None),
+        ({" \r": "1"}, None, None), ({"a": "1", "b": ""}, None, None), ({"a": None}, None, None),
+        ({"a\x01b": "1"}, None, None), ({"a": "1\x012"}, None, None), ({"a\x01b": "1\x012"}, None, None),
+        ({"a": "x\x02"}, None, None), ({"a\x02": "x"}, None, None), ({}, "T\x01", None), ({}, None, "k\x02"),
+        ({"a": "1"}, "  ", "  "),
+    ])
+    def test_refusals_agree_with_the_list_path(self, props, tags, keys):
+        """Each row is refused exactly when ``validate_message`` refuses the same message, for the same field."""
+        from storelib import Message
+        from storelib.errors import StoreError
+        from storelib.message import validate_message
+
+        try:
+            validate_message(Message("T", tags=tags, keys=keys, properties={k: v for k, v in props.items()}), max_body=10)
+            expected = None
+        except StoreError as e:
+            expected = (type(e).__name__, e.field.split("[")[0])
+        good = self.batch([[("g", "1")]] * 3)
+        bad = self.batch([list(props.items())], [tags], [keys])
+        errors = self.frame().refusals(pa.Table.from_batches([good, bad]).combine_chunks().to_batches()[0]).to_pylist()
+        assert errors[:3] == [None] * 3
+        found = errors[3] and tuple(errors[3].split("|")[:2])
+        assert found == expected

@@ -30,6 +30,9 @@ BAD_MESSAGES = [
     pytest.param(Message("TopicTest", properties={"DELAY": "3"}), ReservedPropertyError, "properties['DELAY']", id="reserved-delay"),
     pytest.param(Message("TopicTest", properties={"k": "a\x02b"}), InvalidPropertyError, "properties['k']", id="separator-value"),
     pytest.param(Message("TopicTest", properties={"k\x01": "v"}), InvalidPropertyError, "properties['k\\x01']", id="separator-name"),
+    pytest.param(Message("TopicTest", properties={"k": "\t"}), InvalidPropertyError, "properties['k']", id="tab-value"),
+    pytest.param(Message("TopicTest", tags="TagA\x01"), MessageError, "tags", id="separator-tags"),
+    pytest.param(Message("TopicTest", keys=["a", "b\x02"]), MessageError, "keys", id="separator-keys"),
     pytest.param(Message("TopicTest", queue_id=4), InvalidQueueIdError, "queue_id", id="queue-too-high"),
     pytest.param(Message("TopicTest", queue_id=-1), InvalidQueueIdError, "queue_id", id="queue-negative"),
     pytest.param(Message("TopicTest", body="text"), MessageError, "body", id="str-body"),
@@ -105,6 +108,8 @@ BAD_ROWS = [
                  "properties", id="name-and-value-with-separator"),
     pytest.param(lambda: (None, None, F.create_map(F.lit("a"), F.lit("x\x02"))), InvalidPropertyError,
                  "properties", id="value-with-separator"),
+    pytest.param(lambda: (None, None, F.create_map(F.lit("a"), F.lit("\t\n"))), InvalidPropertyError,
+                 "properties", id="whitespace-value"),
 ]
 
 
@@ -124,6 +129,16 @@ def test_send_dataframe_refuses_bad_rows(spark, small_store, bad, error, field):
     assert info.value.field == field
     assert "nothing was written" in str(info.value)
     assert commitlog_version(small_store) == before
+
+
+@pytest.mark.parametrize("column", ["tags", "keys"])
+def test_send_dataframe_refuses_separators_in_tags_and_keys(spark, small_store, column):
+    df = spark.range(5).select(F.lit("TopicTest").alias("topic"),
+                               F.when(F.col("id") == 3, F.lit("x\x01y")).otherwise(F.lit("ok")).alias(column))
+    with pytest.raises(MessageError, match="can not hold") as info:
+        small_store.send_dataframe(df)
+    assert info.value.field == column
+    assert small_store.messages().count() == 0
 
 
 def test_send_dataframe_refuses_null_keys(spark, small_store):
