@@ -23,7 +23,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["java_hash_codes", "tags_codes", "topic_key_prefixes", "index_key_hashes", "decorate_ext_addrs", "hex_strings"]
+from storelib import codec
+
+__all__ = ["java_hash_codes", "tags_codes", "topic_key_prefixes", "index_key_hashes", "decorate_ext_addrs", "hex_strings",
+           "message_lengths"]
 
 _POW31 = np.array([1], dtype=np.uint32)
 
@@ -140,3 +143,16 @@ def hex_strings(prefix: str, values: np.ndarray, digits: int) -> pa.Array:
     width = len(head) + digits
     offsets = np.arange(0, (n + 1) * width, width, dtype=np.int32)
     return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets.tobytes()), pa.py_buffer(data)])
+
+
+def message_lengths(body: np.ndarray, topic: np.ndarray, properties: np.ndarray, born_v6: bool | np.ndarray,
+                    store_v6: bool) -> np.ndarray:
+    """:func:`storelib.codec.message_length` (``calMsgLength``) over arrays of UTF-8 byte lengths;
+    ``born_v6`` may be a flag per message.
+
+    >>> message_lengths(np.array([0, 0]), np.array([1, 128]), np.array([0, 0]), np.array([False, True]), False).tolist()
+    [92, 232]
+    """
+    v6 = np.asarray(born_v6, dtype=np.int64) + int(store_v6)
+    topic_length_size = np.where(topic > codec.TOPIC_V1_MAX_LENGTH, 2, 1)
+    return codec.RECORD_FIXED_LENGTH + 12 * v6 + body + topic_length_size + topic + properties

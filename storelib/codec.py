@@ -23,7 +23,7 @@ from storelib.errors import MessageError, MessageIdError, StoreError, require_in
 __all__ = [
     "java_string_hash", "tags_code", "create_message_id", "decode_message_id", "MAX_EXT_ADDR",
     "is_ext_addr", "decorate_ext_addr", "undecorate_ext_addr", "index_key_hash", "index_slot",
-    "build_index_key", "RECORD_FIXED_FIELDS", "TOPIC_V1_MAX_LENGTH", "message_length",
+    "build_index_key", "RECORD_FIXED_FIELDS", "RECORD_FIXED_LENGTH", "TOPIC_V1_MAX_LENGTH", "message_length",
     "NAME_VALUE_SEPARATOR", "PROPERTY_SEPARATOR", "properties_to_string", "string_to_properties",
     "UniqIdGenerator", "uniq_id_prefix_hex", "decode_uniq_id_time", "month_start_ms",
 ]
@@ -210,7 +210,7 @@ RECORD_FIXED_FIELDS: tuple[tuple[str, int], ...] = (
 )
 #: Longest topic (in bytes) written with a 1-byte length field (MessageVersion V1).
 TOPIC_V1_MAX_LENGTH = 127
-_RECORD_FIXED_LENGTH = sum(size for _, size in RECORD_FIXED_FIELDS)  # 90
+RECORD_FIXED_LENGTH = sum(size for _, size in RECORD_FIXED_FIELDS)  # 90
 
 
 def message_length(*, body_length: int, topic_length: int, properties_length: int,
@@ -229,7 +229,7 @@ def message_length(*, body_length: int, topic_length: int, properties_length: in
     require_int(MessageError, "properties_length", properties_length, 0)
     topic_len_size = 1 if topic_length <= TOPIC_V1_MAX_LENGTH else 2
     v6_extra = 12 * (bool(born_host_v6) + bool(store_host_v6))  # 16-byte instead of 4-byte ip
-    return (_RECORD_FIXED_LENGTH + v6_extra
+    return (RECORD_FIXED_LENGTH + v6_extra
             + body_length + topic_len_size + topic_length + properties_length)
 
 

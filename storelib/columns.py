@@ -16,8 +16,8 @@ from pyspark.sql import functions as F
 
 from storelib.codec import MAX_EXT_ADDR
 
-__all__ = ["java_hash_code", "java_hash_code_expr", "tags_code", "index_key_hash", "properties_length",
-           "message_length", "decorate_ext_addr", "is_ext_addr", "MAX_EXT_ADDR"]
+__all__ = ["java_hash_code", "java_hash_code_expr", "tags_code", "index_key_hash", "decorate_ext_addr", "is_ext_addr",
+           "MAX_EXT_ADDR"]
 
 _MASK32 = 0xFFFFFFFF
 
@@ -53,24 +53,6 @@ def index_key_hash(index_key: Column) -> Column:
     """IndexFile's keyHash: ``abs(hashCode)``, with ``Integer.MIN_VALUE`` giving 0."""
     # abs over long turns Integer.MIN_VALUE into 2^31, which the modulo sends to 0: one hashCode call per row.
     return F.pmod(F.abs(java_hash_code(index_key).cast("long")), F.lit(2**31)).cast("int")
-
-
-def properties_length(props: Column) -> Column:
-    """Bytes of ``messageProperties2String``: name, 0x01, value, 0x02 for each entry (no null values)."""
-    # Null values add nothing (array_join skips them); the producer refuses them anyway.
-    values = F.map_values(props)
-    return (F.octet_length(F.array_join(F.map_keys(props), "")) + F.octet_length(F.array_join(values, ""))
-            + F.size(F.array_compact(values)) * 2)
-
-
-def message_length(body: Column, topic: Column, properties_bytes: Column, *, born_v6: bool | Column = False,
-                   store_v6: bool = False) -> Column:
-    """RocketMQ's ``calMsgLength`` from the body, the topic and the properties' encoded length:
-    91 fixed bytes (IPv4 hosts, 1-byte topic length) plus the variable parts."""
-    topic_len = F.octet_length(topic)
-    born_extra = F.when(born_v6, F.lit(12)).otherwise(F.lit(0)) if isinstance(born_v6, Column) else F.lit(12 if born_v6 else 0)
-    return (F.lit(91 + (12 if store_v6 else 0)) + born_extra + F.length(body) + topic_len
-            + F.when(topic_len > 127, F.lit(1)).otherwise(F.lit(0)) + properties_bytes).cast("int")
 
 
 def decorate_ext_addr(offset: Column) -> Column:

@@ -159,11 +159,10 @@ class CommitLog:
                          refused: Callable[[Mapping[str, Any]], None]) -> AppendResult:
         """Append an encoded DataFrame (see :mod:`storelib.producer`) in one atomic commit.
 
-        ``encoded`` has the commitlog columns that vary per message except the offsets, store time
-        and host, and msg id, plus ``_error`` (why a row is refused, or null); ``frame`` completes
-        the rest. Two Spark jobs, the DataFrame read once:
+        ``encoded`` has what varies per message (see :meth:`Producer.encode_dataframe`); ``frame``
+        checks the rows and completes them. Two Spark jobs, the DataFrame read once:
 
-        1. each task completes its partition's rows and stages them (Arrow IPC, under the
+        1. each task checks and completes its partition's rows and stages them (Arrow IPC, under the
            table's hidden ``_staging`` folder), counting rows, bytes and rows per queue; a task
            meeting a refused row stages nothing and reports it, and ``refused`` raises;
         2. the driver gives every staged partition its first physical and queue offsets (running
@@ -252,10 +251,10 @@ _STAGED_ARROW = pa.schema([("partition", pa.int32()), ("path", pa.string()), ("r
                           ("queues", pa.string()), ("refused", pa.string())])
 
 
-def _queue_groups(batch: pa.RecordBatch) -> tuple[list[tuple[str, int]], np.ndarray, np.ndarray]:
-    """The batch's (topic, queue_id) pairs in sorted order, each row's index among them, and their counts."""
-    topics = batch.column("topic").dictionary_encode()
-    key = topics.indices.to_numpy().astype(np.int64) * (1 << 32) + batch.column("queue_id").to_numpy().astype(np.int64)
+def _queue_groups(topic: pa.Array, queue_id: pa.Array) -> tuple[list[tuple[str, int]], np.ndarray, np.ndarray]:
+    """The rows' (topic, queue_id) pairs in sorted order, each row's index among them, and their counts."""
+    topics = topic.dictionary_encode()
+    key = topics.indices.to_numpy().astype(np.int64) * (1 << 32) + queue_id.to_numpy().astype(np.int64)
     unique, inverse = np.unique(key, return_inverse=True)
     names = topics.dictionary.to_pylist()
     pairs = [(names[k >> 32], k & 0xFFFFFFFF) for k in unique.tolist()]
@@ -288,16 +287,16 @@ class _Stage:
                 if pc.any(bad).as_py():
                     i = pc.index(bad, True).as_py()
                     refused = json.dumps({"error": errors[i].as_py(), "topic": b.column("topic")[i].as_py(),
-                                          "queue_id": b.column("queue_id")[i].as_py(), "partition": pid})
+                                          "partition": pid})
                     break
                 cols = self.frame.complete(b, pid, rows)
                 writer.write_batch(pa.RecordBatch.from_arrays([cols[f.name].cast(f.type) for f in _STAGED],
                                                               schema=_STAGED))
-                pairs, _, n = _queue_groups(b)
+                pairs, _, n = _queue_groups(cols["topic"], cols["queue_id"])
                 for pair, c in zip(pairs, n.tolist()):
                     counts[pair] = counts.get(pair, 0) + c
                 rows += b.num_rows
-                nbytes += int(pc.sum(b.column("size")).as_py())
+                nbytes += int(pc.sum(cols["size"]).as_py())
         if refused is not None:
             fs.delete_file(path)
             rows = nbytes = 0
@@ -351,7 +350,7 @@ class _Place:
 
     @staticmethod
     def _queue_offsets(b: pa.RecordBatch, counters: dict[tuple[str, int], int]) -> np.ndarray:
-        pairs, inverse, counts = _queue_groups(b)
+        pairs, inverse, counts = _queue_groups(b.column("topic"), b.column("queue_id"))
         order = np.argsort(inverse, kind="stable")
         starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
         rank = np.empty(len(inverse), dtype=np.int64)

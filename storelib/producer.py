@@ -3,8 +3,10 @@
 A message is checked as RocketMQ's client and broker check it (topic rules, permissions, queue id,
 body size, reserved and blank properties); TAGS, KEYS and a fresh UNIQ_KEY join its properties; a
 queue is chosen round-robin where the message names none (``MQFaultStrategy`` without latency
-fault tolerance). Lists of :class:`~storelib.message.Message` are encoded here on the driver;
-DataFrames are encoded as Spark columns, and their bad rows are reported before anything is written.
+fault tolerance). Lists of :class:`~storelib.message.Message` are encoded here on the driver.
+A DataFrame crosses from Spark to the executors' Python with only what varies per message;
+there :class:`EncodedFrame` runs the same checks over Arrow batches and completes the rows, and
+a bad row is reported before anything is written.
 """
 
 from __future__ import annotations
@@ -29,11 +31,10 @@ from storelib.config import StoreConfig
 from storelib.errors import (BodyTooLargeError, InvalidPropertyError, InvalidQueueIdError, InvalidTopicError,
                              MessageError, ReservedPropertyError, ReservedTopicError, StoreError,
                              TopicNotFoundError, TopicPermissionError)
-from storelib.message import (BLANK_ENTRY_PATTERN, PROPERTY_JOIN, RESERVED_PROPERTIES, SEPARATORS_PATTERN,
+from storelib.message import (BLANK_ENTRY_PATTERN, PROPERTY_JOIN, RESERVED_PROPERTIES,
                               SEPARATORS_REASON, SEPARATORS_REASON_TAGS, Message, MessageConst, SysFlag,
                               validate_message)
-from storelib.topics import (NOT_ALLOWED_SEND_TOPICS, RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX,
-                             RETRY_OR_DLQ_TOPIC_MAX_LENGTH, TOPIC_MAX_LENGTH, TopicConfig)
+from storelib.topics import NOT_ALLOWED_SEND_TOPICS, TopicConfig, validate_topic
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -103,12 +104,16 @@ class Producer:
         return topics[topic]
 
     # ---- DataFrames ------------------------------------------------------------------------
-    def encode_dataframe(self, df: "DataFrame", topics: Mapping[str, TopicConfig]) -> "DataFrame":
-        """Encoded rows plus ``_error`` (why a row is refused, or null); not yet checked."""
+    def encode_dataframe(self, df: "DataFrame", topics: Mapping[str, TopicConfig]) -> tuple["DataFrame", "EncodedFrame"]:
+        """A DataFrame of messages in two halves: what varies per message, as Spark hands it to
+        the executors, unchecked (topic, the given queue id or null, body and its CRC, user
+        properties as joined names and values, tags, keys, and the optional columns given); and
+        the :class:`EncodedFrame` that checks and completes those rows there, over Arrow batches.
+        Every column crossing from Spark costs about a third of what Spark's own Parquet writer
+        spends on a row, so none crosses that the executors can compute.
+        """
         from pyspark.sql import functions as F
         from pyspark.sql.types import ArrayType, StringType
-
-        from storelib import columns as C
 
         unknown = sorted(set(df.columns) - set(DATAFRAME_COLUMNS))
         if unknown:
@@ -124,47 +129,21 @@ class Producer:
             body = F.encode(F.col("body"), "UTF-8")
         keys = col("keys", F.lit(None).cast("string"))
         if "keys" in df.columns and isinstance(df.schema["keys"].dataType, ArrayType):
-            keys = F.array_join(F.col("keys"), MessageConst.KEY_SEPARATOR)
-        keys = F.when(F.length(keys) > 0, keys)
+            keys = F.array_join(F.col("keys"), MessageConst.KEY_SEPARATOR, NULL_KEY)
         tags = col("tags", F.lit(None).cast("string"))
-        tags = F.when(F.length(tags) > 0, tags)
         user = F.coalesce(col("properties", F.lit(None)).cast("map<string,string>"), F.create_map().cast("map<string,string>"))
-
-        wq = F.create_map(*itertools.chain.from_iterable((F.lit(t), F.lit(c.write_queue_nums)) for t, c in topics.items())) \
-            if topics else F.create_map().cast("map<string,int>")
-        topic = F.col("topic")
-        queue_id = col("queue_id", F.lit(None).cast("int")).cast("int")
-        row_index = F.monotonically_increasing_id().bitwiseAND(F.lit((1 << 33) - 1))
-        pid = F.spark_partition_id()
-        nqueues = F.try_element_at(wq, topic)
-        chosen = F.coalesce(queue_id, F.pmod(row_index + pid * 7 + F.lit(random.randrange(1 << 16)), F.coalesce(nqueues, F.lit(1))))
-        error = self._refusal(df, topics, topic, body, queue_id, nqueues, user)
-        born_v6 = ":" in self.ip
-
-        # The size needs no map: the user's properties plus TAGS, KEYS and the fixed-width UNIQ_KEY entries.
-        def entry(name: str, value: "Column") -> "Column":
-            return F.when(value.isNotNull(), F.octet_length(value) + len(name) + 2).otherwise(F.lit(0))
-
-        # Joined by 1-byte separators, the entries' name+value bytes plus their 2 separators each are
-        # the joined names' and values' lengths plus 2 (refused rows aside: their size is never used).
         names, values, count = self._joined_properties(user)
-        user_len = F.when(count > 0, F.octet_length(names) + F.octet_length(values) + 2).otherwise(F.lit(0))
-        props_len = (user_len + entry(MessageConst.TAGS, tags) + entry(MessageConst.KEYS, keys)
-                     + len(MessageConst.UNIQ_KEY) + 32 + 2)
-        host_v6 = ":" in self.config.store_address[0]
-        size = C.message_length(body, topic, props_len, born_v6=born_v6, store_v6=host_v6)
-        # Only what varies per row comes from Spark; the commitlog writer adds the rest (see
-        # ``EncodedFrame``): constants, the UNIQ_KEY and the system properties.
-        given = {"flag": lambda c: c.cast("int"), "born_host": lambda c: c.cast("string"),
+        given = {"queue_id": lambda c: c.cast("int"), "flag": lambda c: c.cast("int"), "born_host": lambda c: c.cast("string"),
                  "born_timestamp": lambda c: F.date_trunc("millisecond", c.cast("timestamp"))}
         optional = [cast(F.col(name)).alias(name) for name, cast in given.items() if name in df.columns]
+        keys_array = "keys" in df.columns and isinstance(df.schema["keys"].dataType, ArrayType)
         return df.select(
-            topic.alias("topic"), chosen.cast("int").alias("queue_id"),
+            F.col("topic").cast("string").alias("topic"),
             F.crc32(body).bitwiseAND(F.lit(0x7FFFFFFF)).cast("int").alias("body_crc"),
             names.alias("property_names"), values.alias("property_values"), count.alias("property_count"),
-            body.alias("body"), tags.alias("tags"), keys.alias("keys"), *optional,
-            error.alias("_error"), size.alias("size"),
-        )
+            body.alias("body"), F.when(F.length(tags) > 0, tags).alias("tags"), F.when(F.length(keys) > 0, keys).alias("keys"),
+            *optional,
+        ), self._frame(topics, keys_array)
 
     @staticmethod
     def _joined_properties(user: "Column") -> list["Column"]:
@@ -178,54 +157,22 @@ class Producer:
         return [F.when(count > 0, F.array_join(F.map_keys(user), PROPERTY_JOIN)),
                 F.when(count > 0, F.array_join(F.map_values(user), PROPERTY_JOIN, NULL_VALUE)), count]
 
-    def frame_defaults(self) -> "EncodedFrame":
-        """What :meth:`encode_dataframe` leaves to the commitlog writer: per-send constants and UNIQ_KEYs."""
+    def _frame(self, topics: Mapping[str, TopicConfig], keys_array: bool) -> "EncodedFrame":
+        """What :meth:`encode_dataframe` leaves to the executors: the checks, the per-send
+        constants, the queue rotation and the UNIQ_KEYs."""
         born_v6 = ":" in self.ip
         defaults = {"sysflag": SysFlag.BORNHOST_V6 if born_v6 else 0, "flag": 0, "born_host": self.born_host,
                     "born_timestamp": now_millis(), "reconsume_times": 0, "prepared_transaction_offset": 0}
         now = int(time.time() * 1000)
         since_month = now - codec.month_start_ms(now)
         prefix = codec.uniq_id_prefix_hex(self.ip, os.getpid(), 0)[:12]
-        return EncodedFrame(defaults, UniqKeys(prefix, uuid.uuid4().hex, since_month))
-
-    def _refusal(self, df: "DataFrame", topics: Mapping[str, TopicConfig], topic: "Column", body: "Column",
-                 queue_id: "Column", nqueues: "Column", user: "Column") -> "Column":
-        """Why a row is refused, as ``ErrorClass|field|reason`` (the first failing check), or null."""
-        from pyspark.sql import functions as F
-        from pyspark.sql.types import ArrayType
-
-        writable = [t for t, c in topics.items() if c.writable]
-        limit = F.when(topic.startswith(RETRY_GROUP_TOPIC_PREFIX) | topic.startswith(DLQ_GROUP_TOPIC_PREFIX),
-                       RETRY_OR_DLQ_TOPIC_MAX_LENGTH).otherwise(TOPIC_MAX_LENGTH)
-        known = sorted(topics)
-        # Topics known to the store were checked when created: the name rules only run for unknown ones.
-        errors = [
-            (topic.isNull() | (F.trim(topic) == ""), "InvalidTopicError|topic|the specified topic is blank"),
-            (~topic.isin(*known) & ~topic.rlike("^[%|a-zA-Z0-9_-]+$") if known else ~topic.rlike("^[%|a-zA-Z0-9_-]+$"),
-             "InvalidTopicError|topic|contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"),
-            (~topic.isin(*known) & (F.length(topic) > limit) if known else F.length(topic) > limit,
-             "InvalidTopicError|topic|is longer than the topic max length"),
-            (topic.isin(*sorted(NOT_ALLOWED_SEND_TOPICS)), "ReservedTopicError|topic|is a system topic that producers may not send to"),
-            (nqueues.isNull(), "TopicNotFoundError|topic|topic does not exist in this store; create it first"),
-            (~topic.isin(*writable) if writable else F.lit(True), "TopicPermissionError|topic|the topic is not writable"),
-            (body.isNull(), "MessageError|body|must not be null"),
-            (F.length(body) > self.config.max_message_size,
-             f"BodyTooLargeError|body|is over the maximum of {self.config.max_message_size} bytes"),
-            (queue_id.isNotNull() & ((queue_id < 0) | (queue_id >= nqueues)), "InvalidQueueIdError|queue_id|is outside [0, writeQueueNums) of the topic"),
-        ]
-        if "keys" in df.columns and isinstance(df.schema["keys"].dataType, ArrayType):
-            # array_join skips null elements unless told what to put there: the lengths differ iff one is null.
-            nulls = F.length(F.array_join(F.col("keys"), " ")) != F.length(F.array_join(F.col("keys"), " ", "?"))
-            errors.append((nulls, "MessageError|keys|every key must be a string"))
-        # The properties are checked by the executors (EncodedFrame.refusals), over whole batches.
-        error = F.lit(None).cast("string")
-        for cond, text in reversed(errors):
-            error = F.when(F.coalesce(cond, F.lit(False)), F.lit(text)).otherwise(error)
-        return error
+        return EncodedFrame(defaults, UniqKeys(prefix, uuid.uuid4().hex, since_month), dict(topics),
+                            self.config.max_message_size, random.randrange(1 << 16),
+                            ":" in self.config.store_address[0], keys_array)
 
     @staticmethod
     def refuse(bad: Mapping[str, object]) -> None:
-        """Raise the typed error of a refused row (``error``, ``topic``, ``queue_id``, ``partition``)."""
+        """Raise the typed error of a refused row (``error``, ``topic``, ``partition``)."""
         kind, field, reason = str(bad["error"]).split("|", 2)
         cls = {c.__name__: c for c in (InvalidTopicError, ReservedTopicError, TopicNotFoundError, TopicPermissionError,
                                        MessageError, BodyTooLargeError, InvalidQueueIdError, ReservedPropertyError,
@@ -256,62 +203,113 @@ class UniqKeys:
         return arrays.hex_strings(f"{self.prefix}{salt:08X}", tail, 12)
 
 
+def refusal_text(error: StoreError) -> str:
+    """A refusal as it travels from the executors: ``ErrorClass|field|reason`` (see :meth:`Producer.refuse`)."""
+    return f"{type(error).__name__}|{(error.field or '').split('[')[0]}|{error.reason}"
+
+
 @dataclass(frozen=True)
 class EncodedFrame:
-    """The columns of a DataFrame send that the commitlog writer completes on the executors:
-    ``defaults`` for the columns the DataFrame did not have, and the UNIQ_KEYs."""
+    """The executors' half of a DataFrame send: they check the rows :meth:`Producer.encode_dataframe`
+    sends (the list path's checks, as Arrow batch operations) and complete them into commitlog
+    rows: ``defaults`` for the columns the DataFrame did not have, the queue where the row names
+    none, the UNIQ_KEY, the properties map and the size.
+    """
 
     defaults: Mapping[str, object]
     uniq: UniqKeys
+    topics: Mapping[str, TopicConfig]
+    max_body: int
+    queue_salt: int = 0
+    store_v6: bool = False
+    keys_array: bool = False
+
+    def _topics(self, batch: pa.RecordBatch) -> tuple["_Distinct", list[str | None], np.ndarray]:
+        """The batch's distinct topics, each one's refusal (or None) and write queue count, the
+        last entry of both standing for a null topic."""
+        topics = _Distinct.of(batch.column("topic"))
+        refusals, queues = [], []
+        for topic in topics.values.to_pylist() + [None]:
+            try:
+                validate_topic(topic)
+                config = Producer._topic(self.topics, topic, None)
+                config.check_writable()
+                refusals.append(None)
+                queues.append(config.write_queue_nums)
+            except StoreError as e:
+                refusals.append(refusal_text(e))
+                queues.append(1)
+        return topics, refusals, np.array(queues, dtype=np.int64)
 
     def refusals(self, batch: pa.RecordBatch) -> pa.Array:
-        """Why each row is refused (``ErrorClass|field|reason``, the first failing check), or null:
-        Spark's ``_error``, else what ``putUserProperty`` and the properties encoding refuse.
+        """Why each row is refused (``ErrorClass|field|reason``, the first failing check), or null.
 
-        The checks read the joined names and values as they came (see
-        :meth:`Producer.encode_dataframe`); names are checked once per distinct joined string,
-        since the rows of a DataFrame mostly share their property names.
+        The checks are the list path's (``validate_message``, the topic's existence and
+        permission, the queue id's range), in its order: topic, body, queue id, keys, properties.
+        Topics and property names are checked once per distinct value, since a DataFrame's rows
+        mostly share them.
         """
+        n = batch.num_rows
+        topics, topic_refusals, queues = self._topics(batch)
+        body = batch.column("body")
+        queue_id = batch.column("queue_id") if "queue_id" in batch.schema.names else pa.nulls(n, pa.int32())
+        given = pc.is_valid(queue_id).to_numpy(zero_copy_only=False)
+        qid = pc.fill_null(queue_id, 0).to_numpy(zero_copy_only=False)
+        keys = batch.column("keys")
+        keys_separators = _separators(keys)
+        null_keys = np.zeros(n, dtype=bool)
+        if self.keys_array and keys_separators.any():
+            null_keys = _matches(pc.match_substring_regex(keys, NULL_KEY_PATTERN))
+        tags = _Distinct.of(batch.column("tags"))
+        fixed = [
+            (topics.per_row(np.array([r is not None for r in topic_refusals])), None),
+            (pc.is_null(body).to_numpy(zero_copy_only=False), "MessageError|body|must not be null"),
+            (_matches(pc.greater(pc.binary_length(body), self.max_body)),
+             f"BodyTooLargeError|body|is over the maximum of {self.max_body} bytes"),
+            (given & ((qid < 0) | (qid >= topics.per_row(queues))),
+             "InvalidQueueIdError|queue_id|is outside [0, writeQueueNums) of the topic"),
+            (null_keys, "MessageError|keys|every key must be a string"),
+            *self._property_refusals(batch),
+            (tags.per_row(_separators(tags.values)), f"MessageError|tags|{SEPARATORS_REASON_TAGS}"),
+            (keys_separators, f"MessageError|keys|{SEPARATORS_REASON_TAGS}"),
+        ]
+        texts = [None] + [text for _, text in fixed[1:]] + topic_refusals
+        topic_choice = len(fixed) + topics.rows
+        code = np.select([hit for hit, _ in fixed], [topic_choice] + list(range(1, len(fixed))), default=0)
+        if not code.any():
+            return pa.nulls(n, pa.string())
+        return pa.array(texts, pa.string()).take(pa.array(code))
+
+    @staticmethod
+    def _property_refusals(batch: pa.RecordBatch) -> list[tuple[np.ndarray, str]]:
+        """``putUserProperty``'s checks and the encoding's separators, over the joined names and values."""
         joined_names, joined_values = batch.column("property_names"), batch.column("property_values")
         count = batch.column("property_count").to_numpy(zero_copy_only=False)
-        names = pc.dictionary_encode(joined_names)
-        distinct = names.dictionary
+        names = _Distinct.of(joined_names)
+        distinct = names.values
         split = pc.split_pattern(distinct, PROPERTY_JOIN)
-        flat = pc.list_flatten(split)
         reserved_names = np.zeros(len(distinct), dtype=bool)
-        reserved_names[pc.list_parent_indices(split).to_numpy()[
-            pc.is_in(flat, value_set=pa.array(sorted(RESERVED_PROPERTIES))).to_numpy(zero_copy_only=False)]] = True
-        rows = pc.fill_null(names.indices, len(distinct)).to_numpy(zero_copy_only=False)
-
-        def per_row(per_name: np.ndarray) -> np.ndarray:  # null names (no properties) pass
-            return np.append(per_name, False)[rows]
-
-        def matches(joined: pa.Array, pattern: str) -> np.ndarray:
-            return pc.fill_null(pc.match_substring_regex(joined, pattern), False).to_numpy(zero_copy_only=False)
+        reserved_names[pc.list_parent_indices(split).to_numpy()[_matches(
+            pc.is_in(pc.list_flatten(split), value_set=pa.array(sorted(RESERVED_PROPERTIES))))]] = True
+        per_row = names.per_row  # null names (no properties) pass
 
         def entries(joined: pa.Array) -> np.ndarray:
             return pc.fill_null(pc.count_substring(joined, PROPERTY_JOIN), -1).to_numpy(zero_copy_only=False) + 1
 
-        reserved = per_row(reserved_names)
-        blank = per_row(matches(distinct, BLANK_ENTRY_PATTERN)) | matches(joined_values, BLANK_ENTRY_PATTERN)
+        blank = per_row(_matches(pc.match_substring_regex(distinct, BLANK_ENTRY_PATTERN))) \
+            | _matches(pc.match_substring_regex(joined_values, BLANK_ENTRY_PATTERN))
         # A NAME_VALUE_SEPARATOR inside a name or value makes more entries than the map has.
-        separators = ((per_row(entries(distinct)) != count) & (count > 0)) | ((entries(joined_values) != count) & (count > 0)) \
-            | per_row(matches(distinct, MessageConst.PROPERTY_SEPARATOR)) \
-            | matches(joined_values, MessageConst.PROPERTY_SEPARATOR)
-        tags_keys = [matches(batch.column(c), SEPARATORS_PATTERN) for c in ("tags", "keys")]
-        code = np.select([reserved, blank, separators, *tags_keys], [1, 2, 3, 4, 5], default=0)
-        if not code.any():
-            return batch.column("_error")
-        found = pa.array([None, "ReservedPropertyError|properties|uses a name reserved by the system",
-                          "InvalidPropertyError|properties|the name or value of a property can not be blank",
-                          f"InvalidPropertyError|properties|{SEPARATORS_REASON}",
-                          f"MessageError|tags|{SEPARATORS_REASON_TAGS}",
-                          f"MessageError|keys|{SEPARATORS_REASON_TAGS}"], pa.string()).take(pa.array(code))
-        return pc.coalesce(batch.column("_error"), found)
+        separators = (((per_row(entries(distinct)) != count) | (entries(joined_values) != count)) & (count > 0)) \
+            | per_row(_matches(pc.match_substring(distinct, MessageConst.PROPERTY_SEPARATOR))) \
+            | _matches(pc.match_substring(joined_values, MessageConst.PROPERTY_SEPARATOR))
+        return [(per_row(reserved_names), "ReservedPropertyError|properties|uses a name reserved by the system"),
+                (blank, "InvalidPropertyError|properties|the name or value of a property can not be blank"),
+                (separators, f"InvalidPropertyError|properties|{SEPARATORS_REASON}")]
 
     def complete(self, batch: pa.RecordBatch, partition: int, first_row: int) -> dict[str, pa.Array]:
-        """The batch's columns plus the defaults, ``uniq_key``, and ``properties``: the user's, then
-        TAGS, KEYS and UNIQ_KEY where present. Rows must have passed :meth:`refusals`.
+        """The batch's columns plus the defaults, the chosen queue ids, ``uniq_key``, ``properties``
+        (the user's, then TAGS, KEYS and UNIQ_KEY where present) and ``size``. Rows must have
+        passed :meth:`refusals`.
 
         The map is built by appending the system entries to the joined strings and splitting once,
         which costs a third of splitting and then inserting entries into a map.
@@ -323,6 +321,11 @@ class EncodedFrame:
         for name, value in self.defaults.items():
             if name not in cols:
                 cols[name] = pa.repeat(pa.scalar(value, COMMITLOG.arrow.field(name).type), n)
+        topics, _, queues = self._topics(batch)
+        # Round-robin over the topic's write queues, as MQFaultStrategy turns without latency faults.
+        turn = (first_row + np.arange(n, dtype=np.int64) + partition * 7 + self.queue_salt) % topics.per_row(queues)
+        turn = pa.array(turn, pa.int32())
+        cols["queue_id"] = pc.coalesce(cols["queue_id"], turn) if "queue_id" in cols else turn
         cols["uniq_key"] = self.uniq.for_rows(partition, first_row, n)
         system = [(MessageConst.TAGS, cols["tags"]), (MessageConst.KEYS, cols["keys"]), (MessageConst.UNIQ_KEY, cols["uniq_key"])]
         absent = pa.scalar(None, pa.string())
@@ -330,8 +333,64 @@ class EncodedFrame:
             pc.if_else(pc.is_valid(v), pa.scalar(name), absent) for name, v in system], PROPERTY_JOIN, null_handling="skip")
         values = pc.binary_join_element_wise(cols["property_values"], *[v for _, v in system], PROPERTY_JOIN,
                                              null_handling="skip")
+        # Joined by 1-byte separators, the k entries' names and values are 2k - 2 bytes shorter
+        # than RocketMQ's properties string, where each entry ends name\x01value\x02.
+        properties_length = _lengths(names) + _lengths(values) + 2
         names, values = pc.split_pattern(names, PROPERTY_JOIN), pc.split_pattern(values, PROPERTY_JOIN)
         if not names.offsets.equals(values.offsets):
             raise StoreError(None, "property names and values fell out of step; the rows were not checked")
         cols["properties"] = pa.MapArray.from_arrays(names.offsets, pc.list_flatten(names), pc.list_flatten(values))
+        born_v6 = bool(self.defaults["sysflag"] & SysFlag.BORNHOST_V6)
+        if "born_host" in batch.schema.names:  # given hosts: an IPv6 ip:port has more than one colon
+            born_v6 = _matches(pc.greater(pc.count_substring(cols["born_host"], ":"), 1))
+            cols["sysflag"] = pa.array(np.where(born_v6, SysFlag.BORNHOST_V6, 0)
+                                       | (cols["sysflag"].to_numpy() & ~SysFlag.BORNHOST_V6), pa.int32())
+        cols["size"] = pa.array(arrays.message_lengths(_lengths(cols["body"]), _lengths(cols["topic"]), properties_length,
+                                                       born_v6, self.store_v6), pa.int32())
         return cols
+
+
+#: How a null element of an array of keys crosses from Spark: a separator, which no key may hold.
+NULL_KEY = MessageConst.PROPERTY_SEPARATOR
+NULL_KEY_PATTERN = r"(?:^| )\x02(?: |$)"
+
+
+@dataclass(frozen=True)
+class _Distinct:
+    """A string column as its distinct ``values`` and each row's index among them (null rows
+    index one past the end): checks on a column of few distinct values run once per value.
+
+    >>> d = _Distinct.of(pa.array(["a", None, "b", "a"]))
+    >>> d.values.to_pylist(), d.per_row(np.array([1, 2]), null=0).tolist()
+    (['a', 'b'], [1, 0, 2, 1])
+    """
+
+    values: pa.Array
+    rows: np.ndarray
+
+    @classmethod
+    def of(cls, strings: pa.Array) -> "_Distinct":
+        encoded = pc.dictionary_encode(strings)
+        return cls(encoded.dictionary, pc.fill_null(encoded.indices, len(encoded.dictionary)).to_numpy(zero_copy_only=False))
+
+    def per_row(self, per_value: np.ndarray, null: object = False) -> np.ndarray:
+        """A value per distinct value (plus one for nulls, or ``null``) spread over the rows."""
+        if len(per_value) == len(self.values):
+            per_value = np.append(per_value, null)
+        return per_value[self.rows]
+
+
+def _separators(strings: pa.Array) -> np.ndarray:
+    """Rows holding a separator of RocketMQ's properties string (\\u0001 or \\u0002); null rows don't."""
+    return (_matches(pc.match_substring(strings, MessageConst.NAME_VALUE_SEPARATOR))
+            | _matches(pc.match_substring(strings, MessageConst.PROPERTY_SEPARATOR)))
+
+
+def _matches(flags: pa.Array) -> np.ndarray:
+    """A boolean Arrow array as numpy, null as False."""
+    return pc.fill_null(flags, False).to_numpy(zero_copy_only=False)
+
+
+def _lengths(strings: pa.Array) -> np.ndarray:
+    """UTF-8 byte lengths (0 for null) as int64."""
+    return pc.fill_null(pc.binary_length(strings), 0).to_numpy(zero_copy_only=False).astype(np.int64)

@@ -132,8 +132,8 @@ class MessageStore:
         Every row is checked; one bad row fails the whole send with a typed error and writes nothing.
         The DataFrame is read once, so it need not be deterministic or persisted.
         """
-        encoded = self.producer.encode_dataframe(df, self.topics.all())
-        return self.commitlog.append_dataframe(encoded, self.producer.frame_defaults(), Producer.refuse)
+        encoded, frame = self.producer.encode_dataframe(df, self.topics.all())
+        return self.commitlog.append_dataframe(encoded, frame, Producer.refuse)
 
     def send_back(self, msg: "StoredMessage", group: str, delay_level: int = 0,
                   max_reconsume_times: int | None = None) -> SendResult:

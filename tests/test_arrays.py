@@ -76,6 +76,16 @@ def test_hex_strings_are_message_ids():
     assert arrays.hex_strings("", np.array([0xABC], dtype=np.int64), 4).to_pylist() == ["0ABC"]
 
 
+def test_message_lengths_match_codec():
+    rnd = random.Random(5)
+    rows = [(rnd.randrange(5000), rnd.choice([1, 9, 127, 128, 255]), rnd.randrange(300), rnd.random() < 0.5)
+            for _ in range(200)]
+    for store_v6 in (False, True):
+        got = arrays.message_lengths(*(np.array(c) for c in zip(*rows)), store_v6).tolist()
+        assert got == [codec.message_length(body_length=b, topic_length=t, properties_length=p, born_host_v6=v6,
+                                            store_host_v6=store_v6) for b, t, p, v6 in rows]
+
+
 class TestEncodedFrame:
     """The executors' half of a DataFrame send: property checks and the properties map, over batches."""
 
@@ -85,18 +95,19 @@ class TestEncodedFrame:
         n = len(rows)
         join = lambda parts: "\x01".join(parts) if parts else None  # noqa: E731
         return pa.RecordBatch.from_pydict({
+            "topic": pa.array(["T"] * n), "queue_id": pa.nulls(n, pa.int32()), "body": pa.array([b"x"] * n),
             "property_names": pa.array([join([k for k, _ in r]) for r in rows], pa.string()),
             "property_values": pa.array([join(["\x02" if v is None else v for _, v in r]) for r in rows], pa.string()),
             "property_count": pa.array([len(r) for r in rows], pa.int32()),
             "tags": pa.array(tags or [None] * n, pa.string()), "keys": pa.array(keys or [None] * n, pa.string()),
-            "_error": pa.nulls(n, pa.string()),
         })
 
     @staticmethod
     def frame():
         from storelib.producer import EncodedFrame, UniqKeys
+        from storelib.topics import TopicConfig
 
-        return EncodedFrame({}, UniqKeys("0A0000010001", "nonce", 5))
+        return EncodedFrame({"sysflag": 0}, UniqKeys("0A0000010001", "nonce", 5), {"T": TopicConfig("T")}, max_body=10)
 
     def test_properties_follow_each_row_in_order(self):
         rnd = random.Random(3)

@@ -33,11 +33,3 @@ def test_index_key_hash_matches_rocketmq_cases(spark):
     assert got == [c["keyHash"] for c in cases]
 
 
-def test_properties_length_and_message_length(spark):
-    props = {"a": "5", "TAGS": "TagA", "ключ": "значение"}
-    df = spark.createDataFrame([(props, b"hello", "TopicTest")], "p map<string,string>, body binary, topic string")
-    plen = len(codec.properties_to_string(props).encode())
-    row = df.select(C.properties_length(F.col("p")).alias("pl"),
-                    C.message_length(F.col("body"), F.col("topic"), C.properties_length(F.col("p"))).alias("size")).first()
-    assert row.pl == plen
-    assert row.size == codec.message_length(body_length=5, topic_length=9, properties_length=plen)

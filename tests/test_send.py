@@ -182,3 +182,19 @@ def test_ipv6_store_host_counts_in_every_size(spark, store_path):
             born_host_v6=bool(r.sysflag & SysFlag.BORNHOST_V6),
             properties_length=len(codec.properties_to_string(dict(r.properties)).encode()))
     assert decode_message_id(rows[0].msg_id)[:2] == ("::1", 10911)
+
+
+def test_given_born_hosts_set_the_born_v6_flag_per_row(spark, store):
+    """A DataFrame's own ``born_host`` decides BORNHOST_V6 row by row, and with it 12 bytes of size."""
+    from storelib.message import SysFlag
+
+    hosts = ["[::1]:5000", "10.0.0.1:5000", "fe80::1:7"]
+    store.send_dataframe(spark.createDataFrame([("TopicTest", h) for h in hosts], "topic string, born_host string"))
+    rows = commitlog_rows(store)
+    assert_offsets_contiguous(rows)
+    assert [(r.born_host, bool(r.sysflag & SysFlag.BORNHOST_V6)) for r in rows] == [
+        ("[::1]:5000", True), ("10.0.0.1:5000", False), ("fe80::1:7", True)]
+    for r in rows:
+        assert r.size == codec.message_length(
+            body_length=len(r.body), topic_length=len(r.topic), born_host_v6=bool(r.sysflag & SysFlag.BORNHOST_V6),
+            properties_length=len(codec.properties_to_string(dict(r.properties)).encode()))
