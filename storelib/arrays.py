@@ -127,22 +127,22 @@ def decorate_ext_addrs(offsets: pa.Array) -> pa.Array:
     return pc.add(offsets.cast(pa.int64()), pa.scalar(-(2**63), pa.int64()))
 
 
-_HEX_DIGITS = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
+#: Each byte's two upper-case hex digits, as the two bytes of a uint16 in memory order.
+_HEX_PAIRS = np.frombuffer(b"".join(f"{b:02X}".encode() for b in range(256)), dtype=np.uint16)
 
 
 def hex_strings(prefix: str, values: np.ndarray, digits: int) -> pa.Array:
     """``prefix`` followed by the low ``digits`` upper-case hex digits of each value (non-negative,
     ``digits`` even and at most 16): message ids and UNIQ_KEYs, built without Python per row."""
     n = len(values)
-    raw = values.astype(">u8").view(np.uint8).reshape(n, 8)[:, 8 - digits // 2:]
-    hexed = np.empty((n, digits), dtype=np.uint8)
-    hexed[:, 0::2] = _HEX_DIGITS[raw >> 4]
-    hexed[:, 1::2] = _HEX_DIGITS[raw & 0xF]
     head = np.frombuffer(prefix.encode(), dtype=np.uint8)
-    data = np.concatenate([np.broadcast_to(head, (n, len(head))), hexed], axis=1).tobytes()
     width = len(head) + digits
+    out = np.empty((n, width), dtype=np.uint8)
+    out[:, :len(head)] = head
+    raw = values.astype(">u8").view(np.uint8).reshape(n, 8)[:, 8 - digits // 2:]
+    out[:, len(head):] = _HEX_PAIRS[raw].view(np.uint8).reshape(n, digits)
     offsets = np.arange(0, (n + 1) * width, width, dtype=np.int32)
-    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets.tobytes()), pa.py_buffer(data)])
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(out)])
 
 
 def message_lengths(body: np.ndarray, topic: np.ndarray, properties: np.ndarray, born_v6: bool | np.ndarray,
