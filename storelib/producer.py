@@ -350,7 +350,9 @@ class EncodedFrame:
         return cols
 
 
-#: How a null element of an array of keys crosses from Spark: a separator, which no key may hold.
+#: How a null element of an array of keys crosses from Spark: a separator, which no key may hold,
+#: standing alone between key separators. Both are refused; a key that is exactly "\u0002" is
+#: reported as a null key.
 NULL_KEY = MessageConst.PROPERTY_SEPARATOR
 NULL_KEY_PATTERN = r"(?:^| )\x02(?: |$)"
 
