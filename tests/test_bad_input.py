@@ -167,6 +167,26 @@ def test_send_dataframe_refuses_oversize_body(spark, small_store):
         small_store.send_dataframe(df)
 
 
+@pytest.mark.parametrize("topic, body, error, field", [
+    ("TopicTest", None, MessageError, "body"),
+    (None, "x", InvalidTopicError, "topic"),
+    ("ReadOnly", "x", TopicPermissionError, "topic"),
+    ("%RETRY%" + "g" * 200, "x", TopicNotFoundError, "topic"),   # a legal retry-topic length, but no such topic
+    ("T" * 128, "x", InvalidTopicError, "topic"),
+])
+def test_send_dataframe_refuses_like_send(spark, small_store, topic, body, error, field):
+    """The executors' checks are the list path's: the same error class and field for the same row."""
+    small_store.create_topic("ReadOnly", queues=1, perm=PERM_READ)
+    rows = [("TopicTest", "ok")] * 3 + [(topic, body)]
+    with pytest.raises(error) as info:
+        small_store.send_dataframe(spark.createDataFrame(rows, "topic string, body string"))
+    assert info.value.field == field
+    if body is not None:
+        with pytest.raises(error):
+            small_store.send(Message(topic or "", body=body.encode()))
+    assert small_store.messages().count() == 0
+
+
 def test_send_dataframe_refuses_unknown_columns(spark, small_store):
     with pytest.raises(MessageError, match="unknown message columns"):
         small_store.send_dataframe(spark.range(1).select(F.lit("TopicTest").alias("topic"), F.lit(1).alias("colour")))
