@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
+from storelib.codec import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
 from storelib.errors import BodyTooLargeError, InvalidPropertyError, MessageError, ReservedPropertyError
 from storelib.topics import validate_topic
 
@@ -44,9 +45,6 @@ class MessageConst:
     DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
     DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
     KEY_SEPARATOR = " "
-    #: MessageDecoder's separators in the encoded properties string: name \x01 value \x02 ...
-    NAME_VALUE_SEPARATOR = "\x01"
-    PROPERTY_SEPARATOR = "\x02"
 
 
 #: ``MessageConst.STRING_HASH_SET``: names ``putUserProperty`` refuses.
@@ -62,11 +60,10 @@ RESERVED_PROPERTIES = frozenset({
 })
 
 #: A property name or value may not hold MessageDecoder's separators: the broker would split it there.
-SEPARATORS_PATTERN = "[\x01\x02]"
-SEPARATORS_REASON = ("a property name or value can not hold \\u0001 or \\u0002, the separators of RocketMQ's "
-                     "encoded properties")
+SEPARATORS_PATTERN = f"[{NAME_VALUE_SEPARATOR}{PROPERTY_SEPARATOR}]"
 #: Tags and keys are properties too (TAGS, KEYS).
 SEPARATORS_REASON_TAGS = "can not hold \\u0001 or \\u0002, the separators of RocketMQ's encoded properties"
+SEPARATORS_REASON = f"a property name or value {SEPARATORS_REASON_TAGS}"
 #: What Java's ``String.trim()`` strips: every char up to U+0020. RocketMQ's ``putUserProperty``
 #: refuses a name or value that is empty once trimmed, so "\t" and "\x00" are blank; "\u00a0" is not.
 JAVA_TRIMMED = "".join(map(chr, range(0x21)))
@@ -84,7 +81,7 @@ def is_blank(text: str) -> bool:
 
 
 #: How a DataFrame send carries property names (and values) from Spark to the executors' Python: joined by it.
-PROPERTY_JOIN = MessageConst.NAME_VALUE_SEPARATOR
+PROPERTY_JOIN = NAME_VALUE_SEPARATOR
 
 
 class SysFlag:

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 __all__ = ["Producer", "DATAFRAME_COLUMNS", "EncodedFrame", "UniqKeys"]
 
 #: How a null property value crosses from Spark (it is refused as blank): a separator, which no value may hold.
-NULL_VALUE = MessageConst.PROPERTY_SEPARATOR
+NULL_VALUE = codec.PROPERTY_SEPARATOR
 
 #: Columns a DataFrame of messages may have; only ``topic`` is required.
 DATAFRAME_COLUMNS = {
@@ -300,8 +300,8 @@ class EncodedFrame:
             | _matches(pc.match_substring_regex(joined_values, BLANK_ENTRY_PATTERN))
         # A NAME_VALUE_SEPARATOR inside a name or value makes more entries than the map has.
         separators = (((per_row(entries(distinct)) != count) | (entries(joined_values) != count)) & (count > 0)) \
-            | per_row(_matches(pc.match_substring(distinct, MessageConst.PROPERTY_SEPARATOR))) \
-            | _matches(pc.match_substring(joined_values, MessageConst.PROPERTY_SEPARATOR))
+            | per_row(_matches(pc.match_substring(distinct, codec.PROPERTY_SEPARATOR))) \
+            | _matches(pc.match_substring(joined_values, codec.PROPERTY_SEPARATOR))
         return [(per_row(reserved_names), "ReservedPropertyError|properties|uses a name reserved by the system"),
                 (blank, "InvalidPropertyError|properties|the name or value of a property can not be blank"),
                 (separators, f"InvalidPropertyError|properties|{SEPARATORS_REASON}")]
@@ -353,7 +353,7 @@ class EncodedFrame:
 #: How a null element of an array of keys crosses from Spark: a separator, which no key may hold,
 #: standing alone between key separators. Both are refused; a key that is exactly "\u0002" is
 #: reported as a null key.
-NULL_KEY = MessageConst.PROPERTY_SEPARATOR
+NULL_KEY = codec.PROPERTY_SEPARATOR
 NULL_KEY_PATTERN = r"(?:^| )\x02(?: |$)"
 
 
@@ -384,8 +384,8 @@ class _Distinct:
 
 def _separators(strings: pa.Array) -> np.ndarray:
     """Rows holding a separator of RocketMQ's properties string (\\u0001 or \\u0002); null rows don't."""
-    return (_matches(pc.match_substring(strings, MessageConst.NAME_VALUE_SEPARATOR))
-            | _matches(pc.match_substring(strings, MessageConst.PROPERTY_SEPARATOR)))
+    return (_matches(pc.match_substring(strings, codec.NAME_VALUE_SEPARATOR))
+            | _matches(pc.match_substring(strings, codec.PROPERTY_SEPARATOR)))
 
 
 def _matches(flags: pa.Array) -> np.ndarray:
