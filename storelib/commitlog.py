@@ -103,7 +103,7 @@ class CommitLog:
         self.config = config
         host, port = config.store_address
         self.store_host = f"{host}:{port}"
-        self.store_v6 = ":" in host
+        self.store_v6 = config.store_v6
         self.msg_id_prefix = codec.create_message_id(host, port, 0)[:-16]
 
     # ---- offsets ---------------------------------------------------------------------------
@@ -203,8 +203,7 @@ class CommitLog:
                     placed.append(_StagedPart(r["path"], offset, bases, r["rows"], r["bytes"]))
                     offset += r["bytes"]
                 prefix = f"part-{attempt_id}"
-                place = _Place(now_millis(), self.store_host, self.msg_id_prefix,
-                               SysFlag.STOREHOSTADDRESS_V6 if self.store_v6 else 0)
+                place = _Place(now_millis(), self.store_host, self.msg_id_prefix)
                 target = Target.of(self.table, target_file_size=self.config.target_file_size, prefix=prefix)
                 try:
                     files = write_items(encoded.sparkSession, placed, [p.bytes for p in placed],
@@ -324,7 +323,6 @@ class _Place:
     store_timestamp: dt.datetime
     store_host: str
     msg_id_prefix: str
-    sysflag_bits: int
 
     def __call__(self, part: _StagedPart) -> Iterator[dict[str, pa.RecordBatch]]:
         for batch in self._place(part):
@@ -368,6 +366,5 @@ class _Place:
         cols["queue_offset"] = pa.array(queue_offsets, pa.int64())
         cols["store_timestamp"] = pa.repeat(pa.scalar(self.store_timestamp, COMMITLOG.arrow.field("store_timestamp").type), n)
         cols["store_host"] = pa.repeat(pa.scalar(self.store_host, pa.string()), n)
-        cols["sysflag"] = pa.array(cols["sysflag"].to_numpy() | self.sysflag_bits, pa.int32())
         cols["msg_id"] = arrays.hex_strings(self.msg_id_prefix, offsets, 16)
         return pa.RecordBatch.from_arrays([cols[f.name] for f in COMMITLOG.arrow], schema=COMMITLOG.arrow)

@@ -168,7 +168,7 @@ class Producer:
         prefix = codec.uniq_id_prefix_hex(self.ip, os.getpid(), 0)[:12]
         return EncodedFrame(defaults, UniqKeys(prefix, uuid.uuid4().hex, since_month), dict(topics),
                             self.config.max_message_size, random.randrange(1 << 16),
-                            ":" in self.config.store_address[0], keys_array)
+                            self.config.store_v6, keys_array)
 
     @staticmethod
     def refuse(bad: Mapping[str, object]) -> None:
@@ -340,11 +340,12 @@ class EncodedFrame:
         if not names.offsets.equals(values.offsets):
             raise StoreError(None, "property names and values fell out of step; the rows were not checked")
         cols["properties"] = pa.MapArray.from_arrays(names.offsets, pc.list_flatten(names), pc.list_flatten(values))
+        # The hosts' address families set their sysflag bits, and with them 12 bytes of size each.
         born_v6 = bool(self.defaults["sysflag"] & SysFlag.BORNHOST_V6)
         if "born_host" in batch.schema.names:  # given hosts: an IPv6 ip:port has more than one colon
             born_v6 = _matches(pc.greater(pc.count_substring(cols["born_host"], ":"), 1))
-            cols["sysflag"] = pa.array(np.where(born_v6, SysFlag.BORNHOST_V6, 0)
-                                       | (cols["sysflag"].to_numpy() & ~SysFlag.BORNHOST_V6), pa.int32())
+        sysflag = (cols["sysflag"].to_numpy() & ~SysFlag.BORNHOST_V6) | np.where(born_v6, SysFlag.BORNHOST_V6, 0)
+        cols["sysflag"] = pa.array(sysflag | (SysFlag.STOREHOSTADDRESS_V6 if self.store_v6 else 0), pa.int32())
         cols["size"] = pa.array(arrays.message_lengths(_lengths(cols["body"]), _lengths(cols["topic"]), properties_length,
                                                        born_v6, self.store_v6), pa.int32())
         return cols
