@@ -19,16 +19,46 @@ string's weighted units are summed in one ``reduceat``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from storelib import codec
 
-__all__ = ["java_hash_codes", "tags_codes", "topic_key_prefixes", "index_key_hashes", "decorate_ext_addrs", "hex_strings",
+__all__ = ["Distinct", "java_hash_codes", "tags_codes", "topic_key_prefixes", "index_key_hashes", "decorate_ext_addrs", "hex_strings",
            "message_lengths"]
 
 _POW31 = np.array([1], dtype=np.uint32)
+
+
+@dataclass(frozen=True)
+class Distinct:
+    """A string column as its distinct ``values`` and each row's index among them (null rows
+    index one past the end): what needs a value once (a topic's checks, a Java hash of
+    ``topic#``) is computed once per distinct value and spread over the rows.
+
+    >>> d = Distinct.of(pa.array(["a", None, "b", "a"]))
+    >>> d.values.to_pylist(), d.per_row(np.array([1, 2]), null=0).tolist()
+    (['a', 'b'], [1, 0, 2, 1])
+    """
+
+    values: pa.Array
+    rows: np.ndarray
+
+    @classmethod
+    def of(cls, strings: pa.Array | pa.ChunkedArray) -> "Distinct":
+        encoded = pc.dictionary_encode(strings)
+        if isinstance(encoded, pa.ChunkedArray):
+            encoded = encoded.combine_chunks()
+        return cls(encoded.dictionary, pc.fill_null(encoded.indices, len(encoded.dictionary)).to_numpy(zero_copy_only=False))
+
+    def per_row(self, per_value: np.ndarray, null: object = False) -> np.ndarray:
+        """A value per distinct value (plus one for nulls, or ``null``) spread over the rows."""
+        if len(per_value) == len(self.values):
+            per_value = np.append(per_value, np.array(null, dtype=per_value.dtype))
+        return per_value[self.rows]
 
 
 def _powers_of_31(n: int) -> np.ndarray:
@@ -100,11 +130,9 @@ def tags_codes(tags: pa.Array) -> np.ndarray:
 
 def topic_key_prefixes(topics: pa.Array) -> np.ndarray:
     """``String.hashCode`` of ``topic#`` for each row (uint32), computed once per distinct topic."""
-    encoded = pc.dictionary_encode(topics)
-    if isinstance(encoded, pa.ChunkedArray):
-        encoded = encoded.combine_chunks()
-    prefix, _ = _hashes(pa.array([f"{t}#" for t in encoded.dictionary.to_pylist()], pa.string()))
-    return prefix[encoded.indices.to_numpy()]
+    distinct = Distinct.of(topics)
+    prefix, _ = _hashes(pa.array([f"{t}#" for t in distinct.values.to_pylist()], pa.string()))
+    return distinct.per_row(prefix, null=0)
 
 
 def index_key_hashes(topics: pa.Array | np.ndarray, keys: pa.Array) -> np.ndarray:

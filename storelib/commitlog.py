@@ -250,12 +250,11 @@ _STAGED_ARROW = pa.schema([("partition", pa.int32()), ("path", pa.string()), ("r
                           ("queues", pa.string()), ("refused", pa.string())])
 
 
-def _queue_groups(topic: pa.Array, queue_id: pa.Array) -> tuple[list[tuple[str, int]], np.ndarray, np.ndarray]:
+def _queue_groups(topics: arrays.Distinct, queue_id: pa.Array) -> tuple[list[tuple[str, int]], np.ndarray, np.ndarray]:
     """The rows' (topic, queue_id) pairs in sorted order, each row's index among them, and their counts."""
-    topics = topic.dictionary_encode()
-    key = topics.indices.to_numpy().astype(np.int64) * (1 << 32) + queue_id.to_numpy().astype(np.int64)
+    key = topics.rows.astype(np.int64) * (1 << 32) + queue_id.to_numpy().astype(np.int64)
     unique, inverse = np.unique(key, return_inverse=True)
-    names = topics.dictionary.to_pylist()
+    names = topics.values.to_pylist()
     pairs = [(names[k >> 32], k & 0xFFFFFFFF) for k in unique.tolist()]
     return pairs, inverse.reshape(-1), np.bincount(inverse.reshape(-1), minlength=len(unique))
 
@@ -281,17 +280,18 @@ class _Stage:
             for b in batches:
                 if not b.num_rows:
                     continue
-                errors = self.frame.refusals(b)
+                topics = self.frame.topics_of(b)
+                errors = self.frame.refusals(b, topics)
                 bad = pc.is_valid(errors)
                 if pc.any(bad).as_py():
                     i = pc.index(bad, True).as_py()
                     refused = json.dumps({"error": errors[i].as_py(), "topic": b.column("topic")[i].as_py(),
                                           "partition": pid})
                     break
-                cols = self.frame.complete(b, pid, rows)
+                cols = self.frame.complete(b, pid, rows, topics)
                 writer.write_batch(pa.RecordBatch.from_arrays([cols[f.name].cast(f.type) for f in _STAGED],
                                                               schema=_STAGED))
-                pairs, _, n = _queue_groups(cols["topic"], cols["queue_id"])
+                pairs, _, n = _queue_groups(topics.distinct, cols["queue_id"])
                 for pair, c in zip(pairs, n.tolist()):
                     counts[pair] = counts.get(pair, 0) + c
                 rows += b.num_rows
@@ -348,7 +348,7 @@ class _Place:
 
     @staticmethod
     def _queue_offsets(b: pa.RecordBatch, counters: dict[tuple[str, int], int]) -> np.ndarray:
-        pairs, inverse, counts = _queue_groups(b.column("topic"), b.column("queue_id"))
+        pairs, inverse, counts = _queue_groups(arrays.Distinct.of(b.column("topic")), b.column("queue_id"))
         order = np.argsort(inverse, kind="stable")
         starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
         rank = np.empty(len(inverse), dtype=np.int64)

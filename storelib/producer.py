@@ -203,6 +203,16 @@ class UniqKeys:
         return arrays.hex_strings(f"{self.prefix}{salt:08X}", tail, 12)
 
 
+@dataclass(frozen=True)
+class BatchTopics:
+    """A batch's distinct topics, each one's refusal (``ErrorClass|field|reason`` or None) and
+    write queue count; the last entry of both stands for a null topic."""
+
+    distinct: arrays.Distinct
+    refusals: list[str | None]
+    queues: np.ndarray
+
+
 def refusal_text(error: StoreError) -> str:
     """A refusal as it travels from the executors: ``ErrorClass|field|reason`` (see :meth:`Producer.refuse`)."""
     return f"{type(error).__name__}|{(error.field or '').split('[')[0]}|{error.reason}"
@@ -224,10 +234,9 @@ class EncodedFrame:
     store_v6: bool = False
     keys_array: bool = False
 
-    def _topics(self, batch: pa.RecordBatch) -> tuple["_Distinct", list[str | None], np.ndarray]:
-        """The batch's distinct topics, each one's refusal (or None) and write queue count, the
-        last entry of both standing for a null topic."""
-        topics = _Distinct.of(batch.column("topic"))
+    def topics_of(self, batch: pa.RecordBatch) -> "BatchTopics":
+        """The batch's distinct topics, each checked once (see :class:`BatchTopics`)."""
+        topics = arrays.Distinct.of(batch.column("topic"))
         refusals, queues = [], []
         for topic in topics.values.to_pylist() + [None]:
             try:
@@ -239,9 +248,9 @@ class EncodedFrame:
             except StoreError as e:
                 refusals.append(refusal_text(e))
                 queues.append(1)
-        return topics, refusals, np.array(queues, dtype=np.int64)
+        return BatchTopics(topics, refusals, np.array(queues, dtype=np.int64))
 
-    def refusals(self, batch: pa.RecordBatch) -> pa.Array:
+    def refusals(self, batch: pa.RecordBatch, topics: "BatchTopics | None" = None) -> pa.Array:
         """Why each row is refused (``ErrorClass|field|reason``, the first failing check), or null.
 
         The checks are the list path's (``validate_message``, the topic's existence and
@@ -250,7 +259,7 @@ class EncodedFrame:
         mostly share them.
         """
         n = batch.num_rows
-        topics, topic_refusals, queues = self._topics(batch)
+        topics = topics or self.topics_of(batch)
         body = batch.column("body")
         queue_id = batch.column("queue_id") if "queue_id" in batch.schema.names else pa.nulls(n, pa.int32())
         given = pc.is_valid(queue_id).to_numpy(zero_copy_only=False)
@@ -260,21 +269,21 @@ class EncodedFrame:
         null_keys = np.zeros(n, dtype=bool)
         if self.keys_array and keys_separators.any():
             null_keys = _matches(pc.match_substring_regex(keys, NULL_KEY_PATTERN))
-        tags = _Distinct.of(batch.column("tags"))
+        tags = arrays.Distinct.of(batch.column("tags"))
         fixed = [
-            (topics.per_row(np.array([r is not None for r in topic_refusals])), None),
+            (topics.distinct.per_row(np.array([r is not None for r in topics.refusals])), None),
             (pc.is_null(body).to_numpy(zero_copy_only=False), "MessageError|body|must not be null"),
             (_matches(pc.greater(pc.binary_length(body), self.max_body)),
              f"BodyTooLargeError|body|is over the maximum of {self.max_body} bytes"),
-            (given & ((qid < 0) | (qid >= topics.per_row(queues))),
+            (given & ((qid < 0) | (qid >= topics.distinct.per_row(topics.queues))),
              "InvalidQueueIdError|queue_id|is outside [0, writeQueueNums) of the topic"),
             (null_keys, "MessageError|keys|every key must be a string"),
             *self._property_refusals(batch),
             (tags.per_row(_separators(tags.values)), f"MessageError|tags|{SEPARATORS_REASON_TAGS}"),
             (keys_separators, f"MessageError|keys|{SEPARATORS_REASON_TAGS}"),
         ]
-        texts = [None] + [text for _, text in fixed[1:]] + topic_refusals
-        topic_choice = len(fixed) + topics.rows
+        texts = [None] + [text for _, text in fixed[1:]] + topics.refusals
+        topic_choice = len(fixed) + topics.distinct.rows
         code = np.select([hit for hit, _ in fixed], [topic_choice] + list(range(1, len(fixed))), default=0)
         if not code.any():
             return pa.nulls(n, pa.string())
@@ -285,7 +294,7 @@ class EncodedFrame:
         """``putUserProperty``'s checks and the encoding's separators, over the joined names and values."""
         joined_names, joined_values = batch.column("property_names"), batch.column("property_values")
         count = batch.column("property_count").to_numpy(zero_copy_only=False)
-        names = _Distinct.of(joined_names)
+        names = arrays.Distinct.of(joined_names)
         distinct = names.values
         split = pc.split_pattern(distinct, PROPERTY_JOIN)
         reserved_names = np.zeros(len(distinct), dtype=bool)
@@ -306,7 +315,8 @@ class EncodedFrame:
                 (blank, "InvalidPropertyError|properties|the name or value of a property can not be blank"),
                 (separators, f"InvalidPropertyError|properties|{SEPARATORS_REASON}")]
 
-    def complete(self, batch: pa.RecordBatch, partition: int, first_row: int) -> dict[str, pa.Array]:
+    def complete(self, batch: pa.RecordBatch, partition: int, first_row: int,
+                 topics: "BatchTopics | None" = None) -> dict[str, pa.Array]:
         """The batch's columns plus the defaults, the chosen queue ids, ``uniq_key``, ``properties``
         (the user's, then TAGS, KEYS and UNIQ_KEY where present) and ``size``. Rows must have
         passed :meth:`refusals`.
@@ -321,9 +331,9 @@ class EncodedFrame:
         for name, value in self.defaults.items():
             if name not in cols:
                 cols[name] = pa.repeat(pa.scalar(value, COMMITLOG.arrow.field(name).type), n)
-        topics, _, queues = self._topics(batch)
+        topics = topics or self.topics_of(batch)
         # Round-robin over the topic's write queues, as MQFaultStrategy turns without latency faults.
-        turn = (first_row + np.arange(n, dtype=np.int64) + partition * 7 + self.queue_salt) % topics.per_row(queues)
+        turn = (first_row + np.arange(n, dtype=np.int64) + partition * 7 + self.queue_salt) % topics.distinct.per_row(topics.queues)
         turn = pa.array(turn, pa.int32())
         cols["queue_id"] = pc.coalesce(cols["queue_id"], turn) if "queue_id" in cols else turn
         cols["uniq_key"] = self.uniq.for_rows(partition, first_row, n)
@@ -356,31 +366,6 @@ class EncodedFrame:
 #: reported as a null key.
 NULL_KEY = codec.PROPERTY_SEPARATOR
 NULL_KEY_PATTERN = r"(?:^| )\x02(?: |$)"
-
-
-@dataclass(frozen=True)
-class _Distinct:
-    """A string column as its distinct ``values`` and each row's index among them (null rows
-    index one past the end): checks on a column of few distinct values run once per value.
-
-    >>> d = _Distinct.of(pa.array(["a", None, "b", "a"]))
-    >>> d.values.to_pylist(), d.per_row(np.array([1, 2]), null=0).tolist()
-    (['a', 'b'], [1, 0, 2, 1])
-    """
-
-    values: pa.Array
-    rows: np.ndarray
-
-    @classmethod
-    def of(cls, strings: pa.Array) -> "_Distinct":
-        encoded = pc.dictionary_encode(strings)
-        return cls(encoded.dictionary, pc.fill_null(encoded.indices, len(encoded.dictionary)).to_numpy(zero_copy_only=False))
-
-    def per_row(self, per_value: np.ndarray, null: object = False) -> np.ndarray:
-        """A value per distinct value (plus one for nulls, or ``null``) spread over the rows."""
-        if len(per_value) == len(self.values):
-            per_value = np.append(per_value, null)
-        return per_value[self.rows]
 
 
 def _separators(strings: pa.Array) -> np.ndarray:
