@@ -14,6 +14,16 @@ def commitlog_rows(store):
     return store.messages().orderBy("physical_offset").collect()
 
 
+def recomputed_size(r) -> int:
+    """RocketMQ's calMsgLength of a stored row, from its body, topic, properties and host flags."""
+    from storelib.message import SysFlag
+
+    return codec.message_length(
+        body_length=len(r.body), topic_length=len(r.topic.encode()),
+        properties_length=len(codec.properties_to_string(dict(r.properties)).encode()),
+        born_host_v6=bool(r.sysflag & SysFlag.BORNHOST_V6), store_host_v6=bool(r.sysflag & SysFlag.STOREHOSTADDRESS_V6))
+
+
 def assert_offsets_contiguous(rows):
     """physical_offset + size is the next offset; queue offsets run 0..n-1 per (topic, queue)."""
     assert rows[0].physical_offset == 0
@@ -130,9 +140,7 @@ class TestSendDataFrame:
         rows = commitlog_rows(store)
         assert len(rows) == 200
         assert_offsets_contiguous(rows)
-        assert all(r.size == codec.message_length(body_length=len(r.body), topic_length=9,
-                                                  properties_length=len(codec.properties_to_string(dict(r.properties)).encode()))
-                   for r in rows)
+        assert all(r.size == recomputed_size(r) for r in rows)
 
     def test_failed_send_leaves_nothing_staged(self, spark, store):
         import os
@@ -177,10 +185,7 @@ def test_ipv6_store_host_counts_in_every_size(spark, store_path):
     assert_offsets_contiguous(rows)
     for r in rows:
         assert r.sysflag & SysFlag.STOREHOSTADDRESS_V6
-        assert r.size == codec.message_length(
-            body_length=len(r.body), topic_length=len(r.topic), store_host_v6=True,
-            born_host_v6=bool(r.sysflag & SysFlag.BORNHOST_V6),
-            properties_length=len(codec.properties_to_string(dict(r.properties)).encode()))
+        assert r.size == recomputed_size(r)
     assert decode_message_id(rows[0].msg_id)[:2] == ("::1", 10911)
 
 
@@ -195,9 +200,7 @@ def test_given_born_hosts_set_the_born_v6_flag_per_row(spark, store):
     assert [(r.born_host, bool(r.sysflag & SysFlag.BORNHOST_V6)) for r in rows] == [
         ("[::1]:5000", True), ("10.0.0.1:5000", False), ("fe80::1:7", True)]
     for r in rows:
-        assert r.size == codec.message_length(
-            body_length=len(r.body), topic_length=len(r.topic), born_host_v6=bool(r.sysflag & SysFlag.BORNHOST_V6),
-            properties_length=len(codec.properties_to_string(dict(r.properties)).encode()))
+        assert r.size == recomputed_size(r)
 
 
 def test_dataframe_queue_ids_given_or_turned(spark, store):
