@@ -189,7 +189,7 @@ class Dispatcher:
         low = min(writing.values())
         actions = Table.actions(commitlog, Prune(between={"physical_offset": (low, end - 1)}))
         may_hold = functools.partial(_may_hold_topic, actions)
-        coded = "consume_queue_ext" in writing or "consume_queue" in writing and not self.ext_enabled
+        coded = "consume_queue_ext" in writing or ("consume_queue" in writing and not self.ext_enabled)  # real tag codes
         delay = coded and may_hold(SCHEDULE_TOPIC)
         subs = [s for s in self.filters()[1] if may_hold(s.topic)] if "consume_queue_ext" in writing else []
         shift = 31 - max(0, (self.config.index_hash_ranges - 1).bit_length())
