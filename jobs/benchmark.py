@@ -16,10 +16,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from storelib.benchmarks import bench_key_lookup, bench_send_and_dispatch  # noqa: E402
-from storelib.benchmarks_filter import bench_filtering  # noqa: E402
-from storelib.benchmarks_pull import bench_pull  # noqa: E402
-from storelib.errors import StoreError  # noqa: E402
+from jobs.benchmarks.filter import bench_filtering  # noqa: E402
+from jobs.benchmarks.pull import bench_pull  # noqa: E402
+from jobs.benchmarks.send import bench_key_lookup, bench_send_and_dispatch  # noqa: E402
+from storelib.model.errors import StoreError  # noqa: E402
 from storelib.session import get_spark  # noqa: E402
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from jobs.demo import quickstart  # noqa: E402
 from storelib import StoreError  # noqa: E402
-from storelib.demo import quickstart  # noqa: E402
 from storelib.session import get_spark  # noqa: E402
 
 

@@ -1,5 +1,8 @@
 """storelib: Apache RocketMQ's storage model and message filtering on Delta tables, for PySpark.
 
+The one handle is :class:`MessageStore`; everything it returns, and every encoding a RocketMQ
+engineer would check, is importable from here.
+
 >>> from storelib import tags_code, create_message_id, index_key_hash
 >>> tags_code("TagA")
 2598919
@@ -9,22 +12,48 @@
 [2598919, 2598920]
 >>> BloomFilter().generate("G2#T1").bit_pos
 [111, 20, 41]
+
+The package is layered; each layer imports only from those above it in this list:
+
+``model`` (errors, settings, messages, topics, groups, send rules) - ``encoding`` (RocketMQ's
+encodings) - ``delta`` (tables, pruning, the Parquet sink, commits, compaction) - ``storage``
+(CommitLog, ConsumeQueue, ConsumeQueueExt, IndexFile, config tables) - ``filter`` (tags, SQL92,
+Bloom, registry) and ``send`` (the producer) - ``context`` (what services get) - ``dispatch``
+(reput, CalcBitMap) - ``query`` (look-ups, filtered reads) - ``consume`` (getMessage, pull, long
+polling, retry) - ``maintenance`` (retention, compaction, vacuum) - ``store`` (the handle) -
+``sql`` (views and SQL files).
 """
 
-from storelib.codec import (create_message_id, decode_message_id, decorate_ext_addr, index_key_hash, is_ext_addr,
-                            tags_code, undecorate_ext_addr)
-from storelib.config import StoreConfig
-from storelib.errors import *  # noqa: F401,F403  (the whole hierarchy, rooted in StoreError)
-from storelib.errors import StoreError
+from storelib.consume.get_message import GetMessageResult, GetMessageStatus
+from storelib.consume.pull import PullResult, PullStatus
+from storelib.context import StoreContext
+from storelib.delta.table import Prune
+from storelib.dispatch.reput import DispatchResult
+from storelib.encoding.ext_addr import decorate_ext_addr, is_ext_addr, undecorate_ext_addr
+from storelib.encoding.index_key import index_key_hash
+from storelib.encoding.message_id import create_message_id, decode_message_id
+from storelib.encoding.tags import tags_code
 from storelib.filter.bloom import BloomFilter, BloomFilterData
+from storelib.filter.registry import Subscription
 from storelib.filter.selector import MessageSelector
 from storelib.filter.sql92 import compile_sql92, parse_sql92
 from storelib.filter.tag import SubscriptionData, build_subscription
-from storelib.message import Message, SendResult
+from storelib.model.config import StoreConfig
+from storelib.model.errors import *  # noqa: F401,F403  (the whole hierarchy, rooted in StoreError)
+from storelib.model.errors import StoreError
+from storelib.model.group import GroupConfig
+from storelib.model.message import Message, SendResult, StoredMessage
+from storelib.model.timestamps import Timestamp
+from storelib.model.topic import PERM_READ, PERM_WRITE, TopicConfig
+from storelib.query.read import FilterStats
+from storelib.storage.commitlog import AppendResult
 from storelib.store import MessageStore
 
 __all__ = [
-    "MessageStore", "Message", "SendResult", "StoreConfig", "StoreError",
+    "MessageStore", "StoreConfig", "StoreContext", "StoreError",
+    "Message", "SendResult", "AppendResult", "StoredMessage", "DispatchResult",
+    "PullResult", "PullStatus", "GetMessageResult", "GetMessageStatus", "FilterStats",
+    "TopicConfig", "GroupConfig", "Subscription", "Prune", "Timestamp", "PERM_READ", "PERM_WRITE",
     "tags_code", "create_message_id", "decode_message_id", "decorate_ext_addr", "undecorate_ext_addr",
     "is_ext_addr", "index_key_hash",
     "MessageSelector", "compile_sql92", "parse_sql92", "build_subscription", "SubscriptionData", "BloomFilter",

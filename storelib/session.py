@@ -4,7 +4,8 @@ Under ``spark-submit`` the session it built is used as it is. Started from plain
 session reads the repository's ``spark-defaults.conf`` (or ``$STORELIB_SPARK_CONF``) so both ways
 run with the same settings.
 
->>> spark = get_spark("storelib-doc")   # doctest: +SKIP
+>>> get_spark("storelib-doc") is spark                 # the active session, as it is
+True
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
-from storelib.errors import JavaNotFoundError
+from storelib.model.errors import JavaNotFoundError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -21,7 +21,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from storelib.errors import StoreError
+from storelib.encoding.index_key import index_key_hash_column
+from storelib.model.errors import StoreError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -47,7 +48,6 @@ def register_views(spark: "SparkSession", store: "MessageStore") -> list[str]:
     for name in ("commitlog", "consume_queue", "consume_queue_ext", "index", "topic_config"):
         store.table(name).createOrReplaceTempView(name)
         names.append(name)
-    from storelib import columns as C
 
     # Index rows hold the hash of topic#key; the key itself comes from the message it points at.
     index = store.table("index").alias("i")
@@ -56,7 +56,7 @@ def register_views(spark: "SparkSession", store: "MessageStore") -> list[str]:
         "i.key_hash", "m.*", F.posexplode(F.concat(F.array("m.uniq_key"), F.split(F.coalesce("m.keys", F.lit("")), " ")))
         .alias("pos", "key"))
     by_key = keyed.where((F.length("key") > 0)
-                         & (C.index_key_hash(F.concat("topic", F.lit("#"), "key")) == F.col("key_hash"))).select(
+                         & (index_key_hash_column(F.concat("topic", F.lit("#"), "key")) == F.col("key_hash"))).select(
         "topic", "key", F.when(F.col("pos") == 0, "UNIQ_KEY").otherwise("KEYS").alias("kind"), "msg_id", "queue_id",
         "queue_offset", F.col("physical_offset").alias("commitlog_offset"), "store_timestamp", "born_timestamp",
         "tags", "keys", "uniq_key", "properties", "body")

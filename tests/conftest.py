@@ -1,4 +1,4 @@
-"""Shared fixtures: one real local Spark session for the whole run, a fresh store on disk per test."""
+"""Shared fixtures: a fresh store on disk per test (the Spark session is the root conftest's)."""
 
 from __future__ import annotations
 
@@ -10,26 +10,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-
-#: Tight on purpose: dispatch and bulk sends must never collect per-message data to the driver.
-MAX_RESULT_SIZE = "4m"
-
-
-@pytest.fixture(scope="session")
-def spark():
-    from storelib.session import get_spark
-
-    session = get_spark("storelib-tests", conf={
-        "spark.master": "local[2]",
-        "spark.sql.shuffle.partitions": "4",
-        "spark.default.parallelism": "2",
-        "spark.driver.memory": "2g",
-        "spark.driver.maxResultSize": MAX_RESULT_SIZE,
-        "spark.sql.adaptive.enabled": "false",
-    })
-    yield session
-    session.stop()
-
 
 @pytest.fixture
 def ansi(spark):

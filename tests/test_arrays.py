@@ -1,15 +1,21 @@
-"""storelib.arrays: RocketMQ's encodings over whole Arrow arrays, checked against storelib.codec and RocketMQ."""
+"""storelib.encoding: RocketMQ's encodings over whole Arrow arrays, checked against storelib.encoding and RocketMQ."""
 
 from __future__ import annotations
 
+import json
 import random
 
 import numpy as np
 import pyarrow as pa
 import pytest
-from conformance import load_cases
 
-from storelib import arrays, codec
+from conformance import load_cases
+from storelib.encoding.arrow import hex_strings
+from storelib.encoding.hashcode import java_hash_codes, java_string_hash
+from storelib.encoding.index_key import index_key_hash, index_key_hashes
+from storelib.encoding.message_id import create_message_id
+from storelib.encoding.record import message_length, message_lengths
+from storelib.encoding.tags import tags_codes
 
 
 def utf8_cases(name: str) -> list[dict]:
@@ -30,8 +36,8 @@ class TestJavaHashCodes:
         ["x" * 5000, "y"],  # one long string among short ones: the sparse fold
     ])
     def test_literals(self, strings):
-        expected = [codec.java_string_hash(s) if s is not None else 0 for s in strings]
-        assert arrays.java_hash_codes(pa.array(strings, pa.string())).tolist() == expected
+        expected = [java_string_hash(s) if s is not None else 0 for s in strings]
+        assert java_hash_codes(pa.array(strings, pa.string())).tolist() == expected
 
     def test_random_strings_and_slices(self):
         rnd = random.Random(11)
@@ -39,41 +45,41 @@ class TestJavaHashCodes:
         for longest in (1, 8, 40, 300):
             strings = ["".join(rnd.choice(alphabet) for _ in range(rnd.randrange(longest + 1)))
                        if rnd.random() > 0.1 else None for _ in range(2000)]
-            expected = [codec.java_string_hash(s) if s is not None else 0 for s in strings]
+            expected = [java_string_hash(s) if s is not None else 0 for s in strings]
             array = pa.array(strings, pa.string())
-            assert arrays.java_hash_codes(array).tolist() == expected
-            assert arrays.java_hash_codes(array.slice(123, 700)).tolist() == expected[123:823]
-            assert arrays.java_hash_codes(pa.chunked_array([array.slice(0, 5), array.slice(5)])).tolist() == expected
+            assert java_hash_codes(array).tolist() == expected
+            assert java_hash_codes(array.slice(123, 700)).tolist() == expected[123:823]
+            assert java_hash_codes(pa.chunked_array([array.slice(0, 5), array.slice(5)])).tolist() == expected
 
     def test_tags_conformance(self):
         cases = utf8_cases("tags_hash_cases.json")
-        got = arrays.tags_codes(pa.array([c["tag"] for c in cases], pa.string())).tolist()
+        got = tags_codes(pa.array([c["tag"] for c in cases], pa.string())).tolist()
         assert got == [c["tagsCode"] for c in cases]
 
     def test_no_tags_is_zero(self):
-        assert arrays.tags_codes(pa.array([None, ""], pa.string())).tolist() == [0, 0]
+        assert tags_codes(pa.array([None, ""], pa.string())).tolist() == [0, 0]
 
 
 class TestIndexKeyHashes:
     def test_conformance(self):
         cases = utf8_cases("index_key_cases.json")
-        got = arrays.index_key_hashes(pa.array([c["topic"] for c in cases]), pa.array([c["key"] for c in cases]))
+        got = index_key_hashes(pa.array([c["topic"] for c in cases]), pa.array([c["key"] for c in cases]))
         assert got.tolist() == [c["keyHash"] for c in cases]
 
     def test_matches_codec_over_many_topics(self):
         rnd = random.Random(5)
         topics = [rnd.choice(["TopicTest", "T2", "Tö", "%RETRY%G"]) for _ in range(3000)]
         keys = ["".join(rnd.choice("ab #é😀") for _ in range(rnd.randrange(1, 30))) for _ in topics]
-        got = arrays.index_key_hashes(pa.array(topics), pa.array(keys))
-        assert got.tolist() == [codec.index_key_hash(f"{t}#{k}") for t, k in zip(topics, keys)]
+        got = index_key_hashes(pa.array(topics), pa.array(keys))
+        assert got.tolist() == [index_key_hash(f"{t}#{k}") for t, k in zip(topics, keys)]
 
 
 def test_hex_strings_are_message_ids():
     offsets = np.array([0, 1, 255, 2**40 + 7, 2**63 - 1], dtype=np.int64)
-    prefix = codec.create_message_id("10.0.0.1", 10911, 0)[:-16]
-    assert arrays.hex_strings(prefix, offsets, 16).to_pylist() == \
-        [codec.create_message_id("10.0.0.1", 10911, int(o)) for o in offsets]
-    assert arrays.hex_strings("", np.array([0xABC], dtype=np.int64), 4).to_pylist() == ["0ABC"]
+    prefix = create_message_id("10.0.0.1", 10911, 0)[:-16]
+    assert hex_strings(prefix, offsets, 16).to_pylist() == \
+        [create_message_id("10.0.0.1", 10911, int(o)) for o in offsets]
+    assert hex_strings("", np.array([0xABC], dtype=np.int64), 4).to_pylist() == ["0ABC"]
 
 
 def test_message_lengths_match_codec():
@@ -81,8 +87,8 @@ def test_message_lengths_match_codec():
     rows = [(rnd.randrange(5000), rnd.choice([1, 9, 127, 128, 255]), rnd.randrange(300), rnd.random() < 0.5)
             for _ in range(200)]
     for store_v6 in (False, True):
-        got = arrays.message_lengths(*(np.array(c) for c in zip(*rows)), store_v6).tolist()
-        assert got == [codec.message_length(body_length=b, topic_length=t, properties_length=p, born_host_v6=v6,
+        got = message_lengths(*(np.array(c) for c in zip(*rows)), store_v6).tolist()
+        assert got == [message_length(body_length=b, topic_length=t, properties_length=p, born_host_v6=v6,
                                             store_host_v6=store_v6) for b, t, p, v6 in rows]
 
 
@@ -104,8 +110,8 @@ class TestEncodedFrame:
 
     @staticmethod
     def frame():
-        from storelib.producer import EncodedFrame, UniqKeys
-        from storelib.topics import TopicConfig
+        from storelib.model.topic import TopicConfig
+        from storelib.send.frame import EncodedFrame, UniqKeys
 
         return EncodedFrame({"sysflag": 0}, UniqKeys("0A0000010001", "nonce", 5), {"T": TopicConfig("T")}, max_body=10)
 
@@ -135,8 +141,8 @@ class TestEncodedFrame:
     def test_refusals_agree_with_the_list_path(self, props, tags, keys):
         """Each row is refused exactly when ``validate_message`` refuses the same message, for the same field."""
         from storelib import Message
-        from storelib.errors import StoreError
-        from storelib.message import validate_message
+        from storelib.model.errors import StoreError
+        from storelib.model.validation import validate_message
 
         try:
             validate_message(Message("T", tags=tags, keys=keys, properties={k: v for k, v in props.items()}), max_body=10)
@@ -147,5 +153,6 @@ class TestEncodedFrame:
         bad = self.batch([list(props.items())], [tags], [keys])
         errors = self.frame().refusals(pa.Table.from_batches([good, bad]).combine_chunks().to_batches()[0]).to_pylist()
         assert errors[:3] == [None] * 3
-        found = errors[3] and tuple(errors[3].split("|")[:2])
+        record = errors[3] and json.loads(errors[3])
+        found = record and (record["error"], record["field"])
         assert found == expected

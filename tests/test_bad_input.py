@@ -6,14 +6,23 @@ import pytest
 from pyspark.sql import functions as F
 
 from storelib import Message, StoreConfig
-from storelib.errors import (BodyTooLargeError, InvalidPropertyError, InvalidQueueIdError, InvalidTopicError,
-                             MessageError, ReservedPropertyError, ReservedTopicError, StoreError, TopicNotFoundError,
-                             TopicPermissionError)
-from storelib.topics import PERM_READ, validate_topic
+from storelib.model.errors import (
+    BodyTooLargeError,
+    InvalidPropertyError,
+    InvalidQueueIdError,
+    InvalidTopicError,
+    MessageError,
+    ReservedPropertyError,
+    ReservedTopicError,
+    StoreError,
+    TopicNotFoundError,
+    TopicPermissionError,
+)
+from storelib.model.topic import PERM_READ, validate_topic
 
 
 def commitlog_version(store):
-    return store.tables["commitlog"].snapshot().version()
+    return store.context.tables.commitlog.snapshot().version()
 
 
 BAD_MESSAGES = [

@@ -6,12 +6,19 @@ import random
 
 import pytest
 from chispa import assert_df_equality
-from conformance import load_cases
 from pyspark.sql import functions as F
 
-from storelib.errors import BloomFilterError, FilterError, StoreError
-from storelib.filter.bloom import (BloomFilter, BloomFilterData, bitmap_column, bits_or, is_hit_column,
-                                   may_match_column, murmur3_128_as_long)
+from conformance import load_cases
+from storelib.filter.bloom import (
+    BloomFilter,
+    BloomFilterData,
+    bitmap_column,
+    bits_or,
+    is_hit_column,
+    may_match_column,
+    murmur3_128_as_long,
+)
+from storelib.model.errors import BloomFilterError, FilterError, StoreError
 
 
 def cases(key: str) -> list:

@@ -10,13 +10,13 @@ from storelib import MessageStore
 
 PRODUCER = textwrap.dedent("""
     import sys
-    from storelib.commitlog import CommitLog
-    from storelib.config import StoreConfig
-    from storelib.message import Message
-    from storelib.producer import Producer
-    from storelib.schema import COMMITLOG, TOPIC_CONFIG
-    from storelib.tables import Table
-    from storelib.topics import TopicConfigTable
+    from storelib.storage.commitlog import CommitLog
+    from storelib.model.config import StoreConfig
+    from storelib.model.message import Message
+    from storelib.send.producer import Producer
+    from storelib.storage.schema import COMMITLOG, TOPIC_CONFIG
+    from storelib.delta.table import Table
+    from storelib.storage.topic_config import TopicConfigTable
 
     root, name, batches = sys.argv[1], sys.argv[2], int(sys.argv[3])
     config = StoreConfig()

@@ -10,8 +10,11 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
-from storelib import Message, codec
-from storelib.dispatch import FAULT_ENV
+from storelib import Message
+from storelib.dispatch.reput import Dispatcher
+from storelib.encoding.ext_addr import decorate_ext_addr
+from storelib.encoding.index_key import index_key_hash
+from storelib.encoding.tags import tags_code
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = ["consume_queue.written", "consume_queue.committed", "consume_queue_ext.written",
@@ -29,7 +32,7 @@ def expected_consume_queue(spark, store):
     rows = store.messages().select("topic", "queue_id", "queue_offset", F.col("physical_offset").alias("commitlog_offset"),
                                    "size", "tags", "store_timestamp").collect()
     data = [(r.topic, r.queue_id, r.queue_offset, r.commitlog_offset, r.size,
-             codec.decorate_ext_addr(r.queue_offset) if ext else codec.tags_code(r.tags), r.store_timestamp)
+             decorate_ext_addr(r.queue_offset) if ext else tags_code(r.tags), r.store_timestamp)
             for r in rows]
     return spark.createDataFrame(data, store.table("consume_queue").schema)
 
@@ -37,7 +40,7 @@ def expected_consume_queue(spark, store):
 def expected_ext(spark, store):
     """One ext unit per message: real tag code, store time, no bitmap while nothing subscribes by SQL92."""
     rows = store.messages().collect()
-    data = [(r.topic, r.queue_id, r.queue_offset, r.queue_offset, r.physical_offset, r.size, codec.tags_code(r.tags),
+    data = [(r.topic, r.queue_id, r.queue_offset, r.queue_offset, r.physical_offset, r.size, tags_code(r.tags),
              r.store_timestamp, None, None) for r in rows]
     return spark.createDataFrame(data, store.table("consume_queue_ext").schema)
 
@@ -47,7 +50,7 @@ def expected_index(store):
     out = []
     for r in store.messages().collect():
         keys = [r.uniq_key] + [k for k in (r["keys"] or "").split(" ") if k]
-        out += [(codec.index_key_hash(f"{r.topic}#{k}"), r.physical_offset, r.store_timestamp) for k in keys]
+        out += [(index_key_hash(f"{r.topic}#{k}"), r.physical_offset, r.store_timestamp) for k in keys]
     return sorted(out)
 
 
@@ -80,7 +83,7 @@ class TestDispatch:
         send_some(store, 4, tags=("Aa", "BB"))
         store.dispatch()
         codes = {r.tags_code for r in store.table("consume_queue_ext").collect()}
-        assert codes == {codec.tags_code("Aa")} == {2112}
+        assert codes == {tags_code("Aa")} == {2112}
 
     def test_ext_queue_off_keeps_real_tag_codes(self, spark, store_path):
         from storelib import MessageStore
@@ -115,8 +118,8 @@ class TestDispatch:
         send_some(store, 5)
         store.dispatch()
         send_some(store, 2, start=5)
-        table = store.tables["commitlog"]
-        from storelib.tables import Prune
+        table = store.context.tables.commitlog
+        from storelib.delta.table import Prune
 
         new = table.files(table.snapshot(), Prune(between={"physical_offset": (store.dispatch_progress()["index"], 2**62)}))
         assert len(new) == 1 < len(table.files(table.snapshot()))
@@ -132,7 +135,7 @@ class TestDispatch:
                 raise RuntimeError(f"injected failure at {name}")
 
         with pytest.raises(RuntimeError, match="injected"):
-            store.dispatcher(fault=fail).run()
+            Dispatcher.of(store.context, fault=fail).run()
         store.dispatch()
         assert_dispatched_exactly(spark, store)
 
@@ -151,11 +154,24 @@ def test_dispatch_never_collects_messages(spark, store):
     assert store.table("consume_queue").count() == 6000
 
 
+#: A dispatch in its own process that dies hard (no cleanup, no finally) at the step named by argv[2].
+CRASHING_DISPATCH = """
+import os, sys
+from storelib import MessageStore
+from storelib.dispatch.reput import Dispatcher
+from storelib.session import get_spark
+
+store = MessageStore.open(sys.argv[1], get_spark("crashing-dispatch"))
+Dispatcher.of(store.context, fault=lambda step: os._exit(86) if step == sys.argv[2] else None).run()
+"""
+
+
 def test_dispatch_job_crash_and_rerun(spark, store, python_env):
-    """The spark-submit job, killed hard after writing files, then run again."""
+    """A dispatch process killed hard after writing files, then the spark-submit job run again."""
     send_some(store, 8)
+    crashed = subprocess.run([sys.executable, "-c", CRASHING_DISPATCH, store.root, "index.written"], env=python_env,
+                             capture_output=True, text=True, timeout=300)
     job = [sys.executable, str(ROOT / "jobs" / "dispatch.py"), "--store", store.root]
-    crashed = subprocess.run(job, env={**python_env, FAULT_ENV: "index.written"}, capture_output=True, text=True, timeout=300)
     assert crashed.returncode == 86, crashed.stderr[-2000:]
     progress = store.dispatch_progress()
     assert progress["consume_queue"] == store.max_offset() and progress["index"] == 0

@@ -7,12 +7,15 @@ import datetime as dt
 import pyarrow as pa
 import pytest
 
-from storelib import Message, codec
-from storelib.dispatch_request import DispatchRequests, deliver_times
+from storelib import Message
+from storelib.dispatch.request import DispatchRequests, deliver_times
+from storelib.encoding.ext_addr import decorate_ext_addr
+from storelib.encoding.index_key import index_key_hash
+from storelib.encoding.tags import tags_code
 from storelib.filter.selector import MessageSelector
-from storelib.message import SysFlag
-from storelib.schema import COMMITLOG
-from storelib.topics import SCHEDULE_TOPIC
+from storelib.model.message import SysFlag
+from storelib.model.topic import SCHEDULE_TOPIC
+from storelib.storage.schema import COMMITLOG
 
 DELAYS = [1000, 5000, 10000]
 
@@ -50,12 +53,12 @@ def test_each_target_from_its_own_start_and_transaction_types():
     out = next(requests(iter([batch(rows)])))
     # Prepared and rolled back messages get no units; the consume queue starts at its own marker.
     assert out["consume_queue"].column("commitlog_offset").to_pylist() == [300]
-    assert out["consume_queue"].column("tags_code").to_pylist() == [codec.decorate_ext_addr(3)]
-    assert out["consume_queue_ext"].column("tags_code").to_pylist() == [codec.tags_code("TagA"), codec.tags_code("Aa")]
+    assert out["consume_queue"].column("tags_code").to_pylist() == [decorate_ext_addr(3)]
+    assert out["consume_queue_ext"].column("tags_code").to_pylist() == [tags_code("TagA"), tags_code("Aa")]
     # Index: the UNIQ_KEY and each non-empty key, for every message but the rolled back one.
     index = out["index"].to_pydict()
     assert sorted(zip(index["key_hash"], index["commitlog_offset"])) == sorted(
-        (codec.index_key_hash(f"T#{k}"), off) for k, off in [("U0", 0), ("k1", 0), ("k2", 0), ("U1", 100), ("U3", 300)])
+        (index_key_hash(f"T#{k}"), off) for k, off in [("U0", 0), ("k1", 0), ("k2", 0), ("U1", 100), ("U3", 300)])
     assert index["hash_range"] == [h >> 25 for h in index["key_hash"]]
 
 
@@ -85,7 +88,7 @@ def test_commitlog_files_read_only_the_range(tmp_path):
     """A file partly in ``[low, end)`` is filtered; one wholly in it is read as it is."""
     import pyarrow.parquet as pq
 
-    from storelib.dispatch_request import CommitlogFiles
+    from storelib.dispatch.request import CommitlogFiles
 
     rows = [{"physical_offset": i * 100, "topic": "T", "queue_offset": i, "uniq_key": f"U{i}"} for i in range(10)]
     path = str(tmp_path / "part-0.parquet")

@@ -7,12 +7,19 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
-from storelib import Message, MessageStore, codec
-from storelib.errors import (FilterExpressionError, FilterNotSupportedError, InvalidTopicError,
-                             SubscriptionNotFoundError, TopicNotFoundError)
+from storelib import Message, MessageStore
+from storelib.encoding.ext_addr import is_ext_addr, undecorate_ext_addr
+from storelib.encoding.tags import tags_code
 from storelib.filter.bloom import BloomFilter
 from storelib.filter.selector import MessageSelector
 from storelib.filter.sql92 import parse_sql92
+from storelib.model.errors import (
+    FilterExpressionError,
+    FilterNotSupportedError,
+    InvalidTopicError,
+    SubscriptionNotFoundError,
+    TopicNotFoundError,
+)
 
 SQL_B = "(TAGS is not null and TAGS in ('TagA', 'TagB')) and (a is not null and a between 0 and 3)"
 TAGS = ("TagA", "TagB", "TagC", "Aa", "BB")
@@ -62,7 +69,7 @@ class TestRegistry:
             subs = list(pool.map(lambda i: store.subscribe(f"G{i}", "TopicTest", MessageSelector.by_sql(f"a = {i}")),
                                  range(8)))
         assert sorted(s.version for s in subs) == list(range(1, 9))  # one commit each, none lost
-        assert {s.group for s in store.registry.all()} == {f"G{i}" for i in range(8)}
+        assert {s.group for s in store.context.registry.all()} == {f"G{i}" for i in range(8)}
 
     def test_unsubscribe(self, store):
         store.subscribe("GroupA", "TopicTest", "TagA")
@@ -81,7 +88,7 @@ class TestRegistry:
     def test_bad_subscriptions_write_nothing(self, store, selector, error):
         with pytest.raises(error):
             store.subscribe("GroupA", "TopicTest", selector)
-        assert store.tables["subscription"].read_arrow().num_rows == 0
+        assert store.context.tables.subscription.read_arrow().num_rows == 0
 
     def test_unknown_topic_and_bad_group(self, store):
         with pytest.raises(TopicNotFoundError):
@@ -107,7 +114,7 @@ class TestBitmaps:
         send_props(store, 20)
         store.dispatch()
         bf = BloomFilter()
-        version = store.tables["subscription"].snapshot().version()
+        version = store.context.tables.subscription.snapshot().version()
         ext = {r.commitlog_offset: r for r in store.table("consume_queue_ext").collect()}
         for m in store.messages("TopicTest").collect():
             unit = ext[m.physical_offset]
@@ -116,9 +123,9 @@ class TestBitmaps:
                 if parse_sql92(s.selector.expression).evaluate(dict(m.properties)):
                     bf.hash_to(s.bloom, bits)
             assert unit.filter_bitmap == bytes(bits) and unit.filter_version == version
-            assert unit.tags_code == codec.tags_code(m.tags)
+            assert unit.tags_code == tags_code(m.tags)
         cq = store.table("consume_queue").collect()
-        assert all(codec.is_ext_addr(r.tags_code) and codec.undecorate_ext_addr(r.tags_code) == r.queue_offset
+        assert all(is_ext_addr(r.tags_code) and undecorate_ext_addr(r.tags_code) == r.queue_offset
                    for r in cq)
 
     def test_no_sql92_subscription_no_bitmap(self, store):
@@ -139,7 +146,7 @@ class TestBitmaps:
 
 class TestTagReads:
     def test_colliding_tags_never_mix(self, store):
-        assert codec.tags_code("Aa") == codec.tags_code("BB")
+        assert tags_code("Aa") == tags_code("BB")
         send_props(store, 25)
         store.dispatch()
         got = bodies(store.read("TopicTest", MessageSelector.by_tag("Aa")))
@@ -222,9 +229,9 @@ class TestSql92Reads:
         store.send_batch([Message("TopicTest", body=b"eu", tags="T", properties={"region": "eu"}, queue_id=0)
                           for _ in range(3)])
         store.dispatch()
-        from storelib.read import plan_read
+        from storelib.query.read import plan_read
 
-        plan = plan_read(store, "TopicTest", group="GroupB")
+        plan = plan_read(store.context, "TopicTest", group="GroupB")
         assert plan.files_skipped == 1 and plan.units_skipped == 10 and len(plan.ext_files) == 1
         assert bodies(store.read("TopicTest", group="GroupB")) == ["eu"] * 3
         eu = [r.physical_offset for r in store.messages("TopicTest").where(F.col("body") == b"eu").collect()]
@@ -262,9 +269,9 @@ class TestSql92Reads:
             store.dispatch()
         before = bodies(store.read("TopicTest", group="GroupB"))
         store.compact()
-        from storelib.read import plan_read
+        from storelib.query.read import plan_read
 
-        plan = plan_read(store, "TopicTest", group="GroupB")
+        plan = plan_read(store.context, "TopicTest", group="GroupB")
         assert bodies(store.read("TopicTest", group="GroupB")) == before
         assert len(plan.ext_files) < 12
 
@@ -274,7 +281,7 @@ class TestPassingUnits:
 
     @pytest.mark.parametrize("selector", [MessageSelector.by_tag("Aa || TagC"), None, "group"])
     def test_driver_and_spark_agree(self, spark, store, monkeypatch, selector):
-        import storelib.read as read
+        import storelib.query.read as read
 
         store.subscribe("G1", "TopicTest", MessageSelector.by_sql("a > 4"))
         send_props(store, 12)
@@ -283,7 +290,7 @@ class TestPassingUnits:
         send_props(store, 30, start=12)
         store.dispatch()
         group = "GroupB" if selector == "group" else None
-        plan = read.plan_read(store, "TopicTest", None if group else selector, group)
+        plan = read.plan_read(store.context, "TopicTest", None if group else selector, group)
         units = plan.units(spark)
         in_spark = sorted(r.commitlog_offset for r in units.where(plan.filter.consume_queue_column()).collect())
         table = pa.Table.from_pylist([r.asDict() for r in units.collect()])

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from storelib.errors import JavaNotFoundError
+from storelib.model.errors import JavaNotFoundError
 from storelib.session import check_java, read_properties_file
 
 ROOT = Path(__file__).resolve().parents[1]

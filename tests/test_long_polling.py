@@ -11,8 +11,9 @@ import time
 import pytest
 
 from storelib import Message, MessageStore
-from storelib.get_message import GetMessageStatus as S
-from storelib.pull import PullStatus as P
+from storelib.consume.get_message import GetMessageStatus as S
+from storelib.consume.pull import PullStatus as P
+from storelib.dispatch.reput import Dispatcher
 
 
 def later(seconds: float, action) -> threading.Thread:
@@ -77,23 +78,23 @@ def test_short_polling_waits_one_second(spark, store_path):
 
 def test_offset_is_committed_once_even_when_held(store):
     store.subscribe("GroupA", "TopicTest", "*")
-    before = store.tables["consumer_offset"].snapshot().version()
+    before = store.context.tables.consumer_offset.snapshot().version()
     later(0.3, send_and_dispatch(store, "TagA", b"a"))
     r = store.pull("GroupA", "TopicTest", 0, 0, suspend_timeout_ms=60_000, commit_offset=0)
     assert r.status is P.FOUND
     assert store.committed_offset("GroupA", "TopicTest", 0) == 0
-    assert store.tables["consumer_offset"].snapshot().version() == before + 1
+    assert store.context.tables.consumer_offset.snapshot().version() == before + 1
 
 
 PRODUCER = textwrap.dedent("""
     import sys, time
-    from storelib.commitlog import CommitLog
-    from storelib.config import StoreConfig
-    from storelib.message import Message
-    from storelib.producer import Producer
-    from storelib.schema import COMMITLOG, TOPIC_CONFIG
-    from storelib.tables import Table
-    from storelib.topics import TopicConfigTable
+    from storelib.storage.commitlog import CommitLog
+    from storelib.model.config import StoreConfig
+    from storelib.model.message import Message
+    from storelib.send.producer import Producer
+    from storelib.storage.schema import COMMITLOG, TOPIC_CONFIG
+    from storelib.delta.table import Table
+    from storelib.storage.topic_config import TopicConfigTable
 
     root = sys.argv[1]
     config = StoreConfig()
@@ -117,7 +118,7 @@ def test_held_pull_sees_messages_of_another_process(store, python_env):
 
     def dispatcher():
         while not stop.is_set():
-            store.dispatcher().run()  # not store.dispatch(): no in-process wake-up
+            Dispatcher.of(store.context).run()  # not store.dispatch(): no in-process wake-up
             time.sleep(0.2)
 
     thread = threading.Thread(target=dispatcher, daemon=True)

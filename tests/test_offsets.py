@@ -14,31 +14,31 @@ from chispa import assert_df_equality
 from deltalake import DeltaTable
 
 from storelib import Message, MessageStore
-from storelib.errors import InvalidTopicError, OffsetError
-from storelib.offsets import ConsumerOffsetTable
-from storelib.schema import CONSUMER_OFFSET
-from storelib.tables import Table
+from storelib.delta.table import Table
+from storelib.model.errors import InvalidTopicError, OffsetError
+from storelib.storage.consumer_offset import ConsumerOffsetTable
+from storelib.storage.schema import CONSUMER_OFFSET
 
 LAG_DDL = "topic string, queue_id int, max_offset long, committed_offset long, lag long"
 
 
 def version(store) -> int:
-    return DeltaTable(store.tables["consumer_offset"].path).version()
+    return DeltaTable(store.context.tables.consumer_offset.path).version()
 
 
 def data_files(store) -> int:
-    return len(DeltaTable(store.tables["consumer_offset"].path).file_uris())
+    return len(DeltaTable(store.context.tables.consumer_offset.path).file_uris())
 
 
 def operations(store) -> list[str]:
     """The storelib operation of every commit after the table's creation, oldest first."""
-    history = DeltaTable(store.tables["consumer_offset"].path).history()
+    history = DeltaTable(store.context.tables.consumer_offset.path).history()
     return [h.get("storelib.operation") for h in sorted(history, key=lambda h: h["version"]) if h["version"] > 0]
 
 
 def committer(store, **settings) -> ConsumerOffsetTable:
     """A committer of its own (own Table object), as another broker thread or client would have."""
-    return ConsumerOffsetTable(Table(store.tables["consumer_offset"].path, CONSUMER_OFFSET),
+    return ConsumerOffsetTable(Table(store.context.tables.consumer_offset.path, CONSUMER_OFFSET),
                                store.config.replace(**settings))
 
 
@@ -48,7 +48,7 @@ class TestCommitAndQuery:
         store.commit_offset("GroupA", "TopicTest", 1, 42)
         assert version(store) == before + 1
         assert store.committed_offset("GroupA", "TopicTest", 1) == 42
-        assert store.offsets.commit("GroupA", "TopicTest", 2, 7) == before + 2
+        assert store.context.offsets.commit("GroupA", "TopicTest", 2, 7) == before + 2
         assert store.committed_offset("GroupA", "TopicTest", 2) == 7
         assert operations(store) == ["COMMIT_OFFSET", "COMMIT_OFFSET"]
 
@@ -60,7 +60,7 @@ class TestCommitAndQuery:
         assert store.committed_offset("GroupA", "OtherTopic", 0) == -1  # another topic
 
     def test_last_write_wins_also_backwards(self, store):
-        versions = [store.offsets.commit("GroupA", "TopicTest", 0, o) for o in (10, 20, 5, 0)]
+        versions = [store.context.offsets.commit("GroupA", "TopicTest", 0, o) for o in (10, 20, 5, 0)]
         assert versions == sorted(versions) and len(set(versions)) == 4
         assert store.committed_offset("GroupA", "TopicTest", 0) == 0
         store.commit_offset("GroupA", "TopicTest", 0, 3)
@@ -70,26 +70,26 @@ class TestCommitAndQuery:
         store.commit_offset("GroupA", "TopicTest", 0, 1)
         before = version(store)
         entries = {("TopicTest", q): 100 + q for q in range(4)} | {("%RETRY%GroupA", 0): 9}
-        assert store.offsets.commit_many("GroupA", entries) == before + 1
+        assert store.context.offsets.commit_many("GroupA", entries) == before + 1
         assert version(store) == before + 1
         assert {k: store.committed_offset("GroupA", *k) for k in entries} == entries
-        assert DeltaTable(store.tables["consumer_offset"].path).history(1)[0]["storelib.operation"] == "COMMIT_OFFSET"
-        assert store.offsets.commit_many("GroupA", {}) == before + 1  # nothing to commit: nothing written
+        assert DeltaTable(store.context.tables.consumer_offset.path).history(1)[0]["storelib.operation"] == "COMMIT_OFFSET"
+        assert store.context.offsets.commit_many("GroupA", {}) == before + 1  # nothing to commit: nothing written
         assert version(store) == before + 1
 
     def test_offsets_are_the_latest_row_per_queue(self, store):
-        store.offsets.commit_many("GroupA", {("TopicTest", 0): 4, ("TopicTest", 1): 8})
-        store.offsets.commit_many("GroupB", {("TopicTest", 0): 1})
-        v = store.offsets.commit("GroupA", "TopicTest", 0, 2)
-        rows = store.offsets.offsets().select(["consumer_group", "topic", "queue_id", "offset"]).to_pylist()
+        store.context.offsets.commit_many("GroupA", {("TopicTest", 0): 4, ("TopicTest", 1): 8})
+        store.context.offsets.commit_many("GroupB", {("TopicTest", 0): 1})
+        v = store.context.offsets.commit("GroupA", "TopicTest", 0, 2)
+        rows = store.context.offsets.offsets().select(["consumer_group", "topic", "queue_id", "offset"]).to_pylist()
         assert rows == [{"consumer_group": "GroupA", "topic": "TopicTest", "queue_id": 0, "offset": 2},
                         {"consumer_group": "GroupA", "topic": "TopicTest", "queue_id": 1, "offset": 8},
                         {"consumer_group": "GroupB", "topic": "TopicTest", "queue_id": 0, "offset": 1}]
-        mine = store.offsets.offsets("GroupA")
+        mine = store.context.offsets.offsets("GroupA")
         assert mine.column("offset").to_pylist() == [2, 8]
         assert mine.column("commit_version").to_pylist() == [v, v - 2]
         assert mine.schema.equals(CONSUMER_OFFSET.arrow, check_metadata=False)
-        assert store.offsets.offsets("GroupC").num_rows == 0
+        assert store.context.offsets.offsets("GroupC").num_rows == 0
 
 
 BAD = [
@@ -129,7 +129,7 @@ class TestBadInput:
                                ({("TopicTest", 0): 5, "TopicTest": 3}, "entries"),
                                ([(("TopicTest", 0), 5)], "entries")]:
             with pytest.raises((OffsetError, InvalidTopicError)) as e:
-                store.offsets.commit_many("GroupA", entries)
+                store.context.offsets.commit_many("GroupA", entries)
             assert e.value.field == field
         assert version(store) == before
         assert store.committed_offset("GroupA", "TopicTest", 0) == 1
@@ -153,22 +153,22 @@ class TestCompaction:
             assert data_files(store) <= 3
         # files after each commit: 1 2 3 4->1 2 3 4->1 2 3 4->1 2 3
         assert operations(store).count("COMMIT_OFFSET") == 12 and operations(store).count("COMPACT_OFFSETS") == 3
-        latest = {(r["consumer_group"], r["topic"], r["queue_id"]): r["offset"] for r in store.offsets.offsets().to_pylist()}
+        latest = {(r["consumer_group"], r["topic"], r["queue_id"]): r["offset"] for r in store.context.offsets.offsets().to_pylist()}
         assert latest == want
         assert {k: store.committed_offset(*k) for k in want} == want
 
     def test_explicit_compact_leaves_one_file_of_latest_rows(self, store):
         for o in range(5):
-            store.offsets.commit_many("GroupA", {("TopicTest", 0): o, ("TopicTest", 1): 10 - o})
-        store.offsets.commit("GroupB", "TopicTest", 3, 8)
-        before = store.offsets.offsets()
+            store.context.offsets.commit_many("GroupA", {("TopicTest", 0): o, ("TopicTest", 1): 10 - o})
+        store.context.offsets.commit("GroupB", "TopicTest", 3, 8)
+        before = store.context.offsets.offsets()
         assert data_files(store) == 6
         v = version(store)
-        assert store.offsets.compact() == (6, 1)
+        assert store.context.offsets.compact() == (6, 1)
         assert version(store) == v + 1 and data_files(store) == 1
-        assert store.offsets.offsets() == before
-        assert store.offsets.compact() == (0, 0)  # nothing left to merge
-        assert DeltaTable(store.tables["consumer_offset"].path).to_pyarrow_table().num_rows == 3
+        assert store.context.offsets.offsets() == before
+        assert store.context.offsets.compact() == (0, 0)  # nothing left to merge
+        assert DeltaTable(store.context.tables.consumer_offset.path).to_pyarrow_table().num_rows == 3
         assert store.committed_offset("GroupA", "TopicTest", 1) == 6
 
     def test_commit_landing_during_compaction_is_kept(self, store):
@@ -181,7 +181,7 @@ class TestCompaction:
             if point == "compact_written" and not raced:  # our rewrite is written, not committed
                 raced.append(other.commit("GroupA", "TopicTest", 0, 99))
 
-        compactor = ConsumerOffsetTable(store.tables["consumer_offset"], store.config, fault=race)
+        compactor = ConsumerOffsetTable(store.context.tables.consumer_offset, store.config, fault=race)
         assert compactor.compact() == (5, 1)  # second attempt: four commits and the raced one
         assert raced and store.committed_offset("GroupA", "TopicTest", 0) == 99
         assert [store.committed_offset("GroupA", "TopicTest", q) for q in (1, 2, 3)] == [1, 2, 3]
@@ -224,10 +224,10 @@ class TestConcurrency:
     def test_two_processes_commit_different_queues(self, store, python_env):
         script = textwrap.dedent("""
             import sys
-            from storelib.config import StoreConfig
-            from storelib.offsets import ConsumerOffsetTable
-            from storelib.schema import CONSUMER_OFFSET
-            from storelib.tables import Table
+            from storelib.model.config import StoreConfig
+            from storelib.storage.consumer_offset import ConsumerOffsetTable
+            from storelib.storage.schema import CONSUMER_OFFSET
+            from storelib.delta.table import Table
 
             root, first, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
             offsets = ConsumerOffsetTable(Table(root + "/consumer_offset", CONSUMER_OFFSET),
@@ -255,10 +255,10 @@ class TestConcurrency:
         before = version(store)
         script = textwrap.dedent("""
             import os, sys
-            from storelib.config import StoreConfig
-            from storelib.offsets import ConsumerOffsetTable
-            from storelib.schema import CONSUMER_OFFSET
-            from storelib.tables import Table
+            from storelib.model.config import StoreConfig
+            from storelib.storage.consumer_offset import ConsumerOffsetTable
+            from storelib.storage.schema import CONSUMER_OFFSET
+            from storelib.delta.table import Table
 
             def die(point):
                 if point == "written":
@@ -270,16 +270,16 @@ class TestConcurrency:
         crashed = subprocess.run([sys.executable, "-c", script, store.root], env=python_env, capture_output=True,
                                  text=True, timeout=120)
         assert crashed.returncode == 86, crashed.stderr[-2000:]
-        folder = store.tables["consumer_offset"].path
+        folder = store.context.tables.consumer_offset.path
         on_disk = [f for f in os.listdir(folder) if f.endswith(".parquet")]
         assert len(on_disk) == data_files(store) + 1  # the dead process's file, never committed
         assert version(store) == before
         assert store.committed_offset("GroupA", "TopicTest", 0) == 5
         assert store.committed_offset("GroupA", "TopicTest", 1) == -1
-        store.offsets.commit_many("GroupA", {("TopicTest", 0): 6, ("TopicTest", 1): 7})
+        store.context.offsets.commit_many("GroupA", {("TopicTest", 0): 6, ("TopicTest", 1): 7})
         assert version(store) == before + 1
-        store.offsets.compact()
-        assert store.offsets.offsets().column("offset").to_pylist() == [6, 7]
+        store.context.offsets.compact()
+        assert store.context.offsets.offsets().column("offset").to_pylist() == [6, 7]
 
 
 class TestConsumerLag:

@@ -5,14 +5,23 @@ from __future__ import annotations
 import pytest
 
 from storelib import Message, MessageSelector, MessageStore, StoreError
-from storelib.errors import (ConsumeDisabledError, FilterExpressionError, FilterNotSupportedError, InvalidQueueIdError,
-                             OffsetError, StorePermissionError, SubscriptionGroupNotFoundError,
-                             SubscriptionNotFoundError, SubscriptionNotLatestError, TopicNotFoundError,
-                             TopicPermissionError)
+from storelib.consume.get_message import GetMessageStatus as S
+from storelib.consume.pull import PullStatus as P
 from storelib.filter.sql92 import parse_sql92
-from storelib.get_message import GetMessageStatus as S
-from storelib.pull import PullStatus as P
-from storelib.topics import PERM_WRITE
+from storelib.model.errors import (
+    ConsumeDisabledError,
+    FilterExpressionError,
+    FilterNotSupportedError,
+    InvalidQueueIdError,
+    OffsetError,
+    StorePermissionError,
+    SubscriptionGroupNotFoundError,
+    SubscriptionNotFoundError,
+    SubscriptionNotLatestError,
+    TopicNotFoundError,
+    TopicPermissionError,
+)
+from storelib.model.topic import PERM_WRITE
 
 TAGS = ["TagA", "TagB", "Aa", "BB"]  # "Aa" and "BB" share a String.hashCode
 
@@ -95,15 +104,15 @@ def test_message_was_removing_then_offset_too_small(store):
 def test_offset_found_null_rolls_to_next_queue_file(spark, store_path):
     from deltalake.transaction import RemoveAction
 
-    from storelib.retention import min_queue_marker
-    from storelib.tables import add_actions
+    from storelib.delta.table import add_actions
+    from storelib.storage.consume_queue import min_queue_marker
 
     store = MessageStore.open(store_path, spark, consume_queue_file_units=10)
     store.create_topic("TopicTest", queues=1)
     fill(store, 12)
     fill(store, 12, start=12)
     store.subscribe("GroupA", "TopicTest", "*")
-    cq = store.tables["consume_queue"]
+    cq = store.context.tables.consume_queue
     snapshot = cq.snapshot()
     first = [a for a in add_actions(snapshot).to_pylist() if a["min.queue_offset"] == 0]
     assert len(first) == 1
@@ -243,7 +252,7 @@ def test_group_and_store_checks(spark, store_path):
     with pytest.raises(SubscriptionGroupNotFoundError) as caught:
         strict.pull("Unknown", "TopicTest", 0, 0, selector="*")
     assert caught.value.code == "SUBSCRIPTION_GROUP_NOT_EXIST"
-    assert "Unknown" not in strict.groups.all()
+    assert "Unknown" not in strict.context.groups.all()
     assert strict.pull("GroupA", "TopicTest", 0, 0).status is P.NO_NEW_MSG  # auto-created when it subscribed
     closed = MessageStore.open(store_path, spark, broker_permission=PERM_WRITE)
     with pytest.raises(StorePermissionError) as caught:
@@ -269,11 +278,11 @@ def test_pull_commits_the_offset_it_is_given(filled):
 # ---- retry topics ---------------------------------------------------------------------------------------
 def put_retry_messages(store: MessageStore, group: str) -> None:
     """Messages as the delay service will deliver them to ``%RETRY%group``: RETRY_TOPIC names their topic."""
-    from storelib.commitlog import EncodedMessage, now_millis
+    from storelib.storage.commitlog import EncodedMessage, now_millis
 
     rows = [("TopicTest", "TagA", "1"), ("TopicTest", "TagB", "2"), ("OtherTopic", "TagB", "3"),
             ("TopicTest", "TagA", "4")]
-    store.commitlog.append([EncodedMessage(f"%RETRY%{group}", 0, 0, 0, b"retry-" + n.encode(),
+    store.context.commitlog.append([EncodedMessage(f"%RETRY%{group}", 0, 0, 0, b"retry-" + n.encode(),
                                            {"TAGS": tags, "RETRY_TOPIC": topic, "n": n}, now_millis(), "127.0.0.1:0",
                                            reconsume_times=1) for topic, tags, n in rows])
     store.dispatch()

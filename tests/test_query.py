@@ -12,8 +12,10 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
-from storelib import Message, codec, create_message_id
-from storelib.errors import MessageIdError, MessageNotFoundError, StoreError
+from storelib import Message, create_message_id
+from storelib.encoding.index_key import index_key_hash
+from storelib.model.errors import MessageIdError, MessageNotFoundError, StoreError
+from storelib.query.lookup import MessageQuery
 from storelib.sql import SqlParameterError, register_views, run_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -87,7 +89,7 @@ class TestByKey:
         assert len(store.query_by_key("TopicTest", "hot")) == 32
 
     def test_colliding_keys_are_told_apart(self, store):
-        assert codec.index_key_hash("TopicTest#Aa") == codec.index_key_hash("TopicTest#BB")
+        assert index_key_hash("TopicTest#Aa") == index_key_hash("TopicTest#BB")
         a = store.send(Message("TopicTest", body=b"a", keys=["Aa"]))
         b = store.send(Message("TopicTest", body=b"b", keys=["BB"]))
         store.dispatch()
@@ -117,9 +119,10 @@ class TestByKey:
     def test_lookup_touches_one_index_and_one_commitlog_file_after_compaction(self, filled):
         store, rounds = filled
         store.compact()
-        found = store.query_by_key("TopicTest", "round-1")
+        query = MessageQuery(store.context)
+        found = query.by_key("TopicTest", "round-1")
         assert len(found) == 4
-        assert store.query.files_touched == {"index": 1, "commitlog": 1}
+        assert query.files_touched == {"index": 1, "commitlog": 1}
 
 
 class TestSearchOffset:

@@ -12,9 +12,11 @@ from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
 from storelib import Message
-from storelib.errors import ConfigError, MessageNotFoundError
-from storelib.retention import DELETE_EXPIRED, clean_consume_queue, min_queue_marker
-from storelib.tables import add_actions
+from storelib.delta.table import add_actions
+from storelib.dispatch.reput import Dispatcher
+from storelib.maintenance.retention import DELETE_EXPIRED, clean_consume_queue
+from storelib.model.errors import ConfigError, MessageNotFoundError
+from storelib.storage.consume_queue import min_queue_marker
 
 HOUR_MS = 3_600_000
 TABLES = ("commitlog", "consume_queue", "consume_queue_ext", "index")
@@ -34,7 +36,7 @@ def send_batches(store, count, start=0, queues=range(4)):
 
 def stored_ms(store):
     """Store time of each stored message in epoch ms, by physical offset, read from the rows themselves."""
-    rows = store.tables["commitlog"].read_arrow(columns=["physical_offset", "store_timestamp"])
+    rows = store.context.tables.commitlog.read_arrow(columns=["physical_offset", "store_timestamp"])
     micros = rows.column("store_timestamp").cast(pa.int64()).to_pylist()
     return {o: us // 1000 for o, us in zip(rows.column("physical_offset").to_pylist(), micros)}
 
@@ -45,7 +47,7 @@ def newest_ms(store, batch):
 
 
 def versions(store):
-    return {name: store.tables[name].snapshot().version() for name in TABLES}
+    return {name: store.context.tables.by_name()[name].snapshot().version() for name in TABLES}
 
 
 def rows_from(store, name, min_phy):
@@ -82,7 +84,7 @@ def test_prefix_removed_oldest_first_and_stops_at_first_unexpired(store):
     aware = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(milliseconds=newest_ms(store, batches[2]) + HOUR_MS)
     assert store.clean_commitlog(reserved_hours=1, now=aware) == 1
     assert store.min_offset() == batches[3][0]
-    history = store.tables["commitlog"].snapshot().history(1)[0]
+    history = store.context.tables.commitlog.snapshot().history(1)[0]
     assert history["storelib.operation"] == DELETE_EXPIRED
     kept.unpersist()
 
@@ -112,7 +114,7 @@ def test_undispatched_data_is_never_removed(store):
             raise RuntimeError("injected failure")
 
     with pytest.raises(RuntimeError, match="injected"):
-        store.dispatcher(fault=die_before_index).run()
+        Dispatcher.of(store.context, fault=die_before_index).run()
     progress = store.dispatch_progress()
     assert progress["consume_queue"] == store.max_offset() > progress["index"] == batches[3][0]
     assert store.clean_commitlog(now=far) == 0
@@ -146,7 +148,7 @@ def test_consume_queue_ext_and_index_follow_the_commitlog(store):
     assert removed["consume_queue"] > 0 and removed["consume_queue_ext"] > 0 and removed["index"] > 0
     for name in QUEUED:
         assert_same_rows(store.table(name), before[name])  # exactly the rows at or above the minimum
-        df_max = add_actions(store.tables[name].snapshot()).column("max.commitlog_offset").to_pylist()
+        df_max = add_actions(store.context.tables.by_name()[name].snapshot()).column("max.commitlog_offset").to_pylist()
         assert min(df_max) >= min_phy
     assert {q: store.min_queue_offset("TopicTest", q) for q in range(4)} == {q: 2 for q in range(4)}
     assert {q: store.max_queue_offset("TopicTest", q) for q in range(4)} == maxes
@@ -159,7 +161,7 @@ def test_consume_queue_ext_and_index_follow_the_commitlog(store):
         df.unpersist()
 
     # The minimums come from the Delta log alone: with every consume queue data file gone from disk they still answer.
-    table = store.tables["consume_queue"]
+    table = store.context.tables.consume_queue
     for path in table.files(table.snapshot()):
         os.remove(path)
     assert {q: store.min_queue_offset("TopicTest", q) for q in range(4)} == {q: 2 for q in range(4)}
@@ -182,7 +184,7 @@ def test_min_offsets_of_straddling_and_emptied_queues(store):
     mins = {q: store.min_queue_offset("TopicTest", q) for q in range(4)}
     assert mins == {0: 2, 1: 2, 2: 1, 3: 1}
     assert {q: store.max_queue_offset("TopicTest", q) for q in range(4)} == maxes  # last files survive
-    snapshot = store.tables["consume_queue"].snapshot()
+    snapshot = store.context.tables.consume_queue.snapshot()
     assert snapshot.transaction_version(min_queue_marker("TopicTest", 1)) == 2
     assert_same_rows(rows_from(store, "consume_queue", batches[2][0]), cq_before)
     assert store.min_queue_offset("TopicTest", 9) == 0 and store.min_queue_offset("NoSuchTopic", 0) == 0
@@ -213,14 +215,14 @@ def test_crash_between_steps_then_rerun_converges(store):
             raise RuntimeError("injected crash")
 
     with pytest.raises(RuntimeError, match="injected"):
-        clean_consume_queue(store, fault=die_after_consume_queue)
+        clean_consume_queue(store.context, fault=die_after_consume_queue)
     assert {store.min_queue_offset("TopicTest", q) for q in range(4)} == {2}
 
     rerun = store.delete_expired_files(now=now)
     assert rerun["commitlog"] == 0 and rerun["consume_queue"] == 0
     assert rerun["consume_queue_ext"] > 0 and rerun["index"] > 0
     for name in QUEUED:
-        assert min(add_actions(store.tables[name].snapshot()).column("min.commitlog_offset").to_pylist()) \
+        assert min(add_actions(store.context.tables.by_name()[name].snapshot()).column("min.commitlog_offset").to_pylist()) \
             == store.min_offset() == batches[2][0]
     assert store.query_by_key("TopicTest", "k0-1") == []
     assert [m.queue_offset for m in store.query_by_key("TopicTest", "k3-1")] == [3]
@@ -260,7 +262,7 @@ def test_dispatch_and_compact_after_cleaning(store):
 def test_empty_store(store):
     assert store.min_offset() == 0 and store.min_queue_offset("TopicTest", 0) == 0
     assert store.delete_expired_files(now=2**62) == dict.fromkeys(TABLES, 0)
-    assert store.tables["commitlog"].snapshot().version() == 0
+    assert store.context.tables.commitlog.snapshot().version() == 0
 
 
 @pytest.mark.parametrize("kwargs, field", [
@@ -275,4 +277,4 @@ def test_bad_input(store, kwargs, field):
     with pytest.raises(ConfigError) as e:
         store.delete_expired_files(**kwargs)
     assert e.value.field == field
-    assert store.tables["commitlog"].snapshot().version() == 0
+    assert store.context.tables.commitlog.snapshot().version() == 0

@@ -8,12 +8,20 @@ import datetime as dt
 import pytest
 
 from storelib import Message, MessageStore
-from storelib.codec import tags_code
-from storelib.errors import (InvalidTopicError, MessageError, MessageNotFoundError, StoreError, StorePermissionError,
-                             SubscriptionGroupNotFoundError, TopicNotFoundError, TopicPermissionError)
-from storelib.query import StoredMessage
-from storelib.retry import NOT_STORED, plan_send_back
-from storelib.topics import PERM_READ, SCHEDULE_TOPIC, TopicConfig
+from storelib.consume.retry import NOT_STORED, plan_send_back
+from storelib.encoding.tags import tags_code
+from storelib.model.errors import (
+    InvalidTopicError,
+    MessageError,
+    MessageNotFoundError,
+    StoreError,
+    StorePermissionError,
+    SubscriptionGroupNotFoundError,
+    TopicNotFoundError,
+    TopicPermissionError,
+)
+from storelib.model.message import StoredMessage
+from storelib.model.topic import PERM_READ, SCHEDULE_TOPIC, TopicConfig
 
 GROUP = "GroupA"
 RETRY = "%RETRY%GroupA"
@@ -38,7 +46,7 @@ def _ext_rows(store: MessageStore) -> dict[tuple[str, int], int]:
 
 
 def _state(store: MessageStore) -> tuple[int, dict]:
-    return store.max_offset(), store.topics.all()
+    return store.max_offset(), store.context.topics.all()
 
 
 def test_send_back_goes_to_schedule_topic_with_retry_properties(store):
@@ -59,7 +67,7 @@ def test_send_back_goes_to_schedule_topic_with_retry_properties(store):
     assert back.reconsume_times == 1 and m.reconsume_times == 0
     assert (back.body, back.flag, back.sysflag, back.born_timestamp, back.born_host) == \
         (m.body, m.flag, m.sysflag, m.born_timestamp, m.born_host)
-    topics = store.topics.all()
+    topics = store.context.topics.all()
     assert topics[RETRY] == TopicConfig(RETRY, 1, 1, 6)
     assert topics[SCHEDULE_TOPIC] == TopicConfig(SCHEDULE_TOPIC, len(levels), len(levels), 6)
 
@@ -114,7 +122,7 @@ def test_repeated_send_back_raises_the_level_then_dead_letters(store):
     assert dead.topic == DLQ and dead.reconsume_times == 4 and dead.properties["DELAY"] == "0"
     assert dead.properties["RETRY_TOPIC"] == "TopicTest" and dead.properties["ORIGIN_MESSAGE_ID"] == m.msg_id
     assert dead.body == m.body and dead.uniq_key == m.uniq_key
-    assert store.topics.all()[DLQ] == TopicConfig(DLQ, 1, 1, 6)
+    assert store.context.topics.all()[DLQ] == TopicConfig(DLQ, 1, 1, 6)
 
 
 def test_default_sixteen_reconsumes_then_dlq(store):
@@ -137,7 +145,7 @@ def test_negative_delay_goes_straight_to_dlq(store):
     dead = store.query_by_id(r.msg_id)
     assert (r.topic, dead.reconsume_times, dead.properties["DELAY"], dead.properties["RETRY_TOPIC"]) == (DLQ, 1, "0", "TopicTest")
     assert "REAL_TOPIC" not in dead.properties
-    assert RETRY in store.topics.all()  # created before the decision, as RocketMQ does
+    assert RETRY in store.context.topics.all()  # created before the decision, as RocketMQ does
 
 
 def test_retry_queue_nums_of_the_group(store):
@@ -145,7 +153,7 @@ def test_retry_queue_nums_of_the_group(store):
     m = _sent(store)
     qids = {int(store.query_by_id(store.send_back(m, "G3").msg_id).properties["REAL_QID"]) for _ in range(6)}
     assert qids <= {0, 1, 2}
-    assert store.topics.all()["%RETRY%G3"] == TopicConfig("%RETRY%G3", 3, 3, 6)
+    assert store.context.topics.all()["%RETRY%G3"] == TopicConfig("%RETRY%G3", 3, 3, 6)
 
 
 def test_no_retry_queues_stores_nothing(store):
@@ -174,7 +182,7 @@ def test_unwritable_store_and_retry_topic(spark, store, store_path):
     with pytest.raises(StorePermissionError) as e:
         readonly.send_back(m, GROUP)
     assert e.value.code == "NO_PERMISSION"
-    store.topics.put(TopicConfig("%RETRY%Locked", 1, 1, PERM_READ))
+    store.context.topics.put(TopicConfig("%RETRY%Locked", 1, 1, PERM_READ))
     with pytest.raises(TopicPermissionError) as e:
         store.send_back(m, "Locked")
     assert e.value.code == "NO_PERMISSION" and e.value.value == "%RETRY%Locked"
@@ -205,7 +213,7 @@ def test_bad_input_writes_nothing(store, args, error, field):
     args = tuple(m if a is None else a for a in args[:1]) + args[1:]
     before = _state(store)
     with pytest.raises(error) as e:
-        store.send_back(*args)
+        store.send_back(*args[:3], **({"max_reconsume_times": args[3]} if len(args) > 3 else {}))
     assert e.value.field == field
     assert _state(store) == before
     with pytest.raises(TopicNotFoundError):

@@ -6,8 +6,11 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
-from storelib import Message, codec, decode_message_id
-from storelib.message import MessageConst
+from storelib import Message, decode_message_id
+from storelib.encoding.message_id import create_message_id
+from storelib.encoding.properties import properties_to_string
+from storelib.encoding.record import message_length
+from storelib.model.message import MessageConst
 
 
 def commitlog_rows(store):
@@ -16,11 +19,11 @@ def commitlog_rows(store):
 
 def recomputed_size(r) -> int:
     """RocketMQ's calMsgLength of a stored row, from its body, topic, properties and host flags."""
-    from storelib.message import SysFlag
+    from storelib.model.message import SysFlag
 
-    return codec.message_length(
+    return message_length(
         body_length=len(r.body), topic_length=len(r.topic.encode()),
-        properties_length=len(codec.properties_to_string(dict(r.properties)).encode()),
+        properties_length=len(properties_to_string(dict(r.properties)).encode()),
         born_host_v6=bool(r.sysflag & SysFlag.BORNHOST_V6), store_host_v6=bool(r.sysflag & SysFlag.STOREHOSTADDRESS_V6))
 
 
@@ -52,8 +55,8 @@ class TestSend:
         assert props == {"a": "5", MessageConst.TAGS: "TagA", MessageConst.KEYS: "order-1 order-2",
                          MessageConst.UNIQ_KEY: r.uniq_key}
         assert (row.tags, row.keys, row.uniq_key, row.body) == ("TagA", "order-1 order-2", r.uniq_key, bytearray(b"hi"))
-        assert row.size == codec.message_length(body_length=2, topic_length=9,
-                                                properties_length=len(codec.properties_to_string(props).encode()))
+        assert row.size == message_length(body_length=2, topic_length=9,
+                                                properties_length=len(properties_to_string(props).encode()))
         assert row.msg_id == r.msg_id
 
     def test_offsets_run_on_across_sends(self, store):
@@ -71,9 +74,9 @@ class TestSend:
         assert all((b - a) % 4 == 1 for a, b in zip(queues, queues[1:]))
 
     def test_batch_is_one_commit(self, store):
-        before = store.tables["commitlog"].snapshot().version()
+        before = store.context.tables.commitlog.snapshot().version()
         store.send_batch([Message("TopicTest", body=b"a"), Message("TopicTest", body=b"b")])
-        assert store.tables["commitlog"].snapshot().version() == before + 1
+        assert store.context.tables.commitlog.snapshot().version() == before + 1
 
     def test_uniq_keys_are_unique(self, store):
         results = store.send_batch([Message("TopicTest", body=b"m") for _ in range(200)])
@@ -105,10 +108,10 @@ class TestSendDataFrame:
             assert props[MessageConst.TAGS] == r.tags == f"Tag{int(n) % 2}"
             assert props[MessageConst.KEYS] == r.keys == f"k{n}"
             assert props[MessageConst.UNIQ_KEY] == r.uniq_key
-            assert r.size == codec.message_length(
+            assert r.size == message_length(
                 body_length=len(r.body), topic_length=len(r.topic),
-                properties_length=len(codec.properties_to_string(props).encode()))
-            assert r.msg_id == codec.create_message_id("127.0.0.1", 10911, r.physical_offset)
+                properties_length=len(properties_to_string(props).encode()))
+            assert r.msg_id == create_message_id("127.0.0.1", 10911, r.physical_offset)
             assert r.body_crc == (__import__("zlib").crc32(r.body) & 0x7FFFFFFF)
         assert len({r.uniq_key for r in rows}) == 301
 
@@ -149,18 +152,18 @@ class TestSendDataFrame:
 
         df = spark.range(0, 50, 1, 2).select(F.lit("TopicTest").alias("topic"), F.when(
             F.col("id") == 42, F.raise_error(F.lit("boom"))).otherwise(F.lit("b")).alias("body"))
-        before = store.tables["commitlog"].snapshot().version()
+        before = store.context.tables.commitlog.snapshot().version()
         with pytest.raises(PySparkException, match="boom"):
             store.send_dataframe(df)
-        assert store.tables["commitlog"].snapshot().version() == before
-        staging = os.path.join(store.tables["commitlog"].path, "_staging")
+        assert store.context.tables.commitlog.snapshot().version() == before
+        staging = os.path.join(store.context.tables.commitlog.path, "_staging")
         assert not os.path.exists(staging) or os.listdir(staging) == []
 
     def test_vacuum_removes_what_dead_sends_staged(self, store):
         import os
         import time
 
-        staging = os.path.join(store.tables["commitlog"].path, "_staging")
+        staging = os.path.join(store.context.tables.commitlog.path, "_staging")
         for name, age_hours in (("dead", 5), ("running", 0)):
             os.makedirs(os.path.join(staging, name))
             with open(os.path.join(staging, name, "0-x.arrows"), "wb") as f:
@@ -175,7 +178,7 @@ def test_ipv6_store_host_counts_in_every_size(spark, store_path):
     """A store on an IPv6 address stores 16-byte store hosts: the flag and 12 more bytes per message,
     whichever way the message was sent (the sizes must still chain: offset + size = next)."""
     from storelib import MessageStore
-    from storelib.message import SysFlag
+    from storelib.model.message import SysFlag
 
     v6 = MessageStore.open(store_path, spark, store_host="[::1]:10911")
     v6.create_topic("TopicTest", queues=2)
@@ -191,7 +194,7 @@ def test_ipv6_store_host_counts_in_every_size(spark, store_path):
 
 def test_given_born_hosts_set_the_born_v6_flag_per_row(spark, store):
     """A DataFrame's own ``born_host`` decides BORNHOST_V6 row by row, and with it 12 bytes of size."""
-    from storelib.message import SysFlag
+    from storelib.model.message import SysFlag
 
     hosts = ["[::1]:5000", "10.0.0.1:5000", "fe80::1:7"]
     store.send_dataframe(spark.createDataFrame([("TopicTest", h) for h in hosts], "topic string, born_host string"))

@@ -10,11 +10,11 @@ from deltalake import DeltaTable
 from pyspark.sql import functions as F
 
 from storelib import Message, StoreConfig
-from storelib.errors import ConfigError, StoreStateError
-from storelib.schema import CONSUME_QUEUE, TABLES
-from storelib.tables import Prune, Table
-from storelib.writer import contiguous_groups
-
+from storelib.delta.table import Prune, Table
+from storelib.delta.writer import contiguous_groups
+from storelib.model.errors import ConfigError, StoreStateError
+from storelib.query.lookup import MessageQuery
+from storelib.storage.schema import CONSUME_QUEUE, TABLES
 
 ORDER = {"commitlog": ["physical_offset"], "consume_queue": ["topic", "queue_id", "queue_offset"],
          "index": ["key_hash", "commitlog_offset"]}
@@ -38,13 +38,13 @@ class TestDelta:
     def test_tables_are_delta_tables_readable_by_deltalake(self, spark, store):
         fill(store, rounds=2)
         for name in ("commitlog", "consume_queue", "index"):
-            rows = DeltaTable(store.tables[name].path).to_pyarrow_table().to_pylist()
+            rows = DeltaTable(store.context.tables.by_name()[name].path).to_pyarrow_table().to_pylist()
             rows = [{k: dict(v) if k == "properties" else v for k, v in r.items()} for r in rows]
             via_delta = spark.createDataFrame(rows, schema=store.table(name).schema)
             assert_same_rows(name, store.table(name), via_delta)
 
     def test_column_comments_are_in_the_delta_schema(self, store):
-        schema = DeltaTable(store.tables["consume_queue"].path).schema()
+        schema = DeltaTable(store.context.tables.consume_queue.path).schema()
         comments = {f.name: f.metadata.get("comment") for f in schema.fields}
         assert comments["tags_code"].startswith("Java String.hashCode of TAGS")
         assert set(comments) == set(CONSUME_QUEUE.columns)
@@ -56,7 +56,7 @@ class TestDelta:
 
     def test_every_table_is_created(self, store):
         for name in TABLES:
-            assert DeltaTable.is_deltatable(store.tables[name].path)
+            assert DeltaTable.is_deltatable(store.context.tables.by_name()[name].path)
 
     def test_existing_table_with_other_columns_is_refused(self, tmp_path):
         path = str(tmp_path / "t")
@@ -68,7 +68,7 @@ class TestDelta:
 class TestFileSkipping:
     def test_one_queue_range_reads_one_file(self, store):
         fill(store, rounds=4)
-        cq = store.tables["consume_queue"]
+        cq = store.context.tables.consume_queue
         snapshot = cq.snapshot()
         every = cq.files(snapshot)
         assert len(every) == 4 * 4  # one file per queue per dispatch
@@ -82,7 +82,7 @@ class TestFileSkipping:
 
     def test_commitlog_offset_range_skips_files(self, store):
         fill(store, rounds=3)
-        cl = store.tables["commitlog"]
+        cl = store.context.tables.commitlog
         snapshot = cl.snapshot()
         last = store.messages().agg(F.max("physical_offset")).first()[0]
         assert len(cl.files(snapshot, Prune(between={"physical_offset": (last, last)}))) == 1
@@ -92,7 +92,7 @@ class TestFileSkipping:
         fill(store, rounds=3, per_round=40)
         from storelib import index_key_hash
 
-        ix = store.tables["index"]
+        ix = store.context.tables.index
         h = index_key_hash("TopicTest#k1-7")
         every = ix.files(ix.snapshot())
         kept = ix.files(ix.snapshot(), Prune(between={"key_hash": (h, h)}))
@@ -153,7 +153,7 @@ class TestCompaction:
     def test_compaction_keeps_rows_and_clustering(self, spark, store):
         fill(store, rounds=5)
         before = {n: store.table(n).collect() for n in ("commitlog", "consume_queue", "index")}
-        counts = {n: len(store.tables[n].files(store.tables[n].snapshot())) for n in before}
+        counts = {n: len(store.context.tables.by_name()[n].files(store.context.tables.by_name()[n].snapshot())) for n in before}
         result = store.compact()
         for name, rows in before.items():
             after = store.table(name)
@@ -163,8 +163,8 @@ class TestCompaction:
         clusters = {"commitlog": 1, "consume_queue": 4,
                     "index": store.table("index").select("hash_range").distinct().count()}
         for name, n in clusters.items():  # one file per cluster is left
-            assert len(store.tables[name].files(store.tables[name].snapshot())) == n
-        cq = store.tables["consume_queue"]
+            assert len(store.context.tables.by_name()[name].files(store.context.tables.by_name()[name].snapshot())) == n
+        cq = store.context.tables.consume_queue
         assert len(cq.files(cq.snapshot())) == 4  # one file per queue
         one = cq.files(cq.snapshot(), Prune(equal={"topic": "TopicTest", "queue_id": 1}, between={"queue_offset": (0, 9)}))
         assert len(one) == 1
@@ -188,7 +188,7 @@ class TestCompaction:
         fill(store, rounds=3, per_round=60)
         store.compact()
         store.compact(full=True)
-        ix = store.tables["index"]
+        ix = store.context.tables.index
         actions = pa.table(ix.snapshot().get_add_actions(flatten=True)).to_pylist()
         by_range: dict = {}
         for a in actions:
@@ -197,5 +197,6 @@ class TestCompaction:
         for spans in by_range.values():
             spans.sort()
             assert all(prev[1] <= nxt[0] for prev, nxt in zip(spans, spans[1:]))
-        found = store.query_by_key("TopicTest", "k1-7")
-        assert len(found) == 1 and store.query.files_touched["index"] == 1
+        query = MessageQuery(store.context)
+        found = query.by_key("TopicTest", "k1-7")
+        assert len(found) == 1 and query.files_touched["index"] == 1

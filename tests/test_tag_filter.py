@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import pytest
 from chispa import assert_df_equality
-from conformance import load_cases
 from pyspark.sql import functions as F
 
-from storelib.codec import java_string_hash, tags_code
-from storelib.errors import FilterError, FilterExpressionError
-from storelib.filter.tag import (SUB_ALL, ExpressionType, SubscriptionData, build_subscription,
-                                 build_subscription_data, code_match_column, tag_match_column)
+from conformance import load_cases
+from storelib.encoding.hashcode import java_string_hash
+from storelib.encoding.tags import tags_code
+from storelib.filter.tag import (
+    SUB_ALL,
+    ExpressionType,
+    SubscriptionData,
+    build_subscription,
+    build_subscription_data,
+    code_match_column,
+    tag_match_column,
+)
+from storelib.model.errors import FilterError, FilterExpressionError
 
 TOPIC = "TopicTest"
 

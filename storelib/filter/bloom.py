@@ -29,7 +29,7 @@ from typing import Iterable, Sequence
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
-from storelib.errors import BloomFilterError
+from storelib.model.errors import BloomFilterError
 
 __all__ = ["murmur3_128_as_long", "BloomFilterData", "BloomFilter", "bitmap_column", "is_hit_column",
            "may_match_column", "bits_or"]
@@ -295,7 +295,10 @@ def bitmap_column(matches: Sequence[tuple[Column, BloomFilterData]], bit_num: in
     that its big-endian hex is the bytes in order); the hex digits of all groups are unhexed at once.
     No subscription: all bytes zero (RocketMQ stores no bitmap when none is registered for the topic).
 
-    >>> df.select(bitmap_column([(F.col("a") > 1, bloom.generate("G#T"))], 112))   # doctest: +SKIP
+    >>> data = BloomFilter().generate("G#T")
+    >>> df = spark.createDataFrame([(2,), (0,)], "a int")
+    >>> [bytes(r[0]).hex() for r in df.select(bitmap_column([(F.col("a") > 1, data)], 112)).collect()]
+    ['0000000500000000000008000000', '0000000000000000000000000000']
     """
     if not _is_int(bit_num) or not 1 <= bit_num <= _INT_MAX:
         raise BloomFilterError("bit_num", f"must be an int in [1, {_INT_MAX}]", value=bit_num)
@@ -332,7 +335,11 @@ def is_hit_column(bitmap: Column, data: BloomFilterData) -> Column:
     digits; each digit with bits to test must be one of the at most 8 digits having them all. This
     is as fast as a lookup of the byte in a 128-value set, and keeps the plan small (few literals).
 
-    >>> df.where(is_hit_column(F.col("filter_bitmap"), bloom.generate("G#T")))   # doctest: +SKIP
+    >>> data = BloomFilter().generate("G#T")
+    >>> bits = bytearray(14); BloomFilter().hash_to(data, bits)
+    >>> df = spark.createDataFrame([(bytes(bits),), (bytes(14),)], "filter_bitmap binary")
+    >>> [r[0] for r in df.select(is_hit_column(F.col("filter_bitmap"), data)).collect()]
+    [True, False]
     """
     if not isinstance(data, BloomFilterData):
         raise BloomFilterError("data", "must be a BloomFilterData", value=data)
@@ -350,7 +357,10 @@ def may_match_column(bitmap: Column, data: BloomFilterData) -> Column:
     i.e. it is NULL or its length in bits is not ``data.bit_num`` (computed under another ``m``);
     otherwise :func:`is_hit_column`. Never NULL.
 
-    >>> df.where(may_match_column(F.col("filter_bitmap"), bloom.generate("G#T")))   # doctest: +SKIP
+    >>> data = BloomFilter().generate("G#T")
+    >>> df = spark.createDataFrame([(None,), (bytes(3),), (bytes(14),)], "filter_bitmap binary")
+    >>> [r[0] for r in df.select(may_match_column(F.col("filter_bitmap"), data)).collect()]
+    [True, True, False]
     """
     if not isinstance(data, BloomFilterData):
         raise BloomFilterError("data", "must be a BloomFilterData", value=data)

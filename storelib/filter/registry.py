@@ -6,10 +6,10 @@ the registry ``version`` they were committed at (the ``subscription`` table's De
 SQL92 rows carry the Bloom filter data of ``group#topic``. Dispatch records the registry version
 it computed bitmaps with, so a bitmap is trusted for exactly the subscriptions it knew.
 
->>> reg = SubscriptionRegistry(table, StoreConfig())                     # doctest: +SKIP
->>> s = reg.register("GroupB", "TopicTest", MessageSelector.by_sql("a > 5"))   # doctest: +SKIP
->>> s.version, s.bloom.bit_pos                                          # doctest: +SKIP
-(1, [41, 17, 97])
+>>> reg = SubscriptionRegistry(store.context.tables.subscription, StoreConfig())
+>>> s = reg.register("GroupB", "TopicTest", MessageSelector.by_sql("a > 5"))
+>>> s.version > reg.get("GroupA", "TopicTest").version, s.bloom.bit_pos
+(True, [20, 108, 93])
 """
 
 from __future__ import annotations
@@ -21,13 +21,14 @@ from typing import TYPE_CHECKING, Iterable
 
 import pyarrow as pa
 
-from storelib.config import StoreConfig
-from storelib.errors import FilterNotSupportedError, SubscriptionNotFoundError
+from storelib.delta.table import Table, with_retries
+from storelib.delta.writer import write_rows
 from storelib.filter.bloom import BloomFilter, BloomFilterData
 from storelib.filter.selector import MessageSelector
-from storelib.schema import SUBSCRIPTION
-from storelib.tables import Table, with_retries
-from storelib.topics import validate_group, validate_topic
+from storelib.model.config import StoreConfig
+from storelib.model.errors import FilterNotSupportedError, SubscriptionNotFoundError
+from storelib.model.topic import validate_group, validate_topic
+from storelib.storage.schema import SUBSCRIPTION
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -97,7 +98,7 @@ class SubscriptionRegistry:
             version = snapshot.version() + 1
             now = dt.datetime.now(dt.timezone.utc)
             sub = Subscription(group, topic, selector, version, _sub_version(now, current), now, bloom)
-            self.table.write_rows(snapshot, _rows([sub], dead=False), prefix="sub", operation="SUBSCRIBE")
+            write_rows(self.table, snapshot, _rows([sub], dead=False), prefix="sub", operation="SUBSCRIBE")
             return sub
 
         return with_retries(self.table, self.config.max_commit_attempts, step, what="subscribe")
@@ -111,7 +112,7 @@ class SubscriptionRegistry:
                 return False
             now = dt.datetime.now(dt.timezone.utc)
             gone = Subscription(group, topic, current.selector, snapshot.version() + 1, _sub_version(now, current), now)
-            self.table.write_rows(snapshot, _rows([gone], dead=True), prefix="sub", operation="UNSUBSCRIBE")
+            write_rows(self.table, snapshot, _rows([gone], dead=True), prefix="sub", operation="UNSUBSCRIBE")
             return True
 
         return with_retries(self.table, self.config.max_commit_attempts, step, what="unsubscribe")

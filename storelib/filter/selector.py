@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from storelib.errors import FilterExpressionError, FilterNotSupportedError
 from storelib.filter.tag import ExpressionType
+from storelib.model.errors import FilterExpressionError, FilterNotSupportedError
 
 __all__ = ["MessageSelector"]
 
@@ -64,7 +64,7 @@ class MessageSelector:
         >>> MessageSelector.by_tag("||").parse("TopicTest")
         Traceback (most recent call last):
         ...
-        storelib.errors.FilterExpressionError: expression: ...
+        storelib.model.errors.FilterExpressionError: expression: ...
         """
         if self.is_sql92:
             from storelib.filter.sql92 import parse_sql92

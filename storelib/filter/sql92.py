@@ -6,7 +6,7 @@ CONTAINS / STARTSWITH / ENDSWITH`` < unary ``+ - NOT``. ``NOT`` binds tighter th
 so ``NOT a = 1`` means ``(NOT a) = 1``. The checks RocketMQ makes while building its tree (only
 numbers and properties can be ordered, ``IN`` needs a property, ``BETWEEN`` bounds in order, no
 ``= NULL``, literal ranges) are made here too, so every text RocketMQ refuses is refused here with a
-:class:`~storelib.errors.FilterExpressionError` naming the first offending token. Unlike RocketMQ,
+:class:`~storelib.model.errors.FilterExpressionError` naming the first offending token. Unlike RocketMQ,
 text left over after a complete expression is an error, not silently ignored.
 
 >>> str(parse_sql92("a between 1 and 5 and TAGS in ('TagA','TagB')"))
@@ -25,12 +25,24 @@ from sqlglot import tokens as sqlglot_tokens
 from sqlglot.dialects.dialect import Dialect
 from sqlglot.tokens import Token, TokenType
 
-from storelib.errors import FilterExpressionError
 from storelib.filter.sql92_eval import java_compare
 from storelib.filter.sql92_tree import (
-    Between, Comparison, InList, IsNull, JavaType, Literal, Logic, Match, Negate, Node, Not, Property,
-    Truth, property_names,
+    Between,
+    Comparison,
+    InList,
+    IsNull,
+    JavaType,
+    Literal,
+    Logic,
+    Match,
+    Negate,
+    Node,
+    Not,
+    Property,
+    Truth,
+    property_names,
 )
+from storelib.model.errors import FilterExpressionError
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
@@ -422,6 +434,8 @@ def _parse(text: str) -> Sql92Expression:
 def compile_sql92(text: str, properties: "Column | str" = "properties") -> "Column":
     """Parse ``text`` and compile it to a boolean Column over a ``map<string,string>`` properties column.
 
-    >>> df.where(compile_sql92("a > 5 OR TAGS IN ('TagA')"))   # doctest: +SKIP
+    >>> df = spark.createDataFrame([({"a": "7"},), ({"TAGS": "TagA"},), ({"a": "1"},)], "properties map<string,string>")
+    >>> df.where(compile_sql92("a > 5 OR TAGS IN ('TagA')")).count()
+    2
     """
     return parse_sql92(text).to_column(properties)

@@ -19,8 +19,20 @@ import unicodedata
 from typing import Callable, Mapping
 
 from storelib.filter.sql92_tree import (
-    Between, Comparison, InList, IsNull, JavaType, JavaValue, Literal, Logic, Match, Negate, Node, Not,
-    Property, Truth,
+    Between,
+    Comparison,
+    InList,
+    IsNull,
+    JavaType,
+    JavaValue,
+    Literal,
+    Logic,
+    Match,
+    Negate,
+    Node,
+    Not,
+    Property,
+    Truth,
 )
 
 __all__ = ["JavaEvaluationError", "evaluate", "node_value", "java_compare", "java_parse_int",

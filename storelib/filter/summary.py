@@ -34,14 +34,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from storelib.delta.table import Table, WrittenFile, with_retries
+from storelib.delta.writer import write_rows
 from storelib.filter.bloom import bits_or
-from storelib.schema import EXT_SUMMARY
-from storelib.tables import Table, WrittenFile, with_retries
+from storelib.storage.schema import EXT_SUMMARY
 
 if TYPE_CHECKING:
-    from deltalake import DeltaTable
-
     from typing import Iterable
+
+    from deltalake import DeltaTable
 
     from storelib.filter.bloom import BloomFilterData
     from storelib.filter.registry import Subscription
@@ -59,7 +60,7 @@ def subscription_key(group: str, version: int) -> str:
 
 
 class ExtSummarizer:
-    """A :class:`~storelib.writer.Summarizer` for ``consume_queue_ext`` files.
+    """A :class:`~storelib.delta.writer.Summarizer` for ``consume_queue_ext`` files.
 
     ``subscriptions`` maps :func:`subscription_key` to (registry version, Bloom data) for the SQL92
     subscriptions whose hits each file should record.
@@ -175,7 +176,7 @@ def record_summaries(table: Table, files: Sequence[WrittenFile], attempts: int =
     data = pa.Table.from_pylist(rows, schema=EXT_SUMMARY.arrow)
 
     def step(snapshot: "DeltaTable") -> int:
-        table.write_rows(snapshot, data, prefix="summary", operation="SUMMARIZE")
+        write_rows(table, snapshot, data, prefix="summary", operation="SUMMARIZE")
         return len(rows)
 
     return with_retries(table, attempts, step, what="record ext summaries")
@@ -183,7 +184,7 @@ def record_summaries(table: Table, files: Sequence[WrittenFile], attempts: int =
 
 def read_summaries(table: Table, topic: str) -> dict[str, FileSummary]:
     """Summaries of the topic's ext files, by add path."""
-    from storelib.tables import Prune
+    from storelib.delta.table import Prune
 
     rows = table.read_arrow(prune=Prune(equal={"topic": topic}), filter=pc.field("topic") == topic,
                             columns=["path", "filter_bitmap_or", "filter_version_min", "tags_codes", "no_hit"]).to_pylist()

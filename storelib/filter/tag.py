@@ -31,8 +31,9 @@ from typing import Iterable
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
-from storelib.codec import java_string_hash, tags_code as _tags_code
-from storelib.errors import FilterError, FilterExpressionError
+from storelib.encoding.hashcode import java_string_hash
+from storelib.encoding.tags import tags_code as _tags_code
+from storelib.model.errors import FilterError, FilterExpressionError
 
 __all__ = ["ExpressionType", "SUB_ALL", "TAG_SEPARATOR", "SubscriptionData", "build_subscription",
            "build_subscription_data", "code_match_column", "tag_match_column"]
@@ -254,7 +255,10 @@ def code_match_column(sub: SubscriptionData, tags_code: Column) -> Column:
     class filter mode and non-tag types; otherwise the code's low 32 bits must be in
     ``sub.code_set``. Never NULL. The ``IN`` on the raw column lets Parquet/Delta skip files.
 
-    >>> df.where(code_match_column(sub, F.col("tags_code")))   # doctest: +SKIP
+    >>> sub = build_subscription("T", "TagA || TagB")
+    >>> df = spark.createDataFrame([(2598919,), (7,), (None,)], "tags_code long")
+    >>> [r[0] for r in df.select(code_match_column(sub, F.col("tags_code"))).collect()]
+    [True, False, True]
     """
     if (sub.class_filter_mode or not ExpressionType.is_tag_type(sub.expression_type) or sub.is_sub_all):
         return F.lit(True)
@@ -273,7 +277,10 @@ def tag_match_column(sub: SubscriptionData, tags: Column) -> Column:
     TRUE for every row when ``sub.tags_set`` is empty (``"*"``) or in class filter mode; otherwise
     TRUE exactly when ``tags`` is one of ``sub.tags_set`` (NULL tags give FALSE). Never NULL.
 
-    >>> df.where(tag_match_column(sub, F.col("tags")))   # doctest: +SKIP
+    >>> sub = build_subscription("T", "TagA || TagB")
+    >>> df = spark.createDataFrame([("TagA",), ("TagC",), (None,)], "tags string")
+    >>> [r[0] for r in df.select(tag_match_column(sub, F.col("tags"))).collect()]
+    [True, False, False]
     """
     if sub.class_filter_mode or not sub.tags_set:
         return F.lit(True)

@@ -1,0 +1,288 @@
+"""``getMessage``: one batch of a queue from a given offset, as RocketMQ's DefaultMessageStore answers it.
+
+The store answers a pull with a status, the messages it found and the offset the consumer should
+ask for next (``nextBeginOffset``). The statuses and their corrections are RocketMQ's:
+
+==========================  =======================================  ==============================
+status                      when                                     next_begin_offset
+==========================  =======================================  ==============================
+``NO_MATCHED_LOGIC_QUEUE``  the store has no such queue              0
+``NO_MESSAGE_IN_QUEUE``     the queue is empty (max offset 0)        0
+``OFFSET_TOO_SMALL``        offset below the queue's min offset      min offset
+``OFFSET_OVERFLOW_ONE``     offset == max offset (caught up)         offset
+``OFFSET_OVERFLOW_BADLY``   offset > max offset                      min offset if it is 0, else max
+``OFFSET_FOUND_NULL``       no consume queue unit at the offset      start of the next queue file
+``MESSAGE_WAS_REMOVING``    retention removed the commitlog data     past the scanned units
+``NO_MATCHED_MESSAGE``      units scanned, none matched the filter   past the scanned units
+``FOUND``                   messages found                           past the last unit taken
+==========================  =======================================  ==============================
+
+A scan reads at most ``max(max_filter_message_size, max_msgs * 20)`` bytes of 20-byte units, never
+past the end of the queue file holding the offset, and stops when the batch is full
+(``isTheBatchFull``: ``max_msgs`` messages, or the transfer limits of 256 KiB / 32 messages for
+recent data and 64 KiB / 8 messages for data older than the share of memory RocketMQ assumes cached).
+
+Everything is a point read with pyarrow on this process, over warm snapshot views: the queue's
+units, their ext rows, and the commitlog rows of the units that pass the consume queue stage.
+No Spark job runs.
+
+>>> g = store.get_message("GroupA", "TopicTest", r.queue_id, 0, 32)
+>>> g.status, g.next_begin_offset, len(g.messages)
+(<GetMessageStatus.FOUND: 'FOUND'>, 1, 1)
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from storelib.context import StoreContext
+from storelib.delta.table import Table, TableView
+from storelib.encoding.ext_addr import undecorate_ext_addrs
+from storelib.model.message import StoredMessage
+from storelib.storage.commitlog import COMMITLOG_MARKER, min_physical_offset, read_messages
+from storelib.storage.consume_queue import (
+    CQ_STORE_UNIT_SIZE,
+    contiguous,
+    min_queue_marker,
+    queue_max_offset,
+    queue_min_offset,
+    read_units,
+    roll_next_file,
+)
+from storelib.storage.consume_queue_ext import ext_units
+
+__all__ = ["GetMessageStatus", "GetMessageResult", "ConsumeQueueFilter", "get_message"]
+
+_MIN_LONG = -(1 << 63)
+
+
+class GetMessageStatus(enum.StrEnum):
+    """RocketMQ's ``GetMessageStatus``."""
+
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+
+
+@dataclass
+class GetMessageResult:
+    """RocketMQ's ``GetMessageResult``: status, messages, offsets, and the bytes transferred."""
+
+    status: GetMessageStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    messages: list[StoredMessage] = field(default_factory=list)
+    #: Queue offset of each message in :attr:`messages`.
+    queue_offsets: list[int] = field(default_factory=list)
+    buffer_total_size: int = 0
+    suggest_pulling_from_slave: bool = False
+    #: Messages that passed the consume queue stage but not the commitlog stage (``filterMessageCount``).
+    filter_message_count: int = 0
+
+    @property
+    def message_count(self) -> int:
+        return len(self.messages)
+
+
+class ConsumeQueueFilter(Protocol):
+    """The two checks a pull makes (RocketMQ's ``MessageFilter``); ``passes_every_unit`` when the
+    first lets every unit through, so the units' ext rows need not be read."""
+
+    passes_every_unit: bool
+
+    def consume_queue_mask(self, units: pa.Table) -> "np.ndarray": ...
+
+    def is_matched_by_commitlog(self, message: StoredMessage) -> bool: ...
+
+
+def total_physical_memory() -> int:
+    """RocketMQ's ``StoreUtil.TOTAL_PHYSICAL_MEMORY_SIZE`` (bytes of RAM; 24 GiB where it cannot be read)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 24 * 1024 ** 3
+
+
+def get_message(ctx: StoreContext, group: str, topic: str, queue_id: int, offset: int, max_msgs: int,
+                message_filter: ConsumeQueueFilter | None = None) -> GetMessageResult:
+    """Up to ``max_msgs`` messages of (topic, queue_id) from ``offset`` that pass ``message_filter``.
+
+    No checks of the group, topic or subscription are made here (the pull processor makes them).
+    """
+    config = ctx.config
+    cq, ext, commitlog = ctx.tables.consume_queue, ctx.tables.consume_queue_ext, ctx.tables.commitlog
+    marker = min_queue_marker(topic, queue_id)
+    cq_view = cq.view(markers=[marker])
+    queue = {"topic": topic, "queue_id": queue_id}
+    queue_actions = Table.only(cq_view.actions, queue)
+    if queue_actions.num_rows == 0 and not _queue_exists(ctx, topic, queue_id):
+        return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+    max_offset = queue_max_offset(queue_actions)
+    min_offset = queue_min_offset(cq_view.markers.get(marker), queue_actions, topic, queue_id) if max_offset else 0
+
+    if max_offset == 0:
+        return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, min_offset, max_offset)
+    if offset < min_offset:
+        return GetMessageResult(GetMessageStatus.OFFSET_TOO_SMALL, min_offset, min_offset, max_offset)
+    if offset == max_offset:
+        return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, min_offset, max_offset)
+    if offset > max_offset:
+        nxt = min_offset if min_offset == 0 else max_offset
+        return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, nxt, min_offset, max_offset)
+
+    units_per_file = config.consume_queue_file_units
+    file_end = min(max_offset, roll_next_file(offset, units_per_file))
+    window_bytes = min((file_end - offset) * CQ_STORE_UNIT_SIZE, max(config.max_filter_message_size,
+                                                                     max_msgs * CQ_STORE_UNIT_SIZE))
+    window = -(-window_bytes // CQ_STORE_UNIT_SIZE)
+    units = read_units(cq, queue_actions, topic, queue_id, offset, offset + window)
+    if units.num_rows == 0 or units.column("queue_offset")[0].as_py() != offset:
+        return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, roll_next_file(offset, units_per_file),
+                                min_offset, max_offset)
+    units = contiguous(units, offset)
+
+    passed = _passing(message_filter, units, ext, topic, queue_id)
+    clog_view = commitlog.view(markers=[COMMITLOG_MARKER])
+    max_offset_py = clog_view.marker(COMMITLOG_MARKER)
+    clog_min = min_physical_offset(clog_view.actions)
+    memory = total_physical_memory() * config.access_message_in_memory_max_ratio // 100
+
+    result = GetMessageResult(GetMessageStatus.NO_MATCHED_MESSAGE, offset, min_offset, max_offset)
+    offsets_py = units.column("commitlog_offset").to_pylist()
+    sizes = units.column("size").to_pylist()
+    queue_offsets = units.column("queue_offset").to_pylist()
+    reader = _CommitLogReader(commitlog, clog_view, [o for o, p in zip(offsets_py, passed) if p and o >= clog_min],
+                              batch=max_msgs)
+
+    next_phy_file_start = _MIN_LONG
+    max_phy_offset_pulling = 0
+    taken = 0
+    for i, (offset_py, size_py) in enumerate(zip(offsets_py, sizes)):
+        taken = i
+        max_phy_offset_pulling = offset_py
+        if next_phy_file_start != _MIN_LONG and offset_py < next_phy_file_start:
+            continue
+        in_disk = (max_offset_py - offset_py) > memory
+        if _batch_full(config, size_py, max_msgs, result.buffer_total_size, result.message_count, in_disk):
+            break
+        if not passed[i]:
+            if result.buffer_total_size == 0:
+                result.status = GetMessageStatus.NO_MATCHED_MESSAGE
+            continue
+        message = reader.get(offset_py) if offset_py >= clog_min else None
+        if message is None:
+            if result.buffer_total_size == 0:
+                result.status = GetMessageStatus.MESSAGE_WAS_REMOVING
+            next_phy_file_start = max(clog_min, offset_py + 1)  # commitLog.rollNextFile
+            continue
+        if message_filter is not None and not message_filter.is_matched_by_commitlog(message):
+            if result.buffer_total_size == 0:
+                result.status = GetMessageStatus.NO_MATCHED_MESSAGE
+            result.filter_message_count += 1
+            continue
+        result.messages.append(message)
+        result.queue_offsets.append(queue_offsets[i])
+        result.buffer_total_size += size_py
+        result.status = GetMessageStatus.FOUND
+        next_phy_file_start = _MIN_LONG
+    else:
+        taken = len(offsets_py)
+    result.next_begin_offset = offset + taken
+    result.suggest_pulling_from_slave = (max_offset_py - max_phy_offset_pulling) > memory
+    return result
+
+
+def _batch_full(config, size_py: int, max_msgs: int, buffer_total: int, message_total: int, in_disk: bool) -> bool:
+    """``isTheBatchFull``: may one more message of ``size_py`` bytes join the batch?"""
+    if buffer_total == 0 or message_total == 0:
+        return False
+    if max_msgs <= message_total:
+        return True
+    if in_disk:
+        return (buffer_total + size_py > config.max_transfer_bytes_on_message_in_disk
+                or message_total > config.max_transfer_count_on_message_in_disk - 1)
+    return (buffer_total + size_py > config.max_transfer_bytes_on_message_in_memory
+            or message_total > config.max_transfer_count_on_message_in_memory - 1)
+
+
+def _passing(message_filter: ConsumeQueueFilter | None, units: pa.Table, ext: Table, topic: str,
+             queue_id: int) -> list[bool]:
+    """``isMatchedByConsumeQueue`` for every unit at once, with the real tag code, bitmap and bitmap
+    version of units whose ``tags_code`` is an ext address. A unit whose ext row is not there passes
+    (RocketMQ logs it and lets the client filter)."""
+    n = units.num_rows
+    if message_filter is None or message_filter.passes_every_unit:
+        return [True] * n
+    codes = units.column("tags_code").to_numpy()
+    is_ext, wanted = undecorate_ext_addrs(codes)
+    if not is_ext.any():
+        cq_units = pa.table({"tags_code": codes, "filter_bitmap": pa.nulls(n, pa.binary()),
+                             "filter_version": pa.nulls(n, pa.int64())})
+        return message_filter.consume_queue_mask(cq_units).tolist()
+    rows = ext_units(ext, topic, queue_id, int(wanted[is_ext].min()), int(wanted[is_ext].max()))
+    have = rows.column("ext_offset").to_numpy()
+    if len(have):
+        at = np.minimum(np.searchsorted(have, wanted), len(have) - 1)
+        found = is_ext & (have[at] == wanted)
+    else:
+        at, found = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
+    from_ext, unknown = pa.array(found), pa.array(is_ext & ~found)
+
+    def column(name: str, plain: pa.Array) -> pa.Array:
+        picked = rows.column(name).take(pa.array(np.where(found, at, 0))).combine_chunks() if len(have) else plain
+        return pc.if_else(unknown, pa.nulls(n, plain.type), pc.if_else(from_ext, picked, plain))
+
+    cq_units = pa.table({"tags_code": column("tags_code", pa.array(codes)),
+                         "filter_bitmap": column("filter_bitmap", pa.nulls(n, pa.binary())),
+                         "filter_version": column("filter_version", pa.nulls(n, pa.int64()))})
+    return message_filter.consume_queue_mask(cq_units).tolist()
+
+
+# ---- reading the tables ---------------------------------------------------------------------------
+def _queue_exists(ctx: StoreContext, topic: str, queue_id: int) -> bool:
+    config = ctx.topics.all().get(topic)
+    return config is not None and 0 <= queue_id < max(config.read_queue_nums, config.write_queue_nums)
+
+
+class _CommitLogReader:
+    """Commitlog rows at planned offsets, read in growing batches as the scan reaches them.
+
+    A tag pull needs about ``max_msgs`` rows; a SQL92 pull whose matches are rare reads on, each
+    batch twice the last, so a scan costs a few reads however selective the filter is.
+    """
+
+    def __init__(self, table: Table, view: TableView, offsets: list[int], batch: int):
+        self.table, self.view = table, view
+        self.planned = offsets
+        self.position = {o: i for i, o in enumerate(offsets)}
+        self.read_upto = 0
+        self.batch = max(batch, 8)
+        self.rows: dict[int, StoredMessage] = {}
+
+    def get(self, offset: int) -> StoredMessage | None:
+        """The message at ``offset``, or None when the commitlog no longer holds it."""
+        if offset not in self.rows:
+            i = self.position.get(offset)
+            if i is None or i < self.read_upto:
+                return None
+            chunk = self.planned[i:i + self.batch]
+            self._read(chunk)
+            self.read_upto, self.batch = i + len(chunk), self.batch * 2
+        return self.rows.get(offset)
+
+    def _read(self, offsets: list[int]) -> None:
+        self.rows.update(read_messages(self.table, self.view.actions, offsets))

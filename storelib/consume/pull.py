@@ -1,0 +1,284 @@
+"""Pulling: RocketMQ's PullMessageProcessor and the client's PullAPIWrapper over :mod:`storelib.consume.get_message`.
+
+A pull checks the request as the broker does, each refusal a typed error with RocketMQ's response
+code; asks the store for a batch (:func:`~storelib.consume.get_message.get_message`); turns the store's
+status into a response code and the client's ``PullStatus``; and, on the client side, re-checks
+each message's TAGS string (the broker matches tag *hash codes* only):
+
+=========================  =====================================  ===================
+GetMessageStatus           response code                          PullStatus
+=========================  =====================================  ===================
+FOUND                      SUCCESS                                FOUND
+NO_MATCHED_MESSAGE         PULL_RETRY_IMMEDIATELY                 NO_MATCHED_MSG
+MESSAGE_WAS_REMOVING       PULL_RETRY_IMMEDIATELY                 NO_MATCHED_MSG
+OFFSET_FOUND_NULL          PULL_NOT_FOUND                         NO_NEW_MSG
+OFFSET_OVERFLOW_ONE        PULL_NOT_FOUND                         NO_NEW_MSG
+NO_MESSAGE_IN_QUEUE        PULL_NOT_FOUND (offset 0), else MOVED  NO_NEW_MSG / ILLEGAL
+OFFSET_TOO_SMALL           PULL_OFFSET_MOVED                      OFFSET_ILLEGAL
+OFFSET_OVERFLOW_BADLY      PULL_OFFSET_MOVED                      OFFSET_ILLEGAL
+=========================  =====================================  ===================
+
+A pull that finds nothing new (``PULL_NOT_FOUND``) with ``suspend_timeout_ms`` is held until a
+matching message arrives or the time runs out (:mod:`storelib.consume.long_polling`).
+
+>>> p = store.pull("GroupA", "TopicTest", queue_id=r.queue_id, offset=0, max_msgs=32)
+>>> p.status, p.next_begin_offset, len(p.messages)
+(<PullStatus.FOUND: 'FOUND'>, 1, 1)
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable
+
+from storelib.consume.get_message import GetMessageResult, GetMessageStatus, get_message
+from storelib.consume.long_polling import hold
+from storelib.context import StoreContext
+from storelib.filter.message_filter import MessageFilter
+from storelib.filter.selector import MessageSelector
+from storelib.model.errors import (
+    ConsumeDisabledError,
+    FilterNotSupportedError,
+    InvalidQueueIdError,
+    OffsetError,
+    StoreError,
+    StorePermissionError,
+    SubscriptionNotLatestError,
+    TopicPermissionError,
+    require_int,
+)
+from storelib.model.message import MessageConst, StoredMessage
+from storelib.model.topic import PERM_READ, RETRY_GROUP_TOPIC_PREFIX, retry_topic, validate_group
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pyarrow as pa
+
+    from storelib.filter.registry import Subscription
+
+__all__ = ["PullStatus", "PullResult", "PullRequest", "PullFilter", "PullMessageProcessor", "response_code",
+           "get_message_by_selector"]
+
+
+class PullStatus(enum.StrEnum):
+    """The client's ``PullStatus``."""
+
+    FOUND = "FOUND"
+    NO_NEW_MSG = "NO_NEW_MSG"
+    NO_MATCHED_MSG = "NO_MATCHED_MSG"
+    OFFSET_ILLEGAL = "OFFSET_ILLEGAL"
+
+
+_CLIENT_STATUS = {"SUCCESS": PullStatus.FOUND, "PULL_NOT_FOUND": PullStatus.NO_NEW_MSG,
+                  "PULL_RETRY_IMMEDIATELY": PullStatus.NO_MATCHED_MSG, "PULL_OFFSET_MOVED": PullStatus.OFFSET_ILLEGAL}
+
+
+def response_code(status: GetMessageStatus, request_offset: int) -> str:
+    """The broker's response code for a store status (PullMessageProcessor, on a master).
+
+    >>> response_code(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0), response_code(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 5)
+    ('PULL_NOT_FOUND', 'PULL_OFFSET_MOVED')
+    """
+    S = GetMessageStatus
+    if status is S.FOUND:
+        return "SUCCESS"
+    if status in (S.MESSAGE_WAS_REMOVING, S.NO_MATCHED_MESSAGE):
+        return "PULL_RETRY_IMMEDIATELY"
+    if status in (S.NO_MATCHED_LOGIC_QUEUE, S.NO_MESSAGE_IN_QUEUE):
+        return "PULL_OFFSET_MOVED" if request_offset != 0 else "PULL_NOT_FOUND"
+    if status in (S.OFFSET_FOUND_NULL, S.OFFSET_OVERFLOW_ONE):
+        return "PULL_NOT_FOUND"
+    return "PULL_OFFSET_MOVED"  # OFFSET_OVERFLOW_BADLY, OFFSET_TOO_SMALL
+
+
+@dataclass
+class PullResult:
+    """What a pull returns: the client's status and messages, with the broker's answer kept beside them.
+
+    ``messages`` are the ones left after the client's tag string re-check; each carries the
+    ``MIN_OFFSET`` and ``MAX_OFFSET`` properties, as RocketMQ's client adds them.
+    """
+
+    status: PullStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    messages: list[StoredMessage] = field(default_factory=list)
+    #: The broker's response code (``SUCCESS``, ``PULL_NOT_FOUND``, ...).
+    response_code: str = "SUCCESS"
+    #: The store's ``GetMessageStatus``.
+    get_status: GetMessageStatus = GetMessageStatus.FOUND
+    #: Milliseconds the pull was held waiting for messages.
+    suspended_ms: int = 0
+
+    @property
+    def msg_found_list(self) -> list[StoredMessage]:
+        """RocketMQ's name for :attr:`messages`."""
+        return self.messages
+
+
+class PullFilter:
+    """RocketMQ's ExpressionMessageFilter, and ExpressionForRetryMessageFilter on a group's retry topic.
+
+    The consume queue stage is :class:`~storelib.filter.message_filter.MessageFilter`'s (tag code,
+    or Bloom bits). The broker's commitlog stage evaluates SQL92 only; tag strings are left to the
+    client. On a retry topic each message is checked against the group's subscription of its
+    original topic (``RETRY_TOPIC``): its SQL92 expression, and its tag expression too.
+    """
+
+    def __init__(self, message_filter: MessageFilter,
+                 retry: Callable[[str], MessageFilter | None] | None = None):
+        self.filter = message_filter
+        self.retry = retry
+
+    @property
+    def passes_every_unit(self) -> bool:
+        return self.filter.passes_every_unit
+
+    def consume_queue_mask(self, units: "pa.Table") -> "np.ndarray":
+        """``isMatchedByConsumeQueue`` of each unit (real ``tags_code``, ``filter_bitmap``, ``filter_version``)."""
+        return self.filter.consume_queue_mask(units)
+
+    def is_matched_by_commitlog(self, message: StoredMessage) -> bool:
+        if self.retry is not None:
+            real_topic = message.properties.get(MessageConst.RETRY_TOPIC)
+            real = self.retry(real_topic) if real_topic else None
+            return real is None or real.is_matched_by_commitlog(tags=message.tags, properties=message.properties)
+        if self.filter.selector.is_tag:
+            return True
+        return self.filter.is_matched_by_commitlog(properties=message.properties)
+
+    def client_keeps(self, message: StoredMessage) -> bool:
+        """``PullAPIWrapper.processPullResult``: a tag subscription keeps messages whose TAGS is in its tags set."""
+        return not self.filter.selector.is_tag or self.filter.data.matches_tag(message.tags)
+
+
+@dataclass(frozen=True)
+class PullRequest:
+    """One pull as the client sends it (PullMessageRequestHeader)."""
+
+    group: str
+    topic: str
+    queue_id: int
+    offset: int
+    max_msgs: int
+    selector: MessageSelector | None = None
+    sub_version: int | None = None
+    suspend_timeout_ms: int = 0
+    commit_offset: int | None = None
+
+
+class PullMessageProcessor:
+    """Checks pulls, runs them against the store, and holds those that find nothing new."""
+
+    def __init__(self, ctx: StoreContext):
+        self.ctx = ctx
+
+    def pull(self, request: PullRequest) -> PullResult:
+        _check_request(request)
+        message_filter = self.check(request)
+        if request.commit_offset is not None:
+            self.ctx.offsets.commit(request.group, request.topic, request.queue_id, request.commit_offset)
+        result = self.answer(request, message_filter)
+        if result.response_code == "PULL_NOT_FOUND" and request.suspend_timeout_ms > 0:
+            suspended_ms = hold(self.ctx.config, self.ctx.arrivals, request.offset, request.suspend_timeout_ms,
+                                lambda offset: self.get(request, message_filter, offset))
+            result = self.answer(request, self.check(request))
+            result.suspended_ms = suspended_ms
+        return result
+
+    def answer(self, request: PullRequest, message_filter: PullFilter) -> PullResult:
+        """The broker's answer to a checked request, turned into the client's result."""
+        got = self.get(request, message_filter)
+        code = response_code(got.status, request.offset)
+        messages = got.messages
+        if code == "SUCCESS":
+            messages = [m for m in messages if message_filter.client_keeps(m)]
+            for m in messages:
+                m.properties[MessageConst.MIN_OFFSET] = str(got.min_offset)
+                m.properties[MessageConst.MAX_OFFSET] = str(got.max_offset)
+        return PullResult(_CLIENT_STATUS[code], got.next_begin_offset, got.min_offset, got.max_offset, messages,
+                          code, got.status)
+
+    def get(self, request: PullRequest, message_filter: PullFilter, offset: int | None = None) -> GetMessageResult:
+        return get_message(self.ctx, request.group, request.topic, request.queue_id,
+                           request.offset if offset is None else offset, request.max_msgs, message_filter)
+
+    # ---- the broker's checks, in PullMessageProcessor's order ------------------------------------
+    def check(self, request: PullRequest) -> PullFilter:
+        """Raise the typed error the broker would answer with; else the request's message filter."""
+        ctx, group, topic = self.ctx, request.group, request.topic
+        if not ctx.config.broker_permission & PERM_READ:
+            raise StorePermissionError("store", f"the store {ctx.config.store_host} forbids pulling "
+                                                f"(broker_permission {ctx.config.broker_permission})")
+        group_config = ctx.groups.find(group)
+        if not group_config.consume_enable:
+            raise ConsumeDisabledError("group", f"subscription group {group} may not consume (consume_enable=false)",
+                                       value=group)
+        topic_config = ctx.topics.get(topic)
+        if not topic_config.perm & PERM_READ:
+            raise TopicPermissionError("topic", f"the topic {topic} forbids pulling (perm {topic_config.perm})",
+                                       value=topic)
+        if not 0 <= request.queue_id < topic_config.read_queue_nums:
+            raise InvalidQueueIdError("queue_id", f"queue id must be in [0, {topic_config.read_queue_nums}) "
+                                                  f"(read_queue_nums of topic {topic})", value=request.queue_id,
+                                      code="SYSTEM_ERROR")
+        selector, subscription = self._subscription(request)
+        if selector.is_sql92 and not ctx.config.enable_property_filter:
+            raise FilterNotSupportedError("expression_type", "the store does not filter messages by SQL92 "
+                                          "(enable_property_filter=false)", value=selector.expression,
+                                          code="SYSTEM_ERROR")
+        message_filter = MessageFilter(topic, selector, subscription, ctx.registry.bloom_filter)
+        if ctx.config.filter_support_retry and topic == retry_topic(group):
+            return PullFilter(message_filter, retry=self._retry_filters(group))
+        return PullFilter(message_filter)
+
+    def _subscription(self, request: PullRequest) -> tuple[MessageSelector, "Subscription | None"]:
+        registered = self.ctx.registry.current().get((request.group, request.topic))
+        if request.selector is not None:  # the pull carries its subscription (hasSubscriptionFlag)
+            selector = request.selector
+            selector.parse(request.topic)  # FilterAPI.build of the pull's own subscription
+            return selector, registered if registered is not None and registered.selector == selector else None
+        if registered is None:
+            if request.topic == retry_topic(request.group):  # consumers subscribe their retry topic to "*"
+                return MessageSelector.by_tag("*"), None
+            self.ctx.registry.get(request.group, request.topic)  # raises SUBSCRIPTION_NOT_EXIST
+        if request.sub_version is not None and registered.sub_version < request.sub_version:
+            raise SubscriptionNotLatestError(
+                "sub_version", f"the store holds subscription version {registered.sub_version} of group "
+                               f"{request.group} to {request.topic}, older than the consumer's", value=request.sub_version)
+        return registered.selector, registered
+
+    def _retry_filters(self, group: str) -> Callable[[str], MessageFilter | None]:
+        subs = self.ctx.registry.current()
+        cache: dict[str, MessageFilter | None] = {}
+
+        def real_filter(real_topic: str) -> MessageFilter | None:
+            if real_topic not in cache:
+                sub = subs.get((group, real_topic))
+                usable = sub is not None and not real_topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
+                cache[real_topic] = MessageFilter(real_topic, sub.selector, sub) if usable else None
+            return cache[real_topic]
+
+        return real_filter
+
+
+def _check_request(r: PullRequest) -> None:
+    """The client's own checks before a pull leaves it (DefaultMQPullConsumerImpl.pullSyncImpl)."""
+    validate_group(r.group)
+    require_int(StoreError, "queue_id", r.queue_id)  # its range is the broker's check (SYSTEM_ERROR)
+    require_int(OffsetError, "offset", r.offset, 0)
+    require_int(StoreError, "max_msgs", r.max_msgs, 1)
+    require_int(StoreError, "suspend_timeout_ms", r.suspend_timeout_ms, 0)
+    require_int(OffsetError, "commit_offset", r.commit_offset, 0, optional=True)
+
+
+def get_message_by_selector(ctx: StoreContext, group: str, topic: str, queue_id: int, offset: int, max_msgs: int = 32,
+                            selector: MessageSelector | str | None = None) -> GetMessageResult:
+    """The store's own answer (``DefaultMessageStore.getMessage``) filtered by ``selector``, if any:
+    no checks of the group, topic or subscription, and no client re-check."""
+    message_filter = None
+    if selector is not None:
+        message_filter = PullFilter(MessageFilter(topic, MessageSelector.of(selector)))
+    return get_message(ctx, group, topic, queue_id, offset, max_msgs, message_filter)

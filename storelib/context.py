@@ -1,0 +1,131 @@
+"""The store's context: what every service of the store works with, and nothing more.
+
+Services (dispatch, reads, look-ups, pulls, retention) receive a :class:`StoreContext`, not the
+public :class:`~storelib.store.MessageStore`: the Spark session, the settings, the store's tables as
+typed attributes, and the store-file services built on them (the commitlog, the topic, group,
+offset and subscription tables, the producer, and the notifier pulls wait on).
+
+>>> ctx = store.context
+>>> ctx.tables.commitlog.spec.name, ctx.config.store_host
+('commitlog', '127.0.0.1:10911')
+>>> sorted(ctx.tables.by_name())[:3]
+['commitlog', 'consume_queue', 'consume_queue_ext']
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Mapping
+
+from storelib.delta.table import Table
+from storelib.filter.registry import SubscriptionRegistry
+from storelib.model.config import StoreConfig
+from storelib.send.producer import Producer
+from storelib.storage.commitlog import CommitLog
+from storelib.storage.consumer_offset import ConsumerOffsetTable
+from storelib.storage.group_config import GroupConfigTable
+from storelib.storage.schema import (
+    COMMITLOG,
+    CONSUME_QUEUE,
+    CONSUME_QUEUE_EXT,
+    CONSUMER_OFFSET,
+    EXT_SUMMARY,
+    INDEX,
+    SUBSCRIPTION,
+    SUBSCRIPTION_GROUP,
+    TOPIC_CONFIG,
+)
+from storelib.storage.topic_config import TopicConfigTable
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["StoreContext", "StoreTables", "MessageArrivals"]
+
+
+@dataclass(frozen=True)
+class StoreTables:
+    """The store's Delta tables, one attribute each (folders under the store's root)."""
+
+    commitlog: Table
+    consume_queue: Table
+    consume_queue_ext: Table
+    ext_summary: Table
+    index: Table
+    topic_config: Table
+    subscription: Table
+    subscription_group: Table
+    consumer_offset: Table
+
+    @classmethod
+    def at(cls, root: str, properties: Mapping[str, str] | None = None) -> "StoreTables":
+        """The tables of the store at ``root`` (not created: see :meth:`ensure`)."""
+        specs = (COMMITLOG, CONSUME_QUEUE, CONSUME_QUEUE_EXT, EXT_SUMMARY, INDEX, TOPIC_CONFIG, SUBSCRIPTION,
+                 SUBSCRIPTION_GROUP, CONSUMER_OFFSET)
+        return cls(*(Table(f"{root}/{spec.name}", spec, properties) for spec in specs))
+
+    def by_name(self) -> dict[str, Table]:
+        """Every table by its name (its folder), in dispatch order."""
+        return {t.spec.name: t for t in (getattr(self, f.name) for f in fields(self))}
+
+    def ensure(self) -> "StoreTables":
+        """Create the tables where absent; check their columns where present."""
+        for table in self.by_name().values():
+            table.ensure()
+        return self
+
+
+class MessageArrivals:
+    """Tells waiting pulls that new consume queue units may have landed (what RocketMQ's
+    ``notifyMessageArriving`` does): a generation counter and a condition to wait on.
+
+    >>> a = MessageArrivals(); seen = a.generation; a.notify(); a.wait(seen, 0.0) > seen
+    True
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._generation = 0
+
+    @property
+    def generation(self) -> int:
+        with self._cond:
+            return self._generation
+
+    def notify(self) -> None:
+        """Wake every waiting pull."""
+        with self._cond:
+            self._generation += 1
+            self._cond.notify_all()
+
+    def wait(self, seen: int, timeout_s: float) -> int:
+        """Wait until the generation moves past ``seen`` or ``timeout_s`` runs out; return the generation."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._generation != seen, timeout=max(0.0, timeout_s))
+            return self._generation
+
+
+@dataclass
+class StoreContext:
+    """What services get: the session, the settings, the tables and the store-file services."""
+
+    root: str
+    spark: "SparkSession"
+    config: StoreConfig
+    tables: StoreTables
+    commitlog: CommitLog
+    topics: TopicConfigTable
+    groups: GroupConfigTable
+    offsets: ConsumerOffsetTable
+    registry: SubscriptionRegistry
+    producer: Producer
+    arrivals: MessageArrivals
+
+    @classmethod
+    def build(cls, root: str, spark: "SparkSession", config: StoreConfig) -> "StoreContext":
+        """The context of the store at ``root``, its tables not yet created."""
+        tables = StoreTables.at(root, dict(config.table_properties))
+        return cls(root, spark, config, tables, CommitLog(tables.commitlog, config), TopicConfigTable(tables.topic_config),
+                   GroupConfigTable(tables.subscription_group, config), ConsumerOffsetTable(tables.consumer_offset, config),
+                   SubscriptionRegistry(tables.subscription, config), Producer(config), MessageArrivals())

@@ -1,0 +1,99 @@
+"""Compaction: merging a table's small files without losing its clustering (Delta's OPTIMIZE).
+
+Each dispatch adds a file per queue (and per key-hash range); each send adds a commitlog file. Left
+alone, a queue's offset range would touch more files the longer the store runs. Compaction groups
+the small files that share a cluster (one queue, one key-hash range, or a run of adjacent commitlog
+offsets), rewrites each group sorted into files of the target size from the executors, and commits
+the removals and additions in one Delta commit through deltalake (``dataChange=false``: readers see
+the same rows before and after). A writer that commits meanwhile makes the commit fail; compaction
+then plans again from the newer snapshot, so it never removes a file it did not rewrite.
+
+>>> from storelib import Message
+>>> _ = store.send(Message("TopicTest"))                # a second small commitlog file
+>>> compact_table(spark, store.context.tables.commitlog, target_file_size=1 << 20, order_by="physical_offset")
+(2, 1)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from storelib.delta.spec import spark_schema
+from storelib.delta.table import Table, WrittenFile, add_actions, remove_actions, with_retries
+from storelib.delta.writer import Summarizer, write_dataframe
+
+if TYPE_CHECKING:
+    from typing import Callable
+
+    from pyspark.sql import SparkSession
+
+__all__ = ["compact_table", "plan_groups"]
+
+
+def plan_groups(actions: pa.Table, cluster_by: tuple[str, ...], order_by: str | None, small: int,
+                target: int) -> list[list[dict]]:
+    """Groups of small files worth rewriting together: same cluster values, or adjacent ranges of ``order_by``."""
+    rows = [r for r in actions.to_pylist() if r["size_bytes"] < small]
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if cluster_by:
+            lo = tuple(r.get(f"min.{c}") for c in cluster_by)
+            hi = tuple(r.get(f"max.{c}") for c in cluster_by)
+            if None in lo or lo != hi:  # a file spanning clusters stays as it is
+                continue
+            groups.setdefault(lo, []).append(r)
+        else:
+            groups.setdefault((), []).append(r)
+    out = []
+    for files in groups.values():
+        if order_by:
+            files.sort(key=lambda r: (r.get(f"min.{order_by}") is None, r.get(f"min.{order_by}")))
+        bins, current, size = [], [], 0
+        for r in files:
+            if current and size + r["size_bytes"] > target:
+                bins.append(current)
+                current, size = [], 0
+            current.append(r)
+            size += r["size_bytes"]
+        bins.append(current)
+        out.extend(b for b in bins if len(b) > 1)
+    return out
+
+
+def compact_table(spark: "SparkSession", table: Table, *, target_file_size: int, attempts: int = 10,
+                  order_by: str | None = None, full: bool = False, summarize: "Summarizer | None" = None,
+                  before_commit: "Callable[[list[WrittenFile]], object] | None" = None) -> tuple[int, int]:
+    """Rewrite ``table``'s small files group by group; return (files removed, files added).
+
+    ``summarize`` sums up each new file and ``before_commit`` receives them before they are
+    committed (the ext table records its per-file summaries this way).
+
+    ``full`` takes every file of a cluster, large ones too, so each cluster ends as sorted files
+    with disjoint ranges (a key then touches one file however many compactions came before).
+    """
+    spec = table.spec
+
+    def step(snapshot) -> tuple[int, int]:
+        actions = add_actions(snapshot)
+        small = 2**62 if full else target_file_size // 2
+        groups = plan_groups(actions, spec.cluster_by, order_by, small=small, target=2**62 if full else target_file_size)
+        if not groups:
+            return 0, 0
+        paths = [table.path_of(r["path"]) for g in groups for r in g]
+        df = spark.read.schema(spark_schema(spec.arrow)).parquet(*paths)
+        if spec.cluster_by:
+            df = df.repartition(max(1, len(groups)), *spec.cluster_by)
+        elif order_by:
+            df = df.repartitionByRange(max(1, len(groups)), order_by)
+        df = df.sortWithinPartitions(*(spec.sort_by or spec.cluster_by))
+        files = write_dataframe(df, table, cluster_by=spec.cluster_by, target_file_size=target_file_size,
+                                summarize=summarize)
+        if before_commit is not None and files:
+            before_commit(files)
+        removes = remove_actions([r for g in groups for r in g], data_change=False)
+        table.commit(snapshot, files, removes=removes, operation="OPTIMIZE", data_change=False)
+        return len(removes), len(files)
+
+    return with_retries(table, attempts, step, what=f"compact {spec.name}")

@@ -1,0 +1,56 @@
+"""What a Delta table of the store is made of: its name, columns, and how its writers lay rows out in files.
+
+>>> import pyarrow as pa
+>>> TableSpec("t", pa.schema([("a", pa.int64())]), cluster_by=("a",)).columns
+['a']
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+__all__ = ["TableSpec", "spark_schema"]
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """A table's name (its folder), columns, and how its writers cluster rows into files.
+
+    ``cluster_by``: rows of one file share these values (a queue, a key-hash range).
+    ``sort_by``: order of rows inside a file, so min/max statistics stay tight.
+    ``row_group_rows``: rows per Parquet row group. Point reads (pulls, lookups) decode whole row
+    groups, so tables read a few rows at a time keep them small.
+    ``dictionary``: the (leaf) columns worth dictionary encoding, the repetitive ones; None for all.
+    Trying a dictionary on a column of unique values (offsets, bodies, ids) costs about as much
+    as writing it, and the writer then drops it anyway.
+    ``statistics``: the columns whose min/max the files keep (for skipping files and row groups);
+    None for all. Bodies and property maps are never searched by range.
+    """
+
+    name: str
+    arrow: pa.Schema
+    cluster_by: tuple[str, ...] = ()
+    sort_by: tuple[str, ...] = ()
+    description: str = ""
+    row_group_rows: int = 64 * 1024
+    dictionary: tuple[str, ...] | None = None
+    statistics: tuple[str, ...] | None = None
+
+    @property
+    def columns(self) -> list[str]:
+        return list(self.arrow.names)
+
+
+def spark_schema(schema: pa.Schema):
+    """The Spark StructType of an Arrow schema, keeping each field's comment."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+    from pyspark.sql.types import StructField, StructType
+
+    struct = from_arrow_schema(schema)
+    out = []
+    for sf, af in zip(struct.fields, schema):
+        meta = {"comment": af.metadata[b"comment"].decode()} if af.metadata and b"comment" in af.metadata else {}
+        out.append(StructField(sf.name, sf.dataType, True, meta))
+    return StructType(out)

@@ -1,0 +1,406 @@
+"""Delta tables through deltalake, read by Spark's Parquet reader over a pruned file list.
+
+A :class:`Table` is one Delta table of the store. It creates itself where absent, lists the data
+files of a snapshot that can hold wanted rows (partition-free data skipping on per-file min/max
+statistics), reads those files with Spark, and commits files written elsewhere in one atomic Delta
+commit. Progress markers (how far the commitlog has been sequenced, how far dispatch has come) are
+Delta ``txn`` actions committed in the same commit as the data they describe, so a marker is never
+ahead of or behind its rows.
+
+>>> from storelib.delta.spec import TableSpec
+>>> t = Table(tmp + "/events", TableSpec("events", pa.schema([("id", pa.int64())]))).ensure()
+>>> t.snapshot().version(), t.read_arrow().num_rows
+(0, 0)
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
+from urllib.parse import unquote
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import CommitProperties, DeltaTable, Transaction
+from deltalake.exceptions import CommitFailedError, TableNotFoundError
+from deltalake.transaction import AddAction, RemoveAction
+
+from storelib.delta.spec import TableSpec, spark_schema
+from storelib.model.errors import ConcurrentWriteError, StoreStateError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = ["Table", "TableView", "WrittenFile", "Prune", "CommitConflict", "add_actions", "remove_actions"]
+
+log = logging.getLogger(__name__)
+
+
+class CommitConflict(Exception):
+    """Another writer committed the version we meant to write; re-read and try again."""
+
+
+@dataclass(frozen=True)
+class WrittenFile:
+    """A Parquet file written into a table's folder, not yet committed.
+
+    ``path`` is relative to the table root; ``stats`` is Delta's per-file statistics JSON;
+    ``summary`` what the writer's :class:`~storelib.delta.writer.Summarizer` made of the file, if any.
+    """
+
+    path: str
+    size: int
+    num_records: int
+    stats: str
+    summary: str | None = None
+
+    def add_action(self, data_change: bool = True) -> AddAction:
+        return AddAction(self.path, self.size, {}, int(time.time() * 1000), data_change, self.stats)
+
+
+@dataclass(frozen=True)
+class Prune:
+    """Which rows a read wants, for skipping files: column equalities and inclusive ranges.
+
+    >>> Prune(equal={"topic": "T", "queue_id": 0}, between={"queue_offset": (10, 42)})
+    Prune(equal={'topic': 'T', 'queue_id': 0}, between={'queue_offset': (10, 42)})
+    """
+
+    equal: Mapping[str, Any] | None = None
+    between: Mapping[str, tuple[Any, Any]] | None = None
+
+
+@dataclass(frozen=True)
+class TableView:
+    """What point reads need of one snapshot, kept in memory: its version, add actions and ``txn`` markers.
+
+    Immutable, so many threads may use it while the table moves on.
+    """
+
+    version: int
+    actions: pa.Table
+    markers: Mapping[str, int | None]
+
+    def marker(self, app_id: str, default: int = 0) -> int:
+        """The ``txn`` version under ``app_id`` (asked for when the view was made), or ``default``."""
+        value = self.markers.get(app_id)
+        return default if value is None else value
+
+
+class Table:
+    """One Delta table of the store, at ``path``, with the columns of ``spec``."""
+
+    def __init__(self, path: str, spec: TableSpec, properties: Mapping[str, str] | None = None):
+        self.path = path.rstrip("/")
+        self.spec = spec
+        self.properties = dict(properties or {})
+        self._warm: DeltaTable | None = None
+        self._view: TableView | None = None
+        self._lock = threading.Lock()
+        self._memo: dict[str, tuple[int, Any]] = {}
+
+    def __repr__(self) -> str:
+        return f"Table({self.spec.name!r}, {self.path!r})"
+
+    # ---- lifecycle -------------------------------------------------------------------------
+    def ensure(self) -> "Table":
+        """Create the table where absent; check its columns where present."""
+        try:
+            dt = DeltaTable(self.path)
+        except TableNotFoundError:
+            if "://" not in self.path:
+                os.makedirs(self.path, exist_ok=True)
+            conf = {"delta.checkpointInterval": "20", **self.properties}
+            DeltaTable.create(self.path, self.spec.arrow, mode="ignore", name=self.spec.name,
+                              description=self.spec.description, configuration=conf)
+            return self
+        have = [f.name for f in dt.schema().fields]
+        if have != self.spec.columns:
+            raise StoreStateError(self.spec.name, f"table at {self.path} has columns {have}, expected {self.spec.columns}")
+        return self
+
+    def snapshot(self, version: int | None = None) -> DeltaTable:
+        """The table's latest snapshot (or the given version)."""
+        return DeltaTable(self.path, version=version)
+
+    def view(self, markers: Iterable[str] = ()) -> TableView:
+        """The newest snapshot as a :class:`TableView`, kept warm between calls.
+
+        The first call loads the table; later calls only read the log entries written since
+        (``update_incremental``), and rebuild the view only when the version moved. ``markers``
+        names the ``txn`` app ids the caller will ask the view for.
+        """
+        wanted = tuple(markers)
+        with self._lock:
+            if self._warm is None:
+                self._warm = self.snapshot()
+            else:
+                self._warm.update_incremental()
+            version = self._warm.version()
+            view = self._view
+            if view is None or view.version != version or any(m not in view.markers for m in wanted):
+                known = set(view.markers) if view is not None and view.version == version else set()
+                names = known | set(wanted)
+                found = {m: self._warm.transaction_version(m) for m in names}
+                actions = view.actions if view is not None and view.version == version else add_actions(self._warm)
+                view = TableView(version, actions, {m: None if v is None else int(v) for m, v in found.items()})
+                self._view = view
+            return view
+
+    def memo(self, name: str, build: Callable[[TableView], Any]) -> Any:
+        """``build(view)`` over the newest snapshot, computed once per table version (a warm cache).
+
+        For small tables read on every request (topics, groups, subscriptions), as a broker keeps
+        them in memory: a request then costs one look at the log, not a read of the table.
+        """
+        view = self.view()
+        cached = self._memo.get(name)
+        if cached is not None and cached[0] == view.version:
+            return cached[1]
+        value = build(view)
+        self._memo[name] = (view.version, value)
+        return value
+
+    def read_view(self, view: TableView, prune: Prune | None = None, **kwargs: Any) -> pa.Table:
+        """:meth:`read_arrow` over the files of ``view`` that may hold rows matching ``prune``."""
+        return self.read_arrow(paths=self.paths(self.prune(view.actions, prune)), **kwargs)
+
+    # ---- progress markers --------------------------------------------------------------------
+    @staticmethod
+    def marker(dt: DeltaTable, app_id: str, default: int = 0) -> int:
+        """The latest ``txn`` version committed under ``app_id``, or ``default``."""
+        v = dt.transaction_version(app_id)
+        return default if v is None else int(v)
+
+    # ---- reading -----------------------------------------------------------------------------
+    def files(self, dt: DeltaTable, prune: Prune | None = None) -> list[str]:
+        """Absolute paths of the snapshot's data files that may hold rows matching ``prune``.
+
+        A file is skipped only when its statistics prove it holds no such row; files without
+        statistics are always kept.
+        """
+        return self.paths(self.actions(dt, prune))
+
+    @staticmethod
+    def actions(dt: DeltaTable, prune: Prune | None = None) -> pa.Table:
+        """The add actions (with flattened statistics) of the files :meth:`files` keeps."""
+        return Table.prune(add_actions(dt), prune)
+
+    @staticmethod
+    def prune(actions: pa.Table, prune: Prune | None = None) -> pa.Table:
+        """The add actions whose statistics say their file may hold rows matching ``prune``."""
+        if actions.num_rows == 0:
+            return actions
+        wanted = [(c, v, v) for c, v in ((prune.equal or {}).items() if prune else ())]
+        wanted += [(c, lo, hi) for c, (lo, hi) in ((prune.between or {}).items() if prune else ())]
+        keep = None
+        for col, lo, hi in wanted:
+            may = _may_contain(actions, col, lo, hi)
+            if may is not None:
+                keep = may if keep is None else pc.and_kleene(keep, may)
+        if keep is not None:
+            actions = actions.filter(pc.fill_null(keep, True))
+        return actions
+
+    def max_of(self, dt: DeltaTable, col: str, prune: Prune) -> Any:
+        """The largest ``col`` among files that hold only rows matching ``prune``'s equalities, from statistics.
+
+        Exact for tables whose files each hold one cluster (a queue); None where no file matches.
+        """
+        actions = self.only(add_actions(dt), prune.equal or {})
+        if actions.num_rows == 0 or f"max.{col}" not in actions.column_names:
+            return None
+        return pc.max(actions.column(f"max.{col}")).as_py()
+
+    @staticmethod
+    def clustered(actions: pa.Table, columns: Sequence[str]) -> pa.Table:
+        """The add actions of files whose rows share one value of each column (min equals max): one
+        queue's files, for tables the writers cluster by queue."""
+        if actions.num_rows == 0:
+            return actions
+        keep = None
+        for c in columns:
+            if f"min.{c}" not in actions.column_names:
+                return actions.slice(0, 0)
+            same = pc.equal(actions.column(f"min.{c}"), actions.column(f"max.{c}"))
+            keep = same if keep is None else pc.and_(keep, same)
+        return actions if keep is None else actions.filter(pc.fill_null(keep, False))
+
+    @staticmethod
+    def only(actions: pa.Table, equal: Mapping[str, Any]) -> pa.Table:
+        """The add actions of files holding only rows with these values (min and max statistics both equal)."""
+        actions = Table.clustered(actions, list(equal))
+        keep = None
+        for c, v in equal.items():
+            column = actions.column(f"min.{c}")
+            same = pc.equal(column, _scalar(v, column.type))
+            keep = same if keep is None else pc.and_(keep, same)
+        return actions if keep is None or actions.num_rows == 0 else actions.filter(pc.fill_null(keep, False))
+
+    def files_holding(self, dt: DeltaTable, col: str, values: pa.Array) -> list[str]:
+        """Absolute paths of the files whose ``[min, max]`` of ``col`` holds at least one of ``values``."""
+        return self.paths(self.holding(add_actions(dt), col, values))
+
+    @staticmethod
+    def holding(actions: pa.Table, col: str, values: pa.Array) -> pa.Table:
+        """The add actions whose ``[min, max]`` of ``col`` holds at least one of ``values`` (no stats: kept)."""
+        if actions.num_rows == 0 or len(values) == 0:
+            return actions.slice(0, 0)
+        mins, maxs = f"min.{col}", f"max.{col}"
+        if mins not in actions.column_names:
+            return actions
+        import numpy as np
+
+        wanted = np.sort(values.to_numpy(zero_copy_only=False))
+        lo = actions.column(mins).to_numpy(zero_copy_only=False)
+        hi = actions.column(maxs).to_numpy(zero_copy_only=False)
+        unknown = pc.is_null(actions.column(mins)).to_numpy(zero_copy_only=False)
+        first_at_or_above = np.searchsorted(wanted, np.where(unknown, 0, lo), side="left")
+        holds = unknown | ((first_at_or_above < len(wanted))
+                           & (wanted[np.minimum(first_at_or_above, len(wanted) - 1)] <= np.where(unknown, 0, hi)))
+        return actions.filter(pa.array(holds, pa.bool_()))
+
+    def paths(self, actions: pa.Table) -> list[str]:
+        return [self.path_of(p) for p in actions.column("path").to_pylist()]
+
+    def path_of(self, action_path: str) -> str:
+        """Absolute path of a file named in an add action (there a URI-encoded relative path)."""
+        return f"{self.path}/{unquote(action_path)}"
+
+    def read(self, spark: "SparkSession", dt: DeltaTable | None = None, prune: Prune | None = None) -> "DataFrame":
+        """The rows of the snapshot's files that may match ``prune``, as a Spark DataFrame.
+
+        Rows are not filtered by ``prune``: callers add their exact predicate (Spark pushes it
+        down to Parquet row groups too).
+        """
+        return self.read_files(spark, self.actions(dt or self.snapshot(), prune))
+
+    def read_files(self, spark: "SparkSession", actions: pa.Table) -> "DataFrame":
+        """The rows of the files named by ``actions`` (add actions, e.g. from :meth:`actions`), as a Spark DataFrame."""
+        paths = self.paths(actions)
+        schema = spark_schema(self.spec.arrow)
+        if not paths:
+            return spark.createDataFrame([], schema)
+        return spark.read.schema(schema).parquet(*paths)
+
+    def read_arrow(self, dt: DeltaTable | None = None, prune: Prune | None = None,
+                   columns: Sequence[str] | None = None, filter: pc.Expression | None = None,
+                   paths: Sequence[str] | None = None) -> pa.Table:
+        """The same rows read on this process with pyarrow: for point reads that need no Spark job.
+
+        ``paths`` (from :meth:`files` or :meth:`files_holding`) replaces the snapshot's pruned list.
+        Data files never change once written, so their Parquet footers are parsed once per process
+        and kept: a filter then skips row groups without opening the file again.
+        """
+        import pyarrow.dataset as ds
+
+        if paths is None:
+            paths = self.files(dt or self.snapshot(), prune)
+        if not paths:
+            return self.spec.arrow.empty_table().select(list(columns or self.spec.columns))
+        dataset = ds.FileSystemDataset([_fragment(p) for p in paths], self.spec.arrow, _parquet_format(),
+                                       filesystem(self.path)[0])
+        return dataset.to_table(columns=list(columns) if columns else None, filter=filter)
+
+    # ---- writing -----------------------------------------------------------------------------
+    def commit(self, dt: DeltaTable, files: Sequence[WrittenFile], *, markers: Mapping[str, int] | None = None,
+               removes: Sequence[RemoveAction] = (), operation: str = "WRITE",
+               info: Mapping[str, Any] | None = None, data_change: bool = True) -> int:
+        """Commit ``files`` (and ``markers``) as the version right after ``dt``'s, or raise :class:`CommitConflict`.
+
+        Exactly one version is tried, so whatever the caller computed from ``dt`` (offsets,
+        progress) is still true when the commit lands. On a conflict the files are deleted.
+        """
+        actions: list[AddAction | RemoveAction] = [f.add_action(data_change) for f in files]
+        actions.extend(removes)
+        txns = [Transaction(app, int(v)) for app, v in (markers or {}).items()]
+        props = CommitProperties(max_commit_retries=0, app_transactions=txns or None,
+                                 custom_metadata={"storelib.operation": operation, **(info or {})})
+        try:
+            dt.create_write_transaction(actions, mode="append", schema=dt.schema(), commit_properties=props)
+        except CommitFailedError as e:
+            self.discard(files)
+            raise CommitConflict(str(e)) from None
+        return dt.version() + 1
+
+    def discard(self, files: Iterable[WrittenFile]) -> None:
+        """Delete files that were written but will never be committed."""
+        fs, base = filesystem(self.path)
+        for f in files:
+            try:
+                fs.delete_file(f"{base}/{f.path}")
+            except FileNotFoundError:
+                pass
+
+
+@functools.lru_cache(maxsize=1)
+def _parquet_format():
+    import pyarrow.dataset as ds
+
+    return ds.ParquetFileFormat()
+
+
+@functools.lru_cache(maxsize=4096)
+def _fragment(path: str):
+    """A data file as a pyarrow fragment whose footer (row groups and their statistics) is already parsed."""
+    fs, local = filesystem(path)
+    fragment = _parquet_format().make_fragment(local, fs)
+    fragment.ensure_complete_metadata()
+    return fragment
+
+
+def remove_actions(files: "pa.Table | Iterable[Mapping[str, Any]]", data_change: bool = True) -> list[RemoveAction]:
+    """Remove actions for files given as add actions (a table, or rows with ``path`` and ``size_bytes``).
+
+    ``data_change=False`` for rewrites that keep the rows (compaction), True for deletions (retention).
+    """
+    rows = files.select(["path", "size_bytes"]).to_pylist() if isinstance(files, pa.Table) else files
+    now = int(time.time() * 1000)
+    return [RemoveAction(r["path"], data_change, now, r["size_bytes"], {}) for r in rows]
+
+
+def add_actions(dt: DeltaTable) -> pa.Table:
+    """The snapshot's add actions with flattened statistics (``min.<col>``, ``max.<col>``)."""
+    return pa.table(dt.get_add_actions(flatten=True))
+
+
+def filesystem(root: str):
+    """The pyarrow filesystem and base path for a local folder or an object-store URI."""
+    from pyarrow import fs
+
+    if "://" in root:
+        return fs.FileSystem.from_uri(root)
+    return fs.LocalFileSystem(), root
+
+
+def with_retries(table: Table, attempts: int, step, *, what: str):
+    """Run ``step(snapshot)`` until its commit lands; it raises :class:`CommitConflict` to retry."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return step(table.snapshot())
+        except CommitConflict:
+            log.info("%s: commit conflict on %s, attempt %d", what, table.spec.name, attempt)
+            time.sleep(min(0.5, 0.01 * attempt))
+    raise ConcurrentWriteError(table.spec.name, f"{what}: other writers won {attempts} commits in a row")
+
+
+def _may_contain(actions: pa.Table, col: str, lo: Any, hi: Any) -> pa.ChunkedArray | None:
+    """Per file: may any row have ``lo <= col <= hi``? Null (unknown) where stats are missing,
+    None where the table keeps no statistics for ``col``."""
+    mins, maxs = f"min.{col}", f"max.{col}"
+    if mins not in actions.column_names or maxs not in actions.column_names:
+        return None
+    cmin, cmax = actions.column(mins), actions.column(maxs)
+    lo_s, hi_s = _scalar(lo, cmin.type), _scalar(hi, cmax.type)
+    return pc.and_kleene(pc.less_equal(cmin, hi_s), pc.greater_equal(cmax, lo_s))
+
+
+def _scalar(value: Any, kind: pa.DataType) -> pa.Scalar:
+    if pa.types.is_timestamp(kind):
+        return pa.scalar(value, type=pa.timestamp("us", tz="UTC")).cast(kind)
+    return pa.scalar(value).cast(kind)

@@ -1,0 +1,421 @@
+"""Writing Parquet data files into a table's folder, with Delta statistics, from anywhere.
+
+:class:`FileSink` takes Arrow record batches in any order, files each row by the table's cluster
+columns (one open file per queue, or per key-hash range), and returns one
+:class:`~storelib.delta.table.WrittenFile` per file with Delta's per-file min/max/null statistics read
+from the Parquet footer it just wrote. The producer uses it on the driver for small batches;
+:func:`write_dataframe` runs it inside Spark executors (``mapInArrow``) so bulk writes never pass
+through the driver; :func:`write_split` does the same for several tables from one read, and
+:func:`write_items` for several tables from a list of files the executors read themselves.
+Committing the files is the caller's job (:meth:`Table.commit`).
+
+>>> import tempfile, pyarrow as pa
+>>> from storelib.storage.schema import TOPIC_CONFIG
+>>> root = tempfile.mkdtemp()
+>>> sink = FileSink(root, TOPIC_CONFIG.arrow)
+>>> sink.write(TOPIC_CONFIG.arrow.empty_table().to_batches() or [])
+>>> sink.close()
+[]
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Protocol, Sequence, TypeVar
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from storelib.delta.spec import spark_schema
+from storelib.delta.table import Table, WrittenFile, filesystem
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = ["FileSink", "Summarizer", "Target", "write_dataframe", "write_split", "write_items", "contiguous_groups",
+           "write_files", "write_rows"]
+
+T = TypeVar("T")
+
+_STATS_STRING_PREFIX = 32
+
+
+class Summarizer(Protocol):
+    """Sums up each written file beyond min/max statistics (e.g. the OR of its filter bitmaps).
+
+    ``start`` makes a fresh state for a file, ``add`` folds a batch of its rows in, ``finish``
+    returns the summary as a string (JSON) kept on the :class:`WrittenFile`.
+    """
+
+    def start(self) -> Any: ...
+
+    def add(self, state: Any, batch: pa.RecordBatch) -> Any: ...
+
+    def finish(self, state: Any) -> str | None: ...
+
+
+class FileSink:
+    """Writes batches of one schema into new Parquet files under ``root``.
+
+    Rows are grouped by the ``cluster_by`` columns as they come (no sort needed): each cluster
+    value has its own open file, so a file never holds two values, and rows keep their arrival
+    order inside a file. Rows are buffered into row groups of ``row_group_rows``.
+    """
+
+    def __init__(self, root: str, schema: pa.Schema, *, cluster_by: Sequence[str] = (),
+                 target_file_size: int = 128 * 1024 * 1024, prefix: str = "part", row_group_rows: int = 64 * 1024,
+                 summarize: Summarizer | None = None, dictionary: Sequence[str] | None = None,
+                 statistics: Sequence[str] | None = None):
+        self.root = root.rstrip("/")
+        self.dictionary = True if dictionary is None else list(dictionary)
+        self.statistics = True if statistics is None else list(statistics)
+        self.summarize = summarize
+        self.schema = schema
+        self.cluster_by = list(cluster_by)
+        self.target = target_file_size
+        self.prefix = prefix
+        self.row_group_rows = row_group_rows
+        self._open: dict[tuple | None, _OpenFile] = {}
+        self.files: list[WrittenFile] = []
+
+    def write(self, batches: Iterable[pa.RecordBatch]) -> None:
+        for batch in batches:
+            batch = _conform(batch, self.schema)
+            for key, part in _groups(batch, self.cluster_by):
+                f = self._open.get(key)
+                if f is None:
+                    f = self._open[key] = _OpenFile(self.root, self.schema, self.prefix, self.summarize, self.dictionary,
+                                                    self.statistics)
+                f.add(part, self.row_group_rows)
+                if f.bytes >= self.target:
+                    self.files.append(self._open.pop(key).close())
+
+    def close(self) -> list[WrittenFile]:
+        for f in self._open.values():
+            self.files.append(f.close())
+        self._open.clear()
+        return self.files
+
+    def abort(self) -> None:
+        """Close and delete everything this sink wrote."""
+        self.close()
+        fs, base = filesystem(self.root)
+        for f in self.files:
+            try:
+                fs.delete_file(f"{base}/{f.path}")
+            except FileNotFoundError:
+                pass
+        self.files = []
+
+
+class _OpenFile:
+    """One Parquet file being written: buffered rows, running statistics."""
+
+    def __init__(self, root: str, schema: pa.Schema, prefix: str, summarize: Summarizer | None = None,
+                 dictionary: bool | list[str] = True, statistics: bool | list[str] = True):
+        self.summarize = summarize
+        self.summary = summarize.start() if summarize else None
+        self.name = f"{prefix}-{uuid.uuid4().hex}.c000.zstd.parquet"
+        self.fs, base = filesystem(root)
+        self.path = f"{base}/{self.name}"
+        self.writer = pq.ParquetWriter(self.path, schema, filesystem=self.fs, compression="zstd",
+                                       write_statistics=statistics, use_dictionary=dictionary)
+        self.schema = schema
+        self.pending: list[pa.RecordBatch] = []
+        self.pending_rows = 0
+        self.bytes = 0
+
+    def add(self, part: pa.RecordBatch, row_group_rows: int) -> None:
+        self.pending.append(part)
+        if self.summarize:
+            self.summary = self.summarize.add(self.summary, part)
+        self.pending_rows += part.num_rows
+        self.bytes += part.nbytes
+        if self.pending_rows >= row_group_rows:
+            self.flush(row_group_rows)
+
+    def flush(self, row_group_rows: int | None = None) -> None:
+        """Write the buffered rows as row groups of at most ``row_group_rows`` (all of them by default)."""
+        if self.pending:
+            self.writer.write_table(pa.Table.from_batches(self.pending),
+                                    row_group_size=max(min(self.pending_rows, row_group_rows or self.pending_rows), 1))
+            self.pending, self.pending_rows = [], 0
+
+    def close(self) -> WrittenFile:
+        self.flush()
+        self.writer.close()
+        size = self.fs.get_file_info(self.path).size
+        stats = _Stats.from_metadata(self.schema, self.writer.writer.metadata)
+        summary = self.summarize.finish(self.summary) if self.summarize else None
+        return WrittenFile(self.name, size, stats.rows, stats.to_json(), summary)
+
+
+def write_dataframe(df: "DataFrame", table: Table, *, cluster_by: Sequence[str] = (),
+                    target_file_size: int = 128 * 1024 * 1024, prefix: str = "part",
+                    transform: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]] | None = None,
+                    summarize: Summarizer | None = None) -> list[WrittenFile]:
+    """Write ``df`` as Parquet files into the table's folder from the executors.
+
+    Without ``transform``, ``df`` has the table's columns. With it, each partition's batches pass
+    through ``transform`` (run on the executor, it yields batches with the table's columns) on
+    their way to the files. Rows keep their order within each file. Returns the files, to be
+    committed by the caller: only file metadata reaches the driver. ``summarize`` adds a
+    per-file summary to each :class:`WrittenFile` (computed on the executor).
+    """
+    name = table.spec.name
+    target = Target.of(table, cluster_by=cluster_by, target_file_size=target_file_size, prefix=prefix,
+                       summarize=summarize)
+    source = df if transform else df.select(*table.spec.columns)
+    return write_split(source, {name: target}, _OneTable(name, transform))[name]
+
+
+@dataclass(frozen=True)
+class Target:
+    """One table a :func:`write_split` fills: its folder, its columns and how its files are cut."""
+
+    root: str
+    schema: pa.Schema
+    cluster_by: tuple[str, ...] = ()
+    target_file_size: int = 128 * 1024 * 1024
+    row_group_rows: int = 64 * 1024
+    prefix: str = "part"
+    summarize: Summarizer | None = None
+    dictionary: tuple[str, ...] | None = None
+    statistics: tuple[str, ...] | None = None
+
+    @classmethod
+    def of(cls, table: Table, *, cluster_by: Sequence[str] | None = None, target_file_size: int = 128 * 1024 * 1024,
+           prefix: str = "part", summarize: Summarizer | None = None) -> "Target":
+        """The target for ``table``: its path, schema and row group size; clustered by ``cluster_by``."""
+        return cls(table.path, table.spec.arrow, tuple(table.spec.cluster_by if cluster_by is None else cluster_by),
+                   target_file_size, table.spec.row_group_rows, prefix, summarize, table.spec.dictionary,
+                   table.spec.statistics)
+
+    def sink(self) -> FileSink:
+        return FileSink(self.root, self.schema, cluster_by=self.cluster_by, target_file_size=self.target_file_size,
+                        prefix=self.prefix, row_group_rows=self.row_group_rows, summarize=self.summarize,
+                        dictionary=self.dictionary, statistics=self.statistics)
+
+
+def write_split(df: "DataFrame", targets: Mapping[str, Target],
+                split: Callable[[Iterator[pa.RecordBatch]], Iterator[Mapping[str, pa.RecordBatch]]]
+                ) -> dict[str, list[WrittenFile]]:
+    """Write one DataFrame into several tables in one Spark job, each row read once.
+
+    ``split`` runs on the executors over a partition's batches and yields, per batch, the rows
+    each target gets (a batch with the target's columns, keyed by target name). Returns each
+    target's files, uncommitted; a failing task deletes what it wrote.
+    """
+    names = list(targets)
+
+    def write_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        sinks = {name: targets[name].sink() for name in names}
+        try:
+            for parts in split(batches):
+                for name, part in parts.items():
+                    sinks[name].write([part])
+            written = [{"table": name, **f.__dict__} for name in names for f in sinks[name].close()]
+        except BaseException:
+            for sink in sinks.values():
+                sink.abort()
+            raise
+        yield pa.RecordBatch.from_pylist(written, schema=_WRITTEN_FILE_ARROW)
+
+    out: dict[str, list[WrittenFile]] = {name: [] for name in names}
+    for r in df.mapInArrow(write_partition, spark_schema(_WRITTEN_FILE_ARROW)).collect():
+        out[r.table].append(WrittenFile(r.path, r.size, r.num_records, r.stats, r.summary))
+    return out
+
+
+def write_items(spark: "SparkSession", items: Sequence[T], sizes: Sequence[int], targets: Mapping[str, Target],
+                per_item: Callable[[T], Iterator[Mapping[str, pa.RecordBatch]]]) -> dict[str, list[WrittenFile]]:
+    """:func:`write_split` over work items (files) rather than a DataFrame's rows.
+
+    The items are cut into contiguous runs of about equal ``sizes`` (:func:`contiguous_groups`), one
+    task per run; on the executors ``per_item`` turns each item, in order, into the rows each
+    target gets.
+    """
+    from storelib.session import parallelism
+
+    runs = contiguous_groups(items, sizes, parallelism(spark))
+    return write_split(spark.range(0, len(runs), 1, max(1, len(runs))), targets, _Runs(runs, per_item))
+
+
+@dataclass(frozen=True)
+class _Runs:
+    """Task ``i`` of a :func:`write_items` job: the items of ``runs[i]``, each through ``per_item``."""
+
+    runs: Sequence[Sequence[Any]]
+    per_item: Callable[[Any], Iterator[Mapping[str, pa.RecordBatch]]]
+
+    def __call__(self, tasks: Iterator[pa.RecordBatch]) -> Iterator[Mapping[str, pa.RecordBatch]]:
+        for task in tasks:
+            for i in task.column(0).to_pylist():
+                for item in self.runs[i]:
+                    yield from self.per_item(item)
+
+
+@dataclass(frozen=True)
+class _OneTable:
+    """The :func:`write_split` of a single table: every batch (``transform``-ed) goes to it."""
+
+    name: str
+    transform: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]] | None
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[Mapping[str, pa.RecordBatch]]:
+        for batch in (self.transform(batches) if self.transform else batches):
+            yield {self.name: batch}
+
+
+_WRITTEN_FILE_ARROW = pa.schema([("table", pa.string()), ("path", pa.string()), ("size", pa.int64()), ("num_records", pa.int64()),
+                                 ("stats", pa.string()), ("summary", pa.string())])
+
+
+def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    if batch.schema.equals(schema, check_metadata=False):
+        return batch
+    columns = [batch.column(f.name).cast(f.type) for f in schema]
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def _groups(batch: pa.RecordBatch, cluster_by: Sequence[str]) -> Iterator[tuple[tuple | None, pa.RecordBatch]]:
+    """The batch's rows split by their cluster columns' values, each part in arrival order."""
+    n = batch.num_rows
+    if n == 0:
+        return
+    if not cluster_by:
+        yield None, batch
+        return
+    if all(pc.all(pc.equal(batch.column(c), batch.column(c)[0])).as_py() is True for c in cluster_by):
+        yield tuple(batch.column(c)[0].as_py() for c in cluster_by), batch
+        return
+    order = pc.sort_indices(batch, sort_keys=[(c, "ascending") for c in cluster_by])  # stable
+    batch = batch.take(order)
+    change = None
+    for c in cluster_by:
+        col = batch.column(c)
+        diff = pc.not_equal(col.slice(1), col.slice(0, n - 1))
+        change = diff if change is None else pc.or_(change, diff)
+    starts = [0] + [i + 1 for i in pc.indices_nonzero(change).to_pylist()]
+    for start, end in zip(starts, starts[1:] + [n]):
+        yield tuple(batch.column(c)[start].as_py() for c in cluster_by), batch.slice(start, end - start)
+
+
+class _Stats:
+    """Delta per-file statistics (numRecords, minValues, maxValues, nullCount) from a Parquet footer."""
+
+    def __init__(self, schema: pa.Schema):
+        self.cols = [f for f in schema if _has_stats(f.type)]
+        self.rows = 0
+        self.min: dict[str, Any] = {}
+        self.max: dict[str, Any] = {}
+        self.nulls: dict[str, int] = {f.name: 0 for f in self.cols}
+
+    @classmethod
+    def from_metadata(cls, schema: pa.Schema, md: "pq.FileMetaData") -> "_Stats":
+        out = cls(schema)
+        out.rows = md.num_rows
+        wanted = {f.name for f in out.cols}
+        missing: set[str] = set()
+        for g in range(md.num_row_groups):
+            group = md.row_group(g)
+            for j in range(group.num_columns):
+                chunk = group.column(j)
+                name = chunk.path_in_schema
+                st = chunk.statistics
+                if name not in wanted:
+                    continue
+                if st is None or not st.has_null_count:
+                    missing.add(name)
+                    continue
+                out.nulls[name] += st.null_count
+                if st.has_min_max:
+                    out.min[name] = st.min if name not in out.min else min(out.min[name], st.min)
+                    out.max[name] = st.max if name not in out.max else max(out.max[name], st.max)
+        for name in missing:  # unknown for some row group: no statistics for the file
+            out.nulls.pop(name, None)
+            out.min.pop(name, None)
+            out.max.pop(name, None)
+        return out
+
+    def to_json(self) -> str:
+        mins, maxs = {}, {}
+        for f in self.cols:
+            if f.name not in self.min:
+                continue
+            lo, hi = self.min[f.name], self.max[f.name]
+            if pa.types.is_string(f.type):
+                mins[f.name] = lo[:_STATS_STRING_PREFIX]
+                if len(hi) <= _STATS_STRING_PREFIX:  # a cut maximum would not be an upper bound
+                    maxs[f.name] = hi
+            elif pa.types.is_timestamp(f.type):
+                mins[f.name] = _iso(lo, up=False)
+                maxs[f.name] = _iso(hi, up=True)
+            else:
+                mins[f.name], maxs[f.name] = lo, hi
+        return json.dumps({"numRecords": self.rows, "minValues": mins, "maxValues": maxs, "nullCount": self.nulls},
+                          separators=(",", ":"))
+
+
+def _has_stats(kind: pa.DataType) -> bool:
+    return pa.types.is_integer(kind) or pa.types.is_string(kind) or pa.types.is_timestamp(kind) or pa.types.is_boolean(kind)
+
+
+def _iso(ts, up: bool) -> str:
+    """Delta writes timestamp statistics in milliseconds; round outward so bounds stay bounds."""
+    import datetime as _dt
+
+    ms = ts.replace(microsecond=(ts.microsecond // 1000) * 1000)
+    if up and ms != ts:
+        ms += _dt.timedelta(milliseconds=1)
+    return ms.astimezone(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms.microsecond // 1000:03d}Z"
+
+
+def contiguous_groups(items: Sequence[T], sizes: Sequence[int], groups: int) -> list[list[T]]:
+    """``items`` (in order) cut into at most ``groups`` contiguous runs of about equal total size:
+    the work of each task of a job over files, keeping each task's files in order.
+
+    >>> contiguous_groups(["a", "b", "c", "d"], [10, 10, 10, 30], 2)
+    [['a', 'b', 'c'], ['d']]
+    >>> contiguous_groups(["a", "b", "c", "d"], [99, 99, 100, 100], 2)
+    [['a', 'b'], ['c', 'd']]
+    """
+    # Each item goes to the run its midpoint falls in: runs come out balanced and contiguous,
+    # whatever the sizes (cutting when the running total passes a share is off by one item
+    # whenever the first items are a little smaller than the rest).
+    total = max(1, sum(sizes))
+    out: dict[int, list[T]] = {}
+    done = 0
+    for item, size in zip(items, sizes):
+        out.setdefault(min(groups - 1, int((done + size / 2) * groups // total)), []).append(item)
+        done += size
+    return list(out.values())
+
+
+def write_files(table: Table, data: pa.Table, *, prefix: str = "part", target_file_size: int | None = None,
+                clustered: bool = True) -> list[WrittenFile]:
+    """Write rows from this process into new, uncommitted files of ``table`` (one per cluster unless
+    not ``clustered``); on an error nothing written is left behind."""
+    sink = Target.of(table, cluster_by=None if clustered else (), prefix=prefix,
+                     **({"target_file_size": target_file_size} if target_file_size else {})).sink()
+    try:
+        sink.write(data.to_batches())
+        return sink.close()
+    except BaseException:
+        sink.abort()
+        raise
+
+
+def write_rows(table: Table, snapshot: "DeltaTable", data: pa.Table, *, prefix: str = "part",
+               target_file_size: int | None = None, **commit: Any) -> tuple[int, list[WrittenFile]]:
+    """Write a few rows from this process into new files of ``table`` and :meth:`~Table.commit` them
+    right after ``snapshot``.
+
+    Returns (version, files); raises :class:`~storelib.delta.table.CommitConflict` (files deleted) to be retried.
+    """
+    files = write_files(table, data, prefix=prefix, target_file_size=target_file_size)
+    return table.commit(snapshot, files, **commit), files

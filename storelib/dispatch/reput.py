@@ -1,0 +1,267 @@
+"""Dispatch: RocketMQ's ReputMessageService, as a Spark job over the new part of the commitlog.
+
+Each target table (``consume_queue``, ``consume_queue_ext`` and ``index``) keeps its
+own ``reput`` marker in its Delta log: the commitlog offset up to which it holds rows. A run reads
+the commitlog's sequenced end from one snapshot; one Spark job reads the commitlog files of
+``[lowest marker, end)`` once and writes every target's rows from its own marker on (see
+:mod:`storelib.dispatch.request`); then each target commits its files together with its advanced
+marker, ext first, then consume queue, then index (putMessagePositionInfoWrapper writes the ext
+unit before the unit pointing at it). A run that dies anywhere leaves each target either fully at
+its old marker or fully at the new one, so the next run redoes exactly what is missing: nothing
+twice, nothing skipped.
+
+With the ext queue on (``enable_consume_queue_ext``), each consume queue row's tag code is the
+decorated address of its ``consume_queue_ext`` row, which holds the real tag code, the store time
+and the filter bitmap: CommitLogDispatcherCalcBitMap evaluates every live SQL92 subscription of
+the message's topic (Spark columns, all subscriptions in one pass) and sets the subscription's Bloom
+bits where it returns TRUE. Each ext row records the registry version its bitmap was computed with.
+With the ext queue off, the ext target still moves its marker (with no rows), so the two always
+cover the same messages.
+
+>>> from storelib import Message
+>>> sent = store.send(Message("TopicTest", keys=["k1", "k2"]))
+>>> result = store.dispatch()
+>>> result.consume_queue_rows, result.index_rows, result.to_offset == store.max_offset()   # index: k1, k2, UNIQ_KEY
+(1, 3, True)
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable
+
+import pyarrow as pa
+
+from storelib.context import StoreContext
+from storelib.delta.table import CommitConflict, Prune, Table, WrittenFile
+from storelib.delta.writer import Target, write_items, write_split
+from storelib.dispatch.request import REQUEST_COLUMNS, CommitlogFiles, DispatchRequests
+from storelib.filter.summary import record_summaries, summarizer_for
+from storelib.model.config import StoreConfig
+from storelib.model.errors import ConcurrentWriteError
+from storelib.model.message import SysFlag
+from storelib.storage.commitlog import COMMITLOG_MARKER
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from storelib.filter.registry import Subscription, SubscriptionRegistry
+
+__all__ = ["Dispatcher", "DispatchResult", "queued", "dispatch_targets", "REPUT_MARKER"]
+
+log = logging.getLogger(__name__)
+
+REPUT_MARKER = "reput"
+
+
+@dataclass
+class DispatchResult:
+    """What one dispatch run did: the commitlog range it covered, the rows and version each table got,
+    and the seconds of the one job that read and wrote (``scan``) and of each table's commit."""
+
+    from_offset: int
+    to_offset: int
+    rows: dict[str, int] = field(default_factory=dict)
+    versions: dict[str, int] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def consume_queue_rows(self) -> int:
+        return self.rows.get("consume_queue", 0)
+
+    @property
+    def index_rows(self) -> int:
+        return self.rows.get("index", 0)
+
+
+def queued(rows: "DataFrame") -> "DataFrame":
+    """Messages that get a consume queue row: normal and committed ones (not prepared, not rolled back)."""
+    from pyspark.sql import functions as F
+
+    kind = F.col("sysflag").bitwiseAND(F.lit(SysFlag.TRANSACTION_ROLLBACK_TYPE))
+    return rows.where(kind.isin(*SysFlag.QUEUED_TRANSACTION_TYPES))
+
+
+def dispatch_targets(ctx: StoreContext) -> dict[str, Table]:
+    """The tables dispatch writes, in commit order: the ext rows land before the consume queue rows
+    that point at them (putMessagePositionInfoWrapper), the index last (when ``message_index_enable``)."""
+    targets = {"consume_queue_ext": ctx.tables.consume_queue_ext, "consume_queue": ctx.tables.consume_queue}
+    if ctx.config.message_index_enable:
+        targets["index"] = ctx.tables.index
+    return targets
+
+
+class Dispatcher:
+    """Builds consume queue, ext and index rows for what is new in the commitlog."""
+
+    def __init__(self, spark: "SparkSession", commitlog: Table, targets: dict[str, Table], config: StoreConfig,
+                 fault: Callable[[str], None] | None = None, registry: "SubscriptionRegistry | None" = None,
+                 summaries: Table | None = None):
+        self.spark = spark
+        self.commitlog = commitlog
+        self.targets = targets
+        self.config = config
+        self._fault = fault
+        self.registry = registry
+        self.summaries = summaries
+        self._filters: tuple[int, list["Subscription"]] | None = None
+
+    @classmethod
+    def of(cls, ctx: StoreContext, fault: Callable[[str], None] | None = None) -> "Dispatcher":
+        """The dispatcher of a store's context. ``fault`` (a test seam) is called with the name of
+        each step it reaches (``<table>.written``, ``<table>.summarized``, ``<table>.committed``)."""
+        return cls(ctx.spark, ctx.tables.commitlog, dispatch_targets(ctx), ctx.config, fault=fault,
+                   registry=ctx.registry, summaries=ctx.tables.ext_summary)
+
+    def _step(self, name: str) -> None:
+        if self._fault is not None:
+            self._fault(name)
+
+    def progress(self) -> dict[str, int]:
+        """Each target's ``reput`` marker, and the commitlog's sequenced end as ``commitlog``."""
+        out = {name: Table.marker(t.snapshot(), REPUT_MARKER) for name, t in self.targets.items()}
+        out["commitlog"] = Table.marker(self.commitlog.snapshot(), COMMITLOG_MARKER)
+        return out
+
+    def run(self) -> DispatchResult:
+        """Dispatch everything sequenced so far; return what was done.
+
+        One Spark job reads the commitlog range once and writes every target's files; the targets
+        then commit one by one, in order. When another dispatcher took a target's next version,
+        the targets not yet committed are redone from fresh snapshots.
+        """
+        commitlog = self.commitlog.snapshot()
+        end = Table.marker(commitlog, COMMITLOG_MARKER)
+        result = DispatchResult(end, end)
+        self._filters = None
+        pending = list(self.targets)
+        for attempt in range(1, self.config.max_commit_attempts + 1):
+            snapshots = {name: self.targets[name].snapshot() for name in pending}
+            starts = {name: Table.marker(snapshots[name], REPUT_MARKER) for name in pending}
+            for name in pending:
+                result.from_offset = min(result.from_offset, starts[name])
+            began = time.perf_counter()
+            files = self._write({n: s for n, s in starts.items() if s < end}, commitlog, end)
+            result.seconds["scan"] = round(result.seconds.get("scan", 0.0) + time.perf_counter() - began, 3)
+            try:
+                pending = self._commit_in_order(pending, snapshots, starts, files, end, result)
+            except BaseException:
+                for name, written in files.items():
+                    if name not in result.versions:
+                        self.targets[name].discard(written)
+                raise
+            if not pending:
+                return result
+            log.info("dispatch: commit conflict on %s, attempt %d", pending[0], attempt)
+            time.sleep(min(0.5, 0.01 * attempt))
+        raise ConcurrentWriteError(pending[0], f"dispatch: other writers won {self.config.max_commit_attempts} "
+                                               "commits in a row")
+
+    def _commit_in_order(self, pending: list[str], snapshots: dict, starts: dict[str, int],
+                         files: dict[str, list[WrittenFile]], end: int, result: DispatchResult) -> list[str]:
+        """Commit each pending target's files with its marker moved to ``end``, in order; stop at the
+        first conflict (its files are deleted) and return the targets still to do."""
+        for i, name in enumerate(pending):
+            table, written = self.targets[name], files.get(name, [])
+            began = time.perf_counter()
+            if starts[name] >= end:
+                version = snapshots[name].version()
+            else:
+                self._step(f"{name}.written")
+                if name == "consume_queue_ext" and self.summaries is not None and written:
+                    record_summaries(self.summaries, written, self.config.max_commit_attempts)
+                    self._step(f"{name}.summarized")
+                try:
+                    version = table.commit(snapshots[name], written, markers={REPUT_MARKER: end}, operation="DISPATCH",
+                                           info={"storelib.from": str(starts[name]), "storelib.to": str(end)})
+                except CommitConflict:
+                    for later in pending[i + 1:]:
+                        self.targets[later].discard(files.get(later, []))
+                    return pending[i:]
+            result.rows[name] = sum(f.num_records for f in written)
+            result.versions[name] = version  # committed: its files are the table's now
+            result.seconds[name] = round(time.perf_counter() - began, 3)
+            if starts[name] < end:
+                self._step(f"{name}.committed")
+        return []
+
+    def _write(self, starts: dict[str, int], commitlog, end: int) -> dict[str, list[WrittenFile]]:
+        """Every target's rows for commitlog ``[its start, end)``, written in one Spark job over one read.
+
+        The commitlog files are read by the executors with pyarrow, unless SQL92 subscriptions of a
+        topic in the range need filter bitmaps: then Spark reads them and evaluates the subscriptions.
+        The ``properties`` map, the widest column, is read only when a file of the range may hold a
+        message that needs it: a delayed one (its tag code is its deliver time) or a subscribed one.
+        """
+        from storelib.model.topic import SCHEDULE_TOPIC
+
+        writing = {n: s for n, s in starts.items() if n != "consume_queue_ext" or self.ext_enabled}
+        if not writing:
+            return {}
+        low = min(writing.values())
+        actions = Table.actions(commitlog, Prune(between={"physical_offset": (low, end - 1)}))
+        may_hold = functools.partial(_may_hold_topic, actions)
+        coded = "consume_queue_ext" in writing or ("consume_queue" in writing and not self.ext_enabled)  # real tag codes
+        delay = coded and may_hold(SCHEDULE_TOPIC)
+        subs = [s for s in self.filters()[1] if may_hold(s.topic)] if "consume_queue_ext" in writing else []
+        shift = 31 - max(0, (self.config.index_hash_ranges - 1).bit_length())
+        requests = DispatchRequests(writing, self.ext_enabled, shift, tuple(self.config.delay_levels_ms))
+        targets = {}
+        for name in writing:
+            summarize = summarizer_for(self.filters()[1]) if name == "consume_queue_ext" else None
+            targets[name] = Target.of(self.targets[name], target_file_size=self.config.target_file_size,
+                                      summarize=summarize)
+        if subs:  # Spark reads the rows: it evaluates the subscriptions
+            rows = self.commitlog.read_files(self.spark, actions)
+            rows = rows.where((rows.physical_offset >= low) & (rows.physical_offset < end))
+            return write_split(self._with_bitmaps(rows, subs, delay), targets, requests)
+        actions = actions.sort_by("min.physical_offset")
+        files = [(self.commitlog.path_of(p), lo is not None and lo >= low and hi < end) for p, lo, hi in zip(
+            actions.column("path").to_pylist(), actions.column("min.physical_offset").to_pylist(),
+            actions.column("max.physical_offset").to_pylist())]
+        return write_items(self.spark, files, actions.column("size_bytes").to_pylist(), targets,
+                           CommitlogFiles(low, end, delay, requests))
+
+    @property
+    def ext_enabled(self) -> bool:
+        return self.config.enable_consume_queue_ext and "consume_queue_ext" in self.targets
+
+    def filters(self) -> tuple[int, list["Subscription"]]:
+        """The registry version this run uses and its live SQL92 subscriptions with valid Bloom data."""
+        if self._filters is None:
+            if self.registry is None or not self.config.enable_calc_filter_bitmap:
+                self._filters = (0, [])
+            else:
+                snapshot = self.registry.snapshot()
+                bloom = self.registry.bloom_filter
+                subs = [s for s in self.registry.all(snapshot)
+                        if s.is_sql92 and s.bloom is not None and bloom.is_valid(s.bloom)]
+                self._filters = (snapshot.version(), subs)
+        return self._filters
+
+    def _with_bitmaps(self, rows: "DataFrame", subs: list["Subscription"], delay: bool) -> "DataFrame":
+        """The commitlog rows a dispatch reads, with CalcBitMap's filter bitmap and the registry
+        version it was computed with, for messages of the subscribed topics (Spark columns, every
+        subscription in one pass)."""
+        from pyspark.sql import functions as F
+
+        from storelib.filter.bloom import bitmap_column
+        from storelib.filter.sql92_spark import to_columns_with_inputs
+
+        version = self.filters()[0]
+        # Each property look-up and number parse once per row, shared by every subscription.
+        inputs, predicates = to_columns_with_inputs([s.compiled.tree for s in subs], "properties")
+        rows = rows.select("*", *inputs)
+        matches = [((F.col("topic") == s.topic) & p, s.bloom) for s, p in zip(subs, predicates)]
+        subscribed = F.col("topic").isin(sorted({s.topic for s in subs}))
+        return rows.select(*REQUEST_COLUMNS, *(["properties"] if delay else []),
+                           F.when(subscribed, bitmap_column(matches, subs[0].bloom.bit_num)).alias("filter_bitmap"),
+                           F.when(subscribed, F.lit(version).cast("long")).alias("filter_version"))
+
+
+def _may_hold_topic(actions: "pa.Table", topic: str) -> bool:
+    """Whether a commitlog file among ``actions`` may hold a message of ``topic`` (by its statistics)."""
+    return Table.prune(actions, Prune(equal={"topic": topic})).num_rows > 0

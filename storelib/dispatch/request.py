@@ -1,0 +1,168 @@
+"""Dispatch requests: what each new commitlog message becomes in the consume queue, ext and index.
+
+RocketMQ's ReputMessageService reads a ``DispatchRequest`` out of every new message and hands it
+to each dispatcher (build consume queue, calc bitmap, build index). Here a batch of messages is
+an Arrow record batch, and :class:`DispatchRequests` cuts it into each target table's rows on the
+executors, with numpy and pyarrow over whole batches (hash codes from :mod:`storelib.encoding`).
+
+The batches come from one of two sources, both inside a single Spark job:
+
+* :class:`CommitlogFiles` - each task reads a contiguous run of commitlog files with pyarrow. The
+  usual case: no Spark row conversion at all.
+* a Spark DataFrame of the commitlog rows, when SQL92 subscriptions need their filter bitmaps:
+  Spark evaluates the subscriptions as columns (:meth:`storelib.dispatch.Dispatcher._with_bitmaps`).
+
+>>> import pyarrow as pa
+>>> deliver_times(pa.array(["3", None, "x", "0", "99", "+1"]), pa.array([1000] * 6, pa.int64()), [1000, 5000, 10000]).to_pylist()
+[11000, None, None, None, 11000, 2000]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from storelib.encoding.ext_addr import decorate_ext_addrs
+from storelib.encoding.index_key import index_key_hashes, topic_key_prefixes
+from storelib.encoding.tags import tags_codes
+from storelib.model.message import MessageConst, SysFlag
+from storelib.model.topic import SCHEDULE_TOPIC
+from storelib.storage.schema import CONSUME_QUEUE, CONSUME_QUEUE_EXT, INDEX
+
+__all__ = ["DispatchRequests", "CommitlogFiles", "REQUEST_COLUMNS", "deliver_times"]
+
+#: The commitlog columns a dispatch reads (plus ``properties`` when a delay level or bitmap needs it).
+REQUEST_COLUMNS = ("physical_offset", "size", "topic", "queue_id", "queue_offset", "store_timestamp", "sysflag",
+                   "tags", "keys", "uniq_key")
+_JAVA_INT = r"^[+-]?[0-9]{1,10}$"
+
+
+def deliver_times(delay: pa.Array, store_ms: pa.Array, delays_ms: Sequence[int]) -> pa.Array:
+    """ScheduleMessageService.computeDeliverTimestamp for each message's DELAY property: store time
+    plus the delay of its level, the level capped at the highest one. Null where there is no level
+    above 0 (``Integer.parseInt`` of the property, null when it is no Java int)."""
+    valid = pc.fill_null(pc.match_substring_regex(delay, _JAVA_INT), False)
+    digits = pc.replace_substring_regex(pc.if_else(valid, delay, "0"), r"^\+", "")  # Java allows "+3"
+    level = pc.cast(digits, pa.int64())
+    level = pc.if_else(pc.and_(valid, pc.less_equal(pc.abs(level), 2**31 - 1)), level, 0)
+    if not pc.any(pc.greater(level, 0)).as_py():
+        return pa.nulls(len(delay), pa.int64())
+    capped = pc.min_element_wise(level, len(delays_ms))
+    table = pa.array([0, *delays_ms], pa.int64())
+    deliver = pc.add(store_ms, table.take(pc.max_element_wise(capped, 0)))
+    return pc.if_else(pc.greater(level, 0), deliver, pa.scalar(None, pa.int64()))
+
+
+@dataclass(frozen=True)
+class DispatchRequests:
+    """Cuts batches of commitlog rows into the targets' rows, on the executors.
+
+    A target gets the rows at or past its own start (targets may stand at different markers after
+    a crash): consume queue and ext units for queued messages (normal or committed, not prepared
+    or rolled back), the consume queue's tag code being the decorated ext address when the ext
+    queue is on; index rows (IndexService.buildIndex) for the UNIQ_KEY and each non-empty key of
+    KEYS of every message not rolled back, as hashes of ``topic#key`` filed by hash range. A
+    batch may carry ``properties`` (read when a delayed message may be among its rows) and the
+    ``filter_bitmap`` and ``filter_version`` of the ext units.
+    """
+
+    starts: Mapping[str, int]
+    ext_enabled: bool
+    index_shift: int
+    delays_ms: tuple[int, ...]
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[dict[str, pa.RecordBatch]]:
+        for batch in batches:
+            if batch.num_rows:
+                yield {name: getattr(self, name)(self._rows_for(batch, name)) for name in self.starts}
+
+    def _rows_for(self, batch: pa.RecordBatch, name: str) -> pa.RecordBatch:
+        kind = pc.bit_wise_and(batch.column("sysflag"), SysFlag.TRANSACTION_ROLLBACK_TYPE)
+        if name == "index":
+            wanted = pc.not_equal(kind, SysFlag.TRANSACTION_ROLLBACK_TYPE)
+        else:
+            wanted = pc.is_in(kind, pa.array(SysFlag.QUEUED_TRANSACTION_TYPES, pa.int32()))
+        keep = pc.and_(wanted, pc.greater_equal(batch.column("physical_offset"), self.starts[name]))
+        return batch if pc.all(keep).as_py() else batch.filter(keep)
+
+    def _tags_code(self, b: pa.RecordBatch) -> pa.Array:
+        """checkMessageAndReturnSize's tag code: the TAGS hash, or the deliver time of a SCHEDULE_TOPIC_XXXX
+        message with a DELAY level (only batches read with ``properties`` can hold one)."""
+        code = pa.array(tags_codes(b.column("tags")), pa.int64())
+        if "properties" in b.schema.names:
+            scheduled = pc.equal(b.column("topic"), SCHEDULE_TOPIC)
+            if pc.any(scheduled).as_py():
+                delay = pc.if_else(scheduled, pc.map_lookup(b.column("properties"), pa.scalar(MessageConst.DELAY), "first"),
+                                   pa.scalar(None, pa.string()))
+                store_ms = pc.divide(pc.cast(b.column("store_timestamp"), pa.int64()), 1000)
+                code = pc.coalesce(deliver_times(delay, store_ms, self.delays_ms), code)
+        return code
+
+    def consume_queue(self, b: pa.RecordBatch) -> pa.RecordBatch:
+        code = decorate_ext_addrs(b.column("queue_offset")) if self.ext_enabled else self._tags_code(b)
+        return pa.RecordBatch.from_arrays(
+            [b.column("topic"), b.column("queue_id"), b.column("queue_offset"), b.column("physical_offset"),
+             b.column("size"), code, b.column("store_timestamp")], schema=CONSUME_QUEUE.arrow)
+
+    def consume_queue_ext(self, b: pa.RecordBatch) -> pa.RecordBatch:
+        n, names = b.num_rows, b.schema.names
+        bitmap = b.column("filter_bitmap") if "filter_bitmap" in names else pa.nulls(n, pa.binary())
+        version = b.column("filter_version") if "filter_version" in names else pa.nulls(n, pa.int64())
+        return pa.RecordBatch.from_arrays(
+            [b.column("topic"), b.column("queue_id"), b.column("queue_offset"), b.column("queue_offset"),
+             b.column("physical_offset"), b.column("size"), self._tags_code(b), b.column("store_timestamp"),
+             bitmap, version], schema=CONSUME_QUEUE_EXT.arrow)
+
+    def index(self, b: pa.RecordBatch) -> pa.RecordBatch:
+        prefixes = topic_key_prefixes(b.column("topic"))
+        uniq = b.column("uniq_key")
+        split = pc.split_pattern(b.column("keys"), MessageConst.KEY_SEPARATOR)
+        keys, parents = pc.list_flatten(split), pc.list_parent_indices(split).to_numpy()
+        hashes, owners = [], []
+        for values, owner in ((uniq, np.arange(b.num_rows)), (keys, parents)):
+            filled = pc.fill_null(pc.greater(pc.binary_length(values), 0), False).to_numpy(zero_copy_only=False)
+            hashes.append(index_key_hashes(prefixes[owner], values)[filled])
+            owners.append(owner[filled])
+        key_hash, owner = pa.array(np.concatenate(hashes), pa.int32()), pa.array(np.concatenate(owners))
+        return pa.RecordBatch.from_arrays(
+            [pc.shift_right(key_hash, self.index_shift), key_hash, b.column("physical_offset").take(owner),
+             b.column("store_timestamp").take(owner)], schema=INDEX.arrow)
+
+
+@dataclass(frozen=True)
+class CommitlogFiles:
+    """The commitlog rows of ``[low, end)``, read on the executors with pyarrow and cut by ``requests``:
+    the ``per_item`` of a :func:`~storelib.delta.writer.write_items` job over ``(path, whole)`` items. A
+    file ``whole`` in the range is read as it is; another is filtered, skipping row groups outside
+    the range by their statistics.
+    """
+
+    low: int
+    end: int
+    delay: bool
+    requests: DispatchRequests
+    batch_rows: int = 20_000
+
+    def __call__(self, item: tuple[str, bool]) -> Iterator[dict[str, pa.RecordBatch]]:
+        yield from self.requests(self._read(*item))
+
+    def _read(self, path: str, whole: bool = False) -> Iterator[pa.RecordBatch]:
+        import pyarrow.dataset as ds
+        import pyarrow.parquet as pq
+
+        from storelib.delta.table import filesystem
+
+        fs, local = filesystem(path)
+        columns = list(REQUEST_COLUMNS) + (["properties"] if self.delay else [])
+        if whole:
+            with pq.ParquetFile(fs.open_input_file(local)) as file:
+                yield from file.iter_batches(batch_size=self.batch_rows, columns=columns, use_threads=False)
+        else:
+            offset = pc.field("physical_offset")
+            yield from ds.ParquetFileFormat().make_fragment(local, fs).to_batches(
+                columns=columns, filter=(offset >= self.low) & (offset < self.end), batch_size=self.batch_rows,
+                use_threads=False)

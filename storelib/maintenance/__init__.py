@@ -1,0 +1,1 @@
+"""Keeping the store: retention (CleanCommitLogService, CleanConsumeQueueService), compaction and vacuum."""

@@ -1,0 +1,199 @@
+"""Store settings, named after the RocketMQ broker and store settings they mirror.
+
+Settings come from keyword arguments, or from Spark configuration keys ``spark.storelib.<name>``
+(so ``spark-defaults.conf`` and ``--conf`` work), or from the defaults below, which are RocketMQ's.
+
+>>> StoreConfig().max_message_size
+4194304
+>>> StoreConfig(store_host="10.0.0.7:10911").store_address
+('10.0.0.7', 10911)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+from dataclasses import dataclass, field, fields
+from typing import Any, Mapping
+
+from storelib.model.errors import ConfigError
+
+__all__ = ["StoreConfig", "SPARK_CONF_PREFIX"]
+
+SPARK_CONF_PREFIX = "spark.storelib."
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """Settings of one store. Defaults are RocketMQ's, except the three filtering switches.
+
+    A stock broker ships with property filtering, bitmap calculation and the ext queue off; here
+    they are on, since filtering is what the store is for. Set all three to ``False`` for a
+    broker's defaults: SQL92 subscriptions are then refused and reads evaluate every message.
+    """
+
+    #: ``ip:port`` of this store as written into message ids (``brokerIP1`` and ``listenPort``).
+    store_host: str = "127.0.0.1:10911"
+    #: Largest body accepted, in bytes (``maxMessageSize``, 4 MiB).
+    max_message_size: int = 4 * 1024 * 1024
+    #: Build index rows for KEYS and UNIQ_KEY (``messageIndexEnable``).
+    message_index_enable: bool = True
+    #: Write ConsumeQueueExt rows and decorate consume queue tag codes (``enableConsumeQueueExt``).
+    enable_consume_queue_ext: bool = True
+    #: Allow SQL92 subscriptions (``enablePropertyFilter``).
+    enable_property_filter: bool = True
+    #: Compute per-message filter bitmaps at dispatch (``enableCalcFilterBitMap``; needs the ext queue).
+    enable_calc_filter_bitmap: bool = True
+    #: Bloom filter sizing (``maxErrorRateOfBloomFilter``, ``expectConsumerNumUseFilter``).
+    max_error_rate_of_bloom_filter: int = 20
+    expect_consumer_num_use_filter: int = 32
+    #: Queues of a topic created without a count (``defaultTopicQueueNums``).
+    default_topic_queue_nums: int = 4
+    #: Index key hash slots (``maxHashSlotNum``), for RocketMQ-compatible slot numbers.
+    max_hash_slot_num: int = 5_000_000
+    #: Index rows are clustered into this many key-hash ranges (files per range stay few).
+    index_hash_ranges: int = 64
+    #: Target size of data files written by bulk writes and compaction, in bytes.
+    target_file_size: int = 128 * 1024 * 1024
+    #: How many times a write retries when another writer committed first.
+    max_commit_attempts: int = 50
+    # ---- consuming (PullMessageProcessor, DefaultMessageStore.getMessage, PullRequestHoldService) ----
+    #: Permission bits of the whole store (``brokerPermission``): 4 read, 2 write.
+    broker_permission: int = 6
+    #: Create a consumer group's configuration on first use (``autoCreateSubscriptionGroup``).
+    auto_create_subscription_group: bool = True
+    #: Bytes of consume queue units one pull may scan for matches (``maxFilterMessageSize``, 800 units).
+    max_filter_message_size: int = 16000
+    #: Consume queue units per consume queue file (``mappedFileSizeConsumeQueue`` / 20).
+    consume_queue_file_units: int = 300_000
+    #: isTheBatchFull limits for messages within ``access_message_in_memory_max_ratio`` % of RAM of the end
+    #: of the commitlog (``maxTransferBytesOnMessageInMemory``, ``maxTransferCountOnMessageInMemory``) ...
+    max_transfer_bytes_on_message_in_memory: int = 256 * 1024
+    max_transfer_count_on_message_in_memory: int = 32
+    #: ... and for older messages (``maxTransferBytesOnMessageInDisk``, ``maxTransferCountOnMessageInDisk``).
+    max_transfer_bytes_on_message_in_disk: int = 64 * 1024
+    max_transfer_count_on_message_in_disk: int = 8
+    #: Share of physical memory the newest commitlog bytes are assumed cached in (``accessMessageInMemoryMaxRatio``).
+    access_message_in_memory_max_ratio: int = 40
+    #: Hold pulls that find nothing until a matching message arrives (``longPollingEnable``) ...
+    long_polling_enable: bool = True
+    #: ... else hold them this long, then answer (``shortPollingTimeMills``).
+    short_polling_time_mills: int = 1000
+    #: How often a held pull looks for new consume queue units written by other processes, in ms.
+    long_polling_check_interval_ms: int = 100
+    #: Filter a group's retry topic by the group's subscription of each message's original topic
+    #: (``filterSupportRetry``; off in a stock broker).
+    filter_support_retry: bool = True
+    #: Delay of each delay level, level 1 first (``messageDelayLevel``).
+    message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+    #: Hours a commitlog file is kept after its newest message (``fileReservedTime``).
+    file_reserved_time: int = 72
+    #: Consumer offset commits kept as separate files before they are merged into one row per queue.
+    consumer_offset_compact_files: int = 64
+    #: Extra Delta table properties for every table the store creates.
+    table_properties: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type in ("int",) and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+                raise ConfigError(f.name, "must be a non-negative integer", value=value)
+            if f.type in ("bool",) and not isinstance(value, bool):
+                raise ConfigError(f.name, "must be true or false", value=value)
+        self.store_address  # validates store_host
+        self.delay_levels_ms  # validates message_delay_level
+
+    @property
+    def store_address(self) -> tuple[str, int]:
+        """``(ip, port)`` parsed from :attr:`store_host`; IPv6 as ``[::1]:10911``."""
+        host, sep, port = self.store_host.rpartition(":")
+        host = host.strip("[]")
+        try:
+            ipaddress.ip_address(host)
+            port_no = int(port)
+        except ValueError:
+            raise ConfigError("store_host", "must be 'ip:port' with a literal IP address", value=self.store_host)
+        if not sep or not 0 <= port_no <= 65535:
+            raise ConfigError("store_host", "must be 'ip:port' with a port in 0..65535", value=self.store_host)
+        return host, port_no
+
+    @property
+    def store_v6(self) -> bool:
+        """Whether the store host is IPv6: its messages carry STOREHOSTADDRESS_V6 and 12 more bytes."""
+        return ":" in self.store_address[0]
+
+    @property
+    def delay_levels_ms(self) -> tuple[int, ...]:
+        """Delay of each level in milliseconds, level 1 first (``parseDelayLevel``).
+
+        >>> StoreConfig().delay_levels_ms[:3], len(StoreConfig().delay_levels_ms)
+        ((1000, 5000, 10000), 18)
+        """
+        units = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+        out = []
+        for part in self.message_delay_level.split():
+            unit, number = part[-1:], part[:-1]
+            if unit not in units or not number.isdigit():
+                raise ConfigError("message_delay_level", f"{part!r} is not a delay like 5s, 2m, 1h or 1d",
+                                  value=self.message_delay_level)
+            out.append(int(number) * units[unit])
+        if not out:
+            raise ConfigError("message_delay_level", "needs at least one level", value=self.message_delay_level)
+        return tuple(out)
+
+    def replace(self, **changes: Any) -> "StoreConfig":
+        """A copy with some settings changed.
+
+        >>> StoreConfig().replace(file_reserved_time=1).file_reserved_time
+        1
+        >>> StoreConfig().replace(max_msg_size=1)
+        Traceback (most recent call last):
+        ...
+        storelib.model.errors.ConfigError: max_msg_size: is not a storelib setting (got 1)
+        """
+        _check_names(changes)
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_mapping(cls, conf: Mapping[str, str], **overrides: Any) -> "StoreConfig":
+        """Build from ``spark.storelib.*`` keys (strings, as Spark holds them), then ``overrides``.
+
+        >>> StoreConfig.from_mapping({"spark.storelib.enable_consume_queue_ext": "true"}).enable_consume_queue_ext
+        True
+        """
+        values: dict[str, Any] = {}
+        kinds = {f.name: f.type for f in fields(cls)}
+        for key, raw in conf.items():
+            if not key.startswith(SPARK_CONF_PREFIX):
+                continue
+            name = key[len(SPARK_CONF_PREFIX):]
+            if name not in kinds or name == "table_properties":
+                raise ConfigError(key, "is not a storelib setting", value=raw)
+            values[name] = _parse(key, kinds[name], raw)
+        _check_names(overrides)
+        values.update(overrides)
+        return cls(**values)
+
+
+def _parse(key: str, kind: str, raw: str) -> Any:
+    text = str(raw).strip()
+    if kind == "bool":
+        if text.lower() in ("true", "1", "yes"):
+            return True
+        if text.lower() in ("false", "0", "no"):
+            return False
+        raise ConfigError(key, "must be true or false", value=raw)
+    if kind == "int":
+        try:
+            return int(text)
+        except ValueError:
+            raise ConfigError(key, "must be an integer", value=raw) from None
+    return text
+
+
+def _check_names(settings: Mapping[str, Any]) -> None:
+    """Refuse a setting StoreConfig does not have, naming it."""
+    known = {f.name for f in fields(StoreConfig)}
+    for name, value in settings.items():
+        if name not in known:
+            raise ConfigError(name, "is not a storelib setting", value=value)

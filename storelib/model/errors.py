@@ -1,0 +1,276 @@
+"""One exception hierarchy for the whole store, rooted in :class:`StoreError`.
+
+Every error names what was wrong (``field``) and, where RocketMQ has one, the broker's
+response code name (``code``) so that a RocketMQ engineer recognises it. As pyspark's errors
+do, each also subclasses the matching builtin, so ``except ValueError`` (a bad message, id,
+expression or setting), ``except LookupError`` (nothing found) and ``except PermissionError``
+(forbidden) work too. Errors found on Spark executors travel to the driver as records
+(:meth:`StoreError.to_record`, :func:`error_from_record`), never as text to parse.
+
+>>> issubclass(TopicNotFoundError, LookupError), issubclass(BodyTooLargeError, ValueError)
+(True, True)
+>>> e = error_from_record(InvalidQueueIdError("queue_id", "is too big", value=9).to_record())
+>>> type(e).__name__, e.field, e.value, e.code
+('InvalidQueueIdError', 'queue_id', 9, 'MESSAGE_ILLEGAL')
+
+>>> try:
+...     raise InvalidTopicError("topic", "contains illegal characters", value="a b")
+... except StoreError as e:
+...     print(e.code, "|", e)
+MESSAGE_ILLEGAL | topic: contains illegal characters (got 'a b')
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "StoreError",
+    "MessageError",
+    "InvalidTopicError",
+    "ReservedTopicError",
+    "BodyTooLargeError",
+    "InvalidPropertyError",
+    "ReservedPropertyError",
+    "InvalidQueueIdError",
+    "TopicNotFoundError",
+    "TopicPermissionError",
+    "MessageIdError",
+    "MessageNotFoundError",
+    "ConcurrentWriteError",
+    "DispatchError",
+    "StoreStateError",
+    "ConfigError",
+    "JavaNotFoundError",
+    "FilterError",
+    "FilterExpressionError",
+    "FilterNotSupportedError",
+    "SubscriptionNotFoundError",
+    "BloomFilterError",
+    "SubscriptionNotLatestError",
+    "SubscriptionGroupNotFoundError",
+    "ConsumeDisabledError",
+    "StorePermissionError",
+    "OffsetError",
+    "require_int",
+    "error_from_record",
+    "MISSING",
+]
+
+#: Marks an error's ``value`` as not given (``None`` is a value a caller can get wrong).
+MISSING: Any = object()
+
+
+class StoreError(Exception):
+    """Root of every error the store raises on purpose.
+
+    ``field`` names the input that was wrong, ``code`` is RocketMQ's response code name
+    (``None`` where RocketMQ has no such check).
+    """
+
+    code: str | None = None
+
+    def __init__(self, field: str | None, reason: str, *, value: Any = MISSING, where: str | None = None,
+                 code: str | None = None):
+        if code is not None:
+            self.code = code  # the same mistake answers differently on another path (send vs pull)
+        self.field = field
+        self.reason = reason
+        self.value = None if value is MISSING else value
+        self.where = where
+        text = f"{field}: {reason}" if field else reason
+        if value is not MISSING:
+            text += f" (got {value!r})"
+        if where:
+            text += f" [at {where}]"
+        super().__init__(text)
+
+    def to_record(self) -> dict[str, Any]:
+        """The error as plain data (JSON-able where its value is), to send across processes."""
+        record = {"error": type(self).__name__, "field": self.field, "reason": self.reason, "where": self.where,
+                  "code": self.code}
+        if self.value is not None:
+            record["value"] = self.value
+        return record
+
+
+class MessageError(StoreError, ValueError):
+    """A message that RocketMQ's broker would refuse (``MESSAGE_ILLEGAL``)."""
+
+    code = "MESSAGE_ILLEGAL"
+
+
+class InvalidTopicError(MessageError):
+    """A topic name outside RocketMQ's rules: blank, too long, or not ``^[%|a-zA-Z0-9_-]+$``."""
+
+
+class ReservedTopicError(InvalidTopicError):
+    """A system topic that users may not create or send to (``SCHEDULE_TOPIC_XXXX``, ...)."""
+
+    code = "NO_PERMISSION"
+
+
+class BodyTooLargeError(MessageError):
+    """A body over the configured maximum (4 MiB by default, ``maxMessageSize``)."""
+
+
+class InvalidPropertyError(MessageError):
+    """A property whose name or value is not a non-blank string."""
+
+
+class ReservedPropertyError(InvalidPropertyError):
+    """A user property that RocketMQ reserves for itself (``MessageConst.STRING_HASH_SET``)."""
+
+
+class InvalidQueueIdError(MessageError):
+    """A queue id outside ``[0, writeQueueNums)`` of the topic."""
+
+
+class TopicNotFoundError(StoreError, LookupError):
+    """A topic the store has no configuration for (``TOPIC_NOT_EXIST``)."""
+
+    code = "TOPIC_NOT_EXIST"
+
+
+class TopicPermissionError(StoreError, PermissionError):
+    """A topic whose permission forbids the operation (``NO_PERMISSION``)."""
+
+    code = "NO_PERMISSION"
+
+
+class MessageIdError(StoreError, ValueError):
+    """A message id that is malformed or names another store host."""
+
+
+class MessageNotFoundError(StoreError, LookupError):
+    """No stored message matches the id, key or unique key asked for (``QUERY_NOT_FOUND``)."""
+
+    code = "QUERY_NOT_FOUND"
+
+
+class ConcurrentWriteError(StoreError, RuntimeError):
+    """Another writer kept winning the same Delta commit; nothing of ours was committed."""
+
+
+class DispatchError(StoreError, RuntimeError):
+    """The dispatch job could not make progress; the tables are unchanged past the last commit."""
+
+
+class StoreStateError(StoreError, RuntimeError):
+    """The store's tables disagree with what this version of storelib expects."""
+
+
+class ConfigError(StoreError, ValueError):
+    """A store setting that does not exist, or with a value of the wrong kind."""
+
+
+class JavaNotFoundError(StoreError, RuntimeError):
+    """Spark needs Java 17+; none was found."""
+
+
+class FilterError(StoreError, ValueError):
+    """A subscription the store cannot use (tag string, SQL92 expression, selector or group)."""
+
+
+class FilterExpressionError(FilterError):
+    """A subscription expression outside RocketMQ's grammar (``SUBSCRIPTION_PARSE_FAILED``).
+
+    ``expression`` is the text, ``position`` the 0-based character offset of the first thing that
+    is wrong, and ``line``/``column`` (1-based) the same place for humans.
+
+    >>> e = FilterExpressionError("unexpected 'LIKE'", "a LIKE 'x%'", 2)
+    >>> e.position, e.line, e.column
+    (2, 1, 3)
+    >>> print(e)
+    expression: unexpected 'LIKE' (got "a LIKE 'x%'") [at line 1, column 3]
+    """
+
+    code = "SUBSCRIPTION_PARSE_FAILED"
+
+    def __init__(self, reason: str, expression: str, position: int):
+        self.expression = expression
+        self.position = max(0, min(int(position), len(expression)))
+        before = expression[:self.position]
+        self.line = before.count("\n") + 1
+        self.column = self.position - (before.rfind("\n") + 1) + 1
+        super().__init__("expression", reason, value=expression, where=f"line {self.line}, column {self.column}")
+
+
+class FilterNotSupportedError(FilterError):
+    """A filter type the store is configured not to serve, e.g. SQL92 with property filtering off
+    (``FILTER_NOT_SUPPORT``)."""
+
+    code = "FILTER_NOT_SUPPORT"
+
+
+class SubscriptionNotFoundError(FilterError, LookupError):
+    """No subscription is registered for the (group, topic) asked for (``SUBSCRIPTION_NOT_EXIST``)."""
+
+    code = "SUBSCRIPTION_NOT_EXIST"
+
+
+class BloomFilterError(FilterError):
+    """Bloom filter settings, bit positions or bitmaps that do not fit together (RocketMQ throws
+    IllegalArgumentException), e.g. a bitmap whose length is not the filter's ``m`` bits."""
+
+
+class SubscriptionNotLatestError(FilterError):
+    """The store holds an older subscription than the consumer pulls with (``SUBSCRIPTION_NOT_LATEST``)."""
+
+    code = "SUBSCRIPTION_NOT_LATEST"
+
+
+class SubscriptionGroupNotFoundError(StoreError, LookupError):
+    """A consumer group with no configuration, where groups are not created on first use
+    (``SUBSCRIPTION_GROUP_NOT_EXIST``)."""
+
+    code = "SUBSCRIPTION_GROUP_NOT_EXIST"
+
+
+class ConsumeDisabledError(StoreError, PermissionError):
+    """A consumer group whose configuration forbids consuming (``consumeEnable=false``: ``NO_PERMISSION``)."""
+
+    code = "NO_PERMISSION"
+
+
+class StorePermissionError(StoreError, PermissionError):
+    """The store as a whole is not readable or not writable (``brokerPermission``: ``NO_PERMISSION``)."""
+
+    code = "NO_PERMISSION"
+
+
+def require_int(error: type[StoreError], field: str, value: object, lo: int | None = None, hi: int | None = None,
+                *, optional: bool = False) -> None:
+    """Raise ``error`` naming ``field`` unless ``value`` is an int (not a bool) within ``[lo, hi]``
+    (or None, when ``optional``).
+
+    >>> require_int(OffsetError, "offset", -1, 0)
+    Traceback (most recent call last):
+    ...
+    storelib.model.errors.OffsetError: offset: must be an integer >= 0 (got -1)
+    """
+    if optional and value is None:
+        return
+    if (not isinstance(value, int) or isinstance(value, bool)
+            or (lo is not None and value < lo) or (hi is not None and value > hi)):
+        bounds = "" if lo is None else f" in {lo}..{hi}" if hi is not None else f" >= {lo}"
+        raise error(field, f"must be an integer{bounds}" + (" or None" if optional else ""), value=value)
+
+
+class OffsetError(StoreError, ValueError):
+    """A queue offset that is not a non-negative integer, or a consumer offset that cannot be stored."""
+
+
+def error_from_record(record: dict[str, Any], where: str | None = None) -> StoreError:
+    """The error a :meth:`StoreError.to_record` record describes (a :class:`StoreError` where the class
+    is not one of the store's), with ``where`` in place of the record's own when given."""
+    kinds = {name: obj for name, obj in globals().items() if isinstance(obj, type) and issubclass(obj, StoreError)}
+    kind = kinds.get(record.get("error", ""), StoreError)
+    extra = {"value": record["value"]} if "value" in record else {}
+    try:
+        error = kind(record.get("field"), record.get("reason", ""), where=where or record.get("where"), **extra)
+    except TypeError:  # an error class built from other arguments (FilterExpressionError)
+        error = StoreError(record.get("field"), record.get("reason", ""), where=where or record.get("where"), **extra)
+    if record.get("code") and record["code"] != error.code:
+        error.code = record["code"]
+    return error

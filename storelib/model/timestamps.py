@@ -1,0 +1,46 @@
+"""Times given to the store: epoch milliseconds (``int``) or timezone-aware ``datetime`` values,
+the one rule every ``begin`` / ``end`` / ``now`` / ``timestamp`` argument follows.
+
+>>> import datetime as dt
+>>> epoch_ms(dt.datetime(2024, 3, 1, tzinfo=dt.timezone.utc), "begin"), epoch_ms(None, "end", default=7)
+(1709251200000, 7)
+>>> epoch_ms(dt.datetime(2024, 3, 1), "begin")
+Traceback (most recent call last):
+...
+storelib.model.errors.StoreError: begin: a datetime needs a time zone (got datetime.datetime(2024, 3, 1, 0, 0))
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import time
+from typing import Union
+
+from storelib.model.errors import StoreError
+
+__all__ = ["Timestamp", "epoch_ms", "now_ms"]
+
+#: What a time argument may be: epoch milliseconds or a timezone-aware datetime.
+Timestamp = Union[int, dt.datetime]
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+
+
+def now_ms() -> int:
+    """The clock, in epoch milliseconds."""
+    return time.time_ns() // 1_000_000
+
+
+def epoch_ms(value: object, field: str, *, default: int | None = None, error: type[StoreError] = StoreError) -> int:
+    """``value`` as epoch milliseconds; ``default`` where it is None (and a default is given), else
+    ``error`` naming ``field``. Whole floats count as milliseconds too."""
+    if value is None and default is not None:
+        return default
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is None:
+            raise error(field, "a datetime needs a time zone", value=value)
+        return (value - _EPOCH) // dt.timedelta(milliseconds=1)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return int(value)
+    raise error(field, "must be epoch milliseconds or a timezone-aware datetime", value=value)

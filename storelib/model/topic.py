@@ -1,0 +1,123 @@
+"""Topics and groups: RocketMQ's name rules, system topics, permissions and ``TopicConfig``.
+
+>>> validate_topic("TopicTest")
+'TopicTest'
+>>> validate_topic("bad topic")
+Traceback (most recent call last):
+...
+storelib.model.errors.InvalidTopicError: topic: contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$ (got 'bad topic')
+>>> retry_topic("GroupA"), dlq_topic("GroupA")
+('%RETRY%GroupA', '%DLQ%GroupA')
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from storelib.model.errors import InvalidTopicError, TopicPermissionError
+
+__all__ = [
+    "PERM_READ", "PERM_WRITE", "PERM_INHERIT", "PERM_PRIORITY",
+    "SCHEDULE_TOPIC", "TRANS_HALF_TOPIC", "TRANS_OP_HALF_TOPIC", "RETRY_GROUP_TOPIC_PREFIX",
+    "DLQ_GROUP_TOPIC_PREFIX", "SYSTEM_TOPICS", "NOT_ALLOWED_SEND_TOPICS",
+    "TopicConfig", "validate_topic", "validate_group", "is_system_topic", "retry_topic", "dlq_topic",
+]
+
+# PermName
+PERM_PRIORITY, PERM_READ, PERM_WRITE, PERM_INHERIT = 0x8, 0x4, 0x2, 0x1
+
+TOPIC_MAX_LENGTH = 127
+RETRY_OR_DLQ_TOPIC_MAX_LENGTH = 255
+GROUP_MAX_LENGTH = 120
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+SYSTEM_TOPIC_PREFIX = "rmq_sys_"
+
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+
+#: TopicValidator's system topics: users may not create them.
+SYSTEM_TOPICS = frozenset({
+    "TBW102", SCHEDULE_TOPIC, "BenchmarkTest", TRANS_HALF_TOPIC, "RMQ_SYS_TRACE_TOPIC", TRANS_OP_HALF_TOPIC,
+    TRANS_CHECK_MAX_TIME_TOPIC, "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT", "CHECKPOINT_TOPIC",
+})
+#: System topics no producer may send to (the store itself writes them).
+NOT_ALLOWED_SEND_TOPICS = frozenset({
+    SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC, "SELF_TEST_TOPIC",
+    "OFFSET_MOVED_EVENT",
+})
+
+TOPIC_NAME_PATTERN = "^[%|a-zA-Z0-9_-]+$"
+_VALID = re.compile(r"[%|a-zA-Z0-9_\-]+")
+
+
+def validate_topic(topic: object, field: str = "topic") -> str:
+    """Check a topic name as RocketMQ's ``TopicValidator.validateTopic``; return it."""
+    if not isinstance(topic, str) or not topic.strip():
+        raise InvalidTopicError(field, "the specified topic is blank", value=topic)
+    if not _VALID.fullmatch(topic):
+        raise InvalidTopicError(field, f"contains illegal characters, allowing only {TOPIC_NAME_PATTERN}", value=topic)
+    limit = RETRY_OR_DLQ_TOPIC_MAX_LENGTH if topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)) else TOPIC_MAX_LENGTH
+    if len(topic) > limit:
+        raise InvalidTopicError(field, f"is longer than topic max length {limit}", value=topic)
+    return topic
+
+
+def validate_group(group: object, field: str = "group") -> str:
+    """Check a consumer or producer group name as ``TopicValidator.validateGroup``; return it."""
+    if not isinstance(group, str) or not group.strip():
+        raise InvalidTopicError(field, "the specified group is blank", value=group)
+    if not _VALID.fullmatch(group):
+        raise InvalidTopicError(field, f"contains illegal characters, allowing only {TOPIC_NAME_PATTERN}", value=group)
+    if len(group) > GROUP_MAX_LENGTH:
+        raise InvalidTopicError(field, f"is longer than group max length {GROUP_MAX_LENGTH}", value=group)
+    return group
+
+
+def is_system_topic(topic: str) -> bool:
+    """``TopicValidator.isSystemTopic``."""
+    return topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX)
+
+
+def retry_topic(group: str) -> str:
+    """``MixAll.getRetryTopic``: where a group's messages go back for redelivery."""
+    return RETRY_GROUP_TOPIC_PREFIX + group
+
+
+def dlq_topic(group: str) -> str:
+    """``MixAll.getDLQTopic``: where a group's messages go after too many redeliveries."""
+    return DLQ_GROUP_TOPIC_PREFIX + group
+
+
+@dataclass(frozen=True)
+class TopicConfig:
+    """RocketMQ's ``TopicConfig``: queue counts and permission bits of one topic."""
+
+    topic: str
+    read_queue_nums: int = 4
+    write_queue_nums: int = 4
+    perm: int = PERM_READ | PERM_WRITE
+    topic_filter_type: str = "SINGLE_TAG"
+    order: bool = False
+
+    @property
+    def readable(self) -> bool:
+        return bool(self.perm & PERM_READ)
+
+    @property
+    def writable(self) -> bool:
+        return bool(self.perm & PERM_WRITE)
+
+    def check_writable(self) -> None:
+        """Raise unless a producer may write to this topic.
+
+        >>> TopicConfig("T", perm=PERM_READ).check_writable()
+        Traceback (most recent call last):
+        ...
+        storelib.model.errors.TopicPermissionError: topic: the topic T is not writable (perm 4) (got 'T')
+        """
+        if not self.writable:
+            raise TopicPermissionError("topic", f"the topic {self.topic} is not writable (perm {self.perm})", value=self.topic)

@@ -1,0 +1,145 @@
+"""Finding messages: by message id, by key, by unique key, and a queue's offset by time.
+
+RocketMQ's QueryMessageProcessor, ViewMessageById and getOffsetInQueueByTime, as point reads: each
+lookup prunes the index or consume queue files by their statistics (a key's hash range, a queue),
+reads the few row groups that can match with pyarrow on this process, then reads the messages at
+the offsets it found from the commitlog files whose offset range holds them. No Spark job runs, so
+a lookup costs what it returns, not what the store holds.
+
+>>> store.query_by_id(r.msg_id).topic
+'TopicTest'
+>>> [m.queue_offset for m in store.query_by_key("TopicTest", "order-1")]
+[0]
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from storelib.context import StoreContext
+from storelib.delta.table import Prune, Table
+from storelib.encoding.index_key import build_index_key, index_key_hash
+from storelib.encoding.message_id import decode_message_id, ip_bytes
+from storelib.model.errors import MessageIdError, MessageNotFoundError, StoreError
+from storelib.model.message import StoredMessage
+from storelib.model.timestamps import epoch_ms
+from storelib.storage.commitlog import read_messages
+
+if TYPE_CHECKING:
+    pass
+
+__all__ = ["StoredMessage", "MessageQuery", "read_messages", "DEFAULT_QUERY_MAX_NUM", "MAX_MSGS_NUM_BATCH"]
+
+#: ``defaultQueryMaxNum``: messages a key query returns unless told otherwise.
+DEFAULT_QUERY_MAX_NUM = 32
+#: ``maxMsgsNumBatch``: the most a key query ever returns.
+MAX_MSGS_NUM_BATCH = 64
+_FAR_FUTURE_MS = 253_402_300_799_000  # 9999-12-31T23:59:59Z
+
+
+class MessageQuery:
+    """Point lookups over one store's tables."""
+
+    def __init__(self, ctx: StoreContext):
+        self.ctx = ctx
+        self.commitlog: Table = ctx.tables.commitlog
+        self.index: Table = ctx.tables.index
+        self.consume_queue: Table = ctx.tables.consume_queue
+        #: Data files each table's last lookup opened (for benchmarks and tests).
+        self.files_touched: dict[str, int] = {}
+
+    # ---- commitlog -------------------------------------------------------------------------
+    def by_offsets(self, offsets: Sequence[int]) -> list[StoredMessage]:
+        """Messages at these commitlog offsets, in the order given (missing ones left out)."""
+        found = read_messages(self.commitlog, self.commitlog.view().actions, offsets, self.files_touched)
+        return [found[o] for o in offsets if o in found]
+
+    def by_id(self, msg_id: str) -> StoredMessage:
+        """The message with this store message id (``viewMessageById``)."""
+        host, port, offset = decode_message_id(msg_id)
+        mine = self.ctx.config.store_address
+        if (ip_bytes("msg_id", host), port) != (ip_bytes("store_host", mine[0]), mine[1]):
+            raise MessageIdError("msg_id", f"names store {host}:{port}, but this store is {mine[0]}:{mine[1]}",
+                                 value=msg_id)
+        found = self.by_offsets([offset])
+        if not found:
+            raise MessageNotFoundError("msg_id", f"no message at commitlog offset {offset} in this store", value=msg_id)
+        return found[0]
+
+    # ---- index -----------------------------------------------------------------------------
+    def by_key(self, topic: str, key: str, max_num: int = DEFAULT_QUERY_MAX_NUM, begin: object = None,
+               end: object = None, *, unique: bool = False) -> list[StoredMessage]:
+        """Messages of ``topic`` indexed under ``key`` (one of their KEYS, or their UNIQ_KEY), newest first.
+
+        ``max_num`` is capped at 64 (``maxMsgsNumBatch``); ``begin`` and ``end`` bound the store
+        time (epoch milliseconds or datetimes, both inclusive). Index rows hold only the hash of
+        ``topic#key``, as IndexFile entries do; each candidate message is checked for the real
+        topic and key, so keys whose hashes collide never return each other's messages.
+        """
+        if not isinstance(max_num, int) or isinstance(max_num, bool) or max_num < 1:
+            raise StoreError("max_num", "must be a positive integer", value=max_num)
+        if not isinstance(key, str) or not key:
+            raise StoreError("key", "must be a non-empty string", value=key)
+        max_num = min(max_num, MAX_MSGS_NUM_BATCH)
+        lo, hi = epoch_ms(begin, "begin", default=0), epoch_ms(end, "end", default=_FAR_FUTURE_MS)
+        h = index_key_hash(build_index_key(topic, key))
+        snapshot = self.index.snapshot()
+        paths = self.index.files(snapshot, Prune(equal={"key_hash": h}))
+        self.files_touched = {"index": len(paths)}
+        cond = ((pc.field("key_hash") == h) & (pc.field("store_timestamp") >= _ts(lo))
+                & (pc.field("store_timestamp") <= _ts(hi)))
+        hits = self.index.read_arrow(paths=paths, columns=["commitlog_offset"], filter=cond).column(
+            "commitlog_offset").to_numpy()
+        candidates = [int(o) for o in np.unique(hits)[::-1]]  # newest first, each message once
+        found: list[StoredMessage] = []
+        commitlog_files = 0
+        for start in range(0, len(candidates), MAX_MSGS_NUM_BATCH):
+            for m in self.by_offsets(candidates[start:start + MAX_MSGS_NUM_BATCH]):
+                if m.topic == topic and (m.uniq_key == key or (not unique and key in (m.keys or "").split(" "))):
+                    found.append(m)
+            commitlog_files += self.files_touched.get("commitlog", 0)
+            if len(found) >= max_num:
+                break
+        self.files_touched["commitlog"] = commitlog_files
+        return found[:max_num]
+
+    def by_unique_key(self, topic: str, uniq_key: str) -> StoredMessage:
+        """The message whose UNIQ_KEY (the producer's message id) is ``uniq_key``; the first stored wins."""
+        found = self.by_key(topic, uniq_key, DEFAULT_QUERY_MAX_NUM, unique=True)
+        if not found:
+            raise MessageNotFoundError("uniq_key", f"no message of topic {topic} has this UNIQ_KEY", value=uniq_key)
+        return min(found, key=lambda m: m.commitlog_offset)
+
+    # ---- consume queue ---------------------------------------------------------------------
+    def search_offset(self, topic: str, queue_id: int, timestamp: object) -> int:
+        """First queue offset stored at or after ``timestamp`` (``getOffsetInQueueByTime``, lower boundary).
+
+        Past the last message it is the queue's max offset; before the first, its min offset; 0 for an
+        empty queue.
+        """
+        t = _ts(epoch_ms(timestamp, "timestamp"))
+        snapshot = self.consume_queue.snapshot()
+        queue = {"topic": topic, "queue_id": queue_id}
+        later = self.consume_queue.files(snapshot, Prune(equal=queue, between={"store_timestamp": (t, _ts(_FAR_FUTURE_MS))}))
+        self.files_touched["consume_queue"] = len(later)
+        found = self.consume_queue.read_arrow(
+            paths=later, columns=["queue_offset"],
+            filter=(pc.field("topic") == topic) & (pc.field("queue_id") == queue_id) & (pc.field("store_timestamp") >= t),
+        ).column("queue_offset")
+        if len(found):
+            return int(pc.min(found).as_py())
+        return self.max_queue_offset(topic, queue_id, snapshot)
+
+    def max_queue_offset(self, topic: str, queue_id: int, snapshot=None) -> int:
+        """One past the last dispatched queue offset, 0 for an empty queue, from file statistics alone."""
+        snapshot = snapshot or self.consume_queue.snapshot()
+        last = self.consume_queue.max_of(snapshot, "queue_offset", Prune(equal={"topic": topic, "queue_id": queue_id}))
+        return 0 if last is None else last + 1
+
+
+def _ts(millis: int) -> pa.Scalar:
+    return pa.scalar(min(millis, _FAR_FUTURE_MS) * 1000, pa.timestamp("us", tz="UTC"))

@@ -1,0 +1,45 @@
+"""The store's tables as Spark DataFrames, reading only the files whose statistics can hold the rows asked for.
+
+>>> topic_messages(store.context, "TopicTest").columns[:4]
+['physical_offset', 'size', 'topic', 'queue_id']
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from storelib.context import StoreContext
+from storelib.delta.table import Prune
+from storelib.model.errors import StoreError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+__all__ = ["table_rows", "topic_messages", "queue_units"]
+
+
+def table_rows(ctx: StoreContext, name: str, prune: Prune | None = None) -> "DataFrame":
+    """A table's current rows (files skipped by ``prune``'s statistics; rows not filtered by it)."""
+    tables = ctx.tables.by_name()
+    if name not in tables:
+        raise StoreError("name", f"no such table; the store's tables are {sorted(tables)}", value=name)
+    return tables[name].read(ctx.spark, prune=prune)
+
+
+def topic_messages(ctx: StoreContext, topic: str | None = None) -> "DataFrame":
+    """Commitlog rows, optionally of one topic."""
+    from pyspark.sql import functions as F
+
+    df = ctx.tables.commitlog.read(ctx.spark, prune=Prune(equal={"topic": topic}) if topic else None)
+    return df.where(F.col("topic") == topic) if topic else df
+
+
+def queue_units(ctx: StoreContext, topic: str, queue_id: int, begin: int = 0, end: int | None = None) -> "DataFrame":
+    """Consume queue rows of one queue with ``begin <= queue_offset < end``."""
+    from pyspark.sql import functions as F
+
+    hi = end - 1 if end is not None else 2**63 - 1
+    df = ctx.tables.consume_queue.read(ctx.spark, prune=Prune(equal={"topic": topic, "queue_id": queue_id},
+                                                              between={"queue_offset": (begin, hi)}))
+    return df.where((F.col("topic") == topic) & (F.col("queue_id") == queue_id)
+                    & (F.col("queue_offset") >= begin) & (F.col("queue_offset") <= hi))

@@ -1,0 +1,427 @@
+"""The CommitLog: appending messages with RocketMQ's offsets, safely from many producers at once.
+
+Offsets are handed out by the Delta log itself. The commitlog table's ``txn`` markers hold the next
+physical offset (``commitlog``) and each queue's next queue offset (``cq/<topic>/<queue>``). An
+append reads them from snapshot N, writes its files, and commits them together with the advanced
+markers as version N+1 *exactly*; if another producer took N+1 first, the append deletes its files
+and starts again from the newer snapshot. So offsets never repeat and never skip, whoever writes.
+
+Two paths share that protocol:
+
+* :meth:`CommitLog.append` - a producer's messages, encoded on the driver (a few to thousands);
+* :meth:`CommitLog.append_dataframe` - a DataFrame of messages, read once: the executors stage each
+  partition's rows and count them, then place them with running sums of the counts and write the
+  Parquet files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import logging
+import uuid
+import zlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyarrow import fs as pafs
+
+from storelib.delta.spec import spark_schema
+from storelib.delta.table import Table, add_actions, filesystem, with_retries
+from storelib.delta.writer import Target, write_items, write_rows
+from storelib.encoding.arrow import Distinct
+from storelib.encoding.message_id import message_id_prefix, message_ids
+from storelib.encoding.properties import properties_to_string
+from storelib.encoding.record import message_length
+from storelib.model.config import StoreConfig
+from storelib.model.message import StoredMessage, SysFlag
+from storelib.storage.schema import COMMITLOG
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
+    from pyspark.sql import DataFrame
+
+
+__all__ = ["CommitLog", "EncodedMessage", "AppendResult", "COMMITLOG_MARKER", "queue_marker"]
+
+log = logging.getLogger(__name__)
+
+COMMITLOG_MARKER = "commitlog"
+
+
+class BatchCompleter(Protocol):
+    """What a DataFrame send's executors run on each Arrow batch before staging it (the producer's
+    :class:`~storelib.send.producer.EncodedFrame`): the batch's topics, each row's refusal (null
+    where it passes), and the completed commitlog columns."""
+
+    def topics_of(self, batch: pa.RecordBatch) -> Any: ...
+
+    def refusals(self, batch: pa.RecordBatch, topics: Any = None) -> pa.Array: ...
+
+    def complete(self, batch: pa.RecordBatch, partition: int, first_row: int, topics: Any = None) -> dict[str, pa.Array]: ...
+
+
+def now_millis() -> dt.datetime:
+    """The current UTC time at RocketMQ's precision (milliseconds), as store and born times are kept."""
+    now = dt.datetime.now(dt.timezone.utc)
+    return now.replace(microsecond=now.microsecond // 1000 * 1000)
+
+
+def queue_marker(topic: str, queue_id: int) -> str:
+    """Name of the ``txn`` marker holding the next queue offset of (topic, queue_id)."""
+    return f"cq/{topic}/{queue_id}"
+
+
+@dataclass
+class EncodedMessage:
+    """A validated message with everything but its offsets, ready to append."""
+
+    topic: str
+    queue_id: int
+    sysflag: int
+    flag: int
+    body: bytes
+    properties: dict[str, str]
+    born_timestamp: dt.datetime
+    born_host: str
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+
+    @property
+    def size(self) -> int:
+        return message_length(
+            body_length=len(self.body), topic_length=len(self.topic.encode()),
+            properties_length=len(properties_to_string(self.properties).encode()),
+            born_host_v6=bool(self.sysflag & SysFlag.BORNHOST_V6), store_host_v6=bool(self.sysflag & SysFlag.STOREHOSTADDRESS_V6))
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    """Where appended messages landed: one entry per message for small appends, ranges for DataFrames."""
+
+    version: int
+    first_offset: int
+    next_offset: int
+    count: int
+    rows: list[dict] | None = None
+    queues: dict[tuple[str, int], tuple[int, int]] | None = None
+
+
+class CommitLog:
+    """Appends to the ``commitlog`` table."""
+
+    def __init__(self, table: Table, config: StoreConfig):
+        self.table = table
+        self.config = config
+        host, port = config.store_address
+        self.store_host = f"{host}:{port}"
+        self.store_v6 = config.store_v6
+        self.msg_id_prefix = message_id_prefix(host, port)
+
+    # ---- offsets ---------------------------------------------------------------------------
+    def next_offset(self, snapshot=None) -> int:
+        """The physical offset the next message will get (RocketMQ's max commitlog offset)."""
+        return Table.marker(snapshot or self.table.snapshot(), COMMITLOG_MARKER)
+
+    def queue_next(self, topic: str, queue_id: int, snapshot=None) -> int:
+        """The queue offset the next message of (topic, queue_id) will get."""
+        return Table.marker(snapshot or self.table.snapshot(), queue_marker(topic, queue_id))
+
+    # ---- small appends ---------------------------------------------------------------------
+    def append(self, messages: Sequence[EncodedMessage]) -> AppendResult:
+        """Append ``messages`` in order, atomically: all of them land, or none."""
+        # The store host's address family is the store's: the flag (and the 12 bytes) it adds count in the size.
+        messages = [dataclasses.replace(m, sysflag=m.sysflag | (SysFlag.STOREHOSTADDRESS_V6 if self.store_v6 else 0))
+                    for m in messages]
+        sizes = [m.size for m in messages]
+        crcs = [zlib.crc32(m.body) & 0x7FFFFFFF for m in messages]
+
+        def step(snapshot) -> AppendResult:
+            start = offset = self.next_offset(snapshot)
+            queues: dict[tuple[str, int], int] = {}
+            now = now_millis()
+            rows = []
+            for m, size, crc in zip(messages, sizes, crcs):
+                key = (m.topic, m.queue_id)
+                if key not in queues:
+                    queues[key] = self.queue_next(m.topic, m.queue_id, snapshot)
+                props = m.properties
+                rows.append({
+                    "physical_offset": offset, "size": size, "topic": m.topic, "queue_id": m.queue_id,
+                    "queue_offset": queues[key], "sysflag": m.sysflag,
+                    "flag": m.flag, "body_crc": crc, "born_timestamp": m.born_timestamp, "born_host": m.born_host,
+                    "store_timestamp": now, "store_host": self.store_host, "reconsume_times": m.reconsume_times,
+                    "prepared_transaction_offset": m.prepared_transaction_offset, "properties": list(props.items()),
+                    "body": bytes(m.body), "msg_id": None,
+                    "tags": props.get("TAGS"), "keys": props.get("KEYS"), "uniq_key": props.get("UNIQ_KEY"),
+                })
+                queues[key] += 1
+                offset += size
+            ids = message_ids(self.msg_id_prefix, np.array([r["physical_offset"] for r in rows], np.int64)).to_pylist()
+            for row, msg_id in zip(rows, ids):
+                row["msg_id"] = msg_id
+            data = pa.Table.from_pylist(rows, schema=COMMITLOG.arrow)
+            markers = {COMMITLOG_MARKER: offset, **{queue_marker(t, q): n for (t, q), n in queues.items()}}
+            version, _ = write_rows(self.table, snapshot, data, target_file_size=self.config.target_file_size,
+                                               markers=markers, operation="SEND",
+                                               info={"storelib.messages": str(len(rows))})
+            return AppendResult(version, start, offset, len(rows), rows=rows)
+
+        return with_retries(self.table, self.config.max_commit_attempts, step, what="send")
+
+    # ---- DataFrame appends -----------------------------------------------------------------
+    def append_dataframe(self, encoded: "DataFrame", frame: "BatchCompleter",
+                         refused: Callable[[Mapping[str, Any]], None]) -> AppendResult:
+        """Append an encoded DataFrame (see :mod:`storelib.send.producer`) in one atomic commit.
+
+        ``encoded`` has what varies per message (see :meth:`Producer.encode_dataframe`); ``frame``
+        checks the rows and completes them. Two Spark jobs, the DataFrame read once:
+
+        1. each task checks and completes its partition's rows and stages them (Arrow IPC, under the
+           table's hidden ``_staging`` folder), counting rows, bytes and rows per queue; a task
+           meeting a refused row stages nothing and reports it, and ``refused`` raises;
+        2. the driver gives every staged partition its first physical and queue offsets (running
+           sums, in partition order, from the snapshot's markers), and the executors place and
+           write the commitlog files, committed as the next version. If another producer took
+           that version, only this step runs again.
+        """
+        from pyspark.errors import PySparkException
+
+        attempt_id = uuid.uuid4().hex[:12]
+        staging = f"{self.table.path}/_staging/{attempt_id}"
+        fs, base = filesystem(staging)
+        fs.create_dir(base, recursive=True)
+        try:
+            stage = encoded.mapInArrow(_Stage(staging, frame), spark_schema(_STAGED_ARROW))
+            staged = [r.asDict() for r in stage.collect()]
+            bad = [r for r in staged if r["refused"]]
+            if bad:
+                refused(json.loads(min(bad, key=lambda r: r["partition"])["refused"]))
+            parts = sorted((r for r in staged if r["rows"]), key=lambda r: r["partition"])
+            count, total = sum(r["rows"] for r in parts), sum(r["bytes"] for r in parts)
+            if not parts:
+                snapshot = self.table.snapshot()
+                end = self.next_offset(snapshot)
+                return AppendResult(snapshot.version(), end, end, 0, queues={})
+
+            def step(snapshot) -> AppendResult:
+                start = self.next_offset(snapshot)
+                placed, offset, nexts, first = [], start, {}, {}
+                for r in parts:
+                    bases = {}
+                    for topic, queue_id, n in json.loads(r["queues"]):
+                        key = (topic, queue_id)
+                        if key not in nexts:
+                            nexts[key] = first[key] = self.queue_next(topic, queue_id, snapshot)
+                        bases[key] = nexts[key]
+                        nexts[key] += n
+                    placed.append(_StagedPart(r["path"], offset, bases, r["rows"], r["bytes"]))
+                    offset += r["bytes"]
+                prefix = f"part-{attempt_id}"
+                place = _Place(now_millis(), self.store_host, self.msg_id_prefix)
+                target = Target.of(self.table, target_file_size=self.config.target_file_size, prefix=prefix)
+                try:
+                    files = write_items(encoded.sparkSession, placed, [p.bytes for p in placed],
+                                        {"commitlog": target}, place)["commitlog"]
+                except PySparkException:
+                    self._discard_attempt(prefix)
+                    raise
+                markers = {COMMITLOG_MARKER: start + total}
+                markers.update({queue_marker(t, q): n for (t, q), n in nexts.items()})
+                version = self.table.commit(snapshot, files, markers=markers, operation="SEND_DATAFRAME",
+                                            info={"storelib.messages": str(count)})
+                return AppendResult(version, start, start + total, count,
+                                    queues={k: (first[k], nexts[k]) for k in nexts})
+
+            return with_retries(self.table, self.config.max_commit_attempts, step, what="send_dataframe")
+        finally:
+            fs.delete_dir(base)
+
+    def clean_staging(self, older_than_hours: float) -> int:
+        """Delete staged partitions of DataFrame sends that died (folders older than the given hours)."""
+        import time
+
+        fs, base = filesystem(f"{self.table.path}/_staging")
+        if fs.get_file_info(base).type == pafs.FileType.NotFound:
+            return 0
+        cutoff = time.time() - older_than_hours * 3600
+        stale = [i for i in fs.get_file_info(pafs.FileSelector(base)) if i.mtime is not None and i.mtime.timestamp() < cutoff]
+        for info in stale:
+            fs.delete_dir(info.path) if info.type == pafs.FileType.Directory else fs.delete_file(info.path)
+        return len(stale)
+
+    def _discard_attempt(self, prefix: str) -> None:
+        """Delete the files a failed bulk write left behind (they were never committed)."""
+        fs, base = filesystem(self.table.path)
+        for info in fs.get_file_info(pafs.FileSelector(base)):
+            if info.base_name.startswith(prefix + "-"):
+                fs.delete_file(info.path)
+
+
+#: Commitlog columns the store sets when it places a message; staged rows have all the others.
+_PLACED = ("physical_offset", "queue_offset", "store_timestamp", "store_host", "msg_id")
+_STAGED = pa.schema([f for f in COMMITLOG.arrow if f.name not in _PLACED])
+_STAGED_ARROW = pa.schema([("partition", pa.int32()), ("path", pa.string()), ("rows", pa.int64()), ("bytes", pa.int64()),
+                          ("queues", pa.string()), ("refused", pa.string())])
+
+
+def _queue_groups(topics: Distinct, queue_id: pa.Array) -> tuple[list[tuple[str, int]], np.ndarray, np.ndarray]:
+    """The rows' (topic, queue_id) pairs in sorted order, each row's index among them, and their counts."""
+    key = topics.rows.astype(np.int64) * (1 << 32) + queue_id.to_numpy().astype(np.int64)
+    unique, inverse = np.unique(key, return_inverse=True)
+    names = topics.values.to_pylist()
+    pairs = [(names[k >> 32], k & 0xFFFFFFFF) for k in unique.tolist()]
+    return pairs, inverse.reshape(-1), np.bincount(inverse.reshape(-1), minlength=len(unique))
+
+
+@dataclass(frozen=True)
+class _Stage:
+    """Step 1 on an executor: complete a partition's rows and stage them, or report the first refused row."""
+
+    root: str
+    frame: "BatchCompleter"
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        pid = TaskContext.get().partitionId()
+        fs, base = filesystem(self.root)
+        name = f"{pid}-{uuid.uuid4().hex}.arrows"
+        path = f"{base}/{name}"
+        rows = nbytes = 0
+        counts: dict[tuple[str, int], int] = {}
+        refused = None
+        with fs.open_output_stream(path) as out, pa.ipc.new_stream(out, _STAGED) as writer:
+            for b in batches:
+                if not b.num_rows:
+                    continue
+                topics = self.frame.topics_of(b)
+                errors = self.frame.refusals(b, topics)
+                bad = pc.is_valid(errors)
+                if pc.any(bad).as_py():
+                    i = pc.index(bad, True).as_py()
+                    refused = json.dumps({**json.loads(errors[i].as_py()), "topic": b.column("topic")[i].as_py(),
+                                          "partition": pid})
+                    break
+                cols = self.frame.complete(b, pid, rows, topics)
+                writer.write_batch(pa.RecordBatch.from_arrays([cols[f.name].cast(f.type) for f in _STAGED],
+                                                              schema=_STAGED))
+                pairs, _, n = _queue_groups(topics.distinct, cols["queue_id"])
+                for pair, c in zip(pairs, n.tolist()):
+                    counts[pair] = counts.get(pair, 0) + c
+                rows += b.num_rows
+                nbytes += int(pc.sum(cols["size"]).as_py())
+        if refused is not None:
+            fs.delete_file(path)
+            rows = nbytes = 0
+        row = {"partition": pid, "path": f"{self.root}/{name}", "rows": rows, "bytes": nbytes,
+               "queues": json.dumps([[t, q, n] for (t, q), n in counts.items()]), "refused": refused}
+        yield pa.RecordBatch.from_pylist([row], schema=_STAGED_ARROW)
+
+
+@dataclass(frozen=True)
+class _StagedPart:
+    """One staged partition and where its messages go: its first physical offset and per-queue offsets."""
+
+    path: str
+    physical_base: int
+    queue_bases: Mapping[tuple[str, int], int]
+    rows: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class _Place:
+    """Step 2 on the executors (the ``per_item`` of a :func:`~storelib.delta.writer.write_items` job): a
+    staged partition placed as commitlog rows."""
+
+    store_timestamp: dt.datetime
+    store_host: str
+    msg_id_prefix: str
+
+    def __call__(self, part: _StagedPart) -> Iterator[dict[str, pa.RecordBatch]]:
+        for batch in self._place(part):
+            yield {"commitlog": batch}
+
+    def _place(self, part: _StagedPart) -> Iterator[pa.RecordBatch]:
+        fs, path = filesystem(part.path)
+        phys = part.physical_base
+        counters = dict(part.queue_bases)
+        seen_rows = 0
+        local = isinstance(fs, pafs.LocalFileSystem)
+        with (pa.memory_map(path) if local else fs.open_input_stream(path)) as source:  # mapped: no copies
+            for b in pa.ipc.open_stream(source):
+                sizes = b.column("size").to_numpy().astype(np.int64)
+                ends = np.cumsum(sizes)
+                offsets = phys + ends - sizes
+                phys += int(ends[-1])
+                seen_rows += b.num_rows
+                yield self._row_batch(b, offsets, self._queue_offsets(b, counters))
+        if (seen_rows, phys - part.physical_base) != (part.rows, part.bytes):
+            raise RuntimeError(f"staged file {part.path} holds {seen_rows} rows, {phys - part.physical_base} bytes; "
+                               f"expected {part.rows}, {part.bytes}")
+
+    @staticmethod
+    def _queue_offsets(b: pa.RecordBatch, counters: dict[tuple[str, int], int]) -> np.ndarray:
+        pairs, inverse, counts = _queue_groups(Distinct.of(b.column("topic")), b.column("queue_id"))
+        order = np.argsort(inverse, kind="stable")
+        starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+        rank = np.empty(len(inverse), dtype=np.int64)
+        rank[order] = np.arange(len(inverse)) - np.repeat(starts, counts)
+        bases = np.empty(len(pairs), dtype=np.int64)
+        for i, pair in enumerate(pairs):
+            bases[i] = counters[pair]
+            counters[pair] += int(counts[i])
+        return bases[inverse] + rank
+
+    def _row_batch(self, b: pa.RecordBatch, offsets: np.ndarray, queue_offsets: np.ndarray) -> pa.RecordBatch:
+        n = b.num_rows
+        cols = {name: b.column(name) for name in b.schema.names}
+        cols["physical_offset"] = pa.array(offsets, pa.int64())
+        cols["queue_offset"] = pa.array(queue_offsets, pa.int64())
+        cols["store_timestamp"] = pa.repeat(pa.scalar(self.store_timestamp, COMMITLOG.arrow.field("store_timestamp").type), n)
+        cols["store_host"] = pa.repeat(pa.scalar(self.store_host, pa.string()), n)
+        cols["msg_id"] = message_ids(self.msg_id_prefix, offsets)
+        return pa.RecordBatch.from_arrays([cols[f.name] for f in COMMITLOG.arrow], schema=COMMITLOG.arrow)
+
+
+# ---- look-ups ------------------------------------------------------------------------
+def commitlog_min_offset(commitlog_snapshot: "DeltaTable") -> int:
+    """The smallest physical offset still in the commitlog (``getMinPhyOffset``); 0 when it is empty.
+
+    From the add actions' statistics alone. A file without statistics could hold anything, so
+    its presence gives 0 (nothing is then cleaned on its account).
+    """
+    return min_physical_offset(add_actions(commitlog_snapshot))
+
+
+def min_physical_offset(actions: pa.Table) -> int:
+    """:func:`commitlog_min_offset` from the commitlog's add actions."""
+    if actions.num_rows == 0 or "min.physical_offset" not in actions.column_names:
+        return 0
+    column = actions.column("min.physical_offset")
+    if column.null_count:
+        return 0
+    return int(pc.min(column).as_py())
+
+
+def read_messages(commitlog: Table, actions: pa.Table, offsets: Sequence[int],
+                  files_touched: dict[str, int] | None = None) -> dict[int, StoredMessage]:
+    """The messages at these commitlog offsets, by offset (missing ones left out): only the files and
+    row groups whose offset statistics hold one are read, with pyarrow on this process.
+
+    ``actions`` are the commitlog's add actions (a warm :meth:`Table.view`'s). ``files_touched``,
+    when given, gets how many data files were opened.
+    """
+    if not len(offsets):
+        return {}
+    wanted = pa.array(sorted(set(int(o) for o in offsets)), pa.int64())
+    holding = commitlog.holding(actions, "physical_offset", wanted)
+    if files_touched is not None:
+        files_touched["commitlog"] = holding.num_rows
+    rows = commitlog.read_arrow(paths=commitlog.paths(holding), filter=pc.field("physical_offset").isin(wanted))
+    return {r["physical_offset"]: StoredMessage.from_row(r) for r in rows.to_pylist()}

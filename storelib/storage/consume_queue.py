@@ -1,0 +1,89 @@
+"""The ConsumeQueue: per (topic, queue), one unit per message: commitlog offset, size and tag code
+(or the decorated address of its ConsumeQueueExt unit). Its rows, built by dispatch from the
+commitlog, and its look-ups, point reads with pyarrow over a warm snapshot view.
+
+>>> roll_next_file(299_999, 300_000), roll_next_file(300_000, 300_000)
+(300000, 600000)
+>>> min_queue_marker("TopicTest", 3)
+'cqmin/TopicTest/3'
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from storelib.delta.table import Prune, Table
+from storelib.storage.schema import CONSUME_QUEUE
+
+__all__ = ["CONSUME_QUEUE", "CQ_STORE_UNIT_SIZE", "roll_next_file", "queue_max_offset", "max_offsets", "read_units",
+           "contiguous", "min_queue_marker", "queue_min_offset", "min_offset"]
+
+#: Bytes of one ConsumeQueue unit: commitlog offset (8), size (4), tags code (8).
+CQ_STORE_UNIT_SIZE = 20
+
+
+def roll_next_file(offset: int, units_per_file: int) -> int:
+    """``ConsumeQueue.rollNextFile``: the first queue offset of the queue file after the one holding ``offset``."""
+    return offset + units_per_file - offset % units_per_file
+
+
+def min_queue_marker(topic: str, queue_id: int) -> str:
+    """Name of the consume queue ``txn`` marker holding (topic, queue_id)'s min logical offset.
+
+    >>> min_queue_marker("TopicTest", 3)
+    'cqmin/TopicTest/3'
+    """
+    return f"cqmin/{topic}/{queue_id}"
+
+
+def queue_min_offset(marker: int | None, actions: pa.Table, topic: str, queue_id: int) -> int:
+    """``getMinOffsetInQueue`` from the ``cqmin/<topic>/<queue_id>`` marker (once retention has set it),
+    else the smallest ``queue_offset`` among the queue's files, else 0 (no dispatched units)."""
+    if marker is not None:
+        return int(marker)
+    mins = Table.only(actions, {"topic": topic, "queue_id": queue_id}).column("min.queue_offset") \
+        if actions.num_rows else []
+    low = pc.min(mins).as_py() if len(mins) else None
+    return 0 if low is None else int(low)
+
+
+def queue_max_offset(queue_actions: pa.Table) -> int:
+    if queue_actions.num_rows == 0:
+        return 0
+    top = pc.max(queue_actions.column("max.queue_offset")).as_py()
+    return 0 if top is None else top + 1
+
+
+def max_offsets(actions: pa.Table) -> dict[tuple[str, int], int]:
+    """``getMaxOffsetInQueue`` of every queue at once, from consume queue add actions (files of one queue)."""
+    actions = Table.clustered(actions, ["topic", "queue_id"])
+    if actions.num_rows == 0:
+        return {}
+    tops = actions.group_by(["min.topic", "min.queue_id"]).aggregate([("max.queue_offset", "max")])
+    return {(t, q): m + 1 for t, q, m in zip(*(tops.column(c).to_pylist() for c in
+                                               ("min.topic", "min.queue_id", "max.queue_offset_max"))) if m is not None}
+
+
+def read_units(cq: Table, queue_actions: pa.Table, topic: str, queue_id: int, lo: int, hi: int) -> pa.Table:
+    actions = cq.prune(queue_actions, Prune(between={"queue_offset": (lo, hi - 1)}))
+    rows = cq.read_arrow(paths=cq.paths(actions), columns=["queue_offset", "commitlog_offset", "size", "tags_code"],
+                         filter=(pc.field("topic") == topic) & (pc.field("queue_id") == queue_id)
+                         & (pc.field("queue_offset") >= lo) & (pc.field("queue_offset") < hi))
+    return rows.sort_by("queue_offset")
+
+
+def contiguous(units: pa.Table, offset: int) -> pa.Table:
+    """The units from ``offset`` up to the first gap (a queue file that is missing ends the buffer)."""
+    got = units.column("queue_offset").to_numpy()
+    gaps = np.flatnonzero(got != offset + np.arange(len(got)))
+    return units.slice(0, int(gaps[0])) if len(gaps) else units
+
+
+def min_offset(table: Table, topic: str, queue_id: int) -> int:
+    """``getMinOffsetInQueue`` of (topic, queue_id) from a warm view of the consume queue table: no data
+    file is opened."""
+    marker = min_queue_marker(topic, queue_id)
+    view = table.view(markers=[marker])
+    return queue_min_offset(view.markers.get(marker), view.actions, topic, queue_id)

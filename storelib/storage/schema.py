@@ -1,0 +1,235 @@
+"""The store's tables and their columns: the one place they are defined and documented.
+
+Each column's description is written into the Delta table's schema as the field's ``comment``, so
+users see it where they look at the data (``DESCRIBE TABLE`` on Databricks, ``DeltaTable.schema()``
+in deltalake). ``python -m storelib.storage.schema`` prints them all.
+
+Tables, as folders under the store's root:
+
+=============================  ====================================================================
+``commitlog``                  every message, in append order (RocketMQ's CommitLog)
+``consume_queue``              one row per message and queue: where to find it (ConsumeQueue)
+``consume_queue_ext``          filter bitmap, store time, real tag code (ConsumeQueueExt)
+``consume_queue_ext_summary``  per ext file: OR of its bitmaps, its tag codes (file-level pruning)
+``index``                      one row per KEYS key and per UNIQ_KEY (IndexFile)
+``topic_config``               topics with their queue counts and permissions (TopicConfigManager)
+``subscription``               subscriptions by consumer group and topic (ConsumerFilterManager)
+``subscription_group``         consumer group settings (SubscriptionGroupManager)
+``consumer_offset``            committed offsets by group, topic and queue (ConsumerOffsetManager)
+=============================  ====================================================================
+
+No table is Delta-partitioned: the writers cluster rows into files instead (one queue's offset
+range, one key-hash range, one commitlog offset range per file) and every file carries min/max
+statistics, so readers skip files the way Delta's data skipping does.
+
+>>> TABLES["consume_queue"].arrow.names
+['topic', 'queue_id', 'queue_offset', 'commitlog_offset', 'size', 'tags_code', 'store_timestamp']
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from storelib.delta.spec import TableSpec
+
+__all__ = ["TableSpec", "TABLES", "COMMITLOG", "CONSUME_QUEUE", "CONSUME_QUEUE_EXT", "EXT_SUMMARY", "INDEX", "TOPIC_CONFIG",
+           "SUBSCRIPTION", "SUBSCRIPTION_GROUP", "CONSUMER_OFFSET"]
+
+TIMESTAMP = pa.timestamp("us", tz="UTC")
+PROPERTIES = pa.map_(pa.string(), pa.string())
+
+
+def _f(name: str, kind: pa.DataType, comment: str, nullable: bool = True) -> pa.Field:
+    return pa.field(name, kind, nullable=nullable, metadata={"comment": comment})
+
+
+COMMITLOG = TableSpec(
+    "commitlog",
+    pa.schema([
+        _f("physical_offset", pa.int64(), "Commitlog offset: running byte position; physical_offset + size is the next message's", False),
+        _f("size", pa.int32(), "Encoded message size in bytes, as RocketMQ's calMsgLength", False),
+        _f("topic", pa.string(), "Topic the message was stored under (a system topic for delayed and prepared messages)", False),
+        _f("queue_id", pa.int32(), "Queue of the topic", False),
+        _f("queue_offset", pa.int64(), "Position in the (topic, queue_id) consume queue, contiguous from 0", False),
+        _f("sysflag", pa.int32(), "RocketMQ MessageSysFlag bits (transaction type, IPv6 hosts, multi tags)", False),
+        _f("flag", pa.int32(), "User flag of the message", False),
+        _f("body_crc", pa.int32(), "CRC32 of the body, & 0x7FFFFFFF as RocketMQ stores it", False),
+        _f("born_timestamp", TIMESTAMP, "When the producer created the message", False),
+        _f("born_host", pa.string(), "Producer host as ip:port", False),
+        _f("store_timestamp", TIMESTAMP, "When the store appended the message", False),
+        _f("store_host", pa.string(), "Store host as ip:port (part of msg_id)", False),
+        _f("reconsume_times", pa.int32(), "Times the message was sent back for redelivery", False),
+        _f("prepared_transaction_offset", pa.int64(), "Commitlog offset of the prepared message a commit/rollback refers to", False),
+        _f("properties", PROPERTIES, "All message properties with RocketMQ's names (TAGS, KEYS, UNIQ_KEY, user properties)", False),
+        _f("body", pa.binary(), "Message body", False),
+        _f("msg_id", pa.string(), "Store message id: store host, port and physical_offset in upper-case hex"),
+        _f("tags", pa.string(), "Copy of the TAGS property, for column pruning"),
+        _f("keys", pa.string(), "Copy of the KEYS property (space-separated), for column pruning"),
+        _f("uniq_key", pa.string(), "Copy of the UNIQ_KEY property: the producer-side message id"),
+    ]),
+    sort_by=("physical_offset",),
+    description="Every message in append order (RocketMQ's CommitLog).",
+    row_group_rows=8 * 1024,  # a pull of 32 messages decodes ~1 MiB, not a 64k-message row group
+    dictionary=("topic", "queue_id", "sysflag", "flag", "born_timestamp", "born_host", "store_timestamp", "store_host",
+                "reconsume_times", "prepared_transaction_offset", "properties.key_value.key", "tags"),
+    statistics=("physical_offset", "size", "topic", "queue_id", "queue_offset", "sysflag", "born_timestamp",
+                "store_timestamp", "tags"),
+)
+
+CONSUME_QUEUE = TableSpec(
+    "consume_queue",
+    pa.schema([
+        _f("topic", pa.string(), "Topic", False),
+        _f("queue_id", pa.int32(), "Queue of the topic", False),
+        _f("queue_offset", pa.int64(), "Position in the queue, contiguous from 0", False),
+        _f("commitlog_offset", pa.int64(), "physical_offset of the message in commitlog", False),
+        _f("size", pa.int32(), "Message size in bytes", False),
+        _f("tags_code", pa.int64(), "Java String.hashCode of TAGS, or a decorated consume_queue_ext address", False),
+        _f("store_timestamp", TIMESTAMP, "Store time of the message (RocketMQ reads it from the commitlog)", False),
+    ]),
+    cluster_by=("topic", "queue_id"),
+    sort_by=("topic", "queue_id", "queue_offset"),
+    description="Where each message of a queue is (RocketMQ's ConsumeQueue).",
+    row_group_rows=16 * 1024,
+    dictionary=("topic", "queue_id", "store_timestamp"),
+)
+
+CONSUME_QUEUE_EXT = TableSpec(
+    "consume_queue_ext",
+    pa.schema([
+        _f("topic", pa.string(), "Topic", False),
+        _f("queue_id", pa.int32(), "Queue of the topic", False),
+        _f("queue_offset", pa.int64(), "Queue offset of the message this unit belongs to", False),
+        _f("ext_offset", pa.int64(), "Undecorated ext address of this unit (its index in the queue's ext log); "
+                                     "the consume queue row's tags_code holds it decorated", False),
+        _f("commitlog_offset", pa.int64(), "physical_offset of the message (repeated from the consume queue row, "
+                                           "so filtered reads need no join)", False),
+        _f("size", pa.int32(), "Message size in bytes (repeated from the consume queue row)", False),
+        _f("tags_code", pa.int64(), "Real tag hash code of the message", False),
+        _f("store_timestamp", TIMESTAMP, "Store time of the message", False),
+        _f("filter_bitmap", pa.binary(), "Bloom bits of the SQL92 subscriptions the message matched (BitsArray "
+                                         "layout, ceil(m/8) bytes); null when bitmaps were off"),
+        _f("filter_version", pa.int64(), "Subscription registry version the bitmap was computed with: valid for "
+                                         "subscriptions registered at or before it"),
+    ]),
+    cluster_by=("topic", "queue_id"),
+    sort_by=("topic", "queue_id", "queue_offset"),
+    description="Filter bitmap, store time and real tag code per message (RocketMQ's ConsumeQueueExt).",
+    row_group_rows=16 * 1024,
+    dictionary=("topic", "queue_id", "tags_code", "store_timestamp", "filter_bitmap", "filter_version"),
+)
+
+EXT_SUMMARY = TableSpec(
+    "consume_queue_ext_summary",
+    pa.schema([
+        _f("path", pa.string(), "Data file of consume_queue_ext this row sums up (Delta add path)", False),
+        _f("topic", pa.string(), "Topic of the file's rows", False),
+        _f("queue_id", pa.int32(), "Queue of the file's rows", False),
+        _f("num_records", pa.int64(), "Rows in the file", False),
+        _f("filter_bitmap_or", pa.binary(), "OR of every row's filter bitmap; null when some row has none"),
+        _f("filter_version_min", pa.int64(), "Lowest filter_version of the file's rows"),
+        _f("tags_codes", pa.list_(pa.int64()), "Distinct real tag codes of the file's rows; null when there are "
+                                               "more than 64"),
+        _f("no_hit", pa.list_(pa.string()), "SQL92 subscriptions ('group@version') whose Bloom bits no row's "
+                                            "bitmap hits: the file holds no message for them"),
+    ]),
+    cluster_by=("topic",),
+    description=("One row per consume_queue_ext file: what its bitmaps and tag codes can match, so a selective "
+                 "read skips files without opening them."),
+)
+
+SUBSCRIPTION = TableSpec(
+    "subscription",
+    pa.schema([
+        _f("consumer_group", pa.string(), "Consumer group", False),
+        _f("topic", pa.string(), "Subscribed topic", False),
+        _f("expression_type", pa.string(), "TAG or SQL92", False),
+        _f("expression", pa.string(), "Tag expression ('TagA || TagB', '*') or SQL92 text", False),
+        _f("version", pa.int64(), "Registry version (Delta version of the commit that registered this row)", False),
+        _f("sub_version", pa.int64(), "Client's subscription version (epoch ms of the registration)", False),
+        _f("born_timestamp", TIMESTAMP, "When the subscription was registered (ConsumerFilterData.bornTime)", False),
+        _f("dead", pa.bool_(), "An unregistration: the (group, topic) has no subscription from this version", False),
+        _f("bloom_bit_pos", pa.list_(pa.int32()), "Bloom bit positions of 'group#topic' (BloomFilterData.bitPos)"),
+        _f("bloom_bit_num", pa.int32(), "Bloom filter size m the bit positions are for (BloomFilterData.bitNum)"),
+    ]),
+    cluster_by=("topic",),
+    description="Subscriptions by (consumer group, topic), every registration kept (RocketMQ's ConsumerFilterManager).",
+)
+
+INDEX = TableSpec(
+    "index",
+    pa.schema([
+        _f("hash_range", pa.int32(), "Cluster of key hashes this row is filed under (key_hash >> bits)", False),
+        _f("key_hash", pa.int32(), "abs(String.hashCode) of 'topic#key' (IndexService.buildKey), as IndexFile's keyHash", False),
+        _f("commitlog_offset", pa.int64(), "physical_offset of the message (IndexFile's phyOffset)", False),
+        _f("store_timestamp", TIMESTAMP, "Store time of the message (IndexFile keeps it as timeDiff)", False),
+    ]),
+    cluster_by=("hash_range",),
+    sort_by=("key_hash",),  # key_hash order is hash_range order too
+    dictionary=("hash_range", "store_timestamp"),
+    description=("Message keys and unique keys to commitlog offsets (RocketMQ's IndexFile entries: the key itself "
+                 "is not stored; lookups check it on the message, so colliding hashes never mix keys)."),
+)
+
+TOPIC_CONFIG = TableSpec(
+    "topic_config",
+    pa.schema([
+        _f("topic", pa.string(), "Topic name", False),
+        _f("read_queue_nums", pa.int32(), "Queues consumers read (readQueueNums)", False),
+        _f("write_queue_nums", pa.int32(), "Queues producers write (writeQueueNums)", False),
+        _f("perm", pa.int32(), "PermName bits: 4 read, 2 write, 1 inherit", False),
+        _f("topic_filter_type", pa.string(), "SINGLE_TAG or MULTI_TAG", False),
+        _f("order", pa.bool_(), "Ordered topic", False),
+        _f("updated_at", TIMESTAMP, "When this configuration was last written", False),
+    ]),
+    description="Topic configuration (RocketMQ's TopicConfigManager).",
+)
+
+SUBSCRIPTION_GROUP = TableSpec(
+    "subscription_group",
+    pa.schema([
+        _f("group_name", pa.string(), "Consumer group", False),
+        _f("consume_enable", pa.bool_(), "Whether the group may pull (consumeEnable)", False),
+        _f("consume_from_min_enable", pa.bool_(), "consumeFromMinEnable", False),
+        _f("consume_broadcast_enable", pa.bool_(), "consumeBroadcastEnable", False),
+        _f("retry_queue_nums", pa.int32(), "Queues of the group's %RETRY% topic (retryQueueNums); 0 drops sent-back messages", False),
+        _f("retry_max_times", pa.int32(), "Redeliveries before a message goes to %DLQ% (retryMaxTimes)", False),
+        _f("broker_id", pa.int64(), "brokerId", False),
+        _f("which_broker_when_consume_slowly", pa.int64(), "whichBrokerWhenConsumeSlowly", False),
+        _f("updated_at", TIMESTAMP, "When this configuration was last written", False),
+    ]),
+    description="Consumer group configuration (RocketMQ's SubscriptionGroupManager).",
+)
+
+CONSUMER_OFFSET = TableSpec(
+    "consumer_offset",
+    pa.schema([
+        _f("consumer_group", pa.string(), "Consumer group", False),
+        _f("topic", pa.string(), "Topic", False),
+        _f("queue_id", pa.int32(), "Queue of the topic", False),
+        _f("offset", pa.int64(), "Committed consumer offset: the next queue offset the group will consume", False),
+        _f("commit_version", pa.int64(), "Delta version of the commit that wrote the row: the latest wins", False),
+        _f("commit_timestamp", TIMESTAMP, "When the offset was committed", False),
+    ]),
+    cluster_by=("consumer_group",),
+    sort_by=("consumer_group", "topic", "queue_id"),
+    description="Consumer offsets by (group, topic, queue) (RocketMQ's ConsumerOffsetManager).",
+)
+
+TABLES: dict[str, TableSpec] = {t.name: t for t in (COMMITLOG, CONSUME_QUEUE, CONSUME_QUEUE_EXT, EXT_SUMMARY, INDEX,
+                                                     TOPIC_CONFIG, SUBSCRIPTION, SUBSCRIPTION_GROUP, CONSUMER_OFFSET)}
+
+
+def describe() -> str:
+    """Every table and column with its description, as plain text."""
+    lines = []
+    for spec in TABLES.values():
+        lines.append(f"{spec.name}: {spec.description}")
+        for f in spec.arrow:
+            lines.append(f"  {f.name:<28} {str(f.type):<32} {f.metadata[b'comment'].decode()}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(describe())

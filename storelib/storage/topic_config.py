@@ -1,0 +1,69 @@
+"""The ``topic_config`` Delta table (RocketMQ's TopicConfigManager): one row per topic, the latest write wins.
+
+>>> TopicConfigTable(store.context.tables.topic_config).get("TopicTest").write_queue_nums
+4
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pyarrow as pa
+from deltalake import CommitProperties, write_deltalake
+
+from storelib.delta.table import Table
+from storelib.model.errors import InvalidQueueIdError, ReservedTopicError, TopicNotFoundError
+from storelib.model.topic import PERM_READ, PERM_WRITE, TopicConfig, is_system_topic, validate_topic
+from storelib.storage.schema import TOPIC_CONFIG
+
+__all__ = ["TopicConfigTable"]
+
+
+class TopicConfigTable:
+    """The ``topic_config`` Delta table: one row per topic, the latest write wins."""
+
+    def __init__(self, table: Table):
+        self.table = table
+
+    def all(self) -> dict[str, TopicConfig]:
+        """Every topic's configuration, from memory while the table has not moved."""
+        return self.table.memo("all", lambda view: self._latest(self.table.read_view(view).to_pylist()))
+
+    @staticmethod
+    def _latest(rows: list[dict]) -> dict[str, TopicConfig]:
+        latest: dict[str, dict] = {}
+        for r in sorted(rows, key=lambda r: r["updated_at"]):
+            latest[r["topic"]] = r
+        return {t: TopicConfig(t, r["read_queue_nums"], r["write_queue_nums"], r["perm"], r["topic_filter_type"], r["order"])
+                for t, r in latest.items()}
+
+    def get(self, topic: str) -> TopicConfig:
+        """The topic's configuration, or :class:`TopicNotFoundError`."""
+        config = self.all().get(topic)
+        if config is None:
+            raise TopicNotFoundError("topic", f"topic {topic} does not exist in this store; create it first", value=topic)
+        return config
+
+    def put(self, config: TopicConfig) -> None:
+        """Write ``config`` for its topic, replacing any earlier one, in one atomic commit."""
+        row = {**config.__dict__, "updated_at": dt.datetime.now(dt.timezone.utc)}
+        data = pa.Table.from_pylist([row], schema=TOPIC_CONFIG.arrow)
+        write_deltalake(self.table.path, data, mode="overwrite", predicate=f"topic = '{config.topic}'",
+                        commit_properties=CommitProperties(custom_metadata={"storelib.operation": "CREATE_TOPIC"}))
+
+    def create(self, topic: str, read_queues: int, write_queues: int, perm: int = PERM_READ | PERM_WRITE,
+               order: bool = False) -> TopicConfig:
+        """Create or update a user topic (``updateAndCreateTopic``); system topics are refused.
+
+        >>> TopicConfigTable(store.context.tables.topic_config).create("DocTopic", 2, 2).read_queue_nums
+        2
+        """
+        validate_topic(topic)
+        if is_system_topic(topic):
+            raise ReservedTopicError("topic", "is a system topic and cannot be created by users", value=topic)
+        for name, value in (("read_queue_nums", read_queues), ("write_queue_nums", write_queues)):
+            if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 1024:
+                raise InvalidQueueIdError(name, "must be an integer in 1..1024", value=value)
+        config = TopicConfig(topic, read_queues, write_queues, perm, "SINGLE_TAG", order)
+        self.put(config)
+        return config

@@ -1,0 +1,122 @@
+"""The package's shape: layers you can see in the folder tree, each importing only from layers below it,
+and no import cycles (imports under TYPE_CHECKING and inside functions count too)."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "storelib"
+
+#: Each layer, bottom first; a module may import from its own layer and the layers before it.
+LAYERS = [
+    ["storelib.model"],
+    ["storelib.encoding"],
+    ["storelib.session", "storelib.delta"],
+    ["storelib.storage"],
+    ["storelib.filter", "storelib.send"],
+    ["storelib.context"],
+    ["storelib.dispatch"],
+    ["storelib.query"],
+    ["storelib.consume"],
+    ["storelib.maintenance"],
+    ["storelib.store"],
+    ["storelib.sql", "storelib"],
+]
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for path in PACKAGE.rglob("*.py"):
+        name = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        out[name.removesuffix(".__init__")] = path
+    return out
+
+
+def imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """The package's modules ``name`` imports anywhere in its source (resolved to the module)."""
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        targets = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
+            targets = [f"{base}.{a.name}" for a in node.names] + [base]
+        for target in targets:
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                found.add(target)
+                break
+    return found
+
+
+def layer_of(name: str) -> int:
+    best, rank = -1, None
+    for i, prefixes in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (name == prefix or name.startswith(prefix + ".")) and len(prefix) > best:
+                best, rank = len(prefix), i
+    assert rank is not None, f"{name} is in no layer: add it to LAYERS"
+    return rank
+
+
+GRAPH = {name: imports(name, path, set(modules())) for name, path in modules().items()}
+
+
+def test_every_module_has_a_layer():
+    for name in GRAPH:
+        layer_of(name)
+
+
+@pytest.mark.parametrize("name", sorted(GRAPH))
+def test_imports_only_from_below(name):
+    above = sorted(t for t in GRAPH[name] if layer_of(t) > layer_of(name))
+    assert not above, f"{name} (layer {layer_of(name)}) imports from higher layers: {above}"
+
+
+def test_no_import_cycles():
+    cycles = []
+    state: dict[str, int] = {}
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(GRAPH[node]):
+            if state.get(nxt) == 1:
+                cycles.append(path[path.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt, path + [nxt])
+        state[node] = 2
+
+    for start in sorted(GRAPH):
+        if start not in state:
+            visit(start, [start])
+    assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+def test_nothing_below_the_handle_imports_it():
+    users = sorted(n for n, targets in GRAPH.items() if "storelib.store" in targets and n not in ("storelib", "storelib.sql"))
+    assert not users
+
+
+def test_import_storelib_loads_no_module_through_a_cycle():
+    """``import storelib`` in a fresh interpreter: every module it loads is in the acyclic graph above."""
+    code = "import sys, storelib; print('\\n'.join(m for m in sys.modules if m.startswith('storelib')))"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                            cwd=PACKAGE.parent).stdout.split()
+    assert "storelib.store" in loaded
+    assert set(loaded) <= set(GRAPH)
+
+
+def test_no_module_is_too_long():
+    long = {name: n for name, path in modules().items() if (n := len(path.read_text().splitlines())) > 600}
+    assert not long, f"modules over 600 lines: {long}"
