@@ -38,12 +38,14 @@ import pyarrow as pa
 from storelib.context import StoreContext
 from storelib.delta.table import CommitConflict, Prune, Table, WrittenFile
 from storelib.delta.writer import Target, write_items, write_split
-from storelib.dispatch.request import REQUEST_COLUMNS, CommitlogFiles, DispatchRequests
+from storelib.dispatch.calc_bitmap import with_filter_bitmaps
+from storelib.dispatch.request import CommitlogFiles, DispatchRequests
 from storelib.filter.summary import record_summaries, summarizer_for
 from storelib.model.config import StoreConfig
 from storelib.model.errors import ConcurrentWriteError
 from storelib.model.message import SysFlag
 from storelib.storage.commitlog import COMMITLOG_MARKER
+from storelib.storage.index_file import hash_range_shift
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -207,7 +209,7 @@ class Dispatcher:
         coded = "consume_queue_ext" in writing or ("consume_queue" in writing and not self.ext_enabled)  # real tag codes
         delay = coded and may_hold(SCHEDULE_TOPIC)
         subs = [s for s in self.filters()[1] if may_hold(s.topic)] if "consume_queue_ext" in writing else []
-        shift = 31 - max(0, (self.config.index_hash_ranges - 1).bit_length())
+        shift = hash_range_shift(self.config.index_hash_ranges)
         requests = DispatchRequests(writing, self.ext_enabled, shift, tuple(self.config.delay_levels_ms))
         targets = {}
         for name in writing:
@@ -217,7 +219,7 @@ class Dispatcher:
         if subs:  # Spark reads the rows: it evaluates the subscriptions
             rows = self.commitlog.read_files(self.spark, actions)
             rows = rows.where((rows.physical_offset >= low) & (rows.physical_offset < end))
-            return write_split(self._with_bitmaps(rows, subs, delay), targets, requests)
+            return write_split(with_filter_bitmaps(rows, subs, self.filters()[0], delay), targets, requests)
         actions = actions.sort_by("min.physical_offset")
         files = [(self.commitlog.path_of(p), lo is not None and lo >= low and hi < end) for p, lo, hi in zip(
             actions.column("path").to_pylist(), actions.column("min.physical_offset").to_pylist(),
@@ -241,25 +243,6 @@ class Dispatcher:
                         if s.is_sql92 and s.bloom is not None and bloom.is_valid(s.bloom)]
                 self._filters = (snapshot.version(), subs)
         return self._filters
-
-    def _with_bitmaps(self, rows: "DataFrame", subs: list["Subscription"], delay: bool) -> "DataFrame":
-        """The commitlog rows a dispatch reads, with CalcBitMap's filter bitmap and the registry
-        version it was computed with, for messages of the subscribed topics (Spark columns, every
-        subscription in one pass)."""
-        from pyspark.sql import functions as F
-
-        from storelib.filter.bloom import bitmap_column
-        from storelib.filter.sql92_spark import to_columns_with_inputs
-
-        version = self.filters()[0]
-        # Each property look-up and number parse once per row, shared by every subscription.
-        inputs, predicates = to_columns_with_inputs([s.compiled.tree for s in subs], "properties")
-        rows = rows.select("*", *inputs)
-        matches = [((F.col("topic") == s.topic) & p, s.bloom) for s, p in zip(subs, predicates)]
-        subscribed = F.col("topic").isin(sorted({s.topic for s in subs}))
-        return rows.select(*REQUEST_COLUMNS, *(["properties"] if delay else []),
-                           F.when(subscribed, bitmap_column(matches, subs[0].bloom.bit_num)).alias("filter_bitmap"),
-                           F.when(subscribed, F.lit(version).cast("long")).alias("filter_version"))
 
 
 def _may_hold_topic(actions: "pa.Table", topic: str) -> bool:

@@ -22,16 +22,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator, Mapping, Sequence
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from storelib.encoding.ext_addr import decorate_ext_addrs
-from storelib.encoding.index_key import index_key_hashes, topic_key_prefixes
 from storelib.encoding.tags import tags_codes
 from storelib.model.message import MessageConst, SysFlag
 from storelib.model.topic import SCHEDULE_TOPIC
-from storelib.storage.schema import CONSUME_QUEUE, CONSUME_QUEUE_EXT, INDEX
+from storelib.storage import consume_queue, consume_queue_ext, index_file
 
 __all__ = ["DispatchRequests", "CommitlogFiles", "REQUEST_COLUMNS", "deliver_times"]
 
@@ -103,34 +101,16 @@ class DispatchRequests:
         return code
 
     def consume_queue(self, b: pa.RecordBatch) -> pa.RecordBatch:
-        code = decorate_ext_addrs(b.column("queue_offset")) if self.ext_enabled else self._tags_code(b)
-        return pa.RecordBatch.from_arrays(
-            [b.column("topic"), b.column("queue_id"), b.column("queue_offset"), b.column("physical_offset"),
-             b.column("size"), code, b.column("store_timestamp")], schema=CONSUME_QUEUE.arrow)
+        # With the ext queue on, a unit's tag code field is the decorated address of its ext unit,
+        # which is numbered by queue offset (one ext unit per consume queue unit).
+        return consume_queue.units(b, decorate_ext_addrs(b.column("queue_offset")) if self.ext_enabled
+                                   else self._tags_code(b))
 
     def consume_queue_ext(self, b: pa.RecordBatch) -> pa.RecordBatch:
-        n, names = b.num_rows, b.schema.names
-        bitmap = b.column("filter_bitmap") if "filter_bitmap" in names else pa.nulls(n, pa.binary())
-        version = b.column("filter_version") if "filter_version" in names else pa.nulls(n, pa.int64())
-        return pa.RecordBatch.from_arrays(
-            [b.column("topic"), b.column("queue_id"), b.column("queue_offset"), b.column("queue_offset"),
-             b.column("physical_offset"), b.column("size"), self._tags_code(b), b.column("store_timestamp"),
-             bitmap, version], schema=CONSUME_QUEUE_EXT.arrow)
+        return consume_queue_ext.units(b, self._tags_code(b))
 
     def index(self, b: pa.RecordBatch) -> pa.RecordBatch:
-        prefixes = topic_key_prefixes(b.column("topic"))
-        uniq = b.column("uniq_key")
-        split = pc.split_pattern(b.column("keys"), MessageConst.KEY_SEPARATOR)
-        keys, parents = pc.list_flatten(split), pc.list_parent_indices(split).to_numpy()
-        hashes, owners = [], []
-        for values, owner in ((uniq, np.arange(b.num_rows)), (keys, parents)):
-            filled = pc.fill_null(pc.greater(pc.binary_length(values), 0), False).to_numpy(zero_copy_only=False)
-            hashes.append(index_key_hashes(prefixes[owner], values)[filled])
-            owners.append(owner[filled])
-        key_hash, owner = pa.array(np.concatenate(hashes), pa.int32()), pa.array(np.concatenate(owners))
-        return pa.RecordBatch.from_arrays(
-            [pc.shift_right(key_hash, self.index_shift), key_hash, b.column("physical_offset").take(owner),
-             b.column("store_timestamp").take(owner)], schema=INDEX.arrow)
+        return index_file.entries(b, self.index_shift)
 
 
 @dataclass(frozen=True)

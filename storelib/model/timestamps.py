@@ -15,16 +15,21 @@ from __future__ import annotations
 import datetime as dt
 import math
 import time
-from typing import Union
+from typing import TYPE_CHECKING, Union
 
 from storelib.model.errors import StoreError
 
-__all__ = ["Timestamp", "epoch_ms", "now_ms"]
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["Timestamp", "epoch_ms", "now_ms", "FAR_FUTURE_MS", "arrow_timestamp"]
 
 #: What a time argument may be: epoch milliseconds or a timezone-aware datetime.
 Timestamp = Union[int, dt.datetime]
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+#: The latest time a look-up bound means (9999-12-31T23:59:59Z): "no end".
+FAR_FUTURE_MS = 253_402_300_799_000
 
 
 def now_ms() -> int:
@@ -44,3 +49,15 @@ def epoch_ms(value: object, field: str, *, default: int | None = None, error: ty
     if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
         return int(value)
     raise error(field, "must be epoch milliseconds or a timezone-aware datetime", value=value)
+
+
+def arrow_timestamp(ms: int) -> "pa.Scalar":
+    """Epoch ``ms`` as the store's timestamp type (microseconds, UTC), capped at :data:`FAR_FUTURE_MS`,
+    to compare with a table's time columns.
+
+    >>> arrow_timestamp(1709251200000).as_py().isoformat()
+    '2024-03-01T00:00:00+00:00'
+    """
+    import pyarrow as pa
+
+    return pa.scalar(min(ms, FAR_FUTURE_MS) * 1000, pa.timestamp("us", tz="UTC"))

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
-import numpy as np
-import pyarrow as pa
 import pyarrow.compute as pc
 
 from storelib.context import StoreContext
@@ -26,8 +24,9 @@ from storelib.encoding.index_key import build_index_key, index_key_hash
 from storelib.encoding.message_id import decode_message_id, ip_bytes
 from storelib.model.errors import MessageIdError, MessageNotFoundError, StoreError
 from storelib.model.message import StoredMessage
-from storelib.model.timestamps import epoch_ms
+from storelib.model.timestamps import FAR_FUTURE_MS, arrow_timestamp, epoch_ms
 from storelib.storage.commitlog import read_messages
+from storelib.storage.index_file import offsets_of
 
 if TYPE_CHECKING:
     pass
@@ -38,7 +37,6 @@ __all__ = ["StoredMessage", "MessageQuery", "read_messages", "DEFAULT_QUERY_MAX_
 DEFAULT_QUERY_MAX_NUM = 32
 #: ``maxMsgsNumBatch``: the most a key query ever returns.
 MAX_MSGS_NUM_BATCH = 64
-_FAR_FUTURE_MS = 253_402_300_799_000  # 9999-12-31T23:59:59Z
 
 
 class MessageQuery:
@@ -85,16 +83,9 @@ class MessageQuery:
         if not isinstance(key, str) or not key:
             raise StoreError("key", "must be a non-empty string", value=key)
         max_num = min(max_num, MAX_MSGS_NUM_BATCH)
-        lo, hi = epoch_ms(begin, "begin", default=0), epoch_ms(end, "end", default=_FAR_FUTURE_MS)
-        h = index_key_hash(build_index_key(topic, key))
-        snapshot = self.index.snapshot()
-        paths = self.index.files(snapshot, Prune(equal={"key_hash": h}))
-        self.files_touched = {"index": len(paths)}
-        cond = ((pc.field("key_hash") == h) & (pc.field("store_timestamp") >= _ts(lo))
-                & (pc.field("store_timestamp") <= _ts(hi)))
-        hits = self.index.read_arrow(paths=paths, columns=["commitlog_offset"], filter=cond).column(
-            "commitlog_offset").to_numpy()
-        candidates = [int(o) for o in np.unique(hits)[::-1]]  # newest first, each message once
+        lo, hi = epoch_ms(begin, "begin", default=0), epoch_ms(end, "end", default=FAR_FUTURE_MS)
+        candidates, opened = offsets_of(self.index, index_key_hash(build_index_key(topic, key)), lo, hi)
+        self.files_touched = {"index": opened}
         found: list[StoredMessage] = []
         commitlog_files = 0
         for start in range(0, len(candidates), MAX_MSGS_NUM_BATCH):
@@ -121,10 +112,10 @@ class MessageQuery:
         Past the last message it is the queue's max offset; before the first, its min offset; 0 for an
         empty queue.
         """
-        t = _ts(epoch_ms(timestamp, "timestamp"))
+        t = arrow_timestamp(epoch_ms(timestamp, "timestamp"))
         snapshot = self.consume_queue.snapshot()
         queue = {"topic": topic, "queue_id": queue_id}
-        later = self.consume_queue.files(snapshot, Prune(equal=queue, between={"store_timestamp": (t, _ts(_FAR_FUTURE_MS))}))
+        later = self.consume_queue.files(snapshot, Prune(equal=queue, between={"store_timestamp": (t, arrow_timestamp(FAR_FUTURE_MS))}))
         self.files_touched["consume_queue"] = len(later)
         found = self.consume_queue.read_arrow(
             paths=later, columns=["queue_offset"],
@@ -139,7 +130,3 @@ class MessageQuery:
         snapshot = snapshot or self.consume_queue.snapshot()
         last = self.consume_queue.max_of(snapshot, "queue_offset", Prune(equal={"topic": topic, "queue_id": queue_id}))
         return 0 if last is None else last + 1
-
-
-def _ts(millis: int) -> pa.Scalar:
-    return pa.scalar(min(millis, _FAR_FUTURE_MS) * 1000, pa.timestamp("us", tz="UTC"))

@@ -18,7 +18,7 @@ from storelib.delta.table import Prune, Table
 from storelib.storage.schema import CONSUME_QUEUE
 
 __all__ = ["CONSUME_QUEUE", "CQ_STORE_UNIT_SIZE", "roll_next_file", "queue_max_offset", "max_offsets", "read_units",
-           "contiguous", "min_queue_marker", "queue_min_offset", "min_offset"]
+           "contiguous", "min_queue_marker", "queue_min_offset", "min_offset", "units"]
 
 #: Bytes of one ConsumeQueue unit: commitlog offset (8), size (4), tags code (8).
 CQ_STORE_UNIT_SIZE = 20
@@ -87,3 +87,11 @@ def min_offset(table: Table, topic: str, queue_id: int) -> int:
     marker = min_queue_marker(topic, queue_id)
     view = table.view(markers=[marker])
     return queue_min_offset(view.markers.get(marker), view.actions, topic, queue_id)
+
+
+def units(b: pa.RecordBatch, tags_code: pa.Array) -> pa.RecordBatch:
+    """Consume queue units of a batch of commitlog rows (``putMessagePositionInfo``): where each
+    message is, its size, and ``tags_code`` (its tag code, or the decorated address of its ext unit)."""
+    return pa.RecordBatch.from_arrays(
+        [b.column("topic"), b.column("queue_id"), b.column("queue_offset"), b.column("physical_offset"),
+         b.column("size"), tags_code, b.column("store_timestamp")], schema=CONSUME_QUEUE.arrow)

@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 from storelib.delta.table import Prune, Table
 from storelib.storage.schema import CONSUME_QUEUE_EXT
 
-__all__ = ["CONSUME_QUEUE_EXT", "ext_units"]
+__all__ = ["CONSUME_QUEUE_EXT", "ext_units", "units"]
 
 
 def ext_units(ext: Table, topic: str, queue_id: int, lo: int, hi: int) -> pa.Table:
@@ -24,3 +24,16 @@ def ext_units(ext: Table, topic: str, queue_id: int, lo: int, hi: int) -> pa.Tab
                           filter=(pc.field("topic") == topic) & (pc.field("queue_id") == queue_id)
                           & (pc.field("ext_offset") >= lo) & (pc.field("ext_offset") <= hi))
     return rows.sort_by("ext_offset")
+
+
+def units(b: pa.RecordBatch, tags_code: pa.Array) -> pa.RecordBatch:
+    """Ext units of a batch of commitlog rows: the real ``tags_code``, the store time, and the filter
+    bitmap with the registry version it was computed with where the batch carries them (CalcBitMap);
+    each unit's ``ext_offset`` is its message's queue offset."""
+    n, names = b.num_rows, b.schema.names
+    bitmap = b.column("filter_bitmap") if "filter_bitmap" in names else pa.nulls(n, pa.binary())
+    version = b.column("filter_version") if "filter_version" in names else pa.nulls(n, pa.int64())
+    return pa.RecordBatch.from_arrays(
+        [b.column("topic"), b.column("queue_id"), b.column("queue_offset"), b.column("queue_offset"),
+         b.column("physical_offset"), b.column("size"), tags_code, b.column("store_timestamp"),
+         bitmap, version], schema=CONSUME_QUEUE_EXT.arrow)
