@@ -108,7 +108,12 @@ class MessageArrivals:
 
 @dataclass
 class StoreContext:
-    """What services get: the session, the settings, the tables and the store-file services."""
+    """What services get: the session, the settings, the tables and the store-file services.
+
+    >>> ctx = StoreContext.build(tmp + "/built", spark, StoreConfig())
+    >>> ctx.tables.ensure().commitlog.snapshot().version(), ctx.commitlog.next_offset()
+    (0, 0)
+    """
 
     root: str
     spark: "SparkSession"

@@ -31,7 +31,11 @@ REQUIRED = {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"}
 
 
 def check_java() -> str:
-    """Path of the ``java`` Spark will run, or :class:`JavaNotFoundError` saying what to do."""
+    """Path of the ``java`` Spark will run, or :class:`JavaNotFoundError` saying what to do.
+
+    >>> check_java().endswith("java")
+    True
+    """
     home = os.environ.get("JAVA_HOME")
     java = str(Path(home) / "bin" / "java") if home else shutil.which("java")
     if not java or not os.access(java, os.X_OK):
@@ -48,7 +52,11 @@ def check_java() -> str:
 
 
 def read_properties_file(path: str | os.PathLike) -> dict[str, str]:
-    """``spark-defaults.conf`` format: ``key  value`` per line, ``#`` comments."""
+    """``spark-defaults.conf`` format: ``key  value`` per line, ``#`` comments.
+
+    >>> read_properties_file(DEFAULTS_FILE)["spark.sql.parquet.outputTimestampType"]
+    'TIMESTAMP_MICROS'
+    """
     conf = {}
     for line in Path(path).read_text().splitlines():
         line = line.strip()
@@ -89,6 +97,9 @@ def parallelism(spark: "SparkSession") -> int:
 
     Spark Connect sessions have no SparkContext: there it is ``spark.default.parallelism``, else this
     machine's cores.
+
+    >>> parallelism(spark)
+    2
     """
     try:
         return max(1, spark.sparkContext.defaultParallelism)

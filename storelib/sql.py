@@ -41,7 +41,13 @@ class SqlParameterError(StoreError):
 
 
 def register_views(spark: "SparkSession", store: "MessageStore") -> list[str]:
-    """Register the store's tables (current snapshots) and ``messages_by_key`` as temporary views."""
+    """Register the store's tables (current snapshots) and ``messages_by_key`` as temporary views.
+
+    >>> register_views(spark, store)[-1]
+    'messages_by_key'
+    >>> spark.sql("SELECT kind FROM messages_by_key WHERE topic = 'TopicTest' AND key = 'order-1'").first().kind
+    'KEYS'
+    """
     from pyspark.sql import functions as F
 
     names = []
@@ -75,7 +81,12 @@ def parse_parameters(text: str) -> dict[str, tuple[str, str | None]]:
 
 
 def run_file(spark: "SparkSession", path: str | Path, params: Mapping[str, Any] | None = None) -> "DataFrame":
-    """Run one SQL file with its parameters bound (not formatted into the text); views must be registered."""
+    """Run one SQL file with its parameters bound (not formatted into the text); views must be registered.
+
+    >>> _ = register_views(spark, store)
+    >>> run_file(spark, SQL_DIR / "messages_by_key.sql", {"topic": "TopicTest", "key": "order-1"}).count()
+    1
+    """
     text = Path(path).read_text()
     declared = parse_parameters(text)
     given = dict(params or {})

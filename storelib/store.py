@@ -54,6 +54,9 @@ class MessageStore:
 
     Open one with :meth:`open`. ``root``, ``spark`` and ``config`` say where it is, which session it
     uses and with which settings; :attr:`context` is what its services work with.
+
+    >>> store.root.endswith("/store"), store.config.store_host, store.context.tables.commitlog.spec.name
+    (True, '127.0.0.1:10911', 'commitlog')
     """
 
     def __init__(self, context: StoreContext):

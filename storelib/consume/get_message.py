@@ -64,7 +64,11 @@ _MIN_LONG = -(1 << 63)
 
 
 class GetMessageStatus(enum.StrEnum):
-    """RocketMQ's ``GetMessageStatus``."""
+    """RocketMQ's ``GetMessageStatus``.
+
+    >>> store.get_message("GroupA", "TopicTest", r.queue_id, 1).status      # caught up
+    <GetMessageStatus.OFFSET_OVERFLOW_ONE: 'OFFSET_OVERFLOW_ONE'>
+    """
 
     FOUND = "FOUND"
     NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
@@ -79,7 +83,12 @@ class GetMessageStatus(enum.StrEnum):
 
 @dataclass
 class GetMessageResult:
-    """RocketMQ's ``GetMessageResult``: status, messages, offsets, and the bytes transferred."""
+    """RocketMQ's ``GetMessageResult``: status, messages, offsets, and the bytes transferred.
+
+    >>> g = store.get_message("GroupA", "TopicTest", r.queue_id, 0)
+    >>> g.message_count, g.min_offset, g.max_offset, g.buffer_total_size == g.messages[0].size
+    (1, 0, 1, True)
+    """
 
     status: GetMessageStatus
     next_begin_offset: int

@@ -62,7 +62,11 @@ __all__ = ["PullStatus", "PullResult", "PullRequest", "PullFilter", "PullMessage
 
 
 class PullStatus(enum.StrEnum):
-    """The client's ``PullStatus``."""
+    """The client's ``PullStatus``.
+
+    >>> store.pull("GroupA", "TopicTest", r.queue_id, 5).status                # past the queue's end
+    <PullStatus.OFFSET_ILLEGAL: 'OFFSET_ILLEGAL'>
+    """
 
     FOUND = "FOUND"
     NO_NEW_MSG = "NO_NEW_MSG"
@@ -98,6 +102,10 @@ class PullResult:
 
     ``messages`` are the ones left after the client's tag string re-check; each carries the
     ``MIN_OFFSET`` and ``MAX_OFFSET`` properties, as RocketMQ's client adds them.
+
+    >>> p = store.pull("GroupA", "TopicTest", r.queue_id, 0)
+    >>> p.response_code, p.get_status, p.messages[0].properties["MAX_OFFSET"]
+    ('SUCCESS', <GetMessageStatus.FOUND: 'FOUND'>, '1')
     """
 
     status: PullStatus
@@ -162,7 +170,7 @@ class PullRequest:
     topic: str
     queue_id: int
     offset: int
-    max_msgs: int
+    max_msgs: int = 32
     selector: MessageSelector | None = None
     sub_version: int | None = None
     suspend_timeout_ms: int = 0
@@ -170,7 +178,15 @@ class PullRequest:
 
 
 class PullMessageProcessor:
-    """Checks pulls, runs them against the store, and holds those that find nothing new."""
+    """Checks pulls, runs them against the store, and holds those that find nothing new.
+
+    >>> processor = PullMessageProcessor(store.context)
+    >>> request = PullRequest("GroupA", "TopicTest", r.queue_id, 0)
+    >>> processor.check(request).passes_every_unit                   # a tag subscription checks codes
+    False
+    >>> processor.pull(request).msg_found_list[0].msg_id == r.msg_id
+    True
+    """
 
     def __init__(self, ctx: StoreContext):
         self.ctx = ctx

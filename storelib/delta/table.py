@@ -93,7 +93,17 @@ class TableView:
 
 
 class Table:
-    """One Delta table of the store, at ``path``, with the columns of ``spec``."""
+    """One Delta table of the store, at ``path``, with the columns of ``spec``.
+
+    >>> cq = store.context.tables.consume_queue
+    >>> view = cq.view()
+    >>> Table.only(view.actions, {"topic": "TopicTest", "queue_id": r.queue_id}).num_rows     # files of one queue
+    1
+    >>> cq.read_view(view, Prune(equal={"topic": "TopicTest"}), columns=["queue_offset"]).num_rows
+    1
+    >>> cq.read(spark).count(), len(cq.files(cq.snapshot(), Prune(equal={"topic": "Nowhere"})))
+    (1, 0)
+    """
 
     def __init__(self, path: str, spec: TableSpec, properties: Mapping[str, str] | None = None):
         self.path = path.rstrip("/")

@@ -62,7 +62,12 @@ REPUT_MARKER = "reput"
 @dataclass
 class DispatchResult:
     """What one dispatch run did: the commitlog range it covered, the rows and version each table got,
-    and the seconds of the one job that read and wrote (``scan``) and of each table's commit."""
+    and the seconds of the one job that read and wrote (``scan``) and of each table's commit.
+
+    >>> result = store.dispatch()                              # nothing new since the seed's dispatch
+    >>> result.from_offset == result.to_offset == store.max_offset(), result.consume_queue_rows, result.index_rows
+    (True, 0, 0)
+    """
 
     from_offset: int
     to_offset: int
@@ -97,7 +102,16 @@ def dispatch_targets(ctx: StoreContext) -> dict[str, Table]:
 
 
 class Dispatcher:
-    """Builds consume queue, ext and index rows for what is new in the commitlog."""
+    """Builds consume queue, ext and index rows for what is new in the commitlog.
+
+    >>> from storelib import Message
+    >>> _ = store.send(Message("TopicTest", tags="TagB"))
+    >>> dispatcher = Dispatcher.of(store.context)
+    >>> dispatcher.run().rows
+    {'consume_queue_ext': 1, 'consume_queue': 1, 'index': 1}
+    >>> len(set(dispatcher.progress().values()))             # every table at the commitlog's end
+    1
+    """
 
     def __init__(self, spark: "SparkSession", commitlog: Table, targets: dict[str, Table], config: StoreConfig,
                  fault: Callable[[str], None] | None = None, registry: "SubscriptionRegistry | None" = None,

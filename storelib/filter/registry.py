@@ -41,7 +41,12 @@ __all__ = ["Subscription", "SubscriptionRegistry"]
 
 @dataclass(frozen=True)
 class Subscription:
-    """A registered subscription of a consumer group to a topic (ConsumerFilterData + SubscriptionData)."""
+    """A registered subscription of a consumer group to a topic (ConsumerFilterData + SubscriptionData).
+
+    >>> sub = store.subscription("GroupA", "TopicTest")
+    >>> sub.selector.expression, sub.is_sql92, sorted(sub.data.tags_set)
+    ('TagA || TagB', False, ['TagA', 'TagB'])
+    """
 
     group: str
     topic: str

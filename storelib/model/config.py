@@ -105,7 +105,11 @@ class StoreConfig:
 
     @property
     def store_address(self) -> tuple[str, int]:
-        """``(ip, port)`` parsed from :attr:`store_host`; IPv6 as ``[::1]:10911``."""
+        """``(ip, port)`` parsed from :attr:`store_host`; IPv6 as ``[::1]:10911``.
+
+        >>> StoreConfig(store_host="[::1]:10911").store_address, StoreConfig(store_host="[::1]:10911").store_v6
+        (('::1', 10911), True)
+        """
         host, sep, port = self.store_host.rpartition(":")
         host = host.strip("[]")
         try:

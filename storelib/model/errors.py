@@ -66,6 +66,10 @@ class StoreError(Exception):
 
     ``field`` names the input that was wrong, ``code`` is RocketMQ's response code name
     (``None`` where RocketMQ has no such check).
+
+    >>> e = StoreError("max_num", "must be a positive integer", value=0, where="query_by_key")
+    >>> str(e), e.field, e.value
+    ('max_num: must be a positive integer (got 0) [at query_by_key]', 'max_num', 0)
     """
 
     code: str | None = None

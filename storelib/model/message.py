@@ -86,7 +86,11 @@ PROPERTY_JOIN = NAME_VALUE_SEPARATOR
 
 
 class SysFlag:
-    """RocketMQ's ``MessageSysFlag`` bits."""
+    """RocketMQ's ``MessageSysFlag`` bits.
+
+    >>> SysFlag.transaction_value(SysFlag.TRANSACTION_COMMIT_TYPE | SysFlag.BORNHOST_V6) == SysFlag.TRANSACTION_COMMIT_TYPE
+    True
+    """
 
     COMPRESSED = 0x1
     MULTI_TAGS = 0x1 << 1
@@ -110,6 +114,9 @@ class Message:
 
     ``keys`` is a list of keys or one space-separated string; ``properties`` are user properties
     (``putUserProperty``); ``queue_id`` picks a queue, else the producer rotates over the topic's queues.
+
+    >>> Message("T", keys=["a", "b"]).keys_string
+    'a b'
     """
 
     topic: str
@@ -140,7 +147,11 @@ class Message:
 @dataclass(frozen=True)
 class SendResult:
     """What a send returns. ``msg_id`` is the store's id (RocketMQ's ``offsetMsgId``: store host,
-    port and commitlog offset); ``uniq_key`` is the producer-side id (RocketMQ's ``SendResult.msgId``)."""
+    port and commitlog offset); ``uniq_key`` is the producer-side id (RocketMQ's ``SendResult.msgId``).
+
+    >>> r.offset_msg_id == r.msg_id, len(r.uniq_key)
+    (True, 32)
+    """
 
     send_status: str
     msg_id: str
@@ -157,7 +168,12 @@ class SendResult:
 
 @dataclass(frozen=True)
 class StoredMessage:
-    """A stored message, as RocketMQ's ``MessageExt``: the commitlog row with its properties as a dict."""
+    """A stored message, as RocketMQ's ``MessageExt``: the commitlog row with its properties as a dict.
+
+    >>> m = store.query_by_id(r.msg_id)
+    >>> m.tags, m.keys, m.uniq_key == r.uniq_key, m.properties["a"]
+    ('TagA', 'order-1', True, '5')
+    """
 
     msg_id: str
     topic: str

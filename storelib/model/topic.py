@@ -67,7 +67,11 @@ def validate_topic(topic: object, field: str = "topic") -> str:
 
 
 def validate_group(group: object, field: str = "group") -> str:
-    """Check a consumer or producer group name as ``TopicValidator.validateGroup``; return it."""
+    """Check a consumer or producer group name as ``TopicValidator.validateGroup``; return it.
+
+    >>> validate_group("GroupA")
+    'GroupA'
+    """
     if not isinstance(group, str) or not group.strip():
         raise InvalidTopicError(field, "the specified group is blank", value=group)
     if not _VALID.fullmatch(group):
@@ -78,7 +82,11 @@ def validate_group(group: object, field: str = "group") -> str:
 
 
 def is_system_topic(topic: str) -> bool:
-    """``TopicValidator.isSystemTopic``."""
+    """``TopicValidator.isSystemTopic``.
+
+    >>> is_system_topic("SCHEDULE_TOPIC_XXXX"), is_system_topic("rmq_sys_x"), is_system_topic("Orders")
+    (True, True, False)
+    """
     return topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX)
 
 
@@ -94,7 +102,12 @@ def dlq_topic(group: str) -> str:
 
 @dataclass(frozen=True)
 class TopicConfig:
-    """RocketMQ's ``TopicConfig``: queue counts and permission bits of one topic."""
+    """RocketMQ's ``TopicConfig``: queue counts and permission bits of one topic.
+
+    >>> c = TopicConfig("Orders", 8, 8, PERM_READ)
+    >>> c.readable, c.writable
+    (True, False)
+    """
 
     topic: str
     read_queue_nums: int = 4

@@ -40,7 +40,14 @@ MAX_MSGS_NUM_BATCH = 64
 
 
 class MessageQuery:
-    """Point lookups over one store's tables."""
+    """Point lookups over one store's tables, with the data files the last one opened.
+
+    >>> query = MessageQuery(store.context)
+    >>> [m.msg_id for m in query.by_key("TopicTest", "order-1")] == [r.msg_id], query.files_touched
+    (True, {'index': 1, 'commitlog': 1})
+    >>> query.by_unique_key("TopicTest", r.uniq_key).queue_offset, query.max_queue_offset("TopicTest", r.queue_id)
+    (0, 1)
+    """
 
     def __init__(self, ctx: StoreContext):
         self.ctx = ctx

@@ -238,7 +238,12 @@ def read_topic(ctx: StoreContext, topic: str, selector: MessageSelector | str | 
 
 @dataclass(frozen=True)
 class FilterStats:
-    """How a group's subscription filters its topic now: per stage, how many units or messages."""
+    """How a group's subscription filters its topic now: per stage, how many units or messages.
+
+    >>> stats = store.filter_stats("GroupA", "TopicTest")
+    >>> stats.checked, stats.matched, stats.false_positives
+    (1, 1, 0)
+    """
 
     group: str | None
     topic: str

@@ -101,7 +101,12 @@ class EncodedMessage:
 
 @dataclass(frozen=True)
 class AppendResult:
-    """Where appended messages landed: one entry per message for small appends, ranges for DataFrames."""
+    """Where appended messages landed: one entry per message for small appends, ranges for DataFrames.
+
+    >>> result = store.send_dataframe(spark.createDataFrame([("TopicTest",)] * 3, "topic string"))
+    >>> result.count, sum(n for _, n in result.queues.values()), result.next_offset == store.max_offset()
+    (3, 3, True)
+    """
 
     version: int
     first_offset: int
@@ -112,7 +117,15 @@ class AppendResult:
 
 
 class CommitLog:
-    """Appends to the ``commitlog`` table."""
+    """Appends to the ``commitlog`` table, handing out RocketMQ's offsets.
+
+    >>> log = store.context.commitlog
+    >>> before = log.next_offset()
+    >>> m = EncodedMessage("DocTopic", 0, 0, 0, b"x", {"UNIQ_KEY": "K"}, now_millis(), "127.0.0.1:0")
+    >>> result = log.append([m])
+    >>> (result.first_offset, result.next_offset - result.first_offset) == (before, m.size), log.queue_next("DocTopic", 0)
+    (True, 1)
+    """
 
     def __init__(self, table: Table, config: StoreConfig):
         self.table = table
