@@ -25,17 +25,8 @@ from storelib.send.producer import Producer
 from storelib.storage.commitlog import CommitLog
 from storelib.storage.consumer_offset import ConsumerOffsetTable
 from storelib.storage.group_config import GroupConfigTable
-from storelib.storage.schema import (
-    COMMITLOG,
-    CONSUME_QUEUE,
-    CONSUME_QUEUE_EXT,
-    CONSUMER_OFFSET,
-    EXT_SUMMARY,
-    INDEX,
-    SUBSCRIPTION,
-    SUBSCRIPTION_GROUP,
-    TOPIC_CONFIG,
-)
+from storelib.storage.schema import (COMMITLOG, CONSUME_QUEUE, CONSUME_QUEUE_EXT, CONSUMER_OFFSET, EXT_SUMMARY, INDEX,
+                                     SUBSCRIPTION, SUBSCRIPTION_GROUP, TOPIC_CONFIG)
 from storelib.storage.topic_config import TopicConfigTable
 
 if TYPE_CHECKING:

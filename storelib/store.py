@@ -343,7 +343,7 @@ class MessageStore:
         """
         return queue_min(self._ctx.tables.consume_queue, topic, queue_id)
 
-    def clean_commitlog(self, reserved_hours: float | None = None, now: Timestamp | None = None) -> int:
+    def clean_commitlog(self, reserved_hours: float | None = None, *, now: Timestamp | None = None) -> int:
         """Remove expired commitlog files, oldest first (``CleanCommitLogService``); returns files removed.
 
         A file expires ``reserved_hours`` (default ``file_reserved_time``, 72) after its newest
@@ -364,7 +364,8 @@ class MessageStore:
         """
         return clean_consume_queue(self._ctx)
 
-    def delete_expired_files(self, reserved_hours: float | None = None, now: Timestamp | None = None) -> dict[str, int]:
+    def delete_expired_files(self, reserved_hours: float | None = None, *,
+                             now: Timestamp | None = None) -> dict[str, int]:
         """Both retention steps in RocketMQ's order: the commitlog, then what pointed into it.
 
         Returns files removed per table. Safe to run again after a crash anywhere: each step
@@ -373,7 +374,7 @@ class MessageStore:
         >>> store.delete_expired_files()
         {'commitlog': 0, 'consume_queue': 0, 'consume_queue_ext': 0, 'index': 0}
         """
-        removed = {"commitlog": self.clean_commitlog(reserved_hours, now)}
+        removed = {"commitlog": self.clean_commitlog(reserved_hours, now=now)}
         removed.update(self.clean_consume_queue())
         return removed
 

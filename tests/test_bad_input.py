@@ -6,18 +6,9 @@ import pytest
 from pyspark.sql import functions as F
 
 from storelib import Message, StoreConfig
-from storelib.model.errors import (
-    BodyTooLargeError,
-    InvalidPropertyError,
-    InvalidQueueIdError,
-    InvalidTopicError,
-    MessageError,
-    ReservedPropertyError,
-    ReservedTopicError,
-    StoreError,
-    TopicNotFoundError,
-    TopicPermissionError,
-)
+from storelib.model.errors import (BodyTooLargeError, InvalidPropertyError, InvalidQueueIdError, InvalidTopicError,
+                                   MessageError, ReservedPropertyError, ReservedTopicError, StoreError,
+                                   TopicNotFoundError, TopicPermissionError)
 from storelib.model.topic import PERM_READ, validate_topic
 
 

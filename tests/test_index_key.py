@@ -10,13 +10,8 @@ from pyspark.sql import functions as F
 
 from conformance import conformance_params, load_cases, utf8_cases
 from storelib.encoding.hashcode import java_string_hash
-from storelib.encoding.index_key import (
-    build_index_key,
-    index_key_hash,
-    index_key_hash_column,
-    index_key_hashes,
-    index_slot,
-)
+from storelib.encoding.index_key import (build_index_key, index_key_hash, index_key_hash_column, index_key_hashes,
+                                         index_slot)
 from storelib.model.errors import StoreError
 
 INDEX_KEY_CASES = conformance_params("index_key_cases.json", "cases", lambda c: c["index_key"][:30])

@@ -8,19 +8,10 @@ from storelib import Message, MessageSelector, MessageStore, StoreError
 from storelib.consume.get_message import GetMessageStatus as S
 from storelib.consume.pull import PullStatus as P
 from storelib.filter.sql92 import parse_sql92
-from storelib.model.errors import (
-    ConsumeDisabledError,
-    FilterExpressionError,
-    FilterNotSupportedError,
-    InvalidQueueIdError,
-    OffsetError,
-    StorePermissionError,
-    SubscriptionGroupNotFoundError,
-    SubscriptionNotFoundError,
-    SubscriptionNotLatestError,
-    TopicNotFoundError,
-    TopicPermissionError,
-)
+from storelib.model.errors import (ConsumeDisabledError, FilterExpressionError, FilterNotSupportedError,
+                                   InvalidQueueIdError, OffsetError, StorePermissionError,
+                                   SubscriptionGroupNotFoundError, SubscriptionNotFoundError,
+                                   SubscriptionNotLatestError, TopicNotFoundError, TopicPermissionError)
 from storelib.model.topic import PERM_WRITE
 
 TAGS = ["TagA", "TagB", "Aa", "BB"]  # "Aa" and "BB" share a String.hashCode

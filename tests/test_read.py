@@ -13,13 +13,8 @@ from storelib.encoding.tags import tags_code
 from storelib.filter.bloom import BloomFilter
 from storelib.filter.selector import MessageSelector
 from storelib.filter.sql92 import parse_sql92
-from storelib.model.errors import (
-    FilterExpressionError,
-    FilterNotSupportedError,
-    InvalidTopicError,
-    SubscriptionNotFoundError,
-    TopicNotFoundError,
-)
+from storelib.model.errors import (FilterExpressionError, FilterNotSupportedError, InvalidTopicError,
+                                   SubscriptionNotFoundError, TopicNotFoundError)
 
 SQL_B = "(TAGS is not null and TAGS in ('TagA', 'TagB')) and (a is not null and a between 0 and 3)"
 TAGS = ("TagA", "TagB", "TagC", "Aa", "BB")

@@ -10,16 +10,9 @@ import pytest
 from storelib import Message, MessageStore
 from storelib.consume.retry import NOT_STORED, plan_send_back
 from storelib.encoding.tags import tags_code
-from storelib.model.errors import (
-    InvalidTopicError,
-    MessageError,
-    MessageNotFoundError,
-    StoreError,
-    StorePermissionError,
-    SubscriptionGroupNotFoundError,
-    TopicNotFoundError,
-    TopicPermissionError,
-)
+from storelib.model.errors import (InvalidTopicError, MessageError, MessageNotFoundError, StoreError,
+                                   StorePermissionError, SubscriptionGroupNotFoundError, TopicNotFoundError,
+                                   TopicPermissionError)
 from storelib.model.message import StoredMessage
 from storelib.model.topic import PERM_READ, SCHEDULE_TOPIC, TopicConfig
 

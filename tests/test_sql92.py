@@ -18,20 +18,8 @@ from pyspark.sql import functions as F
 from storelib.filter.sql92 import MAX_NESTING, Sql92Expression, compile_sql92, parse_sql92
 from storelib.filter.sql92_eval import JavaEvaluationError, java_parse_double, java_parse_int, java_parse_long
 from storelib.filter.sql92_spark import to_columns
-from storelib.filter.sql92_tree import (
-    Between,
-    Comparison,
-    InList,
-    IsNull,
-    JavaType,
-    Literal,
-    Logic,
-    Match,
-    Negate,
-    Not,
-    Property,
-    Truth,
-)
+from storelib.filter.sql92_tree import (Between, Comparison, InList, IsNull, JavaType, Literal, Logic, Match, Negate,
+                                        Not, Property, Truth)
 from storelib.model.errors import FilterExpressionError
 from tests.conformance import load_cases
 

@@ -9,15 +9,8 @@ from pyspark.sql import functions as F
 from conformance import load_cases
 from storelib.encoding.hashcode import java_string_hash
 from storelib.encoding.tags import tags_code
-from storelib.filter.tag import (
-    SUB_ALL,
-    ExpressionType,
-    SubscriptionData,
-    build_subscription,
-    build_subscription_data,
-    code_match_column,
-    tag_match_column,
-)
+from storelib.filter.tag import (SUB_ALL, ExpressionType, SubscriptionData, build_subscription, build_subscription_data,
+                                 code_match_column, tag_match_column)
 from storelib.model.errors import FilterError, FilterExpressionError
 
 TOPIC = "TopicTest"

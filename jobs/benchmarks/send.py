@@ -85,7 +85,6 @@ def bench_send_and_dispatch(spark: "SparkSession", n: int, *, root: str | None =
     """
     from pyspark.sql import functions as F
 
-    from storelib.query.lookup import MessageQuery
     from storelib.store import MessageStore
 
     work = root or tempfile.mkdtemp(prefix="storelib-bench-")

@@ -47,15 +47,8 @@ from storelib.delta.table import Table, TableView
 from storelib.encoding.ext_addr import undecorate_ext_addrs
 from storelib.model.message import StoredMessage
 from storelib.storage.commitlog import COMMITLOG_MARKER, min_physical_offset, read_messages
-from storelib.storage.consume_queue import (
-    CQ_STORE_UNIT_SIZE,
-    contiguous,
-    min_queue_marker,
-    queue_max_offset,
-    queue_min_offset,
-    read_units,
-    roll_next_file,
-)
+from storelib.storage.consume_queue import (CQ_STORE_UNIT_SIZE, contiguous, min_queue_marker, queue_max_offset,
+                                            queue_min_offset, read_units, roll_next_file)
 from storelib.storage.consume_queue_ext import ext_units
 
 __all__ = ["GetMessageStatus", "GetMessageResult", "ConsumeQueueFilter", "get_message"]

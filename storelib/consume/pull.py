@@ -37,17 +37,9 @@ from storelib.consume.long_polling import hold
 from storelib.context import StoreContext
 from storelib.filter.message_filter import MessageFilter
 from storelib.filter.selector import MessageSelector
-from storelib.model.errors import (
-    ConsumeDisabledError,
-    FilterNotSupportedError,
-    InvalidQueueIdError,
-    OffsetError,
-    StoreError,
-    StorePermissionError,
-    SubscriptionNotLatestError,
-    TopicPermissionError,
-    require_int,
-)
+from storelib.model.errors import (ConsumeDisabledError, FilterNotSupportedError, InvalidQueueIdError, OffsetError,
+                                   StoreError, StorePermissionError, SubscriptionNotLatestError, TopicPermissionError,
+                                   require_int)
 from storelib.model.message import MessageConst, StoredMessage
 from storelib.model.topic import PERM_READ, RETRY_GROUP_TOPIC_PREFIX, retry_topic, validate_group
 

@@ -43,23 +43,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from storelib.context import StoreContext
-from storelib.model.errors import (
-    MessageError,
-    MessageNotFoundError,
-    StorePermissionError,
-    TopicPermissionError,
-    require_int,
-)
+from storelib.model.errors import (MessageError, MessageNotFoundError, StorePermissionError, TopicPermissionError,
+                                   require_int)
 from storelib.model.message import MessageConst, SendResult
-from storelib.model.topic import (
-    PERM_READ,
-    PERM_WRITE,
-    SCHEDULE_TOPIC,
-    TopicConfig,
-    dlq_topic,
-    retry_topic,
-    validate_group,
-)
+from storelib.model.topic import (PERM_READ, PERM_WRITE, SCHEDULE_TOPIC, TopicConfig, dlq_topic, retry_topic,
+                                  validate_group)
 from storelib.storage.commitlog import EncodedMessage, read_messages
 
 if TYPE_CHECKING:

@@ -26,22 +26,8 @@ from sqlglot.dialects.dialect import Dialect
 from sqlglot.tokens import Token, TokenType
 
 from storelib.filter.sql92_eval import java_compare
-from storelib.filter.sql92_tree import (
-    Between,
-    Comparison,
-    InList,
-    IsNull,
-    JavaType,
-    Literal,
-    Logic,
-    Match,
-    Negate,
-    Node,
-    Not,
-    Property,
-    Truth,
-    property_names,
-)
+from storelib.filter.sql92_tree import (Between, Comparison, InList, IsNull, JavaType, Literal, Logic, Match, Negate,
+                                        Node, Not, Property, Truth, property_names)
 from storelib.model.errors import FilterExpressionError
 
 if TYPE_CHECKING:

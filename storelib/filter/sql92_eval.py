@@ -18,22 +18,8 @@ import re
 import unicodedata
 from typing import Callable, Mapping
 
-from storelib.filter.sql92_tree import (
-    Between,
-    Comparison,
-    InList,
-    IsNull,
-    JavaType,
-    JavaValue,
-    Literal,
-    Logic,
-    Match,
-    Negate,
-    Node,
-    Not,
-    Property,
-    Truth,
-)
+from storelib.filter.sql92_tree import (Between, Comparison, InList, IsNull, JavaType, JavaValue, Literal, Logic, Match,
+                                        Negate, Node, Not, Property, Truth)
 
 __all__ = ["JavaEvaluationError", "evaluate", "node_value", "java_compare", "java_parse_int",
            "java_parse_long", "java_parse_double", "java_boolean", "JAVA_DOUBLE_SYNTAX", "JAVA_INT_SYNTAX",

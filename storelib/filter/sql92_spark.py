@@ -27,30 +27,10 @@ from typing import Any, Callable, Sequence
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
-from storelib.filter.sql92_eval import (
-    ASCII_DIGITS,
-    JAVA_DOUBLE_SYNTAX,
-    JAVA_INT_SYNTAX,
-    UNICODE_DIGITS,
-    JavaEvaluationError,
-    node_value,
-)
-from storelib.filter.sql92_tree import (
-    Between,
-    Comparison,
-    InList,
-    IsNull,
-    JavaType,
-    Literal,
-    Logic,
-    Match,
-    Negate,
-    Node,
-    Not,
-    Property,
-    Truth,
-    property_names,
-)
+from storelib.filter.sql92_eval import (ASCII_DIGITS, JAVA_DOUBLE_SYNTAX, JAVA_INT_SYNTAX, UNICODE_DIGITS,
+                                        JavaEvaluationError, node_value)
+from storelib.filter.sql92_tree import (Between, Comparison, InList, IsNull, JavaType, Literal, Logic, Match, Negate,
+                                        Node, Not, Property, Truth, property_names)
 
 __all__ = ["to_column", "to_columns", "to_columns_with_inputs"]
 

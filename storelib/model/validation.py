@@ -24,25 +24,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from storelib.model.errors import (
-    MISSING,
-    BodyTooLargeError,
-    InvalidPropertyError,
-    InvalidQueueIdError,
-    MessageError,
-    ReservedPropertyError,
-    ReservedTopicError,
-    StoreError,
-    TopicNotFoundError,
-)
-from storelib.model.message import (
-    RESERVED_PROPERTIES,
-    SEPARATORS_PATTERN,
-    SEPARATORS_REASON,
-    SEPARATORS_REASON_TAGS,
-    Message,
-    is_blank,
-)
+from storelib.model.errors import (MISSING, BodyTooLargeError, InvalidPropertyError, InvalidQueueIdError, MessageError,
+                                   ReservedPropertyError, ReservedTopicError, StoreError, TopicNotFoundError)
+from storelib.model.message import (RESERVED_PROPERTIES, SEPARATORS_PATTERN, SEPARATORS_REASON, SEPARATORS_REASON_TAGS,
+                                    Message, is_blank)
 from storelib.model.topic import NOT_ALLOWED_SEND_TOPICS, TopicConfig, validate_topic
 
 __all__ = ["Rule", "SEND_RULES", "validate_message", "MESSAGE_TYPE", "BODY_TYPE", "BODY_NULL", "BODY_TOO_LARGE",

@@ -27,18 +27,9 @@ from storelib.encoding.uniq_id import uniq_ids
 from storelib.model.errors import StoreError
 from storelib.model.message import BLANK_ENTRY_PATTERN, PROPERTY_JOIN, RESERVED_PROPERTIES, MessageConst, SysFlag
 from storelib.model.topic import TopicConfig, validate_topic
-from storelib.model.validation import (
-    BLANK_PROPERTY,
-    BODY_NULL,
-    BODY_TOO_LARGE,
-    KEYS_SEPARATORS,
-    KEYS_TYPE,
-    PROPERTY_SEPARATORS,
-    QUEUE_ID_RANGE,
-    RESERVED_PROPERTY,
-    TAGS_SEPARATORS,
-    check_send_topic,
-)
+from storelib.model.validation import (BLANK_PROPERTY, BODY_NULL, BODY_TOO_LARGE, KEYS_SEPARATORS, KEYS_TYPE,
+                                       PROPERTY_SEPARATORS, QUEUE_ID_RANGE, RESERVED_PROPERTY, TAGS_SEPARATORS,
+                                       check_send_topic)
 from storelib.storage.schema import COMMITLOG
 
 __all__ = ["EncodedFrame", "UniqKeys", "BatchTopics", "NULL_KEY"]
