@@ -232,11 +232,13 @@ class _Compiler:
                 return self.cases((absent_, absent), otherwise=ERROR)
             return self.cases((absent_, absent), (F.equal_null(self.truthy(prop), F.lit(value)), hit), otherwise=miss)
         # A number: the sign of compare(property, constant) picks the outcome; null sign: absent or unparsable.
+        # A CASE over the sign, not a lookup in a literal map: a map lookup per row and comparison
+        # made CalcBitMap's 32 subscriptions about twice as slow.
         outcomes = {s: hit if _ORDER[op](s if prop_left else -s, 0) else miss for s in (-1, 0, 1)}
-        outcome = self._cached(("signs", *outcomes.values()), lambda: F.create_map(
-            *(c for s, state in outcomes.items() for c in (F.lit(float(s)), self.code(state)))))
-        sign = F.try_element_at(outcome, self.sign(prop, java_type, value))  # type: ignore[arg-type]
-        return F.nvl(sign, self.cases((absent_, absent), otherwise=ERROR))
+        sign = self.sign(prop, java_type, value)
+        outcome = (F.when(sign < 0, self.code(outcomes[-1])).when(sign == 0, self.code(outcomes[0]))
+                   .when(sign > 0, self.code(outcomes[1])))
+        return F.nvl(outcome, self.cases((absent_, absent), otherwise=ERROR))
 
     def sign(self, prop: Property, java_type: JavaType, value: int | float) -> Column:
         """Sign (-1.0/0.0/1.0) of Java's compare of the parsed property with ``value``; NULL if the
