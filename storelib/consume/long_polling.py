@@ -37,6 +37,11 @@ def hold(config: StoreConfig, arrivals: MessageArrivals, offset: int, suspend_ti
 
     ``look`` reads the queue again from the offset given (the pull's ``getMessage`` with its filter);
     units it scanned without a match are not looked at again.
+
+    >>> from storelib.context import MessageArrivals
+    >>> empty = lambda offset: store.get_message("GroupA", "TopicTest", r.queue_id, offset)
+    >>> hold(store.config, MessageArrivals(), 1, 100, empty) >= 100        # nothing arrives: held the whole time
+    True
     """
     began = time.monotonic()
     if not config.long_polling_enable:

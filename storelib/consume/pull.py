@@ -285,7 +285,11 @@ def _check_request(r: PullRequest) -> None:
 def get_message_by_selector(ctx: StoreContext, group: str, topic: str, queue_id: int, offset: int, max_msgs: int = 32,
                             selector: MessageSelector | str | None = None) -> GetMessageResult:
     """The store's own answer (``DefaultMessageStore.getMessage``) filtered by ``selector``, if any:
-    no checks of the group, topic or subscription, and no client re-check."""
+    no checks of the group, topic or subscription, and no client re-check.
+
+    >>> get_message_by_selector(store.context, "GroupA", "TopicTest", r.queue_id, 0, selector="TagB").status
+    <GetMessageStatus.NO_MATCHED_MESSAGE: 'NO_MATCHED_MESSAGE'>
+    """
     message_filter = None
     if selector is not None:
         message_filter = PullFilter(MessageFilter(topic, MessageSelector.of(selector)))

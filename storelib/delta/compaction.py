@@ -34,7 +34,12 @@ __all__ = ["compact_table", "plan_groups"]
 
 def plan_groups(actions: pa.Table, cluster_by: tuple[str, ...], order_by: str | None, small: int,
                 target: int) -> list[list[dict]]:
-    """Groups of small files worth rewriting together: same cluster values, or adjacent ranges of ``order_by``."""
+    """Groups of small files worth rewriting together: same cluster values, or adjacent ranges of ``order_by``.
+
+    >>> files = pa.table({"path": ["a", "b", "c"], "size_bytes": [10, 10, 10 ** 9], "min.q": [0, 0, 0], "max.q": [0, 0, 0]})
+    >>> [[f["path"] for f in group] for group in plan_groups(files, ("q",), None, small=1000, target=10 ** 6)]
+    [['a', 'b']]
+    """
     rows = [r for r in actions.to_pylist() if r["size_bytes"] < small]
     groups: dict[tuple, list[dict]] = {}
     for r in rows:

@@ -44,7 +44,11 @@ class TableSpec:
 
 
 def spark_schema(schema: pa.Schema):
-    """The Spark StructType of an Arrow schema, keeping each field's comment."""
+    """The Spark StructType of an Arrow schema, keeping each field's comment.
+
+    >>> spark_schema(pa.schema([pa.field("id", pa.int64(), metadata={"comment": "an id"})]))["id"].metadata
+    {'comment': 'an id'}
+    """
     from pyspark.sql.pandas.types import from_arrow_schema
     from pyspark.sql.types import StructField, StructType
 

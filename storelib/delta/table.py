@@ -368,6 +368,9 @@ def remove_actions(files: "pa.Table | Iterable[Mapping[str, Any]]", data_change:
     """Remove actions for files given as add actions (a table, or rows with ``path`` and ``size_bytes``).
 
     ``data_change=False`` for rewrites that keep the rows (compaction), True for deletions (retention).
+
+    >>> [a.path for a in remove_actions([{"path": "part-1.parquet", "size_bytes": 10}], data_change=False)]
+    ['part-1.parquet']
     """
     rows = files.select(["path", "size_bytes"]).to_pylist() if isinstance(files, pa.Table) else files
     now = int(time.time() * 1000)
@@ -375,7 +378,11 @@ def remove_actions(files: "pa.Table | Iterable[Mapping[str, Any]]", data_change:
 
 
 def add_actions(dt: DeltaTable) -> pa.Table:
-    """The snapshot's add actions with flattened statistics (``min.<col>``, ``max.<col>``)."""
+    """The snapshot's add actions with flattened statistics (``min.<col>``, ``max.<col>``).
+
+    >>> add_actions(store.context.tables.commitlog.snapshot()).column("num_records").to_pylist()
+    [1]
+    """
     return pa.table(dt.get_add_actions(flatten=True))
 
 

@@ -165,6 +165,13 @@ def write_dataframe(df: "DataFrame", table: Table, *, cluster_by: Sequence[str] 
     their way to the files. Rows keep their order within each file. Returns the files, to be
     committed by the caller: only file metadata reaches the driver. ``summarize`` adds a
     per-file summary to each :class:`WrittenFile` (computed on the executor).
+
+    >>> table = store.context.tables.topic_config
+    >>> df = store.table("topic_config")
+    >>> files = write_dataframe(df, table)
+    >>> sum(f.num_records for f in files) == df.count()
+    True
+    >>> table.discard(files)
     """
     name = table.spec.name
     target = Target.of(table, cluster_by=cluster_by, target_file_size=target_file_size, prefix=prefix,
@@ -209,6 +216,14 @@ def write_split(df: "DataFrame", targets: Mapping[str, Target],
     ``split`` runs on the executors over a partition's batches and yields, per batch, the rows
     each target gets (a batch with the target's columns, keyed by target name). Returns each
     target's files, uncommitted; a failing task deletes what it wrote.
+
+    >>> from storelib.storage.consume_queue import units
+    >>> targets = {"consume_queue": Target.of(store.context.tables.consume_queue)}
+    >>> split = lambda batches: ({"consume_queue": units(b, b.column("queue_offset"))} for b in batches)
+    >>> files = write_split(store.messages("TopicTest"), targets, split)
+    >>> [f.num_records for f in files["consume_queue"]]      # written, not committed
+    [1]
+    >>> store.context.tables.consume_queue.discard(files["consume_queue"])
     """
     names = list(targets)
 
@@ -238,6 +253,16 @@ def write_items(spark: "SparkSession", items: Sequence[T], sizes: Sequence[int],
     The items are cut into contiguous runs of about equal ``sizes`` (:func:`contiguous_groups`), one
     task per run; on the executors ``per_item`` turns each item, in order, into the rows each
     target gets.
+
+    >>> import pyarrow.parquet as pq
+    >>> from storelib.storage.consume_queue import units
+    >>> paths = store.context.tables.commitlog.files(store.context.tables.commitlog.snapshot())
+    >>> targets = {"consume_queue": Target.of(store.context.tables.consume_queue)}
+    >>> per_file = lambda path: ({"consume_queue": units(b, b.column("queue_offset"))} for b in pq.read_table(path).to_batches())
+    >>> files = write_items(spark, paths, [1] * len(paths), targets, per_file)
+    >>> sum(f.num_records for f in files["consume_queue"])
+    1
+    >>> store.context.tables.consume_queue.discard(files["consume_queue"])
     """
     from storelib.session import parallelism
 
@@ -399,7 +424,14 @@ def contiguous_groups(items: Sequence[T], sizes: Sequence[int], groups: int) -> 
 def write_files(table: Table, data: pa.Table, *, prefix: str = "part", target_file_size: int | None = None,
                 clustered: bool = True) -> list[WrittenFile]:
     """Write rows from this process into new, uncommitted files of ``table`` (one per cluster unless
-    not ``clustered``); on an error nothing written is left behind."""
+    not ``clustered``); on an error nothing written is left behind.
+
+    >>> table = store.context.tables.topic_config
+    >>> files = write_files(table, table.read_arrow())
+    >>> sum(f.num_records for f in files) == table.read_arrow().num_rows
+    True
+    >>> table.discard(files)
+    """
     sink = Target.of(table, cluster_by=None if clustered else (), prefix=prefix,
                      **({"target_file_size": target_file_size} if target_file_size else {})).sink()
     try:
@@ -416,6 +448,12 @@ def write_rows(table: Table, snapshot: "DeltaTable", data: pa.Table, *, prefix: 
     right after ``snapshot``.
 
     Returns (version, files); raises :class:`~storelib.delta.table.CommitConflict` (files deleted) to be retried.
+
+    >>> table = store.context.tables.topic_config
+    >>> snapshot = table.snapshot()
+    >>> version, files = write_rows(table, snapshot, table.read_arrow(snapshot), operation="COPY")
+    >>> version == snapshot.version() + 1
+    True
     """
     files = write_files(table, data, prefix=prefix, target_file_size=target_file_size)
     return table.commit(snapshot, files, **commit), files

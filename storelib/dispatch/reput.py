@@ -85,7 +85,11 @@ class DispatchResult:
 
 
 def queued(rows: "DataFrame") -> "DataFrame":
-    """Messages that get a consume queue row: normal and committed ones (not prepared, not rolled back)."""
+    """Messages that get a consume queue row: normal and committed ones (not prepared, not rolled back).
+
+    >>> queued(store.messages("TopicTest")).count()       # not prepared, not rolled back
+    1
+    """
     from pyspark.sql import functions as F
 
     kind = F.col("sysflag").bitwiseAND(F.lit(SysFlag.TRANSACTION_ROLLBACK_TYPE))
@@ -94,7 +98,11 @@ def queued(rows: "DataFrame") -> "DataFrame":
 
 def dispatch_targets(ctx: StoreContext) -> dict[str, Table]:
     """The tables dispatch writes, in commit order: the ext rows land before the consume queue rows
-    that point at them (putMessagePositionInfoWrapper), the index last (when ``message_index_enable``)."""
+    that point at them (putMessagePositionInfoWrapper), the index last (when ``message_index_enable``).
+
+    >>> list(dispatch_targets(store.context))
+    ['consume_queue_ext', 'consume_queue', 'index']
+    """
     targets = {"consume_queue_ext": ctx.tables.consume_queue_ext, "consume_queue": ctx.tables.consume_queue}
     if ctx.config.message_index_enable:
         targets["index"] = ctx.tables.index

@@ -52,7 +52,11 @@ def index_slot(index_key: str, slots: int = 5_000_000) -> int:
 
 
 def topic_key_prefixes(topics: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """``String.hashCode`` of ``topic#`` for each row (uint32), computed once per distinct topic."""
+    """``String.hashCode`` of ``topic#`` for each row (uint32), computed once per distinct topic.
+
+    >>> topic_key_prefixes(pa.array(["T", "T"])).tolist() == [java_string_hash("T#")] * 2
+    True
+    """
     distinct = Distinct.of(topics)
     prefix, _ = string_hashes(pa.array([f"{t}#" for t in distinct.values.to_pylist()], pa.string()))
     return distinct.per_row(prefix, null=0)

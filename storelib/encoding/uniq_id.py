@@ -17,7 +17,6 @@ import random
 import socket
 import struct
 import threading
-import time
 from datetime import date, timedelta
 
 import numpy as np
@@ -26,17 +25,13 @@ import pyarrow as pa
 from storelib.encoding.arrow import hex_bytes, hex_strings
 from storelib.encoding.message_id import ip_bytes
 from storelib.model.errors import MessageIdError, require_int
+from storelib.model.timestamps import now_ms
 
-__all__ = ["UniqIdGenerator", "uniq_id_prefix_hex", "decode_uniq_id_time", "month_start_ms", "local_ip", "now_ms",
+__all__ = ["UniqIdGenerator", "uniq_id_prefix_hex", "decode_uniq_id_time", "month_start_ms", "local_ip",
            "uniq_ids"]
 
 _INT64_MIN = -(1 << 63)
 _EPOCH, _DAY_MS, _NTP_TOLERANCE_MS = date(1970, 1, 1), 86_400_000, 1_000_000
-
-
-def now_ms() -> int:
-    """The clock in epoch milliseconds."""
-    return time.time_ns() // 1_000_000
 
 
 def month_start_ms(ms: int, months: int = 0) -> int:
@@ -115,7 +110,7 @@ class UniqIdGenerator:
         return f"{self.prefix}{diff & 0xFFFFFFFF:08X}{counter:04X}"
 
 
-_clock = now_ms
+_clock = now_ms  # the clock (model.timestamps), under a name the ``now_ms`` arguments do not hide
 
 
 def uniq_ids(prefix: str, tails: np.ndarray) -> pa.Array:

@@ -78,7 +78,11 @@ def java_parse_int(text: str, java_type: JavaType = I) -> int:
 
 
 def java_parse_long(text: str) -> int:
-    """``Long.valueOf``."""
+    """``Long.valueOf``.
+
+    >>> java_parse_long("+42"), java_parse_long("-9223372036854775808")
+    (42, -9223372036854775808)
+    """
     return java_parse_int(text, L)
 
 
@@ -105,7 +109,11 @@ def java_parse_double(text: str) -> float:
 
 
 def java_boolean(text: str) -> bool:
-    """``Boolean.valueOf(String)``: ``"true"`` in any case, everything else false."""
+    """``Boolean.valueOf(String)``: ``"true"`` in any case, everything else false.
+
+    >>> java_boolean("TRUE"), java_boolean("yes")
+    (True, False)
+    """
     return text.lower() == "true"
 
 
@@ -127,7 +135,11 @@ _PARSERS: dict[JavaType, Callable[[str], int | float]] = {I: java_parse_int, L: 
 
 def java_compare(lt: JavaType, lv: JavaValue, rt: JavaType, rv: JavaValue) -> int:
     """ComparisonExpression.__compare of two non-null values: numeric promotion, a String parsed with
-    the other side's type, Boolean.valueOf for String vs Boolean, -1 for other mixed kinds."""
+    the other side's type, Boolean.valueOf for String vs Boolean, -1 for other mixed kinds.
+
+    >>> java_compare(JavaType.LONG, 5, JavaType.DOUBLE, 4.5), java_compare(JavaType.STRING, "b", JavaType.STRING, "a")
+    (1, 1)
+    """
     assert lv is not None and rv is not None
     if lt is rt:
         return _double_compare(lv, rv) if lt is D else _sign(lv, rv)  # type: ignore[arg-type]
@@ -191,7 +203,11 @@ _MATCHERS: dict[str, Callable[[str, str], bool]] = {
 
 
 def node_value(node: Node, props: Mapping[str, str]) -> JavaValue:
-    """The Java value of ``node``; raises :class:`JavaEvaluationError` where RocketMQ throws."""
+    """The Java value of ``node``; raises :class:`JavaEvaluationError` where RocketMQ throws.
+
+    >>> node_value(Property("a"), {"a": "7"}), node_value(Literal(3, JavaType.INT), {})
+    ('7', 3)
+    """
     if isinstance(node, Property):
         return props.get(node.name)
     if isinstance(node, Literal):

@@ -210,7 +210,11 @@ class Match(Node):
 
 
 def property_names(node: Node) -> frozenset[str]:
-    """Names of all properties a tree reads."""
+    """Names of all properties a tree reads.
+
+    >>> sorted(property_names(Logic("AND", (Property("a"), Property("b")))))
+    ['a', 'b']
+    """
     return frozenset(n.name for n in node.walk() if isinstance(n, Property))
 
 

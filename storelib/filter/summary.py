@@ -55,7 +55,11 @@ MAX_TAG_CODES = 64
 
 
 def subscription_key(group: str, version: int) -> str:
-    """How a summary names a subscription: its group and registry version (``GroupB@7``)."""
+    """How a summary names a subscription: its group and registry version (``GroupB@7``).
+
+    >>> subscription_key("GroupB", 7)
+    'GroupB@7'
+    """
     return f"{group}@{version}"
 
 
@@ -114,7 +118,11 @@ class ExtSummarizer:
 
 
 def summarizer_for(subscriptions: "Iterable[Subscription]") -> ExtSummarizer:
-    """An :class:`ExtSummarizer` recording hits of the SQL92 ``subscriptions`` that have Bloom data."""
+    """An :class:`ExtSummarizer` recording hits of the SQL92 ``subscriptions`` that have Bloom data.
+
+    >>> list(summarizer_for([store.subscription("GroupA", "TopicTest")]).subscriptions)   # tag subscriptions: none
+    []
+    """
     return ExtSummarizer({subscription_key(s.group, s.version): (s.version, s.bloom)
                           for s in subscriptions if s.is_sql92 and s.bloom is not None})
 
@@ -132,7 +140,12 @@ def _matrix(bitmaps: pa.Array) -> np.ndarray | None:
 
 def bitmap_hits(bitmaps: pa.Array, data: "BloomFilterData") -> np.ndarray:
     """Per value of a binary array of equal-length bitmaps: does it hit ``data``'s bits (``isHit``)?
-    Values of other lengths cannot be tested and count as hits (they prune nothing)."""
+    Values of other lengths cannot be tested and count as hits (they prune nothing).
+
+    >>> from storelib.filter.bloom import BloomFilterData
+    >>> bitmap_hits(pa.array([b"\\x05\\x00", b"\\x01\\x00"]), BloomFilterData([0, 2], 16)).tolist()
+    [True, False]
+    """
     matrix = _matrix(bitmaps)
     if matrix is None or matrix.shape[1] * 8 < max(data.bit_pos) + 1:
         return np.ones(len(bitmaps), dtype=bool)
@@ -161,7 +174,11 @@ class FileSummary:
 
 
 def record_summaries(table: Table, files: Sequence[WrittenFile], attempts: int = 50) -> int:
-    """Append the summaries of ``files`` (not yet committed to the ext table); return how many."""
+    """Append the summaries of ``files`` (not yet committed to the ext table); return how many.
+
+    >>> record_summaries(store.context.tables.ext_summary, [])
+    0
+    """
     rows = []
     for f in files:
         if not f.summary:
@@ -183,7 +200,11 @@ def record_summaries(table: Table, files: Sequence[WrittenFile], attempts: int =
 
 
 def read_summaries(table: Table, topic: str) -> dict[str, FileSummary]:
-    """Summaries of the topic's ext files, by add path."""
+    """Summaries of the topic's ext files, by add path.
+
+    >>> [sorted(s.codes) for s in read_summaries(store.context.tables.ext_summary, "TopicTest").values()]
+    [[2598919]]
+    """
     from storelib.delta.table import Prune
 
     rows = table.read_arrow(prune=Prune(equal={"topic": topic}), filter=pc.field("topic") == topic,

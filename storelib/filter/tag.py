@@ -23,7 +23,6 @@ single value.
 
 from __future__ import annotations
 
-import time
 import unicodedata
 from dataclasses import dataclass, field
 from typing import Iterable
@@ -34,6 +33,7 @@ from pyspark.sql import functions as F
 from storelib.encoding.hashcode import java_string_hash
 from storelib.encoding.tags import tags_code as _tags_code
 from storelib.model.errors import FilterError, FilterExpressionError
+from storelib.model.timestamps import now_ms
 
 __all__ = ["ExpressionType", "SUB_ALL", "TAG_SEPARATOR", "SubscriptionData", "build_subscription",
            "build_subscription_data", "code_match_column", "tag_match_column"]
@@ -64,10 +64,6 @@ class ExpressionType:
         return expression_type is None or expression_type == "" or expression_type == ExpressionType.TAG
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 @dataclass(frozen=True, eq=True)
 class SubscriptionData:
     """One consumer's subscription to one topic (RocketMQ's ``SubscriptionData``).
@@ -85,7 +81,7 @@ class SubscriptionData:
     expression_type: str = ExpressionType.TAG
     tags_set: frozenset[str] = frozenset()
     code_set: frozenset[int] = frozenset()
-    sub_version: int = field(default_factory=_now_ms, compare=False)
+    sub_version: int = field(default_factory=now_ms, compare=False)
     class_filter_mode: bool = False
 
     def __post_init__(self) -> None:

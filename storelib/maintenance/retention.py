@@ -133,6 +133,9 @@ def clean_commitlog(ctx: StoreContext, reserved_hours: float | None = None, now:
 
     ``reserved_hours`` defaults to the store's ``file_reserved_time``; ``now`` (epoch ms or an
     aware datetime, default the clock) lets a caller judge expiry at another time.
+
+    >>> clean_commitlog(store.context, now=0)       # nothing is old at the epoch
+    0
     """
     hours = ctx.config.file_reserved_time if reserved_hours is None else reserved_hours
     if (not isinstance(hours, (int, float)) or isinstance(hours, bool) or not math.isfinite(hours) or hours < 0):
@@ -167,6 +170,9 @@ def clean_consume_queue(ctx: StoreContext, *, fault: Callable[[str], None] | Non
     Returns files removed per table. Each table's removals are one commit (the consume queue's
     carries the moved ``cqmin`` markers); a run that changes nothing commits nothing. ``fault`` is
     called with ``<table>.committed`` after each commit (tests use it to crash in between).
+
+    >>> clean_consume_queue(store.context)
+    {'consume_queue': 0, 'consume_queue_ext': 0, 'index': 0}
     """
     min_phy = commitlog_min_offset(ctx.tables.commitlog.snapshot())
     attempts = ctx.config.max_commit_attempts

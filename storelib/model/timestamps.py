@@ -33,7 +33,11 @@ FAR_FUTURE_MS = 253_402_300_799_000
 
 
 def now_ms() -> int:
-    """The clock, in epoch milliseconds."""
+    """The clock, in epoch milliseconds.
+
+    >>> now_ms() > 1_700_000_000_000
+    True
+    """
     return time.time_ns() // 1_000_000
 
 

@@ -172,7 +172,12 @@ class ReadPlan:
 
 def plan_read(ctx: StoreContext, topic: str, selector: MessageSelector | str | None = None,
               group: str | None = None) -> ReadPlan:
-    """Choose the files a filtered read of ``topic`` opens (see the module's steps 1 and 3)."""
+    """Choose the files a filtered read of ``topic`` opens (see the module's steps 1 and 3).
+
+    >>> plan = plan_read(store.context, "TopicTest", group="GroupA")
+    >>> len(plan.commitlog_files()), plan.filter.passes_every_unit
+    (1, False)
+    """
     ctx.topics.get(topic)
     if group is not None:
         sub = ctx.registry.get(group, topic)
@@ -214,7 +219,11 @@ def plan_read(ctx: StoreContext, topic: str, selector: MessageSelector | str | N
 
 def read_topic(ctx: StoreContext, topic: str, selector: MessageSelector | str | None = None,
                group: str | None = None) -> "DataFrame":
-    """The topic's dispatched messages that match ``selector`` (or ``group``'s subscription), as commitlog rows."""
+    """The topic's dispatched messages that match ``selector`` (or ``group``'s subscription), as commitlog rows.
+
+    >>> read_topic(store.context, "TopicTest", "TagA || TagZ").select("msg_id").first().msg_id == r.msg_id
+    True
+    """
     from pyspark.sql import functions as F
 
     from storelib.delta.spec import spark_schema

@@ -19,7 +19,11 @@ __all__ = ["table_rows", "topic_messages", "queue_units"]
 
 
 def table_rows(ctx: StoreContext, name: str, prune: Prune | None = None) -> "DataFrame":
-    """A table's current rows (files skipped by ``prune``'s statistics; rows not filtered by it)."""
+    """A table's current rows (files skipped by ``prune``'s statistics; rows not filtered by it).
+
+    >>> table_rows(store.context, "consume_queue").count()
+    1
+    """
     tables = ctx.tables.by_name()
     if name not in tables:
         raise StoreError("name", f"no such table; the store's tables are {sorted(tables)}", value=name)
@@ -35,7 +39,11 @@ def topic_messages(ctx: StoreContext, topic: str | None = None) -> "DataFrame":
 
 
 def queue_units(ctx: StoreContext, topic: str, queue_id: int, begin: int = 0, end: int | None = None) -> "DataFrame":
-    """Consume queue rows of one queue with ``begin <= queue_offset < end``."""
+    """Consume queue rows of one queue with ``begin <= queue_offset < end``.
+
+    >>> queue_units(store.context, "TopicTest", r.queue_id, 0, 1).first().commitlog_offset
+    0
+    """
     from pyspark.sql import functions as F
 
     hi = end - 1 if end is not None else 2**63 - 1

@@ -72,7 +72,11 @@ def now_millis() -> dt.datetime:
 
 
 def queue_marker(topic: str, queue_id: int) -> str:
-    """Name of the ``txn`` marker holding the next queue offset of (topic, queue_id)."""
+    """Name of the ``txn`` marker holding the next queue offset of (topic, queue_id).
+
+    >>> queue_marker("TopicTest", 3)
+    'cq/TopicTest/3'
+    """
     return f"cq/{topic}/{queue_id}"
 
 
@@ -104,7 +108,7 @@ class AppendResult:
     """Where appended messages landed: one entry per message for small appends, ranges for DataFrames.
 
     >>> result = store.send_dataframe(spark.createDataFrame([("TopicTest",)] * 3, "topic string"))
-    >>> result.count, sum(n for _, n in result.queues.values()), result.next_offset == store.max_offset()
+    >>> result.count, sum(hi - lo for lo, hi in result.queues.values()), result.next_offset == store.max_offset()
     (3, 3, True)
     """
 

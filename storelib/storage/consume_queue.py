@@ -40,7 +40,11 @@ def min_queue_marker(topic: str, queue_id: int) -> str:
 
 def queue_min_offset(marker: int | None, actions: pa.Table, topic: str, queue_id: int) -> int:
     """``getMinOffsetInQueue`` from the ``cqmin/<topic>/<queue_id>`` marker (once retention has set it),
-    else the smallest ``queue_offset`` among the queue's files, else 0 (no dispatched units)."""
+    else the smallest ``queue_offset`` among the queue's files, else 0 (no dispatched units).
+
+    >>> queue_min_offset(None, store.context.tables.consume_queue.view().actions, "TopicTest", r.queue_id)
+    0
+    """
     if marker is not None:
         return int(marker)
     mins = Table.only(actions, {"topic": topic, "queue_id": queue_id}).column("min.queue_offset") \
@@ -50,6 +54,12 @@ def queue_min_offset(marker: int | None, actions: pa.Table, topic: str, queue_id
 
 
 def queue_max_offset(queue_actions: pa.Table) -> int:
+    """``getMaxOffsetInQueue`` from the add actions of one queue's files: one past its last unit, 0 for none.
+
+    >>> actions = Table.only(store.context.tables.consume_queue.view().actions, {"topic": "TopicTest", "queue_id": r.queue_id})
+    >>> queue_max_offset(actions)
+    1
+    """
     if queue_actions.num_rows == 0:
         return 0
     top = pc.max(queue_actions.column("max.queue_offset")).as_py()
@@ -57,7 +67,11 @@ def queue_max_offset(queue_actions: pa.Table) -> int:
 
 
 def max_offsets(actions: pa.Table) -> dict[tuple[str, int], int]:
-    """``getMaxOffsetInQueue`` of every queue at once, from consume queue add actions (files of one queue)."""
+    """``getMaxOffsetInQueue`` of every queue at once, from consume queue add actions (files of one queue).
+
+    >>> max_offsets(store.context.tables.consume_queue.view().actions) == {("TopicTest", r.queue_id): 1}
+    True
+    """
     actions = Table.clustered(actions, ["topic", "queue_id"])
     if actions.num_rows == 0:
         return {}
@@ -67,6 +81,14 @@ def max_offsets(actions: pa.Table) -> dict[tuple[str, int], int]:
 
 
 def read_units(cq: Table, queue_actions: pa.Table, topic: str, queue_id: int, lo: int, hi: int) -> pa.Table:
+    """The queue's units with ``lo <= queue_offset < hi``, sorted, read with pyarrow from the files among
+    ``queue_actions`` whose statistics can hold them.
+
+    >>> cq = store.context.tables.consume_queue
+    >>> actions = Table.only(cq.view().actions, {"topic": "TopicTest", "queue_id": r.queue_id})
+    >>> read_units(cq, actions, "TopicTest", r.queue_id, 0, 32).column("commitlog_offset").to_pylist()
+    [0]
+    """
     actions = cq.prune(queue_actions, Prune(between={"queue_offset": (lo, hi - 1)}))
     rows = cq.read_arrow(paths=cq.paths(actions), columns=["queue_offset", "commitlog_offset", "size", "tags_code"],
                          filter=(pc.field("topic") == topic) & (pc.field("queue_id") == queue_id)
@@ -75,7 +97,11 @@ def read_units(cq: Table, queue_actions: pa.Table, topic: str, queue_id: int, lo
 
 
 def contiguous(units: pa.Table, offset: int) -> pa.Table:
-    """The units from ``offset`` up to the first gap (a queue file that is missing ends the buffer)."""
+    """The units from ``offset`` up to the first gap (a queue file that is missing ends the buffer).
+
+    >>> contiguous(pa.table({"queue_offset": [4, 5, 7]}), 4).column("queue_offset").to_pylist()
+    [4, 5]
+    """
     got = units.column("queue_offset").to_numpy()
     gaps = np.flatnonzero(got != offset + np.arange(len(got)))
     return units.slice(0, int(gaps[0])) if len(gaps) else units
@@ -83,7 +109,11 @@ def contiguous(units: pa.Table, offset: int) -> pa.Table:
 
 def min_offset(table: Table, topic: str, queue_id: int) -> int:
     """``getMinOffsetInQueue`` of (topic, queue_id) from a warm view of the consume queue table: no data
-    file is opened."""
+    file is opened.
+
+    >>> min_offset(store.context.tables.consume_queue, "TopicTest", r.queue_id)
+    0
+    """
     marker = min_queue_marker(topic, queue_id)
     view = table.view(markers=[marker])
     return queue_min_offset(view.markers.get(marker), view.actions, topic, queue_id)
@@ -91,7 +121,11 @@ def min_offset(table: Table, topic: str, queue_id: int) -> int:
 
 def units(b: pa.RecordBatch, tags_code: pa.Array) -> pa.RecordBatch:
     """Consume queue units of a batch of commitlog rows (``putMessagePositionInfo``): where each
-    message is, its size, and ``tags_code`` (its tag code, or the decorated address of its ext unit)."""
+    message is, its size, and ``tags_code`` (its tag code, or the decorated address of its ext unit).
+
+    >>> units(store.context.tables.commitlog.read_arrow().to_batches()[0], pa.array([7], pa.int64())).column("tags_code").to_pylist()
+    [7]
+    """
     return pa.RecordBatch.from_arrays(
         [b.column("topic"), b.column("queue_id"), b.column("queue_offset"), b.column("physical_offset"),
          b.column("size"), tags_code, b.column("store_timestamp")], schema=CONSUME_QUEUE.arrow)

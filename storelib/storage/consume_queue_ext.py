@@ -16,7 +16,11 @@ __all__ = ["CONSUME_QUEUE_EXT", "ext_units", "units"]
 
 
 def ext_units(ext: Table, topic: str, queue_id: int, lo: int, hi: int) -> pa.Table:
-    """Ext units of the queue with ``lo <= ext_offset <= hi``, sorted: real tags code, bitmap, bitmap version."""
+    """Ext units of the queue with ``lo <= ext_offset <= hi``, sorted: real tags code, bitmap, bitmap version.
+
+    >>> ext_units(store.context.tables.consume_queue_ext, "TopicTest", r.queue_id, 0, 0).column("tags_code").to_pylist()
+    [2598919]
+    """
     actions = ext.prune(Table.only(ext.view().actions, {"topic": topic, "queue_id": queue_id}),
                         Prune(between={"ext_offset": (lo, hi)}))
     rows = ext.read_arrow(paths=ext.paths(actions),
@@ -29,7 +33,12 @@ def ext_units(ext: Table, topic: str, queue_id: int, lo: int, hi: int) -> pa.Tab
 def units(b: pa.RecordBatch, tags_code: pa.Array) -> pa.RecordBatch:
     """Ext units of a batch of commitlog rows: the real ``tags_code``, the store time, and the filter
     bitmap with the registry version it was computed with where the batch carries them (CalcBitMap);
-    each unit's ``ext_offset`` is its message's queue offset."""
+    each unit's ``ext_offset`` is its message's queue offset.
+
+    >>> batch = store.context.tables.commitlog.read_arrow().to_batches()[0]
+    >>> units(batch, pa.array([2598919], pa.int64())).column("ext_offset").to_pylist()
+    [0]
+    """
     n, names = b.num_rows, b.schema.names
     bitmap = b.column("filter_bitmap") if "filter_bitmap" in names else pa.nulls(n, pa.binary())
     version = b.column("filter_version") if "filter_version" in names else pa.nulls(n, pa.int64())

@@ -52,7 +52,11 @@ def entries(b: pa.RecordBatch, shift: int) -> pa.RecordBatch:
 def offsets_of(table: Table, key_hash: int, begin_ms: int, end_ms: int) -> tuple[list[int], int]:
     """Commitlog offsets of the entries with ``key_hash`` stored within ``[begin_ms, end_ms]``, newest
     first and each once, and how many index files were opened to find them (only those whose
-    statistics can hold the hash)."""
+    statistics can hold the hash).
+
+    >>> offsets_of(store.context.tables.index, index_key_hash("TopicTest#order-1"), 0, 2 ** 62)
+    ([0], 1)
+    """
     paths = table.files(table.snapshot(), Prune(equal={"key_hash": key_hash}))
     stored = pc.field("store_timestamp")
     cond = ((pc.field("key_hash") == key_hash) & (stored >= arrow_timestamp(begin_ms)) & (stored <= arrow_timestamp(end_ms)))
