@@ -37,7 +37,12 @@ __all__ = ["StoreContext", "StoreTables", "MessageArrivals"]
 
 @dataclass(frozen=True)
 class StoreTables:
-    """The store's Delta tables, one attribute each (folders under the store's root)."""
+    """The store's Delta tables, one attribute each (folders under the store's root).
+
+    >>> tables = StoreTables.at(tmp + "/fresh").ensure()
+    >>> tables.index.spec.name, len(tables.by_name())
+    ('index', 9)
+    """
 
     commitlog: Table
     consume_queue: Table

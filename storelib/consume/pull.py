@@ -125,6 +125,17 @@ class PullFilter:
     or Bloom bits). The broker's commitlog stage evaluates SQL92 only; tag strings are left to the
     client. On a retry topic each message is checked against the group's subscription of its
     original topic (``RETRY_TOPIC``): its SQL92 expression, and its tag expression too.
+
+    >>> f = PullFilter(MessageFilter("TopicTest", MessageSelector.by_tag("TagA")))
+    >>> f.passes_every_unit
+    False
+    >>> m = store.query_by_id(r.msg_id)
+    >>> f.is_matched_by_commitlog(m), f.client_keeps(m)
+    (True, True)
+    >>> import pyarrow as pa
+    >>> f.consume_queue_mask(pa.table({"tags_code": [2598919], "filter_bitmap": pa.nulls(1, pa.binary()),
+    ...                                "filter_version": pa.nulls(1, pa.int64())})).tolist()
+    [True]
     """
 
     def __init__(self, message_filter: MessageFilter,

@@ -27,6 +27,9 @@ class TableSpec:
     as writing it, and the writer then drops it anyway.
     ``statistics``: the columns whose min/max the files keep (for skipping files and row groups);
     None for all. Bodies and property maps are never searched by range.
+
+    >>> TableSpec("events", pa.schema([("id", pa.int64()), ("at", pa.int64())])).columns
+    ['id', 'at']
     """
 
     name: str

@@ -51,6 +51,9 @@ class WrittenFile:
 
     ``path`` is relative to the table root; ``stats`` is Delta's per-file statistics JSON;
     ``summary`` what the writer's :class:`~storelib.delta.writer.Summarizer` made of the file, if any.
+
+    >>> WrittenFile("part-0.parquet", 100, 3, "{}").add_action(data_change=False).data_change
+    False
     """
 
     path: str
@@ -80,6 +83,10 @@ class TableView:
     """What point reads need of one snapshot, kept in memory: its version, add actions and ``txn`` markers.
 
     Immutable, so many threads may use it while the table moves on.
+
+    >>> view = store.context.tables.commitlog.view(markers=["commitlog"])
+    >>> view.marker("commitlog") == store.max_offset(), view.marker("absent", default=-1)
+    (True, -1)
     """
 
     version: int

@@ -49,6 +49,15 @@ class Summarizer(Protocol):
 
     ``start`` makes a fresh state for a file, ``add`` folds a batch of its rows in, ``finish``
     returns the summary as a string (JSON) kept on the :class:`WrittenFile`.
+
+    >>> class Rows:
+    ...     def start(self): return 0
+    ...     def add(self, state, batch): return state + batch.num_rows
+    ...     def finish(self, state): return str(state)
+    >>> sink = FileSink(tmp, pa.schema([("q", pa.int32())]), summarize=Rows())
+    >>> sink.write([pa.RecordBatch.from_pydict({"q": pa.array([1, 2], pa.int32())})])
+    >>> [f.summary for f in sink.close()]
+    ['2']
     """
 
     def start(self) -> Any: ...
@@ -64,6 +73,13 @@ class FileSink:
     Rows are grouped by the ``cluster_by`` columns as they come (no sort needed): each cluster
     value has its own open file, so a file never holds two values, and rows keep their arrival
     order inside a file. Rows are buffered into row groups of ``row_group_rows``.
+
+    >>> sink = FileSink(tmp, pa.schema([("q", pa.int32()), ("v", pa.int64())]), cluster_by=["q"])
+    >>> sink.write([pa.RecordBatch.from_pydict({"q": pa.array([0, 1, 0], pa.int32()), "v": [1, 2, 3]})])
+    >>> sorted(f.num_records for f in sink.close())                # one file per cluster value
+    [1, 2]
+    >>> sink = FileSink(tmp, pa.schema([("q", pa.int32())])); sink.write([pa.RecordBatch.from_pydict({"q": pa.array([1], pa.int32())})])
+    >>> sink.abort()                                              # nothing written is left behind
     """
 
     def __init__(self, root: str, schema: pa.Schema, *, cluster_by: Sequence[str] = (),
@@ -182,7 +198,15 @@ def write_dataframe(df: "DataFrame", table: Table, *, cluster_by: Sequence[str] 
 
 @dataclass(frozen=True)
 class Target:
-    """One table a :func:`write_split` fills: its folder, its columns and how its files are cut."""
+    """One table a :func:`write_split` fills: its folder, its columns and how its files are cut.
+
+    >>> target = Target.of(store.context.tables.consume_queue)
+    >>> sink = target.sink()
+    >>> sink.write(store.context.tables.consume_queue.read_arrow().to_batches())
+    >>> files = sink.close(); [f.num_records for f in files]
+    [1]
+    >>> store.context.tables.consume_queue.discard(files)
+    """
 
     root: str
     schema: pa.Schema

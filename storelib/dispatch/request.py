@@ -66,6 +66,16 @@ class DispatchRequests:
     KEYS of every message not rolled back, as hashes of ``topic#key`` filed by hash range. A
     batch may carry ``properties`` (read when a delayed message may be among its rows) and the
     ``filter_bitmap`` and ``filter_version`` of the ext units.
+
+    >>> requests = DispatchRequests({"consume_queue": 0, "index": 0}, True, 25, (1000,))
+    >>> batch = store.context.tables.commitlog.read_arrow(columns=list(REQUEST_COLUMNS)).to_batches()[0]
+    >>> rows = next(requests(iter([batch])))
+    >>> rows["consume_queue"].num_rows, rows["index"].num_rows          # the unit; the KEYS key and the UNIQ_KEY
+    (1, 2)
+    >>> requests.consume_queue(batch).column("tags_code")[0].as_py() < 0   # an ext address
+    True
+    >>> requests.consume_queue_ext(batch).column("tags_code").to_pylist(), requests.index(batch).num_rows
+    ([2598919], 2)
     """
 
     starts: Mapping[str, int]

@@ -43,6 +43,24 @@ class MessageFilter:
 
     ``subscription`` (a registered group's) brings Bloom data and its registry version; an ad hoc
     selector has none, so its consume-queue check is by tag code only (SQL92 passes every unit).
+
+    >>> sql = MessageFilter("TopicTest", MessageSelector.by_sql("a > 3"))
+    >>> sql.matches_all, sql.uses_bitmap, sql.passes_every_unit       # no registered Bloom data: no bitmap test
+    (False, False, True)
+    >>> df = store.messages("TopicTest")
+    >>> df.where(sql.commitlog_column()).count(), sql.sql.evaluate({"a": "5"})
+    (1, True)
+    >>> tag = MessageFilter("TopicTest", MessageSelector.by_tag("TagA"))
+    >>> ext = store.context.tables.consume_queue_ext.read(spark)     # real tag codes, bitmaps
+    >>> ext.where(tag.consume_queue_column()).count()
+    1
+    >>> import pyarrow as pa
+    >>> from storelib.filter.summary import FileSummary
+    >>> units = pa.table({"tags_code": [2598919, 7], "filter_bitmap": pa.nulls(2, pa.binary()), "filter_version": pa.nulls(2, pa.int64())})
+    >>> tag.consume_queue_mask(units).tolist(), tag.may_skip_file(FileSummary(None, None, [7]))
+    ([True, False], True)
+    >>> ext.select(sql.trusted_bitmap().alias("t")).first().t          # no Bloom data registered: not trusted
+    False
     """
 
     def __init__(self, topic: str, selector: MessageSelector, subscription: "Subscription | None" = None,

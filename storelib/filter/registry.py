@@ -76,7 +76,20 @@ class Subscription:
 
 
 class SubscriptionRegistry:
-    """The ``subscription`` table: register, replace, unregister and look up subscriptions."""
+    """The ``subscription`` table: register, replace, unregister and look up subscriptions.
+
+    >>> reg = store.context.registry
+    >>> [(s.group, s.topic) for s in reg.all()], list(reg.current())
+    ([('GroupA', 'TopicTest')], [('GroupA', 'TopicTest')])
+    >>> [s.group for s in reg.for_topic("TopicTest")], reg.snapshot().version() >= 1
+    (['GroupA'], True)
+    >>> reg.check("TopicTest", MessageSelector.by_sql("a >"))
+    Traceback (most recent call last):
+    ...
+    storelib.model.errors.FilterExpressionError: expression: unexpected end of expression, expected a property, a literal, '(', NOT, '+' or '-' (got 'a >') [at line 1, column 4]
+    >>> reg.unregister("GroupA", "TopicTest"), reg.unregister("GroupA", "TopicTest")
+    (True, False)
+    """
 
     def __init__(self, table: Table, config: StoreConfig):
         self.table = table

@@ -22,7 +22,16 @@ TAG, SQL92 = ExpressionType.TAG, ExpressionType.SQL92
 
 @dataclass(frozen=True)
 class MessageSelector:
-    """An expression and its type: ``TAG`` (``'TagA || TagB'``, ``'*'``) or ``SQL92``."""
+    """An expression and its type: ``TAG`` (``'TagA || TagB'``, ``'*'``) or ``SQL92``.
+
+    >>> s = MessageSelector.of("TagA || TagB")
+    >>> s.is_tag, s.is_sql92, MessageSelector.by_sql("a > 1").is_sql92
+    (True, False, True)
+    >>> MessageSelector.by_sql("a >").parse("TopicTest")
+    Traceback (most recent call last):
+    ...
+    storelib.model.errors.FilterExpressionError: expression: unexpected end of expression, expected a property, a literal, '(', NOT, '+' or '-' (got 'a >') [at line 1, column 4]
+    """
 
     expression_type: str
     expression: str

@@ -363,6 +363,12 @@ class Sql92Expression:
 
     ``text`` is what the subscriber sent, ``tree`` the typed tree, ``properties`` the property
     names it reads; ``str()`` is a canonical text that parses back to the same tree.
+
+    >>> e = parse_sql92("a BETWEEN 1 AND 9 AND TAGS IS NOT NULL")
+    >>> sorted(e.properties), e.evaluate({"a": "5", "TAGS": "x"}), e.evaluate({"a": "5"})
+    (['TAGS', 'a'], True, False)
+    >>> spark.createDataFrame([({"a": "5", "TAGS": "x"},)], "properties map<string,string>").where(e.to_column()).count()
+    1
     """
 
     text: str = field(compare=False)

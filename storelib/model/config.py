@@ -30,6 +30,9 @@ class StoreConfig:
     A stock broker ships with property filtering, bitmap calculation and the ext queue off; here
     they are on, since filtering is what the store is for. Set all three to ``False`` for a
     broker's defaults: SQL92 subscriptions are then refused and reads evaluate every message.
+
+    >>> StoreConfig(store_host="10.0.0.7:10911").replace(file_reserved_time=48).file_reserved_time
+    48
     """
 
     #: ``ip:port`` of this store as written into message ids (``brokerIP1`` and ``listenPort``).

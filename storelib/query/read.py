@@ -69,7 +69,12 @@ _UNIT_COLUMNS = ("topic", "queue_id", "queue_offset", "commitlog_offset", "tags_
 
 @dataclass
 class ReadPlan:
-    """What a filtered read will open: unit files (ext and plain consume queue) and commitlog files."""
+    """What a filtered read will open: unit files (ext and plain consume queue) and commitlog files.
+
+    >>> plan = plan_read(store.context, "TopicTest", "TagA")
+    >>> len(plan.commitlog_files()), plan.units(spark).count(), plan.commitlog_ranges(spark)
+    (1, 1, None)
+    """
 
     filter: MessageFilter
     ext_files: list[str]

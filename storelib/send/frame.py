@@ -81,6 +81,19 @@ class EncodedFrame:
     sends (the rules of :mod:`storelib.model.validation`, as Arrow batch operations) and complete them
     into commitlog rows: ``defaults`` for the columns the DataFrame did not have, the queue where the
     row names none, the UNIQ_KEY, the properties map and the size.
+
+    >>> from storelib.model.topic import TopicConfig
+    >>> frame = EncodedFrame({"sysflag": 0, "flag": 0}, UniqKeys("0A0000010001", "nonce", 5), {"T": TopicConfig("T")}, max_body=10)
+    >>> batch = pa.RecordBatch.from_pydict({"topic": ["T", "U"], "body": [b"x", b"y"], "tags": pa.nulls(2, pa.string()),
+    ...     "keys": pa.nulls(2, pa.string()), "property_names": pa.nulls(2, pa.string()),
+    ...     "property_values": pa.nulls(2, pa.string()), "property_count": pa.array([0, 0], pa.int32())})
+    >>> topics = frame.topics_of(batch)
+    >>> [r and json.loads(r)["error"] for r in frame.refusals(batch, topics).to_pylist()]
+    [None, 'TopicNotFoundError']
+    >>> good = batch.slice(0, 1)
+    >>> cols = frame.complete(good, 0, 0, frame.topics_of(good))
+    >>> cols["size"].to_pylist(), [k for k, _ in cols["properties"][0].as_py()]
+    ([135], ['UNIQ_KEY'])
     """
 
     defaults: Mapping[str, object]

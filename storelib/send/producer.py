@@ -45,7 +45,24 @@ DATAFRAME_COLUMNS = {
 
 
 class Producer:
-    """Checks and encodes messages for one store; keeps RocketMQ's per-topic queue rotation."""
+    """Checks and encodes messages for one store; keeps RocketMQ's per-topic queue rotation.
+
+    >>> producer, ctx = store.context.producer, store.context
+    >>> [m.queue_id for m in producer.encode([Message("TopicTest", queue_id=2)], ctx.topics.all())]
+    [2]
+    >>> producer.send_batch(ctx.commitlog, ctx.topics.all(), [Message("TopicTest")])[0].send_status
+    'SEND_OK'
+    >>> df = spark.createDataFrame([("TopicTest", "hi")], "topic string, body string")
+    >>> producer.send_dataframe(ctx.commitlog, ctx.topics.all(), df).count
+    1
+    >>> encoded, frame = producer.encode_dataframe(df, ctx.topics.all())
+    >>> encoded.columns[:3]
+    ['topic', 'body_crc', 'property_names']
+    >>> Producer.refuse({"error": "BodyTooLargeError", "field": "body", "reason": "too big", "topic": "T", "partition": 0})
+    Traceback (most recent call last):
+    ...
+    storelib.model.errors.BodyTooLargeError: body: too big [at DataFrame partition 0, topic 'T'; nothing was written]
+    """
 
     def __init__(self, config: StoreConfig):
         self.config = config

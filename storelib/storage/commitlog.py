@@ -82,7 +82,11 @@ def queue_marker(topic: str, queue_id: int) -> str:
 
 @dataclass
 class EncodedMessage:
-    """A validated message with everything but its offsets, ready to append."""
+    """A validated message with everything but its offsets, ready to append.
+
+    >>> EncodedMessage("T", 0, 0, 0, b"hi", {"UNIQ_KEY": "K"}, now_millis(), "127.0.0.1:0").size
+    105
+    """
 
     topic: str
     queue_id: int

@@ -71,6 +71,12 @@ class ConsumerOffsetTable:
 
     ``fault`` is called with ``"written"`` (a commit's file is written, not yet committed) and
     ``"compact_written"`` (the same for a compaction), for tests that stop or race a writer there.
+
+    >>> offsets = store.context.offsets
+    >>> offsets.commit("GroupA", "TopicTest", 1, 4) < offsets.commit("GroupA", "TopicTest", 1, 5)
+    True
+    >>> offsets.offsets("GroupA").column("offset").to_pylist(), offsets.compact()   # two commit files, merged into one
+    ([5], (2, 1))
     """
 
     def __init__(self, table: Table, config: StoreConfig, fault: Callable[[str], None] | None = None):

@@ -27,6 +27,10 @@ class GroupConfigTable:
     """The ``subscription_group`` Delta table: one row per group, the latest write wins.
 
     Reads are served from memory until the table's version moves, as a broker keeps its groups.
+
+    >>> groups = GroupConfigTable(store.context.tables.subscription_group, store.config)
+    >>> groups.put(GroupConfig("GroupX", retry_max_times=2)).retry_max_times, sorted(groups.all())
+    (2, ['GroupA', 'GroupX'])
     """
 
     def __init__(self, table: Table, config: StoreConfig):

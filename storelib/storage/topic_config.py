@@ -20,7 +20,12 @@ __all__ = ["TopicConfigTable"]
 
 
 class TopicConfigTable:
-    """The ``topic_config`` Delta table: one row per topic, the latest write wins."""
+    """The ``topic_config`` Delta table: one row per topic, the latest write wins.
+
+    >>> topics = TopicConfigTable(store.context.tables.topic_config)
+    >>> topics.put(TopicConfig("Orders", 2, 2)); sorted(topics.all())
+    ['%RETRY%GroupA', 'Orders', 'TopicTest']
+    """
 
     def __init__(self, table: Table):
         self.table = table
