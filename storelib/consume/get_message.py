@@ -102,7 +102,17 @@ class GetMessageResult:
 
 class ConsumeQueueFilter(Protocol):
     """The two checks a pull makes (RocketMQ's ``MessageFilter``); ``passes_every_unit`` when the
-    first lets every unit through, so the units' ext rows need not be read."""
+    first lets every unit through, so the units' ext rows need not be read.
+
+    >>> from storelib.consume.pull import PullFilter
+    >>> from storelib.filter.message_filter import MessageFilter
+    >>> from storelib.filter.selector import MessageSelector
+    >>> f: ConsumeQueueFilter = PullFilter(MessageFilter("TopicTest", MessageSelector.by_tag("TagB")))
+    >>> units = pa.table({"tags_code": [2598919], "filter_bitmap": pa.nulls(1, pa.binary()),
+    ...                   "filter_version": pa.nulls(1, pa.int64())})
+    >>> f.passes_every_unit, f.consume_queue_mask(units).tolist(), f.is_matched_by_commitlog(store.query_by_id(r.msg_id))
+    (False, [False], True)
+    """
 
     passes_every_unit: bool
 

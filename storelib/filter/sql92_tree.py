@@ -5,8 +5,15 @@ whenever it is not null (properties are Strings, ``5`` an Integer, ``5000000000`
 Longs, ``1.5`` a Double, comparisons Booleans, ``-a`` always null). ``str(node)`` is canonical
 text that parses back to an equal tree; positions (``pos``) are kept for error messages only.
 
->>> str(Comparison("=", Property("a"), Literal(1, JavaType.INT)))
-'a = 1'
+>>> tree = Logic("AND", (Comparison("=", Property("a"), Literal(1, JavaType.INT)), Not(IsNull(Property("b"), False))))
+>>> str(tree.terms[0]), tree.type, tree.is_boolean
+('a = 1', <JavaType.BOOLEAN: 'Boolean'>, True)
+>>> [type(n).__name__ for n in tree.walk()][:3], len(tree.children())
+(['Logic', 'Comparison', 'Property'], 2)
+>>> Property("a").type, Property("a").is_boolean, Literal(1.5, JavaType.DOUBLE).type in JavaType.numeric()
+(<JavaType.STRING: 'String'>, False, True)
+>>> Negate(Property("a")).type, [str(c) for c in Negate(Property("a")).children()]
+(<JavaType.NULL: 'null'>, ['a'])
 """
 
 from __future__ import annotations
