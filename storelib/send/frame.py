@@ -77,7 +77,7 @@ def _record(error: StoreError) -> str:
 
 @dataclass(frozen=True)
 class EncodedFrame:
-    """The executors' half of a DataFrame send: they check the rows :meth:`Producer.encode_dataframe`
+    """The executors' half of a DataFrame send: they check the rows :meth:`~storelib.send.producer.Producer.encode_dataframe`
     sends (the rules of :mod:`storelib.model.validation`, as Arrow batch operations) and complete them
     into commitlog rows: ``defaults`` for the columns the DataFrame did not have, the queue where the
     row names none, the UNIQ_KEY, the properties map and the size.

@@ -1,11 +1,12 @@
 """The producer side: checking messages and encoding them for the commitlog.
 
-A message is checked as RocketMQ's client and broker check it (topic rules, permissions, queue id,
-body size, reserved and blank properties); TAGS, KEYS and a fresh UNIQ_KEY join its properties; a
+A message is checked as RocketMQ's client and broker check it, by the rules of
+:mod:`storelib.model.validation` (topic rules, permissions, queue id, body size, reserved and blank
+properties); TAGS, KEYS and a fresh UNIQ_KEY join its properties; a
 queue is chosen round-robin where the message names none (``MQFaultStrategy`` without latency
 fault tolerance). Lists of :class:`~storelib.model.message.Message` are encoded here on the driver.
 A DataFrame crosses from Spark to the executors' Python with only what varies per message;
-there :class:`EncodedFrame` runs the same checks over Arrow batches and completes the rows, and
+there :class:`~storelib.send.frame.EncodedFrame` runs the same checks over Arrow batches and completes the rows, and
 a bad row is reported before anything is written.
 """
 
