@@ -25,8 +25,7 @@ from storelib.send.producer import Producer
 from storelib.storage.commitlog import CommitLog
 from storelib.storage.consumer_offset import ConsumerOffsetTable
 from storelib.storage.group_config import GroupConfigTable
-from storelib.storage.schema import (COMMITLOG, CONSUME_QUEUE, CONSUME_QUEUE_EXT, CONSUMER_OFFSET, EXT_SUMMARY, INDEX,
-                                     SUBSCRIPTION, SUBSCRIPTION_GROUP, TOPIC_CONFIG)
+from storelib.storage.schema import TABLES
 from storelib.storage.topic_config import TopicConfigTable
 
 if TYPE_CHECKING:
@@ -57,9 +56,7 @@ class StoreTables:
     @classmethod
     def at(cls, root: str, properties: Mapping[str, str] | None = None) -> "StoreTables":
         """The tables of the store at ``root`` (not created: see :meth:`ensure`)."""
-        specs = (COMMITLOG, CONSUME_QUEUE, CONSUME_QUEUE_EXT, EXT_SUMMARY, INDEX, TOPIC_CONFIG, SUBSCRIPTION,
-                 SUBSCRIPTION_GROUP, CONSUMER_OFFSET)
-        return cls(*(Table(f"{root}/{spec.name}", spec, properties) for spec in specs))
+        return cls(*(Table(f"{root}/{spec.name}", spec, properties) for spec in TABLES.values()))  # the fields' order
 
     def by_name(self) -> dict[str, Table]:
         """Every table by its name (its folder), in dispatch order."""

@@ -224,16 +224,6 @@ class Table:
             actions = actions.filter(pc.fill_null(keep, True))
         return actions
 
-    def max_of(self, dt: DeltaTable, col: str, prune: Prune) -> Any:
-        """The largest ``col`` among files that hold only rows matching ``prune``'s equalities, from statistics.
-
-        Exact for tables whose files each hold one cluster (a queue); None where no file matches.
-        """
-        actions = self.only(add_actions(dt), prune.equal or {})
-        if actions.num_rows == 0 or f"max.{col}" not in actions.column_names:
-            return None
-        return pc.max(actions.column(f"max.{col}")).as_py()
-
     @staticmethod
     def clustered(actions: pa.Table, columns: Sequence[str]) -> pa.Table:
         """The add actions of files whose rows share one value of each column (min equals max): one

@@ -43,13 +43,16 @@ def message_length(*, body_length: int, topic_length: int, properties_length: in
     require_int(MessageError, "body_length", body_length, 0)
     require_int(MessageError, "topic_length", topic_length, 0)
     require_int(MessageError, "properties_length", properties_length, 0)
-    return int(message_lengths(np.array([body_length]), np.array([topic_length]), np.array([properties_length]),
-                               bool(born_host_v6), bool(store_host_v6))[0])
+    return _length(body_length, topic_length, properties_length, bool(born_host_v6) + bool(store_host_v6))
 
 
 def message_lengths(body: np.ndarray, topic: np.ndarray, properties: np.ndarray, born_v6: bool | np.ndarray,
                     store_v6: bool) -> np.ndarray:
     """Record sizes over arrays of UTF-8 byte lengths; ``born_v6`` may be a flag per message."""
-    v6 = np.asarray(born_v6, dtype=np.int64) + int(store_v6)  # 16-byte instead of 4-byte ips
-    topic_length_size = np.where(topic > TOPIC_V1_MAX_LENGTH, 2, 1)
-    return RECORD_FIXED_LENGTH + 12 * v6 + body + topic_length_size + topic + properties
+    return _length(body, topic, properties, np.asarray(born_v6, dtype=np.int64) + int(store_v6))
+
+
+def _length(body, topic, properties, v6_hosts):
+    """``calMsgLength`` for ints or numpy arrays alike: a 16-byte ip instead of 4 for each IPv6 host,
+    and a 2-byte topic length past :data:`TOPIC_V1_MAX_LENGTH` bytes."""
+    return RECORD_FIXED_LENGTH + 12 * v6_hosts + body + 1 + (topic > TOPIC_V1_MAX_LENGTH) + topic + properties

@@ -56,7 +56,6 @@ Planning the commitlog step is a pure function of each file's offset range and n
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import math
 from typing import TYPE_CHECKING, Callable, NamedTuple, Sequence
@@ -84,7 +83,6 @@ log = logging.getLogger(__name__)
 #: The ``storelib.operation`` of every retention commit.
 DELETE_EXPIRED = "DELETE_EXPIRED"
 _HOUR_MS = 3_600_000
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 
 
 class Span(NamedTuple):

@@ -19,13 +19,14 @@ from typing import TYPE_CHECKING, Sequence
 import pyarrow.compute as pc
 
 from storelib.context import StoreContext
-from storelib.delta.table import Prune, Table
+from storelib.delta.table import Prune, Table, add_actions
 from storelib.encoding.index_key import build_index_key, index_key_hash
 from storelib.encoding.message_id import decode_message_id, ip_bytes
 from storelib.model.errors import MessageIdError, MessageNotFoundError, StoreError
 from storelib.model.message import StoredMessage
 from storelib.model.timestamps import FAR_FUTURE_MS, arrow_timestamp, epoch_ms
 from storelib.storage.commitlog import read_messages
+from storelib.storage.consume_queue import queue_max_offset
 from storelib.storage.index_file import offsets_of
 
 if TYPE_CHECKING:
@@ -135,5 +136,4 @@ class MessageQuery:
     def max_queue_offset(self, topic: str, queue_id: int, snapshot=None) -> int:
         """One past the last dispatched queue offset, 0 for an empty queue, from file statistics alone."""
         snapshot = snapshot or self.consume_queue.snapshot()
-        last = self.consume_queue.max_of(snapshot, "queue_offset", Prune(equal={"topic": topic, "queue_id": queue_id}))
-        return 0 if last is None else last + 1
+        return queue_max_offset(Table.only(add_actions(snapshot), {"topic": topic, "queue_id": queue_id}))

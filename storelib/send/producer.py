@@ -80,8 +80,6 @@ class Producer:
     def send_batch(self, commitlog: CommitLog, topics: Mapping[str, TopicConfig],
                    messages: Sequence[Message]) -> list[SendResult]:
         """Check and encode ``messages`` and append them to ``commitlog`` in one atomic commit."""
-        if isinstance(messages, Message):
-            messages = [messages]
         if isinstance(messages, (str, bytes, Mapping)) or not hasattr(messages, "__iter__"):
             raise MessageError("messages", "must be a list of storelib.Message", value=type(messages).__name__)
         messages = list(messages)
