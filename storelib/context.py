@@ -9,7 +9,7 @@ offset and subscription tables, the producer, and the notifier pulls wait on).
 >>> ctx.tables.commitlog.spec.name, ctx.config.store_host
 ('commitlog', '127.0.0.1:10911')
 >>> sorted(ctx.tables.by_name())[:3]
-['commitlog', 'consume_queue', 'consume_queue_ext']
+['commitlog', 'commitlog_summary', 'consume_queue']
 """
 
 from __future__ import annotations
@@ -40,10 +40,11 @@ class StoreTables:
 
     >>> tables = StoreTables.at(tmp + "/fresh").ensure()
     >>> tables.index.spec.name, len(tables.by_name())
-    ('index', 9)
+    ('index', 10)
     """
 
     commitlog: Table
+    commitlog_summary: Table
     consume_queue: Table
     consume_queue_ext: Table
     ext_summary: Table

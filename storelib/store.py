@@ -38,7 +38,7 @@ from storelib.model.message import Message, SendResult, StoredMessage
 from storelib.model.timestamps import Timestamp
 from storelib.model.topic import PERM_READ, PERM_WRITE, TopicConfig
 from storelib.query.lookup import DEFAULT_QUERY_MAX_NUM, MessageQuery
-from storelib.query.read import FilterStats, filter_stats, read_topic
+from storelib.query.read import FilterStats, ReadExplain, explain_read, filter_stats, read_topic
 from storelib.query.scan import queue_units, table_rows, topic_messages
 from storelib.storage.commitlog import AppendResult, min_physical_offset
 from storelib.storage.consume_queue import min_offset as queue_min
@@ -111,15 +111,20 @@ class MessageStore:
     # ---- topics ----------------------------------------------------------------------------
     def create_topic(self, topic: str, queues: int | None = None, *, read_queues: int | None = None,
                      write_queues: int | None = None, perm: int = PERM_READ | PERM_WRITE,
-                     order: bool = False) -> TopicConfig:
+                     order: bool = False, cluster_by: Sequence[str] | None = None) -> TopicConfig:
         """Create or update a topic (``updateAndCreateTopic``); system topics are refused.
+
+        ``cluster_by``: the clustering keys :meth:`compact` sorts the topic's settled messages by,
+        ``TAGS`` and/or property names, at most 4 (default ``["TAGS"]``).
 
         >>> store.create_topic("Orders", 8, perm=PERM_READ).writable
         False
+        >>> store.create_topic("Orders", 8, cluster_by=["TAGS", "region"]).cluster_by
+        ('TAGS', 'region')
         """
         n = self.config.default_topic_queue_nums if queues is None else queues
         return self._ctx.topics.create(topic, n if read_queues is None else read_queues,
-                                       n if write_queues is None else write_queues, perm, order)
+                                       n if write_queues is None else write_queues, perm, order, cluster_by)
 
     def topic_config(self, topic: str) -> TopicConfig:
         """The topic's configuration, or :class:`~storelib.model.errors.TopicNotFoundError`.
@@ -244,13 +249,24 @@ class MessageStore:
     def read(self, topic: str, selector: MessageSelector | str | None = None, *, group: str | None = None) -> "DataFrame":
         """The topic's dispatched messages matching ``selector`` or ``group``'s subscription, as commitlog rows.
 
-        Two stages, as the broker filters: consume queue units by tag code or Bloom bitmap (whole
-        ext files skipped by their summaries), then the exact check on the commitlog row.
+        Row groups of clustered data and fresh files that the summaries (tag codes, Bloom bitmaps)
+        rule out are never read; every message read gets the exact check. Where pruning would not
+        pay, the plain scan runs (see :meth:`explain_read`).
 
         >>> store.read("TopicTest", MessageSelector.by_tag("TagA")).count()
         1
         """
         return read_topic(self._ctx, topic, selector, group)
+
+    def explain_read(self, topic: str, selector: MessageSelector | str | None = None, *,
+                     group: str | None = None) -> ReadExplain:
+        """How :meth:`read` would read: files and row groups considered, skipped by statistics or by
+        bitmap summaries, the estimate and the choice (prune or plain scan); ``print`` it to read it.
+
+        >>> store.explain_read("TopicTest", group="GroupA").choice
+        'scan'
+        """
+        return explain_read(self._ctx, topic, selector, group)
 
     def filter_stats(self, group: str, topic: str) -> FilterStats:
         """Units checked, skipped by file summaries, pruned by bitmap, and messages matched for the group now.
@@ -379,16 +395,19 @@ class MessageStore:
         return removed
 
     # ---- upkeep ----------------------------------------------------------------------------
-    def compact(self, full: bool = False) -> dict[str, tuple[int, int]]:
-        """Merge small files of every table, keeping each file to one queue / key-hash range / offset run.
+    def compact(self, full: bool = False, *, settle_ms: int | None = None) -> dict[str, tuple[int, int]]:
+        """Cluster the settled commitlog by each topic's clustering keys and Bloom bitmaps (dispatched
+        messages older than ``settle_ms``, default the ``cluster_settle_ms`` setting), then merge
+        small files of every table, keeping each file to one queue / key-hash range / offset run.
 
         ``full=True`` also rewrites large files, so each cluster ends as sorted files with disjoint
-        ranges. Returns ``{table: (files removed, files added)}``. Safe beside producers and dispatch.
+        ranges. Returns ``{table: (files removed, files added)}``, the clustering as
+        ``commitlog_clustered``. Safe beside producers and dispatch.
 
         >>> sorted(store.compact())
-        ['commitlog', 'consume_queue', 'consume_queue_ext', 'index']
+        ['commitlog', 'commitlog_clustered', 'consume_queue', 'consume_queue_ext', 'index']
         """
-        return compact_store(self._ctx, full)
+        return compact_store(self._ctx, full, settle_ms)
 
     def vacuum(self, retention_hours: int = 168) -> dict[str, int]:
         """Delete files no snapshot younger than ``retention_hours`` needs (Delta VACUUM), and what

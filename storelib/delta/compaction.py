@@ -69,7 +69,8 @@ def plan_groups(actions: pa.Table, cluster_by: tuple[str, ...], order_by: str | 
 
 def compact_table(spark: "SparkSession", table: Table, *, target_file_size: int, attempts: int = 10,
                   order_by: str | None = None, full: bool = False, summarize: "Summarizer | None" = None,
-                  before_commit: "Callable[[list[WrittenFile]], object] | None" = None) -> tuple[int, int]:
+                  before_commit: "Callable[[list[WrittenFile]], object] | None" = None,
+                  leave: "Callable[[str], bool] | None" = None) -> tuple[int, int]:
     """Rewrite ``table``'s small files group by group; return (files removed, files added).
 
     ``summarize`` sums up each new file and ``before_commit`` receives them before they are
@@ -77,11 +78,14 @@ def compact_table(spark: "SparkSession", table: Table, *, target_file_size: int,
 
     ``full`` takes every file of a cluster, large ones too, so each cluster ends as sorted files
     with disjoint ranges (a key then touches one file however many compactions came before).
+    ``leave`` names files (by add path) that are never rewritten here.
     """
     spec = table.spec
 
     def step(snapshot) -> tuple[int, int]:
         actions = add_actions(snapshot)
+        if leave is not None and actions.num_rows:
+            actions = actions.filter(pa.array([not leave(p) for p in actions.column("path").to_pylist()]))
         small = 2**62 if full else target_file_size // 2
         groups = plan_groups(actions, spec.cluster_by, order_by, small=small, target=2**62 if full else target_file_size)
         if not groups:

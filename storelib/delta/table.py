@@ -314,11 +314,25 @@ class Table:
                                        filesystem(self.path)[0])
         return dataset.to_table(columns=list(columns) if columns else None, filter=filter)
 
+    def read_row_groups(self, path: str, row_groups: Sequence[int], columns: Sequence[str] | None = None,
+                        filter: pc.Expression | None = None) -> pa.Table:
+        """Rows of some row groups of one data file (a full path, from :meth:`paths`), with pyarrow.
+
+        >>> t = store.context.tables.commitlog
+        >>> t.read_row_groups(t.files(t.snapshot())[0], [0], columns=["physical_offset"]).num_rows
+        1
+        """
+        fragment = _fragment(path).subset(row_group_ids=list(row_groups))
+        return fragment.to_table(schema=self.spec.arrow, columns=list(columns) if columns else None, filter=filter)
+
     # ---- writing -----------------------------------------------------------------------------
     def commit(self, dt: DeltaTable, files: Sequence[WrittenFile], *, markers: Mapping[str, int] | None = None,
                removes: Sequence[RemoveAction] = (), operation: str = "WRITE",
-               info: Mapping[str, Any] | None = None, data_change: bool = True) -> int:
+               info: Mapping[str, Any] | None = None, data_change: bool = True, rebase: bool = False) -> int:
         """Commit ``files`` (and ``markers``) as the version right after ``dt``'s, or raise :class:`CommitConflict`.
+
+        ``rebase`` (for rewrites that change no data, e.g. compaction) lets the commit land on a
+        later version when the commits in between touched none of its files (Delta's conflict check).
 
         Exactly one version is tried, so whatever the caller computed from ``dt`` (offsets,
         progress) is still true when the commit lands. On a conflict the files are deleted.
@@ -326,7 +340,7 @@ class Table:
         actions: list[AddAction | RemoveAction] = [f.add_action(data_change) for f in files]
         actions.extend(removes)
         txns = [Transaction(app, int(v)) for app, v in (markers or {}).items()]
-        props = CommitProperties(max_commit_retries=0, app_transactions=txns or None,
+        props = CommitProperties(max_commit_retries=15 if rebase else 0, app_transactions=txns or None,
                                  custom_metadata={"storelib.operation": operation, **(info or {})})
         try:
             dt.create_write_transaction(actions, mode="append", schema=dt.schema(), commit_properties=props)

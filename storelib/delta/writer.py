@@ -100,13 +100,13 @@ class FileSink:
 
     def write(self, batches: Iterable[pa.RecordBatch]) -> None:
         for batch in batches:
-            batch = _conform(batch, self.schema)
-            for key, part in _groups(batch, self.cluster_by):
+            for key, raw in _groups(batch, self.cluster_by):
+                part = _conform(raw, self.schema)
                 f = self._open.get(key)
                 if f is None:
                     f = self._open[key] = _OpenFile(self.root, self.schema, self.prefix, self.summarize, self.dictionary,
                                                     self.statistics)
-                f.add(part, self.row_group_rows)
+                f.add(part, self.row_group_rows, raw)
                 if f.bytes >= self.target:
                     self.files.append(self._open.pop(key).close())
 
@@ -145,21 +145,28 @@ class _OpenFile:
         self.pending_rows = 0
         self.bytes = 0
 
-    def add(self, part: pa.RecordBatch, row_group_rows: int) -> None:
+    def add(self, part: pa.RecordBatch, row_group_rows: int, raw: pa.RecordBatch | None = None) -> None:
+        """Buffer ``part``; ``raw`` (the same rows, with any extra columns) is what the summarizer sees."""
         self.pending.append(part)
         if self.summarize:
-            self.summary = self.summarize.add(self.summary, part)
+            self.summary = self.summarize.add(self.summary, part if raw is None else raw)
         self.pending_rows += part.num_rows
         self.bytes += part.nbytes
         if self.pending_rows >= row_group_rows:
             self.flush(row_group_rows)
 
     def flush(self, row_group_rows: int | None = None) -> None:
-        """Write the buffered rows as row groups of at most ``row_group_rows`` (all of them by default)."""
-        if self.pending:
-            self.writer.write_table(pa.Table.from_batches(self.pending),
-                                    row_group_size=max(min(self.pending_rows, row_group_rows or self.pending_rows), 1))
-            self.pending, self.pending_rows = [], 0
+        """Write the buffered rows as row groups of exactly ``row_group_rows``, keeping the rest
+        buffered (so row group ``i`` of a file is always rows ``[i * n, (i + 1) * n)``); all of
+        them as one last row group by default."""
+        if not self.pending:
+            return
+        rows = pa.Table.from_batches(self.pending)
+        whole = rows.num_rows if row_group_rows is None else rows.num_rows - rows.num_rows % row_group_rows
+        if whole:
+            self.writer.write_table(rows.slice(0, whole), row_group_size=max(min(whole, row_group_rows or whole), 1))
+        rest = rows.slice(whole)
+        self.pending, self.pending_rows = rest.to_batches(), rest.num_rows
 
     def close(self) -> WrittenFile:
         self.flush()
@@ -173,7 +180,7 @@ class _OpenFile:
 def write_dataframe(df: "DataFrame", table: Table, *, cluster_by: Sequence[str] = (),
                     target_file_size: int = 128 * 1024 * 1024, prefix: str = "part",
                     transform: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]] | None = None,
-                    summarize: Summarizer | None = None) -> list[WrittenFile]:
+                    summarize: Summarizer | None = None, row_group_rows: int | None = None) -> list[WrittenFile]:
     """Write ``df`` as Parquet files into the table's folder from the executors.
 
     Without ``transform``, ``df`` has the table's columns. With it, each partition's batches pass
@@ -191,7 +198,7 @@ def write_dataframe(df: "DataFrame", table: Table, *, cluster_by: Sequence[str] 
     """
     name = table.spec.name
     target = Target.of(table, cluster_by=cluster_by, target_file_size=target_file_size, prefix=prefix,
-                       summarize=summarize)
+                       summarize=summarize, row_group_rows=row_group_rows)
     source = df if transform else df.select(*table.spec.columns)
     return write_split(source, {name: target}, _OneTable(name, transform))[name]
 
@@ -220,10 +227,10 @@ class Target:
 
     @classmethod
     def of(cls, table: Table, *, cluster_by: Sequence[str] | None = None, target_file_size: int = 128 * 1024 * 1024,
-           prefix: str = "part", summarize: Summarizer | None = None) -> "Target":
+           prefix: str = "part", summarize: Summarizer | None = None, row_group_rows: int | None = None) -> "Target":
         """The target for ``table``: its path, schema and row group size; clustered by ``cluster_by``."""
         return cls(table.path, table.spec.arrow, tuple(table.spec.cluster_by if cluster_by is None else cluster_by),
-                   target_file_size, table.spec.row_group_rows, prefix, summarize, table.spec.dictionary,
+                   target_file_size, row_group_rows or table.spec.row_group_rows, prefix, summarize, table.spec.dictionary,
                    table.spec.statistics)
 
     def sink(self) -> FileSink:
@@ -325,9 +332,12 @@ _WRITTEN_FILE_ARROW = pa.schema([("table", pa.string()), ("path", pa.string()), 
 
 
 def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """The batch with exactly the schema's columns: extra ones dropped, missing nullable ones null."""
     if batch.schema.equals(schema, check_metadata=False):
         return batch
-    columns = [batch.column(f.name).cast(f.type) for f in schema]
+    names = set(batch.schema.names)
+    columns = [batch.column(f.name).cast(f.type) if f.name in names or not f.nullable else pa.nulls(batch.num_rows, f.type)
+               for f in schema]
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 

@@ -34,10 +34,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from storelib.delta.table import Table, WrittenFile, with_retries
+from storelib.delta.table import Table, WrittenFile, add_actions, remove_actions, with_retries
 from storelib.delta.writer import write_rows
 from storelib.filter.bloom import bits_or
-from storelib.storage.schema import EXT_SUMMARY
+from storelib.encoding.tags import tags_codes
+from storelib.storage.schema import COMMITLOG_SUMMARY, EXT_SUMMARY
 
 if TYPE_CHECKING:
     from typing import Iterable
@@ -47,7 +48,8 @@ if TYPE_CHECKING:
     from storelib.filter.bloom import BloomFilterData
     from storelib.filter.registry import Subscription
 
-__all__ = ["ExtSummarizer", "FileSummary", "record_summaries", "read_summaries", "subscription_key", "summarizer_for", "bitmap_hits",
+__all__ = ["ExtSummarizer", "FileSummary", "RowGroupSummarizer", "RowGroupSummary", "record_summaries", "read_summaries",
+           "record_row_group_summaries", "read_row_group_summaries", "forget_summaries", "subscription_key", "summarizer_for", "bitmap_hits",
            "MAX_TAG_CODES"]
 
 #: A file with more distinct tag codes than this keeps none (it is read for every tag subscription).
@@ -211,3 +213,151 @@ def read_summaries(table: Table, topic: str) -> dict[str, FileSummary]:
                             columns=["path", "filter_bitmap_or", "filter_version_min", "tags_codes", "no_hit"]).to_pylist()
     return {r["path"]: FileSummary(r["filter_bitmap_or"], r["filter_version_min"], r["tags_codes"], r["no_hit"])
             for r in rows}
+
+
+class RowGroupSummarizer:
+    """A :class:`~storelib.delta.writer.Summarizer` for clustered commitlog files: one
+    :class:`ExtSummarizer` summary per row group of ``row_group_rows`` rows (the writer cuts row
+    groups at exact multiples), over batches of commitlog rows carrying their ``filter_bitmap``
+    and ``filter_version``; tag codes come from ``tags``.
+
+    >>> s = RowGroupSummarizer(ExtSummarizer(), 2)
+    >>> batch = pa.RecordBatch.from_pydict({"topic": ["T"] * 3, "queue_id": [0] * 3, "tags": ["TagA", "TagA", None],
+    ...     "cluster_seq": [10, 11, 12], "filter_bitmap": pa.nulls(3, pa.binary()), "filter_version": pa.nulls(3, pa.int64())})
+    >>> [(g["row_group"], g["num_records"], g["codes"]) for g in json.loads(s.finish(s.add(s.start(), batch)))]
+    [(0, 2, [2598919]), (1, 1, [0])]
+    """
+
+    def __init__(self, groups: ExtSummarizer, row_group_rows: int):
+        self.groups = groups
+        self.row_group_rows = row_group_rows
+
+    def start(self) -> dict[str, Any]:
+        return {"done": [], "current": None, "rows": 0, "topics": set(), "seq": [None, None]}
+
+    def add(self, state: dict[str, Any], batch: pa.RecordBatch) -> dict[str, Any]:
+        at = 0
+        while at < batch.num_rows:
+            if state["current"] is None:
+                state.update(current=self.groups.start(), rows=0, topics=set(), seq=[None, None])
+            take = min(batch.num_rows - at, self.row_group_rows - state["rows"])
+            part = batch.slice(at, take)
+            units = pa.RecordBatch.from_arrays(
+                [part.column("topic"), part.column("queue_id"), pa.array(tags_codes(part.column("tags")), pa.int64()),
+                 part.column("filter_bitmap"), part.column("filter_version")],
+                names=["topic", "queue_id", "tags_code", "filter_bitmap", "filter_version"])
+            state["current"] = self.groups.add(state["current"], units)
+            state["topics"].update(pc.unique(part.column("topic")).to_pylist())
+            lo, hi = pc.min_max(part.column("cluster_seq")).values()
+            state["seq"] = [min(v for v in (state["seq"][0], lo.as_py()) if v is not None),
+                            max(v for v in (state["seq"][1], hi.as_py()) if v is not None)]
+            state["rows"] += take
+            at += take
+            if state["rows"] == self.row_group_rows:
+                self._close(state)
+        return state
+
+    def _close(self, state: dict[str, Any]) -> None:
+        summary = json.loads(self.groups.finish(state["current"]))
+        summary.update(row_group=len(state["done"]), num_records=state["rows"], topics=len(state["topics"]),
+                       seq_min=state["seq"][0], seq_max=state["seq"][1])
+        state["done"].append(summary)
+        state["current"] = None
+
+    def finish(self, state: dict[str, Any]) -> str | None:
+        if state["current"] is not None and state["rows"]:
+            self._close(state)
+        return json.dumps(state["done"]) if state["done"] else None
+
+
+def record_row_group_summaries(table: Table, files: Sequence[WrittenFile], attempts: int = 50) -> int:
+    """Append the row group summaries of clustered commitlog ``files`` (before their commit); return how many.
+
+    >>> record_row_group_summaries(store.context.tables.commitlog_summary, [])
+    0
+    """
+    rows = []
+    for f in files:
+        for g in json.loads(f.summary) if f.summary else ():
+            rows.append({"path": f.path, "row_group": g["row_group"], "topic": g["topic"], "topics": g["topics"],
+                         "num_records": g["num_records"], "cluster_seq_min": g["seq_min"], "cluster_seq_max": g["seq_max"],
+                         "filter_bitmap_or": bytes.fromhex(g["bitmap"]) if g["bitmap"] is not None else None,
+                         "filter_version_min": g["version_min"], "tags_codes": g["codes"], "no_hit": g.get("no_hit") or []})
+    if not rows:
+        return 0
+    data = pa.Table.from_pylist(rows, schema=COMMITLOG_SUMMARY.arrow)
+
+    def step(snapshot: "DeltaTable") -> int:
+        write_rows(table, snapshot, data, prefix="summary", operation="SUMMARIZE")
+        return len(rows)
+
+    return with_retries(table, attempts, step, what="record commitlog row group summaries")
+
+
+class RowGroupSummary:
+    """One clustered row group as read back: where it is, its ``cluster_seq`` range, its summary."""
+
+    __slots__ = ("path", "row_group", "num_records", "seq_min", "seq_max", "topics", "summary")
+
+    def __init__(self, path: str, row_group: int, num_records: int, seq_min: int, seq_max: int, topics: int,
+                 summary: FileSummary):
+        self.path, self.row_group, self.num_records = path, row_group, num_records
+        self.seq_min, self.seq_max, self.topics, self.summary = seq_min, seq_max, topics, summary
+
+
+def read_row_group_summaries(table: Table, topic: str, paths: "Iterable[str]") -> dict[str, list[RowGroupSummary]]:
+    """Row group summaries of the given clustered commitlog files (add paths) that hold ``topic``, by path.
+    A row group whose first row is of another topic is listed too when it spans several topics.
+
+    >>> read_row_group_summaries(store.context.tables.commitlog_summary, "TopicTest", [])
+    {}
+    """
+    wanted = set(paths)
+    if not wanted:
+        return {}
+    rows = table.read_arrow(filter=pc.field("path").isin(sorted(wanted)),
+                            columns=["path", "row_group", "topic", "topics", "num_records", "cluster_seq_min",
+                                     "cluster_seq_max", "filter_bitmap_or", "filter_version_min", "tags_codes",
+                                     "no_hit"]).to_pylist()
+    out: dict[str, list[RowGroupSummary]] = {}
+    for r in rows:
+        if r["topic"] != topic and r["topics"] == 1:
+            continue
+        out.setdefault(r["path"], []).append(RowGroupSummary(
+            r["path"], r["row_group"], r["num_records"], r["cluster_seq_min"], r["cluster_seq_max"], r["topics"],
+            FileSummary(r["filter_bitmap_or"], r["filter_version_min"], r["tags_codes"], r["no_hit"])))
+    for groups in out.values():
+        groups.sort(key=lambda g: g.row_group)
+    return out
+
+
+def forget_summaries(table: Table, live: "Iterable[str]", min_age_ms: int = 3_600_000, attempts: int = 50) -> int:
+    """Remove the summary files (of ``consume_queue_ext_summary`` or ``commitlog_summary``) whose every
+    row sums up a data file no longer in its table (``live``: the data table's add paths), written at
+    least ``min_age_ms`` ago (so summaries of files about to be committed stay); returns how many.
+
+    >>> forget_summaries(store.context.tables.ext_summary, [], min_age_ms=10**12)
+    0
+    """
+    import time
+
+    live = set(live)
+
+    def step(snapshot: "DeltaTable") -> int:
+        actions = add_actions(snapshot)
+        if actions.num_rows == 0:
+            return 0
+        now = time.time() * 1000
+        gone = []
+        for row in actions.select(["path", "size_bytes", "modification_time"]).to_pylist():
+            if now - row["modification_time"] < min_age_ms:
+                continue
+            paths = table.read_arrow(paths=[table.path_of(row["path"])], columns=["path"])
+            if not live.intersection(paths.column("path").to_pylist()):
+                gone.append(row)
+        if gone:
+            table.commit(snapshot, [], removes=remove_actions(gone, data_change=True), operation="FORGET")
+        return len(gone)
+
+    return with_retries(table, attempts, step, what="forget summaries")
+

@@ -1,15 +1,19 @@
-"""Upkeep of the store's tables: compaction (Delta's OPTIMIZE, keeping each table's clustering) and
-vacuum (Delta's VACUUM, plus what DataFrame sends that died left staged).
+"""Upkeep of the store's tables: compaction (Delta's OPTIMIZE, keeping each table's clustering, and
+clustering the settled commitlog) and vacuum (Delta's VACUUM, plus what DataFrame sends that died
+left staged).
 
 >>> sorted(compact_store(store.context))
-['commitlog', 'consume_queue', 'consume_queue_ext', 'index']
+['commitlog', 'commitlog_clustered', 'consume_queue', 'consume_queue_ext', 'index']
 """
 
 from __future__ import annotations
 
 from storelib.context import StoreContext
 from storelib.delta.compaction import compact_table
-from storelib.filter.summary import record_summaries, summarizer_for
+from storelib.delta.table import add_actions
+from storelib.filter.summary import forget_summaries, record_summaries, summarizer_for
+from storelib.maintenance.cluster import cluster_commitlog
+from storelib.storage.commitlog import is_clustered
 
 __all__ = ["compact_store", "vacuum_store"]
 
@@ -17,19 +21,26 @@ __all__ = ["compact_store", "vacuum_store"]
 _COMPACTED = {"commitlog": "physical_offset", "consume_queue": None, "consume_queue_ext": None, "index": None}
 
 
-def compact_store(ctx: StoreContext, full: bool = False) -> dict[str, tuple[int, int]]:
-    """Merge small files of every data table, keeping each file to one queue / key-hash range /
-    offset run; ``full`` also rewrites large files. Returns ``{table: (files removed, files added)}``.
-    The ext table's files get fresh summaries, recorded before their commit."""
+def compact_store(ctx: StoreContext, full: bool = False, settle_ms: int | None = None) -> dict[str, tuple[int, int]]:
+    """Cluster the settled commitlog (:func:`~storelib.maintenance.cluster.cluster_commitlog`, as
+    ``commitlog_clustered``), then merge small files of every data table, keeping each file to one
+    queue / key-hash range / offset run; ``full`` also rewrites large files. Returns ``{table:
+    (files removed, files added)}``. The ext table's files get fresh summaries, recorded before
+    their commit; summary files of data files gone for an hour are removed."""
     tables = ctx.tables.by_name()
-    out = {}
+    clustered = cluster_commitlog(ctx, settle_ms=settle_ms)
+    out = {"commitlog_clustered": (clustered.files_removed, clustered.files_added)}
     for name, order in _COMPACTED.items():
         summarize = before_commit = None
         if name == "consume_queue_ext":
             summarize = summarizer_for(ctx.registry.all())
             before_commit = lambda files: record_summaries(ctx.tables.ext_summary, files)  # noqa: E731
         out[name] = compact_table(ctx.spark, tables[name], target_file_size=ctx.config.target_file_size,
-                                  order_by=order, full=full, summarize=summarize, before_commit=before_commit)
+                                  order_by=order, full=full, summarize=summarize, before_commit=before_commit,
+                                  leave=is_clustered if name == "commitlog" else None)
+    for data, summaries in ((ctx.tables.commitlog, ctx.tables.commitlog_summary),
+                            (ctx.tables.consume_queue_ext, ctx.tables.ext_summary)):
+        forget_summaries(summaries, add_actions(data.snapshot()).column("path").to_pylist())
     return out
 
 

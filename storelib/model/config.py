@@ -58,6 +58,9 @@ class StoreConfig:
     index_hash_ranges: int = 64
     #: Target size of data files written by bulk writes and compaction, in bytes.
     target_file_size: int = 128 * 1024 * 1024
+    #: Compaction clusters a commitlog file only when every message in it is dispatched and its newest
+    #: message is at least this old, in milliseconds (so fresh data stays in append order for pulls).
+    cluster_settle_ms: int = 10 * 60 * 1000
     #: How many times a write retries when another writer committed first.
     max_commit_attempts: int = 50
     # ---- consuming (PullMessageProcessor, DefaultMessageStore.getMessage, PullRequestHoldService) ----

@@ -21,7 +21,7 @@ __all__ = [
     "PERM_READ", "PERM_WRITE", "PERM_INHERIT", "PERM_PRIORITY",
     "SCHEDULE_TOPIC", "TRANS_HALF_TOPIC", "TRANS_OP_HALF_TOPIC", "RETRY_GROUP_TOPIC_PREFIX",
     "DLQ_GROUP_TOPIC_PREFIX", "SYSTEM_TOPICS", "NOT_ALLOWED_SEND_TOPICS",
-    "TopicConfig", "validate_topic", "validate_group", "is_system_topic", "retry_topic", "dlq_topic",
+    "TopicConfig", "TAGS_KEY", "MAX_CLUSTER_KEYS", "validate_cluster_by", "validate_topic", "validate_group", "is_system_topic", "retry_topic", "dlq_topic",
 ]
 
 # PermName
@@ -51,6 +51,10 @@ NOT_ALLOWED_SEND_TOPICS = frozenset({
 })
 
 TOPIC_NAME_PATTERN = "^[%|a-zA-Z0-9_-]+$"
+#: The TAGS property: the default clustering key of every topic.
+TAGS_KEY = "TAGS"
+#: Delta's liquid clustering takes at most four keys; so does a topic.
+MAX_CLUSTER_KEYS = 4
 _VALID = re.compile(r"[%|a-zA-Z0-9_\-]+")
 
 
@@ -95,6 +99,30 @@ def retry_topic(group: str) -> str:
     return RETRY_GROUP_TOPIC_PREFIX + group
 
 
+def validate_cluster_by(keys: object, field: str = "cluster_by") -> tuple[str, ...]:
+    """A topic's clustering keys: at most 4 distinct names, ``TAGS`` or message property names.
+
+    >>> validate_cluster_by(["TAGS", "region"])
+    ('TAGS', 'region')
+    >>> validate_cluster_by(["a", "b", "c", "d", "e"])
+    Traceback (most recent call last):
+    ...
+    storelib.model.errors.InvalidTopicError: cluster_by: at most 4 clustering keys, as Delta's liquid clustering (got ['a', 'b', 'c', 'd', 'e'])
+    """
+    if isinstance(keys, str) or not isinstance(keys, (list, tuple)):
+        raise InvalidTopicError(field, "must be a list of key names, e.g. ['TAGS', 'region']", value=keys)
+    if len(keys) > MAX_CLUSTER_KEYS:
+        raise InvalidTopicError(field, f"at most {MAX_CLUSTER_KEYS} clustering keys, as Delta's liquid clustering",
+                                value=keys)
+    for k in keys:
+        if not isinstance(k, str) or not k or not k.isprintable() or any(c.isspace() for c in k):
+            raise InvalidTopicError(field, "each key is TAGS or a property name: a non-empty string without spaces",
+                                    value=keys)
+    if len(set(keys)) != len(keys):
+        raise InvalidTopicError(field, "names a key twice", value=keys)
+    return tuple(keys)
+
+
 def dlq_topic(group: str) -> str:
     """``MixAll.getDLQTopic``: where a group's messages go after too many redeliveries."""
     return DLQ_GROUP_TOPIC_PREFIX + group
@@ -115,6 +143,9 @@ class TopicConfig:
     perm: int = PERM_READ | PERM_WRITE
     topic_filter_type: str = "SINGLE_TAG"
     order: bool = False
+    #: Clustering keys of the topic's settled commitlog data (TAGS and/or property names), as
+    #: Delta's liquid clustering keys; compaction sorts each clustered file by them.
+    cluster_by: tuple[str, ...] = (TAGS_KEY,)
 
     @property
     def readable(self) -> bool:

@@ -1,24 +1,22 @@
-"""Reading a topic through a selector: the consume queue first, the commitlog second.
+"""Reading a topic through a selector: pruning from what the store already knows, then the exact check.
 
-:func:`read_topic` is ``store.read(topic, selector | group=)``. It plans three steps, all Spark
-work except the file choice:
+:func:`read_topic` is ``store.read(topic, selector | group=)``. The plan (:func:`plan_read`) is
+made on the driver from Delta statistics and summaries alone, without a Spark job:
 
-1. **files** - the topic's ``consume_queue_ext`` files, minus those whose summary proves that no
-   unit can pass (:meth:`MessageFilter.may_skip_file`: Bloom bits or tag codes); plus the
-   ``consume_queue`` files that may hold units without an ext row (their tag-code statistics reach
-   above ``MAX_ADDR``);
-2. **consume queue match** - each unit's real tag code against the code set, or the group's Bloom
-   bits against its bitmap (:meth:`MessageFilter.consume_queue_column`);
-3. **commitlog match** - the passing units say where in the commitlog their messages are: one
-   small Spark job buckets their offsets into a few ranges (1 MiB buckets, at most 64 ranges), and
-   only commitlog files and Parquet row groups overlapping those ranges are read. There every
-   dispatched message is kept where the exact check holds (tag string, or SQL92 predicate), so the
-   answer never depends on how well step 2 pruned. When the passing units are everywhere, the
-   ranges are dropped and the topic's files are read whole: in a columnar store, cutting a file
-   into thousands of ranges costs more than scanning it.
+* **clustered data** (commitlog files compaction clustered, :mod:`storelib.maintenance.cluster`):
+  each row group's summary in ``commitlog_summary`` - its tag codes, the OR of its messages'
+  filter bitmaps, the groups no bitmap hits - rules it out or keeps it
+  (:meth:`MessageFilter.may_skip_file`). The kept row groups become ``cluster_seq`` ranges that
+  Spark pushes down to the Parquet reader, so only they are read;
+* **the fresh tail** (files still in append order): the topic's ``consume_queue_ext`` files whose
+  summaries cannot rule them out say which commitlog files may hold a match; only those are read.
 
-Only file lists and bucket numbers reach the driver. :func:`filter_stats` runs the same plan with
-counters: units checked, skipped by file summaries, pruned by bitmap, and messages matched.
+Then the plan estimates the bytes it will read against the plain scan of the topic's files; where
+pruning would not save enough (:data:`PRUNE_LIMIT`), that part is read as the plain scan. Either
+way the exact check (tag string or SQL92 predicate) runs on every row read, so hash collisions and
+Bloom false positives never reach the user, and tag predicates reach the Parquet reader as pushed
+filters too. :func:`explain_read` returns the plan as data; :func:`filter_stats` counts what each
+stage does.
 
 >>> store.read("TopicTest", MessageSelector.by_tag("TagA")).count()
 1
@@ -29,72 +27,143 @@ counters: units checked, skipped by file summaries, pruned by bitmap, and messag
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from functools import reduce
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import Column
 
 from storelib.context import StoreContext
 from storelib.delta.table import Prune, Table
 from storelib.encoding.ext_addr import MAX_EXT_ADDR
 from storelib.filter.message_filter import MessageFilter
 from storelib.filter.selector import MessageSelector
-from storelib.filter.summary import read_summaries
+from storelib.filter.summary import read_row_group_summaries, read_summaries
+from storelib.storage.commitlog import is_clustered
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
-    pass
+__all__ = ["ReadPlan", "ReadExplain", "FilterStats", "plan_read", "read_topic", "explain_read", "filter_stats",
+           "PRUNE_LIMIT", "MAX_RANGES"]
 
-__all__ = ["ReadPlan", "FilterStats", "plan_read", "read_topic", "filter_stats"]
-
-#: Granularity, in commitlog bytes, of the ranges a filtered read cuts the commitlog into.
-RANGE_BUCKET = 1 << 20
-#: More buckets than this: matches are everywhere, read the files whole.
-MAX_BUCKETS = 4096
-#: Up to this many units, the passing ones are found with pyarrow on the driver instead of a Spark job.
-LOCAL_UNITS = 4_000_000
-#: At most this many ranges go into the read's predicate (close ones are joined).
-MAX_RANGES = 64
-#: Ranges covering more than this share of the commitlog: read the files whole.
-COVERAGE_LIMIT = 0.5
+#: Pruning pays when it reads at most this share of the plain scan's bytes; above it, the plain scan runs.
+PRUNE_LIMIT = 0.8
+#: At most this many ``cluster_seq`` ranges go into a read's pushed-down predicate (the closest are joined).
+MAX_RANGES = 512
 
 _UNIT_COLUMNS = ("topic", "queue_id", "queue_offset", "commitlog_offset", "tags_code", "filter_bitmap",
                  "filter_version")
 
 
+@dataclass(frozen=True)
+class ReadExplain:
+    """A filtered read's plan as data: what it considers, skips and reads, and why.
+
+    >>> e = store.explain_read("TopicTest", MessageSelector.by_tag("TagA"))
+    >>> e.choice, e.files_considered, e.files_read
+    ('scan', 1, 1)
+    """
+
+    topic: str
+    expression: str
+    #: ``prune`` (reads only what summaries cannot rule out) or ``scan`` (the plain scan with the exact check).
+    choice: str
+    reason: str
+    #: Commitlog files of the topic (by statistics), and those the read opens.
+    files_considered: int
+    files_read: int
+    #: Fresh files ruled out because no consume_queue_ext file that may match points into them.
+    files_skipped_by_summary: int
+    #: Row groups of clustered files: considered, ruled out by tag codes, by bitmap summaries, read.
+    row_groups_considered: int
+    row_groups_skipped_by_statistics: int
+    row_groups_skipped_by_bitmap: int
+    row_groups_read: int
+    #: ``cluster_seq`` ranges pushed down to the Parquet reader.
+    ranges: int
+    #: Estimated bytes read, and the plain scan's bytes.
+    estimated_bytes: int
+    scan_bytes: int
+
+    def __str__(self) -> str:
+        pct = 100 * self.estimated_bytes / max(1, self.scan_bytes)
+        return "\n".join([
+            f"read {self.topic} where {self.expression}: {self.choice.upper()} ({self.reason})",
+            f"  files       {self.files_considered} considered, {self.files_skipped_by_summary} skipped by "
+            f"consume_queue_ext summaries, {self.files_read} read",
+            f"  row groups  {self.row_groups_considered} clustered, {self.row_groups_skipped_by_statistics} skipped by "
+            f"tag codes, {self.row_groups_skipped_by_bitmap} by bitmap summaries, {self.row_groups_read} read "
+            f"({self.ranges} cluster_seq ranges)",
+            f"  estimate    {self.estimated_bytes:,} of the scan's {self.scan_bytes:,} bytes ({pct:.1f}%)"])
+
+
 @dataclass
 class ReadPlan:
-    """What a filtered read will open: unit files (ext and plain consume queue) and commitlog files.
+    """What a filtered read will open: clustered files with the ``cluster_seq`` ranges of their kept
+    row groups, and fresh files (see the module docstring).
 
     >>> plan = plan_read(store.context, "TopicTest", "TagA")
-    >>> len(plan.commitlog_files()), plan.units(spark).count(), plan.commitlog_ranges(spark)
-    (1, 1, None)
+    >>> len(plan.commitlog_files()), plan.units(spark).count(), plan.choice
+    (1, 1, 'scan')
     """
 
     filter: MessageFilter
+    commitlog: Table
+    #: Commitlog offset up to which both consume queue tables are dispatched.
+    end: int
+    #: Add actions of the clustered files to read, and the ``cluster_seq`` ranges to read in them (None: whole).
+    clustered_actions: pa.Table
+    ranges: list[tuple[int, int]] | None
+    #: Add actions of the fresh (append-order) commitlog files to read.
+    fresh_actions: pa.Table
+    #: The consume queue files the fresh part's choice came from (for :func:`filter_stats`).
     ext_files: list[str]
     cq_files: list[str]
-    commitlog: Table
-    #: Add actions of the commitlog files overlapping the planned unit files.
-    commitlog_actions: pa.Table
     units_total: int
     units_skipped: int
     files_skipped: int
-    #: Commitlog offset up to which both consume queue tables are dispatched.
-    end: int = 2**63 - 1
+    choice: str = "scan"
+    reason: str = ""
+    counts: dict[str, int] = field(default_factory=dict)
 
-    def commitlog_files(self, ranges: list[tuple[int, int]] | None = None) -> list[str]:
-        """The planned commitlog files, or only those overlapping ``ranges``."""
-        actions = self.commitlog_actions if ranges is None else _overlapping(self.commitlog_actions, ranges)
-        return [self.commitlog.path_of(p) for p in actions.column("path").to_pylist()] if actions.num_rows else []
+    def commitlog_files(self) -> list[str]:
+        """Every commitlog file the read opens, clustered and fresh."""
+        return self.commitlog.paths(self.clustered_actions) + self.commitlog.paths(self.fresh_actions)
+
+    def explain(self) -> ReadExplain:
+        c = self.counts
+        return ReadExplain(self.filter.topic, self.filter.selector.expression, self.choice, self.reason,
+                           c["files_considered"], len(self.commitlog_files()), c.get("fresh_skipped", 0),
+                           c["row_groups"], c["skipped_by_statistics"], c["skipped_by_bitmap"], c["row_groups_read"],
+                           len(self.ranges or ()), c["estimated_bytes"], c["scan_bytes"])
+
+    def dataframe(self, spark) -> "DataFrame":
+        """The rows the plan reads, with the exact check (every message read is tested)."""
+        from pyspark.sql import functions as F
+
+        from storelib.delta.spec import spark_schema
+        from storelib.dispatch.reput import queued
+        from storelib.storage.schema import COMMITLOG
+
+        schema = spark_schema(COMMITLOG.arrow)
+        parts = []
+        if self.clustered_actions.num_rows:
+            df = spark.read.schema(schema).parquet(*self.commitlog.paths(self.clustered_actions))
+            if self.ranges is not None:
+                df = df.where(_any_between(F.col("cluster_seq"), self.ranges))
+            parts.append(df)
+        if self.fresh_actions.num_rows:
+            parts.append(spark.read.schema(schema).parquet(*self.commitlog.paths(self.fresh_actions)))
+        if not parts:
+            return spark.createDataFrame([], schema)
+        messages = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
+        messages = queued(messages.where((F.col("topic") == self.filter.topic) & (F.col("physical_offset") < self.end)))
+        return messages.where(self.filter.commitlog_column())
 
     def units(self, spark) -> "DataFrame":
-        """Every unit of the planned files with its real tag code, bitmap and filter version."""
+        """Every unit of the topic's consume queue files with its real tag code, bitmap and filter version."""
         from pyspark.sql import functions as F
 
         from storelib.delta.spec import spark_schema
@@ -116,73 +185,71 @@ class ReadPlan:
         units = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
         return units.where(F.col("topic") == self.filter.topic)
 
-    def commitlog_ranges(self, spark, bucket: int = RANGE_BUCKET) -> list[tuple[int, int]] | None:
-        """Where in the commitlog the units passing the consume queue stage are, as a few offset ranges.
-
-        One Spark job: the passing units' offsets, bucketed by :data:`RANGE_BUCKET` bytes, distinct.
-        ``None`` when they are everywhere (more than :data:`MAX_BUCKETS` buckets, or most of the
-        topic's span): then reading the planned files whole is cheaper than cutting them up.
-        """
-        if self.units_total - self.units_skipped <= LOCAL_UNITS:
-            found = self._local_buckets(bucket)
-        else:
-            from pyspark.sql import functions as F
-
-            passing = self.units(spark).where(self.filter.consume_queue_column())
-            buckets = passing.select(F.floor(F.col("commitlog_offset") / bucket).alias("b")).distinct()
-            found = sorted(r.b for r in buckets.limit(MAX_BUCKETS + 1).collect())
-        if len(found) > MAX_BUCKETS:
-            return None
-        if not found:
-            return []
-        ranges = [[found[0], found[0]]]
-        for b in found[1:]:
-            if b == ranges[-1][1] + 1:
-                ranges[-1][1] = b
-            else:
-                ranges.append([b, b])
-        while len(ranges) > MAX_RANGES:  # join the two ranges with the smallest gap between them
-            gap = min(range(len(ranges) - 1), key=lambda i: ranges[i + 1][0] - ranges[i][1])
-            ranges[gap:gap + 2] = [[ranges[gap][0], ranges[gap + 1][1]]]
-        covered = sum(hi - lo + 1 for lo, hi in ranges)
-        span = self.end // bucket + 1 if self.end < 2**62 else 2**40  # buckets of the dispatched commitlog
-        if covered > COVERAGE_LIMIT * span:
-            return None
-        return [(lo * bucket, (hi + 1) * bucket - 1) for lo, hi in ranges]
-
-
-    def _local_buckets(self, bucket: int) -> list[int]:
-        """The buckets of passing units, read with pyarrow on this process (small unit sets: no Spark job)."""
-        import pyarrow.dataset as ds
-
-        from storelib.storage.schema import CONSUME_QUEUE, CONSUME_QUEUE_EXT
-
-        cols = ["topic", "commitlog_offset", "tags_code", "filter_bitmap", "filter_version"]
-        parts = []
-        topic = pc.field("topic") == self.filter.topic
-        if self.ext_files:
-            parts.append(ds.dataset(self.ext_files, schema=CONSUME_QUEUE_EXT.arrow, format="parquet")
-                         .to_table(columns=cols, filter=topic))
-        if self.cq_files:
-            cq = ds.dataset(self.cq_files, schema=CONSUME_QUEUE.arrow, format="parquet").to_table(
-                columns=["topic", "commitlog_offset", "tags_code"], filter=topic & (pc.field("tags_code") > MAX_EXT_ADDR))
-            parts.append(cq.append_column("filter_bitmap", pa.nulls(cq.num_rows, pa.binary()))
-                         .append_column("filter_version", pa.nulls(cq.num_rows, pa.int64())))
-        if not parts:
-            return []
-        units = pa.concat_tables(parts)
-        offsets = units.column("commitlog_offset").to_numpy()[self.filter.consume_queue_mask(units)]
-        return np.unique(offsets // bucket).tolist()
-
 
 def plan_read(ctx: StoreContext, topic: str, selector: MessageSelector | str | None = None,
               group: str | None = None) -> ReadPlan:
-    """Choose the files a filtered read of ``topic`` opens (see the module's steps 1 and 3).
+    """Plan a filtered read of ``topic`` (see the module docstring); no Spark job.
 
     >>> plan = plan_read(store.context, "TopicTest", group="GroupA")
     >>> len(plan.commitlog_files()), plan.filter.passes_every_unit
     (1, False)
     """
+    mf = _message_filter(ctx, topic, selector, group)
+    from storelib.dispatch.reput import REPUT_MARKER
+
+    ext, cq, clog = ctx.tables.consume_queue_ext, ctx.tables.consume_queue, ctx.tables.commitlog
+    ext_view, cq_view = ext.view(markers=[REPUT_MARKER]), cq.view(markers=[REPUT_MARKER])
+    end = min(cq_view.marker(REPUT_MARKER), ext_view.marker(REPUT_MARKER))
+    of_topic = Prune(equal={"topic": topic})
+    topic_files = Table.prune(clog.view().actions, of_topic)
+    clustered_mask = pa.array([is_clustered(p) for p in topic_files.column("path").to_pylist()], pa.bool_())
+    clustered = topic_files.filter(clustered_mask)
+    fresh = topic_files.filter(pc.invert(clustered_mask))
+    counts = {"files_considered": topic_files.num_rows, "scan_bytes": int(_column(topic_files, "size_bytes", 0).sum())}
+
+    # the fresh tail: which consume queue files may hold a passing unit, and where they point
+    ext_actions = Table.prune(ext_view.actions, of_topic)
+    summaries = read_summaries(ctx.tables.ext_summary, topic) if ext_actions.num_rows and not mf.matches_all else {}
+    keep = np.array([not (p in summaries and mf.may_skip_file(summaries[p]))
+                     for p in ext_actions.column("path").to_pylist()], dtype=bool)
+    records = _column(ext_actions, "num_records", 0)
+    skipped = ext_actions.filter(pa.array(~keep))
+    ext_actions = ext_actions.filter(pa.array(keep))
+    cq_actions = Table.prune(cq_view.actions, of_topic)
+    cq_actions = cq_actions.filter(pc.fill_null(pc.greater(cq_actions.column("max.tags_code"), MAX_EXT_ADDR), True)) \
+        if cq_actions.num_rows else cq_actions
+    spans = [(lo, hi) for a in (ext_actions, cq_actions) if a.num_rows
+             for lo, hi in zip(a.column("min.commitlog_offset").to_pylist(), a.column("max.commitlog_offset").to_pylist())]
+    fresh_read = fresh if mf.matches_all else _overlapping(fresh, spans)
+    counts["fresh_skipped"] = fresh.num_rows - fresh_read.num_rows
+    fresh_bytes = int(_column(fresh_read, "size_bytes", 0).sum())
+
+    # clustered files: row group summaries
+    ranges, clustered_read, clustered_bytes = _plan_clustered(ctx, mf, clustered, counts)
+    counts["estimated_bytes"] = clustered_bytes + fresh_bytes
+    plan = ReadPlan(mf, clog, end, clustered_read, ranges, fresh_read,
+                    [ext.path_of(p) for p in ext_actions.column("path").to_pylist()],
+                    [cq.path_of(p) for p in cq_actions.column("path").to_pylist()],
+                    int(records.sum()) + int(_column(cq_actions, "num_records", 0).sum()),
+                    int(_column(skipped, "num_records", 0).sum()), skipped.num_rows, counts=counts)
+    scan = counts["scan_bytes"]
+    if mf.matches_all:
+        plan.choice, plan.reason = "scan", "the selector matches every message"
+    elif counts["estimated_bytes"] <= PRUNE_LIMIT * scan:
+        plan.choice = "prune"
+        plan.reason = f"summaries leave {100 * counts['estimated_bytes'] / max(1, scan):.1f}% of the scan's bytes"
+    else:
+        plan.choice = "scan"
+        plan.reason = (f"summaries would leave {100 * counts['estimated_bytes'] / max(1, scan):.1f}% of the scan's "
+                       f"bytes (pruning pays below {100 * PRUNE_LIMIT:.0f}%)")
+        plan.clustered_actions, plan.ranges, plan.fresh_actions = clustered, None, fresh
+        counts["row_groups_read"] = counts["row_groups"]
+        counts["estimated_bytes"] = scan
+    return plan
+
+
+def _message_filter(ctx: StoreContext, topic: str, selector: MessageSelector | str | None,
+                    group: str | None) -> MessageFilter:
     ctx.topics.get(topic)
     if group is not None:
         sub = ctx.registry.get(group, topic)
@@ -196,30 +263,91 @@ def plan_read(ctx: StoreContext, topic: str, selector: MessageSelector | str | N
         sub = None
     selector = MessageSelector.of(selector)
     ctx.registry.check(topic, selector)
-    mf = MessageFilter(topic, selector, sub, ctx.registry.bloom_filter)
+    return MessageFilter(topic, selector, sub, ctx.registry.bloom_filter)
 
-    from storelib.dispatch.reput import REPUT_MARKER
 
-    ext, cq, clog = ctx.tables.consume_queue_ext, ctx.tables.consume_queue, ctx.tables.commitlog
-    ext_view, cq_view = ext.view(markers=[REPUT_MARKER]), cq.view(markers=[REPUT_MARKER])
-    of_topic = Prune(equal={"topic": topic})
-    ext_actions = Table.prune(ext_view.actions, of_topic)
-    summaries = read_summaries(ctx.tables.ext_summary, topic) if ext_actions.num_rows else {}
-    keep = np.array([not (p in summaries and mf.may_skip_file(summaries[p]))
-                     for p in ext_actions.column("path").to_pylist()], dtype=bool)
-    records = _column(ext_actions, "num_records", 0)
-    skipped = ext_actions.filter(pa.array(~keep))
-    ext_actions = ext_actions.filter(pa.array(keep))
-    cq_actions = Table.prune(cq_view.actions, of_topic)
-    cq_actions = cq_actions.filter(pc.fill_null(pc.greater(cq_actions.column("max.tags_code"), MAX_EXT_ADDR), True)) \
-        if cq_actions.num_rows else cq_actions
-    ranges = [(lo, hi) for a in (ext_actions, cq_actions) if a.num_rows
-              for lo, hi in zip(a.column("min.commitlog_offset").to_pylist(), a.column("max.commitlog_offset").to_pylist())]
-    end = min(cq_view.marker(REPUT_MARKER), ext_view.marker(REPUT_MARKER))
-    return ReadPlan(mf, [ext.path_of(p) for p in ext_actions.column("path").to_pylist()],
-                    [cq.path_of(p) for p in cq_actions.column("path").to_pylist()],
-                    clog, _overlapping(clog.view().actions, ranges), int(records.sum()) + int(_column(cq_actions, "num_records", 0).sum()),
-                    int(_column(skipped, "num_records", 0).sum()), skipped.num_rows, end)
+def _plan_clustered(ctx: StoreContext, mf: MessageFilter, clustered: pa.Table,
+                    counts: dict[str, int]) -> tuple[list[tuple[int, int]] | None, pa.Table, int]:
+    """The clustered files to read, the ``cluster_seq`` ranges of their kept row groups and the bytes
+    that costs; ``counts`` gets the row group counters."""
+    counts.update(row_groups=0, skipped_by_statistics=0, skipped_by_bitmap=0, row_groups_read=0)
+    total = int(_column(clustered, "size_bytes", 0).sum())
+    if clustered.num_rows == 0 or mf.matches_all:
+        return None, clustered, total
+    paths = clustered.column("path").to_pylist()
+    sizes = dict(zip(paths, _column(clustered, "size_bytes", 0).tolist()))
+    rows = dict(zip(paths, _column(clustered, "num_records", 0).tolist()))
+    seq_lo = dict(zip(paths, clustered.column("min.cluster_seq").to_pylist())) if "min.cluster_seq" in clustered.column_names else {}
+    seq_hi = dict(zip(paths, clustered.column("max.cluster_seq").to_pylist())) if "max.cluster_seq" in clustered.column_names else {}
+    groups = read_row_group_summaries(ctx.tables.commitlog_summary, mf.topic, paths)
+    keep_paths: set[str] = set()
+    ranges: list[tuple[int, int]] | None = []
+    estimate = 0
+    for path in paths:
+        summaries = groups.get(path)
+        if not summaries or sum(g.num_records for g in summaries) != rows[path]:  # not summed up: read it whole
+            keep_paths.add(path)
+            estimate += sizes[path]
+            lo, hi = seq_lo.get(path), seq_hi.get(path)
+            if ranges is not None and lo is not None and hi is not None:
+                ranges.append((lo, hi))
+            else:
+                ranges = None
+            continue
+        counts["row_groups"] += len(summaries)
+        kept_rows = 0
+        for g in summaries:
+            if mf.may_skip_file(g.summary):
+                counts["skipped_by_statistics" if mf.selector.is_tag else "skipped_by_bitmap"] += 1
+                continue
+            counts["row_groups_read"] += 1
+            kept_rows += g.num_records
+            if ranges is not None:
+                ranges.append((g.seq_min, g.seq_max))
+        if kept_rows:
+            keep_paths.add(path)
+            estimate += int(sizes[path] * kept_rows / max(1, rows[path]))
+    kept = clustered.filter(pa.array([p in keep_paths for p in paths], pa.bool_()))
+    return (None if ranges is None else _cap(_merge(ranges), MAX_RANGES)), kept, estimate
+
+
+def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted ranges with adjacent and overlapping ones joined.
+
+    >>> _merge([(5, 9), (0, 4), (20, 30)])
+    [(0, 9), (20, 30)]
+    """
+    out: list[list[int]] = []
+    for lo, hi in sorted(ranges):
+        if out and lo <= out[-1][1] + 1:
+            out[-1][1] = max(out[-1][1], hi)
+        else:
+            out.append([lo, hi])
+    return [(lo, hi) for lo, hi in out]
+
+
+def _cap(ranges: list[tuple[int, int]], limit: int) -> list[tuple[int, int]]:
+    """At most ``limit`` ranges covering ``ranges``: the two with the smallest gap are joined first."""
+    ranges = [list(r) for r in ranges]
+    while len(ranges) > limit:
+        gaps = np.array([ranges[i + 1][0] - ranges[i][1] for i in range(len(ranges) - 1)])
+        cut = np.sort(np.argsort(gaps, kind="stable")[:len(ranges) - limit])
+        for i in cut[::-1]:
+            ranges[i:i + 2] = [[ranges[i][0], ranges[i + 1][1]]]
+    return [(lo, hi) for lo, hi in ranges]
+
+
+def _any_between(col: "Column", ranges: list[tuple[int, int]]) -> "Column":
+    """``col`` in any of ``ranges``, as a balanced OR (Spark converts it to a Parquet filter recursively)."""
+    from pyspark.sql import functions as F
+
+    if not ranges:
+        return F.lit(False)
+    if len(ranges) == 1:
+        lo, hi = ranges[0]
+        return (col >= F.lit(lo)) & (col <= F.lit(hi))
+    mid = len(ranges) // 2
+    return _any_between(col, ranges[:mid]) | _any_between(col, ranges[mid:])
 
 
 def read_topic(ctx: StoreContext, topic: str, selector: MessageSelector | str | None = None,
@@ -229,25 +357,19 @@ def read_topic(ctx: StoreContext, topic: str, selector: MessageSelector | str | 
     >>> read_topic(store.context, "TopicTest", "TagA || TagZ").select("msg_id").first().msg_id == r.msg_id
     True
     """
-    from pyspark.sql import functions as F
+    return plan_read(ctx, topic, selector, group).dataframe(ctx.spark)
 
-    from storelib.delta.spec import spark_schema
-    from storelib.dispatch.reput import queued
-    from storelib.storage.schema import COMMITLOG
 
-    plan = plan_read(ctx, topic, selector, group)
-    spark = ctx.spark
-    ranges = None
-    if plan.commitlog_actions.num_rows and not plan.filter.matches_all:
-        ranges = plan.commitlog_ranges(spark)
-    files = plan.commitlog_files(ranges)
-    if not files:
-        return spark.createDataFrame([], spark_schema(COMMITLOG.arrow))
-    messages = spark.read.schema(spark_schema(COMMITLOG.arrow)).parquet(*files)
-    messages = queued(messages.where((F.col("topic") == topic) & (F.col("physical_offset") < plan.end)))
-    if ranges is not None:
-        messages = messages.where(reduce(Column.__or__, [F.col("physical_offset").between(lo, hi) for lo, hi in ranges]))
-    return messages.where(plan.filter.commitlog_column())
+def explain_read(ctx: StoreContext, topic: str, selector: MessageSelector | str | None = None,
+                 group: str | None = None) -> ReadExplain:
+    """How :func:`read_topic` would read (files and row groups considered, skipped and why, the
+    estimate and the choice), without reading anything.
+
+    >>> print(explain_read(store.context, "TopicTest", group="GroupA"))     # doctest: +ELLIPSIS
+    read TopicTest where TagA || TagB: SCAN (...)
+    ...
+    """
+    return plan_read(ctx, topic, selector, group).explain()
 
 
 @dataclass(frozen=True)
@@ -272,6 +394,12 @@ class FilterStats:
     passed_consume_queue: int
     #: Messages that matched exactly.
     matched: int
+    #: The read's plan (:func:`explain_read`): the choice, and clustered row groups considered and skipped.
+    choice: str = "scan"
+    row_groups: int = 0
+    row_groups_skipped_by_statistics: int = 0
+    row_groups_skipped_by_bitmap: int = 0
+    files_skipped_by_summary: int = 0
 
     @property
     def false_positives(self) -> int:
@@ -294,8 +422,10 @@ def filter_stats(ctx: StoreContext, topic: str, selector: MessageSelector | str 
     row = joined.agg(F.count(F.lit(1)).alias("opened"), F.count_if(~F.col("_pass")).alias("pruned"),
                      F.count_if(F.col("_pass")).alias("passed"),
                      F.count_if(F.col("_pass") & exact).alias("matched")).first()
+    e = plan.explain()
     return FilterStats(group, topic, plan.filter.selector.expression, plan.units_total, plan.units_skipped,
-                       int(row["pruned"]), int(row["passed"]), int(row["matched"]))
+                       int(row["pruned"]), int(row["passed"]), int(row["matched"]), e.choice, e.row_groups_considered,
+                       e.row_groups_skipped_by_statistics, e.row_groups_skipped_by_bitmap, e.files_skipped_by_summary)
 
 
 def _column(actions: pa.Table, name: str, default: int) -> np.ndarray:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import json
 import logging
 import uuid
@@ -46,11 +47,24 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 
-__all__ = ["CommitLog", "EncodedMessage", "AppendResult", "COMMITLOG_MARKER", "queue_marker"]
+__all__ = ["CommitLog", "EncodedMessage", "AppendResult", "COMMITLOG_MARKER", "CLUSTERED_PREFIX", "queue_marker",
+           "is_clustered"]
 
 log = logging.getLogger(__name__)
 
 COMMITLOG_MARKER = "commitlog"
+#: Name prefix of the data files compaction clustered (:mod:`storelib.maintenance.cluster`).
+CLUSTERED_PREFIX = "clustered"
+
+
+def is_clustered(path: str) -> bool:
+    """Whether a commitlog data file (add path or full path) is a clustered one: sorted by its
+    topics' clustering keys inside one contiguous offset range, rather than in offset order.
+
+    >>> is_clustered("clustered-0a1b.c000.zstd.parquet"), is_clustered("/s/commitlog/part-0a1b.c000.zstd.parquet")
+    (True, False)
+    """
+    return path.rsplit("/", 1)[-1].startswith(CLUSTERED_PREFIX + "-")
 
 
 class BatchCompleter(Protocol):
@@ -285,7 +299,7 @@ class CommitLog:
 
 #: Commitlog columns the store sets when it places a message; staged rows have all the others.
 _PLACED = ("physical_offset", "queue_offset", "store_timestamp", "store_host", "msg_id")
-_STAGED = pa.schema([f for f in COMMITLOG.arrow if f.name not in _PLACED])
+_STAGED = pa.schema([f for f in COMMITLOG.arrow if f.name not in _PLACED and f.name != "cluster_seq"])
 _STAGED_ARROW = pa.schema([("partition", pa.int32()), ("path", pa.string()), ("rows", pa.int64()), ("bytes", pa.int64()),
                           ("queues", pa.string()), ("refused", pa.string())])
 
@@ -407,6 +421,7 @@ class _Place:
         cols["store_timestamp"] = pa.repeat(pa.scalar(self.store_timestamp, COMMITLOG.arrow.field("store_timestamp").type), n)
         cols["store_host"] = pa.repeat(pa.scalar(self.store_host, pa.string()), n)
         cols["msg_id"] = message_ids(self.msg_id_prefix, offsets)
+        cols["cluster_seq"] = pa.nulls(n, pa.int64())  # not clustered yet
         return pa.RecordBatch.from_arrays([cols[f.name] for f in COMMITLOG.arrow], schema=COMMITLOG.arrow)
 
 
@@ -444,5 +459,31 @@ def read_messages(commitlog: Table, actions: pa.Table, offsets: Sequence[int],
     holding = commitlog.holding(actions, "physical_offset", wanted)
     if files_touched is not None:
         files_touched["commitlog"] = holding.num_rows
-    rows = commitlog.read_arrow(paths=commitlog.paths(holding), filter=pc.field("physical_offset").isin(wanted))
+    paths = commitlog.paths(holding)
+    test = pc.field("physical_offset").isin(wanted)
+    parts = [commitlog.read_arrow(paths=[p for p in paths if not is_clustered(p)], filter=test)]
+    for path in filter(is_clustered, paths):  # rows are not in offset order: find their row groups first
+        sorted_offsets, groups = _locator(path)
+        at = np.searchsorted(sorted_offsets, wanted.to_numpy())
+        found = at < len(sorted_offsets)
+        found[found] &= sorted_offsets[at[found]] == wanted.to_numpy()[found]
+        if found.any():
+            parts.append(commitlog.read_row_groups(path, sorted(set(groups[at[found]].tolist())), filter=test))
+    rows = pa.concat_tables(parts)
     return {r["physical_offset"]: StoredMessage.from_row(r) for r in rows.to_pylist()}
+
+
+@functools.lru_cache(maxsize=64)
+def _locator(path: str) -> tuple[np.ndarray, np.ndarray]:
+    """A clustered file's physical offsets, sorted, and the row group of each: one column read,
+    once per process (data files never change)."""
+    import pyarrow.parquet as pq
+
+    fs, local = filesystem(path)
+    with fs.open_input_file(local) as f:
+        pf = pq.ParquetFile(f)
+        sizes = [pf.metadata.row_group(i).num_rows for i in range(pf.metadata.num_row_groups)]
+        offsets = pf.read(columns=["physical_offset"]).column(0).to_numpy()
+    groups = np.repeat(np.arange(len(sizes), dtype=np.int32), sizes)
+    order = np.argsort(offsets, kind="stable")
+    return offsets[order], groups[order]

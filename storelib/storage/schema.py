@@ -8,6 +8,7 @@ Tables, as folders under the store's root:
 
 =============================  ====================================================================
 ``commitlog``                  every message, in append order (RocketMQ's CommitLog)
+``commitlog_summary``          per clustered commitlog row group: tag codes, OR of bitmaps (pruning)
 ``consume_queue``              one row per message and queue: where to find it (ConsumeQueue)
 ``consume_queue_ext``          filter bitmap, store time, real tag code (ConsumeQueueExt)
 ``consume_queue_ext_summary``  per ext file: OR of its bitmaps, its tag codes (file-level pruning)
@@ -32,7 +33,7 @@ import pyarrow as pa
 
 from storelib.delta.spec import TableSpec
 
-__all__ = ["TableSpec", "TABLES", "COMMITLOG", "CONSUME_QUEUE", "CONSUME_QUEUE_EXT", "EXT_SUMMARY", "INDEX", "TOPIC_CONFIG",
+__all__ = ["TableSpec", "TABLES", "COMMITLOG", "COMMITLOG_SUMMARY", "CLUSTERED_ROW_GROUP_ROWS", "CONSUME_QUEUE", "CONSUME_QUEUE_EXT", "EXT_SUMMARY", "INDEX", "TOPIC_CONFIG",
            "SUBSCRIPTION", "SUBSCRIPTION_GROUP", "CONSUMER_OFFSET"]
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
@@ -66,6 +67,9 @@ COMMITLOG = TableSpec(
         _f("tags", pa.string(), "Copy of the TAGS property, for column pruning"),
         _f("keys", pa.string(), "Copy of the KEYS property (space-separated), for column pruning"),
         _f("uniq_key", pa.string(), "Copy of the UNIQ_KEY property: the producer-side message id"),
+        _f("cluster_seq", pa.int64(), "Position in a clustered file: its first physical_offset plus the row's rank "
+                                      "in the file's (topic, tags, clustering keys, bitmap) order; null until the "
+                                      "row is clustered"),
     ]),
     sort_by=("physical_offset",),
     description="Every message in append order (RocketMQ's CommitLog).",
@@ -73,7 +77,34 @@ COMMITLOG = TableSpec(
     dictionary=("topic", "queue_id", "sysflag", "flag", "born_timestamp", "born_host", "store_timestamp", "store_host",
                 "reconsume_times", "prepared_transaction_offset", "properties.key_value.key", "tags"),
     statistics=("physical_offset", "size", "topic", "queue_id", "queue_offset", "sysflag", "born_timestamp",
-                "store_timestamp", "tags"),
+                "store_timestamp", "tags", "cluster_seq"),
+)
+
+#: Rows per row group of a clustered commitlog file: the unit a filtered read skips or reads, and
+#: what a point read decodes to find one message.
+CLUSTERED_ROW_GROUP_ROWS = 1024
+
+COMMITLOG_SUMMARY = TableSpec(
+    "commitlog_summary",
+    pa.schema([
+        _f("path", pa.string(), "Clustered commitlog data file this row sums up (Delta add path)", False),
+        _f("row_group", pa.int32(), "Row group of the file: its rows are [row_group * n, (row_group + 1) * n) "
+                                    "of the file, n = the file's row group size", False),
+        _f("topic", pa.string(), "Topic of the row group's first row", False),
+        _f("topics", pa.int32(), "Distinct topics in the row group", False),
+        _f("num_records", pa.int64(), "Rows in the row group", False),
+        _f("cluster_seq_min", pa.int64(), "Lowest cluster_seq of the row group", False),
+        _f("cluster_seq_max", pa.int64(), "Highest cluster_seq of the row group", False),
+        _f("filter_bitmap_or", pa.binary(), "OR of every row's filter bitmap; null when some row has none"),
+        _f("filter_version_min", pa.int64(), "Lowest filter_version of the row group's rows"),
+        _f("tags_codes", pa.list_(pa.int64()), "Distinct tag codes of the row group's rows; null when there are "
+                                               "more than 64"),
+        _f("no_hit", pa.list_(pa.string()), "SQL92 subscriptions ('group@version') whose Bloom bits no row's "
+                                            "bitmap hits"),
+    ]),
+    cluster_by=("topic",),
+    description=("One row per row group of a clustered commitlog file: what its tag codes and bitmaps can "
+                 "match, so a filtered read skips row groups without opening them."),
 )
 
 CONSUME_QUEUE = TableSpec(
@@ -181,6 +212,8 @@ TOPIC_CONFIG = TableSpec(
         _f("topic_filter_type", pa.string(), "SINGLE_TAG or MULTI_TAG", False),
         _f("order", pa.bool_(), "Ordered topic", False),
         _f("updated_at", TIMESTAMP, "When this configuration was last written", False),
+        _f("cluster_by", pa.list_(pa.string()), "Clustering keys of the topic's settled commitlog data: TAGS "
+                                                "and/or property names (null: TAGS)"),
     ]),
     description="Topic configuration (RocketMQ's TopicConfigManager).",
 )
@@ -216,7 +249,8 @@ CONSUMER_OFFSET = TableSpec(
     description="Consumer offsets by (group, topic, queue) (RocketMQ's ConsumerOffsetManager).",
 )
 
-TABLES: dict[str, TableSpec] = {t.name: t for t in (COMMITLOG, CONSUME_QUEUE, CONSUME_QUEUE_EXT, EXT_SUMMARY, INDEX,
+TABLES: dict[str, TableSpec] = {t.name: t for t in (COMMITLOG, COMMITLOG_SUMMARY, CONSUME_QUEUE, CONSUME_QUEUE_EXT,
+                                                     EXT_SUMMARY, INDEX,
                                                      TOPIC_CONFIG, SUBSCRIPTION, SUBSCRIPTION_GROUP, CONSUMER_OFFSET)}
 
 

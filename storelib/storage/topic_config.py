@@ -7,13 +7,15 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import Sequence
 
 import pyarrow as pa
 from deltalake import CommitProperties, write_deltalake
 
 from storelib.delta.table import Table
 from storelib.model.errors import InvalidQueueIdError, ReservedTopicError, TopicNotFoundError
-from storelib.model.topic import PERM_READ, PERM_WRITE, TopicConfig, is_system_topic, validate_topic
+from storelib.model.topic import (PERM_READ, PERM_WRITE, TAGS_KEY, TopicConfig, is_system_topic, validate_cluster_by,
+                                  validate_topic)
 from storelib.storage.schema import TOPIC_CONFIG
 
 __all__ = ["TopicConfigTable"]
@@ -39,7 +41,8 @@ class TopicConfigTable:
         latest: dict[str, dict] = {}
         for r in sorted(rows, key=lambda r: r["updated_at"]):
             latest[r["topic"]] = r
-        return {t: TopicConfig(t, r["read_queue_nums"], r["write_queue_nums"], r["perm"], r["topic_filter_type"], r["order"])
+        return {t: TopicConfig(t, r["read_queue_nums"], r["write_queue_nums"], r["perm"], r["topic_filter_type"], r["order"],
+                               tuple(r["cluster_by"]) if r.get("cluster_by") is not None else (TAGS_KEY,))
                 for t, r in latest.items()}
 
     def get(self, topic: str) -> TopicConfig:
@@ -51,17 +54,18 @@ class TopicConfigTable:
 
     def put(self, config: TopicConfig) -> None:
         """Write ``config`` for its topic, replacing any earlier one, in one atomic commit."""
-        row = {**config.__dict__, "updated_at": dt.datetime.now(dt.timezone.utc)}
+        row = {**config.__dict__, "cluster_by": list(config.cluster_by), "updated_at": dt.datetime.now(dt.timezone.utc)}
         data = pa.Table.from_pylist([row], schema=TOPIC_CONFIG.arrow)
         write_deltalake(self.table.path, data, mode="overwrite", predicate=f"topic = '{config.topic}'",
                         commit_properties=CommitProperties(custom_metadata={"storelib.operation": "CREATE_TOPIC"}))
 
     def create(self, topic: str, read_queues: int, write_queues: int, perm: int = PERM_READ | PERM_WRITE,
-               order: bool = False) -> TopicConfig:
+               order: bool = False, cluster_by: Sequence[str] | None = None) -> TopicConfig:
         """Create or update a user topic (``updateAndCreateTopic``); system topics are refused.
+        ``cluster_by``: its clustering keys (default ``TAGS``; an update without it keeps the old ones).
 
-        >>> TopicConfigTable(store.context.tables.topic_config).create("DocTopic", 2, 2).read_queue_nums
-        2
+        >>> TopicConfigTable(store.context.tables.topic_config).create("DocTopic", 2, 2, cluster_by=["region"]).cluster_by
+        ('region',)
         """
         validate_topic(topic)
         if is_system_topic(topic):
@@ -69,6 +73,11 @@ class TopicConfigTable:
         for name, value in (("read_queue_nums", read_queues), ("write_queue_nums", write_queues)):
             if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 1024:
                 raise InvalidQueueIdError(name, "must be an integer in 1..1024", value=value)
-        config = TopicConfig(topic, read_queues, write_queues, perm, "SINGLE_TAG", order)
+        if cluster_by is None:
+            old = self.all().get(topic)
+            keys = old.cluster_by if old is not None else (TAGS_KEY,)
+        else:
+            keys = validate_cluster_by(cluster_by)
+        config = TopicConfig(topic, read_queues, write_queues, perm, "SINGLE_TAG", order, keys)
         self.put(config)
         return config
