@@ -36,6 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--distinct-keys", type=int, default=None, help="keys for the lookup suite (default N/10)")
     parser.add_argument("--lookups", type=int, default=50)
     parser.add_argument("--pulls", type=int, default=200, help="pulls of each kind for the pull suite")
+    parser.add_argument("--bloom-consumers", type=int, default=None,
+                        help="filter suite: Bloom filter sizing (expect_consumer_num_use_filter; RocketMQ's 32 by default)")
     args = parser.parse_args(argv)
     suites = set(args.suite.split(","))
     out: dict = {}
@@ -56,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
             out["lookup"] = lookup.as_dict()
         if "filter" in suites:
             filtering = bench_filtering(spark, args.messages, root=args.root, queues=args.queues,
-                                        partitions=args.partitions)
+                                        partitions=args.partitions, bloom_consumers=args.bloom_consumers)
             for line in filtering.lines():
                 print(line, flush=True)
             out["filter"] = filtering.as_dict()

@@ -1,15 +1,21 @@
-"""Benchmark of filtered reads: tag and SQL92 selectors against full scans, Bloom false positives, bitmap cost.
+"""Benchmark of filtered reads: tag and SQL92 selectors against plain scans, fresh and clustered.
 
-One store gets ``n`` messages with 32 registered SQL92 subscriptions and is dispatched (bitmaps on);
-a second store gets the same messages dispatched with bitmaps off, for the bitmaps' extra cost.
-Four reads are timed against a bare Spark scan of every commitlog row of the topic evaluating the
-same test (the baseline), each read written to Spark's ``noop`` sink so every matching row is
-materialized:
+One store gets ``n`` messages (topic clustered by ``TAGS`` and ``region``) with 32 registered SQL92
+subscriptions and is dispatched (bitmaps on); a second store gets the same messages dispatched with
+bitmaps off, for the bitmaps' extra cost. Five reads are timed against a plain Spark scan of the
+topic's commitlog rows evaluating the same exact test (the baseline), each written to Spark's
+``noop`` sink so every matching row is materialized:
 
 * ``tag uniform``  - tag ``TagU``, 1% of messages spread evenly;
 * ``tag burst``    - tag ``TagBurst``, 1% of messages sent in runs (a campaign, a batch job);
-* ``sql uniform``  - group ``G_U`` with ``u = 42``, 1% evenly;
-* ``sql burst``    - group ``G_B`` with ``campaign = 'spring'``, 1% in runs.
+* ``sql key``      - group ``G_R`` with ``region = 'r42'``, 1% evenly, on a clustering key;
+* ``sql burst``    - group ``G_B`` with ``campaign = 'spring'``, 1% in runs;
+* ``sql other``    - group ``G_V`` with ``v = 7``, 1% evenly, on a property that is not a clustering key.
+
+Each is measured on the fresh store (append order), then again after ``compact()`` clustered it,
+against the plain scan of the same (clustered) files and against the fresh store's scan. Also:
+compaction against a bare Spark read-sort-write of the same rows, pulls and key look-ups on the
+fresh and on the clustered store, and the Bloom false positive rate of every group.
 
 Bytes read are what the processes read during each read (``rchar`` of ``/proc/<pid>/io``, Linux).
 The false positive rate of each SQL92 group is measured over the whole store: among units whose
@@ -21,6 +27,7 @@ message does not match, the share whose bitmap still hits the group's bits.
 
 from __future__ import annotations
 
+import random
 import shutil
 import statistics
 import tempfile
@@ -28,6 +35,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
+from storelib.filter.selector import MessageSelector
 from storelib.session import parallelism
 
 if TYPE_CHECKING:
@@ -41,9 +49,10 @@ BURST_RUN = 20_000
 
 
 def filter_frame(spark: "SparkSession", n: int, partitions: int) -> "DataFrame":
-    """Messages with a 1% uniform tag/property (``TagU``, ``u = 42``) and a 1% bursty one (``TagBurst``,
-    ``campaign = 'spring'``); other tags from 8 values; ``u`` is ``id % 100``; 96-byte bodies of hash
-    bytes, which do not compress (as real payloads mostly do not)."""
+    """Messages with a 1% uniform tag/property (``TagU``, ``u = 42``), a 1% bursty one (``TagBurst``,
+    ``campaign = 'spring'``), a ``region`` of 100 values and a ``v`` of 100 values, both hashed from
+    the id (independent of the tags); other tags from 8 values; 96-byte bodies of hash bytes, which do
+    not compress (as real payloads mostly do not)."""
     from pyspark.sql import functions as F
 
     i = F.col("id")
@@ -53,7 +62,9 @@ def filter_frame(spark: "SparkSession", n: int, partitions: int) -> "DataFrame":
             .otherwise(F.concat(F.lit("Tag"), F.pmod(i, 8).cast("string"))))
     props = F.create_map(F.lit("u"), u.cast("string"), F.lit("campaign"),
                          F.when(burst, F.lit("spring")).otherwise(F.lit("none")),
-                         F.lit("amount"), F.pmod(i * 7919, 1000).cast("string"))
+                         F.lit("amount"), F.pmod(i * 7919, 1000).cast("string"),
+                         F.lit("region"), F.concat(F.lit("r"), F.pmod(F.hash(i, F.lit(1)), 100).cast("string")),
+                         F.lit("v"), F.pmod(F.hash(i, F.lit(2)), 100).cast("string"))
     return spark.range(0, n, 1, partitions).select(
         F.lit(TOPIC).alias("topic"), tags.alias("tags"),
         F.array(F.concat(F.lit("order-"), i.cast("string"))).alias("keys"), props.alias("properties"),
@@ -62,11 +73,16 @@ def filter_frame(spark: "SparkSession", n: int, partitions: int) -> "DataFrame":
 
 
 def subscriptions() -> dict[str, str]:
-    """32 SQL92 subscriptions: the two measured ones, 15 broad and 15 narrow others."""
-    subs = {"G_U": "u = 42", "G_B": "campaign = 'spring'"}
-    subs.update({f"G_BROAD_{k}": f"amount >= {k * 60}" for k in range(1, 16)})
-    subs.update({f"G_NARROW_{k}": f"u = {k} AND amount < 500" for k in range(15)})
+    """32 SQL92 subscriptions: the four measured ones, 14 broad and 14 narrow others."""
+    subs = {"G_U": "u = 42", "G_B": "campaign = 'spring'", "G_R": "region = 'r42'", "G_V": "v = 7"}
+    subs.update({f"G_BROAD_{k}": f"amount >= {k * 60}" for k in range(1, 15)})
+    subs.update({f"G_NARROW_{k}": f"u = {k} AND amount < 500" for k in range(14)})
     return subs
+
+
+#: The measured reads: (name, group or tag, the exact test of the baseline scan).
+CASES = [("tag uniform", "TagU", None), ("tag burst", "TagBurst", None), ("sql key", "G_R", "region = 'r42'"),
+         ("sql burst", "G_B", "campaign = 'spring'"), ("sql other", "G_V", "v = 7")]
 
 
 @dataclass(frozen=True)
@@ -77,11 +93,20 @@ class ReadFigure:
     bytes_read: int
     baseline_bytes: int
     rows: int
+    #: The plan's choice (``prune`` or ``scan``).
+    choice: str = ""
+    #: On clustered data: the fresh store's scan (append order) of the same rows, seconds and bytes.
+    fresh_scan_seconds: float | None = None
+    fresh_scan_bytes: int | None = None
 
     def line(self) -> str:
-        return (f"{self.name:<12} {self.rows:>9,} rows  {self.seconds:7.2f} s vs scan {self.baseline_seconds:7.2f} s "
-                f"= {self.baseline_seconds / self.seconds:5.1f}x faster;  bytes {self.bytes_read / 2**20:8.1f} MiB vs "
-                f"{self.baseline_bytes / 2**20:8.1f} MiB = {100 * self.bytes_read / max(1, self.baseline_bytes):5.1f}%")
+        out = (f"{self.name:<22} {self.rows:>8,} rows {self.choice:<5} {self.seconds:6.2f} s vs scan "
+               f"{self.baseline_seconds:6.2f} s = {self.baseline_seconds / self.seconds:5.1f}x; bytes "
+               f"{self.bytes_read / 2**20:7.1f} MiB = {100 * self.bytes_read / max(1, self.baseline_bytes):5.1f}%")
+        if self.fresh_scan_seconds is not None:
+            out += (f" | vs fresh scan {self.fresh_scan_seconds / self.seconds:5.1f}x, "
+                    f"{100 * self.bytes_read / max(1, self.fresh_scan_bytes or 0):5.1f}% of its bytes")
+        return out
 
 
 @dataclass
@@ -93,28 +118,54 @@ class FilterFigures:
     dispatch_no_bitmap_seconds: float = 0.0
     ext_seconds: float = 0.0
     ext_no_bitmap_seconds: float = 0.0
+    compact_seconds: float = 0.0
+    bare_sort_seconds: float = 0.0
+    #: Point reads, fresh and clustered: kind -> seconds per call; and commitlog files a key look-up opened.
+    point_reads: dict[str, list[float]] = field(default_factory=dict)
+    lookup_files: dict[str, int] = field(default_factory=dict)
 
     def lines(self) -> list[str]:
         rates = sorted(self.false_positive_rates.values())
         out = [r.line() for r in self.reads]
-        out.append(f"bloom fpr    groups {len(rates)}: min {100 * rates[0]:.2f}%  median "
-                   f"{100 * statistics.median(rates):.2f}%  max {100 * rates[-1]:.2f}%  (configured 20%); "
-                   f"G_U {100 * self.false_positive_rates['G_U']:.2f}%  G_B {100 * self.false_positive_rates['G_B']:.2f}%")
-        out.append(f"bitmaps      dispatch {self.dispatch_seconds:.2f} s with 32 SQL92 subscriptions vs "
-                   f"{self.dispatch_no_bitmap_seconds:.2f} s without = {self.dispatch_seconds / self.dispatch_no_bitmap_seconds:.2f}x; "
-                   f"scan+write part {self.ext_seconds:.2f} s vs {self.ext_no_bitmap_seconds:.2f} s")
+        if rates:
+            worst = max(self.false_positive_rates, key=self.false_positive_rates.get)
+            out.append(f"bloom fpr    groups {len(rates)}: min {100 * rates[0]:.2f}%  median "
+                       f"{100 * statistics.median(rates):.2f}%  max {100 * rates[-1]:.2f}% ({worst})  (configured 20%)")
+        if self.dispatch_no_bitmap_seconds:
+            out.append(f"bitmaps      dispatch {self.dispatch_seconds:.2f} s with 32 SQL92 subscriptions vs "
+                       f"{self.dispatch_no_bitmap_seconds:.2f} s without = "
+                       f"{self.dispatch_seconds / self.dispatch_no_bitmap_seconds:.2f}x; "
+                       f"scan+write part {self.ext_seconds:.2f} s vs {self.ext_no_bitmap_seconds:.2f} s")
+        if self.bare_sort_seconds:
+            out.append(f"clustering   {self.compact_seconds:.2f} s vs bare read-sort-write {self.bare_sort_seconds:.2f} s "
+                       f"= {self.compact_seconds / self.bare_sort_seconds:.2f}x")
+        for kind, times in self.point_reads.items():
+            out.append(f"{kind:<30} p50 {1000 * _pct(times, 0.5):7.1f} ms  p99 {1000 * _pct(times, 0.99):7.1f} ms"
+                       + (f"  commitlog files {self.lookup_files[kind]}" if kind in self.lookup_files else ""))
         return out
 
     def as_dict(self) -> dict:
         return {"reads": {r.name: {"seconds": round(r.seconds, 3), "baseline_seconds": round(r.baseline_seconds, 3),
                                    "speedup": round(r.baseline_seconds / r.seconds, 2), "bytes": r.bytes_read,
-                                   "baseline_bytes": r.baseline_bytes,
+                                   "baseline_bytes": r.baseline_bytes, "choice": r.choice,
                                    "bytes_pct": round(100 * r.bytes_read / max(1, r.baseline_bytes), 2),
+                                   "speedup_vs_fresh_scan": None if r.fresh_scan_seconds is None
+                                   else round(r.fresh_scan_seconds / r.seconds, 2),
+                                   "bytes_pct_of_fresh_scan": None if r.fresh_scan_bytes is None
+                                   else round(100 * r.bytes_read / max(1, r.fresh_scan_bytes), 2),
                                    "rows": r.rows} for r in self.reads},
                 "false_positive_rates": {g: round(v, 4) for g, v in sorted(self.false_positive_rates.items())},
                 "dispatch_seconds": round(self.dispatch_seconds, 3),
                 "dispatch_no_bitmap_seconds": round(self.dispatch_no_bitmap_seconds, 3),
-                "ext_seconds": round(self.ext_seconds, 3), "ext_no_bitmap_seconds": round(self.ext_no_bitmap_seconds, 3)}
+                "ext_seconds": round(self.ext_seconds, 3), "ext_no_bitmap_seconds": round(self.ext_no_bitmap_seconds, 3),
+                "compact_seconds": round(self.compact_seconds, 3), "bare_sort_seconds": round(self.bare_sort_seconds, 3),
+                "point_reads": {k: {"p50_ms": round(1000 * _pct(t, 0.5), 1), "p99_ms": round(1000 * _pct(t, 0.99), 1),
+                                    "commitlog_files": self.lookup_files.get(k)} for k, t in self.point_reads.items()}}
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
 def input_bytes(spark: "SparkSession") -> int:
@@ -145,59 +196,131 @@ def _measure(spark: "SparkSession", df_fn: Callable[[], "DataFrame"], repeats: i
 
 
 def bench_filtering(spark: "SparkSession", n: int, *, root: str | None = None, queues: int = 8,
-                    partitions: int | None = None) -> FilterFigures:
-    """Run the filtering benchmark on ``n`` messages (see the module docstring)."""
-    from pyspark.sql import functions as F
-
-    from storelib.filter.selector import MessageSelector
+                    partitions: int | None = None, bitmap_cost: bool = True, pulls: int = 100,
+                    bloom_consumers: int | None = None) -> FilterFigures:
+    """Run the filtering benchmark on ``n`` messages (see the module docstring). ``bloom_consumers``
+    sizes the Bloom filter (``expect_consumer_num_use_filter``; RocketMQ's 32 by default)."""
+    from storelib.maintenance.cluster import cluster_commitlog
     from storelib.store import MessageStore
 
     work = root or tempfile.mkdtemp(prefix="storelib-bench-filter-")
     partitions = partitions or max(2, parallelism(spark) * 2)
     figures = FilterFigures(n)
+    sizing = {"expect_consumer_num_use_filter": bloom_consumers} if bloom_consumers else {}
     try:
-        plain = MessageStore.open(f"{work}/no-bitmap", spark, enable_calc_filter_bitmap=False)
-        store = MessageStore.open(f"{work}/store", spark)
-        for s in (plain, store):
-            s.create_topic(TOPIC, queues=queues)
-        for group, expression in subscriptions().items():
-            for s in (plain, store):
+        store = MessageStore.open(f"{work}/store", spark, **sizing)
+        stores = [store]
+        if bitmap_cost:
+            stores.append(MessageStore.open(f"{work}/no-bitmap", spark, enable_calc_filter_bitmap=False, **sizing))
+        for s in stores:
+            s.create_topic(TOPIC, queues=queues, cluster_by=["TAGS", "region"])
+            for group, expression in subscriptions().items():
                 s.subscribe(group, TOPIC, MessageSelector.by_sql(expression))
-        frame = filter_frame(spark, n, partitions)
-        for s in (plain, store):
-            s.send_dataframe(frame)
-        began = time.perf_counter()
-        no_bitmap = plain.dispatch()
-        figures.dispatch_no_bitmap_seconds = time.perf_counter() - began
+            s.subscribe("G_ALL", TOPIC, "*")
+            s.subscribe("G_TAG", TOPIC, "TagU || Tag3")
+            s.send_dataframe(filter_frame(spark, n, partitions))
+        if bitmap_cost:
+            began = time.perf_counter()
+            no_bitmap = stores[1].dispatch()
+            figures.dispatch_no_bitmap_seconds = time.perf_counter() - began
+            figures.ext_no_bitmap_seconds = no_bitmap.seconds.get("scan", 0.0)
         began = time.perf_counter()
         result = store.dispatch()
         figures.dispatch_seconds = time.perf_counter() - began
         figures.ext_seconds = result.seconds.get("scan", 0.0)
-        figures.ext_no_bitmap_seconds = no_bitmap.seconds.get("scan", 0.0)
 
-        from storelib.filter.sql92 import compile_sql92
-
-        def scan() -> "DataFrame":
-            return store.messages(TOPIC)
-
-        cases = [
-            ("tag uniform", lambda: store.read(TOPIC, MessageSelector.by_tag("TagU")),
-             lambda: scan().where(F.col("tags") == "TagU")),
-            ("tag burst", lambda: store.read(TOPIC, MessageSelector.by_tag("TagBurst")),
-             lambda: scan().where(F.col("tags") == "TagBurst")),
-            ("sql uniform", lambda: store.read(TOPIC, group="G_U"), lambda: scan().where(compile_sql92("u = 42"))),
-            ("sql burst", lambda: store.read(TOPIC, group="G_B"),
-             lambda: scan().where(compile_sql92("campaign = 'spring'"))),
-        ]
-        for name, ours, baseline in cases:
-            seconds, read = _measure(spark, ours)
-            base_seconds, base_read = _measure(spark, baseline)
-            figures.reads.append(ReadFigure(name, seconds, base_seconds, read, base_read, ours().count()))
+        fresh = _measure_cases(spark, store, "fresh")
+        figures.reads.extend(fresh)
+        _point_reads(store, figures, "fresh", queues, pulls)
+        figures.bare_sort_seconds = _bare_sort(spark, store, f"{work}/bare")
+        began = time.perf_counter()
+        cluster_commitlog(store.context, settle_ms=0)  # what compact() adds for the commitlog
+        figures.compact_seconds = time.perf_counter() - began
+        store.compact(settle_ms=0)  # the other tables
+        for figure, before in zip(_measure_cases(spark, store, "clustered"), fresh):
+            figures.reads.append(ReadFigure(figure.name, figure.seconds, figure.baseline_seconds, figure.bytes_read,
+                                            figure.baseline_bytes, figure.rows, figure.choice, before.baseline_seconds,
+                                            before.baseline_bytes))
+        _point_reads(store, figures, "clustered", queues, pulls)
         figures.false_positive_rates = _false_positive_rates(store, list(subscriptions()))
         return figures
     finally:
         if root is None:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def _measure_cases(spark: "SparkSession", store, label: str) -> list[ReadFigure]:
+    """Each case of :data:`CASES`: the store's read and the plain scan with the same exact test."""
+    from pyspark.sql import functions as F
+
+    from storelib.filter.sql92 import compile_sql92
+
+    out = []
+    for name, what, sql in CASES:
+        if sql is None:
+            def ours(tag=what):
+                return store.read(TOPIC, MessageSelector.by_tag(tag))
+
+            def scan(tag=what):
+                return store.messages(TOPIC).where(F.col("tags") == tag)
+        else:
+            def ours(group=what):
+                return store.read(TOPIC, group=group)
+
+            def scan(expression=sql):
+                return store.messages(TOPIC).where(compile_sql92(expression))
+        seconds, read = _measure(spark, ours)
+        base_seconds, base_read = _measure(spark, scan)
+        choice = store.explain_read(TOPIC, MessageSelector.by_tag(what)) if sql is None else \
+            store.explain_read(TOPIC, group=what)
+        out.append(ReadFigure(f"{name} ({label})", seconds, base_seconds, read, base_read, ours().count(), choice.choice))
+    return out
+
+
+def _bare_sort(spark: "SparkSession", store, path: str) -> float:
+    """A bare Spark read-sort-write of the commitlog's rows: range-partitioned by offset into files
+    of the store's target size, sorted by topic, tags, region and offset inside each."""
+    from pyspark.sql import functions as F
+
+    table = store.context.tables.commitlog
+    snapshot = table.snapshot()
+    files = table.files(snapshot)
+    size = sum(int(s) for s in snapshot.get_add_actions(flatten=True).column("size_bytes").to_pylist())
+    began = time.perf_counter()
+    df = spark.read.parquet(*files)
+    df = df.repartitionByRange(max(1, -(-size // store.config.target_file_size)), "physical_offset")
+    df = df.sortWithinPartitions("topic", "tags", F.col("properties")["region"], "physical_offset")
+    df.write.mode("overwrite").parquet(path)
+    return time.perf_counter() - began
+
+
+def _point_reads(store, figures: FilterFigures, label: str, queues: int, pulls: int) -> None:
+    """Pulls of 32 (``*``, tag and SQL92 groups) at random offsets, and key look-ups, on this process."""
+    from storelib.query.lookup import MessageQuery
+
+    rng = random.Random(5)
+    per_queue = store.max_queue_offset(TOPIC, 0)
+    requests = [(rng.randrange(queues), rng.randrange(max(1, per_queue - 32))) for _ in range(pulls)]
+    for group in ("G_ALL", "G_TAG", "G_U"):
+        store.pull(group, TOPIC, 0, 0, 32)  # warm
+        times = []
+        for queue_id, offset in requests:
+            began = time.perf_counter()
+            store.pull(group, TOPIC, queue_id, offset, 32)
+            times.append(time.perf_counter() - began)
+        figures.point_reads[f"pull {group} ({label})"] = times
+    query = MessageQuery(store.context)
+    query.by_key(TOPIC, "order-0")
+    times, files = [], 0
+    for _ in range(pulls // 2):
+        key = f"order-{rng.randrange(figures.messages)}"
+        began = time.perf_counter()
+        found = query.by_key(TOPIC, key)
+        times.append(time.perf_counter() - began)
+        files = max(files, query.files_touched.get("commitlog", 0))
+        assert found, key
+    figures.point_reads[f"key lookup ({label})"] = times
+    figures.lookup_files[f"key lookup ({label})"] = files
 
 
 def _false_positive_rates(store, groups: list[str]) -> dict[str, float]:

@@ -34,28 +34,27 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from storelib.context import StoreContext
-from storelib.delta.spec import spark_schema
 from storelib.delta.table import Prune, Table, add_actions, remove_actions, with_retries
-from storelib.delta.writer import write_dataframe
+from storelib.delta.writer import Target, write_items
 from storelib.dispatch.reput import REPUT_MARKER, dispatch_targets
 from storelib.filter.summary import RowGroupSummarizer, record_row_group_summaries, summarizer_for
 from storelib.model.timestamps import now_ms
 from storelib.model.topic import TAGS_KEY, MAX_CLUSTER_KEYS
 from storelib.storage.commitlog import CLUSTERED_PREFIX, is_clustered
-from storelib.storage.schema import CLUSTERED_ROW_GROUP_ROWS, COMMITLOG
+from storelib.storage.schema import CLUSTERED_ROW_GROUP_ROWS
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
-
     from storelib.filter.registry import Subscription
 
-__all__ = ["ClusterResult", "cluster_commitlog", "plan_bins", "settled_end", "MAX_SORT_GROUPS"]
+__all__ = ["ClusterResult", "ClusterBin", "Clusterer", "cluster_commitlog", "plan_bins", "settled_end",
+           "MAX_SORT_GROUPS"]
 
 #: At most this many SQL92 groups (the rarest) order rows after the clustering keys.
 MAX_SORT_GROUPS = 16
@@ -146,7 +145,8 @@ def cluster_commitlog(ctx: StoreContext, *, settle_ms: int | None = None, attemp
     began = time.perf_counter()
 
     def step(snapshot) -> ClusterResult:
-        bins = plan_bins(add_actions(snapshot), settled_end(ctx), now_ms() - settle, ctx.config.target_file_size)
+        # clustered files come out ~1/8 bigger (offsets and keys no longer in order): aim below the target
+        bins = plan_bins(add_actions(snapshot), settled_end(ctx), now_ms() - settle, ctx.config.target_file_size * 7 // 8)
         if not bins:
             return ClusterResult(0, 0, 0, time.perf_counter() - began)
         files = _write_bins(ctx, bins)
@@ -167,111 +167,135 @@ def _fault(fault: Callable[[str], None] | None, name: str) -> None:
 
 
 def _write_bins(ctx: StoreContext, bins: list[list[dict]]):
-    """One Spark job: the bins' rows joined to their bitmaps, sorted, written one file per bin."""
-    from pyspark.sql import functions as F
-
-    spark, table = ctx.spark, ctx.tables.commitlog
-    spans = [(min(r["min.physical_offset"] for r in b), max(r["max.physical_offset"] for r in b)) for b in bins]
-    lo, hi = spans[0][0], spans[-1][1]
-    paths = [table.path_of(r["path"]) for b in bins for r in b]
-    rows = spark.read.schema(spark_schema(COMMITLOG.arrow)).parquet(*paths).drop("cluster_seq")
-    rows = rows.withColumn("_bin", _bin_column(F.col("physical_offset"), spans))
-    ext = ctx.tables.consume_queue_ext.read(spark, prune=Prune(between={"commitlog_offset": (lo, hi)}))
-    ext = ext.where(F.col("commitlog_offset").between(lo, hi))
-    subs = _sort_groups(ctx, ext)
-    ext = (ext.select(F.col("commitlog_offset").alias("physical_offset"), "filter_bitmap", "filter_version")
-           .withColumn("_bin", _bin_column(F.col("physical_offset"), spans)))
-    n = len(bins)
-    joined = rows.repartition(n, "_bin").join(ext.repartition(n, "_bin"), ["_bin", "physical_offset"], "left")
-    keys = _key_columns(ctx)
-    hits = [F.when(_hit(s), 0).otherwise(1) for s in subs]
-    ordered = joined.sortWithinPartitions("_bin", "topic", *keys, *hits, "physical_offset")
-    summarize = RowGroupSummarizer(summarizer_for(ctx.registry.all()), CLUSTERED_ROW_GROUP_ROWS)
-    return write_dataframe(ordered, table, cluster_by=("_bin",), target_file_size=2**62, prefix=CLUSTERED_PREFIX,
-                           transform=ClusterSeq({i: s[0] for i, s in enumerate(spans)}), summarize=summarize,
-                           row_group_rows=CLUSTERED_ROW_GROUP_ROWS)
-
-
-def _bin_column(offset: "Column", spans: Sequence[tuple[int, int]]) -> "Column":
-    from pyspark.sql import functions as F
-
-    col = F.lit(len(spans) - 1)
-    for i in range(len(spans) - 2, -1, -1):
-        col = F.when(offset <= spans[i][1], F.lit(i)).otherwise(col)
-    return col
-
-
-def _key_columns(ctx: StoreContext) -> list["Column"]:
-    """Per position ``i``, the value of each row's topic's ``i``-th clustering key (null past its last)."""
-    from pyspark.sql import functions as F
-
-    topics = ctx.topics.all()
-    out = []
-    for i in range(MAX_CLUSTER_KEYS):
-        col = None
-        for name, config in sorted(topics.items()):
-            if len(config.cluster_by) <= i:
-                continue
-            key = config.cluster_by[i]
-            value = F.col("tags") if key == TAGS_KEY else F.col("properties")[key]
-            col = (F.when(F.col("topic") == name, value) if col is None
-                   else col.when(F.col("topic") == name, value))
-        if col is not None:
-            out.append(col)
-    if not out:
-        out.append(F.col("tags"))
-    return out
-
-
-def _hit(sub: "Subscription") -> "Column":
-    from pyspark.sql import functions as F
-
-    from storelib.filter.bloom import is_hit_column
-
-    return F.coalesce((F.col("topic") == sub.topic) & (F.col("filter_version") >= F.lit(sub.version))
-                      & is_hit_column(F.col("filter_bitmap"), sub.bloom), F.lit(False))
-
-
-def _sort_groups(ctx: StoreContext, ext: "DataFrame") -> list["Subscription"]:
-    """The SQL92 groups that order rows: the rarest (by their Bloom hits among the rows), up to
-    :data:`MAX_SORT_GROUPS`, none matching more than :data:`SORT_GROUP_SHARE` of them."""
-    from pyspark.sql import functions as F
-
+    """One Spark job, one task per run of bins: each bin read, sorted and written by :class:`ClusterBin`
+    with pyarrow on an executor (no shuffle, no sort by Spark)."""
+    table, ext = ctx.tables.commitlog, ctx.tables.consume_queue_ext
+    ext_actions = add_actions(ext.snapshot()) if ctx.config.enable_consume_queue_ext else None
     bloom = ctx.registry.bloom_filter
-    subs = [s for s in ctx.registry.all() if s.is_sql92 and s.bloom is not None and bloom.is_valid(s.bloom)]
-    if not subs:
-        return []
-    row = ext.agg(F.count(F.lit(1)).alias("n"), *[F.count_if(_hit(s)).alias(f"g{i}") for i, s in enumerate(subs)]).first()
-    total = max(1, row["n"])
-    counted = sorted((row[f"g{i}"], i) for i in range(len(subs)) if 0 < row[f"g{i}"] <= SORT_GROUP_SHARE * total)
-    return [subs[i] for _, i in counted[:MAX_SORT_GROUPS]]
+    subs = tuple(s for s in ctx.registry.all() if s.is_sql92 and s.bloom is not None and bloom.is_valid(s.bloom))
+    keys = {name: config.cluster_by for name, config in ctx.topics.all().items()}
+    items, sizes = [], []
+    for i, b in enumerate(bins):
+        lo, hi = min(r["min.physical_offset"] for r in b), max(r["max.physical_offset"] for r in b)
+        ext_paths = [] if ext_actions is None else \
+            ext.paths(Table.prune(ext_actions, Prune(between={"commitlog_offset": (lo, hi)})))
+        items.append(ClusterBin(i, tuple(table.path_of(r["path"]) for r in b), lo, hi, tuple(ext_paths)))
+        sizes.append(sum(r["size_bytes"] for r in b))
+    target = Target.of(table, cluster_by=("_bin",), target_file_size=2**62, prefix=CLUSTERED_PREFIX,
+                       summarize=RowGroupSummarizer(summarizer_for(subs), CLUSTERED_ROW_GROUP_ROWS),
+                       row_group_rows=CLUSTERED_ROW_GROUP_ROWS)
+    return write_items(ctx.spark, items, sizes, {"commitlog": target}, Clusterer(keys, subs))["commitlog"]
 
 
 @dataclass(frozen=True)
-class ClusterSeq:
-    """On the executors: each row's ``cluster_seq``, its bin's first offset plus its rank in the bin
-    (rows arrive sorted by bin, then in clustered order).
+class ClusterBin:
+    """One future clustered file: its commitlog files (full paths), their offset span, and the
+    ``consume_queue_ext`` files (full paths) that may hold bitmaps of its messages."""
 
-    >>> batch = pa.RecordBatch.from_pydict({"_bin": [0, 0, 1], "physical_offset": [0, 100, 500]})
-    >>> next(ClusterSeq({0: 0, 1: 500})(iter([batch]))).column("cluster_seq").to_pylist()
-    [0, 1, 500]
+    index: int
+    paths: tuple[str, ...]
+    low: int
+    high: int
+    ext_paths: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Clusterer:
+    """On the executors: a bin's rows with their bitmaps, in clustered order, with ``cluster_seq``.
+
+    ``keys`` maps each topic to its clustering keys; ``subs`` are the SQL92 subscriptions whose
+    Bloom hits may order rows (the bin's rarest, see :data:`MAX_SORT_GROUPS`).
+
+    >>> batch = pa.table({"topic": ["T"] * 3, "tags": ["b", "a", "b"], "physical_offset": [0, 100, 200],
+    ...     "properties": pa.array([[("r", "2")], [("r", "1")], [("r", "1")]], pa.map_(pa.string(), pa.string()))})
+    >>> Clusterer({"T": ("TAGS", "r")}, ()).order(batch, pa.nulls(3, pa.binary()), pa.nulls(3, pa.int64())).tolist()
+    [1, 2, 0]
     """
 
-    bases: Mapping[int, int]
+    keys: Mapping[str, tuple[str, ...]]
+    subs: tuple["Subscription", ...]
+    batch_rows: int = 64 * 1024
 
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        seen: dict[int, int] = {}
-        for batch in batches:
-            bins = batch.column("_bin").to_numpy(zero_copy_only=False)
-            seq = np.empty(len(bins), dtype=np.int64)
-            starts = np.flatnonzero(np.diff(bins, prepend=bins[:1] - 1)) if len(bins) else []
-            for i, start in enumerate(starts):
-                stop = starts[i + 1] if i + 1 < len(starts) else len(bins)
-                b = int(bins[start])
-                done = seen.get(b, 0)
-                seq[start:stop] = self.bases[b] + done + np.arange(stop - start)
-                seen[b] = done + stop - start
-            if "cluster_seq" in batch.schema.names:
-                batch = batch.drop_columns(["cluster_seq"])
-            yield batch.append_column("cluster_seq", pa.array(seq, pa.int64()))
+    def __call__(self, item: ClusterBin) -> Iterator[dict[str, pa.RecordBatch]]:
+        import pyarrow.parquet as pq
 
+        from storelib.delta.table import filesystem
+
+        parts = []
+        for path in item.paths:
+            fs, local = filesystem(path)
+            with pq.ParquetFile(fs.open_input_file(local)) as f:
+                parts.append(f.read(use_threads=False))
+        rows = pa.concat_tables(parts).drop_columns(["cluster_seq"]).combine_chunks()
+        bitmaps, versions = self._bitmaps(item, rows.column("physical_offset").to_numpy())
+        order = self.order(rows, bitmaps, versions)
+        rows = rows.take(order)
+        rows = rows.append_column("cluster_seq", pa.array(item.low + np.arange(rows.num_rows, dtype=np.int64)))
+        rows = rows.append_column("filter_bitmap", bitmaps.take(order)).append_column("filter_version", versions.take(order))
+        rows = rows.append_column("_bin", pa.array(np.full(rows.num_rows, item.index, dtype=np.int32)))
+        for batch in rows.to_batches(max_chunksize=self.batch_rows):
+            yield {"commitlog": batch}
+
+    @staticmethod
+    def _bitmaps(item: ClusterBin, offsets: np.ndarray) -> tuple[pa.Array, pa.Array]:
+        """Each row's filter bitmap and version from the ext files (null where it has none)."""
+        n = len(offsets)
+        if not item.ext_paths:
+            return pa.nulls(n, pa.binary()), pa.nulls(n, pa.int64())
+        import pyarrow.dataset as ds
+
+        from storelib.delta.table import filesystem
+        from storelib.storage.schema import CONSUME_QUEUE_EXT
+
+        fs = filesystem(item.ext_paths[0])[0]
+        units = ds.dataset([filesystem(p)[1] for p in item.ext_paths], schema=CONSUME_QUEUE_EXT.arrow,
+                           format="parquet", filesystem=fs).to_table(
+            columns=["commitlog_offset", "filter_bitmap", "filter_version"],
+            filter=(pc.field("commitlog_offset") >= item.low) & (pc.field("commitlog_offset") <= item.high))
+        at = units.column("commitlog_offset").to_numpy()
+        if not len(at):
+            return pa.nulls(n, pa.binary()), pa.nulls(n, pa.int64())
+        order = np.argsort(at, kind="stable")
+        pos = np.minimum(np.searchsorted(at[order], offsets), len(at) - 1)
+        take = pa.array(order[pos], mask=at[order][pos] != offsets)  # null: no ext row for that message
+        return (units.column("filter_bitmap").combine_chunks().take(take),
+                units.column("filter_version").combine_chunks().take(take))
+
+    def order(self, rows: pa.Table, bitmaps: pa.Array, versions: pa.Array) -> np.ndarray:
+        """The clustered order: topic, the topic's clustering keys, rare groups' hits first, offset."""
+        from storelib.filter.summary import bitmap_hits
+
+        topic = rows.column("topic")
+        columns: dict[str, pa.Array] = {"topic": topic}
+        present = pc.unique(topic).to_pylist()
+        for i in range(MAX_CLUSTER_KEYS):
+            key = None
+            for t in present:
+                names = self.keys.get(t, (TAGS_KEY,))
+                if len(names) <= i:
+                    continue
+                value = rows.column("tags") if names[i] == TAGS_KEY else \
+                    pc.map_lookup(rows.column("properties"), names[i], "first")
+                key = pc.if_else(pc.equal(topic, t), value, key if key is not None else pa.nulls(len(topic), pa.string()))
+            if key is not None:
+                columns[f"_k{i}"] = key
+        n = rows.num_rows
+        hits = []
+        usable = pc.fill_null(pc.is_valid(bitmaps), False).to_numpy(zero_copy_only=False)
+        if self.subs and usable.any():
+            vers = pc.fill_null(versions, -1).to_numpy(zero_copy_only=False)
+            for sub in self.subs:
+                hit = np.zeros(n, dtype=bool)
+                rows_of = usable & (vers >= sub.version) & pc.fill_null(pc.equal(topic, sub.topic), False).to_numpy(
+                    zero_copy_only=False)
+                if rows_of.any():
+                    idx = np.flatnonzero(rows_of)
+                    hit[idx] = bitmap_hits(bitmaps.take(pa.array(idx)), sub.bloom)
+                share = hit.sum() / max(1, n)
+                if 0 < share <= SORT_GROUP_SHARE:
+                    hits.append((share, len(hits), hit))
+        for j, (_, _, hit) in enumerate(sorted(hits, key=lambda h: h[:2])[:MAX_SORT_GROUPS]):
+            columns[f"_h{j}"] = pa.array(~hit)  # hits first
+        columns["physical_offset"] = rows.column("physical_offset")
+        keyed = pa.table(columns)
+        return pc.sort_indices(keyed, sort_keys=[(c, "ascending") for c in keyed.column_names]).to_numpy()

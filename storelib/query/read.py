@@ -209,7 +209,8 @@ def plan_read(ctx: StoreContext, topic: str, selector: MessageSelector | str | N
 
     # the fresh tail: which consume queue files may hold a passing unit, and where they point
     ext_actions = Table.prune(ext_view.actions, of_topic)
-    summaries = read_summaries(ctx.tables.ext_summary, topic) if ext_actions.num_rows and not mf.matches_all else {}
+    fresh_units = ext_actions.num_rows and fresh.num_rows and not mf.matches_all
+    summaries = read_summaries(ctx.tables.ext_summary, topic) if fresh_units else {}
     keep = np.array([not (p in summaries and mf.may_skip_file(summaries[p]))
                      for p in ext_actions.column("path").to_pylist()], dtype=bool)
     records = _column(ext_actions, "num_records", 0)
