@@ -182,17 +182,24 @@ def input_bytes(spark: "SparkSession") -> int:
     return total
 
 
-def _measure(spark: "SparkSession", df_fn: Callable[[], "DataFrame"], repeats: int = 2) -> tuple[float, int]:
-    """Best time of ``repeats`` materializations (after one warm-up), and the bytes one of them read."""
-    df_fn().write.format("noop").mode("overwrite").save()
-    times, read = [], 0
+def _measure_pair(spark: "SparkSession", ours: Callable[[], "DataFrame"], baseline: Callable[[], "DataFrame"] | None,
+                  repeats: int = 3) -> list[tuple[float, int]]:
+    """Best time of ``repeats`` materializations of each side (after one warm-up each) and the bytes
+    one of them read, the runs alternating (ours, baseline, ours, ...) so that neither
+    side gains from running later (a warmer JIT, page cache)."""
+    sides = [ours] if baseline is None else [ours, baseline]
+    for fn in sides:
+        fn().write.format("noop").mode("overwrite").save()
+    times: list[list[float]] = [[] for _ in sides]
+    read = [0] * len(sides)
     for _ in range(repeats):
-        before = input_bytes(spark)
-        start = time.perf_counter()
-        df_fn().write.format("noop").mode("overwrite").save()
-        times.append(time.perf_counter() - start)
-        read = input_bytes(spark) - before
-    return min(times), read
+        for i, fn in enumerate(sides):
+            before = input_bytes(spark)
+            start = time.perf_counter()
+            fn().write.format("noop").mode("overwrite").save()
+            times[i].append(time.perf_counter() - start)
+            read[i] = input_bytes(spark) - before
+    return [(min(t), r) for t, r in zip(times, read)]
 
 
 def bench_filtering(spark: "SparkSession", n: int, *, root: str | None = None, queues: int = 8,
@@ -269,8 +276,7 @@ def _measure_cases(spark: "SparkSession", store, label: str) -> list[ReadFigure]
 
             def scan(expression=sql):
                 return store.messages(TOPIC).where(compile_sql92(expression))
-        seconds, read = _measure(spark, ours)
-        base_seconds, base_read = _measure(spark, scan)
+        (seconds, read), (base_seconds, base_read) = _measure_pair(spark, ours, scan)
         choice = store.explain_read(TOPIC, MessageSelector.by_tag(what)) if sql is None else \
             store.explain_read(TOPIC, group=what)
         out.append(ReadFigure(f"{name} ({label})", seconds, base_seconds, read, base_read, ours().count(), choice.choice))

@@ -297,17 +297,18 @@ def record_row_group_summaries(table: Table, files: Sequence[WrittenFile], attem
 class RowGroupSummary:
     """One clustered row group as read back: where it is, its ``cluster_seq`` range, its summary."""
 
-    __slots__ = ("path", "row_group", "num_records", "seq_min", "seq_max", "topics", "summary")
+    __slots__ = ("path", "row_group", "num_records", "seq_min", "seq_max", "topics", "summary", "topic")
 
     def __init__(self, path: str, row_group: int, num_records: int, seq_min: int, seq_max: int, topics: int,
-                 summary: FileSummary):
+                 summary: FileSummary, topic: str | None = None):
         self.path, self.row_group, self.num_records = path, row_group, num_records
-        self.seq_min, self.seq_max, self.topics, self.summary = seq_min, seq_max, topics, summary
+        self.seq_min, self.seq_max, self.topics, self.summary, self.topic = seq_min, seq_max, topics, summary, topic
 
 
 def read_row_group_summaries(table: Table, topic: str, paths: "Iterable[str]") -> dict[str, list[RowGroupSummary]]:
     """Row group summaries of the given clustered commitlog files (add paths) that hold ``topic``, by path.
-    A row group whose first row is of another topic is listed too when it spans several topics.
+    A row group whose first row is of another topic is listed too when it spans several topics. The
+    summary table is read once per version and kept (it is small: a row per 1,024 messages).
 
     >>> read_row_group_summaries(store.context.tables.commitlog_summary, "TopicTest", [])
     {}
@@ -315,17 +316,18 @@ def read_row_group_summaries(table: Table, topic: str, paths: "Iterable[str]") -
     wanted = set(paths)
     if not wanted:
         return {}
-    rows = table.read_arrow(filter=pc.field("path").isin(sorted(wanted)),
-                            columns=["path", "row_group", "topic", "topics", "num_records", "cluster_seq_min",
-                                     "cluster_seq_max", "filter_bitmap_or", "filter_version_min", "tags_codes",
-                                     "no_hit"]).to_pylist()
+    every = table.memo("row_group_summaries", lambda view: _by_path(table.read_view(view, columns=[
+        "path", "row_group", "topic", "topics", "num_records", "cluster_seq_min", "cluster_seq_max", "filter_bitmap_or",
+        "filter_version_min", "tags_codes", "no_hit"])))  # read once per version of the summary table
+    return {p: [g for g in every[p] if g.topics > 1 or g.topic == topic] for p in wanted if p in every}
+
+
+def _by_path(rows: pa.Table) -> dict[str, list[RowGroupSummary]]:
     out: dict[str, list[RowGroupSummary]] = {}
-    for r in rows:
-        if r["topic"] != topic and r["topics"] == 1:
-            continue
+    for r in rows.to_pylist():
         out.setdefault(r["path"], []).append(RowGroupSummary(
             r["path"], r["row_group"], r["num_records"], r["cluster_seq_min"], r["cluster_seq_max"], r["topics"],
-            FileSummary(r["filter_bitmap_or"], r["filter_version_min"], r["tags_codes"], r["no_hit"])))
+            FileSummary(r["filter_bitmap_or"], r["filter_version_min"], r["tags_codes"], r["no_hit"]), r["topic"]))
     for groups in out.values():
         groups.sort(key=lambda g: g.row_group)
     return out
