@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
     from pyspark.sql import SparkSession
 
-__all__ = ["compact_table", "plan_groups"]
+__all__ = ["compact_table", "plan_groups", "bin_by_size"]
 
 
 def plan_groups(actions: pa.Table, cluster_by: tuple[str, ...], order_by: str | None, small: int,
@@ -55,16 +55,29 @@ def plan_groups(actions: pa.Table, cluster_by: tuple[str, ...], order_by: str | 
     for files in groups.values():
         if order_by:
             files.sort(key=lambda r: (r.get(f"min.{order_by}") is None, r.get(f"min.{order_by}")))
-        bins, current, size = [], [], 0
-        for r in files:
-            if current and size + r["size_bytes"] > target:
-                bins.append(current)
-                current, size = [], 0
-            current.append(r)
-            size += r["size_bytes"]
-        bins.append(current)
-        out.extend(b for b in bins if len(b) > 1)
+        out.extend(b for b in bin_by_size(files, target) if len(b) > 1)
     return out
+
+
+def bin_by_size(files: list[dict], target: int) -> list[list[dict]]:
+    """``files`` (add actions with ``size_bytes``), in order, cut into runs of at most ``target`` bytes
+    (a file bigger than that is a run of its own).
+
+    >>> [[f["path"] for f in b] for b in bin_by_size([{"path": p, "size_bytes": 4} for p in "abc"], 8)]
+    [['a', 'b'], ['c']]
+    """
+    bins: list[list[dict]] = []
+    current: list[dict] = []
+    size = 0
+    for r in files:
+        if current and size + r["size_bytes"] > target:
+            bins.append(current)
+            current, size = [], 0
+        current.append(r)
+        size += r["size_bytes"]
+    if current:
+        bins.append(current)
+    return bins
 
 
 def compact_table(spark: "SparkSession", table: Table, *, target_file_size: int, attempts: int = 10,

@@ -38,7 +38,6 @@ from storelib.delta.table import Table, WrittenFile, add_actions, remove_actions
 from storelib.delta.writer import write_rows
 from storelib.filter.bloom import bits_or
 from storelib.encoding.tags import tags_codes
-from storelib.storage.schema import COMMITLOG_SUMMARY, EXT_SUMMARY
 
 if TYPE_CHECKING:
     from typing import Iterable
@@ -190,15 +189,7 @@ def record_summaries(table: Table, files: Sequence[WrittenFile], attempts: int =
                      "filter_bitmap_or": bytes.fromhex(s["bitmap"]) if s["bitmap"] is not None else None,
                      "filter_version_min": s["version_min"], "tags_codes": s["codes"],
                      "no_hit": s.get("no_hit") or []})
-    if not rows:
-        return 0
-    data = pa.Table.from_pylist(rows, schema=EXT_SUMMARY.arrow)
-
-    def step(snapshot: "DeltaTable") -> int:
-        write_rows(table, snapshot, data, prefix="summary", operation="SUMMARIZE")
-        return len(rows)
-
-    return with_retries(table, attempts, step, what="record ext summaries")
+    return _append(table, rows, attempts)
 
 
 def read_summaries(table: Table, topic: str) -> dict[str, FileSummary]:
@@ -283,15 +274,20 @@ def record_row_group_summaries(table: Table, files: Sequence[WrittenFile], attem
                          "num_records": g["num_records"], "cluster_seq_min": g["seq_min"], "cluster_seq_max": g["seq_max"],
                          "filter_bitmap_or": bytes.fromhex(g["bitmap"]) if g["bitmap"] is not None else None,
                          "filter_version_min": g["version_min"], "tags_codes": g["codes"], "no_hit": g.get("no_hit") or []})
+    return _append(table, rows, attempts)
+
+
+def _append(table: Table, rows: list[dict], attempts: int) -> int:
+    """Append summary rows to a summary table in one commit (retried on conflicts); return how many."""
     if not rows:
         return 0
-    data = pa.Table.from_pylist(rows, schema=COMMITLOG_SUMMARY.arrow)
+    data = pa.Table.from_pylist(rows, schema=table.spec.arrow)
 
     def step(snapshot: "DeltaTable") -> int:
         write_rows(table, snapshot, data, prefix="summary", operation="SUMMARIZE")
         return len(rows)
 
-    return with_retries(table, attempts, step, what="record commitlog row group summaries")
+    return with_retries(table, attempts, step, what=f"record {table.spec.name} rows")
 
 
 class RowGroupSummary:

@@ -41,6 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from storelib.context import StoreContext
+from storelib.delta.compaction import bin_by_size
 from storelib.delta.table import Prune, Table, add_actions, remove_actions, with_retries
 from storelib.delta.writer import Target, write_items
 from storelib.dispatch.reput import REPUT_MARKER, dispatch_targets
@@ -118,18 +119,7 @@ def plan_bins(actions: pa.Table, end: int, cutoff_ms: int, target: int) -> list[
             runs[-1].append(r)
         elif runs[-1]:
             runs.append([])
-    bins: list[list[dict]] = []
-    for run in runs:
-        current: list[dict] = []
-        size = 0
-        for r in run:
-            if current and size + r["size_bytes"] > target:
-                bins.append(current)
-                current, size = [], 0
-            current.append(r)
-            size += r["size_bytes"]
-        if current:
-            bins.append(current)
+    bins = [b for run in runs for b in bin_by_size(run, target)]
     return [b for b in bins if len(b) > 1 or not is_clustered(b[0]["path"])]
 
 
