@@ -5,7 +5,6 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 from chispa import assert_df_equality
-from pyspark.sql import functions as F
 
 from storelib import Message, MessageStore
 from storelib.encoding.ext_addr import is_ext_addr, undecorate_ext_addr

@@ -13,8 +13,8 @@ twice, nothing skipped.
 With the ext queue on (``enable_consume_queue_ext``), each consume queue row's tag code is the
 decorated address of its ``consume_queue_ext`` row, which holds the real tag code, the store time
 and the filter bitmap: CommitLogDispatcherCalcBitMap evaluates every live SQL92 subscription of
-the message's topic (Spark columns, all subscriptions in one pass) and sets the subscription's Bloom
-bits where it returns TRUE. Each ext row records the registry version its bitmap was computed with.
+the message's topic (on the executors, vectorized over each batch the job reads: see
+:mod:`storelib.dispatch.calc_bitmap`) and sets the subscription's Bloom bits where it returns TRUE. Each ext row records the registry version its bitmap was computed with.
 With the ext queue off, the ext target still moves its marker (with no rows), so the two always
 cover the same messages.
 
@@ -37,8 +37,8 @@ import pyarrow as pa
 
 from storelib.context import StoreContext
 from storelib.delta.table import CommitConflict, Prune, Table, WrittenFile
-from storelib.delta.writer import Target, write_items, write_split
-from storelib.dispatch.calc_bitmap import with_filter_bitmaps
+from storelib.delta.writer import Target, write_items
+from storelib.dispatch.calc_bitmap import FilterBitmaps
 from storelib.dispatch.request import CommitlogFiles, DispatchRequests
 from storelib.filter.summary import record_summaries, summarizer_for
 from storelib.model.config import StoreConfig
@@ -215,10 +215,11 @@ class Dispatcher:
     def _write(self, starts: dict[str, int], commitlog, end: int) -> dict[str, list[WrittenFile]]:
         """Every target's rows for commitlog ``[its start, end)``, written in one Spark job over one read.
 
-        The commitlog files are read by the executors with pyarrow, unless SQL92 subscriptions of a
-        topic in the range need filter bitmaps: then Spark reads them and evaluates the subscriptions.
-        The ``properties`` map, the widest column, is read only when a file of the range may hold a
-        message that needs it: a delayed one (its tag code is its deliver time) or a subscribed one.
+        The executors read the commitlog files with pyarrow and cut the rows into each target's; when
+        SQL92 subscriptions of a topic in the range need filter bitmaps, they compute them on the same
+        batches (:class:`~storelib.dispatch.calc_bitmap.FilterBitmaps`). The ``properties`` map, the
+        widest column, is read only from the files that may hold a message needing it: a delayed one
+        (its tag code is its deliver time) or one of a subscribed topic.
         """
         from storelib.model.topic import SCHEDULE_TOPIC
 
@@ -227,27 +228,27 @@ class Dispatcher:
             return {}
         low = min(writing.values())
         actions = Table.actions(commitlog, Prune(between={"physical_offset": (low, end - 1)}))
-        may_hold = functools.partial(_may_hold_topic, actions)
+        holding = functools.partial(_files_holding, actions)
         coded = "consume_queue_ext" in writing or ("consume_queue" in writing and not self.ext_enabled)  # real tag codes
-        delay = coded and may_hold(SCHEDULE_TOPIC)
-        subs = [s for s in self.filters()[1] if may_hold(s.topic)] if "consume_queue_ext" in writing else []
+        version, live = self.filters()
+        subs = [s for s in live if holding(s.topic)] if "consume_queue_ext" in writing else []
+        with_properties = set().union(*(holding(t) for t in {s.topic for s in subs}),
+                                      holding(SCHEDULE_TOPIC) if coded else set())
         shift = hash_range_shift(self.config.index_hash_ranges)
-        requests = DispatchRequests(writing, self.ext_enabled, shift, tuple(self.config.delay_levels_ms))
+        requests = DispatchRequests(writing, self.ext_enabled, shift, tuple(self.config.delay_levels_ms),
+                                    FilterBitmaps.of(subs, version) if subs else None)
         targets = {}
         for name in writing:
-            summarize = summarizer_for(self.filters()[1]) if name == "consume_queue_ext" else None
+            summarize = summarizer_for(live) if name == "consume_queue_ext" else None
             targets[name] = Target.of(self.targets[name], target_file_size=self.config.target_file_size,
                                       summarize=summarize)
-        if subs:  # Spark reads the rows: it evaluates the subscriptions
-            rows = self.commitlog.read_files(self.spark, actions)
-            rows = rows.where((rows.physical_offset >= low) & (rows.physical_offset < end))
-            return write_split(with_filter_bitmaps(rows, subs, self.filters()[0], delay), targets, requests)
         actions = actions.sort_by("min.physical_offset")
-        files = [(self.commitlog.path_of(p), lo is not None and lo >= low and hi < end) for p, lo, hi in zip(
-            actions.column("path").to_pylist(), actions.column("min.physical_offset").to_pylist(),
-            actions.column("max.physical_offset").to_pylist())]
+        files = [(self.commitlog.path_of(p), lo is not None and lo >= low and hi < end, p in with_properties)
+                 for p, lo, hi in zip(actions.column("path").to_pylist(),
+                                      actions.column("min.physical_offset").to_pylist(),
+                                      actions.column("max.physical_offset").to_pylist())]
         return write_items(self.spark, files, actions.column("size_bytes").to_pylist(), targets,
-                           CommitlogFiles(low, end, delay, requests))
+                           CommitlogFiles(low, end, False, requests))
 
     @property
     def ext_enabled(self) -> bool:
@@ -267,6 +268,6 @@ class Dispatcher:
         return self._filters
 
 
-def _may_hold_topic(actions: "pa.Table", topic: str) -> bool:
-    """Whether a commitlog file among ``actions`` may hold a message of ``topic`` (by its statistics)."""
-    return Table.prune(actions, Prune(equal={"topic": topic})).num_rows > 0
+def _files_holding(actions: "pa.Table", topic: str) -> set[str]:
+    """The paths of the commitlog files among ``actions`` that may hold a message of ``topic`` (by their statistics)."""
+    return set(Table.prune(actions, Prune(equal={"topic": topic})).column("path").to_pylist())

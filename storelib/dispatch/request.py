@@ -5,12 +5,10 @@ to each dispatcher (build consume queue, calc bitmap, build index). Here a batch
 an Arrow record batch, and :class:`DispatchRequests` cuts it into each target table's rows on the
 executors, with numpy and pyarrow over whole batches (hash codes from :mod:`storelib.encoding`).
 
-The batches come from one of two sources, both inside a single Spark job:
-
-* :class:`CommitlogFiles` - each task reads a contiguous run of commitlog files with pyarrow. The
-  usual case: no Spark row conversion at all.
-* a Spark DataFrame of the commitlog rows, when SQL92 subscriptions need their filter bitmaps:
-  Spark evaluates the subscriptions as columns (:meth:`storelib.dispatch.Dispatcher._with_bitmaps`).
+The batches come from :class:`CommitlogFiles`: inside a single Spark job, each task reads a
+contiguous run of commitlog files with pyarrow, with no Spark row conversion at all. When SQL92
+subscriptions need filter bitmaps, CalcBitMap runs on the same batches
+(:class:`~storelib.dispatch.calc_bitmap.FilterBitmaps`), vectorized on the executors.
 
 >>> import pyarrow as pa
 >>> deliver_times(pa.array(["3", None, "x", "0", "99", "+1"]), pa.array([1000] * 6, pa.int64()), [1000, 5000, 10000]).to_pylist()
@@ -20,7 +18,7 @@ The batches come from one of two sources, both inside a single Spark job:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -30,6 +28,9 @@ from storelib.encoding.tags import tags_codes
 from storelib.model.message import MessageConst, SysFlag
 from storelib.model.topic import SCHEDULE_TOPIC
 from storelib.storage import consume_queue, consume_queue_ext, index_file
+
+if TYPE_CHECKING:
+    from storelib.dispatch.calc_bitmap import FilterBitmaps
 
 __all__ = ["DispatchRequests", "CommitlogFiles", "REQUEST_COLUMNS", "deliver_times"]
 
@@ -64,8 +65,9 @@ class DispatchRequests:
     or rolled back), the consume queue's tag code being the decorated ext address when the ext
     queue is on; index rows (IndexService.buildIndex) for the UNIQ_KEY and each non-empty key of
     KEYS of every message not rolled back, as hashes of ``topic#key`` filed by hash range. A
-    batch may carry ``properties`` (read when a delayed message may be among its rows) and the
-    ``filter_bitmap`` and ``filter_version`` of the ext units.
+    batch may carry ``properties`` (read when a delayed or subscribed message may be among its
+    rows); with ``bitmaps``, the ext units get the ``filter_bitmap`` and ``filter_version`` it
+    computes (CalcBitMap), only for the rows that become ext units.
 
     >>> requests = DispatchRequests({"consume_queue": 0, "index": 0}, True, 25, (1000,))
     >>> batch = store.context.tables.commitlog.read_arrow(columns=list(REQUEST_COLUMNS)).to_batches()[0]
@@ -82,6 +84,7 @@ class DispatchRequests:
     ext_enabled: bool
     index_shift: int
     delays_ms: tuple[int, ...]
+    bitmaps: "FilterBitmaps | None" = None
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[dict[str, pa.RecordBatch]]:
         for batch in batches:
@@ -117,6 +120,8 @@ class DispatchRequests:
                                    else self._tags_code(b))
 
     def consume_queue_ext(self, b: pa.RecordBatch) -> pa.RecordBatch:
+        if self.bitmaps is not None and b.num_rows:
+            b = self.bitmaps(b)
         return consume_queue_ext.units(b, self._tags_code(b))
 
     def index(self, b: pa.RecordBatch) -> pa.RecordBatch:
@@ -126,28 +131,30 @@ class DispatchRequests:
 @dataclass(frozen=True)
 class CommitlogFiles:
     """The commitlog rows of ``[low, end)``, read on the executors with pyarrow and cut by ``requests``:
-    the ``per_item`` of a :func:`~storelib.delta.writer.write_items` job over ``(path, whole)`` items. A
-    file ``whole`` in the range is read as it is; another is filtered, skipping row groups outside
-    the range by their statistics.
+    the ``per_item`` of a :func:`~storelib.delta.writer.write_items` job over ``(path, whole)`` or
+    ``(path, whole, properties)`` items. A file ``whole`` in the range is read as it is; another is
+    filtered, skipping row groups outside the range by their statistics. The ``properties`` column
+    is read where the item says so, else where ``properties`` does.
     """
 
     low: int
     end: int
-    delay: bool
+    properties: bool
     requests: DispatchRequests
     batch_rows: int = 20_000
 
-    def __call__(self, item: tuple[str, bool]) -> Iterator[dict[str, pa.RecordBatch]]:
+    def __call__(self, item: tuple[str, bool] | tuple[str, bool, bool]) -> Iterator[dict[str, pa.RecordBatch]]:
         yield from self.requests(self._read(*item))
 
-    def _read(self, path: str, whole: bool = False) -> Iterator[pa.RecordBatch]:
+    def _read(self, path: str, whole: bool = False, properties: bool | None = None) -> Iterator[pa.RecordBatch]:
         import pyarrow.dataset as ds
         import pyarrow.parquet as pq
 
         from storelib.delta.table import filesystem
 
         fs, local = filesystem(path)
-        columns = list(REQUEST_COLUMNS) + (["properties"] if self.delay else [])
+        wanted = self.properties if properties is None else properties
+        columns = list(REQUEST_COLUMNS) + (["properties"] if wanted else [])
         if whole:
             with pq.ParquetFile(fs.open_input_file(local)) as file:
                 yield from file.iter_batches(batch_size=self.batch_rows, columns=columns, use_threads=False)

@@ -10,7 +10,8 @@ the subscription's bits is clear: no false negatives, a few false positives (abo
 
 Bitmaps are ``ceil(m/8)`` bytes in ``BitsArray`` layout: bit ``i`` is ``1 << (i % 8)`` of byte
 ``i // 8``. :func:`bitmap_column`, :func:`is_hit_column` and :func:`may_match_column` are the same
-operations as Spark columns, pure arithmetic on columns (no UDF), safe under ANSI mode.
+operations as Spark columns, pure arithmetic on columns (no UDF), safe under ANSI mode;
+:func:`bitmap_array` builds the bitmaps of a whole Arrow batch with numpy.
 
 >>> bf = BloomFilter(20, 32)
 >>> bits = bf.new_bits()
@@ -26,13 +27,15 @@ from dataclasses import dataclass
 from functools import reduce
 from typing import Iterable, Sequence
 
+import numpy as np
+import pyarrow as pa
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from storelib.model.errors import BloomFilterError
 
-__all__ = ["murmur3_128_as_long", "BloomFilterData", "BloomFilter", "bitmap_column", "is_hit_column",
-           "may_match_column", "bits_or"]
+__all__ = ["murmur3_128_as_long", "BloomFilterData", "BloomFilter", "bitmap_column", "bitmap_array",
+           "is_hit_column", "may_match_column", "bits_or"]
 
 _M64 = (1 << 64) - 1
 _C1, _C2 = 0x87C37B91114253D5, 0x4CF5AD432745937F
@@ -324,6 +327,45 @@ def bitmap_column(matches: Sequence[tuple[Column, BloomFilterData]], bit_num: in
         value = reduce(Column.bitwiseOR, terms) if terms else F.lit(0).cast("long")
         hex_parts.append(F.lpad(F.hex(value), 2 * size, "0"))
     return F.unhex(F.concat(*hex_parts) if len(hex_parts) > 1 else hex_parts[0])
+
+
+def bitmap_array(matches: Sequence[tuple[np.ndarray, BloomFilterData]], bit_num: int, rows: int,
+                 valid: np.ndarray | None = None) -> pa.BinaryArray:
+    """:func:`bitmap_column` for a batch of ``rows`` messages, with numpy: a binary array of
+    ``ceil(bit_num/8)``-byte bitmaps where row ``i`` has the bits of every :class:`BloomFilterData`
+    whose bool array is True at ``i``; null where ``valid`` is False.
+
+    The bits are set byte by byte (one contiguous uint8 array per byte of the map), then the
+    bytes are laid out row after row.
+
+    >>> data = BloomFilter().generate("G#T")
+    >>> bitmaps = bitmap_array([(np.array([True, False, True]), data)], 112, 3, np.array([True, True, False]))
+    >>> [None if b is None else b.hex() for b in bitmaps.to_pylist()]
+    ['0000000500000000000008000000', '0000000000000000000000000000', None]
+    """
+    if not _is_int(bit_num) or not 1 <= bit_num <= _INT_MAX:
+        raise BloomFilterError("bit_num", f"must be an int in [1, {_INT_MAX}]", value=bit_num)
+    n_bytes = (bit_num + 7) // 8
+    columns = np.zeros((n_bytes, rows), dtype=np.uint8)
+    for pair in matches:
+        if not (isinstance(pair, (tuple, list)) and len(pair) == 2 and isinstance(pair[1], BloomFilterData)
+                and np.shape(pair[0]) == (rows,)):
+            raise BloomFilterError("matches", f"must be (bool array of {rows} rows, BloomFilterData) pairs", value=pair)
+        match, data = pair
+        if data.bit_num != bit_num:
+            raise BloomFilterError("matches", f"holds Bloom data for {data.bit_num} bits, not {bit_num}", value=data)
+        hit = np.ascontiguousarray(match, dtype=bool).view(np.uint8)
+        for byte, mask in _byte_masks(data).items():
+            np.bitwise_or(columns[byte], hit * np.uint8(mask), out=columns[byte])
+    data_bytes = np.ascontiguousarray(columns.T)
+    offsets = np.arange(0, (rows + 1) * n_bytes, n_bytes, dtype=np.int32)
+    validity, nulls = None, 0
+    if valid is not None:
+        valid = np.asarray(valid, dtype=bool)
+        nulls = rows - int(np.count_nonzero(valid))
+        validity = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
+    return pa.Array.from_buffers(pa.binary(), rows, [validity, pa.py_buffer(offsets), pa.py_buffer(data_bytes)],
+                                 null_count=nulls)  # type: ignore[return-value]
 
 
 def is_hit_column(bitmap: Column, data: BloomFilterData) -> Column:
