@@ -34,6 +34,7 @@ from storelib.encoding.index_key import index_key_hash
 from storelib.encoding.message_id import create_message_id, decode_message_id
 from storelib.encoding.tags import tags_code
 from storelib.filter.bloom import BloomFilter, BloomFilterData
+from storelib.filter.class_filter import FilterContext, FilterFailure
 from storelib.filter.registry import Subscription
 from storelib.filter.selector import MessageSelector
 from storelib.filter.sql92 import compile_sql92, parse_sql92
@@ -57,6 +58,6 @@ __all__ = [
     "tags_code", "create_message_id", "decode_message_id", "decorate_ext_addr", "undecorate_ext_addr",
     "is_ext_addr", "index_key_hash",
     "MessageSelector", "compile_sql92", "parse_sql92", "build_subscription", "SubscriptionData", "BloomFilter",
-    "BloomFilterData",
+    "BloomFilterData", "FilterContext", "FilterFailure",
 ]
 __version__ = "0.1.0"

@@ -178,7 +178,7 @@ def get_message(ctx: StoreContext, group: str, topic: str, queue_id: int, offset
     sizes = units.column("size").to_pylist()
     queue_offsets = units.column("queue_offset").to_pylist()
     reader = _CommitLogReader(commitlog, clog_view, [o for o, p in zip(offsets_py, passed) if p and o >= clog_min],
-                              batch=max_msgs)
+                              batch=max_msgs, on_read=getattr(message_filter, "prefetch", None))
 
     next_phy_file_start = _MIN_LONG
     max_phy_offset_pulling = 0
@@ -277,8 +277,9 @@ class _CommitLogReader:
     batch twice the last, so a scan costs a few reads however selective the filter is.
     """
 
-    def __init__(self, table: Table, view: TableView, offsets: list[int], batch: int):
+    def __init__(self, table: Table, view: TableView, offsets: list[int], batch: int, on_read=None):
         self.table, self.view = table, view
+        self.on_read = on_read  # gets each chunk's messages (a filter that checks them all at once)
         self.planned = offsets
         self.position = {o: i for i, o in enumerate(offsets)}
         self.read_upto = 0
@@ -297,4 +298,7 @@ class _CommitLogReader:
         return self.rows.get(offset)
 
     def _read(self, offsets: list[int]) -> None:
-        self.rows.update(read_messages(self.table, self.view.actions, offsets))
+        rows = read_messages(self.table, self.view.actions, offsets)
+        self.rows.update(rows)
+        if self.on_read is not None:
+            self.on_read(list(rows.values()))

@@ -21,6 +21,10 @@ OFFSET_OVERFLOW_BADLY      PULL_OFFSET_MOVED                      OFFSET_ILLEGAL
 A pull that finds nothing new (``PULL_NOT_FOUND``) with ``suspend_timeout_ms`` is held until a
 matching message arrives or the time runs out (:mod:`storelib.consume.long_polling`).
 
+A class subscription filters as its tag expression does, then runs its class on each message that
+passes, in this process, where RocketMQ's filter server ran it; the class's failures come back in
+:attr:`PullResult.filter_errors`.
+
 >>> p = store.pull("GroupA", "TopicTest", queue_id=r.queue_id, offset=0, max_msgs=32)
 >>> p.status, p.next_begin_offset, len(p.messages)
 (<PullStatus.FOUND: 'FOUND'>, 1, 1)
@@ -35,6 +39,7 @@ from typing import TYPE_CHECKING, Callable
 from storelib.consume.get_message import GetMessageResult, GetMessageStatus, get_message
 from storelib.consume.long_polling import hold
 from storelib.context import StoreContext
+from storelib.filter.class_filter import FilterFailures
 from storelib.filter.message_filter import MessageFilter
 from storelib.filter.selector import MessageSelector
 from storelib.model.errors import (ConsumeDisabledError, FilterNotSupportedError, InvalidQueueIdError, OffsetError,
@@ -111,6 +116,8 @@ class PullResult:
     get_status: GetMessageStatus = GetMessageStatus.FOUND
     #: Milliseconds the pull was held waiting for messages.
     suspended_ms: int = 0
+    #: A class filter's failures on this pull's messages (:class:`~storelib.filter.class_filter.FilterFailure`).
+    filter_errors: tuple = ()
 
     @property
     def msg_found_list(self) -> list[StoredMessage]:
@@ -142,6 +149,9 @@ class PullFilter:
                  retry: Callable[[str], MessageFilter | None] | None = None):
         self.filter = message_filter
         self.retry = retry
+        #: Failures of class filters on the messages checked so far.
+        self.failures: dict[str, FilterFailures] = {}
+        self._decided: dict[int, bool] = {}
 
     @property
     def passes_every_unit(self) -> bool:
@@ -155,14 +165,38 @@ class PullFilter:
         if self.retry is not None:
             real_topic = message.properties.get(MessageConst.RETRY_TOPIC)
             real = self.retry(real_topic) if real_topic else None
-            return real is None or real.is_matched_by_commitlog(tags=message.tags, properties=message.properties)
+            return real is None or (real.is_matched_by_commitlog(tags=message.tags, properties=message.properties)
+                                    and self._class_keeps(real, message))
         if self.filter.selector.is_tag:
             return True
+        if self.filter.selector.is_class:  # the tag string first: the class sees only subscribed tags
+            return self.filter.data.matches_tag(message.tags) and self._class_keeps(self.filter, message)
         return self.filter.is_matched_by_commitlog(properties=message.properties)
+
+    def _class_keeps(self, message_filter: MessageFilter, message: StoredMessage) -> bool:
+        cf = message_filter.class_filter
+        if cf is None:
+            return True
+        if message_filter is self.filter and message.commitlog_offset in self._decided:
+            return self._decided.pop(message.commitlog_offset)
+        return cf.matches(message, self.failures.setdefault(cf.name, FilterFailures(cf.name)))
+
+    def prefetch(self, messages: list[StoredMessage]) -> None:
+        """A class filter with ``match_batch`` decides the messages the pull reads as one Arrow batch
+        (those whose TAGS the subscription takes), as a read's executors do; ``match`` runs per message."""
+        cf = self.filter.class_filter
+        if cf is None or self.retry is not None or not cf.load().has_batch:
+            return
+        subscribed = [m for m in messages if self.filter.data.matches_tag(m.tags)]
+        self._decided.update(cf.match_all(subscribed, self.failures.setdefault(cf.name, FilterFailures(cf.name))))
+
+    def filter_errors(self) -> tuple:
+        """The class filters' failures so far (:class:`~storelib.filter.class_filter.FilterFailure`)."""
+        return tuple(f for tally in self.failures.values() for f in tally.report())
 
     def client_keeps(self, message: StoredMessage) -> bool:
         """``PullAPIWrapper.processPullResult``: a tag subscription keeps messages whose TAGS is in its tags set."""
-        return not self.filter.selector.is_tag or self.filter.data.matches_tag(message.tags)
+        return not self.filter.selector.by_tags or self.filter.data.matches_tag(message.tags)
 
 
 @dataclass(frozen=True)
@@ -218,7 +252,7 @@ class PullMessageProcessor:
                 m.properties[MessageConst.MIN_OFFSET] = str(got.min_offset)
                 m.properties[MessageConst.MAX_OFFSET] = str(got.max_offset)
         return PullResult(_CLIENT_STATUS[code], got.next_begin_offset, got.min_offset, got.max_offset, messages,
-                          code, got.status)
+                          code, got.status, filter_errors=message_filter.filter_errors())
 
     def get(self, request: PullRequest, message_filter: PullFilter, offset: int | None = None) -> GetMessageResult:
         return get_message(self.ctx, request.group, request.topic, request.queue_id,
@@ -248,6 +282,8 @@ class PullMessageProcessor:
             raise FilterNotSupportedError("expression_type", "the store does not filter messages by SQL92 "
                                           "(enable_property_filter=false)", value=selector.expression,
                                           code="SYSTEM_ERROR")
+        if selector.is_class:  # loads here, is the registered class, source allowed
+            ctx.registry.check(topic, selector, group)
         message_filter = MessageFilter(topic, selector, subscription, ctx.registry.bloom_filter)
         if ctx.config.filter_support_retry and topic == retry_topic(group):
             return PullFilter(message_filter, retry=self._retry_filters(group))
@@ -258,6 +294,11 @@ class PullMessageProcessor:
         if request.selector is not None:  # the pull carries its subscription (hasSubscriptionFlag)
             selector = request.selector
             selector.parse(request.topic)  # FilterAPI.build of the pull's own subscription
+            if selector.is_class and selector.filter_class_crc is None:
+                from storelib.filter.class_filter import load_filter
+
+                self.ctx.registry.check(request.topic, selector, request.group)
+                selector = selector.with_crc(load_filter(selector.filter_class, selector.filter_class_source).crc)
             return selector, registered if registered is not None and registered.selector == selector else None
         if registered is None:
             if request.topic == retry_topic(request.group):  # consumers subscribe their retry topic to "*"

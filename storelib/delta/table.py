@@ -126,7 +126,8 @@ class Table:
 
     # ---- lifecycle -------------------------------------------------------------------------
     def ensure(self) -> "Table":
-        """Create the table where absent; check its columns where present."""
+        """Create the table where absent; check its columns where present (nullable columns a newer
+        storelib appended to the spec are added to the table, older rows reading them as null)."""
         try:
             dt = DeltaTable(self.path)
         except TableNotFoundError:
@@ -137,6 +138,12 @@ class Table:
                               description=self.spec.description, configuration=conf)
             return self
         have = [f.name for f in dt.schema().fields]
+        added = [self.spec.arrow.field(i) for i in range(len(have), len(self.spec.columns))]
+        if have == self.spec.columns[:len(have)] and added and all(f.nullable for f in added):
+            from deltalake.schema import Field  # columns a newer storelib added: nullable, at the end
+
+            dt.alter.add_columns([Field.from_arrow(f) for f in added])
+            have = [f.name for f in DeltaTable(self.path).schema().fields]
         if have != self.spec.columns:
             raise StoreStateError(self.spec.name, f"table at {self.path} has columns {have}, expected {self.spec.columns}")
         return self

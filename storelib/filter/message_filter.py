@@ -13,6 +13,9 @@ A read asks two questions of every message, as the broker does:
 Step 1 never drops a message step 2 would keep; step 2 makes the answer exact (hash collisions,
 Bloom false positives). The same checks exist as Python methods for point reads of a few messages.
 
+A class selector's tag expression makes both stages a tag subscription's; its class runs after
+step 2 (:attr:`MessageFilter.class_filter`, :mod:`storelib.filter.class_filter`).
+
 >>> from storelib.filter.selector import MessageSelector
 >>> f = MessageFilter("TopicTest", MessageSelector.by_tag("Aa"))
 >>> f.is_matched_by_consume_queue(tags_code=2112), f.is_matched_by_commitlog(tags="BB")   # "BB" collides
@@ -32,6 +35,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column
 
     from storelib.filter.bloom import BloomFilter, BloomFilterData
+    from storelib.filter.class_filter import ClassFilter
     from storelib.filter.registry import Subscription
     from storelib.filter.summary import FileSummary
 
@@ -79,7 +83,20 @@ class MessageFilter:
         """RocketMQ's SubscriptionData (tags set and code set; none for SQL92)."""
         from storelib.filter.tag import build_subscription
 
-        return build_subscription(self.topic, self.selector.expression, self.selector.expression_type)
+        kind = "TAG" if self.selector.is_class else self.selector.expression_type
+        return build_subscription(self.topic, self.selector.expression, kind)
+
+    @functools.cached_property
+    def class_filter(self) -> "ClassFilter | None":
+        """A class selector's filter (run after both stages), None for tag and SQL92 selectors.
+
+        >>> MessageFilter("TopicTest", MessageSelector.by_class("m:F", tags="TagA")).class_filter.name
+        'm:F'
+        """
+        from storelib.filter.class_filter import ClassFilter
+
+        group = self.subscription.group if self.subscription is not None else None
+        return ClassFilter.of(self.selector, group, self.topic) if self.selector.is_class else None
 
     @functools.cached_property
     def sql(self):
@@ -93,9 +110,14 @@ class MessageFilter:
         return self.selector.is_tag and self.data.sub_string == "*"
 
     @property
+    def tags_all(self) -> bool:
+        """Both stages pass every message: a ``*`` tag subscription, or a class selector with no tag prefilter."""
+        return self.selector.by_tags and self.data.sub_string == "*"
+
+    @property
     def passes_every_unit(self) -> bool:
         """Step 1 lets every unit through (``*``, or SQL92 without Bloom data): units need no ext lookup."""
-        return self.matches_all if self.selector.is_tag else self.bloom is None
+        return self.tags_all if self.selector.by_tags else self.bloom is None
 
     @property
     def uses_bitmap(self) -> bool:
@@ -106,7 +128,7 @@ class MessageFilter:
         """Step 1 over ``tags_code`` (real), ``filter_bitmap`` and ``filter_version`` columns; never NULL."""
         from pyspark.sql import functions as F
 
-        if self.selector.is_tag:
+        if self.selector.by_tags:
             from storelib.filter.tag import code_match_column
 
             return code_match_column(self.data, F.col("tags_code"))
@@ -128,10 +150,11 @@ class MessageFilter:
         return F.coalesce(may_match_column(F.col("filter_bitmap"), self.bloom), F.lit(True))
 
     def commitlog_column(self) -> "Column":
-        """Step 2 over commitlog columns ``tags`` and ``properties``; never NULL."""
+        """Step 2 over commitlog columns ``tags`` and ``properties``; never NULL (a class selector's
+        tag prefilter; the class itself runs on the executors, :meth:`ClassFilter.apply`)."""
         from pyspark.sql import functions as F
 
-        if self.selector.is_tag:
+        if self.selector.by_tags:
             from storelib.filter.tag import tag_match_column
 
             return tag_match_column(self.data, F.col("tags"))
@@ -140,8 +163,8 @@ class MessageFilter:
     # ---- file level ----------------------------------------------------------------------------
     def may_skip_file(self, summary: "FileSummary") -> bool:
         """True when a consume_queue_ext file's summary proves none of its units passes step 1."""
-        if self.selector.is_tag:
-            if self.matches_all or summary.codes is None:
+        if self.selector.by_tags:
+            if self.tags_all or summary.codes is None:
                 return False
             return not any(self.data.matches_code(c) for c in summary.codes)
         if self.bloom is None:
@@ -163,8 +186,8 @@ class MessageFilter:
         import pyarrow.compute as pc
 
         n = units.num_rows
-        if self.selector.is_tag:
-            if self.matches_all:
+        if self.selector.by_tags:
+            if self.tags_all:
                 return np.ones(n, dtype=bool)
             codes = units.column("tags_code")
             low32 = pc.fill_null(codes, 0).to_numpy().astype(np.int64).astype(np.int32)  # Long.intValue()
@@ -190,7 +213,7 @@ class MessageFilter:
     def is_matched_by_consume_queue(self, tags_code: int | None = None, filter_bitmap: bytes | None = None,
                                     filter_version: int | None = None) -> bool:
         """Step 1 for one unit (tag code real, not an ext address)."""
-        if self.selector.is_tag:
+        if self.selector.by_tags:
             return tags_code is None or self.data.matches_code(tags_code)
         if self.bloom is None or filter_bitmap is None or filter_version is None or filter_version < self.version:
             return True
@@ -204,7 +227,7 @@ class MessageFilter:
         return (self.bloom_filter or BloomFilter()).is_hit(self.bloom, bytearray(bitmap))
 
     def is_matched_by_commitlog(self, tags: str | None = None, properties: Mapping[str, str] | None = None) -> bool:
-        """Step 2 for one message."""
-        if self.selector.is_tag:
+        """Step 2 for one message (a class selector: its tag prefilter only)."""
+        if self.selector.by_tags:
             return self.data.matches_tag(tags)
         return self.sql.evaluate(properties or {})

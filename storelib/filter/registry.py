@@ -60,12 +60,18 @@ class Subscription:
     def is_sql92(self) -> bool:
         return self.selector.is_sql92
 
+    @property
+    def is_class(self) -> bool:
+        return self.selector.is_class
+
     @functools.cached_property
     def data(self) -> "SubscriptionData":
-        """RocketMQ's SubscriptionData (``FilterAPI.build``): tags set and code set for tag subscriptions."""
-        from storelib.filter.tag import build_subscription
+        """RocketMQ's SubscriptionData (``FilterAPI.build``): tags set and code set for tag subscriptions
+        (for a class subscription, those of its tag prefilter)."""
+        from storelib.filter.tag import ExpressionType, build_subscription
 
-        return build_subscription(self.topic, self.selector.expression, self.selector.expression_type)
+        kind = ExpressionType.TAG if self.selector.is_class else self.selector.expression_type
+        return build_subscription(self.topic, self.selector.expression, kind)
 
     @functools.cached_property
     def compiled(self) -> "Sql92Expression | None":
@@ -102,11 +108,18 @@ class SubscriptionRegistry:
 
         The expression is checked first (a typed error, nothing written, if it is not valid).
         Registering the same expression again changes nothing and returns the current subscription.
+        A class selector is registered with the CRC of its class's source as loaded now (a module
+        changed since this process loaded it is reloaded first), so a changed class is a new version.
         """
         validate_group(group)
         validate_topic(topic)
         selector = MessageSelector.of(selector)
         self.check(topic, selector)
+        if selector.is_class:
+            from storelib.filter.class_filter import load_filter
+
+            selector = selector.with_crc(load_filter(selector.filter_class, selector.filter_class_source,
+                                                     refresh=True).crc)
         bloom = self.bloom_filter.generate(f"{group}#{topic}") if selector.is_sql92 else None
 
         def step(snapshot: "DeltaTable") -> Subscription:
@@ -135,12 +148,22 @@ class SubscriptionRegistry:
 
         return with_retries(self.table, self.config.max_commit_attempts, step, what="unsubscribe")
 
-    def check(self, topic: str, selector: MessageSelector) -> None:
-        """Raise the typed error RocketMQ's broker would give for this selector, if any."""
+    def check(self, topic: str, selector: MessageSelector, group: str | None = None) -> None:
+        """Raise the typed error RocketMQ's broker would give for this selector, if any. A class selector
+        must load here (:class:`FilterClassError`) and, when it carries a CRC, be that class
+        (:class:`SubscriptionNotLatestError`); source text needs ``enable_filter_class_source``."""
         if selector.is_sql92 and not self.config.enable_property_filter:
             raise FilterNotSupportedError("expression_type", "SQL92 filtering is off in this store "
                                           "(enable_property_filter=false)", value=selector.expression)
+        if selector.is_class and selector.filter_class_source is not None and not self.config.enable_filter_class_source:
+            raise FilterNotSupportedError("filter_class_source", "running uploaded filter class source is off in this "
+                                          "store (enable_filter_class_source=false); install the module and name it "
+                                          "by import path", value=selector.filter_class)
         selector.parse(topic)
+        if selector.is_class:
+            from storelib.filter.class_filter import ClassFilter
+
+            ClassFilter.of(selector, group, topic).load()
 
     # ---- reading -----------------------------------------------------------------------------
     def snapshot(self) -> "DeltaTable":
@@ -193,11 +216,15 @@ def _row(sub: Subscription, dead: bool) -> dict:
             "expression": sub.selector.expression, "version": sub.version, "sub_version": sub.sub_version,
             "born_timestamp": sub.born_timestamp, "dead": dead,
             "bloom_bit_pos": list(sub.bloom.bit_pos) if sub.bloom else None,
-            "bloom_bit_num": sub.bloom.bit_num if sub.bloom else None}
+            "bloom_bit_num": sub.bloom.bit_num if sub.bloom else None,
+            "filter_class": sub.selector.filter_class, "filter_class_crc": sub.selector.filter_class_crc,
+            "filter_class_source": sub.selector.filter_class_source}
 
 
 def _subscription(r: dict) -> Subscription:
     bloom = BloomFilterData(list(r["bloom_bit_pos"]), r["bloom_bit_num"]) if r["bloom_bit_pos"] is not None else None
-    return Subscription(r["consumer_group"], r["topic"], MessageSelector(r["expression_type"], r["expression"]),
-                        r["version"], r["sub_version"], r["born_timestamp"], bloom)
+    selector = MessageSelector(r["expression_type"], r["expression"], r.get("filter_class"), r.get("filter_class_crc"),
+                               r.get("filter_class_source"))
+    return Subscription(r["consumer_group"], r["topic"], selector, r["version"], r["sub_version"], r["born_timestamp"],
+                        bloom)
 

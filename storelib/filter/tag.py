@@ -57,6 +57,9 @@ class ExpressionType:
 
     TAG = "TAG"
     SQL92 = "SQL92"
+    #: A class filter (storelib's name: RocketMQ marks these with ``SubscriptionData.classFilterMode``);
+    #: its expression is the tag expression that prunes before the class runs.
+    CLASS = "CLASS"
 
     @staticmethod
     def is_tag_type(expression_type: str | None) -> bool:

@@ -90,6 +90,10 @@ class StoreConfig:
     #: Filter a group's retry topic by the group's subscription of each message's original topic
     #: (``filterSupportRetry``; off in a stock broker).
     filter_support_retry: bool = True
+    #: Accept class filters given as source text (RocketMQ's ``filterClassSource``) and run that text on
+    #: the driver and every executor: arbitrary code from whoever may subscribe. Off by default;
+    #: class filters named by import path (installed code) need no switch.
+    enable_filter_class_source: bool = False
     #: Delay of each delay level, level 1 first (``messageDelayLevel``).
     message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
     #: Hours a commitlog file is kept after its newest message (``fileReservedTime``).

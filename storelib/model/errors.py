@@ -45,6 +45,7 @@ __all__ = [
     "FilterError",
     "FilterExpressionError",
     "FilterNotSupportedError",
+    "FilterClassError",
     "SubscriptionNotFoundError",
     "BloomFilterError",
     "SubscriptionNotLatestError",
@@ -205,6 +206,18 @@ class FilterNotSupportedError(FilterError):
     (``FILTER_NOT_SUPPORT``)."""
 
     code = "FILTER_NOT_SUPPORT"
+
+
+class FilterClassError(FilterError):
+    """A class filter the store cannot load: its module does not import, the class is missing, is not a
+    class, cannot be built without arguments, or has neither ``match`` nor ``match_batch``
+    (``SUBSCRIPTION_PARSE_FAILED``, as a subscription the broker cannot build).
+
+    >>> FilterClassError("filter_class", "cannot import module 'nowhere'", value="nowhere:Even").code
+    'SUBSCRIPTION_PARSE_FAILED'
+    """
+
+    code = "SUBSCRIPTION_PARSE_FAILED"
 
 
 class SubscriptionNotFoundError(FilterError, LookupError):

@@ -15,8 +15,9 @@ Then the plan estimates the bytes it will read against the plain scan of the top
 pruning would not save enough (:data:`PRUNE_LIMIT`), that part is read as the plain scan. Either
 way the exact check (tag string or SQL92 predicate) runs on every row read, so hash collisions and
 Bloom false positives never reach the user, and tag predicates reach the Parquet reader as pushed
-filters too. :func:`explain_read` returns the plan as data; :func:`filter_stats` counts what each
-stage does.
+filters too. A class selector prunes and checks by its tag expression, then its class runs on the
+executors over Arrow batches of the rows read (:mod:`storelib.filter.class_filter`).
+:func:`explain_read` returns the plan as data; :func:`filter_stats` counts what each stage does.
 
 >>> store.read("TopicTest", MessageSelector.by_tag("TagA")).count()
 1
@@ -160,7 +161,8 @@ class ReadPlan:
             return spark.createDataFrame([], schema)
         messages = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
         messages = queued(messages.where((F.col("topic") == self.filter.topic) & (F.col("physical_offset") < self.end)))
-        return messages.where(self.filter.commitlog_column())
+        messages = messages.where(self.filter.commitlog_column())
+        return messages if self.filter.class_filter is None else self.filter.class_filter.apply(messages)
 
     def units(self, spark) -> "DataFrame":
         """Every unit of the topic's consume queue files with its real tag code, bitmap and filter version."""
@@ -209,7 +211,7 @@ def plan_read(ctx: StoreContext, topic: str, selector: MessageSelector | str | N
 
     # the fresh tail: which consume queue files may hold a passing unit, and where they point
     ext_actions = Table.prune(ext_view.actions, of_topic)
-    fresh_units = ext_actions.num_rows and fresh.num_rows and not mf.matches_all
+    fresh_units = ext_actions.num_rows and fresh.num_rows and not mf.tags_all
     summaries = read_summaries(ctx.tables.ext_summary, topic) if fresh_units else {}
     keep = np.array([not (p in summaries and mf.may_skip_file(summaries[p]))
                      for p in ext_actions.column("path").to_pylist()], dtype=bool)
@@ -221,7 +223,7 @@ def plan_read(ctx: StoreContext, topic: str, selector: MessageSelector | str | N
         if cq_actions.num_rows else cq_actions
     spans = [(lo, hi) for a in (ext_actions, cq_actions) if a.num_rows
              for lo, hi in zip(a.column("min.commitlog_offset").to_pylist(), a.column("max.commitlog_offset").to_pylist())]
-    fresh_read = fresh if mf.matches_all else _overlapping(fresh, spans)
+    fresh_read = fresh if mf.tags_all else _overlapping(fresh, spans)
     counts["fresh_skipped"] = fresh.num_rows - fresh_read.num_rows
     fresh_bytes = int(_column(fresh_read, "size_bytes", 0).sum())
 
@@ -234,8 +236,8 @@ def plan_read(ctx: StoreContext, topic: str, selector: MessageSelector | str | N
                     int(records.sum()) + int(_column(cq_actions, "num_records", 0).sum()),
                     int(_column(skipped, "num_records", 0).sum()), skipped.num_rows, counts=counts)
     scan = counts["scan_bytes"]
-    if mf.matches_all:
-        plan.choice, plan.reason = "scan", "the selector matches every message"
+    if mf.tags_all:
+        plan.choice, plan.reason = "scan", "the selector's tags match every message"
     elif counts["estimated_bytes"] <= PRUNE_LIMIT * scan:
         plan.choice = "prune"
         plan.reason = f"summaries leave {100 * counts['estimated_bytes'] / max(1, scan):.1f}% of the scan's bytes"
@@ -263,7 +265,7 @@ def _message_filter(ctx: StoreContext, topic: str, selector: MessageSelector | s
     else:
         sub = None
     selector = MessageSelector.of(selector)
-    ctx.registry.check(topic, selector)
+    ctx.registry.check(topic, selector, group)
     return MessageFilter(topic, selector, sub, ctx.registry.bloom_filter)
 
 
@@ -273,7 +275,7 @@ def _plan_clustered(ctx: StoreContext, mf: MessageFilter, clustered: pa.Table,
     that costs; ``counts`` gets the row group counters."""
     counts.update(row_groups=0, skipped_by_statistics=0, skipped_by_bitmap=0, row_groups_read=0)
     total = int(_column(clustered, "size_bytes", 0).sum())
-    if clustered.num_rows == 0 or mf.matches_all:
+    if clustered.num_rows == 0 or mf.tags_all:
         return None, clustered, total
     paths = clustered.column("path").to_pylist()
     sizes = dict(zip(paths, _column(clustered, "size_bytes", 0).tolist()))
@@ -299,7 +301,7 @@ def _plan_clustered(ctx: StoreContext, mf: MessageFilter, clustered: pa.Table,
         kept_rows = 0
         for g in summaries:
             if mf.may_skip_file(g.summary):
-                counts["skipped_by_statistics" if mf.selector.is_tag else "skipped_by_bitmap"] += 1
+                counts["skipped_by_statistics" if mf.selector.by_tags else "skipped_by_bitmap"] += 1
                 continue
             counts["row_groups_read"] += 1
             kept_rows += g.num_records
@@ -401,6 +403,9 @@ class FilterStats:
     row_groups_skipped_by_statistics: int = 0
     row_groups_skipped_by_bitmap: int = 0
     files_skipped_by_summary: int = 0
+    #: A class filter's failures by kind, each with a count, the filter's name, a message id and a
+    #: traceback line (:class:`~storelib.filter.class_filter.FilterFailure`); empty for other filters.
+    filter_errors: tuple = ()
 
     @property
     def false_positives(self) -> int:
@@ -410,7 +415,8 @@ class FilterStats:
 
 def filter_stats(ctx: StoreContext, topic: str, selector: MessageSelector | str | None = None,
                  group: str | None = None) -> FilterStats:
-    """Count what each stage of a filtered read of ``topic`` does (one Spark job)."""
+    """Count what each stage of a filtered read of ``topic`` does (one Spark job; a class filter runs in a
+    second, on the executors, which also count its failures)."""
     from pyspark.sql import functions as F
 
     plan = plan_read(ctx, topic, selector, group)
@@ -423,10 +429,16 @@ def filter_stats(ctx: StoreContext, topic: str, selector: MessageSelector | str 
     row = joined.agg(F.count(F.lit(1)).alias("opened"), F.count_if(~F.col("_pass")).alias("pruned"),
                      F.count_if(F.col("_pass")).alias("passed"),
                      F.count_if(F.col("_pass") & exact).alias("matched")).first()
+    matched, failures = int(row["matched"]), ()
+    if plan.filter.class_filter is not None:
+        passed = units.where(F.col("_pass")).select(F.col("commitlog_offset").alias("_at"))
+        candidates = messages.join(passed, messages.physical_offset == passed._at, "left_semi")
+        matched, failures = plan.filter.class_filter.stats(candidates.where(plan.filter.commitlog_column()))
     e = plan.explain()
     return FilterStats(group, topic, plan.filter.selector.expression, plan.units_total, plan.units_skipped,
-                       int(row["pruned"]), int(row["passed"]), int(row["matched"]), e.choice, e.row_groups_considered,
-                       e.row_groups_skipped_by_statistics, e.row_groups_skipped_by_bitmap, e.files_skipped_by_summary)
+                       int(row["pruned"]), int(row["passed"]), matched, e.choice, e.row_groups_considered,
+                       e.row_groups_skipped_by_statistics, e.row_groups_skipped_by_bitmap, e.files_skipped_by_summary,
+                       failures)
 
 
 def _column(actions: pa.Table, name: str, default: int) -> np.ndarray:

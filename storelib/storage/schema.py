@@ -174,14 +174,19 @@ SUBSCRIPTION = TableSpec(
     pa.schema([
         _f("consumer_group", pa.string(), "Consumer group", False),
         _f("topic", pa.string(), "Subscribed topic", False),
-        _f("expression_type", pa.string(), "TAG or SQL92", False),
-        _f("expression", pa.string(), "Tag expression ('TagA || TagB', '*') or SQL92 text", False),
+        _f("expression_type", pa.string(), "TAG, SQL92 or CLASS", False),
+        _f("expression", pa.string(), "Tag expression ('TagA || TagB', '*') or SQL92 text; for CLASS, the tag "
+                                      "expression that prunes before the class runs", False),
         _f("version", pa.int64(), "Registry version (Delta version of the commit that registered this row)", False),
         _f("sub_version", pa.int64(), "Client's subscription version (epoch ms of the registration)", False),
         _f("born_timestamp", TIMESTAMP, "When the subscription was registered (ConsumerFilterData.bornTime)", False),
         _f("dead", pa.bool_(), "An unregistration: the (group, topic) has no subscription from this version", False),
         _f("bloom_bit_pos", pa.list_(pa.int32()), "Bloom bit positions of 'group#topic' (BloomFilterData.bitPos)"),
         _f("bloom_bit_num", pa.int32(), "Bloom filter size m the bit positions are for (BloomFilterData.bitNum)"),
+        _f("filter_class", pa.string(), "CLASS: import path 'module:Class' of the filter class (SubscriptionData.subString)"),
+        _f("filter_class_crc", pa.int64(), "CLASS: CRC32 & 0x7FFFFFFF of the class's module source as registered"),
+        _f("filter_class_source", pa.string(), "CLASS: uploaded module source (filterClassSource), run instead of an "
+                                               "import; only with enable_filter_class_source"),
     ]),
     cluster_by=("topic",),
     description="Subscriptions by (consumer group, topic), every registration kept (RocketMQ's ConsumerFilterManager).",
