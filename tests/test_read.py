@@ -12,7 +12,7 @@ from storelib.encoding.tags import tags_code
 from storelib.filter.bloom import BloomFilter
 from storelib.filter.selector import MessageSelector
 from storelib.filter.sql92 import parse_sql92
-from storelib.model.errors import (FilterExpressionError, FilterNotSupportedError, InvalidTopicError,
+from storelib.model.errors import (FilterClassError, FilterExpressionError, FilterNotSupportedError, InvalidTopicError,
                                    SubscriptionNotFoundError, TopicNotFoundError)
 
 SQL_B = "(TAGS is not null and TAGS in ('TagA', 'TagB')) and (a is not null and a between 0 and 3)"
@@ -77,7 +77,9 @@ class TestRegistry:
         ("||", FilterExpressionError),
         (MessageSelector.by_sql("a LIKE 'x%'"), FilterExpressionError),
         (MessageSelector.by_sql("a = 1 garbage"), FilterExpressionError),
-        (MessageSelector("CLASS", "com.x.Filter"), FilterNotSupportedError),
+        (MessageSelector("CLASS", "com.x.Filter"), FilterClassError),  # a class selector names no class
+        (MessageSelector("CLASS", "*", "com.x.NotInstalled"), FilterClassError),
+        (MessageSelector("JAVA", "com.x.Filter"), FilterNotSupportedError),
     ])
     def test_bad_subscriptions_write_nothing(self, store, selector, error):
         with pytest.raises(error):

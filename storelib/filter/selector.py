@@ -131,7 +131,7 @@ class MessageSelector:
 
             build_subscription(topic, self.expression, TAG if self.is_class else self.expression_type)
             if self.is_class:
-                _class_path(self.filter_class or "", self.filter_class_source is not None)
+                _class_path(self.filter_class, self.filter_class_source is not None)
         else:
             raise FilterNotSupportedError("expression_type", "only TAG, SQL92 and CLASS selectors exist",
                                           value=self.expression_type)
