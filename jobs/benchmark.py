@@ -3,6 +3,7 @@
     spark-submit --properties-file spark-defaults.conf jobs/benchmark.py --messages 10000000
     spark-submit --properties-file spark-defaults.conf jobs/benchmark.py --suite filter   # filtered reads
     spark-submit --properties-file spark-defaults.conf jobs/benchmark.py --suite pull     # pull latency
+    spark-submit --properties-file spark-defaults.conf jobs/benchmark.py --suite custom   # class filters
 
 Prints messages per second and the ratio to the baseline measured in the same run.
 """
@@ -16,6 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from jobs.benchmarks.custom import bench_custom  # noqa: E402
 from jobs.benchmarks.filter import bench_filtering  # noqa: E402
 from jobs.benchmarks.pull import bench_pull  # noqa: E402
 from jobs.benchmarks.send import bench_key_lookup, bench_send_and_dispatch  # noqa: E402
@@ -32,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", default=None, help="keep the benchmark's tables here (default: a temp dir, removed)")
     parser.add_argument("--repeats", type=int, default=2, help="runs of each side of the send suite; the best counts")
     parser.add_argument("--suite", default="send,lookup", help="comma-separated: send (send+dispatch), lookup (keys), filter (filtered reads), "
-                             "pull (pull latency)")
+                             "pull (pull latency), custom (class filters against a Spark Column)")
     parser.add_argument("--distinct-keys", type=int, default=None, help="keys for the lookup suite (default N/10)")
     parser.add_argument("--lookups", type=int, default=50)
     parser.add_argument("--pulls", type=int, default=200, help="pulls of each kind for the pull suite")
@@ -68,6 +70,12 @@ def main(argv: list[str] | None = None) -> int:
             for line in pulling.lines():
                 print(line, flush=True)
             out["pull"] = pulling.as_dict()
+        if "custom" in suites:
+            custom = bench_custom(spark, args.messages, root=args.root, queues=args.queues, partitions=args.partitions,
+                                  repeats=args.repeats)
+            for line in custom.lines():
+                print(line, flush=True)
+            out["custom"] = custom.as_dict()
     except StoreError as e:
         print(f"benchmark failed: {e}", file=sys.stderr)
         return 2

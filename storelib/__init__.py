@@ -34,7 +34,8 @@ from storelib.encoding.index_key import index_key_hash
 from storelib.encoding.message_id import create_message_id, decode_message_id
 from storelib.encoding.tags import tags_code
 from storelib.filter.bloom import BloomFilter, BloomFilterData
-from storelib.filter.class_filter import FilterContext, FilterFailure
+from storelib.filter.class_batch import FilterFailure
+from storelib.filter.class_filter import FilterContext
 from storelib.filter.registry import Subscription
 from storelib.filter.selector import MessageSelector
 from storelib.filter.sql92 import compile_sql92, parse_sql92

@@ -96,6 +96,20 @@ def queued(rows: "DataFrame") -> "DataFrame":
     return rows.where(kind.isin(*SysFlag.QUEUED_TRANSACTION_TYPES))
 
 
+def queued_expression():
+    """:func:`queued` as a pyarrow expression over ``sysflag``, for rows read with pyarrow.
+
+    >>> import pyarrow as pa
+    >>> pa.table({"sysflag": [0, 4, 8, 12]}).filter(queued_expression()).column(0).to_pylist()
+    [0, 8]
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    kind = pc.bit_wise_and(pc.field("sysflag"), pa.scalar(SysFlag.TRANSACTION_ROLLBACK_TYPE, pa.int32()))
+    return kind.isin(list(SysFlag.QUEUED_TRANSACTION_TYPES))
+
+
 def dispatch_targets(ctx: StoreContext) -> dict[str, Table]:
     """The tables dispatch writes, in commit order: the ext rows land before the consume queue rows
     that point at them (putMessagePositionInfoWrapper), the index last (when ``message_index_enable``).

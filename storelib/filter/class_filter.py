@@ -12,8 +12,10 @@ Here Spark's executors take their place:
   :class:`FilterContext` (group and topic). A class may offer ``match_batch(self, batch, context)``
   instead, taking a ``pyarrow.RecordBatch`` of commitlog rows and returning a ``pyarrow.BooleanArray``;
   then it is called once per batch;
-* reads run it on the executors over Arrow batches (``mapInArrow``, :meth:`ClassFilter.apply`);
-  pulls, a few dozen messages on the driver, call it in-process (:meth:`ClassFilter.matches`);
+* reads run it on the executors over Arrow batches: each task of a ``mapInArrow`` job reads one
+  commitlog file of the read's plan with pyarrow, runs the class over its batches and hands Spark
+  only the rows kept (:meth:`ClassFilter.read`); pulls, a few dozen messages on the driver, call it
+  in-process (:meth:`ClassFilter.match_all`, :meth:`ClassFilter.matches`);
 * a message on which the filter raises or returns anything but a bool does not match, and so does
   every message where the executor cannot import the class; each failure is counted by kind with
   the filter's name, one message id and one traceback line (:class:`FilterFailure`); the read goes on;
@@ -27,7 +29,6 @@ Here Spark's executors take their place:
 >>> f.name, f.has_batch, f.crc == source_crc(open(sys.modules["storelib.filter.class_filter"].__file__).read())
 ('storelib.filter.class_filter:EveryTenth', False, True)
 >>> import pyarrow as pa
->>> from storelib.storage.schema import COMMITLOG
 >>> batch = message_batch([store.query_by_id(r.msg_id)])
 >>> failures = FilterFailures(f.name)
 >>> evaluate_batch(f, batch, FilterContext("GroupC", "TopicTest"), failures).tolist(), failures.report()
@@ -41,17 +42,17 @@ import importlib
 import logging
 import sys
 import threading
-import traceback
 import types
 import zlib
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from storelib.filter.class_batch import (NOT_BOOL, RAISED, FilterFailure, FilterFailures, evaluate_batch,
+                                         message_batch, property_array)
 from storelib.model.errors import FilterClassError, SubscriptionNotLatestError
 
 if TYPE_CHECKING:
@@ -60,12 +61,8 @@ if TYPE_CHECKING:
     from storelib.filter.selector import MessageSelector
     from storelib.model.message import StoredMessage
 
-__all__ = ["FilterContext", "LoadedFilter", "FilterFailure", "FilterFailures", "ClassFilter", "MessageView",
-           "EveryTenth", "load_filter", "source_crc", "evaluate_batch", "message_batch", "RAISED", "NOT_BOOL",
-           "NOT_LOADED"]
-
-#: Failure kinds: the filter raised, returned something other than a bool, or could not be loaded.
-RAISED, NOT_BOOL, NOT_LOADED = "raised", "not_bool", "import"
+__all__ = ["FilterContext", "LoadedFilter", "ClassFilter", "EveryTenth", "EveryTenthBatch", "Everything", "load_filter",
+           "source_crc"]
 
 _log = logging.getLogger("storelib.filter")
 
@@ -102,6 +99,34 @@ class EveryTenth:
     def match(self, msg, context) -> bool:
         seq = msg.properties.get("SequenceId")
         return seq is not None and int(seq) % 10 == 0 and int(seq) > 100
+
+
+class Everything:
+    """A filter that keeps every message.
+
+    >>> Everything().match(None, None)
+    True
+    """
+
+    def match(self, msg, context) -> bool:
+        return True
+
+
+class EveryTenthBatch:
+    """:class:`EveryTenth` over a whole Arrow batch of commitlog rows (``match_batch``); a SequenceId
+    that is not a number does not match.
+
+    >>> b = pa.RecordBatch.from_pydict({"properties": pa.array([[("SequenceId", "110")], [("SequenceId", "x")], []],
+    ...                                                        pa.map_(pa.string(), pa.string()))})
+    >>> EveryTenthBatch().match_batch(b, None).to_pylist()
+    [True, False, False]
+    """
+
+    def match_batch(self, batch: pa.RecordBatch, context) -> pa.BooleanArray:
+        text = property_array(batch.column("properties"), "SequenceId")
+        digits = pc.fill_null(pc.utf8_is_digit(text), False)
+        seq = pc.cast(pc.if_else(digits, text, pa.scalar("0")), pa.int64())
+        return pc.and_(digits, pc.and_(pc.equal(pc.remainder(seq, 10), 0), pc.greater(seq, 100)))
 
 
 # ---- loading -------------------------------------------------------------------------------------
@@ -202,249 +227,6 @@ def _build(name: str, module: types.ModuleType, cls_name: str, crc: int) -> Load
     return LoadedFilter(name, crc, instance, has_batch)
 
 
-# ---- failures ------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class FilterFailure:
-    """Messages a filter failed on, of one kind (:data:`RAISED`, :data:`NOT_BOOL`, :data:`NOT_LOADED`),
-    with one example: a message id and a traceback line.
-
-    >>> FilterFailure("raised", 3, "m:F", "7F00...", "f.py:4 in match: ValueError: bad")
-    FilterFailure(kind='raised', count=3, filter='m:F', msg_id='7F00...', line='f.py:4 in match: ValueError: bad')
-    """
-
-    kind: str
-    count: int
-    filter: str
-    msg_id: str | None
-    line: str
-
-
-@dataclass
-class FilterFailures:
-    """A tally of one filter's failures by kind, the first example of each kept.
-
-    >>> t = FilterFailures("m:F")
-    >>> t.add(NOT_BOOL, 2, "ID1", "returned 'yes' (str)"); t.add(NOT_BOOL, 1, "ID2", "returned None")
-    >>> t.report()
-    (FilterFailure(kind='not_bool', count=3, filter='m:F', msg_id='ID1', line="returned 'yes' (str)"),)
-    """
-
-    filter: str
-    counts: dict[str, int] = field(default_factory=dict)
-    examples: dict[str, tuple[str | None, str]] = field(default_factory=dict)
-
-    def add(self, kind: str, count: int, msg_id: str | None, line: str) -> None:
-        if count <= 0:
-            return
-        self.counts[kind] = self.counts.get(kind, 0) + count
-        self.examples.setdefault(kind, (msg_id, line))
-
-    def add_error(self, kind: str, count: int, msg_id: str | None, error: BaseException) -> None:
-        """Count ``error`` with its innermost traceback line."""
-        self.add(kind, count, msg_id, error_line(error))
-
-    def report(self) -> tuple[FilterFailure, ...]:
-        return tuple(FilterFailure(k, n, self.filter, *self.examples[k]) for k, n in sorted(self.counts.items()))
-
-    def __bool__(self) -> bool:
-        return bool(self.counts)
-
-
-def error_line(error: BaseException) -> str:
-    """``file:line in function: Type: message`` of the innermost frame where ``error`` was raised.
-
-    >>> try:
-    ...     int("x")
-    ... except ValueError as e:
-    ...     error_line(e)
-    "<doctest storelib.filter.class_filter.error_line[0]>:2 in <module>: ValueError: invalid literal for int() with base 10: 'x'"
-    """
-    frames = traceback.extract_tb(error.__traceback__)
-    where = f"{frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno} in {frames[-1].name}: " if frames else ""
-    return f"{where}{type(error).__name__}: {error}"
-
-
-# ---- messages over an Arrow batch ------------------------------------------------------------------
-class _Columns:
-    """A batch's columns as Python lists, each converted on first use; properties looked up by key for
-    the whole batch at once (``map_lookup``), so a filter reading one property never builds dicts."""
-
-    __slots__ = ("batch", "lists", "props")
-
-    def __init__(self, batch: pa.RecordBatch):
-        self.batch, self.lists, self.props = batch, {}, {}
-
-    def column(self, name: str) -> list:
-        values = self.lists.get(name)
-        if values is None:
-            values = self.lists[name] = self.batch.column(name).to_pylist()
-        return values
-
-    def prop(self, key: str) -> list:
-        values = self.props.get(key)
-        if values is None:
-            values = self.props[key] = pc.map_lookup(self.batch.column("properties"), pa.scalar(key, pa.string()),
-                                                     "first").to_pylist()
-        return values
-
-
-class _RowProperties(Mapping):
-    """One message's properties, read from its batch on demand (a read-only mapping)."""
-
-    __slots__ = ("_c", "_i")
-
-    def __init__(self, columns: _Columns, i: int):
-        self._c, self._i = columns, i
-
-    def get(self, key, default=None):
-        if type(key) is not str:
-            return default
-        value = self._c.prop(key)[self._i]
-        return default if value is None else value
-
-    def __getitem__(self, key):
-        value = self.get(key)
-        if value is None:
-            raise KeyError(key)
-        return value
-
-    def __contains__(self, key) -> bool:
-        return self.get(key) is not None
-
-    def _dict(self) -> dict:
-        return dict(self._c.column("properties")[self._i] or ())
-
-    def __iter__(self):
-        return iter(self._dict())
-
-    def __len__(self) -> int:
-        return len(self._dict())
-
-    def __repr__(self) -> str:
-        return repr(self._dict())
-
-
-def _field(name: str):
-    return property(lambda self: self._c.column(name)[self._i], doc=f"the message's ``{name}``")
-
-
-class MessageView:
-    """One commitlog row of an Arrow batch with :class:`~storelib.model.message.StoredMessage`'s
-    attributes, each read from the batch when first asked for (what a filter's ``match`` gets on an executor).
-
-    >>> m = MessageView(_Columns(message_batch([store.query_by_id(r.msg_id)])), 0)
-    >>> m.topic, m.tags, m.properties.get("a"), m.commitlog_offset, m.body
-    ('TopicTest', 'TagA', '5', 0, b'hi')
-    """
-
-    __slots__ = ("_c", "_i")
-
-    def __init__(self, columns: _Columns, i: int):
-        self._c, self._i = columns, i
-
-    @property
-    def properties(self) -> Mapping:
-        return _RowProperties(self._c, self._i)
-
-    msg_id = _field("msg_id")
-    topic = _field("topic")
-    tags = _field("tags")
-    keys = _field("keys")
-    uniq_key = _field("uniq_key")
-    queue_id = _field("queue_id")
-    queue_offset = _field("queue_offset")
-    commitlog_offset = _field("physical_offset")
-    size = _field("size")
-    sysflag = _field("sysflag")
-    flag = _field("flag")
-    body_crc = _field("body_crc")
-    body = _field("body")
-    born_timestamp = _field("born_timestamp")
-    born_host = _field("born_host")
-    store_timestamp = _field("store_timestamp")
-    store_host = _field("store_host")
-    reconsume_times = _field("reconsume_times")
-    prepared_transaction_offset = _field("prepared_transaction_offset")
-
-    def __repr__(self) -> str:
-        return f"MessageView(msg_id={self.msg_id!r}, topic={self.topic!r}, queue_offset={self.queue_offset})"
-
-
-def message_batch(messages: Sequence["StoredMessage"]) -> pa.RecordBatch:
-    """Stored messages as one Arrow batch of commitlog rows (what ``match_batch`` gets in a pull).
-
-    >>> message_batch([store.query_by_id(r.msg_id)]).column("tags").to_pylist()
-    ['TagA']
-    """
-    from storelib.storage.schema import COMMITLOG
-
-    rows = [{"physical_offset": m.commitlog_offset, "size": m.size, "topic": m.topic, "queue_id": m.queue_id,
-             "queue_offset": m.queue_offset, "sysflag": m.sysflag, "flag": m.flag, "body_crc": m.body_crc,
-             "born_timestamp": m.born_timestamp, "born_host": m.born_host, "store_timestamp": m.store_timestamp,
-             "store_host": m.store_host, "reconsume_times": m.reconsume_times,
-             "prepared_transaction_offset": m.prepared_transaction_offset, "properties": list(m.properties.items()),
-             "body": m.body, "msg_id": m.msg_id, "tags": m.tags, "keys": m.keys, "uniq_key": m.uniq_key,
-             "cluster_seq": None} for m in messages]
-    return pa.RecordBatch.from_pylist(rows, schema=COMMITLOG.arrow)
-
-
-# ---- evaluating ----------------------------------------------------------------------------------
-def evaluate_batch(loaded: LoadedFilter | None, batch: pa.RecordBatch, context: FilterContext,
-                   failures: FilterFailures, load_error: str = "") -> np.ndarray:
-    """Which rows of ``batch`` (commitlog columns) the filter keeps: ``match_batch`` once, or ``match``
-    on each row; a row it fails on is not kept and is counted in ``failures``. ``loaded`` None: the
-    class could not be loaded here (``load_error`` says why), and no row is kept."""
-    n = batch.num_rows
-    keep = np.zeros(n, dtype=bool)
-    if n == 0:
-        return keep
-    ids = batch.column("msg_id")
-    if loaded is None:
-        failures.add(NOT_LOADED, n, ids[0].as_py(), load_error)
-        return keep
-    if loaded.has_batch:
-        return _evaluate_batch(loaded, batch, context, failures, ids)
-    match = loaded.instance.match
-    columns = _Columns(batch)
-    for i in range(n):
-        try:
-            result = match(MessageView(columns, i), context)
-        except Exception as e:
-            failures.add_error(RAISED, 1, ids[i].as_py(), e)
-            continue
-        if result is True:
-            keep[i] = True
-        elif result is not False:
-            if type(result) is np.bool_:
-                keep[i] = bool(result)
-            else:
-                failures.add(NOT_BOOL, 1, ids[i].as_py(), f"match returned {result!r} ({type(result).__name__}), not a bool")
-    return keep
-
-
-def _evaluate_batch(loaded: LoadedFilter, batch: pa.RecordBatch, context: FilterContext, failures: FilterFailures,
-                    ids: pa.Array) -> np.ndarray:
-    n = batch.num_rows
-    keep = np.zeros(n, dtype=bool)
-    try:
-        result = loaded.instance.match_batch(batch, context)
-    except Exception as e:
-        failures.add_error(RAISED, n, ids[0].as_py(), e)
-        return keep
-    if isinstance(result, pa.ChunkedArray):
-        result = result.combine_chunks()
-    if isinstance(result, np.ndarray) and result.dtype == np.bool_:
-        result = pa.array(result)
-    if not isinstance(result, pa.Array) or result.type != pa.bool_() or len(result) != n:
-        kind = f"{result.type} array of {len(result)}" if isinstance(result, pa.Array) else type(result).__name__
-        failures.add(NOT_BOOL, n, ids[0].as_py(), f"match_batch returned {kind}, not a BooleanArray of {n}")
-        return keep
-    if result.null_count:
-        nulls = pc.is_null(result).to_numpy(zero_copy_only=False)
-        failures.add(NOT_BOOL, int(nulls.sum()), ids[int(np.argmax(nulls))].as_py(), "match_batch returned null")
-    return pc.fill_null(result, False).to_numpy(zero_copy_only=False).astype(bool, copy=False)
-
-
 # ---- a subscription's filter -----------------------------------------------------------------------
 @dataclass(frozen=True)
 class ClassFilter:
@@ -453,10 +235,12 @@ class ClassFilter:
     (:meth:`matches`).
 
     >>> from storelib.filter.selector import MessageSelector
-    >>> cf = ClassFilter.of(MessageSelector.by_class("storelib.filter.class_filter:EveryTenth"), "GroupC", "TopicTest")
-    >>> cf.apply(store.messages("TopicTest")).count(), cf.matches(store.query_by_id(r.msg_id))
-    (0, False)
-    >>> cf.stats(store.messages("TopicTest"))
+    >>> cf = ClassFilter.of(MessageSelector.by_class("storelib.filter.class_filter:Everything"), "GroupC", "TopicTest")
+    >>> t = store.context.tables.commitlog
+    >>> files = t.files(t.snapshot())
+    >>> cf.read(spark, t.path, files, [pc.field("topic") == "TopicTest"]).count(), cf.matches(store.query_by_id(r.msg_id))
+    (1, True)
+    >>> cf.count(spark, t.path, files, [pc.field("topic") == "Elsewhere"])
     (0, ())
     """
 
@@ -485,16 +269,25 @@ class ClassFilter:
                                 f"(crc {self.crc}); subscribe again to use the changed class", value=self.name)
         return loaded
 
-    def apply(self, df: "DataFrame") -> "DataFrame":
-        """The rows of ``df`` (commitlog columns) the filter keeps, computed on the executors over Arrow batches."""
-        self.load()
-        return df.mapInArrow(functools.partial(_filter_partition, self), df.schema)
+    def read(self, spark, table_root: str, files: Sequence[str], filters: Sequence[pc.Expression]) -> "DataFrame":
+        """The commitlog rows of ``files`` (under ``table_root``) that pass their ``filters`` (one pyarrow
+        expression per file) and this filter. One task per file reads it with pyarrow on an executor,
+        streams its Arrow batches through the filter and hands Spark only the rows kept, so no row is
+        converted between Spark and Python that the filter does not keep."""
+        from storelib.delta.spec import spark_schema
+        from storelib.storage.schema import COMMITLOG
 
-    def stats(self, df: "DataFrame") -> tuple[int, tuple[FilterFailure, ...]]:
-        """How many rows of ``df`` the filter keeps, and its failures on the others (one Spark job)."""
         self.load()
-        rows = df.mapInArrow(functools.partial(_stats_partition, self),
-                             "kind string, count long, msg_id string, line string").collect()
+        task = functools.partial(_scan_partition, self, table_root, list(files), list(filters), False)
+        return spark.range(len(files), numPartitions=max(1, len(files))).mapInArrow(task, spark_schema(COMMITLOG.arrow))
+
+    def count(self, spark, table_root: str, files: Sequence[str],
+              filters: Sequence[pc.Expression]) -> tuple[int, tuple[FilterFailure, ...]]:
+        """How many rows :meth:`read` keeps, and the filter's failures on the others (one Spark job; the
+        executors count them, the driver adds up one row per file and failure kind)."""
+        self.load()
+        task = functools.partial(_scan_partition, self, table_root, list(files), list(filters), True)
+        rows = spark.range(len(files), numPartitions=max(1, len(files))).mapInArrow(task, _STATS_DDL).collect()
         tally, kept = FilterFailures(self.name), 0
         for row in rows:
             if row.kind == "kept":
@@ -551,23 +344,33 @@ def _executor_load(spec: ClassFilter) -> tuple[LoadedFilter | None, str]:
         return None, f"{e} (on an executor, python {sys.version.split()[0]})"
 
 
-def _filter_partition(spec: ClassFilter, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+_STATS_DDL = "kind string, count long, msg_id string, line string"
+#: Rows per Arrow batch a filter gets on the executors.
+SCAN_BATCH_ROWS = 32 * 1024
+
+
+def _scan_partition(spec: ClassFilter, table_root: str, files: list[str], filters: list, stats: bool,
+                    tasks: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """One executor task: the files whose numbers ``tasks`` holds, read with pyarrow and filtered;
+    the rows kept (``stats`` False), or one row of counts per failure kind and one of rows kept."""
+    from storelib.delta.table import Table
+    from storelib.storage.schema import COMMITLOG
+
     loaded, why = _executor_load(spec)
-    context, failures = spec.context, FilterFailures(spec.name)
-    for batch in batches:
-        keep = evaluate_batch(loaded, batch, context, failures, why)
-        if keep.any():
-            yield batch.filter(pa.array(keep))
+    table = Table(table_root, COMMITLOG)
+    context, failures, kept = spec.context, FilterFailures(spec.name), 0
+    for task in tasks:
+        for i in task.column(0).to_pylist():
+            for batch in table.scan([files[i]], filters[i], SCAN_BATCH_ROWS):
+                keep = evaluate_batch(loaded, batch, context, failures, why)
+                if stats:
+                    kept += int(keep.sum())
+                elif keep.any():
+                    yield batch.filter(pa.array(keep))
+    if stats:
+        rows = [{"kind": "kept", "count": kept, "msg_id": None, "line": None}] + [
+            {"kind": f.kind, "count": f.count, "msg_id": f.msg_id, "line": f.line} for f in failures.report()]
+        yield pa.RecordBatch.from_pylist(rows, schema=pa.schema([("kind", pa.string()), ("count", pa.int64()),
+                                                                 ("msg_id", pa.string()), ("line", pa.string())]))
     for f in failures.report():
         _log.warning("class filter %s: %d messages failed (%s), e.g. %s: %s", f.filter, f.count, f.kind, f.msg_id, f.line)
-
-
-def _stats_partition(spec: ClassFilter, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    loaded, why = _executor_load(spec)
-    context, failures, kept = spec.context, FilterFailures(spec.name), 0
-    for batch in batches:
-        kept += int(evaluate_batch(loaded, batch, context, failures, why).sum())
-    rows = [{"kind": "kept", "count": kept, "msg_id": None, "line": None}] + [
-        {"kind": f.kind, "count": f.count, "msg_id": f.msg_id, "line": f.line} for f in failures.report()]
-    yield pa.RecordBatch.from_pylist(rows, schema=pa.schema([("kind", pa.string()), ("count", pa.int64()),
-                                                             ("msg_id", pa.string()), ("line", pa.string())]))

@@ -160,6 +160,24 @@ class MessageFilter:
             return tag_match_column(self.data, F.col("tags"))
         return self.sql.to_column("properties")
 
+    def commitlog_expression(self):
+        """Step 2 of a tag or class selector as a pyarrow expression over ``tags`` (None: every row passes),
+        for rows read with pyarrow.
+
+        >>> MessageFilter("TopicTest", MessageSelector.by_class("m:F", tags="TagA")).commitlog_expression()
+        <pyarrow.compute.Expression is_in(tags, {value_set=string:[
+          "TagA"
+        ], null_matching_behavior=MATCH})>
+        """
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if not self.selector.by_tags:
+            raise NotImplementedError("SQL92 is checked by Spark columns")
+        if self.data.class_filter_mode or not self.data.tags_set:
+            return None
+        return pc.field("tags").isin(pa.array(sorted(self.data.tags_set), pa.string()))
+
     # ---- file level ----------------------------------------------------------------------------
     def may_skip_file(self, summary: "FileSummary") -> bool:
         """True when a consume_queue_ext file's summary proves none of its units passes step 1."""

@@ -44,7 +44,7 @@ from storelib.filter.summary import read_row_group_summaries, read_summaries
 from storelib.storage.commitlog import is_clustered
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
+    from pyspark.sql import DataFrame
 
 __all__ = ["ReadPlan", "ReadExplain", "FilterStats", "plan_read", "read_topic", "explain_read", "filter_stats",
            "PRUNE_LIMIT", "MAX_RANGES"]
@@ -141,19 +141,22 @@ class ReadPlan:
                            len(self.ranges or ()), c["estimated_bytes"], c["scan_bytes"])
 
     def dataframe(self, spark) -> "DataFrame":
-        """The rows the plan reads, with the exact check (every message read is tested)."""
+        """The rows the plan reads, with the exact check (every message read is tested); a class
+        selector's class runs on the executors over the same rows (:meth:`class_scan`)."""
         from pyspark.sql import functions as F
 
         from storelib.delta.spec import spark_schema
         from storelib.dispatch.reput import queued
         from storelib.storage.schema import COMMITLOG
 
+        if self.filter.class_filter is not None:
+            return self.filter.class_filter.read(spark, self.commitlog.path, *self.class_scan())
         schema = spark_schema(COMMITLOG.arrow)
         parts = []
         if self.clustered_actions.num_rows:
             df = spark.read.schema(schema).parquet(*self.commitlog.paths(self.clustered_actions))
             if self.ranges is not None:
-                df = df.where(_any_between(F.col("cluster_seq"), self.ranges))
+                df = df.where(_any_between(F.col("cluster_seq"), self.ranges, F.lit))
             parts.append(df)
         if self.fresh_actions.num_rows:
             parts.append(spark.read.schema(schema).parquet(*self.commitlog.paths(self.fresh_actions)))
@@ -161,8 +164,28 @@ class ReadPlan:
             return spark.createDataFrame([], schema)
         messages = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
         messages = queued(messages.where((F.col("topic") == self.filter.topic) & (F.col("physical_offset") < self.end)))
-        messages = messages.where(self.filter.commitlog_column())
-        return messages if self.filter.class_filter is None else self.filter.class_filter.apply(messages)
+        return messages.where(self.filter.commitlog_column())
+
+    def class_scan(self) -> tuple[list[str], list]:
+        """For a class selector: the files the executors read with pyarrow, each with its row filter -
+        the topic, dispatched and queued rows, the exact tag check and, in clustered files, the kept
+        row groups' ``cluster_seq`` ranges (the same rows :meth:`dataframe` reads for other selectors).
+
+        >>> plan = plan_read(store.context, "TopicTest", MessageSelector.by_class("storelib.filter.class_filter:Everything"))
+        >>> files, filters = plan.class_scan()
+        >>> len(files), len(filters)
+        (1, 1)
+        """
+        import pyarrow.compute as pc
+
+        from storelib.dispatch.reput import queued_expression
+
+        rows = (pc.field("topic") == self.filter.topic) & (pc.field("physical_offset") < self.end) & queued_expression()
+        tags = self.filter.commitlog_expression()
+        rows = rows if tags is None else rows & tags
+        clustered = rows if self.ranges is None else rows & _any_between(pc.field("cluster_seq"), self.ranges, pc.scalar)
+        files = self.commitlog.paths(self.clustered_actions), self.commitlog.paths(self.fresh_actions)
+        return files[0] + files[1], [clustered] * len(files[0]) + [rows] * len(files[1])
 
     def units(self, spark) -> "DataFrame":
         """Every unit of the topic's consume queue files with its real tag code, bitmap and filter version."""
@@ -340,17 +363,16 @@ def _cap(ranges: list[tuple[int, int]], limit: int) -> list[tuple[int, int]]:
     return [(lo, hi) for lo, hi in ranges]
 
 
-def _any_between(col: "Column", ranges: list[tuple[int, int]]) -> "Column":
-    """``col`` in any of ``ranges``, as a balanced OR (Spark converts it to a Parquet filter recursively)."""
-    from pyspark.sql import functions as F
-
+def _any_between(col, ranges: list[tuple[int, int]], lit):
+    """``col`` in any of ``ranges``, as a balanced OR (Spark converts it to a Parquet filter recursively);
+    ``col`` a Spark Column (``lit`` is ``F.lit``) or a pyarrow expression (``pc.scalar``)."""
     if not ranges:
-        return F.lit(False)
+        return lit(False)
     if len(ranges) == 1:
         lo, hi = ranges[0]
-        return (col >= F.lit(lo)) & (col <= F.lit(hi))
+        return (col >= lit(lo)) & (col <= lit(hi))
     mid = len(ranges) // 2
-    return _any_between(col, ranges[:mid]) | _any_between(col, ranges[mid:])
+    return _any_between(col, ranges[:mid], lit) | _any_between(col, ranges[mid:], lit)
 
 
 def read_topic(ctx: StoreContext, topic: str, selector: MessageSelector | str | None = None,
@@ -430,10 +452,8 @@ def filter_stats(ctx: StoreContext, topic: str, selector: MessageSelector | str 
                      F.count_if(F.col("_pass")).alias("passed"),
                      F.count_if(F.col("_pass") & exact).alias("matched")).first()
     matched, failures = int(row["matched"]), ()
-    if plan.filter.class_filter is not None:
-        passed = units.where(F.col("_pass")).select(F.col("commitlog_offset").alias("_at"))
-        candidates = messages.join(passed, messages.physical_offset == passed._at, "left_semi")
-        matched, failures = plan.filter.class_filter.stats(candidates.where(plan.filter.commitlog_column()))
+    if plan.filter.class_filter is not None:  # the rows the read gives the class, counted on the executors
+        matched, failures = plan.filter.class_filter.count(spark, plan.commitlog.path, *plan.class_scan())
     e = plan.explain()
     return FilterStats(group, topic, plan.filter.selector.expression, plan.units_total, plan.units_skipped,
                        int(row["pruned"]), int(row["passed"]), matched, e.choice, e.row_groups_considered,
