@@ -324,8 +324,8 @@ class Table:
     def scan(self, paths: Sequence[str], filter: pc.Expression | None = None,
              batch_size: int = 64 * 1024) -> Iterator[pa.RecordBatch]:
         """The rows of data files (full paths, from :meth:`paths`) that pass ``filter``, streamed in Arrow
-        batches with pyarrow on this process (an executor's share of a read); row groups whose
-        statistics rule the filter out are not decoded.
+        batches with pyarrow on this process, on one thread (an executor task's share of a read); row
+        groups whose statistics rule the filter out are not decoded.
 
         >>> t = store.context.tables.commitlog
         >>> [b.num_rows for b in t.scan(t.files(t.snapshot()), pc.field("topic") == "TopicTest")]
@@ -337,7 +337,9 @@ class Table:
             return iter(())
         dataset = ds.FileSystemDataset([_fragment(p) for p in paths], self.spec.arrow, _parquet_format(),
                                        filesystem(self.path)[0])
-        return dataset.to_batches(filter=filter, batch_size=batch_size)
+        # one thread: an executor task has one core (Spark schedules a task per core), and pyarrow's own
+        # pool would compete with the other tasks' Python
+        return dataset.to_batches(filter=filter, batch_size=batch_size, use_threads=False)
 
     def read_row_groups(self, path: str, row_groups: Sequence[int], columns: Sequence[str] | None = None,
                         filter: pc.Expression | None = None) -> pa.Table:
