@@ -344,3 +344,19 @@ def test_clustered_data_reads_the_same(store, filters):
     assert store.filter_stats("GroupC", "TopicTest").matched == expected.count()
     messages, _ = pulled(store, "GroupC")
     assert sorted(m.msg_id for m in messages) == expected_ids(store, ("TagB",))
+
+
+def test_retry_topic_pulls_apply_the_class_of_the_original_topic(store, filters):
+    """Messages redelivered to %RETRY%group are filtered by the group's class subscription of their topic."""
+    from storelib.storage.commitlog import EncodedMessage, now_millis
+
+    store.create_topic("OtherTopic", queues=1)
+    store.subscribe("GroupR", "TopicTest", MessageSelector.by_class(f"{MODULE}:EvenSequence", tags="TagA || TagB"))
+    rows = [("TopicTest", "TagA", "110"), ("TopicTest", "TagA", "111"), ("TopicTest", "TagC", "120"),
+            ("OtherTopic", "TagB", "5"), ("TopicTest", "TagB", "200")]
+    store.context.commitlog.append([EncodedMessage("%RETRY%GroupR", 0, 0, 0, b"retry-" + n.encode(),
+                                                   {"TAGS": tags, "RETRY_TOPIC": topic, "SequenceId": n}, now_millis(),
+                                                   "127.0.0.1:0", reconsume_times=1) for topic, tags, n in rows])
+    store.dispatch()
+    r = store.pull("GroupR", "%RETRY%GroupR", 0, 0)
+    assert [m.body for m in r.messages] == [b"retry-110", b"retry-5", b"retry-200"] and r.filter_errors == ()
