@@ -269,6 +269,7 @@ def evaluate_batch(loaded: Any, batch: pa.RecordBatch, context: Any,
         return _evaluate_batch(loaded, batch, context, failures, ids)
     match = loaded.instance.match
     columns = _Columns(batch)
+    kept = [False] * n
     for i in range(n):
         try:
             result = match(MessageView(columns, i), context)
@@ -276,13 +277,13 @@ def evaluate_batch(loaded: Any, batch: pa.RecordBatch, context: Any,
             failures.add_error(RAISED, 1, ids[i].as_py(), e)
             continue
         if result is True:
-            keep[i] = True
+            kept[i] = True
         elif result is not False:
             if type(result) is np.bool_:
-                keep[i] = bool(result)
+                kept[i] = bool(result)
             else:
                 failures.add(NOT_BOOL, 1, ids[i].as_py(), f"match returned {result!r} ({type(result).__name__}), not a bool")
-    return keep
+    return np.array(kept, dtype=bool)
 
 
 def _evaluate_batch(loaded: Any, batch: pa.RecordBatch, context: Any, failures: FilterFailures,
