@@ -40,6 +40,7 @@ from storelib.model.topic import PERM_READ, PERM_WRITE, TopicConfig
 from storelib.query.lookup import DEFAULT_QUERY_MAX_NUM, MessageQuery
 from storelib.query.read import FilterStats, ReadExplain, explain_read, filter_stats, read_topic
 from storelib.query.scan import queue_units, table_rows, topic_messages
+from storelib.schedule.deliver import DeliveryResult, deliver, recall
 from storelib.storage.commitlog import AppendResult, min_physical_offset
 from storelib.storage.consume_queue import min_offset as queue_min
 
@@ -176,6 +177,26 @@ class MessageStore:
         'SCHEDULE_TOPIC_XXXX'
         """
         return send_back(self._ctx, msg, group, delay_level, max_reconsume_times)
+
+    # ---- delayed messages --------------------------------------------------------------------
+    def deliver_delayed(self, now: Timestamp | None = None) -> DeliveryResult:
+        """Move every delayed, timer and sent-back message due at ``now`` (epoch ms or an aware
+        datetime; default the clock) to its real topic, exactly once (see :mod:`storelib.schedule.deliver`).
+
+        >>> store.deliver_delayed().delivered
+        0
+        """
+        return deliver(self._ctx, now)
+
+    def recall(self, msg_id: str) -> int:
+        """Recall a timer message before its deliver time, by the store id its send returned; returns that time.
+
+        >>> import time
+        >>> at = time.time_ns() // 10**6 + 60_000
+        >>> store.recall(store.send(Message("TopicTest", deliver_time_ms=at)).msg_id) == at
+        True
+        """
+        return recall(self._ctx, msg_id)
 
     # ---- dispatch --------------------------------------------------------------------------
     def dispatch(self) -> DispatchResult:
