@@ -250,3 +250,18 @@ from storelib.session import get_spark
 store = MessageStore.open(sys.argv[1], get_spark("crashing-delivery"))
 deliver(store.context, now=int(sys.argv[3]), fault=lambda step: os._exit(86) if step == sys.argv[2] else None)
 """
+
+
+def test_deliver_job(store, python_env):
+    from pathlib import Path
+
+    now = _filled(store, 4)
+    job = Path(__file__).resolve().parents[1] / "jobs" / "deliver_delayed.py"
+    out = subprocess.run([sys.executable, str(job), "--store", store.root, "--now", str(now)], env=python_env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "delivered 8 messages (level 1: 2, level 2: 1, level 3: 1; timer: 4; recalled: 0)" in out.stdout
+    assert store.max_queue_offset("TopicTest", 0) + store.max_queue_offset("TopicTest", 1) >= 1  # dispatched
+    bad = subprocess.run([sys.executable, str(job), "--store", store.root, "--now", "x"], env=python_env,
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
