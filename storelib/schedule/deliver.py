@@ -69,7 +69,7 @@ from storelib.storage.commitlog import STAGED_SCHEMA, EncodedMessage, Progress, 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["DeliveryResult", "deliver", "recall", "delivered_rows", "level_marker", "TIMER_TIME_MARKER",
+__all__ = ["DeliveryResult", "deliver", "recall", "delivered_rows", "restaged", "level_marker", "TIMER_TIME_MARKER",
            "TIMER_QUEUE_MARKER", "RECALL_MARKER", "SPARK_ROWS"]
 
 TIMER_TIME_MARKER = "schedule/timer/time"
@@ -232,13 +232,34 @@ def delivered_rows(rows: pa.Table | pa.RecordBatch, now: int) -> pa.Table:
     props = edit_properties(props, _TIMER_CLEARED, {
         MessageConst.TIMER_ENQUEUE_MS: pc.if_else(pa.array(timer), store_ms, absent),
         MessageConst.TIMER_DEQUEUE_MS: pc.if_else(pa.array(timer), pa.scalar(str(now)), absent)}, rows=timer)
-    flags = column("sysflag").to_numpy().astype(np.int64)
-    size = message_lengths(pc.binary_length(column("body")).to_numpy(zero_copy_only=False).astype(np.int64),
+    return restaged(rows, topic, real_qid, props)
+
+
+def restaged(rows: pa.Table | pa.RecordBatch, topic: pa.Array, queue_id: pa.Array, props: pa.Array,
+             sysflag: pa.Array | None = None, body: pa.Array | None = None) -> pa.Table:
+    """Stored rows as new messages to append (:data:`STAGED_SCHEMA`): the given topic, queue, properties
+    (and sysflag, body), everything else kept, the size computed again (``calMsgLength``).
+
+    >>> rows = store.context.tables.commitlog.read_arrow()
+    >>> out = restaged(rows, pa.array(["Other"]), pa.array([0], pa.int32()), rows.column("properties").combine_chunks())
+    >>> out.column("size").to_pylist() == [rows.column("size")[0].as_py() - len("TopicTest") + len("Other")]
+    True
+    """
+    def column(name: str) -> pa.Array:
+        c = rows.column(name)
+        return c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c
+
+    n = rows.num_rows
+    sysflag = column("sysflag") if sysflag is None else sysflag
+    body = column("body") if body is None else body
+    flags = sysflag.to_numpy().astype(np.int64)
+    size = message_lengths(pc.binary_length(body).to_numpy(zero_copy_only=False).astype(np.int64),
                            pc.fill_null(pc.binary_length(topic), 0).to_numpy(zero_copy_only=False).astype(np.int64),
                            properties_lengths(props), (flags & SysFlag.BORNHOST_V6) != 0, False)
     size = size + np.where((flags & SysFlag.STOREHOSTADDRESS_V6) != 0, 12, 0)
     cols = {name: column(name) for name in STAGED_SCHEMA.names if name in rows.schema.names}
-    cols.update({"topic": topic, "queue_id": real_qid, "properties": props, "size": pa.array(size, pa.int32()),
+    cols.update({"topic": topic, "queue_id": queue_id, "properties": props, "size": pa.array(size, pa.int32()),
+                 "sysflag": pa.array(flags, pa.int32()), "body": body,
                  "prepared_transaction_offset": pa.repeat(pa.scalar(0, pa.int64()), n)})
     return pa.table([cols[f.name] for f in STAGED_SCHEMA], schema=STAGED_SCHEMA)
 
