@@ -20,7 +20,8 @@ encodings) - ``delta`` (tables, pruning, the Parquet sink, commits, compaction) 
 (CommitLog, ConsumeQueue, ConsumeQueueExt, IndexFile, config tables) - ``filter`` (tags, SQL92,
 Bloom, registry) and ``send`` (the producer) - ``context`` (what services get) - ``dispatch``
 (reput, CalcBitMap) - ``query`` (look-ups, filtered reads) - ``consume`` (getMessage, pull, long
-polling, retry) - ``maintenance`` (retention, compaction, vacuum) - ``store`` (the handle) -
+polling, retry) - ``maintenance`` (retention, compaction, vacuum) - ``schedule`` (delayed and timer
+delivery, transactions and their check-back) - ``store`` (the handle) -
 ``sql`` (views and SQL files).
 """
 
@@ -48,6 +49,9 @@ from storelib.model.message import Message, SendResult, StoredMessage
 from storelib.model.timestamps import Timestamp
 from storelib.model.topic import PERM_READ, PERM_WRITE, TopicConfig
 from storelib.query.read import FilterStats
+from storelib.schedule.check import CheckResult
+from storelib.schedule.deliver import DeliveryResult
+from storelib.schedule.transaction import TransactionSendResult, TransactionState
 from storelib.storage.commitlog import AppendResult
 from storelib.store import MessageStore
 
@@ -59,6 +63,7 @@ __all__ = [
     "tags_code", "create_message_id", "decode_message_id", "decorate_ext_addr", "undecorate_ext_addr",
     "is_ext_addr", "index_key_hash",
     "MessageSelector", "compile_sql92", "parse_sql92", "build_subscription", "SubscriptionData", "BloomFilter",
-    "BloomFilterData", "FilterContext", "FilterFailure",
+    "BloomFilterData", "FilterContext", "FilterFailure", "DeliveryResult", "TransactionState",
+    "TransactionSendResult", "CheckResult",
 ]
 __version__ = "0.1.0"

@@ -40,7 +40,7 @@ class StoreTables:
 
     >>> tables = StoreTables.at(tmp + "/fresh").ensure()
     >>> tables.index.spec.name, len(tables.by_name())
-    ('index', 10)
+    ('index', 11)
     """
 
     commitlog: Table
@@ -53,6 +53,7 @@ class StoreTables:
     subscription: Table
     subscription_group: Table
     consumer_offset: Table
+    transaction_checker: Table
 
     @classmethod
     def at(cls, root: str, properties: Mapping[str, str] | None = None) -> "StoreTables":

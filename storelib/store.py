@@ -40,6 +40,10 @@ from storelib.model.topic import PERM_READ, PERM_WRITE, TopicConfig
 from storelib.query.lookup import DEFAULT_QUERY_MAX_NUM, MessageQuery
 from storelib.query.read import FilterStats, ReadExplain, explain_read, filter_stats, read_topic
 from storelib.query.scan import queue_units, table_rows, topic_messages
+from storelib.schedule.check import CheckResult, check_transactions, register_checker
+from storelib.schedule.deliver import DeliveryResult, deliver, recall
+from storelib.schedule.transaction import (TransactionSendResult, TransactionState, end_transaction,
+                                           send_in_transaction)
 from storelib.storage.commitlog import AppendResult, min_physical_offset
 from storelib.storage.consume_queue import min_offset as queue_min
 
@@ -176,6 +180,62 @@ class MessageStore:
         'SCHEDULE_TOPIC_XXXX'
         """
         return send_back(self._ctx, msg, group, delay_level, max_reconsume_times)
+
+    # ---- delayed messages --------------------------------------------------------------------
+    def deliver_delayed(self, now: Timestamp | None = None) -> DeliveryResult:
+        """Move every delayed, timer and sent-back message due at ``now`` (epoch ms or an aware
+        datetime; default the clock) to its real topic, exactly once (see :mod:`storelib.schedule.deliver`).
+
+        >>> store.deliver_delayed().delivered
+        0
+        """
+        return deliver(self._ctx, now)
+
+    def recall(self, msg_id: str) -> int:
+        """Recall a timer message before its deliver time, by the store id its send returned; returns that time.
+
+        >>> import time
+        >>> at = time.time_ns() // 10**6 + 60_000
+        >>> store.recall(store.send(Message("TopicTest", deliver_time_ms=at)).msg_id) == at
+        True
+        """
+        return recall(self._ctx, msg_id)
+
+    # ---- transactions ------------------------------------------------------------------------
+    def send_in_transaction(self, message: Message, local_transaction: Any, arg: Any = None, *,
+                            producer_group: str = "DEFAULT_PRODUCER") -> TransactionSendResult:
+        """Send a half message, run ``local_transaction(message, arg)``, and end the transaction with
+        its answer (see :mod:`storelib.schedule.transaction`); UNKNOW or an exception leaves it to the check-back.
+
+        >>> store.send_in_transaction(Message("TopicTest"), lambda m, a: "COMMIT_MESSAGE").local_state.name
+        'COMMIT_MESSAGE'
+        """
+        return send_in_transaction(self._ctx, message, local_transaction, producer_group, arg)
+
+    def end_transaction(self, transaction_id: str, state: TransactionState | str) -> int | None:
+        """Commit or roll back a pending transaction (UNKNOW changes nothing); ending one twice is an error.
+
+        >>> r = store.send_in_transaction(Message("TopicTest"), lambda m, a: TransactionState.UNKNOW)
+        >>> store.end_transaction(r.transaction_id, TransactionState.ROLLBACK) > 0
+        True
+        """
+        return end_transaction(self._ctx, transaction_id, state)
+
+    def register_transaction_checker(self, producer_group: str, checker: str) -> None:
+        """Register the check-back callable of a producer group by import path (``'pkg.module:function'``).
+
+        >>> store.register_transaction_checker("PG", "storelib.schedule.check:commit_all")
+        """
+        register_checker(self._ctx, producer_group, checker)
+
+    def check_transactions(self, now: Timestamp | None = None) -> CheckResult:
+        """Ask the producer groups' checkers about half messages pending past their timeout, and apply
+        the answers (see :mod:`storelib.schedule.check`).
+
+        >>> store.check_transactions().checked
+        0
+        """
+        return check_transactions(self._ctx, now)
 
     # ---- dispatch --------------------------------------------------------------------------
     def dispatch(self) -> DispatchResult:

@@ -24,6 +24,7 @@ LAYERS = [
     ["storelib.query"],
     ["storelib.consume"],
     ["storelib.maintenance"],
+    ["storelib.schedule"],
     ["storelib.store"],
     ["storelib.sql", "storelib"],
 ]

@@ -232,10 +232,10 @@ class Dispatcher:
         The executors read the commitlog files with pyarrow and cut the rows into each target's; when
         SQL92 subscriptions of a topic in the range need filter bitmaps, they compute them on the same
         batches (:class:`~storelib.dispatch.calc_bitmap.FilterBitmaps`). The ``properties`` map, the
-        widest column, is read only from the files that may hold a message needing it: a delayed one
-        (its tag code is its deliver time) or one of a subscribed topic.
+        widest column, is read only from the files that may hold a message needing it: a delayed or
+        timer one (its tag code is its deliver time) or one of a subscribed topic.
         """
-        from storelib.model.topic import SCHEDULE_TOPIC
+        from storelib.model.topic import SCHEDULE_TOPIC, TIMER_TOPIC
 
         writing = {n: s for n, s in starts.items() if n != "consume_queue_ext" or self.ext_enabled}
         if not writing:
@@ -247,7 +247,7 @@ class Dispatcher:
         version, live = self.filters()
         subs = [s for s in live if holding(s.topic)] if "consume_queue_ext" in writing else []
         with_properties = set().union(*(holding(t) for t in {s.topic for s in subs}),
-                                      holding(SCHEDULE_TOPIC) if coded else set())
+                                      holding(SCHEDULE_TOPIC) | holding(TIMER_TOPIC) if coded else set())
         shift = hash_range_shift(self.config.index_hash_ranges)
         requests = DispatchRequests(writing, self.ext_enabled, shift, tuple(self.config.delay_levels_ms),
                                     FilterBitmaps.of(subs, version) if subs else None)

@@ -26,13 +26,13 @@ import pyarrow.compute as pc
 from storelib.encoding.ext_addr import decorate_ext_addrs
 from storelib.encoding.tags import tags_codes
 from storelib.model.message import MessageConst, SysFlag
-from storelib.model.topic import SCHEDULE_TOPIC
+from storelib.model.topic import SCHEDULE_TOPIC, TIMER_TOPIC
 from storelib.storage import consume_queue, consume_queue_ext, index_file
 
 if TYPE_CHECKING:
     from storelib.dispatch.calc_bitmap import FilterBitmaps
 
-__all__ = ["DispatchRequests", "CommitlogFiles", "REQUEST_COLUMNS", "deliver_times"]
+__all__ = ["DispatchRequests", "CommitlogFiles", "REQUEST_COLUMNS", "deliver_times", "timer_out_times"]
 
 #: The commitlog columns a dispatch reads (plus ``properties`` when a delay level or bitmap needs it).
 REQUEST_COLUMNS = ("physical_offset", "size", "topic", "queue_id", "queue_offset", "store_timestamp", "sysflag",
@@ -54,6 +54,17 @@ def deliver_times(delay: pa.Array, store_ms: pa.Array, delays_ms: Sequence[int])
     table = pa.array([0, *delays_ms], pa.int64())
     deliver = pc.add(store_ms, table.take(pc.max_element_wise(capped, 0)))
     return pc.if_else(pc.greater(level, 0), deliver, pa.scalar(None, pa.int64()))
+
+
+def timer_out_times(timer_out: pa.Array) -> pa.Array:
+    """The deliver time of each timer message (its ``TIMER_OUT_MS``, a Java long), null where it is none.
+
+    >>> timer_out_times(pa.array(["1700000000000", None, "x"])).to_pylist()
+    [1700000000000, None, None]
+    """
+    valid = pc.fill_null(pc.match_substring_regex(timer_out, r"^[+-]?[0-9]{1,18}$"), False)
+    digits = pc.replace_substring_regex(pc.if_else(valid, timer_out, "0"), r"^\+", "")
+    return pc.if_else(valid, pc.cast(digits, pa.int64()), pa.scalar(None, pa.int64()))
 
 
 @dataclass(frozen=True)
@@ -102,9 +113,16 @@ class DispatchRequests:
 
     def _tags_code(self, b: pa.RecordBatch) -> pa.Array:
         """checkMessageAndReturnSize's tag code: the TAGS hash, or the deliver time of a SCHEDULE_TOPIC_XXXX
-        message with a DELAY level (only batches read with ``properties`` can hold one)."""
+        message with a DELAY level (only batches read with ``properties`` can hold one). A timer
+        message's unit carries its TIMER_OUT_MS the same way (RocketMQ's timer wheel keeps it in its
+        own log instead), so delivery finds due messages from the consume queue alone."""
         code = pa.array(tags_codes(b.column("tags")), pa.int64())
         if "properties" in b.schema.names:
+            timed = pc.equal(b.column("topic"), TIMER_TOPIC)
+            if pc.any(timed).as_py():
+                out = pc.if_else(timed, pc.map_lookup(b.column("properties"), pa.scalar(MessageConst.TIMER_OUT_MS), "first"),
+                                 pa.scalar(None, pa.string()))
+                code = pc.coalesce(timer_out_times(out), code)
             scheduled = pc.equal(b.column("topic"), SCHEDULE_TOPIC)
             if pc.any(scheduled).as_py():
                 delay = pc.if_else(scheduled, pc.map_lookup(b.column("properties"), pa.scalar(MessageConst.DELAY), "first"),

@@ -96,6 +96,15 @@ class StoreConfig:
     enable_filter_class_source: bool = False
     #: Delay of each delay level, level 1 first (``messageDelayLevel``).
     message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+    #: Longest a 5.x timer message may wait, in ms (``timerMaxDelaySec``: 3 days); may be set to years.
+    timer_max_delay_ms: int = 3 * 24 * 3600 * 1000
+    #: A half message is checked back once it is this old, in ms (``transactionTimeOut``), unless its
+    #: own CHECK_IMMUNITY_TIME_IN_SECONDS says later.
+    transaction_timeout_ms: int = 6000
+    #: Check-backs of one half message before it is given up (``transactionCheckMax``).
+    transaction_check_max: int = 15
+    #: How long a producer group's checker may take for one message before it counts as UNKNOW, in ms.
+    transaction_checker_timeout_ms: int = 3000
     #: Hours a commitlog file is kept after its newest message (``fileReservedTime``).
     file_reserved_time: int = 72
     #: Consumer offset commits kept as separate files before they are merged into one row per queue.

@@ -53,6 +53,11 @@ __all__ = [
     "ConsumeDisabledError",
     "StorePermissionError",
     "OffsetError",
+    "TimerMessageError",
+    "TransactionError",
+    "TransactionNotFoundError",
+    "TransactionEndedError",
+    "ProgressMovedError",
     "require_int",
     "error_from_record",
     "MISSING",
@@ -276,6 +281,30 @@ def require_int(error: type[StoreError], field: str, value: object, lo: int | No
 
 class OffsetError(StoreError, ValueError):
     """A queue offset that is not a non-negative integer, or a consumer offset that cannot be stored."""
+
+
+class TimerMessageError(MessageError):
+    """A timer message the store refuses: a deliver time that is no number, or further away than
+    ``timer_max_delay_ms`` (``WHEEL_TIMER_MSG_ILLEGAL``); a recall of a message already delivered."""
+
+    code = "WHEEL_TIMER_MSG_ILLEGAL"
+
+
+class TransactionError(StoreError, ValueError):
+    """A transaction request the store refuses (a bad state, producer group or checker)."""
+
+
+class TransactionNotFoundError(TransactionError, LookupError):
+    """No half message is pending under the transaction id asked for."""
+
+
+class TransactionEndedError(TransactionError):
+    """The transaction was already committed or rolled back; nothing was written."""
+
+
+class ProgressMovedError(ConcurrentWriteError):
+    """Progress a write was planned from (delivery, transaction checks) moved before it committed:
+    another run got there first. Nothing of ours was committed; plan again."""
 
 
 def error_from_record(record: dict[str, Any], where: str | None = None) -> StoreError:

@@ -40,6 +40,13 @@ class MessageConst:
     CHECK_IMMUNITY_TIME_IN_SECONDS = "CHECK_IMMUNITY_TIME_IN_SECONDS"
     DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
     DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
+    TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+    TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
+    TIMER_DELAY_MS = "TIMER_DELAY_MS"
+    TIMER_OUT_MS = "TIMER_OUT_MS"
+    TIMER_ENQUEUE_MS = "TIMER_ENQUEUE_MS"
+    TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"
+    TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"
     KEY_SEPARATOR = " "
 
 
@@ -114,9 +121,13 @@ class Message:
 
     ``keys`` is a list of keys or one space-separated string; ``properties`` are user properties
     (``putUserProperty``); ``queue_id`` picks a queue, else the producer rotates over the topic's queues.
+    ``delay_level`` (``setDelayTimeLevel``: 0 none, capped at the last level) or ``deliver_time_ms``
+    (5.x ``setDeliverTimeMs``, epoch ms) delay the message (see :mod:`storelib.send.schedule`).
 
     >>> Message("T", keys=["a", "b"]).keys_string
     'a b'
+    >>> Message("T", delay_level=3).delay_level
+    3
     """
 
     topic: str
@@ -126,6 +137,8 @@ class Message:
     properties: Mapping[str, str] = field(default_factory=dict)
     flag: int = 0
     queue_id: int | None = None
+    delay_level: int = 0
+    deliver_time_ms: int | None = None
 
     @property
     def keys_string(self) -> str | None:

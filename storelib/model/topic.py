@@ -19,7 +19,7 @@ from storelib.model.errors import InvalidTopicError, TopicPermissionError
 
 __all__ = [
     "PERM_READ", "PERM_WRITE", "PERM_INHERIT", "PERM_PRIORITY",
-    "SCHEDULE_TOPIC", "TRANS_HALF_TOPIC", "TRANS_OP_HALF_TOPIC", "RETRY_GROUP_TOPIC_PREFIX",
+    "SCHEDULE_TOPIC", "TRANS_HALF_TOPIC", "TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC", "TIMER_TOPIC", "RETRY_GROUP_TOPIC_PREFIX",
     "DLQ_GROUP_TOPIC_PREFIX", "SYSTEM_TOPICS", "NOT_ALLOWED_SEND_TOPICS",
     "TopicConfig", "TAGS_KEY", "MAX_CLUSTER_KEYS", "validate_cluster_by", "validate_topic", "validate_group", "is_system_topic", "retry_topic", "dlq_topic",
 ]
@@ -38,6 +38,8 @@ SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+#: ``TimerMessageStore.TIMER_TOPIC``: where 5.x timer (any-time delivery) messages wait.
+TIMER_TOPIC = SYSTEM_TOPIC_PREFIX + "wheel_timer"
 
 #: TopicValidator's system topics: users may not create them.
 SYSTEM_TOPICS = frozenset({
@@ -47,7 +49,7 @@ SYSTEM_TOPICS = frozenset({
 #: System topics no producer may send to (the store itself writes them).
 NOT_ALLOWED_SEND_TOPICS = frozenset({
     SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC, "SELF_TEST_TOPIC",
-    "OFFSET_MOVED_EVENT",
+    "OFFSET_MOVED_EVENT", TIMER_TOPIC,
 })
 
 TOPIC_NAME_PATTERN = "^[%|a-zA-Z0-9_-]+$"

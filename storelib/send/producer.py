@@ -27,6 +27,7 @@ from storelib.model.message import PROPERTY_JOIN, Message, MessageConst, SendRes
 from storelib.model.topic import TopicConfig
 from storelib.model.validation import check_queue_id, check_send_topic, validate_message
 from storelib.send.frame import NULL_KEY, EncodedFrame, UniqKeys
+from storelib.send.schedule import plan_schedule, split_timer_properties, timer_deliver_ms
 from storelib.storage.commitlog import AppendResult, CommitLog, EncodedMessage, now_millis
 
 if TYPE_CHECKING:
@@ -103,18 +104,29 @@ class Producer:
         """Check every message (all before any is encoded) and encode them."""
         if isinstance(messages, Message):
             messages = [messages]
+        born = now_millis()
+        now = int(born.timestamp() * 1000)
+        levels = len(self.config.delay_levels_ms)
+        split, delivers = [], []
         for i, m in enumerate(messages):
             where = f"message {i}" if len(messages) > 1 else None
+            m, timer = split_timer_properties(m)
             validate_message(m, max_body=self.config.max_message_size, where=where)
             check_queue_id(check_send_topic(topics, m.topic, where), m.queue_id, where)
-        born = now_millis()
+            delivers.append((timer, timer_deliver_ms(timer, m.deliver_time_ms, now)))
+            plan_schedule(m.topic, 0, {}, delay_level=m.delay_level, deliver_ms=delivers[-1][1], now=now,
+                          levels=levels, max_delay_ms=self.config.timer_max_delay_ms)  # refuses before anything is encoded
+            split.append(m)
         v6 = ":" in self.ip
         out = []
-        for m in messages:
+        for m, (timer, deliver) in zip(split, delivers):
             config = topics[m.topic]
             queue_id = m.queue_id if m.queue_id is not None else self._next_queue(m.topic, config.write_queue_nums)
             props = {**m.properties, **m.system_properties(), MessageConst.UNIQ_KEY: self.uniq.next_id()}
-            out.append(EncodedMessage(m.topic, queue_id, SysFlag.BORNHOST_V6 if v6 else 0, m.flag, bytes(m.body),
+            topic, queue_id, props = plan_schedule(m.topic, queue_id, props, delay_level=m.delay_level, deliver_ms=deliver,
+                                                   now=now, levels=levels, max_delay_ms=self.config.timer_max_delay_ms,
+                                                   timer=timer)
+            out.append(EncodedMessage(topic, queue_id, SysFlag.BORNHOST_V6 if v6 else 0, m.flag, bytes(m.body),
                                       props, born, self.born_host))
         return out
 

@@ -39,6 +39,7 @@ from storelib.encoding.message_id import message_id_prefix, message_ids
 from storelib.encoding.properties import properties_to_string
 from storelib.encoding.record import message_length
 from storelib.model.config import StoreConfig
+from storelib.model.errors import ProgressMovedError
 from storelib.model.message import StoredMessage, SysFlag
 from storelib.storage.schema import COMMITLOG
 
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 
-__all__ = ["CommitLog", "EncodedMessage", "AppendResult", "COMMITLOG_MARKER", "CLUSTERED_PREFIX", "queue_marker",
+__all__ = ["CommitLog", "EncodedMessage", "AppendResult", "Progress", "STAGED_SCHEMA", "COMMITLOG_MARKER", "CLUSTERED_PREFIX", "queue_marker",
            "is_clustered"]
 
 log = logging.getLogger(__name__)
@@ -122,6 +123,31 @@ class EncodedMessage:
 
 
 @dataclass(frozen=True)
+class Progress:
+    """Markers an append was planned from (``expect``) and moves on (``advance``), committed in the
+    same Delta commit as its rows: a delivery's or a transaction check's progress. If another run
+    moved an expected marker first, the append raises :class:`~storelib.model.errors.ProgressMovedError`
+    and writes nothing, so the caller plans again from the newer state.
+
+    >>> Progress({"a": 1}, {"a": 2}).check(store.context.tables.commitlog.snapshot())
+    Traceback (most recent call last):
+    ...
+    storelib.model.errors.ProgressMovedError: a: moved from 1 to 0 before this write committed (got 0)
+    """
+
+    expect: Mapping[str, int]
+    advance: Mapping[str, int]
+
+    def check(self, snapshot: "DeltaTable") -> dict[str, int]:
+        """The markers to commit on ``snapshot``, or :class:`ProgressMovedError`."""
+        for name, value in self.expect.items():
+            have = Table.marker(snapshot, name)
+            if have != value:
+                raise ProgressMovedError(name, f"moved from {value} to {have} before this write committed", value=have)
+        return dict(self.advance)
+
+
+@dataclass(frozen=True)
 class AppendResult:
     """Where appended messages landed: one entry per message for small appends, ranges for DataFrames.
 
@@ -167,8 +193,8 @@ class CommitLog:
         return Table.marker(snapshot or self.table.snapshot(), queue_marker(topic, queue_id))
 
     # ---- small appends ---------------------------------------------------------------------
-    def append(self, messages: Sequence[EncodedMessage]) -> AppendResult:
-        """Append ``messages`` in order, atomically: all of them land, or none."""
+    def append(self, messages: Sequence[EncodedMessage], progress: Progress | None = None) -> AppendResult:
+        """Append ``messages`` in order, atomically: all of them land, or none (with ``progress``'s markers)."""
         # The store host's address family is the store's: the flag (and the 12 bytes) it adds count in the size.
         messages = [dataclasses.replace(m, sysflag=m.sysflag | (SysFlag.STOREHOSTADDRESS_V6 if self.store_v6 else 0))
                     for m in messages]
@@ -176,6 +202,7 @@ class CommitLog:
         crcs = [zlib.crc32(m.body) & 0x7FFFFFFF for m in messages]
 
         def step(snapshot) -> AppendResult:
+            extra = progress.check(snapshot) if progress else {}
             start = offset = self.next_offset(snapshot)
             queues: dict[tuple[str, int], int] = {}
             now = now_millis()
@@ -200,7 +227,7 @@ class CommitLog:
             for row, msg_id in zip(rows, ids):
                 row["msg_id"] = msg_id
             data = pa.Table.from_pylist(rows, schema=COMMITLOG.arrow)
-            markers = {COMMITLOG_MARKER: offset, **{queue_marker(t, q): n for (t, q), n in queues.items()}}
+            markers = {**extra, COMMITLOG_MARKER: offset, **{queue_marker(t, q): n for (t, q), n in queues.items()}}
             version, _ = write_rows(self.table, snapshot, data, target_file_size=self.config.target_file_size,
                                                markers=markers, operation="SEND",
                                                info={"storelib.messages": str(len(rows))})
@@ -208,9 +235,48 @@ class CommitLog:
 
         return with_retries(self.table, self.config.max_commit_attempts, step, what="send")
 
+    def append_arrow(self, staged: pa.Table, progress: Progress | None = None, operation: str = "SEND") -> AppendResult:
+        """Append rows already complete but for their offsets (:data:`STAGED_SCHEMA` columns, e.g.
+        messages a delivery moves), placed with numpy in row order, atomically with ``progress``'s
+        markers. No rows and a ``progress`` commit the markers alone.
+
+        >>> rows = store.context.tables.commitlog.read_arrow(columns=STAGED_SCHEMA.names)
+        >>> result = store.context.commitlog.append_arrow(rows)
+        >>> result.count, result.queues[("TopicTest", r.queue_id)]
+        (1, (1, 2))
+        """
+        staged = staged.select(STAGED_SCHEMA.names).cast(STAGED_SCHEMA).combine_chunks()
+        batch = staged.to_batches()[0] if staged.num_rows else None
+
+        def step(snapshot) -> AppendResult:
+            extra = progress.check(snapshot) if progress else {}
+            start = self.next_offset(snapshot)
+            if batch is None:
+                if not extra:
+                    return AppendResult(snapshot.version(), start, start, 0, queues={})
+                version = self.table.commit(snapshot, [], markers=extra, operation=operation)
+                return AppendResult(version, start, start, 0, queues={})
+            topics = Distinct.of(batch.column("topic"))
+            pairs, _, counts = _queue_groups(topics, batch.column("queue_id"))
+            counters = {pair: self.queue_next(pair[0], pair[1], snapshot) for pair in pairs}
+            first = dict(counters)
+            sizes = batch.column("size").to_numpy().astype(np.int64)
+            offsets = start + np.cumsum(sizes) - sizes
+            place = _Place(now_millis(), self.store_host, self.msg_id_prefix)
+            rows = place._row_batch(batch, offsets, place._queue_offsets(batch, counters))
+            end = start + int(sizes.sum())
+            markers = {**extra, COMMITLOG_MARKER: end, **{queue_marker(t, q): n for (t, q), n in counters.items()}}
+            version, _ = write_rows(self.table, snapshot, pa.Table.from_batches([rows]),
+                                    target_file_size=self.config.target_file_size, markers=markers,
+                                    operation=operation, info={"storelib.messages": str(batch.num_rows)})
+            return AppendResult(version, start, end, batch.num_rows, queues={k: (first[k], counters[k]) for k in first})
+
+        return with_retries(self.table, self.config.max_commit_attempts, step, what=operation.lower())
+
     # ---- DataFrame appends -----------------------------------------------------------------
     def append_dataframe(self, encoded: "DataFrame", frame: "BatchCompleter",
-                         refused: Callable[[Mapping[str, Any]], None]) -> AppendResult:
+                         refused: Callable[[Mapping[str, Any]], None], progress: Progress | None = None,
+                         operation: str = "SEND_DATAFRAME") -> AppendResult:
         """Append an encoded DataFrame (see :mod:`storelib.send.producer`) in one atomic commit.
 
         ``encoded`` has what varies per message (see :meth:`Producer.encode_dataframe`); ``frame``
@@ -239,11 +305,10 @@ class CommitLog:
             parts = sorted((r for r in staged if r["rows"]), key=lambda r: r["partition"])
             count, total = sum(r["rows"] for r in parts), sum(r["bytes"] for r in parts)
             if not parts:
-                snapshot = self.table.snapshot()
-                end = self.next_offset(snapshot)
-                return AppendResult(snapshot.version(), end, end, 0, queues={})
+                return self.append_arrow(STAGED_SCHEMA.empty_table(), progress, operation)
 
             def step(snapshot) -> AppendResult:
+                extra = progress.check(snapshot) if progress else {}
                 start = self.next_offset(snapshot)
                 placed, offset, nexts, first = [], start, {}, {}
                 for r in parts:
@@ -265,9 +330,9 @@ class CommitLog:
                 except PySparkException:
                     self._discard_attempt(prefix)
                     raise
-                markers = {COMMITLOG_MARKER: start + total}
+                markers = {**extra, COMMITLOG_MARKER: start + total}
                 markers.update({queue_marker(t, q): n for (t, q), n in nexts.items()})
-                version = self.table.commit(snapshot, files, markers=markers, operation="SEND_DATAFRAME",
+                version = self.table.commit(snapshot, files, markers=markers, operation=operation,
                                             info={"storelib.messages": str(count)})
                 return AppendResult(version, start, start + total, count,
                                     queues={k: (first[k], nexts[k]) for k in nexts})
@@ -300,6 +365,8 @@ class CommitLog:
 #: Commitlog columns the store sets when it places a message; staged rows have all the others.
 _PLACED = ("physical_offset", "queue_offset", "store_timestamp", "store_host", "msg_id")
 _STAGED = pa.schema([f for f in COMMITLOG.arrow if f.name not in _PLACED and f.name != "cluster_seq"])
+#: The columns of rows complete but for their offsets (what :meth:`CommitLog.append_arrow` takes).
+STAGED_SCHEMA = _STAGED
 _STAGED_ARROW = pa.schema([("partition", pa.int32()), ("path", pa.string()), ("rows", pa.int64()), ("bytes", pa.int64()),
                           ("queues", pa.string()), ("refused", pa.string())])
 

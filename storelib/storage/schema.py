@@ -17,6 +17,7 @@ Tables, as folders under the store's root:
 ``subscription``               subscriptions by consumer group and topic (ConsumerFilterManager)
 ``subscription_group``         consumer group settings (SubscriptionGroupManager)
 ``consumer_offset``            committed offsets by group, topic and queue (ConsumerOffsetManager)
+``transaction_checker``        check-back callables of producer groups, by import path
 =============================  ====================================================================
 
 No table is Delta-partitioned: the writers cluster rows into files instead (one queue's offset
@@ -34,7 +35,7 @@ import pyarrow as pa
 from storelib.delta.spec import TableSpec
 
 __all__ = ["TableSpec", "TABLES", "COMMITLOG", "COMMITLOG_SUMMARY", "CLUSTERED_ROW_GROUP_ROWS", "CONSUME_QUEUE", "CONSUME_QUEUE_EXT", "EXT_SUMMARY", "INDEX", "TOPIC_CONFIG",
-           "SUBSCRIPTION", "SUBSCRIPTION_GROUP", "CONSUMER_OFFSET"]
+           "SUBSCRIPTION", "SUBSCRIPTION_GROUP", "CONSUMER_OFFSET", "TRANSACTION_CHECKER"]
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 PROPERTIES = pa.map_(pa.string(), pa.string())
@@ -254,9 +255,20 @@ CONSUMER_OFFSET = TableSpec(
     description="Consumer offsets by (group, topic, queue) (RocketMQ's ConsumerOffsetManager).",
 )
 
+TRANSACTION_CHECKER = TableSpec(
+    "transaction_checker",
+    pa.schema([
+        _f("producer_group", pa.string(), "Producer group whose half messages the checker answers for", False),
+        _f("checker", pa.string(), "Import path of the checker, 'package.module:function'", False),
+        _f("updated_at", TIMESTAMP, "When the checker was registered: the latest registration wins", False),
+    ]),
+    description="Transaction check-back callables by producer group (RocketMQ asks a producer of the group).",
+)
+
 TABLES: dict[str, TableSpec] = {t.name: t for t in (COMMITLOG, COMMITLOG_SUMMARY, CONSUME_QUEUE, CONSUME_QUEUE_EXT,
                                                      EXT_SUMMARY, INDEX,
-                                                     TOPIC_CONFIG, SUBSCRIPTION, SUBSCRIPTION_GROUP, CONSUMER_OFFSET)}
+                                                     TOPIC_CONFIG, SUBSCRIPTION, SUBSCRIPTION_GROUP, CONSUMER_OFFSET,
+                                                     TRANSACTION_CHECKER)}
 
 
 def describe() -> str:

@@ -1,0 +1,260 @@
+"""The transaction check-back: RocketMQ's TransactionalMessageCheckService.
+
+:func:`check_transactions` looks at every pending half message (:func:`~storelib.schedule.transaction.pending_halves`)
+older than ``transaction_timeout_ms`` (or its own ``CHECK_IMMUNITY_TIME_IN_SECONDS``, whichever is
+later), and asks its producer group's checker (a Python callable registered by import path with
+:func:`register_checker`) for the state of its local transaction:
+
+* COMMIT / ROLLBACK end it as :func:`~storelib.schedule.transaction.end_transaction` would;
+* UNKNOW (also a checker that raises, hangs past ``transaction_checker_timeout_ms``, or is not
+  registered; the error is reported) puts the half message back at the end of the half queue with
+  ``TRANSACTION_CHECK_TIMES`` one higher (``putBackHalfMsgQueue``), to be asked again;
+* a half message already checked ``transaction_check_max`` (15) times is given up: rolled back (an op
+  message) and kept in ``TRANS_CHECK_MAX_TIME_TOPIC`` (``resolveDiscardMsg``).
+
+Everything a run decides is written in ONE commitlog commit together with the moved check progress
+(the oldest half message still too young, or the commitlog's end), expecting the progress and the op
+queue to be as read: kill the run anywhere and rerun it, nothing is committed twice and no decision
+is lost (the checker is simply asked again).
+
+>>> from storelib import Message
+>>> from storelib.schedule.transaction import send_half
+>>> half = send_half(store.context, Message("TopicTest", body=b"b"), "PG")
+>>> register_checker(store.context, "PG", "storelib.schedule.check:commit_all")
+>>> check_transactions(store.context, now=10**13).committed
+1
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib
+import queue
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from storelib.context import StoreContext
+from storelib.encoding.properties import edit_properties
+from storelib.model.errors import ProgressMovedError, TransactionError
+from storelib.model.message import MessageConst, StoredMessage
+from storelib.model.timestamps import epoch_ms, now_ms
+from storelib.model.topic import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, validate_group
+from storelib.schedule.deliver import restaged
+from storelib.schedule.transaction import CHECK_MARKER, TransactionState, ended_rows, pending_halves
+from storelib.storage.commitlog import Progress
+from storelib.storage.schema import TRANSACTION_CHECKER
+
+__all__ = ["CheckResult", "check_transactions", "register_checker", "checker_of", "commit_all", "ask_checker"]
+
+
+@dataclass
+class CheckResult:
+    """What one check-back run did: half messages checked, committed, rolled back, left UNKNOW (put
+    back), given up; the checkers' errors (``transaction id: error``), the version written.
+
+    >>> CheckResult(checked=2, committed=1, unknown=1).checked
+    2
+    """
+
+    checked: int = 0
+    committed: int = 0
+    rolled_back: int = 0
+    unknown: int = 0
+    given_up: int = 0
+    errors: list[str] = field(default_factory=list)
+    version: int | None = None
+
+
+def commit_all(message: StoredMessage) -> TransactionState:
+    """A checker answering COMMIT for every message (for examples and benchmarks).
+
+    >>> commit_all(None)
+    <TransactionState.COMMIT_MESSAGE: 'COMMIT_MESSAGE'>
+    """
+    return TransactionState.COMMIT_MESSAGE
+
+
+def register_checker(ctx: StoreContext, producer_group: str, checker: str) -> None:
+    """Register ``producer_group``'s checker: ``'package.module:function'``, a callable taking a
+    :class:`~storelib.model.message.StoredMessage` (the half message) and answering a
+    :class:`TransactionState` (or its name). It must import here; the latest registration wins.
+
+    >>> register_checker(store.context, "PG", "no.such.module:f")
+    Traceback (most recent call last):
+    ...
+    storelib.model.errors.TransactionError: checker: can not be imported: ModuleNotFoundError: No module named 'no' (got 'no.such.module:f')
+    """
+    from deltalake import write_deltalake
+
+    validate_group(producer_group, "producer_group")
+    _load(checker)
+    row = {"producer_group": producer_group, "checker": checker, "updated_at": dt.datetime.now(dt.timezone.utc)}
+    write_deltalake(ctx.tables.transaction_checker.path, pa.Table.from_pylist([row], schema=TRANSACTION_CHECKER.arrow),
+                    mode="append")
+
+
+def _load(path: object) -> Callable[[StoredMessage], Any]:
+    if not isinstance(path, str) or path.count(":") != 1:
+        raise TransactionError("checker", "must be an import path 'package.module:function'", value=path)
+    module, name = path.split(":")
+    try:
+        target = getattr(importlib.import_module(module), name)
+    except Exception as e:
+        raise TransactionError("checker", f"can not be imported: {type(e).__name__}: {e}", value=path) from None
+    if not callable(target):
+        raise TransactionError("checker", "is not callable", value=path)
+    return target
+
+
+def checker_of(ctx: StoreContext, producer_group: str) -> Callable[[StoredMessage], Any] | None:
+    """The checker registered for ``producer_group``, or None.
+
+    >>> checker_of(store.context, "Nobody") is None
+    True
+    """
+    def latest(view) -> dict[str, str]:
+        rows = sorted(ctx.tables.transaction_checker.read_view(view).to_pylist(), key=lambda r: r["updated_at"])
+        return {r["producer_group"]: r["checker"] for r in rows}
+
+    path = ctx.tables.transaction_checker.memo("latest", latest).get(producer_group)
+    return None if path is None else _load(path)
+
+
+def ask_checker(checker: Callable[[StoredMessage], Any] | None, messages: list[StoredMessage],
+                timeout_s: float) -> list[tuple[TransactionState, str | None]]:
+    """Each message's state from ``checker``, asked in order on one worker thread; an answer that
+    raises, is no state, or takes longer than ``timeout_s`` is UNKNOW with the error.
+
+    >>> ask_checker(lambda m: "ROLLBACK", [None], 1.0), ask_checker(lambda m: 1 / 0, [None], 1.0)[0][1]
+    ([(<TransactionState.ROLLBACK_MESSAGE: 'ROLLBACK_MESSAGE'>, None)], 'ZeroDivisionError: division by zero')
+    """
+    if checker is None:
+        return [(TransactionState.UNKNOW, "no checker is registered for the producer group")] * len(messages)
+    out: list[tuple[TransactionState, str | None]] = []
+    todo: queue.Queue = queue.Queue()
+    done: queue.Queue = queue.Queue()
+
+    def work() -> None:
+        while True:
+            item = todo.get()
+            if item is None:
+                return
+            i, m = item
+            try:
+                done.put((i, TransactionState.of(checker(m)), None))
+            except Exception as e:
+                done.put((i, TransactionState.UNKNOW, f"{type(e).__name__}: {e}"))
+
+    worker = threading.Thread(target=work, daemon=True)
+    worker.start()
+    for i, m in enumerate(messages):
+        todo.put((i, m))
+        try:
+            j, state, error = done.get(timeout=timeout_s)
+            while j != i:  # a late answer of a message that already timed out
+                j, state, error = done.get(timeout=timeout_s)
+        except queue.Empty:
+            state, error = TransactionState.UNKNOW, f"the checker did not answer within {timeout_s:g} s"
+            todo.put(None)
+            todo = queue.Queue()  # the hung worker keeps the old queue; a fresh one takes over
+            worker = threading.Thread(target=work, daemon=True)
+            worker.start()
+        out.append((state, error))
+    todo.put(None)
+    return out
+
+
+def check_transactions(ctx: StoreContext, now: object = None, *, fault: Callable[[str], None] | None = None) -> CheckResult:
+    """One check-back run over the pending half messages at ``now`` (epoch ms or an aware datetime;
+    default the clock); see the module docstring. ``fault`` (a test seam) is called with ``asked``
+    (every checker answered, nothing written) and ``committed``."""
+    now = epoch_ms(now, "now", default=now_ms())
+    config = ctx.config
+    for _ in range(config.max_commit_attempts):
+        rows, markers, end = pending_halves(ctx)
+        result = CheckResult()
+        props = rows.column("properties")
+        born = pc.divide(pc.cast(rows.column("born_timestamp"), pa.int64()), 1000).to_numpy(zero_copy_only=False)
+        immunity = pc.multiply(pc.cast(pc.if_else(pc.match_substring_regex(
+            pc.fill_null(pc.map_lookup(props, pa.scalar(MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS), "first"), ""),
+            r"^[0-9]{1,12}$"), pc.map_lookup(props, pa.scalar(MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS), "first"), "0"),
+            pa.int64()), 1000).to_numpy(zero_copy_only=False)
+        wait = np.maximum(immunity, config.transaction_timeout_ms)
+        ripe = (now - born) >= wait
+        times_text = pc.map_lookup(props, pa.scalar(MessageConst.TRANSACTION_CHECK_TIMES), "first")
+        times = pc.cast(pc.if_else(pc.fill_null(pc.match_substring_regex(times_text, r"^[0-9]{1,9}$"), False),
+                                   times_text, "0"), pa.int64()).to_numpy(zero_copy_only=False)
+        young = np.nonzero(~ripe)[0]
+        new_mark = int(rows.column("physical_offset")[int(young[0])].as_py()) if len(young) else end
+        checked = rows.filter(pa.array(ripe))
+        times = times[ripe]
+        give_up = times >= config.transaction_check_max
+        states: list[TransactionState] = [TransactionState.ROLLBACK_MESSAGE] * checked.num_rows
+        asked_rows = checked.filter(pa.array(~give_up))
+        if asked_rows.num_rows:
+            answers = _ask(ctx, asked_rows)
+            for k, (state, error) in zip(np.nonzero(~give_up)[0].tolist(), answers):
+                states[k] = state
+                if error:
+                    tid = checked.column("transaction_id")[k].as_py()
+                    result.errors.append(f"{tid}: {error}")
+        if fault:
+            fault("asked")
+        kinds = np.array([s.value for s in states], dtype=object)
+        unknown = kinds == TransactionState.UNKNOW.value
+        ended = checked.filter(pa.array(~unknown))
+        parts = [ended_rows(ended, [s for s, u in zip(states, unknown) if not u], ctx.producer.born_host)]
+        if unknown.any():
+            back = checked.filter(pa.array(unknown))
+            count = pc.cast(pc.add(pa.array(times[unknown]), 1), pa.string())
+            parts.append(restaged(back, pa.repeat(pa.scalar(TRANS_HALF_TOPIC), back.num_rows),
+                                  pa.repeat(pa.scalar(0, pa.int32()), back.num_rows),
+                                  edit_properties(back.column("properties").combine_chunks(), (),
+                                                  {MessageConst.TRANSACTION_CHECK_TIMES: count})))
+        if give_up.any():
+            dead = checked.filter(pa.array(give_up))
+            parts.append(restaged(dead, pa.repeat(pa.scalar(TRANS_CHECK_MAX_TIME_TOPIC), dead.num_rows),
+                                  pa.repeat(pa.scalar(0, pa.int32()), dead.num_rows),
+                                  dead.column("properties").combine_chunks()))
+        out = pa.concat_tables(parts)
+        advance = {CHECK_MARKER: new_mark} if new_mark != markers[CHECK_MARKER] else {}
+        if not out.num_rows and not advance:
+            return result
+        try:
+            result.version = ctx.commitlog.append_arrow(out, Progress(markers, advance), operation="CHECK_TRANSACTIONS").version
+        except ProgressMovedError:
+            continue
+        if fault:
+            fault("committed")
+        result.checked = checked.num_rows
+        result.given_up = int(give_up.sum())
+        result.unknown = int(unknown.sum())
+        result.committed = int((kinds == TransactionState.COMMIT_MESSAGE.value).sum())
+        result.rolled_back = result.checked - result.committed - result.unknown - result.given_up
+        return result
+    raise ProgressMovedError(None, "transaction ends kept moving first")
+
+
+def _ask(ctx: StoreContext, rows: pa.Table) -> list[tuple[TransactionState, str | None]]:
+    """Every row's answer from its producer group's checker, group by group."""
+    groups = pc.map_lookup(rows.column("properties"), pa.scalar(MessageConst.PGROUP), "first").to_pylist()
+    messages = [StoredMessage.from_row(r) for r in rows.drop_columns(["transaction_id"]).to_pylist()]
+    answers: list[tuple[TransactionState, str | None]] = [(TransactionState.UNKNOW, None)] * len(messages)
+    timeout = ctx.config.transaction_checker_timeout_ms / 1000
+    for group in sorted(set(g or "" for g in groups)):
+        at = [i for i, g in enumerate(groups) if (g or "") == group]
+        try:
+            checker = checker_of(ctx, group) if group else None
+        except TransactionError as e:
+            got = [(TransactionState.UNKNOW, str(e))] * len(at)
+        else:
+            got = ask_checker(checker, [messages[i] for i in at], timeout)
+        for i, answer in zip(at, got):
+            answers[i] = answer
+    return answers
+

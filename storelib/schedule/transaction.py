@@ -1,0 +1,287 @@
+"""Transactional messages: half messages, ending them, and the broker's check-back.
+
+RocketMQ's two-phase send, on the commitlog:
+
+1. :func:`send_half` stores the message as a *half message* (``TransactionalMessageBridge.parseHalfMessageInner``):
+   ``TRAN_MSG=true``, ``PGROUP`` (the producer group), ``__transactionId__`` (its UNIQ_KEY, the
+   transaction id), ``REAL_TOPIC`` / ``REAL_QID``, under ``RMQ_SYS_TRANS_HALF_TOPIC`` queue 0 with
+   its transaction bits reset to "not a transaction" as the broker stores it (the client sent it
+   prepared). No consumer of the real topic sees it, nor a key lookup of the real topic.
+2. :func:`end_transaction` writes an *op message* (``RMQ_SYS_TRANS_OP_HALF_TOPIC`` queue 0, tag ``d``,
+   body ``"<half queue offset>,"``) and, on COMMIT, the real message (``endMessageTransaction``:
+   ``REAL_TOPIC`` / ``REAL_QID`` cleared, sysflag COMMIT), both in ONE commitlog commit. A
+   transaction already ended raises :class:`~storelib.model.errors.TransactionEndedError` and writes nothing.
+
+Which half messages are pending is read from the commitlog past the check progress (a ``txn``
+marker of the commitlog: every half message before it has been ended, given up, or put back for a
+later check): half messages there without an op message. Every write that ends a transaction
+expects the check progress and the op queue's end to be what it read, so an end and a check-back
+can never both decide one transaction.
+
+>>> from storelib import Message
+>>> r = send_in_transaction(store.context, Message("TopicTest", body=b"order"), lambda m, arg: TransactionState.COMMIT, "PG")
+>>> r.local_state, r.topic
+(<TransactionState.COMMIT_MESSAGE: 'COMMIT_MESSAGE'>, 'RMQ_SYS_TRANS_HALF_TOPIC')
+>>> end_transaction(store.context, r.transaction_id, TransactionState.ROLLBACK)
+Traceback (most recent call last):
+...
+storelib.model.errors.TransactionEndedError: transaction_id: was already committed or rolled back; nothing was written (got '...')
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from storelib.context import StoreContext
+from storelib.delta.table import Prune
+from storelib.encoding.properties import edit_properties
+from storelib.model.errors import MessageError, ProgressMovedError, TransactionEndedError, TransactionNotFoundError
+from storelib.model.message import Message, MessageConst, SendResult, SysFlag
+from storelib.model.topic import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, validate_group
+from storelib.schedule.deliver import restaged
+from storelib.storage.commitlog import Progress, queue_marker
+
+__all__ = ["TransactionState", "TransactionSendResult", "send_half", "send_in_transaction", "end_transaction",
+           "pending_halves", "ended_rows", "CHECK_MARKER", "REMOVE_TAG"]
+
+log = logging.getLogger(__name__)
+
+#: Commitlog offset below which no half message is pending (``txn`` marker of the commitlog).
+CHECK_MARKER = "transaction/check"
+#: ``TransactionalMessageUtil.REMOVE_TAG``: the tag of op messages.
+REMOVE_TAG = "d"
+_HALF_CLEARED = (MessageConst.REAL_TOPIC, MessageConst.REAL_QID, MessageConst.TRAN_PREPARED_QUEUE_OFFSET)
+
+
+class TransactionState(enum.Enum):
+    """A local transaction's state (``LocalTransactionState``); ``COMMIT``, ``ROLLBACK`` and ``UNKNOWN`` are aliases.
+
+    >>> TransactionState.COMMIT is TransactionState.COMMIT_MESSAGE, TransactionState.of("UNKNOW")
+    (True, <TransactionState.UNKNOW: 'UNKNOW'>)
+    """
+
+    COMMIT_MESSAGE = "COMMIT_MESSAGE"
+    ROLLBACK_MESSAGE = "ROLLBACK_MESSAGE"
+    UNKNOW = "UNKNOW"
+    COMMIT = "COMMIT_MESSAGE"
+    ROLLBACK = "ROLLBACK_MESSAGE"
+    UNKNOWN = "UNKNOW"
+
+    @classmethod
+    def of(cls, value: object) -> "TransactionState":
+        """The state ``value`` names (a state, or its name as text); else :class:`TransactionError`."""
+        from storelib.model.errors import TransactionError
+
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, str) and value.upper() in cls.__members__:
+            return cls[value.upper()]
+        raise TransactionError("state", "must be COMMIT_MESSAGE, ROLLBACK_MESSAGE or UNKNOW", value=value)
+
+
+@dataclass(frozen=True)
+class TransactionSendResult:
+    """What :func:`send_in_transaction` returns: where the half message went, its transaction id,
+    and the local transaction's answer (UNKNOW, with ``error``, when it raised).
+
+    >>> TransactionSendResult(SendResult("SEND_OK", "ID", "K", "T", 0, 0, 0), "K", TransactionState.UNKNOW).topic
+    'T'
+    """
+
+    half: SendResult
+    transaction_id: str
+    local_state: TransactionState
+    error: str | None = None
+
+    @property
+    def topic(self) -> str:
+        return self.half.topic
+
+    @property
+    def msg_id(self) -> str:
+        return self.half.msg_id
+
+
+def send_half(ctx: StoreContext, message: Message, producer_group: str) -> SendResult:
+    """Store ``message`` as a half message of ``producer_group`` (see the module docstring).
+
+    >>> from storelib import Message
+    >>> send_half(store.context, Message("TopicTest"), "PG").topic
+    'RMQ_SYS_TRANS_HALF_TOPIC'
+    """
+    validate_group(producer_group, "producer_group")
+    if getattr(message, "delay_level", 0) or getattr(message, "deliver_time_ms", None) is not None:
+        raise MessageError("message", "a transactional message can not be delayed (RocketMQ clears DELAY)")
+    encoded = ctx.producer.encode([message], ctx.topics.all())[0]
+    props = dict(encoded.properties)
+    props[MessageConst.TRAN_MSG] = "true"
+    props[MessageConst.PGROUP] = producer_group
+    props[MessageConst.TRANSACTION_ID] = props[MessageConst.UNIQ_KEY]
+    props[MessageConst.REAL_TOPIC] = encoded.topic
+    props[MessageConst.REAL_QID] = str(encoded.queue_id)
+    encoded.properties, encoded.topic, encoded.queue_id = props, TRANS_HALF_TOPIC, 0
+    encoded.sysflag &= ~SysFlag.TRANSACTION_ROLLBACK_TYPE
+    row = ctx.commitlog.append([encoded]).rows[0]
+    return SendResult("SEND_OK", row["msg_id"], row["uniq_key"], row["topic"], row["queue_id"], row["queue_offset"],
+                      row["physical_offset"])
+
+
+def send_in_transaction(ctx: StoreContext, message: Message, local_transaction: Callable[[Message, Any], Any],
+                        producer_group: str, arg: Any = None) -> TransactionSendResult:
+    """``TransactionMQProducer.sendMessageInTransaction``: the half message, then ``local_transaction(message, arg)``,
+    then :func:`end_transaction` with its answer. An answer of UNKNOW, or an exception, leaves the
+    half message to the check-back (``check_transactions``)."""
+    half = send_half(ctx, message, producer_group)
+    error = None
+    try:
+        state = TransactionState.of(local_transaction(message, arg))
+    except Exception as e:  # the client logs it and ends the transaction as UNKNOW
+        state, error = TransactionState.UNKNOW, f"{type(e).__name__}: {e}"
+        log.warning("local transaction of %s raised %s", half.uniq_key, error)
+    if state is not TransactionState.UNKNOW:
+        end_transaction(ctx, half.uniq_key, state)
+    return TransactionSendResult(half, half.uniq_key, state, error)
+
+
+def pending_halves(ctx: StoreContext, snapshot_view=None) -> tuple[pa.Table, dict[str, int], int]:
+    """The half messages still pending (latest copy of each transaction, no op message for it), oldest
+    first, with the markers they were read under (check progress, op queue end) and the commitlog end.
+
+    >>> rows, markers, end = pending_halves(store.context)
+    >>> rows.num_rows, sorted(markers)
+    (0, ['cq/RMQ_SYS_TRANS_OP_HALF_TOPIC/0', 'transaction/check'])
+    """
+    log_table = ctx.tables.commitlog
+    names = [CHECK_MARKER, queue_marker(TRANS_OP_HALF_TOPIC, 0), "commitlog"]
+    view = snapshot_view or log_table.view(markers=names)
+    low = view.marker(CHECK_MARKER)
+    tail = log_table.read_view(view, Prune(between={"physical_offset": (low, 2**62)}),
+                               filter=(pc.field("physical_offset") >= low)
+                               & pc.field("topic").isin([TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC]))
+    tail = tail.sort_by("physical_offset")
+    halves = tail.filter(pc.equal(tail.column("topic"), TRANS_HALF_TOPIC))
+    ops = tail.filter(pc.equal(tail.column("topic"), TRANS_OP_HALF_TOPIC))
+    done = set()
+    for body in ops.column("body").to_pylist():  # op messages are few per run: one per ended transaction
+        done.update(int(x) for x in body.decode().split(",") if x.strip().isdigit())
+    tid = pc.map_lookup(halves.column("properties"), pa.scalar(MessageConst.TRANSACTION_ID), "first")
+    tid = pc.coalesce(tid, halves.column("uniq_key"))
+    ended = pc.is_in(halves.column("queue_offset"), value_set=pa.array(sorted(done), pa.int64())).to_numpy(zero_copy_only=False)
+    ids = tid.to_numpy(zero_copy_only=False)
+    # the latest copy of each transaction counts (older ones were put back by a check)
+    last = {t: i for i, t in enumerate(ids)}
+    latest = np.zeros(len(ids), dtype=bool)
+    latest[list(last.values())] = True
+    ended_ids = set(ids[ended].tolist())
+    pending = latest & np.array([t not in ended_ids for t in ids], dtype=bool)
+    rows = halves.filter(pa.array(pending)).append_column("transaction_id", tid.filter(pa.array(pending)))
+    markers = {CHECK_MARKER: low, names[1]: view.marker(names[1])}
+    return rows, markers, view.marker("commitlog")
+
+
+def ended_rows(rows: pa.Table, states: list[TransactionState], born_host: str) -> pa.Table:
+    """What ending ``rows`` (pending half messages) with ``states`` writes, in order: each COMMIT's
+    real message, then one op message per half message (tag ``d``, body its half queue offset).
+
+    >>> ended_rows(pending_halves(store.context)[0], [], "127.0.0.1:0").num_rows
+    0
+    """
+    commit = np.array([s is TransactionState.COMMIT_MESSAGE for s in states], dtype=bool)
+    parts = []
+    if commit.any():
+        real = rows.filter(pa.array(commit))
+        props = real.column("properties").combine_chunks()
+        topic = pc.map_lookup(props, pa.scalar(MessageConst.REAL_TOPIC), "first")
+        qid = pc.cast(pc.map_lookup(props, pa.scalar(MessageConst.REAL_QID), "first"), pa.int32())
+        flags = pc.bit_wise_or(pc.bit_wise_and(real.column("sysflag").combine_chunks(), ~SysFlag.TRANSACTION_ROLLBACK_TYPE),
+                               SysFlag.TRANSACTION_COMMIT_TYPE)
+        parts.append(restaged(real, topic, qid, edit_properties(props, _HALF_CLEARED), sysflag=flags))
+    if len(states):
+        from storelib.storage.commitlog import STAGED_SCHEMA, now_millis
+
+        n = rows.num_rows
+        offsets = pc.cast(rows.column("queue_offset"), pa.string()).combine_chunks()
+        body = pc.cast(pc.binary_join_element_wise(offsets, pa.scalar(","), ""), pa.binary())
+        uniq = pc.binary_join_element_wise(rows.column("uniq_key").combine_chunks(), pa.scalar("OP"), "")
+        props = pa.MapArray.from_arrays(pa.array(np.arange(0, 2 * n + 1, 2), pa.int32()),
+                                        pa.array([MessageConst.TAGS, MessageConst.UNIQ_KEY] * n),
+                                        pc.cast(_interleave(pa.repeat(pa.scalar(REMOVE_TAG), n), uniq), pa.string()))
+        base = pa.table({"sysflag": pa.repeat(pa.scalar(0, pa.int32()), n), "flag": pa.repeat(pa.scalar(0, pa.int32()), n),
+                         "body_crc": pc.cast(pa.repeat(pa.scalar(0), n), pa.int32()),
+                         "born_timestamp": pa.repeat(pa.scalar(now_millis(), STAGED_SCHEMA.field("born_timestamp").type), n),
+                         "born_host": pa.repeat(pa.scalar(born_host), n),
+                         "reconsume_times": pa.repeat(pa.scalar(0, pa.int32()), n),
+                         "tags": pa.repeat(pa.scalar(REMOVE_TAG), n), "keys": pa.nulls(n, pa.string()), "uniq_key": uniq})
+        import zlib
+
+        crcs = pa.array([zlib.crc32(b) & 0x7FFFFFFF for b in body.to_pylist()], pa.int32())
+        base = base.set_column(base.schema.get_field_index("body_crc"), "body_crc", crcs)
+        parts.append(restaged(base, pa.repeat(pa.scalar(TRANS_OP_HALF_TOPIC), n), pa.repeat(pa.scalar(0, pa.int32()), n),
+                              props, body=body))
+    if not parts:
+        from storelib.storage.commitlog import STAGED_SCHEMA
+
+        return STAGED_SCHEMA.empty_table()
+    return pa.concat_tables(parts)
+
+
+def _interleave(a: pa.Array, b: pa.Array) -> pa.Array:
+    """``a[0], b[0], a[1], b[1], ...``"""
+    n = len(a)
+    order = np.empty(2 * n, dtype=np.int64)
+    order[0::2], order[1::2] = np.arange(n), np.arange(n) + n
+    return pa.concat_arrays([a.cast(pa.string()), b.cast(pa.string())]).take(pa.array(order))
+
+
+def end_transaction(ctx: StoreContext, transaction_id: str, state: TransactionState | str) -> int | None:
+    """End a pending transaction (``endTransaction``): COMMIT stores the real message and an op
+    message, ROLLBACK the op message; UNKNOW changes nothing (the check-back will ask). Returns the
+    commitlog version written, or None.
+
+    A transaction with no pending half message raises :class:`TransactionEndedError` when it was
+    ended, :class:`TransactionNotFoundError` when none is known.
+    """
+    state = TransactionState.of(state)
+    if not isinstance(transaction_id, str) or not transaction_id:
+        raise TransactionNotFoundError("transaction_id", "must be the transaction id a half message's send returned",
+                                       value=transaction_id)
+    if state is TransactionState.UNKNOW:
+        return None
+    for _ in range(ctx.config.max_commit_attempts):
+        rows, markers, _ = pending_halves(ctx)
+        mine = rows.filter(pc.equal(rows.column("transaction_id"), transaction_id))
+        if not mine.num_rows:
+            if _ever_sent(ctx, transaction_id):
+                raise TransactionEndedError("transaction_id", "was already committed or rolled back; nothing was written",
+                                            value=transaction_id)
+            raise TransactionNotFoundError("transaction_id", "no half message is pending under this transaction id",
+                                           value=transaction_id)
+        out = ended_rows(mine, [state], ctx.producer.born_host)
+        try:
+            return ctx.commitlog.append_arrow(out, Progress(markers, {}), operation="END_TRANSACTION").version
+        except ProgressMovedError:
+            continue
+    raise ProgressMovedError(None, "transaction checks kept moving first")
+
+
+def _ever_sent(ctx: StoreContext, transaction_id: str) -> bool:
+    """Whether a half message with this transaction id was stored (dispatched: by the index; else the commitlog tail)."""
+    from storelib.query.lookup import MessageQuery
+
+    try:
+        MessageQuery(ctx).by_unique_key(TRANS_HALF_TOPIC, transaction_id)
+        return True
+    except LookupError:
+        pass
+    low = ctx.tables.index.view(markers=["reput"]).marker("reput")
+    tail = ctx.tables.commitlog.read_view(ctx.tables.commitlog.view(), Prune(between={"physical_offset": (low, 2**62)}),
+                                          columns=["uniq_key"],
+                                          filter=(pc.field("physical_offset") >= low) & (pc.field("topic") == TRANS_HALF_TOPIC))
+    return transaction_id in set(tail.column("uniq_key").to_pylist())
