@@ -52,30 +52,22 @@ def main(argv: list[str] | None = None) -> int:
                 print(f.line(), flush=True)
                 out[f.name.strip()] = {"messages": f.messages, "seconds": round(f.seconds, 3), "msgs_per_s": round(f.rate),
                                        "baseline_seconds": round(f.baseline_seconds, 3), "ratio": round(f.ratio, 3)}
-        if "lookup" in suites:
-            lookup = bench_key_lookup(spark, args.messages, args.distinct_keys or max(1, args.messages // 10),
-                                      lookups=args.lookups, root=args.root, partitions=args.partitions)
-            for line in lookup.lines():
-                print(line, flush=True)
-            out["lookup"] = lookup.as_dict()
-        if "filter" in suites:
-            filtering = bench_filtering(spark, args.messages, root=args.root, queues=args.queues,
-                                        partitions=args.partitions, bloom_consumers=args.bloom_consumers)
-            for line in filtering.lines():
-                print(line, flush=True)
-            out["filter"] = filtering.as_dict()
-        if "pull" in suites:
-            pulling = bench_pull(spark, args.messages, pulls=args.pulls, root=args.root, queues=args.queues,
-                                 partitions=args.partitions)
-            for line in pulling.lines():
-                print(line, flush=True)
-            out["pull"] = pulling.as_dict()
-        if "custom" in suites:
-            custom = bench_custom(spark, args.messages, root=args.root, queues=args.queues, partitions=args.partitions,
-                                  repeats=args.repeats)
-            for line in custom.lines():
-                print(line, flush=True)
-            out["custom"] = custom.as_dict()
+        runs = {
+            "lookup": lambda: bench_key_lookup(spark, args.messages, args.distinct_keys or max(1, args.messages // 10),
+                                               lookups=args.lookups, root=args.root, partitions=args.partitions),
+            "filter": lambda: bench_filtering(spark, args.messages, root=args.root, queues=args.queues,
+                                              partitions=args.partitions, bloom_consumers=args.bloom_consumers),
+            "pull": lambda: bench_pull(spark, args.messages, pulls=args.pulls, root=args.root, queues=args.queues,
+                                       partitions=args.partitions),
+            "custom": lambda: bench_custom(spark, args.messages, root=args.root, queues=args.queues,
+                                           partitions=args.partitions, repeats=args.repeats),
+        }
+        for suite, run in runs.items():
+            if suite in suites:
+                figures = run()
+                for line in figures.lines():
+                    print(line, flush=True)
+                out[suite] = figures.as_dict()
     except StoreError as e:
         print(f"benchmark failed: {e}", file=sys.stderr)
         return 2
