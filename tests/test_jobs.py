@@ -64,3 +64,44 @@ def test_readme_commands_are_what_ci_runs():
                         cwd=ROOT, capture_output=True, text=True).stdout.strip()
     assert ci.endswith("-m pytest") and ci in readme
     assert "awk '/<!-- test-command -->/" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_schedule_benchmark_stores_what_a_send_stores(spark, store):
+    """The benchmark's bulk set-up stores delayed and half messages exactly as the send paths would."""
+    from jobs.benchmarks.schedule import TOPIC, _send_scheduled, schedule_frame
+    from storelib import Message
+    from storelib.schedule.transaction import send_half
+
+    store.create_topic(TOPIC, queues=8)
+    assert _send_scheduled(store, schedule_frame(spark, 3, 1), "delay") == 3
+    assert _send_scheduled(store, schedule_frame(spark, 1, 1), "half") == 1
+    body = b"scheduled body 2".ljust(100, b".")
+    sent = store.send(Message(TOPIC, body=body, tags="Tag2", keys=["order-2"], properties={"seq": "2"}, delay_level=3))
+    half = send_half(store.context, Message(TOPIC, body=body.replace(b"2", b"0", 1), tags="Tag0", keys=["order-0"],
+                                            properties={"seq": "0"}), "PG_BENCH")
+
+    def same(a, b, ids=("UNIQ_KEY", "__transactionId__", "REAL_QID")):
+        pa_, pb = dict(a.properties), dict(b.properties)
+        assert [k for k in pa_] == [k for k in pb]
+        assert {k: v for k, v in pa_.items() if k not in ids} == {k: v for k, v in pb.items() if k not in ids}
+        assert (a.size, a.sysflag, a.flag, a.body, a.tags, a.keys, a.born_host) == \
+            (b.size, b.sysflag, b.flag, b.body, b.tags, b.keys, b.born_host)
+
+    ours = [r for r in store.messages("SCHEDULE_TOPIC_XXXX").collect() if r.msg_id != sent.msg_id]
+    assert sorted(r.queue_id for r in ours) == [0, 1, 2]  # levels 1, 2, 3
+    same(next(r for r in ours if r.queue_id == 2), store.messages().where(f"msg_id = '{sent.msg_id}'").first())
+    halves = {r.msg_id: r for r in store.messages("RMQ_SYS_TRANS_HALF_TOPIC").collect()}
+    same(next(r for k, r in halves.items() if k != half.msg_id), halves[half.msg_id])
+
+
+def test_schedule_benchmark_suite_runs(spark, tmp_path, capsys):
+    """``jobs/benchmark.py --suite schedule`` at a tiny size: every message delivered, every half message checked."""
+    import json
+
+    from jobs.benchmark import main
+
+    assert main(["--suite", "schedule", "--messages", "200", "--repeats", "1", "--root", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    figures = json.loads(out.strip().splitlines()[-1])["schedule"]
+    assert figures["messages"] == 200 and figures["deliver"]["ratio"] > 0 and figures["check"]["ratio"] > 0
+    assert "200 delivered over 18 levels" in out and "100 committed, 100 rolled back" in out
