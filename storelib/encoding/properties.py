@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 __all__ = ["NAME_VALUE_SEPARATOR", "PROPERTY_SEPARATOR", "properties_to_string", "string_to_properties",
-           "edit_properties", "properties_lengths"]
+           "edit_properties", "properties_lengths", "property_array"]
 
 
 
@@ -119,3 +119,32 @@ def properties_lengths(maps: "pa.Array") -> "np.ndarray":
     sums = np.concatenate(([0], np.cumsum(entry)))
     at = offsets - lo
     return sums[at[1:]] - sums[at[:-1]]
+
+
+def property_array(properties: "pa.Array | pa.ChunkedArray", key: str) -> pa.Array:
+    """Each row's value of property ``key`` (null where it has none) from a ``map<string,string>``
+    column, found in the map's flat key array at once (several times faster than ``map_lookup``):
+    for class filters (``match_batch``, ``msg.properties``) and SQL92 on Arrow batches.
+
+    >>> import pyarrow as pa
+    >>> props = pa.array([[("SequenceId", "110"), ("a", "1")], [], None, [("SequenceId", "7")]],
+    ...                  pa.map_(pa.string(), pa.string()))
+    >>> property_array(props, "SequenceId").to_pylist(), property_array(props.slice(1), "a").to_pylist()
+    (['110', None, None, '7'], [None, None, None])
+    """
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if isinstance(properties, pa.ChunkedArray):
+        properties = properties.combine_chunks()
+    offsets = properties.offsets.to_numpy()
+    start, end = int(offsets[0]), int(offsets[-1])
+    hits = pc.equal(properties.keys.slice(start, end - start), pa.scalar(key, pa.string()))
+    at = np.flatnonzero(pc.fill_null(hits, False).to_numpy(zero_copy_only=False)) + start
+    rows = np.searchsorted(offsets, at, side="right") - 1
+    take = np.full(len(properties), -1, dtype=np.int64)
+    take[rows[::-1]] = at[::-1]  # the first of a row's entries wins
+    if properties.null_count:
+        take[pc.is_null(properties).to_numpy(zero_copy_only=False)] = -1
+    return properties.items.take(pa.array(take, mask=take < 0))

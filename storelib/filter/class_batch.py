@@ -3,7 +3,7 @@
 On the executors a filter's ``match(msg, context)`` gets a :class:`MessageView` per row of an
 Arrow batch: the attributes of a :class:`~storelib.model.message.StoredMessage`, each converted
 from the batch only when the filter first asks for it, and ``msg.properties`` looked up for the
-whole batch at once by key (:func:`property_array`). ``match_batch(batch, context)`` gets the batch
+whole batch at once by key (:func:`~storelib.encoding.properties.property_array`). ``match_batch(batch, context)`` gets the batch
 itself. :func:`evaluate_batch` calls either; a message the filter raises on, or gives anything but
 a bool for, is not kept and is counted in :class:`FilterFailures` (kind, count, one message id and
 the innermost traceback line).
@@ -28,10 +28,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from storelib.encoding.properties import property_array
+
 if TYPE_CHECKING:
     from storelib.model.message import StoredMessage
 
-__all__ = ["FilterFailure", "FilterFailures", "MessageView", "property_array", "message_batch", "evaluate_batch",
+__all__ = ["FilterFailure", "FilterFailures", "MessageView", "message_batch", "evaluate_batch",
            "error_line", "RAISED", "NOT_BOOL", "NOT_LOADED"]
 
 #: Failure kinds: the filter raised, returned something other than a bool, or could not be loaded.
@@ -101,30 +103,6 @@ def error_line(error: BaseException) -> str:
 
 
 # ---- messages over an Arrow batch ------------------------------------------------------------------
-def property_array(properties: "pa.Array | pa.ChunkedArray", key: str) -> pa.Array:
-    """Each row's value of property ``key`` (null where it has none) from a ``map<string,string>``
-    column, found in the map's flat key array at once (several times faster than ``map_lookup``):
-    for ``match_batch`` filters, and for ``msg.properties`` on the executors.
-
-    >>> props = pa.array([[("SequenceId", "110"), ("a", "1")], [], None, [("SequenceId", "7")]],
-    ...                  pa.map_(pa.string(), pa.string()))
-    >>> property_array(props, "SequenceId").to_pylist(), property_array(props.slice(1), "a").to_pylist()
-    (['110', None, None, '7'], [None, None, None])
-    """
-    if isinstance(properties, pa.ChunkedArray):
-        properties = properties.combine_chunks()
-    offsets = properties.offsets.to_numpy()
-    start, end = int(offsets[0]), int(offsets[-1])
-    hits = pc.equal(properties.keys.slice(start, end - start), pa.scalar(key, pa.string()))
-    at = np.flatnonzero(pc.fill_null(hits, False).to_numpy(zero_copy_only=False)) + start
-    rows = np.searchsorted(offsets, at, side="right") - 1
-    take = np.full(len(properties), -1, dtype=np.int64)
-    take[rows[::-1]] = at[::-1]  # the first of a row's entries wins
-    if properties.null_count:
-        take[pc.is_null(properties).to_numpy(zero_copy_only=False)] = -1
-    return properties.items.take(pa.array(take, mask=take < 0))
-
-
 class _Columns:
     """A batch's columns as Python lists, each converted on first use; properties looked up by key for
     the whole batch at once (``map_lookup``), so a filter reading one property never builds dicts."""

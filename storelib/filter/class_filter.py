@@ -51,8 +51,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from storelib.encoding.properties import property_array
 from storelib.filter.class_batch import (NOT_BOOL, RAISED, FilterFailure, FilterFailures, evaluate_batch,
-                                         message_batch, property_array)
+                                         message_batch)
 from storelib.model.errors import FilterClassError, SubscriptionNotLatestError
 
 if TYPE_CHECKING:

@@ -34,6 +34,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from storelib.encoding.properties import property_array
 from storelib.filter.sql92_eval import ASCII_DIGITS, JAVA_DOUBLE_SYNTAX, UNICODE_DIGITS, java_parse_double
 from storelib.filter.sql92_states import (ERROR, FALSE, LOGIC_TABLES, NULL, TRUE, ConstantComparison,
                                           constant_comparison, outcome_table, outcomes, reads_text, state_of)
@@ -194,17 +195,6 @@ class _Evaluation:
             return keys.slice(low, high - low), values.slice(low, high - low)
         return self._cached(("entries",), build)
 
-    def located_entries(self) -> tuple[pa.Array, pa.Array, np.ndarray]:
-        """``(keys, values, rows)``: every entry of every non-null map, and the row it is in."""
-        def build() -> tuple[pa.Array, pa.Array, np.ndarray]:
-            keys, values = self.entries()
-            rows = np.repeat(np.arange(self.rows), np.diff(self.properties.offsets.to_numpy(zero_copy_only=False)))
-            if self.properties.null_count:  # a null map may still span entries
-                keep = pa.array(np.flatnonzero(_bools(self.properties.is_valid())[rows]))
-                keys, values, rows = keys.take(keep), values.take(keep), rows[np.asarray(keep)]
-            return keys, values, rows
-        return self._cached(("located",), build)
-
     def layout(self) -> list[str] | None:
         """The keys every map has, in order, when all maps have the same keys in the same order (the
         usual case: one producer's properties), else None. Checked on the key bytes with numpy."""
@@ -238,14 +228,8 @@ class _Evaluation:
                     return pa.nulls(self.rows, pa.string()), np.ones(self.rows, dtype=bool)
                 at = np.arange(layout.index(name), len(self.entries()[1]), len(layout))
                 return self.entries()[1].take(pa.array(at)), np.zeros(self.rows, dtype=bool)
-            keys, values, rows = self.located_entries()
-            at = np.asarray(pc.indices_nonzero(pc.equal(keys, name)), dtype=np.int64)
-            first = np.ones(len(at), dtype=bool)
-            first[1:] = rows[at[1:]] != rows[at[:-1]]  # entries are in row order
-            take = np.full(self.rows, -1, dtype=np.int64)
-            take[rows[at[first]]] = at[first]
-            absent = take < 0
-            return values.take(pa.array(take, mask=absent)), absent
+            values = property_array(self.properties, name)
+            return values, ~_bools(values.is_valid())
         return self._cached(("lookup", name), build)
 
     def truthy(self, name: str) -> np.ndarray:
