@@ -22,12 +22,41 @@ from storelib.model.errors import JavaNotFoundError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["get_spark", "check_java", "read_properties_file", "parallelism", "DEFAULTS_FILE"]
+__all__ = ["get_spark", "check_java", "read_properties_file", "parallelism", "delta_settings", "DEFAULTS_FILE"]
 
 DEFAULTS_FILE = Path(__file__).resolve().parents[1] / "spark-defaults.conf"
 
 #: Settings the store relies on whatever the defaults file says.
 REQUIRED = {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"}
+
+#: Transitive dependencies of delta-spark's jar that Spark already ships (newer): left out of the download.
+_SHIPPED_BY_SPARK = ("org.apache.hadoop:hadoop-client-runtime", "org.apache.hadoop:hadoop-client-api",
+                     "org.apache.parquet:parquet-hadoop", "org.slf4j:slf4j-api", "org.apache.logging.log4j:log4j-slf4j2-impl",
+                     "org.apache.logging.log4j:log4j-api", "org.apache.logging.log4j:log4j-core",
+                     "com.fasterxml.jackson.core:jackson-databind", "com.fasterxml.jackson.core:jackson-core",
+                     "com.fasterxml.jackson.core:jackson-annotations", "org.roaringbitmap:RoaringBitmap",
+                     "com.google.code.findbugs:jsr305")
+
+
+def delta_settings() -> dict[str, str]:
+    """The Spark settings that give a session Delta Spark: the jar matching the installed ``delta-spark``
+    and PySpark (what ``configure_spark_with_delta_pip`` asks for, fetched from Maven Central by Spark's own
+    resolver), its SQL extension and catalog.
+
+    Delta Spark only reads the store's tables: deltalake is their one committer (``DESIGN.md`` §1).
+
+    >>> delta_settings()["spark.jars.packages"]
+    'io.delta:delta-spark_4.2_2.13:4.4.0'
+    """
+    from importlib.metadata import version
+
+    import pyspark
+
+    spark_minor = ".".join(pyspark.__version__.split(".")[:2])
+    return {"spark.jars.packages": f"io.delta:delta-spark_{spark_minor}_2.13:{version('delta-spark')}",
+            "spark.jars.excludes": ",".join(_SHIPPED_BY_SPARK),
+            "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+            "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog"}
 
 
 def check_java() -> str:
@@ -77,11 +106,13 @@ def get_spark(app_name: str = "storelib", conf: Mapping[str, str] | None = None)
     check_java()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    settings: dict[str, str] = {}
+    settings = delta_settings()
     defaults = Path(os.environ.get("STORELIB_SPARK_CONF", DEFAULTS_FILE))
     if defaults.exists():
         settings.update(read_properties_file(defaults))
     settings.update(conf or {})
+    given = [p for p in settings["spark.jars.packages"].split(",") if p and not p.startswith("io.delta:delta-spark")]
+    settings["spark.jars.packages"] = ",".join([delta_settings()["spark.jars.packages"], *given])
     settings.update(REQUIRED)
     settings["spark.app.name"] = app_name
     builder = SparkSession.builder
