@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
+from storelib.datasource import register
+from storelib.delta.writer import parallelism
 from storelib.model.errors import JavaNotFoundError
 
 if TYPE_CHECKING:
@@ -102,6 +104,7 @@ def get_spark(app_name: str = "storelib", conf: Mapping[str, str] | None = None)
 
     active = SparkSession.getActiveSession()
     if active is not None:
+        register(active)
         return active
     check_java()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -120,19 +123,5 @@ def get_spark(app_name: str = "storelib", conf: Mapping[str, str] | None = None)
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("STORELIB_SPARK_LOG_LEVEL", "ERROR"))
+    register(spark)
     return spark
-
-
-def parallelism(spark: "SparkSession") -> int:
-    """How many tasks the cluster runs at once (``defaultParallelism``), for sizing jobs over files.
-
-    Spark Connect sessions have no SparkContext: there it is ``spark.default.parallelism``, else this
-    machine's cores.
-
-    >>> parallelism(spark)
-    2
-    """
-    try:
-        return max(1, spark.sparkContext.defaultParallelism)
-    except Exception:  # Spark Connect
-        return max(1, int(spark.conf.get("spark.default.parallelism", str(os.cpu_count() or 1))))

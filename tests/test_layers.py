@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "storelib"
 LAYERS = [
     ["storelib.model"],
     ["storelib.encoding"],
-    ["storelib.session", "storelib.delta"],
+    ["storelib.delta"],
     ["storelib.storage"],
     ["storelib.filter", "storelib.send"],
     ["storelib.context"],
@@ -25,6 +25,8 @@ LAYERS = [
     ["storelib.consume"],
     ["storelib.maintenance"],
     ["storelib.schedule"],
+    ["storelib.datasource"],
+    ["storelib.session"],
     ["storelib.store"],
     ["storelib.sql", "storelib"],
 ]

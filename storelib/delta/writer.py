@@ -21,6 +21,7 @@ Committing the files is the caller's job (:meth:`Table.commit`).
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Protocol, Sequence, TypeVar
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
     from deltalake import DeltaTable
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["FileSink", "Summarizer", "Target", "write_dataframe", "write_split", "write_items", "contiguous_groups",
+__all__ = ["parallelism", "FileSink", "Summarizer", "Target", "write_dataframe", "write_split", "write_items", "contiguous_groups",
            "write_files", "write_rows"]
 
 T = TypeVar("T")
@@ -295,8 +296,6 @@ def write_items(spark: "SparkSession", items: Sequence[T], sizes: Sequence[int],
     1
     >>> store.context.tables.consume_queue.discard(files["consume_queue"])
     """
-    from storelib.session import parallelism
-
     runs = contiguous_groups(items, sizes, parallelism(spark))
     return write_split(spark.range(0, len(runs), 1, max(1, len(runs))), targets, _Runs(runs, per_item))
 
@@ -491,3 +490,18 @@ def write_rows(table: Table, snapshot: "DeltaTable", data: pa.Table, *, prefix: 
     """
     files = write_files(table, data, prefix=prefix, target_file_size=target_file_size)
     return table.commit(snapshot, files, **commit), files
+
+
+def parallelism(spark: "SparkSession") -> int:
+    """How many tasks the cluster runs at once (``defaultParallelism``), for sizing jobs over files.
+
+    Spark Connect sessions have no SparkContext: there it is ``spark.default.parallelism``, else this
+    machine's cores.
+
+    >>> parallelism(spark)
+    2
+    """
+    try:
+        return max(1, spark.sparkContext.defaultParallelism)
+    except Exception:  # Spark Connect
+        return max(1, int(spark.conf.get("spark.default.parallelism", str(os.cpu_count() or 1))))

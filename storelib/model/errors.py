@@ -26,6 +26,9 @@ from typing import Any
 
 __all__ = [
     "StoreError",
+    "SessionError",
+    "StoreNotFoundError",
+    "DataSourceOptionError",
     "MessageError",
     "InvalidTopicError",
     "ReservedTopicError",
@@ -176,6 +179,18 @@ class ConfigError(StoreError, ValueError):
 
 class JavaNotFoundError(StoreError, RuntimeError):
     """Spark needs Java 17+; none was found."""
+
+
+class SessionError(StoreError, RuntimeError):
+    """A Spark session that lacks what the store needs (worker Python, Delta Spark, a setting); says which."""
+
+
+class StoreNotFoundError(StoreError, FileNotFoundError):
+    """No store at this path (open one that exists, or create it with ``MessageStore.create``)."""
+
+
+class DataSourceOptionError(StoreError, ValueError):
+    """An option of the ``rocketmq`` data source that is missing, unknown or of the wrong kind."""
 
 
 class FilterError(StoreError, ValueError):
