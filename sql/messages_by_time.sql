@@ -5,7 +5,7 @@
 -- :begin timestamp
 -- :end timestamp
 SELECT msg_id, topic, queue_id, queue_offset, physical_offset AS commitlog_offset, store_timestamp, tags, keys
-FROM commitlog
+FROM messages
 WHERE topic = :topic
   AND store_timestamp BETWEEN :begin AND :end
 ORDER BY physical_offset

@@ -46,6 +46,8 @@ def delta_settings() -> dict[str, str]:
     resolver), its SQL extension and catalog.
 
     Delta Spark only reads the store's tables: deltalake is their one committer (``DESIGN.md`` §1).
+    Delta's SQL extension hides Spark 4.2's parser-level SQL parameters, so parameters are bound the
+    way Spark 3.5-4.1 bound them (``spark.sql.legacy.parameterSubstitution.constantsOnly``).
 
     >>> delta_settings()["spark.jars.packages"]
     'io.delta:delta-spark_4.2_2.13:4.4.0'
@@ -58,7 +60,10 @@ def delta_settings() -> dict[str, str]:
     return {"spark.jars.packages": f"io.delta:delta-spark_{spark_minor}_2.13:{version('delta-spark')}",
             "spark.jars.excludes": ",".join(_SHIPPED_BY_SPARK),
             "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
-            "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog"}
+            "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+            # Delta's SQL parser drops Spark 4.2's parser-level parameter markers (named parameters come out
+            # unbound); the analyzer-level binding of earlier Spark versions works with it.
+            "spark.sql.legacy.parameterSubstitution.constantsOnly": "true"}
 
 
 def check_java() -> str:

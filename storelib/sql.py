@@ -21,7 +21,6 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from storelib.encoding.index_key import index_key_hash_column
 from storelib.model.errors import StoreError
 
 if TYPE_CHECKING:
@@ -40,34 +39,37 @@ class SqlParameterError(StoreError):
     """A SQL file's parameter that is missing, unknown, or of the wrong kind."""
 
 
-def register_views(spark: "SparkSession", store: "MessageStore") -> list[str]:
-    """Register the store's tables (current snapshots) and ``messages_by_key`` as temporary views.
+def register_views(spark: "SparkSession", store: "MessageStore", *, delta: bool = False) -> list[str]:
+    """Register the store's tables (current snapshots) and the ``rocketmq`` source's ``messages`` and
+    ``messages_by_key`` as temporary views.
 
-    >>> register_views(spark, store)[-1]
-    'messages_by_key'
+    ``messages`` and ``messages_by_key`` answer filters on msg id, key, queue and time through the
+    store's own look-ups (the data source's pushdown), so a query by key reads the index's hash slot,
+    not the store. With ``delta=True`` the tables are read through Delta Spark (``VERSION AS OF`` works
+    on ``delta.`path```); it must be in the session (:func:`storelib.session.delta_settings`).
+
+    >>> register_views(spark, store)[-2:]
+    ['messages', 'messages_by_key']
     >>> spark.sql("SELECT kind FROM messages_by_key WHERE topic = 'TopicTest' AND key = 'order-1'").first().kind
     'KEYS'
     """
-    from pyspark.sql import functions as F
+    from storelib.datasource import register
 
     names = []
     for name in ("commitlog", "consume_queue", "consume_queue_ext", "index", "topic_config"):
-        store.table(name).createOrReplaceTempView(name)
+        table = store.context.tables.by_name()[name]
+        df = spark.read.format("delta").load(table.path) if delta else store.table(name)
+        df.createOrReplaceTempView(name)
         names.append(name)
-
-    # Index rows hold the hash of topic#key; the key itself comes from the message it points at.
-    index = store.table("index").alias("i")
-    messages = store.table("commitlog").alias("m")
-    keyed = index.join(messages, F.col("i.commitlog_offset") == F.col("m.physical_offset")).select(
-        "i.key_hash", "m.*", F.posexplode(F.concat(F.array("m.uniq_key"), F.split(F.coalesce("m.keys", F.lit("")), " ")))
-        .alias("pos", "key"))
-    by_key = keyed.where((F.length("key") > 0)
-                         & (index_key_hash_column(F.concat("topic", F.lit("#"), "key")) == F.col("key_hash"))).select(
-        "topic", "key", F.when(F.col("pos") == 0, "UNIQ_KEY").otherwise("KEYS").alias("kind"), "msg_id", "queue_id",
-        "queue_offset", F.col("physical_offset").alias("commitlog_offset"), "store_timestamp", "born_timestamp",
-        "tags", "keys", "uniq_key", "properties", "body")
-    by_key.createOrReplaceTempView("messages_by_key")
-    return names + ["messages_by_key"]
+    register(spark)
+    for name in ("messages", "messages_by_key"):
+        # The always-true filter makes Spark hand the source every query's filters. PySpark 4.2 keeps the
+        # plan of a pushed-down read on the relation, and a later query on it that pushes no filter
+        # would reuse that plan (fixed upstream: apache/spark PythonScanBuilder keeps it per scan).
+        source = spark.read.format("rocketmq").option("store", store.root).option("table", name).load()
+        source.where("physical_offset >= 0").createOrReplaceTempView(name)
+        names.append(name)
+    return names
 
 
 def parse_parameters(text: str) -> dict[str, tuple[str, str | None]]:

@@ -51,7 +51,7 @@ from storelib.storage.consume_queue import (CQ_STORE_UNIT_SIZE, contiguous, min_
                                             queue_min_offset, read_units, roll_next_file)
 from storelib.storage.consume_queue_ext import ext_units
 
-__all__ = ["GetMessageStatus", "GetMessageResult", "ConsumeQueueFilter", "get_message"]
+__all__ = ["GetMessageStatus", "GetMessageResult", "ConsumeQueueFilter", "get_message", "passing_units"]
 
 _MIN_LONG = -(1 << 63)
 
@@ -167,7 +167,7 @@ def get_message(ctx: StoreContext, group: str, topic: str, queue_id: int, offset
                                 min_offset, max_offset)
     units = contiguous(units, offset)
 
-    passed = _passing(message_filter, units, ext, topic, queue_id)
+    passed = passing_units(message_filter, units, ext, topic, queue_id)
     clog_view = commitlog.view(markers=[COMMITLOG_MARKER])
     max_offset_py = clog_view.marker(COMMITLOG_MARKER)
     clog_min = min_physical_offset(clog_view.actions)
@@ -231,11 +231,20 @@ def _batch_full(config, size_py: int, max_msgs: int, buffer_total: int, message_
             or message_total > config.max_transfer_count_on_message_in_memory - 1)
 
 
-def _passing(message_filter: ConsumeQueueFilter | None, units: pa.Table, ext: Table, topic: str,
-             queue_id: int) -> list[bool]:
+def passing_units(message_filter: ConsumeQueueFilter | None, units: pa.Table, ext: Table, topic: str,
+                  queue_id: int) -> list[bool]:
     """``isMatchedByConsumeQueue`` for every unit at once, with the real tag code, bitmap and bitmap
     version of units whose ``tags_code`` is an ext address. A unit whose ext row is not there passes
-    (RocketMQ logs it and lets the client filter)."""
+    (RocketMQ logs it and lets the client filter).
+
+    >>> from storelib.filter.message_filter import MessageFilter
+    >>> from storelib.filter.selector import MessageSelector
+    >>> units = store.consume_queue("TopicTest", r.queue_id).toArrow()
+    >>> tables = store.context.tables
+    >>> passing_units(MessageFilter("TopicTest", MessageSelector.by_tag("TagB")), units, tables.consume_queue_ext,
+    ...               "TopicTest", r.queue_id)
+    [False]
+    """
     n = units.num_rows
     if message_filter is None or message_filter.passes_every_unit:
         return [True] * n

@@ -19,6 +19,8 @@ option                     meaning
 >>> o = SourceOptions.parse({"path": "/data/store", "table": "messages_by_key"})
 >>> o.store, o.table, o.schema().fieldNames()[:3]
 ('/data/store', 'messages_by_key', ['topic', 'key', 'kind'])
+>>> o.arrow_schema().field("key").type
+DataType(string)
 >>> SourceOptions.parse({})
 Traceback (most recent call last):
 storelib.model.errors.DataSourceOptionError: store: the rocketmq data source needs the store's path: .option("store", path) or .load(path)

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 
-__all__ = ["CommitLog", "EncodedMessage", "AppendResult", "Progress", "STAGED_SCHEMA", "COMMITLOG_MARKER", "CLUSTERED_PREFIX", "queue_marker",
+__all__ = ["CommitLog", "EncodedMessage", "AppendResult", "Progress", "STAGED_SCHEMA", "COMMITLOG_MARKER", "CLUSTERED_PREFIX", "queue_marker", "read_rows",
            "is_clustered"]
 
 log = logging.getLogger(__name__)
@@ -526,18 +526,29 @@ def read_messages(commitlog: Table, actions: pa.Table, offsets: Sequence[int],
     holding = commitlog.holding(actions, "physical_offset", wanted)
     if files_touched is not None:
         files_touched["commitlog"] = holding.num_rows
-    paths = commitlog.paths(holding)
-    test = pc.field("physical_offset").isin(wanted)
+    rows = read_rows(commitlog, commitlog.paths(holding), wanted)
+    return {r["physical_offset"]: StoredMessage.from_row(r) for r in rows.to_pylist()}
+
+
+def read_rows(commitlog: Table, paths: Sequence[str], offsets: pa.Array) -> pa.Table:
+    """The commitlog rows at ``offsets`` (sorted int64) among the data files ``paths``, read with pyarrow;
+    in a clustered file only the row groups holding them are decoded.
+
+    >>> t = store.context.tables.commitlog
+    >>> read_rows(t, t.files(t.snapshot()), pa.array([0], pa.int64())).column("msg_id").to_pylist() == [r.msg_id]
+    True
+    """
+    test = pc.field("physical_offset").isin(offsets)
     parts = [commitlog.read_arrow(paths=[p for p in paths if not is_clustered(p)], filter=test)]
+    wanted = offsets.to_numpy()
     for path in filter(is_clustered, paths):  # rows are not in offset order: find their row groups first
         sorted_offsets, groups = _locator(path)
-        at = np.searchsorted(sorted_offsets, wanted.to_numpy())
+        at = np.searchsorted(sorted_offsets, wanted)
         found = at < len(sorted_offsets)
-        found[found] &= sorted_offsets[at[found]] == wanted.to_numpy()[found]
+        found[found] &= sorted_offsets[at[found]] == wanted[found]
         if found.any():
             parts.append(commitlog.read_row_groups(path, sorted(set(groups[at[found]].tolist())), filter=test))
-    rows = pa.concat_tables(parts)
-    return {r["physical_offset"]: StoredMessage.from_row(r) for r in rows.to_pylist()}
+    return pa.concat_tables(parts)
 
 
 @functools.lru_cache(maxsize=64)

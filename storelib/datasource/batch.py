@@ -1,0 +1,258 @@
+"""Batch reads of the ``rocketmq`` source: pushed filters answered the way the store's API answers them.
+
+The planner (:func:`plan`) runs where Spark plans the read, with pyarrow and deltalake only; it picks the
+first of these that the accepted filters allow:
+
+1. ``msg_id = / IN``: the ids' commitlog offsets (``viewMessageById``): one file each;
+2. a key (``keys =``, ``uniq_key =``, or ``key =`` of ``messages_by_key``) with the topic: the index's hash
+   slot (``queryMessage``), then the messages it points at;
+3. ``topic`` and ``queue_id`` (with an optional ``queue_offset`` range): the consume queue's units of
+   those queues, then their messages;
+4. otherwise a scan of the commitlog files whose statistics can hold the rows (topic, commitlog offset
+   and store time ranges), one partition per file, run by the executors.
+
+Ways 2 and 3 answer from what dispatch has built; the commitlog past the index's or the consume queue's
+dispatch marker (not dispatched yet) is scanned too, so no message is missed. Every partition then
+applies the exact predicate of the accepted filters, so a row comes back only if it passes them all.
+Like the consume queue, way 3 sees only messages a consumer can get (not prepared or rolled-back
+transactional ones).
+
+>>> from pyspark.sql.datasource import EqualTo
+>>> reader = MessageReader(SourceOptions.parse({"store": store.root}), None)
+>>> list(reader.pushFilters([EqualTo(("msg_id",), r.msg_id), EqualTo(("properties", "a"), "5")]))   # left to Spark
+[EqualTo(attribute=('properties', 'a'), value='5')]
+>>> [(p.way, p.offsets) for p in reader.partitions()] == [(p.way, p.offsets) for p in plan(reader.options, reader.pushdown)]
+True
+>>> [(p.way, p.offsets) for p in reader.partitions()]
+[('msg_id', (0,))]
+>>> [b.column("msg_id").to_pylist() for b in reader.read(reader.partitions()[0])] == [[r.msg_id]]
+True
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
+
+from storelib.context import StoreTables
+from storelib.datasource.options import MESSAGES, SourceOptions
+from storelib.datasource.pushdown import Pushdown
+from storelib.delta.table import Prune, Table, add_actions
+from storelib.delta.writer import contiguous_groups
+from storelib.dispatch.reput import REPUT_MARKER
+from storelib.encoding.index_key import build_index_key, index_key_hash
+from storelib.encoding.message_id import decode_message_id
+from storelib.model.errors import StoreError
+from storelib.model.message import MessageConst
+from storelib.model.timestamps import FAR_FUTURE_MS
+from storelib.storage.commitlog import read_rows
+from storelib.storage.consume_queue import read_units
+from storelib.storage.index_file import offsets_of
+
+__all__ = ["MessageReader", "ReadPartition", "plan", "by_key_rows", "MAX_SCAN_PARTITIONS"]
+
+#: Offsets read per partition when a read goes by offsets (ids, keys, queues).
+OFFSETS_PER_PARTITION = 64 * 1024
+#: A scan is cut into at most this many partitions unless the ``partitions`` option says otherwise.
+MAX_SCAN_PARTITIONS = 256
+
+
+@dataclass(frozen=True)
+class ReadPartition(InputPartition):
+    """One task of a read: the rows at ``offsets`` in ``paths``, or (``offsets`` None) every row of
+    ``paths`` at or past ``min_offset``; ``way`` says which rule of :func:`plan` made it."""
+
+    way: str
+    paths: tuple[str, ...]
+    offsets: tuple[int, ...] | None = None
+    min_offset: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "value", None)
+
+
+class MessageReader(DataSourceReader):
+    """The batch reader: accepts the filters it can answer, plans partitions, reads them with pyarrow."""
+
+    def __init__(self, options: SourceOptions, schema: object) -> None:
+        self.options = options
+        self.schema = schema
+        self.pushdown = Pushdown(options.arrow_schema())
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+        self.pushdown = Pushdown(self.options.arrow_schema())  # Spark may hand a planned reader a new query
+        yield from self.pushdown.take(filters)
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return plan(self.options, self.pushdown)
+
+    def read(self, partition: ReadPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, ReadPartition):
+            return  # Spark's one empty partition when the plan has none
+        yield from read_partition(self.options, self.pushdown, partition, output_schema(self.schema))
+
+
+def output_schema(spark_schema: object) -> pa.Schema | None:
+    """The exact Arrow schema Spark expects of the batches a Python data source returns."""
+    if spark_schema is None:
+        return None
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(spark_schema, timezone="UTC")
+
+
+def plan(options: SourceOptions, pushdown: Pushdown) -> list[ReadPartition]:
+    """The partitions of a read (see the module's description), planned without a Spark job."""
+    tables = StoreTables.at(options.store)
+    commitlog = tables.commitlog
+    actions = add_actions(commitlog.snapshot())
+    ids = pushdown.values("msg_id")
+    if ids is not None:
+        offsets = sorted({_offset_of(i) for i in ids} - {None})
+        return _by_offsets("msg_id", commitlog, actions, offsets)
+    topics = pushdown.topics
+    lo_ms, hi_ms = _time_bounds(pushdown)
+    hashes = _key_hashes(options, pushdown, topics)
+    if hashes is not None:
+        found: set[int] = set()
+        for h in hashes:
+            found.update(offsets_of(tables.index, h, lo_ms, hi_ms)[0])
+        marker = Table.marker(tables.index.snapshot(), REPUT_MARKER)
+        return _by_offsets("index", commitlog, actions, sorted(found)) + _tail(commitlog, actions, marker)
+    queues = pushdown.values("queue_id")
+    if topics is not None and queues is not None:
+        cq = tables.consume_queue
+        cq_snapshot = cq.snapshot()
+        cq_actions = add_actions(cq_snapshot)
+        lo, hi = pushdown.bounds("queue_offset")
+        found_offsets: list[np.ndarray] = []
+        for topic in topics:
+            for q in queues:
+                units = read_units(cq, Table.only(cq_actions, {"topic": topic, "queue_id": q}), topic, q,
+                                   max(0, lo or 0), (2 ** 62) if hi is None else hi + 1)
+                found_offsets.append(units.column("commitlog_offset").to_numpy())
+        offsets = np.unique(np.concatenate(found_offsets)) if found_offsets else np.array([], np.int64)
+        marker = Table.marker(cq_snapshot, REPUT_MARKER)
+        return _by_offsets("consume_queue", commitlog, actions, offsets.tolist()) + _tail(commitlog, actions, marker)
+    return _scan(options, commitlog, actions, pushdown)
+
+
+def read_partition(options: SourceOptions, pushdown: Pushdown, part: ReadPartition,
+                   schema: pa.Schema | None = None) -> Iterator[pa.RecordBatch]:
+    """The rows of one partition that pass every accepted filter, in the read's shape."""
+    commitlog = StoreTables.at(options.store).commitlog
+    own = [n for n in MESSAGES.names]
+    on_messages = pushdown.predicate(own)
+    if part.offsets is not None:
+        rows = read_rows(commitlog, part.paths, pa.array(part.offsets, pa.int64()))
+        batches = [rows.filter(on_messages) if on_messages is not None else rows]
+    else:
+        test = pc.field("physical_offset") >= part.min_offset
+        batches = commitlog.scan(list(part.paths), test if on_messages is None else test & on_messages)
+    schema = schema or options.arrow_schema()
+    rest = pushdown.predicate() if options.table == "messages_by_key" else None
+    for batch in batches:
+        table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
+        if options.table == "messages_by_key":
+            table = by_key_rows(table)
+            if rest is not None:
+                table = table.filter(rest)
+        if table.num_rows:
+            yield from table.select(schema.names).cast(schema).to_batches()
+
+
+def by_key_rows(messages: pa.Table) -> pa.Table:
+    """One row per message and key it is indexed under: its UNIQ_KEY (``kind`` UNIQ_KEY) and each
+    key of its KEYS (``kind`` KEYS), as ``messages_by_key`` shows them.
+
+    >>> t = pa.table({"topic": ["T"], "keys": ["k1 k2"], "uniq_key": ["U"]})
+    >>> by_key_rows(t).select(["key", "kind"]).to_pylist()
+    [{'key': 'U', 'kind': 'UNIQ_KEY'}, {'key': 'k1', 'kind': 'KEYS'}, {'key': 'k2', 'kind': 'KEYS'}]
+    """
+    split = pc.split_pattern(messages.column("keys"), MessageConst.KEY_SEPARATOR)
+    keys, parents = pc.list_flatten(split), pc.list_parent_indices(split)
+    uniq = messages.column("uniq_key")
+    owners = pa.chunked_array([pa.array(np.arange(messages.num_rows)), parents]).combine_chunks()
+    key = pa.chunked_array([uniq, keys], pa.string()).combine_chunks()
+    kind = pa.array(np.repeat(np.array(["UNIQ_KEY", "KEYS"]), [len(uniq), len(keys)]).tolist(), pa.string())
+    keep = pc.fill_null(pc.greater(pc.binary_length(key), 0), False)
+    rows = messages.take(owners.filter(keep))
+    return rows.append_column("key", key.filter(keep)).append_column("kind", kind.filter(keep))
+
+
+# ---- planning helpers ------------------------------------------------------------------------
+def _offset_of(msg_id: object) -> int | None:
+    try:
+        return decode_message_id(str(msg_id))[2]
+    except (StoreError, ValueError):
+        return None  # not an id: no row has it
+
+
+def _time_bounds(pushdown: Pushdown) -> tuple[int, int]:
+    lo, hi = pushdown.bounds("store_timestamp")
+    to_ms = lambda t, default: default if t is None else int(t.timestamp() * 1000)  # noqa: E731
+    return to_ms(lo, 0), to_ms(hi, FAR_FUTURE_MS) + (1 if hi is not None else 0)
+
+
+def _key_hashes(options: SourceOptions, pushdown: Pushdown, topics: list[str] | None) -> list[int] | None:
+    """The index key hashes a key filter asks for, None when no key filter (with its topic) is pushed."""
+    if topics is None:
+        return None
+    if options.table == "messages_by_key":
+        keys = pushdown.values("key")
+    else:
+        keys = pushdown.values("uniq_key")
+        if keys is None:
+            whole = pushdown.values("keys")  # KEYS as stored: its first key is indexed
+            keys = None if whole is None else [k.split()[0] for k in whole if k.split()]
+    if keys is None:
+        return None
+    return sorted({index_key_hash(build_index_key(t, k)) for t in topics for k in keys if k})
+
+
+def _by_offsets(way: str, commitlog: Table, actions: pa.Table, offsets: Sequence[int]) -> list[ReadPartition]:
+    out = []
+    for start in range(0, len(offsets), OFFSETS_PER_PARTITION):
+        chunk = pa.array(offsets[start:start + OFFSETS_PER_PARTITION], pa.int64())
+        paths = commitlog.paths(commitlog.holding(actions, "physical_offset", chunk))
+        if paths:
+            out.append(ReadPartition(way, tuple(paths), tuple(chunk.to_pylist())))
+    return out
+
+
+def _tail(commitlog: Table, actions: pa.Table, marker: int) -> list[ReadPartition]:
+    """A scan of the commitlog past a dispatch marker (what the index or consume queue does not hold yet)."""
+    tail = commitlog.prune(actions, Prune(between={"physical_offset": (marker, 2 ** 62)}))
+    return [ReadPartition("undispatched", tuple(commitlog.paths(tail)), None, marker)] if tail.num_rows else []
+
+
+def _scan(options: SourceOptions, commitlog: Table, actions: pa.Table, pushdown: Pushdown) -> list[ReadPartition]:
+    between = {}
+    for column in ("physical_offset", "store_timestamp"):
+        lo, hi = pushdown.bounds(column)
+        if lo is not None or hi is not None:
+            between[column] = (lo, hi)
+    topics = pushdown.topics
+    equal = {"topic": topics[0]} if topics is not None and len(topics) == 1 else None
+    kept = commitlog.prune(actions, Prune(equal=equal, between={c: _closed(c, b) for c, b in between.items()}))
+    paths = commitlog.paths(kept)
+    if not paths:
+        return []
+    sizes = kept.column("size_bytes").to_pylist() if "size_bytes" in kept.column_names else [1] * len(paths)
+    runs = contiguous_groups(paths, sizes, options.partitions or min(len(paths), MAX_SCAN_PARTITIONS))
+    return [ReadPartition("scan", tuple(run)) for run in runs if run]
+
+
+def _closed(column: str, bounds: tuple) -> tuple:
+    """Open ends of a range closed at the column's extremes (for file statistics)."""
+    import datetime as dt
+
+    lo, hi = bounds
+    if column == "store_timestamp":
+        return (lo or dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc), hi or dt.datetime(9999, 1, 1, tzinfo=dt.timezone.utc))
+    return (0 if lo is None else lo, 2 ** 62 if hi is None else hi)

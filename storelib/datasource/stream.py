@@ -1,0 +1,184 @@
+"""Structured Streaming reads of the ``rocketmq`` source: a consumer group consuming one topic.
+
+An offset is the group's position in each queue, ``{"<queue_id>": <queue offset>}`` (Kafka's source
+keeps partition → offset the same way). A stream starts from the group's committed offsets (``earliest``
+where it has none), or from ``earliest`` / ``latest``; Spark's checkpoint takes over once the query
+has run. Each micro-batch reads, per queue, the consume queue units between its start and end and
+filters them in RocketMQ's two stages with the group's subscription (tag codes, then the exact check:
+TAGS for tag subscriptions, the SQL92 expression over the properties, or the filter class), so the
+stream delivers what the group's pulls would. ``maxMessagesPerTrigger`` caps the units per batch;
+when Spark commits a batch the group's consumer offsets move to its end (``commitOffsets``), so
+``consumer_lag`` and a new query see the progress.
+
+>>> _ = store.subscribe("GroupS", "TopicTest", "TagA")
+>>> reader = GroupStreamReader(SourceOptions.parse({"store": store.root, "group": "GroupS", "topic": "TopicTest"},
+...                                                streaming=True), None)
+>>> start = reader.initialOffset(); end = reader.latestOffset(start, None)
+>>> end[str(r.queue_id)], sum(end.values())
+(1, 1)
+>>> [b.column("msg_id").to_pylist() for p in reader.partitions(start, end) for b in reader.read(p)] == [[r.msg_id]]
+True
+>>> reader.commit(end); store.committed_offset("GroupS", "TopicTest", r.queue_id)    # Spark committed the batch
+1
+>>> reader.getDefaultReadLimit()                                  # no maxMessagesPerTrigger
+ReadAllAvailable()
+>>> reader.prepareForTriggerAvailableNow(); reader.latestOffset(end, None) == end   # Trigger.AvailableNow's end
+True
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+
+from storelib.consume.get_message import passing_units
+from storelib.context import StoreContext
+from storelib.datasource.batch import output_schema
+from storelib.datasource.options import MESSAGES, SourceOptions
+from storelib.delta.table import Table, add_actions
+from storelib.filter.message_filter import MessageFilter
+from storelib.filter.sql92_arrow import evaluate_batch
+from storelib.model.config import StoreConfig
+from storelib.model.errors import SubscriptionNotFoundError
+from storelib.model.message import StoredMessage
+from storelib.storage.commitlog import read_rows
+from storelib.storage.consume_queue import max_offsets, min_queue_marker, queue_min_offset, read_units
+
+__all__ = ["GroupStreamReader", "QueueRange"]
+
+try:  # PySpark 4.2+
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow as _AvailableNow
+except ImportError:  # pragma: no cover
+    _AvailableNow = object  # type: ignore[assignment,misc]
+
+
+@dataclass(frozen=True)
+class QueueRange(InputPartition):
+    """One task of a micro-batch: the units ``[begin, end)`` of one queue."""
+
+    queue_id: int
+    begin: int
+    end: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "value", None)
+
+
+class GroupStreamReader(DataSourceStreamReader, _AvailableNow):
+    """A group's stream over one topic (see the module's description)."""
+
+    def __init__(self, options: SourceOptions, schema: object) -> None:
+        self.options = options
+        self.schema = schema
+        self.group, self.topic = str(options.group), str(options.topic)
+        ctx = self._context()
+        self.queues = ctx.topics.get(self.topic).read_queue_nums
+        subscription = ctx.registry.current().get((self.group, self.topic))
+        if subscription is None:
+            raise SubscriptionNotFoundError("group", f"group {self.group} does not subscribe to {self.topic}: "
+                                                     "store.subscribe(group, topic, expression) first", value=self.group)
+        self.selector = subscription.selector
+        self.subscription = subscription
+
+    def _context(self) -> StoreContext:
+        return StoreContext.build(self.options.store, None, StoreConfig())  # type: ignore[arg-type]  (no Spark here)
+
+    # ---- offsets -------------------------------------------------------------------------------
+    def initialOffset(self) -> dict:
+        ctx = self._context()
+        bounds = self._bounds(ctx)
+        start = {}
+        for q, (lo, hi) in bounds.items():
+            if self.options.starting_offsets == "latest":
+                start[str(q)] = hi
+            elif self.options.starting_offsets == "earliest":
+                start[str(q)] = lo
+            else:
+                committed = ctx.offsets.query(self.group, self.topic, q)
+                start[str(q)] = lo if committed < 0 else min(max(committed, lo), hi)
+        return start
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """``Trigger.AvailableNow``: read up to what is there now, in batches of ``maxMessagesPerTrigger``."""
+        self._until = {str(q): hi for q, (_, hi) in self._bounds(self._context()).items()}
+
+    def latestOffset(self, start: dict | None = None, limit: object = None) -> dict:
+        ends = getattr(self, "_until", None) or {str(q): hi for q, (_, hi) in self._bounds(self._context()).items()}
+        if start is None:
+            return ends
+        budget = getattr(limit, "max_rows", None)
+        if budget is None and limit is None:
+            budget = self.options.max_messages_per_trigger
+        out = {}
+        waiting = {q: max(0, ends[q] - int(start.get(q, ends[q]))) for q in ends}
+        share = math.ceil(budget / max(1, sum(1 for n in waiting.values() if n))) if budget else None
+        for q, end in ends.items():
+            begin = int(start.get(q, end))
+            out[q] = end if share is None else min(end, begin + share)
+        return out
+
+    def getDefaultReadLimit(self):
+        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+        n = self.options.max_messages_per_trigger
+        return ReadMaxRows(n) if n else ReadAllAvailable()
+
+    def _bounds(self, ctx: StoreContext) -> dict[int, tuple[int, int]]:
+        cq = ctx.tables.consume_queue
+        view = cq.view(markers=[min_queue_marker(self.topic, q) for q in range(self.queues)])
+        highs = max_offsets(view.actions)
+        return {q: (queue_min_offset(view.markers.get(min_queue_marker(self.topic, q)), view.actions, self.topic, q),
+                    highs.get((self.topic, q), 0)) for q in range(self.queues)}
+
+    # ---- reading -------------------------------------------------------------------------------
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        return [QueueRange(int(q), int(start.get(q, hi)), int(hi)) for q, hi in sorted(end.items(), key=lambda kv: int(kv[0]))
+                if int(hi) > int(start.get(q, hi))]
+
+    def read(self, partition: QueueRange) -> Iterator[pa.RecordBatch]:
+        ctx = self._context()
+        cq = ctx.tables.consume_queue
+        units = read_units(cq, Table.only(add_actions(cq.snapshot()), {"topic": self.topic, "queue_id": partition.queue_id}),
+                           self.topic, partition.queue_id, partition.begin, partition.end)
+        flt = MessageFilter(self.topic, self.selector, self.subscription)
+        units = units.filter(pa.array(passing_units(flt, units, ctx.tables.consume_queue_ext, self.topic,
+                                                    partition.queue_id), pa.bool_()))
+        offsets = np.unique(units.column("commitlog_offset").to_numpy())
+        if not len(offsets):
+            return
+        commitlog = ctx.tables.commitlog
+        wanted = pa.array(offsets, pa.int64())
+        rows = read_rows(commitlog, commitlog.paths(commitlog.holding(add_actions(commitlog.snapshot()),
+                                                                        "physical_offset", wanted)), wanted)
+        rows = rows.filter(_exact(flt, rows)).sort_by("queue_offset")
+        schema = output_schema(self.schema) or MESSAGES
+        if rows.num_rows:
+            yield from rows.select(schema.names).cast(schema).to_batches()
+
+    def commit(self, end: dict) -> None:
+        if self.options.commit_offsets and end:
+            self._context().offsets.commit_many(self.group, {(self.topic, int(q)): int(o) for q, o in end.items()})
+
+
+def _exact(flt: MessageFilter, rows: pa.Table) -> pa.Array:
+    """Stage 2 over commitlog rows: what a consumer of the group keeps."""
+    n = rows.num_rows
+    selector = flt.selector
+    keep = pa.array(np.ones(n, dtype=bool))
+    if selector.by_tags and not flt.tags_all and flt.data.tags_set:
+        keep = pc.fill_null(pc.is_in(rows.column("tags"), pa.array(sorted(flt.data.tags_set), pa.string())), False)
+    if selector.is_sql92:
+        keep = pc.fill_null(evaluate_batch(flt.sql.tree, rows.column("properties")), False)
+    cf = flt.class_filter
+    if cf is not None and n:
+        messages = [StoredMessage.from_row(r) for r in rows.filter(keep).to_pylist()]
+        decided = cf.match_all(messages)
+        keep = pc.and_(keep, pc.is_in(rows.column("physical_offset"),
+                                      pa.array([o for o, ok in decided.items() if ok], pa.int64())))
+    return keep
