@@ -150,7 +150,7 @@ class Pushdown:
         """The tightest inclusive ``(low, high)`` the accepted comparisons give ``column`` (None: open)."""
         lo = hi = None
         for f in self.accepted:
-            if f.attribute != (column,) or (type(f) not in _COMPARE and not isinstance(f, EqualTo)) or f.value is None:
+            if isinstance(f, Not) or f.attribute != (column,) or (type(f) not in _COMPARE and not isinstance(f, EqualTo)) or f.value is None:
                 continue
             v = _value(f.value, self.schema.field(column).type)
             if v is _BAD:
