@@ -4,6 +4,7 @@
     spark-submit --properties-file spark-defaults.conf jobs/benchmark.py --suite filter   # filtered reads
     spark-submit --properties-file spark-defaults.conf jobs/benchmark.py --suite pull     # pull latency
     spark-submit --properties-file spark-defaults.conf jobs/benchmark.py --suite custom   # class filters
+    spark-submit --properties-file spark-defaults.conf jobs/benchmark.py --suite sql      # SQL by key, the data source
     spark-submit --properties-file spark-defaults.conf jobs/benchmark.py --suite schedule --messages 1000000  # delivery, check-back
 
 Prints messages per second and the ratio to the baseline measured in the same run.
@@ -22,6 +23,7 @@ from jobs.benchmarks.custom import bench_custom  # noqa: E402
 from jobs.benchmarks.filter import bench_filtering  # noqa: E402
 from jobs.benchmarks.pull import bench_pull  # noqa: E402
 from jobs.benchmarks.schedule import bench_schedule  # noqa: E402
+from jobs.benchmarks.sql import bench_sql  # noqa: E402
 from jobs.benchmarks.send import bench_key_lookup, bench_send_and_dispatch  # noqa: E402
 from storelib.model.errors import StoreError  # noqa: E402
 from storelib.session import get_spark  # noqa: E402
@@ -37,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=2, help="runs of each side of the send suite; the best counts")
     parser.add_argument("--suite", default="send,lookup", help="comma-separated: send (send+dispatch), lookup (keys), filter (filtered reads), "
                              "pull (pull latency), custom (class filters against a Spark Column), "
-                             "schedule (N delayed messages delivered, N half messages checked back)")
+                             "schedule (N delayed messages delivered, N half messages checked back), "
+                             "sql (key and id queries through SQL and the rocketmq source, group streams)")
     parser.add_argument("--distinct-keys", type=int, default=None, help="keys for the lookup suite (default N/10)")
     parser.add_argument("--lookups", type=int, default=50)
     parser.add_argument("--pulls", type=int, default=200, help="pulls of each kind for the pull suite")
@@ -64,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
                                        partitions=args.partitions),
             "custom": lambda: bench_custom(spark, args.messages, root=args.root, queues=args.queues,
                                            partitions=args.partitions, repeats=args.repeats),
+            "sql": lambda: bench_sql(spark, args.messages, lookups=args.lookups, root=args.root, queues=args.queues,
+                                     partitions=args.partitions),
             "schedule": lambda: bench_schedule(spark, args.messages, root=args.root, partitions=args.partitions,
                                                repeats=args.repeats),
         }
