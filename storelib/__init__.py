@@ -21,8 +21,9 @@ encodings) - ``delta`` (tables, pruning, the Parquet sink, commits, compaction) 
 Bloom, registry) and ``send`` (the producer) - ``context`` (what services get) - ``dispatch``
 (reput, CalcBitMap) - ``query`` (look-ups, filtered reads) - ``consume`` (getMessage, pull, long
 polling, retry) - ``maintenance`` (retention, compaction, vacuum) - ``schedule`` (delayed and timer
-delivery, transactions and their check-back) - ``store`` (the handle) -
-``sql`` (views and SQL files).
+delivery, transactions and their check-back) - ``datasource`` (the ``rocketmq`` Spark data source) -
+``session`` (Spark sessions with Delta and the data source) - ``store`` (the handle) - ``sql`` (views and
+SQL files).
 """
 
 from storelib.consume.get_message import GetMessageResult, GetMessageStatus
