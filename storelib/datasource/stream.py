@@ -3,10 +3,12 @@
 An offset is the group's position in each queue, ``{"<queue_id>": <queue offset>}`` (Kafka's source
 keeps partition → offset the same way). A stream starts from the group's committed offsets (``earliest``
 where it has none), or from ``earliest`` / ``latest``; Spark's checkpoint takes over once the query
-has run. Each micro-batch reads, per queue, the consume queue units between its start and end and
-filters them in RocketMQ's two stages with the group's subscription (tag codes, then the exact check:
-TAGS for tag subscriptions, the SQL92 expression over the properties, or the filter class), so the
-stream delivers what the group's pulls would. ``maxMessagesPerTrigger`` caps the units per batch;
+has run. A micro-batch takes, per queue, the messages between its start and end: it finds in the consume
+queue where the range starts and ends in the commitlog, reads each commitlog file in that span once
+(one task per run of files, whatever queues the rows belong to; tags pushed down to the Parquet row
+groups), and keeps what the group's subscription takes (TAGS for tag subscriptions, the SQL92 expression
+over the properties, or the filter class), so the stream delivers what the group's pulls would, with
+the consume queue's rule for transactional messages. ``maxMessagesPerTrigger`` caps the units per batch;
 when Spark commits a batch the group's consumer offsets move to its end (``commitOffsets``), so
 ``consumer_lag`` and a new query see the progress.
 
@@ -37,20 +39,20 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
-from storelib.consume.get_message import passing_units
 from storelib.context import StoreContext
-from storelib.datasource.batch import output_schema
+from storelib.datasource.batch import MAX_SCAN_PARTITIONS, output_schema
 from storelib.datasource.options import MESSAGES, SourceOptions
-from storelib.delta.table import Table, add_actions
+from storelib.delta.table import Prune, Table, add_actions
+from storelib.delta.writer import contiguous_groups
+from storelib.dispatch.reput import queued_expression
 from storelib.filter.message_filter import MessageFilter
 from storelib.filter.sql92_arrow import evaluate_batch
 from storelib.model.config import StoreConfig
 from storelib.model.errors import SubscriptionNotFoundError
 from storelib.model.message import StoredMessage
-from storelib.storage.commitlog import read_rows
 from storelib.storage.consume_queue import max_offsets, min_queue_marker, queue_min_offset, read_units
 
-__all__ = ["GroupStreamReader", "QueueRange"]
+__all__ = ["GroupStreamReader", "BatchFiles"]
 
 try:  # PySpark 4.2+
     from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow as _AvailableNow
@@ -59,12 +61,14 @@ except ImportError:  # pragma: no cover
 
 
 @dataclass(frozen=True)
-class QueueRange(InputPartition):
-    """One task of a micro-batch: the units ``[begin, end)`` of one queue."""
+class BatchFiles(InputPartition):
+    """One task of a micro-batch: the commitlog files ``paths``, of which it reads the rows between the
+    commitlog offsets ``low`` and ``high`` whose queue offsets fall in ``queues`` ((queue_id, begin, end))."""
 
-    queue_id: int
-    begin: int
-    end: int
+    paths: tuple[str, ...]
+    low: int
+    high: int
+    queues: tuple[tuple[int, int, int], ...]
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "value", None)
@@ -138,28 +142,50 @@ class GroupStreamReader(DataSourceStreamReader, _AvailableNow):
 
     # ---- reading -------------------------------------------------------------------------------
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        return [QueueRange(int(q), int(start.get(q, hi)), int(hi)) for q, hi in sorted(end.items(), key=lambda kv: int(kv[0]))
-                if int(hi) > int(start.get(q, hi))]
-
-    def read(self, partition: QueueRange) -> Iterator[pa.RecordBatch]:
+        """The commitlog files holding the batch's units, cut into runs of about equal size: a batch reads
+        each file once, whichever queues its messages belong to."""
+        ranges = tuple((int(q), int(start.get(q, hi)), int(hi)) for q, hi in sorted(end.items(), key=lambda kv: int(kv[0]))
+                       if int(hi) > int(start.get(q, hi)))
+        if not ranges:
+            return []
         ctx = self._context()
         cq = ctx.tables.consume_queue
-        units = read_units(cq, Table.only(add_actions(cq.snapshot()), {"topic": self.topic, "queue_id": partition.queue_id}),
-                           self.topic, partition.queue_id, partition.begin, partition.end)
-        flt = MessageFilter(self.topic, self.selector, self.subscription)
-        units = units.filter(pa.array(passing_units(flt, units, ctx.tables.consume_queue_ext, self.topic,
-                                                    partition.queue_id), pa.bool_()))
-        offsets = np.unique(units.column("commitlog_offset").to_numpy())
-        if not len(offsets):
-            return
+        actions = add_actions(cq.snapshot())
+        ends = []
+        for q, begin, stop in ranges:
+            queue = Table.only(actions, {"topic": self.topic, "queue_id": q})
+            for at in (begin, stop - 1):
+                ends.append(read_units(cq, queue, self.topic, q, at, at + 1).column("commitlog_offset").to_pylist())
+        found = [o for pair in ends for o in pair]
+        lo = min(found) if len(found) == len(ends) else 0
+        hi = max(found) if len(found) == len(ends) else 2 ** 62
         commitlog = ctx.tables.commitlog
-        wanted = pa.array(offsets, pa.int64())
-        rows = read_rows(commitlog, commitlog.paths(commitlog.holding(add_actions(commitlog.snapshot()),
-                                                                        "physical_offset", wanted)), wanted)
-        rows = rows.filter(_exact(flt, rows)).sort_by("queue_offset")
+        kept = commitlog.prune(add_actions(commitlog.snapshot()), Prune(between={"physical_offset": (lo, hi)}))
+        paths = commitlog.paths(kept)
+        runs = contiguous_groups(paths, kept.column("size_bytes").to_pylist() if "size_bytes" in kept.column_names
+                                 else [1] * len(paths), min(len(paths), MAX_SCAN_PARTITIONS))
+        return [BatchFiles(tuple(run), lo, hi, ranges) for run in runs if run]
+
+    def read(self, partition: "BatchFiles") -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, BatchFiles):
+            return  # Spark's one empty partition when a batch has none
+        ctx = self._context()
+        flt = MessageFilter(self.topic, self.selector, self.subscription)
+        where = (pc.field("topic") == self.topic) & queued_expression() \
+            & (pc.field("physical_offset") >= partition.low) & (pc.field("physical_offset") <= partition.high)
+        queues = None
+        for q, begin, stop in partition.queues:
+            one = (pc.field("queue_id") == q) & (pc.field("queue_offset") >= begin) & (pc.field("queue_offset") < stop)
+            queues = one if queues is None else queues | one
+        tags = flt.commitlog_expression() if flt.selector.by_tags and not flt.tags_all else None
+        if tags is not None:
+            where = where & tags  # lets clustered files skip row groups by their tags
         schema = output_schema(self.schema) or MESSAGES
-        if rows.num_rows:
-            yield from rows.select(schema.names).cast(schema).to_batches()
+        for batch in ctx.tables.commitlog.scan(list(partition.paths), where & queues):
+            rows = pa.Table.from_batches([batch])
+            rows = rows.filter(_exact(flt, rows))
+            if rows.num_rows:
+                yield from rows.select(schema.names).cast(schema).to_batches()
 
     def commit(self, end: dict) -> None:
         if self.options.commit_offsets and end:
