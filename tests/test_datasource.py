@@ -58,6 +58,19 @@ class TestBatch:
         want = store.messages().where(where).select(*COLUMNS)
         assert_df_equality(got, want, ignore_row_order=True, ignore_nullable=True, ignore_metadata=True)
 
+    def test_store_time_ranges(self, spark, orders):
+        store, sent = orders
+        times = sorted(r.store_timestamp for r in store.messages("Orders").select("store_timestamp").distinct().collect())
+        assert len(times) == 2  # the dispatched batch and the late one
+        for where in (F.col("store_timestamp") >= times[1], F.col("store_timestamp") < times[1],
+                      F.col("store_timestamp").between(times[0], times[0])):
+            got = source(spark, store).where(where).select(*COLUMNS)
+            want = store.messages().where(where).select(*COLUMNS)
+            assert_df_equality(got, want, ignore_row_order=True, ignore_nullable=True, ignore_metadata=True)
+        keyed = source(spark, store).where((F.col("topic") == "Orders") & (F.col("keys") == "k55")
+                                           & (F.col("store_timestamp") < times[1]))
+        assert keyed.count() == 0
+
     def test_ids_and_unique_keys(self, spark, orders):
         store, sent = orders
         ids = [sent[7].msg_id, sent[55].msg_id]

@@ -30,7 +30,6 @@ True
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
@@ -121,10 +120,17 @@ class GroupStreamReader(DataSourceStreamReader, _AvailableNow):
             budget = self.options.max_messages_per_trigger
         out = {}
         waiting = {q: max(0, ends[q] - int(start.get(q, ends[q]))) for q in ends}
-        share = math.ceil(budget / max(1, sum(1 for n in waiting.values() if n))) if budget else None
+        left = budget
+        busy = sum(1 for n in waiting.values() if n)
         for q, end in ends.items():
             begin = int(start.get(q, end))
-            out[q] = end if share is None else min(end, begin + share)
+            if left is None:
+                out[q] = end
+                continue
+            take = min(waiting[q], -(-left // busy)) if waiting[q] else 0  # an even share of what is left
+            busy -= 1 if waiting[q] else 0
+            left -= take
+            out[q] = begin + take
         return out
 
     def getDefaultReadLimit(self):
