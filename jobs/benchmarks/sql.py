@@ -8,6 +8,7 @@ dispatched. Then, in one warm session:
   ``messages`` view; p50 and p99 of the wall time of each ``collect()``, and the data files the plan
   opens. Baseline: the same key query through the index-joined-to-commitlog view the store had before
   (``VIEW_JOIN``), a few times (it reads the whole store).
+* ``read_*``: the table reads storelib plans itself (pruned Parquet file lists) against Delta Spark's.
 * ``stream_all`` / ``stream_tag``: a group stream (Trigger.AvailableNow into Spark's ``noop`` sink) of
   every message (``*``) and of one tag (1%), against a plain Spark scan of the commitlog's Parquet files
   with the same exact test into ``noop``.
@@ -52,6 +53,8 @@ class SqlFigures:
     view_join_seconds: float
     stream_seconds: dict[str, float]
     scan_seconds: dict[str, float]
+    #: Table reads storelib plans itself (pruned Parquet file lists) against Delta Spark's own: (ours, delta).
+    reads: dict[str, tuple[float, float]] = None  # type: ignore[assignment]
 
     def lines(self) -> list[str]:
         out = []
@@ -64,13 +67,16 @@ class SqlFigures:
             base = self.scan_seconds[kind]
             out.append(f"{kind:<15} {self.messages / seconds:12,.0f} msgs/s ({seconds:.2f} s) vs Parquet scan "
                        f"{self.messages / base:,.0f} msgs/s ({base:.2f} s) = {base / seconds:.2f}x")
+        for kind, (ours, delta) in (self.reads or {}).items():
+            out.append(f"{kind:<15} storelib {ours:.3f} s vs Delta Spark {delta:.3f} s = {delta / ours:.2f}x")
         return out
 
     def as_dict(self) -> dict:
         return {"messages": self.messages, "view_join_seconds": round(self.view_join_seconds, 3),
                 **{k: {"p50": round(statistics.median(v), 4), "files": self.files.get(k, 0)} for k, v in self.lookups.items()},
                 **{k: {"seconds": round(s, 3), "scan_seconds": round(self.scan_seconds[k], 3),
-                       "ratio": round(self.scan_seconds[k] / s, 3)} for k, s in self.stream_seconds.items()}}
+                       "ratio": round(self.scan_seconds[k] / s, 3)} for k, s in self.stream_seconds.items()},
+                **{k: {"storelib": round(o, 3), "delta_spark": round(d, 3)} for k, (o, d) in (self.reads or {}).items()}}
 
 
 def _frame(spark: "SparkSession", n: int, partitions: int) -> "DataFrame":
@@ -89,6 +95,30 @@ def _timed(action) -> float:
     start = time.perf_counter()
     action()
     return time.perf_counter() - start
+
+
+def _table_reads(spark: "SparkSession", store) -> dict[str, tuple[float, float]]:
+    """The reads storelib prunes itself (dispatch's commitlog tail, a topic's messages, a queue range) against
+    the same reads through Delta Spark's data skipping; best of three each."""
+    from pyspark.sql import functions as F
+
+    from storelib.delta.table import Prune
+
+    cl, cq = store.context.tables.commitlog, store.context.tables.consume_queue
+    tail = store.max_offset() - store.max_offset() // 20
+    noop = lambda df: df.write.format("noop").mode("overwrite").save()  # noqa: E731
+    pairs = {
+        "read_tail_5pct": (lambda: noop(cl.read(spark, prune=Prune(between={"physical_offset": (tail, 2 ** 62)}))
+                                        .where(F.col("physical_offset") >= tail)),
+                           lambda: noop(spark.read.format("delta").load(cl.path).where(F.col("physical_offset") >= tail))),
+        "read_topic": (lambda: noop(store.messages(TOPIC)),
+                       lambda: noop(spark.read.format("delta").load(cl.path).where(F.col("topic") == TOPIC))),
+        "read_queue": (lambda: store.consume_queue(TOPIC, 3, 1000, 2000).collect(),
+                       lambda: spark.read.format("delta").load(cq.path).where(
+                           (F.col("topic") == TOPIC) & (F.col("queue_id") == 3)
+                           & F.col("queue_offset").between(1000, 1999)).collect()),
+    }
+    return {name: tuple(min(_timed(f) for _ in range(3)) for f in pair) for name, pair in pairs.items()}
 
 
 def bench_sql(spark: "SparkSession", n: int, *, lookups: int = 20, root: str | None = None, queues: int = 8,
@@ -153,7 +183,7 @@ def bench_sql(spark: "SparkSession", n: int, *, lookups: int = 20, root: str | N
             streams[kind] = _timed(lambda q=q: q.start().awaitTermination())
             scans[kind] = _timed(lambda t=test: spark.read.parquet(*paths).where((F.col("topic") == TOPIC) & t)
                                  .write.format("noop").mode("overwrite").save())
-        return SqlFigures(n, times, files, statistics.median(join), streams, scans)
+        return SqlFigures(n, times, files, statistics.median(join), streams, scans, _table_reads(spark, store))
     finally:
         if root is None:
             shutil.rmtree(work, ignore_errors=True)
