@@ -45,7 +45,7 @@ def _seeded_store(spark, tmp_path_factory):
     from storelib import Message, MessageStore
 
     root = str(tmp_path_factory.mktemp("doctest") / "seed")
-    store = MessageStore.open(root, spark)
+    store = MessageStore.create(root, spark)
     store.create_topic("TopicTest", queues=4)
     sent = store.send(Message("TopicTest", body=b"hi", tags="TagA", keys=["order-1"], properties={"a": "5"}))
     store.subscribe("GroupA", "TopicTest", "TagA || TagB")

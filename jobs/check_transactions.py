@@ -22,10 +22,11 @@ from storelib.session import get_spark  # noqa: E402
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--store", required=True, help="root folder or URI of the store")
+    parser.add_argument("--create", action="store_true", help="create the store if the path holds none")
     parser.add_argument("--now", type=int, default=None, help="the time to check at, epoch ms (default: the clock)")
     args = parser.parse_args(argv)
     try:
-        store = MessageStore.open(args.store, get_spark("storelib-check-transactions"))
+        store = MessageStore.open(args.store, get_spark("storelib-check-transactions"), create=args.create)
         r = store.check_transactions(now=args.now)
     except StoreError as e:
         print(f"check_transactions failed: {e}", file=sys.stderr)

@@ -22,10 +22,11 @@ from storelib.session import get_spark  # noqa: E402
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--store", required=True, help="root folder or URI of the store")
+    parser.add_argument("--create", action="store_true", help="create the store if the path holds none")
     parser.add_argument("--now", type=int, default=None, help="the time to deliver at, epoch ms (default: the clock)")
     args = parser.parse_args(argv)
     try:
-        store = MessageStore.open(args.store, get_spark("storelib-deliver-delayed"))
+        store = MessageStore.open(args.store, get_spark("storelib-deliver-delayed"), create=args.create)
         store.dispatch()
         result = store.deliver_delayed(now=args.now)
         if result.delivered:

@@ -67,7 +67,7 @@ def quickstart(spark: "SparkSession", root: str, messages: int = 3000) -> Quicks
     """Create the topics, send ``messages`` (a tenth one by one, the rest as a DataFrame), dispatch, read back."""
     from pyspark.sql import functions as F
 
-    store = MessageStore.open(root, spark)
+    store = MessageStore.create(root, spark)
     for topic, queues in TOPICS.items():
         store.create_topic(topic, queues=queues)
     # Subscribed before sending, so dispatch computes their Bloom bits for every message.

@@ -20,9 +20,10 @@ from storelib.session import get_spark  # noqa: E402
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--store", required=True, help="root folder or URI of the store")
+    parser.add_argument("--create", action="store_true", help="create the store if the path holds none")
     args = parser.parse_args(argv)
     try:
-        store = MessageStore.open(args.store, get_spark("storelib-dispatch"))
+        store = MessageStore.open(args.store, get_spark("storelib-dispatch"), create=args.create)
         result = store.dispatch()
     except StoreError as e:
         print(f"dispatch failed: {e}", file=sys.stderr)

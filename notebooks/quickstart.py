@@ -15,7 +15,7 @@ from pyspark.sql import functions as F
 from storelib import MessageStore, Message, MessageSelector
 
 root = "/tmp/storelib/quickstart"   # change me
-store = MessageStore.open(root, spark)
+store = MessageStore.create(root, spark)
 store.create_topic("OrderEvents", queues=4)
 
 # COMMAND ----------

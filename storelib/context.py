@@ -14,13 +14,17 @@ offset and subscription tables, the producer, and the notifier pulls wait on).
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Mapping
 
+from deltalake import DeltaTable
+
 from storelib.delta.table import Table
 from storelib.filter.registry import SubscriptionRegistry
 from storelib.model.config import StoreConfig
+from storelib.model.errors import StoreNotFoundError
 from storelib.send.producer import Producer
 from storelib.storage.commitlog import CommitLog
 from storelib.storage.consumer_offset import ConsumerOffsetTable
@@ -63,6 +67,14 @@ class StoreTables:
     def by_name(self) -> dict[str, Table]:
         """Every table by its name (its folder), in dispatch order."""
         return {t.spec.name: t for t in (getattr(self, f.name) for f in fields(self))}
+
+    def exists(self) -> bool:
+        """Whether a store is here: its commitlog is a Delta table.
+
+        >>> StoreTables.at(tmp + "/nothing").exists()
+        False
+        """
+        return DeltaTable.is_deltatable(self.commitlog.path)
 
     def ensure(self) -> "StoreTables":
         """Create the tables where absent; check their columns where present."""
@@ -121,6 +133,29 @@ class StoreContext:
     registry: SubscriptionRegistry
     producer: Producer
     arrivals: MessageArrivals
+
+    @classmethod
+    def open(cls, root: str, spark: "SparkSession", config: StoreConfig | None = None, *, create: bool = False,
+             **settings: object) -> "StoreContext":
+        """The context of the store at ``root``, its tables created when ``create`` (else the store must
+        exist: :class:`~storelib.model.errors.StoreNotFoundError`). Settings as ``MessageStore.open`` takes them.
+
+        >>> StoreContext.open(tmp + "/made", spark, create=True).tables.exists()
+        True
+        """
+        if config is None:
+            conf = {k: v for k, v in spark.sparkContext.getConf().getAll() if k.startswith("spark.storelib.")}
+            config = StoreConfig.from_mapping(conf, **settings)
+        elif settings:
+            config = config.replace(**settings)
+        if "://" not in root:
+            root = os.path.abspath(root)
+        context = cls.build(root.rstrip("/"), spark, config)
+        if not create and not context.tables.exists():
+            raise StoreNotFoundError("root", f"no store at {root}: check the path, or make one with "
+                                             "MessageStore.create(path) (a job's --create)")
+        context.tables.ensure()
+        return context
 
     @classmethod
     def build(cls, root: str, spark: "SparkSession", config: StoreConfig) -> "StoreContext":

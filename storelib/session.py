@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, Mapping
 
 from storelib.datasource import register
 from storelib.delta.writer import parallelism
-from storelib.model.errors import JavaNotFoundError
+from storelib.model.errors import JavaNotFoundError, SessionError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["get_spark", "check_java", "read_properties_file", "parallelism", "delta_settings", "DEFAULTS_FILE"]
+__all__ = ["get_spark", "ensure_session", "check_java", "read_properties_file", "parallelism", "delta_settings", "DEFAULTS_FILE"]
 
 DEFAULTS_FILE = Path(__file__).resolve().parents[1] / "spark-defaults.conf"
 
@@ -109,8 +109,7 @@ def get_spark(app_name: str = "storelib", conf: Mapping[str, str] | None = None)
 
     active = SparkSession.getActiveSession()
     if active is not None:
-        register(active)
-        return active
+        return ensure_session(active)
     check_java()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -128,5 +127,58 @@ def get_spark(app_name: str = "storelib", conf: Mapping[str, str] | None = None)
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("STORELIB_SPARK_LOG_LEVEL", "ERROR"))
-    register(spark)
+    return ensure_session(spark)
+
+
+#: Runtime SQL settings the store relies on, set on any session it is given.
+RUNTIME = {**REQUIRED, "spark.sql.python.filterPushdown.enabled": "true",
+           "spark.sql.legacy.parameterSubstitution.constantsOnly": "true"}
+_CHECKED: set[str] = set()
+
+
+def ensure_session(spark: "SparkSession") -> "SparkSession":
+    """Give a session, wherever it was made, what the store needs, or say what is missing
+    (:class:`~storelib.model.errors.SessionError`), once per session:
+
+    * Spark's Python workers must import storelib: on a local master they run this interpreter (a
+      session built by ``SparkSession.builder`` starts ``python3`` from ``PATH``, which may lack the
+      project's packages); elsewhere a one-task job checks that they can;
+    * the runtime settings in :data:`RUNTIME`;
+    * the ``rocketmq`` data source, registered.
+
+    >>> ensure_session(spark) is spark
+    True
+    """
+    sc = spark.sparkContext
+    for key, value in RUNTIME.items():
+        spark.conf.set(key, value)
+    if sc.applicationId not in _CHECKED:
+        chosen = os.environ.get("PYSPARK_PYTHON") or sc.getConf().get("spark.pyspark.python")
+        if (sc.master or "").startswith("local") and not chosen and sc.pythonExec != sys.executable:
+            sc.pythonExec = sys.executable  # workers of this machine, no interpreter named: this one
+        elif sc.pythonExec != sys.executable:
+            _check_workers(spark)
+        _CHECKED.add(sc.applicationId)
+    register(spark)  # after pythonExec: the source's planning workers run the interpreter it names
     return spark
+
+
+def _check_workers(spark: "SparkSession") -> None:
+    """One task importing storelib on an executor, or :class:`SessionError` with the reason."""
+    from pyspark.errors import PySparkException
+    from py4j.protocol import Py4JError
+
+    def probe(batches):
+        import storelib.encoding.tags  # noqa: F401  (and through it pyarrow, numpy)
+
+        yield from batches
+
+    try:
+        spark.range(1, numPartitions=1).mapInArrow(probe, "id long").collect()
+    except (PySparkException, Py4JError) as e:
+        text = str(e)
+        reason = next((line.strip() for line in text.splitlines() if "Error:" in line and "Traceback" not in line),
+                      text.splitlines()[0] if text else type(e).__name__)
+        raise SessionError("spark.pyspark.python", f"Spark's Python workers cannot import storelib ({reason[:200]}); "
+                           "set PYSPARK_PYTHON or spark.pyspark.python to an interpreter with storelib installed, "
+                           "or start the session with storelib.session.get_spark()") from None

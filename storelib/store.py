@@ -3,7 +3,7 @@
 It holds the store's :class:`~storelib.context.StoreContext` and delegates every call to the
 service that does the work (``send``, ``dispatch``, ``consume``, ``query``, ``maintenance``).
 
->>> store = MessageStore.open(tmp + "/quickstart", spark)
+>>> store = MessageStore.create(tmp + "/quickstart", spark)
 >>> store.create_topic("TopicTest", queues=4).write_queue_nums
 4
 >>> r = store.send(Message("TopicTest", tags="TagA", keys=["order-1"], body=b"hi"))
@@ -17,7 +17,6 @@ b'hi'
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any, Sequence
 
 from storelib.consume.get_message import GetMessageResult
@@ -69,30 +68,36 @@ class MessageStore:
         self._query = MessageQuery(context)
 
     @classmethod
-    def open(cls, root: str, spark: "SparkSession | None" = None, config: StoreConfig | None = None,
-             **settings: Any) -> "MessageStore":
-        """Open the store at ``root``, creating its tables where absent.
+    def open(cls, root: str, spark: "SparkSession | None" = None, config: StoreConfig | None = None, *,
+             create: bool = False, **settings: Any) -> "MessageStore":
+        """Open the store at ``root``; a path holding no store raises
+        :class:`~storelib.model.errors.StoreNotFoundError` (``create=True``, or :meth:`create`, makes one).
 
         Settings come from ``config``, else from ``spark.storelib.*`` Spark settings, with
         ``settings`` keywords on top (``enable_consume_queue_ext=True``, ...); an unknown setting
-        raises :class:`~storelib.model.errors.ConfigError`.
+        raises :class:`~storelib.model.errors.ConfigError`. A session made elsewhere is given what the
+        store needs (:func:`storelib.session.ensure_session`).
 
-        >>> MessageStore.open(tmp + "/other", spark, max_message_size=1024).config.max_message_size
+        >>> MessageStore.open(tmp + "/other", spark, create=True, max_message_size=1024).config.max_message_size
         1024
+        >>> MessageStore.open(tmp + "/typo", spark)                 # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        storelib.model.errors.StoreNotFoundError: root: no store at .../typo: ...
         """
-        from storelib.session import get_spark
+        from storelib.session import ensure_session, get_spark
 
-        spark = spark or get_spark()
-        if config is None:
-            conf = {k: v for k, v in spark.sparkContext.getConf().getAll() if k.startswith("spark.storelib.")}
-            config = StoreConfig.from_mapping(conf, **settings)
-        elif settings:
-            config = config.replace(**settings)
-        if "://" not in root:
-            root = os.path.abspath(root)
-        context = StoreContext.build(root.rstrip("/"), spark, config)
-        context.tables.ensure()
-        return cls(context)
+        spark = ensure_session(spark) if spark is not None else get_spark()
+        return cls(StoreContext.open(root, spark, config, create=create, **settings))
+
+    @classmethod
+    def create(cls, root: str, spark: "SparkSession | None" = None, config: StoreConfig | None = None,
+               **settings: Any) -> "MessageStore":
+        """Create the store at ``root`` (its tables), or open it where it exists.
+
+        >>> MessageStore.create(tmp + "/new", spark).dispatch_progress()["commitlog"]
+        0
+        """
+        return cls.open(root, spark, config, create=True, **settings)
 
     @property
     def root(self) -> str:

@@ -29,7 +29,7 @@ def store_path(tmp_path) -> str:
 def store(spark, store_path):
     from storelib import MessageStore
 
-    s = MessageStore.open(store_path, spark)
+    s = MessageStore.create(store_path, spark)
     s.create_topic("TopicTest", queues=4)
     return s
 

@@ -44,7 +44,7 @@ BAD_MESSAGES = [
 def small_store(spark, store_path):
     from storelib import MessageStore
 
-    s = MessageStore.open(store_path, spark, config=StoreConfig(max_message_size=1024))
+    s = MessageStore.create(store_path, spark, config=StoreConfig(max_message_size=1024))
     s.create_topic("TopicTest", queues=4)
     return s
 

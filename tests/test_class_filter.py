@@ -87,7 +87,7 @@ def test_subscription_records_the_class_and_the_crc_of_its_source(spark, store, 
     assert sorted(sub.data.tags_set) == ["TagA", "TagB"] and sub.bloom is None
     again = store.subscribe("GroupC", "TopicTest", MessageSelector.by_class(f"{MODULE}.EvenSequence", tags="TagA || TagB"))
     assert again.version == sub.version  # the same class, unchanged: no new version
-    reopened = MessageStore.open(store.root, spark)
+    reopened = MessageStore.create(store.root, spark)
     assert reopened.subscription("GroupC", "TopicTest") == sub
 
 
@@ -293,7 +293,7 @@ def test_uploaded_source_is_refused_by_default(store):
 
 
 def test_uploaded_source_runs_when_the_store_allows_it(spark, store_path):
-    store = MessageStore.open(store_path, spark, enable_filter_class_source=True)
+    store = MessageStore.create(store_path, spark, enable_filter_class_source=True)
     store.create_topic("TopicTest", queues=4)
     send(store, 60)
     sub = store.subscribe("GroupS", "TopicTest", MessageSelector.by_class("Tenth", source=SOURCE, tags="TagA"))
@@ -305,7 +305,7 @@ def test_uploaded_source_runs_when_the_store_allows_it(spark, store_path):
     later = store.subscribe("GroupS", "TopicTest", MessageSelector.by_class("Tenth", source=changed, tags="TagA"))
     assert later.version > sub.version
     assert sorted(int(r.properties["SequenceId"]) for r in store.read("TopicTest", group="GroupS").collect()) == [0]
-    strict = MessageStore.open(store_path, spark)  # the same store, opened with the switch off
+    strict = MessageStore.create(store_path, spark)  # the same store, opened with the switch off
     with pytest.raises(FilterNotSupportedError):
         strict.pull("GroupS", "TopicTest", 0, 0)
     with pytest.raises(FilterNotSupportedError):
@@ -324,7 +324,7 @@ def test_an_older_subscription_table_gains_the_class_columns(spark, store_path, 
         "consumer_group": "GroupA", "topic": "TopicTest", "expression_type": "TAG", "expression": "TagA",
         "version": 1, "sub_version": 1, "born_timestamp": dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc),
         "dead": False}], schema=old), mode="append")
-    store = MessageStore.open(store_path, spark)
+    store = MessageStore.create(store_path, spark)
     assert DeltaTable(f"{store_path}/subscription").schema().fields[-1].name == "filter_class_source"
     assert store.subscription("GroupA", "TopicTest").selector == MessageSelector.by_tag("TagA")
     store.create_topic("TopicTest", queues=4)

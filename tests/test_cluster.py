@@ -207,7 +207,7 @@ from storelib import MessageStore
 from storelib.maintenance.cluster import cluster_commitlog
 from storelib.session import get_spark
 
-store = MessageStore.open(sys.argv[1], get_spark("crashing-cluster"))
+store = MessageStore.create(sys.argv[1], get_spark("crashing-cluster"))
 cluster_commitlog(store.context, settle_ms=0, fault=lambda step: os._exit(86) if step == sys.argv[2] else None)
 """
 

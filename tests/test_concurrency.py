@@ -30,7 +30,7 @@ PRODUCER = textwrap.dedent("""
 
 
 def test_parallel_producers(spark, store_path, python_env):
-    store = MessageStore.open(store_path, spark)
+    store = MessageStore.create(store_path, spark)
     store.create_topic("TopicTest", queues=2)
     batches = 25
     procs = [subprocess.Popen([sys.executable, "-c", PRODUCER, store.root, name, str(batches)], env=python_env,

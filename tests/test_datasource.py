@@ -204,7 +204,7 @@ SCRIPT = textwrap.dedent("""
     from storelib import MessageStore, Message
     from storelib.session import get_spark
     spark = get_spark("cluster", conf={"spark.master": "local-cluster[2,1,1024]", "spark.executor.memory": "768m"})
-    store = MessageStore.open(sys.argv[1], spark)
+    store = MessageStore.create(sys.argv[1], spark)
     store.create_topic("Orders", queues=4)
     sent = store.send_batch([Message("Orders", tags=f"T{i % 2}", keys=[f"k{i}"], body=b"x") for i in range(40)])
     store.subscribe("G", "Orders", "T1")

@@ -69,7 +69,7 @@ def test_pulls_that_find_something_are_not_held(store):
 
 
 def test_short_polling_waits_one_second(spark, store_path):
-    store = MessageStore.open(store_path, spark, long_polling_enable=False)
+    store = MessageStore.create(store_path, spark, long_polling_enable=False)
     store.create_topic("TopicTest", queues=1)
     store.subscribe("GroupA", "TopicTest", "*")
     r = store.pull("GroupA", "TopicTest", 0, 0, suspend_timeout_ms=60_000)

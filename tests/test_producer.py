@@ -119,7 +119,7 @@ class TestSendDataFrame:
         """A DataFrame send stores what a list send stores, except ids, times and queue choice."""
         from storelib import MessageStore
 
-        other = MessageStore.open(store_path + "-list", spark)
+        other = MessageStore.create(store_path + "-list", spark)
         other.create_topic("TopicTest", queues=4)
         msgs = [Message("TopicTest", body=f"b{i}".encode(), tags="T", keys=[f"k{i}"], properties={"i": str(i)}, queue_id=i % 4)
                 for i in range(20)]
@@ -180,7 +180,7 @@ def test_ipv6_store_host_counts_in_every_size(spark, store_path):
     from storelib import MessageStore
     from storelib.model.message import SysFlag
 
-    v6 = MessageStore.open(store_path, spark, store_host="[::1]:10911")
+    v6 = MessageStore.create(store_path, spark, store_host="[::1]:10911")
     v6.create_topic("TopicTest", queues=2)
     v6.send(Message("TopicTest", body=b"one", properties={"a": "1"}))
     v6.send_dataframe(spark.range(3).select(F.lit("TopicTest").alias("topic"), F.lit("two").alias("body")))

@@ -98,7 +98,7 @@ def test_offset_found_null_rolls_to_next_queue_file(spark, store_path):
     from storelib.delta.table import add_actions
     from storelib.storage.consume_queue import min_queue_marker
 
-    store = MessageStore.open(store_path, spark, consume_queue_file_units=10)
+    store = MessageStore.create(store_path, spark, consume_queue_file_units=10)
     store.create_topic("TopicTest", queues=1)
     fill(store, 12)
     fill(store, 12, start=12)
@@ -130,7 +130,7 @@ def test_filter_window_is_800_units_or_max_msgs(store):
 
 
 def test_window_stops_at_the_queue_file_end(spark, store_path):
-    store = MessageStore.open(store_path, spark, consume_queue_file_units=300)
+    store = MessageStore.create(store_path, spark, consume_queue_file_units=300)
     store.create_topic("TopicTest", queues=1)
     fill(store, 1000)
     store.subscribe("GroupA", "TopicTest", MessageSelector.by_sql("n >= 990"))
@@ -139,7 +139,7 @@ def test_window_stops_at_the_queue_file_end(spark, store_path):
 
 
 def test_batch_full_by_count_and_bytes(spark, store_path):
-    store = MessageStore.open(store_path, spark, max_transfer_bytes_on_message_in_memory=1000)
+    store = MessageStore.create(store_path, spark, max_transfer_bytes_on_message_in_memory=1000)
     store.create_topic("TopicTest", queues=1)
     fill(store, 100)
     store.subscribe("GroupA", "TopicTest", "*")
@@ -149,12 +149,12 @@ def test_batch_full_by_count_and_bytes(spark, store_path):
 
 
 def test_batch_full_in_memory_and_on_disk(spark, store_path):
-    store = MessageStore.open(store_path, spark)
+    store = MessageStore.create(store_path, spark)
     store.create_topic("TopicTest", queues=1)
     fill(store, 100)
     store.subscribe("GroupA", "TopicTest", "*")
     assert len(store.pull("GroupA", "TopicTest", 0, 0, 64).messages) == 32  # maxTransferCountOnMessageInMemory
-    cold = MessageStore.open(store_path, spark, access_message_in_memory_max_ratio=0)  # everything counts as on disk
+    cold = MessageStore.create(store_path, spark, access_message_in_memory_max_ratio=0)  # everything counts as on disk
     assert len(cold.pull("GroupA", "TopicTest", 0, 0, 64).messages) == 8  # maxTransferCountOnMessageInDisk
 
 
@@ -204,7 +204,7 @@ def test_sql92_pulled_with_its_own_selector_matches_the_registered_one(store):
 
 # ---- the broker's checks -------------------------------------------------------------------------------
 def test_checks_carry_rocketmq_response_codes(spark, store_path):
-    store = MessageStore.open(store_path, spark)
+    store = MessageStore.create(store_path, spark)
     store.create_topic("TopicTest", queues=2)
     store.create_topic("WriteOnly", queues=2, perm=PERM_WRITE)
     store.subscribe("GroupA", "TopicTest", "*")
@@ -232,24 +232,24 @@ def test_checks_carry_rocketmq_response_codes(spark, store_path):
 
 
 def test_group_and_store_checks(spark, store_path):
-    store = MessageStore.open(store_path, spark)
+    store = MessageStore.create(store_path, spark)
     store.create_topic("TopicTest", queues=1)
     store.subscribe("GroupA", "TopicTest", "*")
     store.create_group("Disabled", consume_enable=False)
     with pytest.raises(ConsumeDisabledError) as caught:
         store.pull("Disabled", "TopicTest", 0, 0, selector="*")
     assert caught.value.code == "NO_PERMISSION"
-    strict = MessageStore.open(store_path, spark, auto_create_subscription_group=False)
+    strict = MessageStore.create(store_path, spark, auto_create_subscription_group=False)
     with pytest.raises(SubscriptionGroupNotFoundError) as caught:
         strict.pull("Unknown", "TopicTest", 0, 0, selector="*")
     assert caught.value.code == "SUBSCRIPTION_GROUP_NOT_EXIST"
     assert "Unknown" not in strict.context.groups.all()
     assert strict.pull("GroupA", "TopicTest", 0, 0).status is P.NO_NEW_MSG  # auto-created when it subscribed
-    closed = MessageStore.open(store_path, spark, broker_permission=PERM_WRITE)
+    closed = MessageStore.create(store_path, spark, broker_permission=PERM_WRITE)
     with pytest.raises(StorePermissionError) as caught:
         closed.pull("GroupA", "TopicTest", 0, 0)
     assert caught.value.code == "NO_PERMISSION"
-    off = MessageStore.open(store_path, spark, enable_property_filter=False)
+    off = MessageStore.create(store_path, spark, enable_property_filter=False)
     with pytest.raises(FilterNotSupportedError) as caught:
         off.pull("GroupA", "TopicTest", 0, 0, selector=MessageSelector.by_sql("a = 1"))
     assert caught.value.code == "SYSTEM_ERROR"
@@ -291,7 +291,7 @@ def test_retry_topic_applies_the_group_filter_of_the_original_topic(store):
 
 
 def test_retry_filter_can_be_turned_off(spark, store_path):
-    store = MessageStore.open(store_path, spark, filter_support_retry=False)
+    store = MessageStore.create(store_path, spark, filter_support_retry=False)
     store.create_topic("TopicTest", queues=1)
     store.create_topic("OtherTopic", queues=1)
     store.subscribe("GroupA", "TopicTest", "TagA")

@@ -50,7 +50,7 @@ class TestRegistry:
 
     def test_persisted_as_delta_table(self, spark, store):
         store.subscribe("GroupB", "TopicTest", MessageSelector.by_sql(SQL_B))
-        reopened = MessageStore.open(store.root, spark)
+        reopened = MessageStore.create(store.root, spark)
         assert reopened.subscription("GroupB", "TopicTest").selector.expression == SQL_B
         from deltalake import DeltaTable
 
@@ -93,7 +93,7 @@ class TestRegistry:
             store.subscribe("bad group", "TopicTest", "*")
 
     def test_sql92_needs_property_filtering(self, spark, store_path):
-        off = MessageStore.open(store_path, spark, enable_property_filter=False)
+        off = MessageStore.create(store_path, spark, enable_property_filter=False)
         off.create_topic("TopicTest", queues=2)
         with pytest.raises(FilterNotSupportedError) as e:
             off.subscribe("GroupB", "TopicTest", MessageSelector.by_sql("a > 1"))
@@ -131,7 +131,7 @@ class TestBitmaps:
         assert {(r.filter_bitmap, r.filter_version) for r in store.table("consume_queue_ext").collect()} == {(None, None)}
 
     def test_bitmap_calculation_off(self, spark, store_path):
-        off = MessageStore.open(store_path, spark, enable_calc_filter_bitmap=False)
+        off = MessageStore.create(store_path, spark, enable_calc_filter_bitmap=False)
         off.create_topic("TopicTest", queues=2)
         off.subscribe("GroupB", "TopicTest", MessageSelector.by_sql("a > 3"))
         send_props(off, 10)
@@ -176,7 +176,7 @@ class TestTagReads:
         assert len(bodies(store.read("TopicTest"))) == 5
 
     def test_ext_queue_off(self, spark, store_path):
-        plain = MessageStore.open(store_path, spark, enable_consume_queue_ext=False)
+        plain = MessageStore.create(store_path, spark, enable_consume_queue_ext=False)
         plain.create_topic("TopicTest", queues=3)
         send_props(plain, 12)
         plain.dispatch()

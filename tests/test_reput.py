@@ -88,7 +88,7 @@ class TestDispatch:
     def test_ext_queue_off_keeps_real_tag_codes(self, spark, store_path):
         from storelib import MessageStore
 
-        plain = MessageStore.open(store_path, spark, enable_consume_queue_ext=False)
+        plain = MessageStore.create(store_path, spark, enable_consume_queue_ext=False)
         plain.create_topic("TopicTest", queues=4)
         send_some(plain, 4, tags=("Aa", "BB"))
         plain.dispatch()
@@ -161,7 +161,7 @@ from storelib import MessageStore
 from storelib.dispatch.reput import Dispatcher
 from storelib.session import get_spark
 
-store = MessageStore.open(sys.argv[1], get_spark("crashing-dispatch"))
+store = MessageStore.create(sys.argv[1], get_spark("crashing-dispatch"))
 Dispatcher.of(store.context, fault=lambda step: os._exit(86) if step == sys.argv[2] else None).run()
 """
 

@@ -81,7 +81,7 @@ def test_send_back_goes_to_schedule_topic_with_retry_properties(store):
 
 
 def test_deliver_timestamp_in_consume_queue_without_ext(spark, tmp_path):
-    store = MessageStore.open(str(tmp_path / "s"), spark, enable_consume_queue_ext=False,
+    store = MessageStore.create(str(tmp_path / "s"), spark, enable_consume_queue_ext=False,
                               enable_calc_filter_bitmap=False, enable_property_filter=False)
     store.create_topic("TopicTest", queues=4)
     m = _sent(store)
@@ -160,7 +160,7 @@ def test_no_retry_queues_stores_nothing(store):
 
 def test_unknown_group_without_auto_create(spark, store, store_path):
     m = _sent(store)
-    strict = MessageStore.open(store_path, spark, auto_create_subscription_group=False)
+    strict = MessageStore.create(store_path, spark, auto_create_subscription_group=False)
     before = _state(strict)
     with pytest.raises(SubscriptionGroupNotFoundError) as e:
         strict.send_back(m, "Nobody")
@@ -170,7 +170,7 @@ def test_unknown_group_without_auto_create(spark, store, store_path):
 
 def test_unwritable_store_and_retry_topic(spark, store, store_path):
     m = _sent(store)
-    readonly = MessageStore.open(store_path, spark, broker_permission=4)
+    readonly = MessageStore.create(store_path, spark, broker_permission=4)
     before = _state(store)
     with pytest.raises(StorePermissionError) as e:
         readonly.send_back(m, GROUP)

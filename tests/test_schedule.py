@@ -132,7 +132,7 @@ def test_timer_limit_is_a_setting(spark, store, store_path):
     with pytest.raises(ReservedPropertyError):
         store.send(Message("TopicTest", properties={"TIMER_OUT_MS": "1"}))
     assert store.max_offset() == before
-    years = MessageStore.open(store_path, spark, timer_max_delay_ms=5 * 365 * 24 * HOUR)
+    years = MessageStore.create(store_path, spark, timer_max_delay_ms=5 * 365 * 24 * HOUR)
     r = years.send(Message("TopicTest", deliver_time_ms=now + 2 * 365 * 24 * HOUR))
     assert r.topic == TIMER_TOPIC
     assert years.deliver_delayed(now=now + 365 * 24 * HOUR).delivered == 0
@@ -195,7 +195,7 @@ def _delivered(store):
 
 
 def test_spark_and_arrow_paths_deliver_the_same(spark, store, tmp_path):
-    other = MessageStore.open(str(tmp_path / "other"), spark)
+    other = MessageStore.create(str(tmp_path / "other"), spark)
     other.create_topic("TopicTest", queues=4)
     now = _filled(store)
     arrow = deliver(store.context, now=now)
@@ -247,7 +247,7 @@ from storelib import MessageStore
 from storelib.schedule.deliver import deliver
 from storelib.session import get_spark
 
-store = MessageStore.open(sys.argv[1], get_spark("crashing-delivery"))
+store = MessageStore.create(sys.argv[1], get_spark("crashing-delivery"))
 deliver(store.context, now=int(sys.argv[3]), fault=lambda step: os._exit(86) if step == sys.argv[2] else None)
 """
 

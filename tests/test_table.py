@@ -143,7 +143,7 @@ class TestConfig:
     def test_store_host_goes_into_message_ids(self, spark, store_path):
         from storelib import MessageStore, decode_message_id
 
-        store = MessageStore.open(store_path, spark, store_host="10.1.2.3:9876")
+        store = MessageStore.create(store_path, spark, store_host="10.1.2.3:9876")
         store.create_topic("TopicTest")
         r = store.send(Message("TopicTest", body=b"x"))
         assert decode_message_id(r.msg_id) == ("10.1.2.3", 9876, 0)
@@ -183,7 +183,7 @@ class TestCompaction:
         """Files already large still get merged and sorted, so one key never spans two files of a range."""
         from storelib import MessageStore
 
-        store = MessageStore.open(store_path, spark, target_file_size=4096)
+        store = MessageStore.create(store_path, spark, target_file_size=4096)
         store.create_topic("TopicTest", queues=4)
         fill(store, rounds=3, per_round=60)
         store.compact()

@@ -93,7 +93,7 @@ def test_local_transaction_that_raises_is_unknown(store):
 
 
 def test_check_back_applies_the_answers(spark, store_path):
-    store = MessageStore.open(store_path, spark, transaction_checker_timeout_ms=300)
+    store = MessageStore.create(store_path, spark, transaction_checker_timeout_ms=300)
     store.create_topic("TopicTest", queues=4)
     store.register_transaction_checker("PG", CHECKER)
     sent = {body: store.send_in_transaction(Message("TopicTest", body=body), _unknown, producer_group="PG")
@@ -121,7 +121,7 @@ def test_check_back_applies_the_answers(spark, store_path):
 
 
 def test_given_up_after_the_check_max(spark, store_path):
-    store = MessageStore.open(store_path, spark, transaction_check_max=2)
+    store = MessageStore.create(store_path, spark, transaction_check_max=2)
     store.create_topic("TopicTest", queues=4)
     store.register_transaction_checker("PG", CHECKER)
     r = store.send_in_transaction(Message("TopicTest", body=b"later"), _unknown, producer_group="PG")

@@ -102,7 +102,7 @@ def bench_custom(spark: "SparkSession", n: int, *, root: str | None = None, queu
     work = root or tempfile.mkdtemp(prefix="storelib-bench-custom-")
     partitions = partitions or max(2, parallelism(spark) * 2)
     try:
-        store = MessageStore.open(f"{work}/store", spark)
+        store = MessageStore.create(f"{work}/store", spark)
         store.create_topic(TOPIC, queues=queues)
         for group, filter_class in GROUPS.values():
             store.subscribe(group, TOPIC, MessageSelector.by_class(filter_class))

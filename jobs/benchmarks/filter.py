@@ -215,10 +215,10 @@ def bench_filtering(spark: "SparkSession", n: int, *, root: str | None = None, q
     figures = FilterFigures(n)
     sizing = {"expect_consumer_num_use_filter": bloom_consumers} if bloom_consumers else {}
     try:
-        store = MessageStore.open(f"{work}/store", spark, **sizing)
+        store = MessageStore.create(f"{work}/store", spark, **sizing)
         stores = [store]
         if bitmap_cost:
-            stores.append(MessageStore.open(f"{work}/no-bitmap", spark, enable_calc_filter_bitmap=False, **sizing))
+            stores.append(MessageStore.create(f"{work}/no-bitmap", spark, enable_calc_filter_bitmap=False, **sizing))
         for s in stores:
             s.create_topic(TOPIC, queues=queues, cluster_by=["TAGS", "region"])
             for group, expression in subscriptions().items():

@@ -78,7 +78,7 @@ def bench_pull(spark: "SparkSession", n: int, *, pulls: int = 200, baseline_pull
     work = root or tempfile.mkdtemp(prefix="storelib-bench-")
     partitions = partitions or max(2, parallelism(spark) * 2)
     try:
-        store = MessageStore.open(f"{work}/pull", spark)
+        store = MessageStore.create(f"{work}/pull", spark)
         store.create_topic(TOPIC, queues=queues)
         for _, group, expression in KINDS:
             selector = MessageSelector.by_sql(expression[6:]) if expression.startswith("SQL92:") else expression

@@ -203,7 +203,7 @@ def _setup(spark: "SparkSession", root: str, n: int, partitions: int) -> "Messag
     """A store with ``n`` delayed messages and ``n`` half messages, dispatched, its checker registered."""
     from storelib.store import MessageStore
 
-    store = MessageStore.open(root, spark)
+    store = MessageStore.create(root, spark)
     store.create_topic(TOPIC, queues=8)
     store.register_transaction_checker(GROUP, CHECKER)
     frame = schedule_frame(spark, n, partitions)
@@ -298,19 +298,19 @@ def bench_schedule(spark: "SparkSession", n: int, *, root: str | None = None, pa
         warm_n = min(n, max(SPARK_ROWS + 1, n // 20))  # big enough for delivery's Spark path when n is
         warm = _setup(spark, f"{work}/warm", warm_n, partitions).root if warm_n < n else template
         # past every deliver time and every transaction timeout
-        now = int(time.time() * 1000) + max(MessageStore.open(template, spark).config.delay_levels_ms) + HOUR
+        now = int(time.time() * 1000) + max(MessageStore.create(template, spark).config.delay_levels_ms) + HOUR
 
         def deliver(path: str):
-            return MessageStore.open(path, spark).deliver_delayed(now=now)
+            return MessageStore.create(path, spark).deliver_delayed(now=now)
 
         def deliver_baseline(path: str) -> None:
-            _baseline_deliver(MessageStore.open(path, spark), now, f"{work}/baseline-out")
+            _baseline_deliver(MessageStore.create(path, spark), now, f"{work}/baseline-out")
 
         def check(path: str):
-            return MessageStore.open(path, spark).check_transactions(now=now)
+            return MessageStore.create(path, spark).check_transactions(now=now)
 
         def check_baseline(path: str) -> None:
-            _baseline_check(MessageStore.open(path, spark), f"{work}/baseline-out")
+            _baseline_check(MessageStore.create(path, spark), f"{work}/baseline-out")
 
         seconds, base, notes = {}, {}, {}
         for name, ours, theirs in (("deliver", deliver, deliver_baseline), ("check", check, check_baseline)):

@@ -92,7 +92,7 @@ def bench_send_and_dispatch(spark: "SparkSession", n: int, *, root: str | None =
     names = [f"BenchTopic{i}" for i in range(topics)]
 
     def new_store(name: str) -> MessageStore:
-        store = MessageStore.open(f"{work}/{name}", spark)
+        store = MessageStore.create(f"{work}/{name}", spark)
         for t in names:
             store.create_topic(t, queues=queues)
         return store
@@ -183,7 +183,7 @@ def bench_key_lookup(spark: "SparkSession", n: int, distinct_keys: int, *, looku
     work = root or tempfile.mkdtemp(prefix="storelib-bench-")
     partitions = partitions or max(2, parallelism(spark) * 2)
     try:
-        store = MessageStore.open(f"{work}/lookup", spark)
+        store = MessageStore.create(f"{work}/lookup", spark)
         store.create_topic("BenchTopic0", queues=8)
         store.send_dataframe(message_frame(spark, n, ["BenchTopic0"], partitions, distinct_keys=distinct_keys))
         store.dispatch()

@@ -137,8 +137,7 @@ def bench_sql(spark: "SparkSession", n: int, *, lookups: int = 20, root: str | N
     work = root or tempfile.mkdtemp(prefix="storelib-bench-sql-")
     partitions = partitions or max(2, parallelism(spark) * 2)
     try:
-        store = MessageStore.create(f"{work}/store", spark) if hasattr(MessageStore, "create") else \
-            MessageStore.open(f"{work}/store", spark)
+        store = MessageStore.create(f"{work}/store", spark)
         store.create_topic(TOPIC, queues=queues)
         store.send_dataframe(_frame(spark, n, partitions))
         store.subscribe("G_ALL", TOPIC, "*")
