@@ -217,12 +217,22 @@ SCRIPT = textwrap.dedent("""
          .option("checkpointLocation", sys.argv[1] + "-ck").trigger(availableNow=True).start())
     q.awaitTermination()
     assert spark.read.parquet(sys.argv[1] + "-out").count() == 20
+    rows = spark.range(30, numPartitions=3).selectExpr("'Orders' AS topic", "CAST(id AS STRING) AS body")
+    rows.write.format("rocketmq").option("store", store.root).mode("append").save()
+    import json, os
+    os.makedirs(sys.argv[1] + "-in")
+    with open(sys.argv[1] + "-in/a.json", "w") as f:
+        f.write("\\n".join(json.dumps({"topic": "Orders", "body": str(i)}) for i in range(10)))
+    w = (spark.readStream.schema("topic string, body string").json(sys.argv[1] + "-in").writeStream.format("rocketmq")
+         .option("store", store.root).option("checkpointLocation", sys.argv[1] + "-wck").trigger(availableNow=True).start())
+    w.awaitTermination()
+    assert store.messages("Orders").count() == 80
     print("OK")
 """)
 
 
 @pytest.mark.slow
-def test_batch_and_stream_on_separate_executors(tmp_path, python_env):
+def test_reads_streams_and_writes_on_separate_executors(tmp_path, python_env):
     script = tmp_path / "cluster.py"
     script.write_text(SCRIPT)
     out = subprocess.run([sys.executable, str(script), str(tmp_path / "store")], capture_output=True, text=True,

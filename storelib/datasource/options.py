@@ -13,7 +13,9 @@ option                     meaning
 ``maxMessagesPerTrigger``  streams: at most this many consume queue units per micro-batch (all by default)
 ``commitOffsets``          streams: commit the group's offsets when Spark commits a batch (``true``)
 ``partitions``             batch reads: how many partitions a scan is split into (default: the files' count,
-                           at most 64)
+                           at most 256)
+``checkpointLocation``     streaming writes: the query's checkpoint (Spark's own option), which names its
+                           batches in the commitlog so a replayed batch is stored once
 =========================  ================================================================================
 
 >>> o = SourceOptions.parse({"path": "/data/store", "table": "messages_by_key"})
@@ -47,7 +49,7 @@ MESSAGES_BY_KEY = pa.schema([pa.field("topic", pa.string()), pa.field("key", pa.
                              pa.field("kind", pa.string()), *[f for f in MESSAGES if f.name != "topic"]])
 TABLES = {"messages": MESSAGES, "messages_by_key": MESSAGES_BY_KEY}
 _KNOWN = {"store", "path", "table", "group", "topic", "startingoffsets", "maxmessagespertrigger", "commitoffsets",
-          "partitions"}
+          "partitions", "checkpointlocation"}
 _STARTS = ("group", "earliest", "latest")
 
 
@@ -63,6 +65,7 @@ class SourceOptions:
     max_messages_per_trigger: int | None = None
     commit_offsets: bool = True
     partitions: int | None = None
+    checkpoint: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool = False, writing: bool = False) -> "SourceOptions":
@@ -85,7 +88,8 @@ class SourceOptions:
             raise DataSourceOptionError("startingOffsets", f"must be one of {list(_STARTS)}", value=o["startingoffsets"])
         out = cls(store, table, o.get("group"), o.get("topic"), start,
                   _positive(o, "maxmessagespertrigger", "maxMessagesPerTrigger"),
-                  _flag(o.get("commitoffsets", "true")), _positive(o, "partitions", "partitions"))
+                  _flag(o.get("commitoffsets", "true")), _positive(o, "partitions", "partitions"),
+                  o.get("checkpointlocation"))
         if streaming:
             if out.table != "messages":
                 raise DataSourceOptionError("table", "a stream reads messages; messages_by_key is for batch reads",

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from deltalake import DeltaTable
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["parallelism", "FileSink", "Summarizer", "Target", "write_dataframe", "write_split", "write_items", "contiguous_groups",
+__all__ = ["parallelism", "write_items_here", "FileSink", "Summarizer", "Target", "write_dataframe", "write_split", "write_items", "contiguous_groups",
            "write_files", "write_rows"]
 
 T = TypeVar("T")
@@ -260,16 +260,8 @@ def write_split(df: "DataFrame", targets: Mapping[str, Target],
     names = list(targets)
 
     def write_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        sinks = {name: targets[name].sink() for name in names}
-        try:
-            for parts in split(batches):
-                for name, part in parts.items():
-                    sinks[name].write([part])
-            written = [{"table": name, **f.__dict__} for name in names for f in sinks[name].close()]
-        except BaseException:
-            for sink in sinks.values():
-                sink.abort()
-            raise
+        files = _into_sinks(targets, split(batches))
+        written = [{"table": name, **f.__dict__} for name in names for f in files[name]]
         yield pa.RecordBatch.from_pylist(written, schema=_WRITTEN_FILE_ARROW)
 
     out: dict[str, list[WrittenFile]] = {name: [] for name in names}
@@ -298,6 +290,36 @@ def write_items(spark: "SparkSession", items: Sequence[T], sizes: Sequence[int],
     """
     runs = contiguous_groups(items, sizes, parallelism(spark))
     return write_split(spark.range(0, len(runs), 1, max(1, len(runs))), targets, _Runs(runs, per_item))
+
+
+def write_items_here(items: Sequence[T], targets: Mapping[str, Target],
+                     per_item: Callable[[T], Iterator[Mapping[str, pa.RecordBatch]]]) -> dict[str, list[WrittenFile]]:
+    """:func:`write_items` in this process, one item after another: for work a Spark job cannot run (a Python
+    data source's commit runs where no session is).
+
+    >>> from storelib.storage.consume_queue import units
+    >>> targets = {"consume_queue": Target.of(store.context.tables.consume_queue)}
+    >>> rows = store.context.tables.commitlog.read_arrow().to_batches()
+    >>> files = write_items_here(rows, targets, lambda b: [{"consume_queue": units(b, b.column("queue_offset"))}])
+    >>> sum(f.num_records for f in files["consume_queue"])
+    1
+    >>> store.context.tables.consume_queue.discard(files["consume_queue"])
+    """
+    return _into_sinks(targets, (parts for item in items for parts in per_item(item)))
+
+
+def _into_sinks(targets: Mapping[str, Target], parts: Iterable[Mapping[str, pa.RecordBatch]]) -> dict[str, list[WrittenFile]]:
+    """Each target's rows into its own sink; the files written, or nothing left behind on an error."""
+    sinks = {name: target.sink() for name, target in targets.items()}
+    try:
+        for batch in parts:
+            for name, part in batch.items():
+                sinks[name].write([part])
+        return {name: sink.close() for name, sink in sinks.items()}
+    except BaseException:
+        for sink in sinks.values():
+            sink.abort()
+        raise
 
 
 @dataclass(frozen=True)

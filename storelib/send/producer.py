@@ -19,13 +19,13 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Mapping, Sequence
 
-from storelib.encoding.properties import PROPERTY_SEPARATOR
 from storelib.encoding.uniq_id import UniqIdGenerator, local_ip, month_start_ms, uniq_id_prefix_hex
 from storelib.model.config import StoreConfig
 from storelib.model.errors import MessageError, error_from_record
 from storelib.model.message import PROPERTY_JOIN, Message, MessageConst, SendResult, SysFlag
 from storelib.model.topic import TopicConfig
 from storelib.model.validation import check_queue_id, check_send_topic, validate_message
+from storelib.send.arrow_frame import DATAFRAME_COLUMNS, NULL_VALUE, check_columns
 from storelib.send.frame import NULL_KEY, EncodedFrame, UniqKeys
 from storelib.send.schedule import plan_schedule, split_timer_properties, timer_deliver_ms
 from storelib.storage.commitlog import AppendResult, CommitLog, EncodedMessage, now_millis
@@ -35,15 +35,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Producer", "DATAFRAME_COLUMNS"]
 
-#: How a null property value crosses from Spark (it is refused as blank): a separator, which no value may hold.
-NULL_VALUE = PROPERTY_SEPARATOR
-
-#: Columns a DataFrame of messages may have; only ``topic`` is required.
-DATAFRAME_COLUMNS = {
-    "topic": "string", "body": "binary or string", "tags": "string", "keys": "string or array<string>",
-    "properties": "map<string,string>", "queue_id": "int", "flag": "int", "born_timestamp": "timestamp",
-    "born_host": "string",
-}
 
 
 class Producer:
@@ -142,11 +133,7 @@ class Producer:
         from pyspark.sql import functions as F
         from pyspark.sql.types import ArrayType, StringType
 
-        unknown = sorted(set(df.columns) - set(DATAFRAME_COLUMNS))
-        if unknown:
-            raise MessageError("columns", f"unknown message columns {unknown}; allowed: {sorted(DATAFRAME_COLUMNS)}")
-        if "topic" not in df.columns:
-            raise MessageError("columns", "a DataFrame of messages needs a 'topic' column")
+        check_columns(df.columns)
 
         def col(name: str, default: "Column") -> "Column":
             return F.col(name) if name in df.columns else default
@@ -170,7 +157,7 @@ class Producer:
             names.alias("property_names"), values.alias("property_values"), count.alias("property_count"),
             body.alias("body"), F.when(F.length(tags) > 0, tags).alias("tags"), F.when(F.length(keys) > 0, keys).alias("keys"),
             *optional,
-        ), self._frame(topics, keys_array)
+        ), self.frame(topics, keys_array)
 
     @staticmethod
     def _joined_properties(user: "Column") -> list["Column"]:
@@ -184,9 +171,13 @@ class Producer:
         return [F.when(count > 0, F.array_join(F.map_keys(user), PROPERTY_JOIN)),
                 F.when(count > 0, F.array_join(F.map_values(user), PROPERTY_JOIN, NULL_VALUE)), count]
 
-    def _frame(self, topics: Mapping[str, TopicConfig], keys_array: bool) -> "EncodedFrame":
-        """What :meth:`encode_dataframe` leaves to the executors: the checks, the per-send
-        constants, the queue rotation and the UNIQ_KEYs."""
+    def frame(self, topics: Mapping[str, TopicConfig], keys_array: bool) -> "EncodedFrame":
+        """What :meth:`encode_dataframe` (or :func:`~storelib.send.arrow_frame.encode_batch`) leaves to the
+        executors: the checks, the per-send constants, the queue rotation and the UNIQ_KEYs.
+
+        >>> Producer(StoreConfig()).frame(store.context.topics.all(), keys_array=False).max_body
+        4194304
+        """
         born_v6 = ":" in self.ip
         defaults = {"sysflag": SysFlag.BORNHOST_V6 if born_v6 else 0, "flag": 0, "born_host": self.born_host,
                     "born_timestamp": now_millis(), "reconsume_times": 0, "prepared_transaction_offset": 0}

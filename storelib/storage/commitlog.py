@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 
-__all__ = ["CommitLog", "EncodedMessage", "AppendResult", "Progress", "STAGED_SCHEMA", "COMMITLOG_MARKER", "CLUSTERED_PREFIX", "queue_marker", "read_rows",
+__all__ = ["CommitLog", "EncodedMessage", "AppendResult", "Progress", "STAGED_SCHEMA", "COMMITLOG_MARKER", "CLUSTERED_PREFIX", "queue_marker", "read_rows", "stage_partition",
            "is_clustered"]
 
 log = logging.getLogger(__name__)
@@ -288,10 +288,8 @@ class CommitLog:
         2. the driver gives every staged partition its first physical and queue offsets (running
            sums, in partition order, from the snapshot's markers), and the executors place and
            write the commitlog files, committed as the next version. If another producer took
-           that version, only this step runs again.
+           that version, only this step runs again (:meth:`place_staged`).
         """
-        from pyspark.errors import PySparkException
-
         attempt_id = uuid.uuid4().hex[:12]
         staging = f"{self.table.path}/_staging/{attempt_id}"
         fs, base = filesystem(staging)
@@ -302,44 +300,57 @@ class CommitLog:
             bad = [r for r in staged if r["refused"]]
             if bad:
                 refused(json.loads(min(bad, key=lambda r: r["partition"])["refused"]))
-            parts = sorted((r for r in staged if r["rows"]), key=lambda r: r["partition"])
-            count, total = sum(r["rows"] for r in parts), sum(r["bytes"] for r in parts)
-            if not parts:
-                return self.append_arrow(STAGED_SCHEMA.empty_table(), progress, operation)
 
-            def step(snapshot) -> AppendResult:
-                extra = progress.check(snapshot) if progress else {}
-                start = self.next_offset(snapshot)
-                placed, offset, nexts, first = [], start, {}, {}
-                for r in parts:
-                    bases = {}
-                    for topic, queue_id, n in json.loads(r["queues"]):
-                        key = (topic, queue_id)
-                        if key not in nexts:
-                            nexts[key] = first[key] = self.queue_next(topic, queue_id, snapshot)
-                        bases[key] = nexts[key]
-                        nexts[key] += n
-                    placed.append(_StagedPart(r["path"], offset, bases, r["rows"], r["bytes"]))
-                    offset += r["bytes"]
-                prefix = f"part-{attempt_id}"
-                place = _Place(now_millis(), self.store_host, self.msg_id_prefix)
-                target = Target.of(self.table, target_file_size=self.config.target_file_size, prefix=prefix)
-                try:
-                    files = write_items(encoded.sparkSession, placed, [p.bytes for p in placed],
-                                        {"commitlog": target}, place)["commitlog"]
-                except PySparkException:
-                    self._discard_attempt(prefix)
-                    raise
-                markers = {**extra, COMMITLOG_MARKER: start + total}
-                markers.update({queue_marker(t, q): n for (t, q), n in nexts.items()})
-                version = self.table.commit(snapshot, files, markers=markers, operation=operation,
-                                            info={"storelib.messages": str(count)})
-                return AppendResult(version, start, start + total, count,
-                                    queues={k: (first[k], nexts[k]) for k in nexts})
+            def write(placed: list["_StagedPart"], place: "_Place", target: Target) -> list:
+                return write_items(encoded.sparkSession, placed, [p.bytes for p in placed], {"commitlog": target},
+                                   place)["commitlog"]
 
-            return with_retries(self.table, self.config.max_commit_attempts, step, what="send_dataframe")
+            return self.place_staged(staged, attempt_id, write, progress, operation)
         finally:
             fs.delete_dir(base)
+
+    def place_staged(self, staged: Sequence[Mapping[str, Any]], attempt_id: str, write: Callable[..., list],
+                     progress: Progress | None = None, operation: str = "SEND_DATAFRAME") -> AppendResult:
+        """Step 2 of :meth:`append_dataframe` over staged partitions (their ``partition``, ``path``, ``rows``,
+        ``bytes`` and ``queues``): offsets given in partition order, files written by ``write(placed, place,
+        target)`` (a Spark job, or this process), one commit, retried on conflicts."""
+        from pyspark.errors import PySparkException
+
+        parts = sorted((r for r in staged if r["rows"]), key=lambda r: r["partition"])
+        count, total = sum(r["rows"] for r in parts), sum(r["bytes"] for r in parts)
+        if not parts:
+            return self.append_arrow(STAGED_SCHEMA.empty_table(), progress, operation)
+
+        def step(snapshot) -> AppendResult:
+            extra = progress.check(snapshot) if progress else {}
+            start = self.next_offset(snapshot)
+            placed, offset, nexts, first = [], start, {}, {}
+            for r in parts:
+                bases = {}
+                for topic, queue_id, n in json.loads(r["queues"]):
+                    key = (topic, queue_id)
+                    if key not in nexts:
+                        nexts[key] = first[key] = self.queue_next(topic, queue_id, snapshot)
+                    bases[key] = nexts[key]
+                    nexts[key] += n
+                placed.append(_StagedPart(r["path"], offset, bases, r["rows"], r["bytes"]))
+                offset += r["bytes"]
+            prefix = f"part-{attempt_id}"
+            place = _Place(now_millis(), self.store_host, self.msg_id_prefix)
+            target = Target.of(self.table, target_file_size=self.config.target_file_size, prefix=prefix)
+            try:
+                files = write(placed, place, target)
+            except (PySparkException, OSError, ValueError):
+                self._discard_attempt(prefix)
+                raise
+            markers = {**extra, COMMITLOG_MARKER: start + total}
+            markers.update({queue_marker(t, q): n for (t, q), n in nexts.items()})
+            version = self.table.commit(snapshot, files, markers=markers, operation=operation,
+                                        info={"storelib.messages": str(count)})
+            return AppendResult(version, start, start + total, count,
+                                queues={k: (first[k], nexts[k]) for k in nexts})
+
+        return with_retries(self.table, self.config.max_commit_attempts, step, what=operation.lower())
 
     def clean_staging(self, older_than_hours: float) -> int:
         """Delete staged partitions of DataFrame sends that died (folders older than the given hours)."""
@@ -390,39 +401,51 @@ class _Stage:
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
-        pid = TaskContext.get().partitionId()
-        fs, base = filesystem(self.root)
-        name = f"{pid}-{uuid.uuid4().hex}.arrows"
-        path = f"{base}/{name}"
-        rows = nbytes = 0
-        counts: dict[tuple[str, int], int] = {}
-        refused = None
-        with fs.open_output_stream(path) as out, pa.ipc.new_stream(out, _STAGED) as writer:
-            for b in batches:
-                if not b.num_rows:
-                    continue
-                topics = self.frame.topics_of(b)
-                errors = self.frame.refusals(b, topics)
-                bad = pc.is_valid(errors)
-                if pc.any(bad).as_py():
-                    i = pc.index(bad, True).as_py()
-                    refused = json.dumps({**json.loads(errors[i].as_py()), "topic": b.column("topic")[i].as_py(),
-                                          "partition": pid})
-                    break
-                cols = self.frame.complete(b, pid, rows, topics)
-                writer.write_batch(pa.RecordBatch.from_arrays([cols[f.name].cast(f.type) for f in _STAGED],
-                                                              schema=_STAGED))
-                pairs, _, n = _queue_groups(topics.distinct, cols["queue_id"])
-                for pair, c in zip(pairs, n.tolist()):
-                    counts[pair] = counts.get(pair, 0) + c
-                rows += b.num_rows
-                nbytes += int(pc.sum(cols["size"]).as_py())
-        if refused is not None:
-            fs.delete_file(path)
-            rows = nbytes = 0
-        row = {"partition": pid, "path": f"{self.root}/{name}", "rows": rows, "bytes": nbytes,
-               "queues": json.dumps([[t, q, n] for (t, q), n in counts.items()]), "refused": refused}
+        row = stage_partition(self.root, self.frame, TaskContext.get().partitionId(), batches)
         yield pa.RecordBatch.from_pylist([row], schema=_STAGED_ARROW)
+
+
+def stage_partition(root: str, frame: "BatchCompleter", pid: int, batches: Iterator[pa.RecordBatch]) -> dict[str, Any]:
+    """Check, complete and stage one partition's encoded rows under ``root`` (Arrow IPC): its staged part
+    (``partition``, ``path``, ``rows``, ``bytes``, ``queues``) for :meth:`CommitLog.place_staged`, or its
+    first refused row (``refused``, an error record) with nothing staged.
+
+    >>> from storelib.send.arrow_frame import encode_batch
+    >>> frame = store.context.producer.frame(store.context.topics.all(), keys_array=False)
+    >>> part = stage_partition(tmp, frame, 0, iter([encode_batch(pa.RecordBatch.from_pydict({"topic": ["TopicTest"]}))]))
+    >>> part["rows"], part["refused"]
+    (1, None)
+    """
+    fs, base = filesystem(root)
+    name = f"{pid}-{uuid.uuid4().hex}.arrows"
+    path = f"{base}/{name}"
+    rows = nbytes = 0
+    counts: dict[tuple[str, int], int] = {}
+    refused = None
+    with fs.open_output_stream(path) as out, pa.ipc.new_stream(out, _STAGED) as writer:
+        for b in batches:
+            if not b.num_rows:
+                continue
+            topics = frame.topics_of(b)
+            errors = frame.refusals(b, topics)
+            bad = pc.is_valid(errors)
+            if pc.any(bad).as_py():
+                i = pc.index(bad, True).as_py()
+                refused = json.dumps({**json.loads(errors[i].as_py()), "topic": b.column("topic")[i].as_py(),
+                                      "partition": pid})
+                break
+            cols = frame.complete(b, pid, rows, topics)
+            writer.write_batch(pa.RecordBatch.from_arrays([cols[f.name].cast(f.type) for f in _STAGED], schema=_STAGED))
+            pairs, _, n = _queue_groups(topics.distinct, cols["queue_id"])
+            for pair, c in zip(pairs, n.tolist()):
+                counts[pair] = counts.get(pair, 0) + c
+            rows += b.num_rows
+            nbytes += int(pc.sum(cols["size"]).as_py())
+    if refused is not None:
+        fs.delete_file(path)
+        rows = nbytes = 0
+    return {"partition": pid, "path": f"{root}/{name}", "rows": rows, "bytes": nbytes,
+            "queues": json.dumps([[t, q, n] for (t, q), n in counts.items()]), "refused": refused}
 
 
 @dataclass(frozen=True)

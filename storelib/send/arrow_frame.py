@@ -1,0 +1,109 @@
+"""User rows of messages as Arrow batches, encoded the way :meth:`Producer.encode_dataframe` encodes a
+DataFrame with Spark columns: for writers that get Arrow batches (the ``rocketmq`` sink), not a DataFrame.
+
+The encoded batch is what :class:`~storelib.send.frame.EncodedFrame` checks and completes: topic, body
+and its CRC, the user properties as joined names and values and their count, tags and keys (empty ones
+null), and the optional columns given (queue id, flag, born host, born time in milliseconds).
+
+>>> b = pa.RecordBatch.from_pydict({"topic": ["T"], "body": ["hi"], "keys": [["k1", "k2"]],
+...                                 "properties": pa.array([[("a", "5")]], pa.map_(pa.string(), pa.string()))})
+>>> e = encode_batch(b)
+>>> e.column("body").to_pylist(), e.column("keys").to_pylist(), e.column("property_count").to_pylist()
+([b'hi'], ['k1 k2'], [1])
+>>> e.column("body_crc").to_pylist() == [zlib.crc32(b"hi") & 0x7FFFFFFF]
+True
+>>> check_columns(["topic", "colour"])
+Traceback (most recent call last):
+storelib.model.errors.MessageError: columns: unknown message columns ['colour']; allowed: ['body', 'born_host', 'born_timestamp', 'flag', 'keys', 'properties', 'queue_id', 'tags', 'topic']
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Iterable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from storelib.encoding.properties import PROPERTY_SEPARATOR
+from storelib.model.errors import MessageError
+from storelib.model.message import PROPERTY_JOIN, MessageConst
+from storelib.send.frame import NULL_KEY
+
+__all__ = ["DATAFRAME_COLUMNS", "NULL_VALUE", "check_columns", "encode_batch"]
+
+#: The columns a DataFrame (or Arrow batch) of messages may have, and their types.
+DATAFRAME_COLUMNS = {
+    "topic": "string", "body": "binary or string", "tags": "string", "keys": "string or array<string>",
+    "properties": "map<string,string>", "queue_id": "int", "flag": "int", "born_timestamp": "timestamp",
+    "born_host": "string",
+}
+#: How a null property value crosses (it is refused as blank): a separator, which no value may hold.
+NULL_VALUE = PROPERTY_SEPARATOR
+_OPTIONAL = {"queue_id": pa.int32(), "flag": pa.int32(), "born_host": pa.string()}
+
+
+def check_columns(names: Iterable[str]) -> None:
+    """The rule for a DataFrame's columns: only :data:`DATAFRAME_COLUMNS`, and ``topic`` among them."""
+    names = list(names)
+    unknown = sorted(set(names) - set(DATAFRAME_COLUMNS))
+    if unknown:
+        raise MessageError("columns", f"unknown message columns {unknown}; allowed: {sorted(DATAFRAME_COLUMNS)}")
+    if "topic" not in names:
+        raise MessageError("columns", "a DataFrame of messages needs a 'topic' column")
+
+
+def encode_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """The encoded form of a batch of user rows (see the module's description)."""
+    check_columns(batch.schema.names)
+    n = batch.num_rows
+    names = batch.schema.names
+    body = batch.column("body") if "body" in names else pa.array([b""] * n, pa.binary())
+    body = body.cast(pa.binary())  # a string body: its UTF-8 bytes
+    # no pyarrow kernel computes CRC32: zlib once per body, as RocketMQ's client does per message
+    crc = pa.array([zlib.crc32(v) & 0x7FFFFFFF if v is not None else 0 for v in body.to_pylist()], pa.int32())
+    keys = batch.column("keys") if "keys" in names else pa.nulls(n, pa.string())
+    if pa.types.is_list(keys.type) or pa.types.is_large_list(keys.type):
+        keys = _join(keys, MessageConst.KEY_SEPARATOR, NULL_KEY)
+    tags = batch.column("tags") if "tags" in names else pa.nulls(n, pa.string())
+    columns = {"topic": batch.column("topic").cast(pa.string()), "body_crc": crc}
+    columns.update(_properties(batch.column("properties") if "properties" in names else None, n))
+    columns.update({"body": body, "tags": _blank_to_null(tags.cast(pa.string())),
+                    "keys": _blank_to_null(keys.cast(pa.string()))})
+    for name, kind in _OPTIONAL.items():
+        if name in names:
+            columns[name] = batch.column(name).cast(kind)
+    if "born_timestamp" in names:
+        born = batch.column("born_timestamp").cast(pa.timestamp("us", "UTC"))
+        columns["born_timestamp"] = pc.floor_temporal(born, unit="millisecond")
+    return pa.RecordBatch.from_pydict(columns)
+
+
+def _properties(props: pa.Array | None, n: int) -> dict[str, pa.Array]:
+    """Names and values joined by :data:`PROPERTY_JOIN` (null when there are none), and their count."""
+    if props is None:
+        return {"property_names": pa.nulls(n, pa.string()), "property_values": pa.nulls(n, pa.string()),
+                "property_count": pa.array(np.zeros(n, np.int32))}
+    props = props.cast(pa.map_(pa.string(), pa.string()))
+    if isinstance(props, pa.ChunkedArray):
+        props = props.combine_chunks()
+    names = pa.ListArray.from_arrays(props.offsets, props.keys)  # offsets and entries of the same buffers
+    values = pa.ListArray.from_arrays(props.offsets, props.items)
+    count = pc.if_else(pc.is_null(props), 0, pc.list_value_length(names)).cast(pa.int32())
+    some = pc.greater(count, 0)
+    return {"property_names": pc.if_else(some, _join(names, PROPERTY_JOIN, None), None),
+            "property_values": pc.if_else(some, _join(values, PROPERTY_JOIN, NULL_VALUE), None),
+            "property_count": count}
+
+
+def _join(lists: pa.Array, separator: str, null_as: str | None) -> pa.Array:
+    """Each list's strings joined by ``separator``; null elements as ``null_as`` (Spark's ``array_join``)."""
+    if null_as is not None:
+        flat = pc.fill_null(pc.list_flatten(lists), null_as)
+        lists = pa.ListArray.from_arrays(pc.subtract(lists.offsets, lists.offsets[0]), flat, mask=pc.is_null(lists))
+    return pc.binary_join(lists, separator)
+
+
+def _blank_to_null(strings: pa.Array) -> pa.Array:
+    return pc.if_else(pc.fill_null(pc.greater(pc.binary_length(strings), 0), False), strings, None)
