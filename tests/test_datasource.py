@@ -197,6 +197,13 @@ class TestDeltaSpark:
         dt = DeltaTable(path)
         assert dt.protocol().writer_features in (None, []) or "domainMetadata" not in dt.protocol().writer_features
         assert dt.metadata().configuration["delta.checkpointInterval"] == "20"
+        assert spark.sql(f"SELECT count(*) AS n FROM delta.`{path}` VERSION AS OF 0").first().n == 0
+
+    def test_views_over_delta_spark(self, spark, orders):
+        store, _ = orders
+        register_views(spark, store, delta=True)
+        assert spark.sql("SELECT count(*) AS n FROM commitlog").first().n == store.messages().count() == 60
+        assert spark.sql("SELECT count(*) AS n FROM consume_queue WHERE topic = 'Orders'").first().n == 50
 
 
 SCRIPT = textwrap.dedent("""
