@@ -33,7 +33,7 @@ from storelib.encoding.properties import property_array
 if TYPE_CHECKING:
     from storelib.model.message import StoredMessage
 
-__all__ = ["FilterFailure", "FilterFailures", "MessageView", "message_batch", "evaluate_batch",
+__all__ = ["FilterFailure", "FilterFailures", "MessageView", "message_views", "message_batch", "evaluate_batch",
            "error_line", "RAISED", "NOT_BOOL", "NOT_LOADED"]
 
 #: Failure kinds: the filter raised, returned something other than a bool, or could not be loaded.
@@ -208,6 +208,18 @@ class MessageView:
 
     def __repr__(self) -> str:
         return f"MessageView(msg_id={self.msg_id!r}, topic={self.topic!r}, queue_offset={self.queue_offset})"
+
+
+def message_views(batch: pa.RecordBatch | pa.Table) -> list[MessageView]:
+    """A :class:`MessageView` of every row of a batch of commitlog rows, sharing the batch's lazily converted columns.
+
+    >>> [m.msg_id for m in message_views(message_batch([store.query_by_id(r.msg_id)]))] == [r.msg_id]
+    True
+    """
+    if isinstance(batch, pa.Table):
+        batch = batch.combine_chunks().to_batches()[0] if batch.num_rows else pa.RecordBatch.from_pylist([], batch.schema)
+    columns = _Columns(batch)
+    return [MessageView(columns, i) for i in range(batch.num_rows)]
 
 
 def message_batch(messages: Sequence["StoredMessage"]) -> pa.RecordBatch:

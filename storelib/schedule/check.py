@@ -29,17 +29,17 @@ from __future__ import annotations
 
 import datetime as dt
 import importlib
-import queue
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from storelib.context import StoreContext
-from storelib.encoding.properties import edit_properties
+from storelib.encoding.properties import edit_properties, property_array
+from storelib.filter.class_batch import message_views
 from storelib.model.errors import ProgressMovedError, TransactionError
 from storelib.model.message import MessageConst, StoredMessage
 from storelib.model.timestamps import epoch_ms, now_ms
@@ -125,48 +125,71 @@ def checker_of(ctx: StoreContext, producer_group: str) -> Callable[[StoredMessag
     return None if path is None else _load(path)
 
 
-def ask_checker(checker: Callable[[StoredMessage], Any] | None, messages: list[StoredMessage],
+def ask_checker(checker: Callable[[StoredMessage], Any] | None, messages: Sequence[Any],
                 timeout_s: float) -> list[tuple[TransactionState, str | None]]:
     """Each message's state from ``checker``, asked in order on one worker thread; an answer that
     raises, is no state, or takes longer than ``timeout_s`` is UNKNOW with the error.
 
+    The worker answers message after message with no hand-off per message; this thread only watches
+    that it moves on. When it has been on one message for ``timeout_s``, that message is UNKNOW and a
+    fresh worker goes on with the next (the hung one is left behind; what it may still answer is ignored).
+
     >>> ask_checker(lambda m: "ROLLBACK", [None], 1.0), ask_checker(lambda m: 1 / 0, [None], 1.0)[0][1]
     ([(<TransactionState.ROLLBACK_MESSAGE: 'ROLLBACK_MESSAGE'>, None)], 'ZeroDivisionError: division by zero')
+    >>> import time
+    >>> [s.name for s, _ in ask_checker(lambda m: time.sleep(m) or "COMMIT", [0, 5, 0], 0.2)]
+    ['COMMIT_MESSAGE', 'UNKNOW', 'COMMIT_MESSAGE']
     """
+    n = len(messages)
     if checker is None:
-        return [(TransactionState.UNKNOW, "no checker is registered for the producer group")] * len(messages)
-    out: list[tuple[TransactionState, str | None]] = []
-    todo: queue.Queue = queue.Queue()
-    done: queue.Queue = queue.Queue()
-
-    def work() -> None:
+        return [(TransactionState.UNKNOW, "no checker is registered for the producer group")] * n
+    answers: list[tuple[TransactionState, str | None] | None] = [None] * n
+    start = 0
+    while start < n:
+        run = _CheckerRun(checker, messages, answers, start)
+        seen = start
         while True:
-            item = todo.get()
-            if item is None:
-                return
-            i, m = item
-            try:
-                done.put((i, TransactionState.of(checker(m)), None))
-            except Exception as e:
-                done.put((i, TransactionState.UNKNOW, f"{type(e).__name__}: {e}"))
+            run.thread.join(timeout_s)
+            if not run.thread.is_alive():
+                start = n
+                break
+            at = run.position
+            if at == seen:  # no answer for timeout_s: this message is stuck
+                run.abandoned = True
+                answers[at] = (TransactionState.UNKNOW, f"the checker did not answer within {timeout_s:g} s")
+                start = at + 1
+                break
+            seen = at
+    return [a if a is not None else (TransactionState.UNKNOW, "no answer") for a in answers]
 
-    worker = threading.Thread(target=work, daemon=True)
-    worker.start()
-    for i, m in enumerate(messages):
-        todo.put((i, m))
-        try:
-            j, state, error = done.get(timeout=timeout_s)
-            while j != i:  # a late answer of a message that already timed out
-                j, state, error = done.get(timeout=timeout_s)
-        except queue.Empty:
-            state, error = TransactionState.UNKNOW, f"the checker did not answer within {timeout_s:g} s"
-            todo.put(None)
-            todo = queue.Queue()  # the hung worker keeps the old queue; a fresh one takes over
-            worker = threading.Thread(target=work, daemon=True)
-            worker.start()
-        out.append((state, error))
-    todo.put(None)
-    return out
+
+class _CheckerRun:
+    """A worker thread asking ``checker`` about ``messages[start:]``, writing into ``answers`` until abandoned."""
+
+    def __init__(self, checker: Callable[[Any], Any], messages: Sequence[Any],
+                 answers: list, start: int):
+        self.position = start
+        self.abandoned = False
+        self.thread = threading.Thread(target=self._work, args=(checker, messages, answers), daemon=True)
+        self.thread.start()
+
+    def _work(self, checker: Callable[[Any], Any], messages: Sequence[Any], answers: list) -> None:
+        states: dict[Any, TransactionState] = {}
+        for i in range(self.position, len(messages)):
+            self.position = i
+            try:
+                value = checker(messages[i])
+                state = states.get(value) if isinstance(value, (str, TransactionState)) else None
+                if state is None:
+                    state = TransactionState.of(value)
+                    states[value] = state
+                answer = (state, None)
+            except Exception as e:
+                answer = (TransactionState.UNKNOW, f"{type(e).__name__}: {e}")
+            if self.abandoned:
+                return
+            answers[i] = answer
+        self.position = len(messages)
 
 
 def check_transactions(ctx: StoreContext, now: object = None, *, fault: Callable[[str], None] | None = None) -> CheckResult:
@@ -242,8 +265,8 @@ def check_transactions(ctx: StoreContext, now: object = None, *, fault: Callable
 
 def _ask(ctx: StoreContext, rows: pa.Table) -> list[tuple[TransactionState, str | None]]:
     """Every row's answer from its producer group's checker, group by group."""
-    groups = pc.map_lookup(rows.column("properties"), pa.scalar(MessageConst.PGROUP), "first").to_pylist()
-    messages = [StoredMessage.from_row(r) for r in rows.drop_columns(["transaction_id"]).to_pylist()]
+    groups = property_array(rows.column("properties"), MessageConst.PGROUP).to_pylist()
+    messages = message_views(rows.drop_columns(["transaction_id"]))  # attributes read from the batch on demand
     answers: list[tuple[TransactionState, str | None]] = [(TransactionState.UNKNOW, None)] * len(messages)
     timeout = ctx.config.transaction_checker_timeout_ms / 1000
     for group in sorted(set(g or "" for g in groups)):
