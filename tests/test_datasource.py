@@ -157,6 +157,24 @@ class TestStream:
         lag = {r.queue_id: r.committed_offset for r in store.consumer_lag("GS").where("topic = 'Orders'").collect()}
         assert sum(lag.values()) > 0  # Spark committed all but (at most) the last batch
 
+    def test_exactly_once_into_a_delta_sink_across_restarts(self, spark, orders, tmp_path):
+        store, _ = orders
+        store.subscribe("GD", "Orders", "*")
+        out, ck = str(tmp_path / "delta_out"), str(tmp_path / "ck")
+
+        def run():
+            (spark.readStream.format("rocketmq").option("store", store.root).option("group", "GD").option("topic", "Orders")
+             .option("maxMessagesPerTrigger", 16).load().writeStream.format("delta").option("checkpointLocation", ck)
+             .trigger(availableNow=True).start(out).awaitTermination())
+
+        store.dispatch()
+        run()
+        store.send_batch([Message("Orders", body=b"more") for _ in range(5)])
+        store.dispatch()
+        run()
+        got = spark.read.format("delta").load(out)
+        assert got.count() == got.select("msg_id").distinct().count() == 65
+
     def test_a_group_must_subscribe(self, spark, orders):
         from storelib.model.errors import SubscriptionNotFoundError
         from storelib.datasource.stream import GroupStreamReader

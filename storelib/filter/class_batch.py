@@ -109,7 +109,7 @@ class _Columns:
 
     __slots__ = ("batch", "lists", "props")
 
-    def __init__(self, batch: pa.RecordBatch):
+    def __init__(self, batch: pa.RecordBatch | pa.Table):
         self.batch, self.lists, self.props = batch, {}, {}
 
     def column(self, name: str) -> list:
@@ -216,9 +216,7 @@ def message_views(batch: pa.RecordBatch | pa.Table) -> list[MessageView]:
     >>> [m.msg_id for m in message_views(message_batch([store.query_by_id(r.msg_id)]))] == [r.msg_id]
     True
     """
-    if isinstance(batch, pa.Table):
-        batch = batch.combine_chunks().to_batches()[0] if batch.num_rows else pa.RecordBatch.from_pylist([], batch.schema)
-    columns = _Columns(batch)
+    columns = _Columns(batch)  # a table's chunked columns convert as they are: no copy into one batch
     return [MessageView(columns, i) for i in range(batch.num_rows)]
 
 

@@ -45,7 +45,7 @@ from storelib.model.message import MessageConst, StoredMessage
 from storelib.model.timestamps import epoch_ms, now_ms
 from storelib.model.topic import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, validate_group
 from storelib.schedule.deliver import restaged
-from storelib.schedule.transaction import CHECK_MARKER, TransactionState, ended_rows, pending_halves
+from storelib.schedule.transaction import CHECK_MARKER, TransactionState, ended_rows, keep, pending_halves
 from storelib.storage.commitlog import Progress
 from storelib.storage.schema import TRANSACTION_CHECKER
 
@@ -203,22 +203,21 @@ def check_transactions(ctx: StoreContext, now: object = None, *, fault: Callable
         result = CheckResult()
         props = rows.column("properties")
         born = pc.divide(pc.cast(rows.column("born_timestamp"), pa.int64()), 1000).to_numpy(zero_copy_only=False)
-        immunity = pc.multiply(pc.cast(pc.if_else(pc.match_substring_regex(
-            pc.fill_null(pc.map_lookup(props, pa.scalar(MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS), "first"), ""),
-            r"^[0-9]{1,12}$"), pc.map_lookup(props, pa.scalar(MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS), "first"), "0"),
-            pa.int64()), 1000).to_numpy(zero_copy_only=False)
+        immune = property_array(props, MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS)
+        immunity = pc.multiply(pc.cast(pc.if_else(pc.match_substring_regex(pc.fill_null(immune, ""), r"^[0-9]{1,12}$"),
+                                                  immune, "0"), pa.int64()), 1000).to_numpy(zero_copy_only=False)
         wait = np.maximum(immunity, config.transaction_timeout_ms)
         ripe = (now - born) >= wait
-        times_text = pc.map_lookup(props, pa.scalar(MessageConst.TRANSACTION_CHECK_TIMES), "first")
+        times_text = property_array(props, MessageConst.TRANSACTION_CHECK_TIMES)
         times = pc.cast(pc.if_else(pc.fill_null(pc.match_substring_regex(times_text, r"^[0-9]{1,9}$"), False),
                                    times_text, "0"), pa.int64()).to_numpy(zero_copy_only=False)
         young = np.nonzero(~ripe)[0]
         new_mark = int(rows.column("physical_offset")[int(young[0])].as_py()) if len(young) else end
-        checked = rows.filter(pa.array(ripe))
+        checked = keep(rows, ripe)
         times = times[ripe]
         give_up = times >= config.transaction_check_max
         states: list[TransactionState] = [TransactionState.ROLLBACK_MESSAGE] * checked.num_rows
-        asked_rows = checked.filter(pa.array(~give_up))
+        asked_rows = keep(checked, ~give_up)
         if asked_rows.num_rows:
             answers = _ask(ctx, asked_rows)
             for k, (state, error) in zip(np.nonzero(~give_up)[0].tolist(), answers):
@@ -230,7 +229,7 @@ def check_transactions(ctx: StoreContext, now: object = None, *, fault: Callable
             fault("asked")
         kinds = np.array([s.value for s in states], dtype=object)
         unknown = kinds == TransactionState.UNKNOW.value
-        ended = checked.filter(pa.array(~unknown))
+        ended = keep(checked, ~unknown)
         parts = [ended_rows(ended, [s for s, u in zip(states, unknown) if not u], ctx.producer.born_host)]
         if unknown.any():
             back = checked.filter(pa.array(unknown))

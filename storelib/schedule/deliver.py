@@ -373,7 +373,10 @@ def _deliver_spark(ctx: StoreContext, plan: _Plan, now: int, result: DeliveryRes
             due = due.where(~cancel)
     due = due.orderBy("topic", "queue_id", F.col("properties")[MessageConst.TIMER_OUT_MS].try_cast("long"),
                       "queue_offset")
-    counts = {(r[0], r[1]): r[2] for r in due.groupBy("topic", "queue_id").count().collect()}
+    if plan.timer is None:  # a level's due units are [begin, end) of its queue: no counting job
+        counts = {(SCHEDULE_TOPIC, level - 1): end - begin for level, (begin, end) in plan.levels.items()}
+    else:
+        counts = {(r[0], r[1]): r[2] for r in due.groupBy("topic", "queue_id").count().collect()}
     appended = ctx.commitlog.append_dataframe(due, _DeliveryFrame(now), _refuse, plan.progress, operation="DELIVER")
     result.timer = counts.get((TIMER_TOPIC, 0), 0)
     result.levels = {level: counts.get((SCHEDULE_TOPIC, level - 1), 0) for level in plan.levels}
@@ -397,10 +400,14 @@ class _DeliveryFrame:
     that cannot be delivered left out."""
 
     now: int
+    _last: list = field(default_factory=lambda: [None, None], compare=False, repr=False)
 
     def _out(self, batch: pa.RecordBatch) -> pa.Table:
-        out = delivered_rows(pa.Table.from_batches([batch]), self.now)
-        return out.filter(pc.is_valid(out.column("topic")))
+        """The batch delivered, once per batch (the three steps of a stage ask for it in turn)."""
+        if self._last[0] is not batch:
+            out = delivered_rows(pa.Table.from_batches([batch]), self.now)
+            self._last[:] = [batch, out.filter(pc.is_valid(out.column("topic")))]
+        return self._last[1]
 
     def topics_of(self, batch: pa.RecordBatch) -> _Topics:
         return _Topics(Distinct.of(self._out(batch).column("topic")))

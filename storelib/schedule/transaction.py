@@ -41,14 +41,14 @@ import pyarrow.compute as pc
 
 from storelib.context import StoreContext
 from storelib.delta.table import Prune
-from storelib.encoding.properties import edit_properties
+from storelib.encoding.properties import edit_properties, property_array
 from storelib.model.errors import MessageError, ProgressMovedError, TransactionEndedError, TransactionNotFoundError
 from storelib.model.message import Message, MessageConst, SendResult, SysFlag
 from storelib.model.topic import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, validate_group
 from storelib.schedule.deliver import restaged
 from storelib.storage.commitlog import Progress, queue_marker
 
-__all__ = ["TransactionState", "TransactionSendResult", "send_half", "send_in_transaction", "end_transaction",
+__all__ = ["TransactionState", "TransactionSendResult", "send_half", "send_in_transaction", "end_transaction", "keep",
            "pending_halves", "ended_rows", "CHECK_MARKER", "REMOVE_TAG"]
 
 log = logging.getLogger(__name__)
@@ -165,25 +165,40 @@ def pending_halves(ctx: StoreContext, snapshot_view=None) -> tuple[pa.Table, dic
     tail = log_table.read_view(view, Prune(between={"physical_offset": (low, 2**62)}),
                                filter=(pc.field("physical_offset") >= low)
                                & pc.field("topic").isin([TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC]))
-    tail = tail.sort_by("physical_offset")
-    halves = tail.filter(pc.equal(tail.column("topic"), TRANS_HALF_TOPIC))
-    ops = tail.filter(pc.equal(tail.column("topic"), TRANS_OP_HALF_TOPIC))
+    offsets = tail.column("physical_offset").to_numpy()
+    if len(offsets) > 1 and (np.diff(offsets) < 0).any():  # files are read in order; rows within a file are
+        tail = tail.take(pa.array(np.argsort(offsets, kind="stable")))
+    is_half = pc.equal(tail.column("topic"), TRANS_HALF_TOPIC)
+    halves = keep(tail, is_half)
+    ops = tail.filter(pc.invert(is_half))
     done = set()
     for body in ops.column("body").to_pylist():  # op messages are few per run: one per ended transaction
         done.update(int(x) for x in body.decode().split(",") if x.strip().isdigit())
-    tid = pc.map_lookup(halves.column("properties"), pa.scalar(MessageConst.TRANSACTION_ID), "first")
-    tid = pc.coalesce(tid, halves.column("uniq_key"))
-    ended = pc.is_in(halves.column("queue_offset"), value_set=pa.array(sorted(done), pa.int64())).to_numpy(zero_copy_only=False)
-    ids = tid.to_numpy(zero_copy_only=False)
+    tid = pc.coalesce(property_array(halves.column("properties"), MessageConst.TRANSACTION_ID),
+                      halves.column("uniq_key").combine_chunks())
+    ended = pc.is_in(halves.column("queue_offset"), value_set=pa.array(sorted(done), pa.int64()))
     # the latest copy of each transaction counts (older ones were put back by a check)
-    last = {t: i for i, t in enumerate(ids)}
-    latest = np.zeros(len(ids), dtype=bool)
-    latest[list(last.values())] = True
-    ended_ids = set(ids[ended].tolist())
-    pending = latest & np.array([t not in ended_ids for t in ids], dtype=bool)
-    rows = halves.filter(pa.array(pending)).append_column("transaction_id", tid.filter(pa.array(pending)))
+    codes = pc.dictionary_encode(tid).indices.to_numpy(zero_copy_only=False)
+    n = len(codes)
+    _, last_from_end = np.unique(codes[::-1], return_index=True)
+    latest = np.zeros(n, dtype=bool)
+    latest[n - 1 - last_from_end] = True
+    ended_any = (pc.is_in(tid, value_set=pc.unique(tid.filter(ended))).to_numpy(zero_copy_only=False) if done
+                 else np.zeros(n, dtype=bool))
+    pending = latest & ~ended_any
+    rows = keep(halves, pending).append_column("transaction_id", keep(tid, pending))
     markers = {CHECK_MARKER: low, names[1]: view.marker(names[1])}
     return rows, markers, view.marker("commitlog")
+
+
+def keep(rows: pa.Table | pa.Array, mask) -> pa.Table | pa.Array:
+    """``rows.filter(mask)``, without copying when every row is kept.
+
+    >>> keep(pa.table({"a": [1, 2]}), np.array([True, False])).num_rows, keep(pa.array([1]), [True]).to_pylist()
+    (1, [1])
+    """
+    mask = mask if isinstance(mask, (pa.Array, pa.ChunkedArray)) else pa.array(np.asarray(mask, dtype=bool))
+    return rows if pc.all(mask).as_py() is not False else rows.filter(mask)
 
 
 def ended_rows(rows: pa.Table, states: list[TransactionState], born_host: str) -> pa.Table:
@@ -196,10 +211,10 @@ def ended_rows(rows: pa.Table, states: list[TransactionState], born_host: str) -
     commit = np.array([s is TransactionState.COMMIT_MESSAGE for s in states], dtype=bool)
     parts = []
     if commit.any():
-        real = rows.filter(pa.array(commit))
+        real = keep(rows, commit)
         props = real.column("properties").combine_chunks()
-        topic = pc.map_lookup(props, pa.scalar(MessageConst.REAL_TOPIC), "first")
-        qid = pc.cast(pc.map_lookup(props, pa.scalar(MessageConst.REAL_QID), "first"), pa.int32())
+        topic = property_array(props, MessageConst.REAL_TOPIC)
+        qid = pc.cast(property_array(props, MessageConst.REAL_QID), pa.int32())
         flags = pc.bit_wise_or(pc.bit_wise_and(real.column("sysflag").combine_chunks(), ~SysFlag.TRANSACTION_ROLLBACK_TYPE),
                                SysFlag.TRANSACTION_COMMIT_TYPE)
         parts.append(restaged(real, topic, qid, edit_properties(props, _HALF_CLEARED), sysflag=flags))
