@@ -24,7 +24,7 @@ from storelib.model.errors import JavaNotFoundError, SessionError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["get_spark", "ensure_session", "check_java", "read_properties_file", "parallelism", "delta_settings", "DEFAULTS_FILE"]
+__all__ = ["get_spark", "ensure_session", "delta_available", "check_java", "read_properties_file", "parallelism", "delta_settings", "DEFAULTS_FILE"]
 
 DEFAULTS_FILE = Path(__file__).resolve().parents[1] / "spark-defaults.conf"
 
@@ -161,6 +161,19 @@ def ensure_session(spark: "SparkSession") -> "SparkSession":
         _CHECKED.add(sc.applicationId)
     register(spark)  # after pythonExec: the source's planning workers run the interpreter it names
     return spark
+
+
+def delta_available(spark: "SparkSession") -> bool:
+    """Whether the session can read Delta tables through Delta Spark (its jar is on the JVM's classpath).
+
+    >>> delta_available(spark)
+    True
+    """
+    try:
+        spark._jvm.org.apache.spark.util.Utils.classForName("org.apache.spark.sql.delta.DeltaLog", True, False)
+        return True
+    except Exception:  # not on the classpath, or a Spark Connect session (no JVM here to ask)
+        return False
 
 
 def _check_workers(spark: "SparkSession") -> None:

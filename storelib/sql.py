@@ -54,7 +54,12 @@ def register_views(spark: "SparkSession", store: "MessageStore", *, delta: bool 
     'KEYS'
     """
     from storelib.datasource import register
+    from storelib.model.errors import SessionError
+    from storelib.session import delta_available, delta_settings
 
+    if delta and not delta_available(spark):
+        raise SessionError("spark.jars.packages", "this session has no Delta Spark; start it with storelib.session."
+                                                  f"get_spark() or with {delta_settings()['spark.jars.packages']!r}")
     names = []
     for name in ("commitlog", "consume_queue", "consume_queue_ext", "index", "topic_config"):
         table = store.context.tables.by_name()[name]

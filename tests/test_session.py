@@ -63,6 +63,12 @@ FOREIGN = textwrap.dedent("""
     assert store.read("T", "Tag1").count() == 5
     df = spark.read.format("rocketmq").option("store", store.root).load()
     assert df.where("topic = 'T' AND keys = 'k3'").count() == 1
+    from storelib.sql import register_views
+    try:
+        register_views(spark, store, delta=True)      # this session has no Delta Spark jar
+        raise AssertionError("no error")
+    except StoreError as e:
+        assert type(e).__name__ == "SessionError" and "io.delta:delta-spark" in str(e), e
     print("OK")
 """)
 
