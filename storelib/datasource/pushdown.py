@@ -140,7 +140,7 @@ class Pushdown:
                 vals = [f.value] if isinstance(f, EqualTo) else list(f.value)
                 vals = [v for v in vals if v is not None]
                 out = vals if out is None else [v for v in out if v in vals]
-        return None if out is None else sorted(set(out), key=vals_key)
+        return None if out is None else sorted(set(out), key=_vals_key)
 
     @property
     def topics(self) -> list[str] | None:
@@ -165,7 +165,7 @@ class Pushdown:
         return lo, hi
 
 
-def vals_key(v: Any) -> Any:
+def _vals_key(v: Any) -> Any:
     return (str(type(v)), v)
 
 
