@@ -66,9 +66,12 @@ class Node:
         return ()
 
     def walk(self) -> Iterator[Node]:
-        yield self
-        for child in self.children():
-            yield from child.walk()
+        """This node and all below it, depth first, parents before children (no recursion)."""
+        stack: list[Node] = [self]
+        while stack:
+            node = stack.pop()
+            yield node
+            stack.extend(reversed(node.children()))
 
     def __str__(self) -> str:
         return _render(self)
@@ -231,39 +234,56 @@ def quote(text: str) -> str:
 
 
 def _render(node: Node) -> str:
+    """Canonical text, built with an explicit stack: a deep tree needs no deep recursion."""
+    out: list[str] = []
+    stack: list[Node | str] = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            out.append(item)
+        else:
+            stack.extend(reversed(_pieces(item)))
+    return "".join(out)
+
+
+def _pieces(node: Node) -> list[Node | str]:
+    """A node's text as text pieces and the child nodes to render in their places."""
     if isinstance(node, Property):
-        return node.name
+        return [node.name]
     if isinstance(node, Literal):
         if node.java_type is JavaType.STRING:
-            return quote(str(node.value))
+            return [quote(str(node.value))]
         if node.java_type in (JavaType.BOOLEAN, JavaType.NULL):
-            return {True: "TRUE", False: "FALSE", None: "NULL"}[node.value]  # type: ignore[index]
-        return repr(node.value)
+            return [{True: "TRUE", False: "FALSE", None: "NULL"}[node.value]]  # type: ignore[index]
+        return [repr(node.value)]
     if isinstance(node, Truth):
-        return node.operand.name
+        return [node.operand.name]
     if isinstance(node, Negate):
         inner = node.operand
-        return "-" + (str(inner) if isinstance(inner, (Property, Literal)) else f"({inner})")
+        return ["-", inner] if isinstance(inner, (Property, Literal)) else ["-(", inner, ")"]
     if isinstance(node, Not):
-        return "NOT " + _operand(node.operand)
+        return ["NOT ", *_operand(node.operand)]
     if isinstance(node, Logic):
-        return f" {node.op} ".join(f"({t})" if isinstance(t, Logic) else str(t) for t in node.terms)
+        out: list[Node | str] = []
+        for i, term in enumerate(node.terms):
+            out += ([f" {node.op} "] if i else []) + (["(", term, ")"] if isinstance(term, Logic) else [term])
+        return out
     if isinstance(node, Comparison):
-        return f"{_operand(node.left)} {node.op} {_operand(node.right)}"
+        return [*_operand(node.left), f" {node.op} ", *_operand(node.right)]
     neg = "NOT " if getattr(node, "negated", False) else ""
     if isinstance(node, IsNull):
-        return f"{_operand(node.operand)} IS {neg}NULL"
+        return [*_operand(node.operand), f" IS {neg}NULL"]
     if isinstance(node, Between):
-        return f"{_operand(node.value)} {neg}BETWEEN {_operand(node.low)} AND {_operand(node.high)}"
+        return [*_operand(node.value), f" {neg}BETWEEN ", *_operand(node.low), " AND ", *_operand(node.high)]
     if isinstance(node, InList):
-        return f"{node.operand.name} {neg}IN ({', '.join(quote(v) for v in node.values)})"
+        return [f"{node.operand.name} {neg}IN ({', '.join(quote(v) for v in node.values)})"]
     if isinstance(node, Match):
-        return f"{_operand(node.operand)} {neg}{node.op} {quote(node.pattern)}"
+        return [*_operand(node.operand), f" {neg}{node.op} {quote(node.pattern)}"]
     raise TypeError(f"not a SQL92 node: {node!r}")
 
 
-def _operand(node: Node) -> str:
+def _operand(node: Node) -> list[Node | str]:
     """An operand of a comparison: bare if it is atomic, else in parentheses."""
     atomic = isinstance(node, (Property, Literal, Truth)) or (
         isinstance(node, Negate) and isinstance(node.operand, (Property, Literal)))
-    return str(node) if atomic else f"({node})"
+    return [node] if atomic else ["(", node, ")"]
