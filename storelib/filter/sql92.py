@@ -18,14 +18,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Mapping, NoReturn
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, NoReturn
 
 from sqlglot import parser as sqlglot_parser
-from sqlglot import tokens as sqlglot_tokens
 from sqlglot.dialects.dialect import Dialect
 from sqlglot.tokens import Token, TokenType
 
 from storelib.filter.sql92_eval import java_compare
+from storelib.filter.sql92_lexer import Sql92Lexer, Sql92Tokenizer, tokenize_sql92  # noqa: F401 (re-exported)
 from storelib.filter.sql92_tree import (Between, Comparison, InList, IsNull, JavaType, Literal, Logic, Match, Negate,
                                         Node, Not, Property, Truth, property_names)
 from storelib.model.errors import FilterExpressionError
@@ -38,118 +38,65 @@ __all__ = ["parse_sql92", "compile_sql92", "Sql92Expression", "RocketMQSQL92", "
 #: Parentheses, NOT and unary signs nested deeper than this are refused (RocketMQ's limit is its stack).
 MAX_NESTING = 100
 
-_KEYWORDS = {"NOT": TokenType.NOT, "AND": TokenType.AND, "OR": TokenType.OR, "BETWEEN": TokenType.BETWEEN,
-             "IN": TokenType.IN, "TRUE": TokenType.TRUE, "FALSE": TokenType.FALSE, "NULL": TokenType.NULL,
-             "IS": TokenType.IS, "CONTAINS": TokenType.OPERATOR, "STARTSWITH": TokenType.OPERATOR,
-             "ENDSWITH": TokenType.OPERATOR}
-_OPERATORS = {"<>": TokenType.NEQ, ">=": TokenType.GTE, "<=": TokenType.LTE, "=": TokenType.EQ,
-              ">": TokenType.GT, "<": TokenType.LT, "(": TokenType.L_PAREN, ")": TokenType.R_PAREN,
-              ",": TokenType.COMMA, "+": TokenType.PLUS, "-": TokenType.DASH}
-# JavaCC token regular expressions of SelectorParser.jj, ASCII only (ID has no Unicode letters).
-_LEXEMES = re.compile(
-    r"(?P<skip>[ \t\n\r\f]|--[^\n\r]*(?:\r\n|\n|\r)|/\*.*?\*/)"
-    r"|(?P<float>[0-9]+\.[0-9]*(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?|[0-9]+[eE][+-]?[0-9]+)"
-    r"|(?P<decimal>0|[1-9][0-9]*[lL]?)|(?P<word>[A-Za-z_$][A-Za-z0-9_$]*)|(?P<op><>|<=|>=|[=<>(),+-])",
-    re.S)
 _DECIMAL = re.compile(r"(0|[1-9][0-9]*)[lL]?")
-_BAD_CHAR_HINTS = {'"': "double quotes are not allowed, string literals use single quotes",
-                   ";": "';' is not allowed, a subscription is one expression",
-                   "*": "arithmetic is not supported", "/": "arithmetic is not supported",
-                   "%": "arithmetic is not supported"}
 _INT_MAX, _LONG_MAX = 2**31 - 1, 2**63 - 1
+_LOGIC_LEVELS = ((TokenType.OR, "OR"), (TokenType.AND, "AND"))
 _OPERAND_ENDS = {TokenType.VAR, TokenType.NUMBER, TokenType.STRING, TokenType.R_PAREN, TokenType.TRUE,
                  TokenType.FALSE, TokenType.NULL}
-
-
-class Sql92Tokenizer(sqlglot_tokens.Tokenizer):
-    """RocketMQ's lexer: JavaCC longest match over the tokens of ``SelectorParser.jj``.
-
-    sqlglot's generic scanner is close but not exact for this grammar (``.5`` and ``10L`` are one
-    token, ``1e`` two, a ``--`` comment must end with a line break, ``\\v`` is not white space), so
-    :meth:`tokenize` does the scanning itself and hands sqlglot ``Token`` objects to the parser.
-    Keywords come out upper-cased; CONTAINS/STARTSWITH/ENDSWITH as ``OPERATOR`` tokens; a string
-    token's text is its decoded value. Text that is no token ends the list with one ``UNKNOWN``
-    token whose text is the reason, so the parser reports whichever problem comes first.
-    """
-
-    QUOTES = ["'"]
-    STRING_ESCAPES = ["'"]
-    COMMENTS = ["--", ("/*", "*/")]
-    KEYWORDS = {**_KEYWORDS, **{k: v for k, v in _OPERATORS.items() if len(k) == 2}}
-    SINGLE_TOKENS = {k: v for k, v in _OPERATORS.items() if len(k) == 1}
-
-    def tokenize(self, sql: str) -> list[Token]:
-        """The tokens of ``sql``; see the class docstring."""
-        out: list[Token] = []
-        pos, size = 0, len(sql)
-        while pos < size:
-            if sql[pos] == "'":
-                end = _string_end(sql, pos)
-                if end is None:
-                    return out + [_token(TokenType.UNKNOWN, "unterminated string literal", sql, pos, size)]
-                out.append(_token(TokenType.STRING, sql[pos + 1:end - 1].replace("''", "'"), sql, pos, end))
-                pos = end
-                continue
-            m = _LEXEMES.match(sql, pos)
-            if m is None:
-                reason = ("unterminated comment" if sql.startswith("/*", pos)
-                          else _BAD_CHAR_HINTS.get(sql[pos], f"unexpected character {sql[pos]!r}"))
-                return out + [_token(TokenType.UNKNOWN, reason, sql, pos, pos + 1)]
-            kind, text = m.lastgroup, m.group()
-            if kind == "word" and text.upper() in self.KEYWORDS:
-                out.append(_token(self.KEYWORDS[text.upper()], text.upper(), sql, pos, m.end()))
-            elif kind == "word":
-                out.append(_token(TokenType.VAR, text, sql, pos, m.end()))
-            elif kind in ("float", "decimal"):
-                out.append(_token(TokenType.NUMBER, text, sql, pos, m.end()))
-            elif kind == "op":
-                out.append(_token(self.KEYWORDS.get(text) or self.SINGLE_TOKENS[text], text, sql, pos, m.end()))
-            pos = m.end()
-        return out
-
-
-def _string_end(sql: str, start: int) -> int | None:
-    """End (exclusive) of the longest ``'...'`` literal at ``start`` (``''`` escapes a quote)."""
-    i, last = start + 1, None
-    while i < len(sql):
-        if sql[i] == "'":
-            last = i + 1
-            if sql.startswith("''", i):
-                i += 2
-                continue
-            return last
-        i += 1
-    return last
-
-
-def _token(kind: TokenType, text: str, sql: str, start: int, end: int) -> Token:
-    line = sql.count("\n", 0, start) + 1
-    return Token(kind, text, line=line, col=start - sql.rfind("\n", 0, start), start=start, end=end - 1)
+#: The parser's end of input: sqlglot's sentinel token where it has one (older versions use None).
+_END: Any = getattr(sqlglot_parser, "SENTINEL_NONE", None)
 
 
 class Sql92Parser(sqlglot_parser.Parser):
     """RocketMQ's selector grammar over :class:`Sql92Tokenizer` tokens, building the typed tree.
 
     It uses sqlglot's token cursor (``_curr``, ``_match``, ``_advance``) and nothing of sqlglot's
-    SQL grammar. Every error is a :class:`FilterExpressionError`.
+    SQL grammar. Tokens are pulled one at a time as the grammar needs them (no lookahead), so a text
+    refused at a token is not lexed past it; ``consumed`` counts the tokens taken, and every token
+    costs the parser a bounded amount of work. Every error is a :class:`FilterExpressionError`.
+
+    >>> parser = Sql92Parser(dialect=RocketMQSQL92())
+    >>> str(parser.parse_text("a = 1 OR b")), parser.consumed, parser.lexer.steps <= 4 * 10 + 4
+    ('a = 1 OR b', 5, True)
     """
 
-    def parse(self, raw_tokens: list[Token], sql: str) -> list[Any]:  # type: ignore[override]
+    consumed = 0
+    lexer: Sql92Lexer | None = None
+
+    def parse(self, raw_tokens: Iterable[Token], sql: str) -> list[Any]:  # type: ignore[override]
         """``[tree]``: this dialect has one statement kind, the selector."""
         return [self.parse_selector(raw_tokens, sql)]
 
-    def parse_selector(self, raw_tokens: list[Token], sql: str) -> Node:
+    def parse_text(self, sql: str) -> Node:
+        """The tree of ``sql``, lexed as it is parsed; ``lexer`` keeps the lexer (and its steps)."""
+        self.lexer = Sql92Lexer(sql)
+        return self.parse_selector(self.lexer, sql)
+
+    def parse_selector(self, raw_tokens: Iterable[Token], sql: str) -> Node:
         """The tree of one whole selector, or :class:`FilterExpressionError`."""
         self.reset()
-        self.sql, self._tokens, self._tokens_size, self._index = sql, raw_tokens, len(raw_tokens), -1
-        self._advance()
+        self.sql, self._stream, self._index, self.consumed = sql, iter(raw_tokens), -1, 0
+        self._curr = self._prev = _END
         self._depth = 0
+        self._advance()
         if not self._curr:
             raise FilterExpressionError("empty expression", sql, len(sql))
         tree = self._as_boolean(self._or(), None)
         if self._curr:
             self._unexpected("AND, OR or the end of the expression")
         return tree
+
+    def _advance(self, times: int = 1) -> None:
+        """Take the next token from the stream (sqlglot's cursor over a list, made lazy)."""
+        stream: Iterator[Token] = self._stream
+        for _ in range(times):
+            if self._curr:
+                self._prev = self._curr
+            self._index += 1
+            self._curr = next(stream, _END)
+            if self._curr:
+                self.consumed += 1
+        self._next = _END  # this grammar needs no lookahead
 
     # -- errors ---------------------------------------------------------------------------------
 
@@ -181,21 +128,22 @@ class Sql92Parser(sqlglot_parser.Parser):
             self._unexpected(expected)
         return self._prev
 
-    # -- grammar (one method per production of SelectorParser.jj) ---------------------------------
+    # -- grammar (a method per production of SelectorParser.jj; OR and AND share one) ---------------
 
-    def _or(self) -> Node:
-        return self._logic_chain(TokenType.OR, "OR", self._and)
-
-    def _and(self) -> Node:
-        return self._logic_chain(TokenType.AND, "AND", self._equality)
-
-    def _logic_chain(self, token: TokenType, name: str, operand) -> Node:
-        """``operand (token operand)*``, left-associative, each side a boolean expression."""
-        left = operand()
-        while self._match(token):
-            op = self._prev
-            left = _logic(name, self._as_boolean(left, op), self._as_boolean(operand(), None))
-        return left
+    def _or(self, level: int = 0) -> Node:
+        """``and (OR and)*`` at level 0, ``equality (AND equality)*`` at level 1: left-associative, each
+        side a boolean expression, one flat :class:`Logic` (a left operand that is the same operator in
+        parentheses is merged into it). One method for both keeps the stack shallow per nesting level."""
+        token, name = _LOGIC_LEVELS[level]
+        left = self._or(1) if level == 0 else self._equality()
+        if not self._match(token):
+            return left
+        first = self._as_boolean(left, self._prev)
+        terms = list(first.terms) if isinstance(first, Logic) and first.op == name else [first]
+        while True:
+            terms.append(self._as_boolean(self._or(1) if level == 0 else self._equality(), None))
+            if not self._match(token):
+                return Logic(name, tuple(terms), pos=first.pos)
 
     def _equality(self) -> Node:
         left = self._comparison()
@@ -332,11 +280,6 @@ class Sql92Parser(sqlglot_parser.Parser):
         return node
 
 
-def _logic(op: str, left: Node, right: Node) -> Logic:
-    terms = left.terms if isinstance(left, Logic) and left.op == op else (left,)
-    return Logic(op, terms + (right,), pos=left.pos)
-
-
 def _show(node: Node) -> str:
     """A node's text for messages, quoted unless it is a string literal (already quoted)."""
     text = str(node)
@@ -413,7 +356,7 @@ def parse_sql92(text: str) -> Sql92Expression:
 @lru_cache(maxsize=256)
 def _parse(text: str) -> Sql92Expression:
     try:
-        tree = Sql92Parser(dialect=_DIALECT).parse_selector(_DIALECT.tokenize(text), text)
+        tree = Sql92Parser(dialect=_DIALECT).parse_text(text)
     except FilterExpressionError:
         raise
     except RecursionError:
