@@ -33,10 +33,14 @@ from storelib.model.errors import FilterExpressionError
 if TYPE_CHECKING:
     from pyspark.sql import Column
 
-__all__ = ["parse_sql92", "compile_sql92", "Sql92Expression", "RocketMQSQL92", "MAX_NESTING"]
+__all__ = ["parse_sql92", "compile_sql92", "Sql92Expression", "RocketMQSQL92", "MAX_NESTING", "MAX_EXPRESSION_LENGTH"]
 
-#: Parentheses, NOT and unary signs nested deeper than this are refused (RocketMQ's limit is its stack).
+#: Parentheses, NOT and unary signs nested deeper than this are refused (RocketMQ's limit is its stack),
+#: and so are operators applied to other operators' results deeper than this (``a IS NULL IS NULL ...``).
 MAX_NESTING = 100
+#: Texts longer than this (in characters) are refused before they are read: a subscription is
+#: untrusted input, parsed on every registration and pull.
+MAX_EXPRESSION_LENGTH = 64 * 1024
 
 _DECIMAL = re.compile(r"(0|[1-9][0-9]*)[lL]?")
 _INT_MAX, _LONG_MAX = 2**31 - 1, 2**63 - 1
@@ -67,17 +71,17 @@ class Sql92Parser(sqlglot_parser.Parser):
         """``[tree]``: this dialect has one statement kind, the selector."""
         return [self.parse_selector(raw_tokens, sql)]
 
-    def parse_text(self, sql: str) -> Node:
+    def parse_text(self, sql: str, max_nesting: int = MAX_NESTING) -> Node:
         """The tree of ``sql``, lexed as it is parsed; ``lexer`` keeps the lexer (and its steps)."""
         self.lexer = Sql92Lexer(sql)
-        return self.parse_selector(self.lexer, sql)
+        return self.parse_selector(self.lexer, sql, max_nesting)
 
-    def parse_selector(self, raw_tokens: Iterable[Token], sql: str) -> Node:
+    def parse_selector(self, raw_tokens: Iterable[Token], sql: str, max_nesting: int = MAX_NESTING) -> Node:
         """The tree of one whole selector, or :class:`FilterExpressionError`."""
         self.reset()
         self.sql, self._stream, self._index, self.consumed = sql, iter(raw_tokens), -1, 0
         self._curr = self._prev = _END
-        self._depth = 0
+        self._max_nesting, self._depth = max_nesting, 0
         self._advance()
         if not self._curr:
             raise FilterExpressionError("empty expression", sql, len(sql))
@@ -97,6 +101,22 @@ class Sql92Parser(sqlglot_parser.Parser):
             if self._curr:
                 self.consumed += 1
         self._next = _END  # this grammar needs no lookahead
+
+    def _nest(self, tok: Token | None) -> None:
+        """One level deeper into parentheses, NOT or a sign; refused past the limit at ``tok``, the level's first token."""
+        self._depth += 1
+        if self._depth > self._max_nesting:
+            self._too_deep(tok)
+
+    def _built(self, node: Node, tok: Token) -> Node:
+        """``node``, unless its operators nest deeper than the limit (then refused at ``tok``, its operator):
+        ``a IS NULL IS NULL ...`` nests as deep as parentheses do, and so does what the tree's users walk."""
+        if node.depth > self._max_nesting:
+            self._too_deep(tok)
+        return node
+
+    def _too_deep(self, tok: Token | None) -> NoReturn:
+        self._fail(f"expression nested more than {self._max_nesting} deep (max_filter_expression_nesting)", tok)
 
     # -- errors ---------------------------------------------------------------------------------
 
@@ -138,12 +158,20 @@ class Sql92Parser(sqlglot_parser.Parser):
         left = self._or(1) if level == 0 else self._equality()
         if not self._match(token):
             return left
-        first = self._as_boolean(left, self._prev)
-        terms = list(first.terms) if isinstance(first, Logic) and first.op == name else [first]
+        op = self._prev
+        first = self._as_boolean(left, op)
+        merged = isinstance(first, Logic) and first.op == name
+        terms, depth = (list(first.terms), first.depth - 1) if merged else ([first], first.depth)
         while True:
+            if depth >= self._max_nesting:  # the Logic node is one level above its deepest term
+                self._too_deep(op)
             terms.append(self._as_boolean(self._or(1) if level == 0 else self._equality(), None))
+            depth = max(depth, terms[-1].depth)
+            if depth >= self._max_nesting:
+                self._too_deep(op)
             if not self._match(token):
                 return Logic(name, tuple(terms), pos=first.pos)
+            op = self._prev
 
     def _equality(self) -> Node:
         left = self._comparison()
@@ -156,11 +184,12 @@ class Sql92Parser(sqlglot_parser.Parser):
                         self._fail(f"NULL cannot be compared with '{op.text}', use IS [NOT] NULL", at)
                 if _is_boolean_literal(left) and isinstance(right, Literal) and not _is_boolean_literal(right):
                     self._fail(f"{_show(left)} cannot be compared with {_show(right)}", right)
-                left = Comparison(op.text, left, right, pos=left.pos)
+                left = self._built(Comparison(op.text, left, right, pos=left.pos), op)
             elif self._match(TokenType.IS):
+                op = self._prev
                 negated = self._match(TokenType.NOT)
                 self._expect(TokenType.NULL, "NULL" if negated else "NULL or NOT NULL")
-                left = IsNull(left, negated, pos=left.pos)
+                left = self._built(IsNull(left, negated, pos=left.pos), op)
             else:
                 return left
 
@@ -173,7 +202,7 @@ class Sql92Parser(sqlglot_parser.Parser):
                 self._advance()
                 self._orderable(left, tok)
                 right = self._unary()
-                left = Comparison(tok.text, left, self._orderable(right, None), pos=left.pos)
+                left = self._built(Comparison(tok.text, left, self._orderable(right, None), pos=left.pos), tok)
                 continue
             negated = kind == TokenType.NOT
             if negated:
@@ -187,7 +216,7 @@ class Sql92Parser(sqlglot_parser.Parser):
                 op = self._curr.text
                 self._advance()
                 pattern = self._expect(TokenType.STRING, f"a string literal after {op}").text
-                left = Match(op, left, pattern, negated, pos=left.pos)
+                left = self._built(Match(op, left, pattern, negated, pos=left.pos), tok)
             elif kind == TokenType.BETWEEN:
                 self._advance()
                 self._orderable(left, tok)
@@ -197,7 +226,7 @@ class Sql92Parser(sqlglot_parser.Parser):
                 if not negated and isinstance(low, Literal) and isinstance(high, Literal) \
                         and java_compare(high.type, high.value, low.type, low.value) < 0:
                     self._fail(f"BETWEEN bounds out of order: {low} is greater than {high}", high)
-                left = Between(left, low, high, negated, pos=left.pos)
+                left = self._built(Between(left, low, high, negated, pos=left.pos), tok)
             elif kind == TokenType.IN:
                 self._advance()
                 if not isinstance(left, Property):
@@ -207,23 +236,21 @@ class Sql92Parser(sqlglot_parser.Parser):
                 while self._match(TokenType.COMMA):
                     values.append(self._expect(TokenType.STRING, "a string literal in the IN list").text)
                 self._expect(TokenType.R_PAREN, "',' or ')' in the IN list")
-                left = InList(left, tuple(values), negated, pos=left.pos)
+                left = InList(left, tuple(values), negated, pos=left.pos)  # depth 1: its operand is a property
             else:
                 return left
 
     def _unary(self) -> Node:
         tok = self._curr
-        self._depth += 1
-        if self._depth > MAX_NESTING:
-            self._fail(f"expression nested more than {MAX_NESTING} deep", tok)
+        self._nest(tok)
         try:
             if self._match(TokenType.PLUS):
                 return replace(self._unary(), pos=tok.start)
             if self._match(TokenType.DASH):
-                return Negate(self._unary(), pos=tok.start)
+                return self._built(Negate(self._unary(), pos=tok.start), tok)
             if self._match(TokenType.NOT):
                 operand = self._unary()
-                return Not(self._as_boolean(operand, None), pos=tok.start)
+                return self._built(Not(self._as_boolean(operand, None), pos=tok.start), tok)
             return self._primary()
         finally:
             self._depth -= 1
@@ -341,22 +368,37 @@ class Sql92Expression:
         return f"Sql92Expression({str(self.tree)!r})"
 
 
-def parse_sql92(text: str) -> Sql92Expression:
+def parse_sql92(text: str, *, max_length: int = MAX_EXPRESSION_LENGTH, max_nesting: int = MAX_NESTING) -> Sql92Expression:
     """Parse and validate a SQL92 subscription expression; :class:`FilterExpressionError` if invalid.
+
+    A text longer than ``max_length`` characters is refused before it is read (at offset
+    ``max_length``); deeper nesting than ``max_nesting`` where it goes too deep. A store passes its
+    ``max_filter_expression_length`` and ``max_filter_expression_nesting`` settings.
 
     >>> e = parse_sql92("TAGS = 'TagA' AND price > 100")
     >>> sorted(e.properties), e.evaluate({"TAGS": "TagA", "price": "250"})
     (['TAGS', 'price'], True)
+    >>> parse_sql92("a = 'x' OR b = 'y'", max_length=10)
+    Traceback (most recent call last):
+    ...
+    storelib.model.errors.FilterExpressionError: expression: expression longer than 10 characters (max_filter_expression_length) (got "a = 'x' OR b = 'y'") [at line 1, column 11]
+    >>> parse_sql92("NOT NOT NOT a", max_nesting=3).text
+    Traceback (most recent call last):
+    ...
+    storelib.model.errors.FilterExpressionError: expression: expression nested more than 3 deep (max_filter_expression_nesting) (got 'NOT NOT NOT a') [at line 1, column 13]
     """
     if not isinstance(text, str):
         raise FilterExpressionError(f"expression must be a string, not {type(text).__name__}", repr(text), 0)
-    return _parse(text)
+    if len(text) > max_length:
+        raise FilterExpressionError(f"expression longer than {max_length} characters (max_filter_expression_length)",
+                                    text, max_length)
+    return _parse(text, max_nesting)
 
 
 @lru_cache(maxsize=256)
-def _parse(text: str) -> Sql92Expression:
+def _parse(text: str, max_nesting: int) -> Sql92Expression:
     try:
-        tree = Sql92Parser(dialect=_DIALECT).parse_text(text)
+        tree = Sql92Parser(dialect=_DIALECT).parse_text(text, max_nesting)
     except FilterExpressionError:
         raise
     except RecursionError:
@@ -366,11 +408,13 @@ def _parse(text: str) -> Sql92Expression:
     return Sql92Expression(text, tree)
 
 
-def compile_sql92(text: str, properties: "Column | str" = "properties") -> "Column":
-    """Parse ``text`` and compile it to a boolean Column over a ``map<string,string>`` properties column.
+def compile_sql92(text: str, properties: "Column | str" = "properties", *, max_length: int = MAX_EXPRESSION_LENGTH,
+                  max_nesting: int = MAX_NESTING) -> "Column":
+    """Parse ``text`` and compile it to a boolean Column over a ``map<string,string>`` properties column
+    (the limits are :func:`parse_sql92`'s).
 
     >>> df = spark.createDataFrame([({"a": "7"},), ({"TAGS": "TagA"},), ({"a": "1"},)], "properties map<string,string>")
     >>> df.where(compile_sql92("a > 5 OR TAGS IN ('TagA')")).count()
     2
     """
-    return parse_sql92(text).to_column(properties)
+    return parse_sql92(text, max_length=max_length, max_nesting=max_nesting).to_column(properties)

@@ -49,9 +49,21 @@ _NUMERIC = frozenset({JavaType.INT, JavaType.LONG, JavaType.DOUBLE})
 
 @dataclass(frozen=True)
 class Node:
-    """Base of all nodes. ``pos`` is the 0-based offset of the node's first token in the text."""
+    """Base of all nodes. ``pos`` is the 0-based offset of the node's first token in the text;
+    ``depth`` counts the operator nodes on the longest path down from this one (0 for a property or
+    a literal), computed as the node is built.
+
+    >>> Not(Not(Truth(Property("a")))).depth, Logic("OR", (Property("a"), Not(Truth(Property("b"))))).depth
+    (3, 3)
+    """
 
     pos: int = field(default=0, compare=False, repr=False, kw_only=True)
+    depth: int = field(default=0, init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        children = self.children()
+        if children:
+            object.__setattr__(self, "depth", 1 + max(child.depth for child in children))
 
     @property
     def type(self) -> JavaType:
