@@ -284,7 +284,7 @@ class PullMessageProcessor:
                                           code="SYSTEM_ERROR")
         if selector.is_class:  # loads here, is the registered class, source allowed
             ctx.registry.check(topic, selector, group)
-        message_filter = MessageFilter(topic, selector, subscription, ctx.registry.bloom_filter)
+        message_filter = MessageFilter(topic, selector, subscription, ctx.registry.bloom_filter, config=ctx.config)
         if ctx.config.filter_support_retry and topic == retry_topic(group):
             return PullFilter(message_filter, retry=self._retry_filters(group))
         return PullFilter(message_filter)
@@ -293,7 +293,7 @@ class PullMessageProcessor:
         registered = self.ctx.registry.current().get((request.group, request.topic))
         if request.selector is not None:  # the pull carries its subscription (hasSubscriptionFlag)
             selector = request.selector
-            selector.parse(request.topic)  # FilterAPI.build of the pull's own subscription
+            selector.parse(request.topic, self.ctx.config)  # FilterAPI.build of the pull's own subscription
             if selector.is_class and selector.filter_class_crc is None:
                 from storelib.filter.class_filter import load_filter
 
@@ -344,5 +344,5 @@ def get_message_by_selector(ctx: StoreContext, group: str, topic: str, queue_id:
     """
     message_filter = None
     if selector is not None:
-        message_filter = PullFilter(MessageFilter(topic, MessageSelector.of(selector)))
+        message_filter = PullFilter(MessageFilter(topic, MessageSelector.of(selector), config=ctx.config))
     return get_message(ctx, group, topic, queue_id, offset, max_msgs, message_filter)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Mapping
 
-from storelib.filter.selector import MessageSelector
+from storelib.filter.selector import MessageSelector, sql92_limits
 
 if TYPE_CHECKING:
     import numpy as np
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from storelib.filter.class_filter import ClassFilter
     from storelib.filter.registry import Subscription
     from storelib.filter.summary import FileSummary
+    from storelib.model.config import StoreConfig
 
 __all__ = ["MessageFilter"]
 
@@ -68,10 +69,11 @@ class MessageFilter:
     """
 
     def __init__(self, topic: str, selector: MessageSelector, subscription: "Subscription | None" = None,
-                 bloom_filter: "BloomFilter | None" = None):
+                 bloom_filter: "BloomFilter | None" = None, *, config: "StoreConfig | None" = None):
         self.topic = topic
         self.selector = selector
         self.subscription = subscription
+        self.config = config  # the store's settings: its SQL92 limits
         bloom = subscription.bloom if subscription is not None and subscription.is_sql92 else None
         self.bloom: "BloomFilterData | None" = bloom if bloom is not None and (
             bloom_filter is None or bloom_filter.is_valid(bloom)) else None
@@ -100,9 +102,14 @@ class MessageFilter:
 
     @functools.cached_property
     def sql(self):
+        """The SQL92 expression, parsed with the store's limits (the registered subscription's, if it is this selector)."""
         from storelib.filter.sql92 import parse_sql92
 
-        return parse_sql92(self.selector.expression) if self.selector.is_sql92 else None
+        if not self.selector.is_sql92:
+            return None
+        if self.subscription is not None and self.subscription.selector == self.selector:
+            return self.subscription.compiled
+        return parse_sql92(self.selector.expression, **sql92_limits(self.config))
 
     @property
     def matches_all(self) -> bool:

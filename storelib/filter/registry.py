@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable
 
 import pyarrow as pa
@@ -24,7 +24,7 @@ import pyarrow as pa
 from storelib.delta.table import Table, with_retries
 from storelib.delta.writer import write_rows
 from storelib.filter.bloom import BloomFilter, BloomFilterData
-from storelib.filter.selector import MessageSelector
+from storelib.filter.selector import MessageSelector, sql92_limits
 from storelib.model.config import StoreConfig
 from storelib.model.errors import FilterNotSupportedError, SubscriptionNotFoundError
 from storelib.model.topic import validate_group, validate_topic
@@ -55,6 +55,8 @@ class Subscription:
     sub_version: int
     born_timestamp: dt.datetime
     bloom: BloomFilterData | None = None
+    #: The settings of the registry it came from: :attr:`compiled` parses with their SQL92 limits.
+    config: StoreConfig | None = field(default=None, compare=False, repr=False)
 
     @property
     def is_sql92(self) -> bool:
@@ -78,7 +80,7 @@ class Subscription:
         """The SQL92 expression, parsed (``None`` for tag subscriptions)."""
         from storelib.filter.sql92 import parse_sql92
 
-        return parse_sql92(self.selector.expression) if self.is_sql92 else None
+        return parse_sql92(self.selector.expression, **sql92_limits(self.config)) if self.is_sql92 else None
 
 
 class SubscriptionRegistry:
@@ -128,7 +130,7 @@ class SubscriptionRegistry:
                 return current
             version = snapshot.version() + 1
             now = dt.datetime.now(dt.timezone.utc)
-            sub = Subscription(group, topic, selector, version, _sub_version(now, current), now, bloom)
+            sub = Subscription(group, topic, selector, version, _sub_version(now, current), now, bloom, self.config)
             write_rows(self.table, snapshot, _rows([sub], dead=False), prefix="sub", operation="SUBSCRIBE")
             return sub
 
@@ -159,7 +161,7 @@ class SubscriptionRegistry:
             raise FilterNotSupportedError("filter_class_source", "running uploaded filter class source is off in this "
                                           "store (enable_filter_class_source=false); install the module and name it "
                                           "by import path", value=selector.filter_class)
-        selector.parse(topic)
+        selector.parse(topic, self.config)
         if selector.is_class:
             from storelib.filter.class_filter import ClassFilter
 
@@ -193,13 +195,12 @@ class SubscriptionRegistry:
     def _current(self, snapshot: "DeltaTable") -> dict[tuple[str, str], Subscription]:
         return self._latest(self.table.read_arrow(snapshot))
 
-    @staticmethod
-    def _latest(table: pa.Table) -> dict[tuple[str, str], Subscription]:
+    def _latest(self, table: pa.Table) -> dict[tuple[str, str], Subscription]:
         rows = table.to_pylist()
         latest: dict[tuple[str, str], dict] = {}
         for r in sorted(rows, key=lambda r: r["version"]):
             latest[(r["consumer_group"], r["topic"])] = r
-        return {k: _subscription(r) for k, r in latest.items() if not r["dead"]}
+        return {k: _subscription(r, self.config) for k, r in latest.items() if not r["dead"]}
 
 
 def _sub_version(now: dt.datetime, current: Subscription | None) -> int:
@@ -221,10 +222,10 @@ def _row(sub: Subscription, dead: bool) -> dict:
             "filter_class_source": sub.selector.filter_class_source}
 
 
-def _subscription(r: dict) -> Subscription:
+def _subscription(r: dict, config: StoreConfig) -> Subscription:
     bloom = BloomFilterData(list(r["bloom_bit_pos"]), r["bloom_bit_num"]) if r["bloom_bit_pos"] is not None else None
     selector = MessageSelector(r["expression_type"], r["expression"], r.get("filter_class"), r.get("filter_class_crc"),
                                r.get("filter_class_source"))
     return Subscription(r["consumer_group"], r["topic"], selector, r["version"], r["sub_version"], r["born_timestamp"],
-                        bloom)
+                        bloom, config)
 

@@ -14,9 +14,13 @@ MessageSelector(expression_type='CLASS', expression='TagA || TagB', filter_class
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from storelib.filter.tag import ExpressionType
 from storelib.model.errors import FilterClassError, FilterExpressionError, FilterNotSupportedError
+
+if TYPE_CHECKING:
+    from storelib.model.config import StoreConfig
 
 __all__ = ["MessageSelector"]
 
@@ -113,19 +117,25 @@ class MessageSelector:
         """The consume queue stage compares tag codes (a tag selector, or a class selector's tag prefilter)."""
         return self.is_tag or self.is_class
 
-    def parse(self, topic: str) -> None:
+    def parse(self, topic: str, config: "StoreConfig | None" = None) -> None:
         """``FilterAPI.build``: raise :class:`FilterExpressionError` (SUBSCRIPTION_PARSE_FAILED) for an
         expression outside its type's grammar, :class:`FilterNotSupportedError` for an unknown type.
+        A SQL92 expression is held to ``config``'s length and nesting limits (the defaults without one).
 
         >>> MessageSelector.by_tag("||").parse("TopicTest")
         Traceback (most recent call last):
         ...
         storelib.model.errors.FilterExpressionError: expression: ...
+        >>> from storelib.model.config import StoreConfig
+        >>> MessageSelector.by_sql("a = 1 OR b = 2").parse("TopicTest", StoreConfig(max_filter_expression_length=8))
+        Traceback (most recent call last):
+        ...
+        storelib.model.errors.FilterExpressionError: expression: expression longer than 8 characters (max_filter_expression_length) ...
         """
         if self.is_sql92:
             from storelib.filter.sql92 import parse_sql92
 
-            parse_sql92(self.expression)
+            parse_sql92(self.expression, **sql92_limits(config))
         elif self.by_tags:
             from storelib.filter.tag import build_subscription
 
@@ -143,6 +153,13 @@ class MessageSelector:
         7
         """
         return MessageSelector(self.expression_type, self.expression, self.filter_class, crc, self.filter_class_source)
+
+
+def sql92_limits(config: "StoreConfig | None") -> dict[str, int]:
+    """:func:`~storelib.filter.sql92.parse_sql92`'s limits from a store's settings (none: its defaults)."""
+    if config is None:
+        return {}
+    return {"max_length": config.max_filter_expression_length, "max_nesting": config.max_filter_expression_nesting}
 
 
 def _class_path(name: object, from_source: bool) -> str:

@@ -94,6 +94,11 @@ class StoreConfig:
     #: the driver and every executor: arbitrary code from whoever may subscribe. Off by default;
     #: class filters named by import path (installed code) need no switch.
     enable_filter_class_source: bool = False
+    #: Longest SQL92 subscription accepted, in characters; longer text is refused before it is parsed
+    #: (a subscription is untrusted input, parsed at registration and by pulls that carry their own).
+    max_filter_expression_length: int = 65536
+    #: Deepest nesting of a SQL92 subscription: parentheses, NOT, unary signs and chained operators.
+    max_filter_expression_nesting: int = 100
     #: Delay of each delay level, level 1 first (``messageDelayLevel``).
     message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
     #: Longest a 5.x timer message may wait, in ms (``timerMaxDelaySec``: 3 days); may be set to years.

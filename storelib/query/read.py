@@ -289,7 +289,7 @@ def _message_filter(ctx: StoreContext, topic: str, selector: MessageSelector | s
         sub = None
     selector = MessageSelector.of(selector)
     ctx.registry.check(topic, selector, group)
-    return MessageFilter(topic, selector, sub, ctx.registry.bloom_filter)
+    return MessageFilter(topic, selector, sub, ctx.registry.bloom_filter, config=ctx.config)
 
 
 def _plan_clustered(ctx: StoreContext, mf: MessageFilter, clustered: pa.Table,
