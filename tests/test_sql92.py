@@ -8,6 +8,7 @@ expression (through ``to_columns``), read back whole or along the diagonal.
 from __future__ import annotations
 
 import math
+import pickle
 import random
 from pathlib import Path
 
@@ -15,11 +16,15 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
-from storelib.filter.sql92 import MAX_NESTING, Sql92Expression, compile_sql92, parse_sql92
+from storelib.filter.selector import MessageSelector
+from storelib.filter.sql92 import (MAX_EXPRESSION_LENGTH, MAX_NESTING, RocketMQSQL92, Sql92Expression, Sql92Parser,
+                                   compile_sql92, parse_sql92)
+from storelib.filter.sql92_lexer import tokenize_sql92
 from storelib.filter.sql92_eval import JavaEvaluationError, java_parse_double, java_parse_int, java_parse_long
 from storelib.filter.sql92_spark import to_columns
 from storelib.filter.sql92_tree import (Between, Comparison, InList, IsNull, JavaType, Literal, Logic, Match, Negate,
                                         Not, Property, Truth)
+from storelib.model.config import StoreConfig
 from storelib.model.errors import FilterExpressionError
 from tests.conformance import load_cases
 
@@ -275,6 +280,177 @@ def test_nothing_but_filter_expression_error_escapes():
     with pytest.raises(FilterExpressionError):
         parse_sql92(None)  # type: ignore[arg-type]
     assert parse_sql92("(" * 50 + "a = 1" + ")" * 50).evaluate({"a": "1"})
+
+
+# -- limits, untrusted text and linear work ---------------------------------------------------------
+
+#: The lexer examines each character a bounded number of times (at most four: a string read twice,
+#: searched for surrogates and passed for line counting), plus a few steps per token.
+STEPS_PER_CHAR, STEPS_CONSTANT = 5, 8
+
+
+def adversarial(n: int) -> list[str]:
+    """Texts of about ``n`` characters that cost the old lexer or parser time quadratic in ``n``, or
+    that failed later than the parser, and some long valid ones."""
+    return ["a > " + "-" * n + "1", ")" * n, "a = 1 AND " * (n // 10), "a = 1" + " AND a = 1" * (n // 10),
+            "'" * n, "'" * (n + 1), "'''" + "x" * n, "a = " + "0" * n, "a = 1 /*" + "x" * n, "a = 1 /*" + "*/" * (n // 2),
+            "a = 1 " + "-- x " * (n // 5), "a = 1" + " -- c\n" * (n // 6), "--" + " " * n, "a" + " IS NULL" * (n // 8),
+            "(" * (n // 2) + "a" + ")" * (n // 2), "NOT " * (n // 4) + "a", "a" + " = TRUE" * (n // 7), "a = '" + "''" * (n // 2) + "'",
+            "a IN (" + "'x', " * (n // 5) + "'y')", "1e" * (n // 2), ".5" * (n // 2), "\n" * n + "a", "\r\n" * (n // 2),
+            "a = '" + "x" * n + "\ud800'", "a = 1 OR " + "(" * 50 + "b = 2 AND c" * (n // 12) + ")" * 50,
+            "a" + " CONTAINS 'x'" * (n // 13), '"' * n, "a = 1 " + "\t\f" * (n // 2)]
+
+
+def mutations(rng: random.Random, count: int) -> list[str]:
+    """Valid expressions (the literal cases and random ones) with a few characters inserted, deleted or replaced."""
+    valid = [text for text, _, _ in LITERAL_CASES] + [random_expression(rng) for _ in range(200)]
+    bits = ["'", "''", "(", ")", "-", "--", "/*", "*/", "\n", "\r", " ", "0", "1e", ".", "L", "NOT ", " AND ", "IS ",
+            "\ud800", "\udfff", "é", "😀", "\x00", "\v", ";", '"', "=", "<>", "BETWEEN ", ",", "IN ("]
+    out = []
+    for _ in range(count):
+        chars = list(rng.choice(valid))
+        for _ in range(rng.randint(1, 4)):
+            at = rng.randint(0, len(chars))
+            roll = rng.random()
+            if roll < 0.5:
+                chars[at:at] = rng.choice(bits)
+            elif chars and roll < 0.8:
+                del chars[min(at, len(chars) - 1)]
+            elif chars:
+                chars[min(at, len(chars) - 1)] = rng.choice(bits)
+        out.append("".join(chars))
+    return out
+
+
+def checked_parse(text: str) -> tuple[Sql92Expression | None, int, int]:
+    """parse_sql92's answer (None when refused) and the work of a parse: lexer steps, tokens consumed.
+    Only FilterExpressionError may escape, from the parser itself too (no safety net)."""
+    parser = Sql92Parser(dialect=RocketMQSQL92())
+    try:
+        parser.parse_text(text)
+    except FilterExpressionError:
+        pass
+    try:
+        expression: Sql92Expression | None = parse_sql92(text)
+    except FilterExpressionError as e:
+        assert 0 <= e.position <= len(text) and str(e).encode("utf-8"), text[:80]
+        expression = None
+    return expression, parser.lexer.steps, parser.consumed  # type: ignore[union-attr]
+
+
+def test_fuzz_only_filter_expression_errors_and_linear_work():
+    rng = random.Random(19)
+    texts = mutations(rng, 2000) + [text for n in (1000, 10_000, 60_000) for text in adversarial(n)]
+    parsed = 0
+    for text in texts:
+        assert len(text) <= MAX_EXPRESSION_LENGTH
+        expression, steps, consumed = checked_parse(text)
+        assert steps <= STEPS_PER_CHAR * len(text) + STEPS_CONSTANT, (text[:80], len(text), steps)
+        assert consumed <= len(text), (text[:80], consumed)
+        tokens, all_steps = tokenize_sql92(text)  # the whole text, where the parser stopped early
+        assert all_steps <= STEPS_PER_CHAR * len(text) + STEPS_CONSTANT, (text[:80], len(text), all_steps)
+        assert len(tokens) <= len(text)
+        if expression is not None:
+            parsed += 1
+            canonical = str(expression)  # no recursion in length: long chains and deep trees render
+            assert parse_sql92(canonical).tree == expression.tree, text[:80]
+            assert expression.evaluate({"a": "1"}) in (True, False)
+            assert all(not 0xD800 <= ord(c) <= 0xDFFF for c in canonical)
+    assert parsed > 100  # the mutations keep plenty valid
+
+
+def test_long_valid_expressions_parse_in_linear_work():
+    for text, count in [("a = 1" + " AND a = 1" * 6000, 6001), ("a = 1" + " OR b IN ('x')" * 4000, 4001)]:
+        expression, steps, consumed = checked_parse(text)
+        assert expression is not None and len(expression.tree.terms) == count  # type: ignore[attr-defined]
+        assert steps <= STEPS_PER_CHAR * len(text) + STEPS_CONSTANT and consumed == len(tokenize_sql92(text)[0])
+
+
+def test_a_text_refused_early_is_not_read_further():
+    for text in (")" * 60_000, "a = 1 1" + " AND a = 1" * 6000, "a = ; " + "'" * 60_000):
+        _, steps, consumed = checked_parse(text)
+        assert steps < 50 and consumed <= 4
+
+
+def test_over_long_text_is_refused_at_the_limit_before_it_is_read():
+    longest = "a = 1" + " " * (MAX_EXPRESSION_LENGTH - 5)
+    assert parse_sql92(longest).tree == a_eq(1)
+    for text in (longest + " ", "'" + "x" * MAX_EXPRESSION_LENGTH, ")" * 10**6):
+        with pytest.raises(FilterExpressionError) as e:
+            parse_sql92(text)
+        assert e.value.position == MAX_EXPRESSION_LENGTH
+        assert f"longer than {MAX_EXPRESSION_LENGTH} characters" in e.value.reason
+        assert "max_filter_expression_length" in e.value.reason
+
+
+@pytest.mark.parametrize("text, position", [
+    ("a = '\ud800'", 5), ("a = 'x\udfff' AND b", 6), ("a IN ('x', 'y\udbff')", 13), ("\ud800 = 1", 0),
+    ("a = 1 AND b\ud800 = 2", 11), ("a = 1 /* \ud800 */", 9), ("a = 1 -- \udc00\n", 9), ("a = 'x' AND \udfff", 12),
+    ("a = 1 AND '\ud83d\ude00' = b", 11),
+])
+def test_lone_surrogates_are_refused_where_they_are(text, position):
+    with pytest.raises(FilterExpressionError) as e:
+        parse_sql92(text)
+    assert e.value.position == position and "surrogate" in e.value.reason
+    str(e.value).encode("utf-8")  # the message itself can be printed, stored and sent anywhere
+    assert parse_sql92("a = '😀' /* é */").evaluate({"a": "😀"})  # what is valid Unicode stays valid
+
+
+def test_nesting_at_the_limit_parses_and_one_deeper_is_refused():
+    deepest = MAX_NESTING - 1  # the operand inside them is one level more
+    for make, at in [(lambda k: "(" * k + "a = 1" + ")" * k, lambda k: k), (lambda k: "NOT " * k + "a", lambda k: 4 * k),
+                     (lambda k: "-" * k + "1 < a", lambda k: k)]:
+        assert str(parse_sql92(make(deepest)))
+        with pytest.raises(FilterExpressionError) as e:
+            parse_sql92(make(deepest + 1))
+        assert e.value.position == at(deepest + 1) and f"nested more than {MAX_NESTING} deep" in e.value.reason
+    # operators applied to other operators' results nest too: what is accepted renders, evaluates and pickles
+    assert parse_sql92("a" + " IS NULL" * MAX_NESTING).evaluate({}) is False
+    with pytest.raises(FilterExpressionError, match=f"nested more than {MAX_NESTING} deep") as e:
+        parse_sql92("a" + " IS NULL" * (MAX_NESTING + 1))
+    assert e.value.position == 1 + 8 * MAX_NESTING + 1
+    shape = lambda k: "(" * k + "a" + ") CONTAINS 'x' = TRUE AND b OR c" * k  # noqa: E731 (four levels a parenthesis)
+    deepest = parse_sql92(shape(MAX_NESTING // 4)).tree
+    assert deepest.depth == MAX_NESTING and pickle.loads(pickle.dumps(deepest)) == deepest and str(deepest)
+    with pytest.raises(FilterExpressionError, match="nested more than"):
+        parse_sql92(shape(MAX_NESTING // 4 + 1))
+
+
+def test_custom_limits_through_keyword_arguments():
+    assert parse_sql92("NOT NOT a", max_nesting=3) and parse_sql92("a = 'xyz'", max_length=9)
+    with pytest.raises(FilterExpressionError, match="nested more than 2 deep") as e:
+        parse_sql92("NOT NOT a", max_nesting=2)
+    assert e.value.position == 8
+    with pytest.raises(FilterExpressionError, match="longer than 8 characters") as e:
+        compile_sql92("a = 'xyz'", max_length=8)
+    assert e.value.position == 8
+    long = "a = 1" + " OR a = 1" * 10_000
+    assert len(parse_sql92(long, max_length=len(long)).tree.terms) == 10_001  # type: ignore[attr-defined]
+    assert parse_sql92("(" * 120 + "a" + ")" * 120, max_nesting=121).tree == Truth(Property("a"))
+
+
+def test_store_settings_are_the_limits(spark, store_path):
+    from storelib import MessageStore
+
+    assert (StoreConfig().max_filter_expression_length, StoreConfig().max_filter_expression_nesting) == (65536, 100)
+    config = StoreConfig(max_filter_expression_length=30, max_filter_expression_nesting=3)
+    with pytest.raises(FilterExpressionError, match="max_filter_expression_length") as e:
+        MessageSelector.by_sql("a = 1 OR b = 2 OR c = 3 OR d = 4").parse("TopicTest", config)
+    assert e.value.position == 30
+    store = MessageStore.create(store_path, spark, max_filter_expression_length=MAX_EXPRESSION_LENGTH * 2,
+                                max_filter_expression_nesting=3)
+    store.create_topic("TopicTest", queues=1)
+    longer = "a = '" + "x" * MAX_EXPRESSION_LENGTH + "' OR TAGS IS NULL"  # over the default, within the store's
+    store.subscribe("GroupL", "TopicTest", MessageSelector.by_sql(longer))
+    assert store.subscription("GroupL", "TopicTest").compiled.text == longer
+    assert store.read("TopicTest", MessageSelector.by_sql(longer)).count() == 0
+    for refused in ("NOT NOT NOT a", "a = '" + "x" * 2 * MAX_EXPRESSION_LENGTH + "'"):
+        with pytest.raises(FilterExpressionError):
+            store.subscribe("GroupL", "TopicTest", MessageSelector.by_sql(refused))
+        with pytest.raises(FilterExpressionError):
+            store.pull("GroupL", "TopicTest", 0, 0, selector=MessageSelector.by_sql(refused))
+        with pytest.raises(FilterExpressionError):
+            store.read("TopicTest", MessageSelector.by_sql(refused))
 
 
 def test_canonical_text_and_expression_object():
