@@ -28,6 +28,7 @@ __all__ = [
     "StoreError",
     "SessionError",
     "StoreNotFoundError",
+    "StoreCorruptedError",
     "DataSourceOptionError",
     "MessageError",
     "InvalidTopicError",
@@ -187,6 +188,20 @@ class SessionError(StoreError, RuntimeError):
 
 class StoreNotFoundError(StoreError, FileNotFoundError):
     """No store at this path (open one that exists, or create it with ``MessageStore.create``)."""
+
+
+class StoreCorruptedError(StoreError, RuntimeError):
+    """The store's tables are damaged or disagree (a Delta log lost or unreadable, a data file gone,
+    a table dispatched past the commitlog's end): refused before anything reads or writes it.
+
+    ``problems`` lists each finding; the message names the first and what inspects or repairs it.
+    """
+
+    def __init__(self, problems: "list[str]", root: str) -> None:
+        self.problems = list(problems)
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        super().__init__("root", f"the store at {root} is damaged: {problems[0]}{more}; nothing was "
+                                 "changed (MessageStore.verify(path) lists every problem)")
 
 
 class DataSourceOptionError(StoreError, ValueError):
