@@ -293,7 +293,7 @@ class PullMessageProcessor:
         registered = self.ctx.registry.current().get((request.group, request.topic))
         if request.selector is not None:  # the pull carries its subscription (hasSubscriptionFlag)
             selector = request.selector
-            selector.parse(request.topic)  # FilterAPI.build of the pull's own subscription
+            selector.parse(request.topic, **self.ctx.config.filter_limits)  # FilterAPI.build of the pull's own subscription
             if selector.is_class and selector.filter_class_crc is None:
                 from storelib.filter.class_filter import load_filter
 

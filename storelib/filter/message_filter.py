@@ -102,7 +102,8 @@ class MessageFilter:
     def sql(self):
         from storelib.filter.sql92 import parse_sql92
 
-        return parse_sql92(self.selector.expression) if self.selector.is_sql92 else None
+        # checked against the store's limits where it came in (subscribe, pull, read)
+        return parse_sql92(self.selector.expression, max_length=None, max_nesting=None) if self.selector.is_sql92 else None
 
     @property
     def matches_all(self) -> bool:

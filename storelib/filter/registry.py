@@ -78,7 +78,8 @@ class Subscription:
         """The SQL92 expression, parsed (``None`` for tag subscriptions)."""
         from storelib.filter.sql92 import parse_sql92
 
-        return parse_sql92(self.selector.expression) if self.is_sql92 else None
+        # checked against the store's limits when it was registered
+        return parse_sql92(self.selector.expression, max_length=None, max_nesting=None) if self.is_sql92 else None
 
 
 class SubscriptionRegistry:
@@ -159,7 +160,7 @@ class SubscriptionRegistry:
             raise FilterNotSupportedError("filter_class_source", "running uploaded filter class source is off in this "
                                           "store (enable_filter_class_source=false); install the module and name it "
                                           "by import path", value=selector.filter_class)
-        selector.parse(topic)
+        selector.parse(topic, **self.config.filter_limits)
         if selector.is_class:
             from storelib.filter.class_filter import ClassFilter
 

@@ -113,9 +113,11 @@ class MessageSelector:
         """The consume queue stage compares tag codes (a tag selector, or a class selector's tag prefilter)."""
         return self.is_tag or self.is_class
 
-    def parse(self, topic: str) -> None:
+    def parse(self, topic: str, *, max_length: int | None = None, max_nesting: int | None = None) -> None:
         """``FilterAPI.build``: raise :class:`FilterExpressionError` (SUBSCRIPTION_PARSE_FAILED) for an
         expression outside its type's grammar, :class:`FilterNotSupportedError` for an unknown type.
+        ``max_length`` / ``max_nesting`` bound a SQL92 expression (default the parser's; the store
+        passes its settings, ``StoreConfig.filter_limits``).
 
         >>> MessageSelector.by_tag("||").parse("TopicTest")
         Traceback (most recent call last):
@@ -125,7 +127,8 @@ class MessageSelector:
         if self.is_sql92:
             from storelib.filter.sql92 import parse_sql92
 
-            parse_sql92(self.expression)
+            limits = {k: v for k, v in (("max_length", max_length), ("max_nesting", max_nesting)) if v is not None}
+            parse_sql92(self.expression, **limits)
         elif self.by_tags:
             from storelib.filter.tag import build_subscription
 

@@ -33,10 +33,14 @@ from storelib.model.errors import FilterExpressionError
 if TYPE_CHECKING:
     from pyspark.sql import Column
 
-__all__ = ["parse_sql92", "compile_sql92", "Sql92Expression", "RocketMQSQL92", "MAX_NESTING"]
+__all__ = ["parse_sql92", "compile_sql92", "Sql92Expression", "RocketMQSQL92", "MAX_NESTING", "MAX_EXPRESSION_LENGTH"]
 
-#: Parentheses, NOT and unary signs nested deeper than this are refused (RocketMQ's limit is its stack).
+#: Parentheses, NOT and unary signs nested deeper than this are refused (RocketMQ's limit is its stack);
+#: the store's ``max_filter_expression_nesting`` setting.
 MAX_NESTING = 100
+#: Longer expressions are refused before they are read (a subscription is untrusted input); the store's
+#: ``max_filter_expression_length`` setting.
+MAX_EXPRESSION_LENGTH = 64 * 1024
 
 _KEYWORDS = {"NOT": TokenType.NOT, "AND": TokenType.AND, "OR": TokenType.OR, "BETWEEN": TokenType.BETWEEN,
              "IN": TokenType.IN, "TRUE": TokenType.TRUE, "FALSE": TokenType.FALSE, "NULL": TokenType.NULL,
@@ -47,11 +51,13 @@ _OPERATORS = {"<>": TokenType.NEQ, ">=": TokenType.GTE, "<=": TokenType.LTE, "="
               ",": TokenType.COMMA, "+": TokenType.PLUS, "-": TokenType.DASH}
 # JavaCC token regular expressions of SelectorParser.jj, ASCII only (ID has no Unicode letters).
 _LEXEMES = re.compile(
-    r"(?P<skip>[ \t\n\r\f]|--[^\n\r]*(?:\r\n|\n|\r)|/\*.*?\*/)"
+    r"(?P<skip>[ \t\n\r\f]|/\*.*?\*/)"
     r"|(?P<float>[0-9]+\.[0-9]*(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?|[0-9]+[eE][+-]?[0-9]+)"
     r"|(?P<decimal>0|[1-9][0-9]*[lL]?)|(?P<word>[A-Za-z_$][A-Za-z0-9_$]*)|(?P<op><>|<=|>=|[=<>(),+-])",
     re.S)
 _DECIMAL = re.compile(r"(0|[1-9][0-9]*)[lL]?")
+_LINE_BREAK = re.compile(r"[\n\r]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _BAD_CHAR_HINTS = {'"': "double quotes are not allowed, string literals use single quotes",
                    ";": "';' is not allowed, a subscription is one expression",
                    "*": "arithmetic is not supported", "/": "arithmetic is not supported",
@@ -78,53 +84,76 @@ class Sql92Tokenizer(sqlglot_tokens.Tokenizer):
     KEYWORDS = {**_KEYWORDS, **{k: v for k, v in _OPERATORS.items() if len(k) == 2}}
     SINGLE_TOKENS = {k: v for k, v in _OPERATORS.items() if len(k) == 1}
 
+    #: Steps the last :meth:`tokenize` took: characters consumed, plus one per token and per search for
+    #: a line break. The scan never goes back, so this stays within a small multiple of the length.
+    steps: int = 0
+
     def tokenize(self, sql: str) -> list[Token]:
-        """The tokens of ``sql``; see the class docstring."""
+        """The tokens of ``sql``; see the class docstring. One pass: line and column are carried
+        along, and the next line break (where a ``--`` comment ends) is searched for once per break."""
         out: list[Token] = []
-        pos, size = 0, len(sql)
+        pos, size, steps = 0, len(sql), 0
+        line, last_newline = 1, -1  # of ``pos``: its line, and the index of the "\n" before it
+        next_break = -1  # first line break at or after ``pos``; ``size`` when there is none
+
+        def token(kind: TokenType, text: str, start: int, end: int) -> Token:
+            return Token(kind, text, line=line, col=start - last_newline, start=start, end=end - 1)
+
         while pos < size:
+            end, tok = None, None
             if sql[pos] == "'":
-                end = _string_end(sql, pos)
+                end, scanned = _string_end(sql, pos)
+                steps += scanned - pos
                 if end is None:
-                    return out + [_token(TokenType.UNKNOWN, "unterminated string literal", sql, pos, size)]
-                out.append(_token(TokenType.STRING, sql[pos + 1:end - 1].replace("''", "'"), sql, pos, end))
-                pos = end
-                continue
-            m = _LEXEMES.match(sql, pos)
-            if m is None:
-                reason = ("unterminated comment" if sql.startswith("/*", pos)
-                          else _BAD_CHAR_HINTS.get(sql[pos], f"unexpected character {sql[pos]!r}"))
-                return out + [_token(TokenType.UNKNOWN, reason, sql, pos, pos + 1)]
-            kind, text = m.lastgroup, m.group()
-            if kind == "word" and text.upper() in self.KEYWORDS:
-                out.append(_token(self.KEYWORDS[text.upper()], text.upper(), sql, pos, m.end()))
-            elif kind == "word":
-                out.append(_token(TokenType.VAR, text, sql, pos, m.end()))
-            elif kind in ("float", "decimal"):
-                out.append(_token(TokenType.NUMBER, text, sql, pos, m.end()))
-            elif kind == "op":
-                out.append(_token(self.KEYWORDS.get(text) or self.SINGLE_TOKENS[text], text, sql, pos, m.end()))
-            pos = m.end()
+                    out.append(token(TokenType.UNKNOWN, "unterminated string literal", pos, size))
+                    break
+                tok = token(TokenType.STRING, sql[pos + 1:end - 1].replace("''", "'"), pos, end)
+            elif sql.startswith("--", pos):
+                if next_break < pos:
+                    found = _LINE_BREAK.search(sql, pos)
+                    next_break = found.start() if found else size
+                    steps += next_break - pos + 1
+                if next_break < size:  # a comment, with the line break that ends it
+                    end = next_break + (2 if sql.startswith("\r\n", next_break) else 1)
+            if end is None:
+                m = _LEXEMES.match(sql, pos)
+                if m is None:
+                    reason = ("unterminated comment" if sql.startswith("/*", pos)
+                              else _BAD_CHAR_HINTS.get(sql[pos], f"unexpected character {sql[pos]!r}"))
+                    out.append(token(TokenType.UNKNOWN, reason, pos, pos + 1))
+                    break
+                kind, text, end = m.lastgroup, m.group(), m.end()
+                if kind == "word" and text.upper() in self.KEYWORDS:
+                    tok = token(self.KEYWORDS[text.upper()], text.upper(), pos, end)
+                elif kind == "word":
+                    tok = token(TokenType.VAR, text, pos, end)
+                elif kind in ("float", "decimal"):
+                    tok = token(TokenType.NUMBER, text, pos, end)
+                elif kind == "op":
+                    tok = token(self.KEYWORDS.get(text) or self.SINGLE_TOKENS[text], text, pos, end)
+            if tok is not None:
+                out.append(tok)
+            steps += end - pos + 1
+            newlines = sql.count("\n", pos, end)
+            if newlines:
+                line, last_newline = line + newlines, sql.rfind("\n", pos, end)
+            pos = end
+        self.steps = steps
         return out
 
 
-def _string_end(sql: str, start: int) -> int | None:
-    """End (exclusive) of the longest ``'...'`` literal at ``start`` (``''`` escapes a quote)."""
+def _string_end(sql: str, start: int) -> tuple[int | None, int]:
+    """End (exclusive) of the longest ``'...'`` literal at ``start`` (``''`` escapes a quote), or None;
+    and how far the scan read."""
     i, last = start + 1, None
-    while i < len(sql):
-        if sql[i] == "'":
-            last = i + 1
-            if sql.startswith("''", i):
-                i += 2
-                continue
-            return last
-        i += 1
-    return last
-
-
-def _token(kind: TokenType, text: str, sql: str, start: int, end: int) -> Token:
-    line = sql.count("\n", 0, start) + 1
-    return Token(kind, text, line=line, col=start - sql.rfind("\n", 0, start), start=start, end=end - 1)
+    while True:
+        quote = sql.find("'", i)
+        if quote < 0:
+            return last, len(sql)
+        last = quote + 1
+        if not sql.startswith("''", quote):
+            return last, last
+        i = quote + 2
 
 
 class Sql92Parser(sqlglot_parser.Parser):
@@ -137,6 +166,9 @@ class Sql92Parser(sqlglot_parser.Parser):
     def parse(self, raw_tokens: list[Token], sql: str) -> list[Any]:  # type: ignore[override]
         """``[tree]``: this dialect has one statement kind, the selector."""
         return [self.parse_selector(raw_tokens, sql)]
+
+    #: Deepest nesting of parentheses, NOT and unary signs accepted (None: only Python's stack limits it).
+    max_nesting: int | None = MAX_NESTING
 
     def parse_selector(self, raw_tokens: list[Token], sql: str) -> Node:
         """The tree of one whole selector, or :class:`FilterExpressionError`."""
@@ -190,12 +222,16 @@ class Sql92Parser(sqlglot_parser.Parser):
         return self._logic_chain(TokenType.AND, "AND", self._equality)
 
     def _logic_chain(self, token: TokenType, name: str, operand) -> Node:
-        """``operand (token operand)*``, left-associative, each side a boolean expression."""
-        left = operand()
+        """``operand (token operand)*``, left-associative, each side a boolean expression; one flat
+        node of all the operands (a parenthesized chain of the same operator first is merged in)."""
+        first = operand()
+        terms: list[Node] = []
         while self._match(token):
-            op = self._prev
-            left = _logic(name, self._as_boolean(left, op), self._as_boolean(operand(), None))
-        return left
+            if not terms:
+                left = self._as_boolean(first, self._prev)
+                terms.extend(left.terms if isinstance(left, Logic) and left.op == name else (left,))
+            terms.append(self._as_boolean(operand(), None))
+        return Logic(name, tuple(terms), pos=first.pos) if terms else first
 
     def _equality(self) -> Node:
         left = self._comparison()
@@ -266,8 +302,9 @@ class Sql92Parser(sqlglot_parser.Parser):
     def _unary(self) -> Node:
         tok = self._curr
         self._depth += 1
-        if self._depth > MAX_NESTING:
-            self._fail(f"expression nested more than {MAX_NESTING} deep", tok)
+        if self.max_nesting is not None and self._depth > self.max_nesting:
+            self._fail(f"expression nested more than {self.max_nesting} deep (setting max_filter_expression_nesting)",
+                       tok)
         try:
             if self._match(TokenType.PLUS):
                 return replace(self._unary(), pos=tok.start)
@@ -332,11 +369,6 @@ class Sql92Parser(sqlglot_parser.Parser):
         return node
 
 
-def _logic(op: str, left: Node, right: Node) -> Logic:
-    terms = left.terms if isinstance(left, Logic) and left.op == op else (left,)
-    return Logic(op, terms + (right,), pos=left.pos)
-
-
 def _show(node: Node) -> str:
     """A node's text for messages, quoted unless it is a string literal (already quoted)."""
     text = str(node)
@@ -398,22 +430,39 @@ class Sql92Expression:
         return f"Sql92Expression({str(self.tree)!r})"
 
 
-def parse_sql92(text: str) -> Sql92Expression:
+def parse_sql92(text: str, *, max_length: int | None = MAX_EXPRESSION_LENGTH,
+                max_nesting: int | None = MAX_NESTING) -> Sql92Expression:
     """Parse and validate a SQL92 subscription expression; :class:`FilterExpressionError` if invalid.
+
+    Text longer than ``max_length`` is refused before it is read, a lone surrogate where it stands,
+    nesting deeper than ``max_nesting`` where it goes too deep (``None``: no limit; for texts
+    already checked at the door). Time and memory are linear in the text's length.
 
     >>> e = parse_sql92("TAGS = 'TagA' AND price > 100")
     >>> sorted(e.properties), e.evaluate({"TAGS": "TagA", "price": "250"})
     (['TAGS', 'price'], True)
+    >>> parse_sql92("a = 1 OR b = 2", max_length=10)
+    Traceback (most recent call last):
+    ...
+    storelib.model.errors.FilterExpressionError: expression: is 14 characters, over the limit of 10 (setting max_filter_expression_length) (got 'a = 1 OR b = 2') [at line 1, column 11]
     """
     if not isinstance(text, str):
         raise FilterExpressionError(f"expression must be a string, not {type(text).__name__}", repr(text), 0)
-    return _parse(text)
+    if max_length is not None and len(text) > max_length:
+        raise FilterExpressionError(f"is {len(text)} characters, over the limit of {max_length} "
+                                    "(setting max_filter_expression_length)", text, max_length)
+    surrogate = _SURROGATE.search(text)
+    if surrogate:
+        raise FilterExpressionError("a lone surrogate is not valid Unicode text", text, surrogate.start())
+    return _parse(text, max_nesting)
 
 
 @lru_cache(maxsize=256)
-def _parse(text: str) -> Sql92Expression:
+def _parse(text: str, max_nesting: int | None = MAX_NESTING) -> Sql92Expression:
+    parser = Sql92Parser(dialect=_DIALECT)
+    parser.max_nesting = max_nesting
     try:
-        tree = Sql92Parser(dialect=_DIALECT).parse_selector(_DIALECT.tokenize(text), text)
+        tree = parser.parse_selector(_DIALECT.tokenize(text), text)
     except FilterExpressionError:
         raise
     except RecursionError:
@@ -423,11 +472,12 @@ def _parse(text: str) -> Sql92Expression:
     return Sql92Expression(text, tree)
 
 
-def compile_sql92(text: str, properties: "Column | str" = "properties") -> "Column":
+def compile_sql92(text: str, properties: "Column | str" = "properties", *, max_length: int | None = MAX_EXPRESSION_LENGTH,
+                  max_nesting: int | None = MAX_NESTING) -> "Column":
     """Parse ``text`` and compile it to a boolean Column over a ``map<string,string>`` properties column.
 
     >>> df = spark.createDataFrame([({"a": "7"},), ({"TAGS": "TagA"},), ({"a": "1"},)], "properties map<string,string>")
     >>> df.where(compile_sql92("a > 5 OR TAGS IN ('TagA')")).count()
     2
     """
-    return parse_sql92(text).to_column(properties)
+    return parse_sql92(text, max_length=max_length, max_nesting=max_nesting).to_column(properties)

@@ -76,6 +76,11 @@ class StoreConfig:
     auto_create_subscription_group: bool = True
     #: Bytes of consume queue units one pull may scan for matches (``maxFilterMessageSize``, 800 units).
     max_filter_message_size: int = 16000
+    #: Longest SQL92 expression a subscription, pull or read may bring, in characters; longer ones are
+    #: refused before they are read (RocketMQ has no limit; a subscription is untrusted input).
+    max_filter_expression_length: int = 64 * 1024
+    #: Deepest nesting of parentheses, NOT and unary signs in a SQL92 expression.
+    max_filter_expression_nesting: int = 100
     #: Consume queue units per consume queue file (``mappedFileSizeConsumeQueue`` / 20).
     consume_queue_file_units: int = 300_000
     #: isTheBatchFull limits for messages within ``access_message_in_memory_max_ratio`` % of RAM of the end
@@ -148,6 +153,15 @@ class StoreConfig:
         if not sep or not 0 <= port_no <= 65535:
             raise ConfigError("store_host", "must be 'ip:port' with a port in 0..65535", value=self.store_host)
         return host, port_no
+
+    @property
+    def filter_limits(self) -> dict[str, int]:
+        """The SQL92 limits as ``parse_sql92`` / ``MessageSelector.parse`` take them.
+
+        >>> StoreConfig(max_filter_expression_length=100).filter_limits
+        {'max_length': 100, 'max_nesting': 100}
+        """
+        return {"max_length": self.max_filter_expression_length, "max_nesting": self.max_filter_expression_nesting}
 
     @property
     def store_v6(self) -> bool:

@@ -223,9 +223,16 @@ class FilterExpressionError(FilterError):
     (2, 1, 3)
     >>> print(e)
     expression: unexpected 'LIKE' (got "a LIKE 'x%'") [at line 1, column 3]
+
+    A long expression is shown as the 60 characters around the position (``value`` keeps it whole):
+
+    >>> print(FilterExpressionError("unexpected ')'", "a = 1 AND " * 50 + ")", 500))
+    expression: unexpected ')' (got '...a = 1 AND a = 1 AND a = 1 AND )') [at line 1, column 501]
     """
 
     code = "SUBSCRIPTION_PARSE_FAILED"
+    #: Characters of the expression a message shows on each side of the position.
+    SHOWN = 30
 
     def __init__(self, reason: str, expression: str, position: int):
         self.expression = expression
@@ -233,7 +240,10 @@ class FilterExpressionError(FilterError):
         before = expression[:self.position]
         self.line = before.count("\n") + 1
         self.column = self.position - (before.rfind("\n") + 1) + 1
-        super().__init__("expression", reason, value=expression, where=f"line {self.line}, column {self.column}")
+        lo, hi = max(0, self.position - self.SHOWN), self.position + self.SHOWN
+        shown = ("..." if lo else "") + expression[lo:hi] + ("..." if hi < len(expression) else "")
+        super().__init__("expression", reason, value=shown, where=f"line {self.line}, column {self.column}")
+        self.value = expression
 
 
 class FilterNotSupportedError(FilterError):
