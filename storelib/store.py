@@ -1,7 +1,8 @@
 """``MessageStore``: the store's one public handle, RocketMQ's DefaultMessageStore on Delta tables.
 
-It holds the store's :class:`~storelib.context.StoreContext` and delegates every call to the
-service that does the work (``send``, ``dispatch``, ``consume``, ``query``, ``maintenance``).
+It holds the store's :class:`~storelib.context.StoreContext` and delegates every call to the service
+that does the work; an error of Spark, pyarrow, deltalake or the file system under a call leaves as a
+:class:`~storelib.model.errors.StoreError` (``ExternalError``, ``StoreIOError``), the original chained.
 
 >>> store = MessageStore.create(tmp + "/quickstart", spark)
 >>> store.create_topic("TopicTest", queues=4).write_queue_nums
@@ -33,6 +34,7 @@ from storelib.maintenance.integrity import check_store, store_problems
 from storelib.maintenance.retention import clean_commitlog, clean_consume_queue
 from storelib.maintenance.upkeep import compact_store, vacuum_store
 from storelib.model.config import StoreConfig
+from storelib.model.errors import translate_methods
 from storelib.model.group import GroupConfig
 from storelib.model.message import Message, SendResult, StoredMessage
 from storelib.model.timestamps import Timestamp
@@ -53,6 +55,7 @@ if TYPE_CHECKING:
 __all__ = ["MessageStore"]
 
 
+@translate_methods
 class MessageStore:
     """A message store rooted at one folder (or object-store path) holding its Delta tables.
 
@@ -94,17 +97,15 @@ class MessageStore:
 
     @staticmethod
     def verify(root: str, spark: "SparkSession | None" = None, *, full: bool = False) -> list[str]:
-        """Every problem of the store at ``root``, ``[]`` when it is sound; works on a store that
-        :meth:`open` refuses with :class:`~storelib.model.errors.StoreCorruptedError`. ``full`` also reads
-        every commitlog offset (see :mod:`storelib.maintenance.integrity`).
+        """Every problem of the store at ``root`` (``[]``: sound), also of one :meth:`open` refuses;
+        ``full`` reads every commitlog offset too (:mod:`storelib.maintenance.integrity`).
 
         >>> MessageStore.verify(store.root, spark, full=True)
         []
         """
         from storelib.session import get_spark
 
-        ctx = StoreContext.build(root.rstrip("/"), spark or get_spark(), StoreConfig())
-        return store_problems(ctx, full=full)
+        return store_problems(StoreContext.build(root.rstrip("/"), spark or get_spark(), StoreConfig()), full=full)
 
     @classmethod
     def create(cls, root: str, spark: "SparkSession | None" = None, config: StoreConfig | None = None,

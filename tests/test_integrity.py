@@ -219,3 +219,19 @@ def test_a_killed_process_leaves_orphans_that_vacuum_removes(spark, store, pytho
     assert fresh.vacuum()["orphans"] == len(left["index"])
     assert orphans(fresh) == {} and folder_bytes_beyond_snapshot(fresh) == 0
     assert len(fresh.query_by_key("TopicTest", "k7")) == 1
+
+
+def test_a_library_error_under_a_call_leaves_as_a_store_error(spark, store):
+    """A data file garbled on disk (its log is fine): the read under query_by_id fails in pyarrow, and the
+    caller gets a StoreError (pyarrow reports a garbled page as an OSError: StoreIOError) with it chained."""
+    from storelib.model.errors import ExternalError, StoreIOError
+
+    r = filled(store, batches=1) and store.messages("TopicTest").first()
+    for path in glob.glob(f"{store.root}/commitlog/*.parquet"):
+        with open(path, "r+b") as f:
+            f.seek(0)
+            f.write(b"garbage!" * 8)
+    with pytest.raises((ExternalError, StoreIOError)) as info:
+        store.query_by_id(r.msg_id)
+    assert isinstance(info.value, StoreError) and info.value.__cause__ is not None
+    assert "Deserializing page header failed" in str(info.value) and info.value.where == "query_by_id"

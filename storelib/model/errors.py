@@ -29,6 +29,10 @@ __all__ = [
     "SessionError",
     "StoreNotFoundError",
     "StoreCorruptedError",
+    "ExternalError",
+    "StoreIOError",
+    "translate_external",
+    "translate_methods",
     "DataSourceOptionError",
     "MessageError",
     "InvalidTopicError",
@@ -202,6 +206,74 @@ class StoreCorruptedError(StoreError, RuntimeError):
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         super().__init__("root", f"the store at {root} is damaged: {problems[0]}{more}; nothing was "
                                  "changed (MessageStore.verify(path) lists every problem)")
+
+
+class ExternalError(StoreError, RuntimeError):
+    """Spark, py4j, pyarrow or deltalake failed under a store call: their error, chained as ``__cause__``,
+    under the store's hierarchy (``field`` is None; the reason names the library's error)."""
+
+
+class StoreIOError(StoreError, OSError):
+    """The file system failed under a store call (a missing or unreadable file, a full disk); the
+    ``OSError`` is chained as ``__cause__``."""
+
+
+#: Libraries whose exceptions are translated at the public API's boundary.
+_EXTERNAL = ("py4j", "pyspark", "pyarrow", "deltalake", "_deltalake")
+
+
+def translate_external(func: Any) -> Any:
+    """Wrap ``func`` so a third-party error under it (see :data:`_EXTERNAL`) or an ``OSError`` leaves as
+    :class:`ExternalError` / :class:`StoreIOError`, the original chained; every other error passes as it is.
+
+    >>> @translate_external
+    ... def read(path):
+    ...     return open(path)
+    >>> read("/no/such/file")
+    Traceback (most recent call last):
+    ...
+    storelib.model.errors.StoreIOError: FileNotFoundError: [Errno 2] No such file or directory: '/no/such/file' [at read]
+    """
+    import functools
+
+    @functools.wraps(func)
+    def translated(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except StoreError:
+            raise
+        except OSError as e:
+            raise StoreIOError(None, f"{type(e).__name__}: {e}", where=func.__name__) from e
+        except Exception as e:
+            if type(e).__module__.split(".")[0] not in _EXTERNAL:
+                raise
+            first = str(e).strip().splitlines()[0][:500] if str(e).strip() else ""
+            raise ExternalError(None, f"{type(e).__module__}.{type(e).__name__}: {first}", where=func.__name__) from e
+
+    return translated
+
+
+def translate_methods(cls: type) -> type:
+    """Apply :func:`translate_external` to every public method of ``cls`` (the public API's boundary).
+
+    >>> @translate_methods
+    ... class Handle:
+    ...     def load(self):
+    ...         import pyarrow as pa
+    ...         return pa.array([1]).cast(pa.string()).cast(pa.int8()).cast(pa.date32())
+    >>> Handle().load()
+    Traceback (most recent call last):
+    ...
+    storelib.model.errors.ExternalError: pyarrow.lib.ArrowNotImplementedError: Unsupported cast from int8 to date32 using function cast_date32 [at load]
+    """
+    for name, member in list(vars(cls).items()):
+        if name.startswith("_"):
+            continue
+        if isinstance(member, (classmethod, staticmethod)):
+            setattr(cls, name, type(member)(translate_external(member.__func__)))
+        elif callable(member) and not isinstance(member, type):
+            setattr(cls, name, translate_external(member))
+    return cls
 
 
 class DataSourceOptionError(StoreError, ValueError):
