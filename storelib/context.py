@@ -14,17 +14,21 @@ offset and subscription tables, the producer, and the notifier pulls wait on).
 
 from __future__ import annotations
 
+import atexit
+import gc
 import os
 import threading
+import weakref
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Mapping
 
 from deltalake import DeltaTable
 
+from storelib.delta.health import table_problems
 from storelib.delta.table import Table
 from storelib.filter.registry import SubscriptionRegistry
 from storelib.model.config import StoreConfig
-from storelib.model.errors import StoreNotFoundError
+from storelib.model.errors import StoreCorruptedError, StoreNotFoundError
 from storelib.send.producer import Producer
 from storelib.storage.commitlog import CommitLog
 from storelib.storage.consumer_offset import ConsumerOffsetTable
@@ -113,7 +117,7 @@ class MessageArrivals:
             return self._generation
 
 
-@dataclass
+@dataclass(eq=False)
 class StoreContext:
     """What services get: the session, the settings, the tables and the store-file services.
 
@@ -139,6 +143,8 @@ class StoreContext:
              **settings: object) -> "StoreContext":
         """The context of the store at ``root``, its tables created when ``create`` (else the store must
         exist: :class:`~storelib.model.errors.StoreNotFoundError`). Settings as ``MessageStore.open`` takes them.
+        A table that is not whole (:func:`~storelib.delta.health.table_problems`) refuses the store
+        with :class:`~storelib.model.errors.StoreCorruptedError` before anything is created or read.
 
         >>> StoreContext.open(tmp + "/made", spark, create=True).tables.exists()
         True
@@ -151,11 +157,22 @@ class StoreContext:
         if "://" not in root:
             root = os.path.abspath(root)
         context = cls.build(root.rstrip("/"), spark, config)
+        problems = [p for t in context.tables.by_name().values() for p in table_problems(t)]
+        if problems:
+            raise StoreCorruptedError(problems, root)
         if not create and not context.tables.exists():
             raise StoreNotFoundError("root", f"no store at {root}: check the path, or make one with "
                                              "MessageStore.create(path) (a job's --create)")
         context.tables.ensure()
+        _OPEN.add(context)
         return context
+
+    def close(self) -> None:
+        """Release what the tables keep warm and wake every held pull (they answer at once)."""
+        for table in self.tables.by_name().values():
+            table.release()
+        self.arrivals.notify()
+        _OPEN.discard(self)
 
     @classmethod
     def build(cls, root: str, spark: "SparkSession", config: StoreConfig) -> "StoreContext":
@@ -164,3 +181,15 @@ class StoreContext:
         return cls(root, spark, config, tables, CommitLog(tables.commitlog, config), TopicConfigTable(tables.topic_config),
                    GroupConfigTable(tables.subscription_group, config), ConsumerOffsetTable(tables.consumer_offset, config),
                    SubscriptionRegistry(tables.subscription, config), Producer(config), MessageArrivals())
+
+
+#: Contexts opened and not closed yet: released before the interpreter exits, while the native
+#: runtimes whose objects they hold (Arrow's thread pools, delta-rs) are still alive.
+_OPEN: "weakref.WeakSet[StoreContext]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_stores() -> None:
+    for ctx in list(_OPEN):
+        ctx.close()
+    gc.collect()

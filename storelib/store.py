@@ -1,7 +1,8 @@
 """``MessageStore``: the store's one public handle, RocketMQ's DefaultMessageStore on Delta tables.
 
-It holds the store's :class:`~storelib.context.StoreContext` and delegates every call to the
-service that does the work (``send``, ``dispatch``, ``consume``, ``query``, ``maintenance``).
+It holds the store's :class:`~storelib.context.StoreContext` and delegates every call to the service
+that does the work; an error of Spark, pyarrow, deltalake or the file system under a call leaves as a
+:class:`~storelib.model.errors.StoreError` (``ExternalError``, ``StoreIOError``), the original chained.
 
 >>> store = MessageStore.create(tmp + "/quickstart", spark)
 >>> store.create_topic("TopicTest", queues=4).write_queue_nums
@@ -20,7 +21,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Sequence
 
 from storelib.consume.get_message import GetMessageResult
-from storelib.consume.offsets import consumer_lag
+from storelib.consume.offsets import commit_offset, consumer_lag
 from storelib.consume.pull import PullMessageProcessor, PullRequest, PullResult, get_message_by_selector
 from storelib.consume.retry import send_back
 from storelib.consume.subscription import subscribe
@@ -29,9 +30,11 @@ from storelib.delta.table import Prune
 from storelib.dispatch.reput import Dispatcher, DispatchResult
 from storelib.filter.registry import Subscription
 from storelib.filter.selector import MessageSelector
+from storelib.maintenance.integrity import check_store, store_problems
 from storelib.maintenance.retention import clean_commitlog, clean_consume_queue
 from storelib.maintenance.upkeep import compact_store, vacuum_store
 from storelib.model.config import StoreConfig
+from storelib.model.errors import translate_methods
 from storelib.model.group import GroupConfig
 from storelib.model.message import Message, SendResult, StoredMessage
 from storelib.model.timestamps import Timestamp
@@ -52,6 +55,7 @@ if TYPE_CHECKING:
 __all__ = ["MessageStore"]
 
 
+@translate_methods
 class MessageStore:
     """A message store rooted at one folder (or object-store path) holding its Delta tables.
 
@@ -87,7 +91,21 @@ class MessageStore:
         from storelib.session import ensure_session, get_spark
 
         spark = ensure_session(spark) if spark is not None else get_spark()
-        return cls(StoreContext.open(root, spark, config, create=create, **settings))
+        context = StoreContext.open(root, spark, config, create=create, **settings)
+        check_store(context)
+        return cls(context)
+
+    @staticmethod
+    def verify(root: str, spark: "SparkSession | None" = None, *, full: bool = False) -> list[str]:
+        """Every problem of the store at ``root`` (``[]``: sound), also of one :meth:`open` refuses;
+        ``full`` reads every commitlog offset too (:mod:`storelib.maintenance.integrity`).
+
+        >>> MessageStore.verify(store.root, spark, full=True)
+        []
+        """
+        from storelib.session import get_spark
+
+        return store_problems(StoreContext.build(root.rstrip("/"), spark or get_spark(), StoreConfig()), full=full)
 
     @classmethod
     def create(cls, root: str, spark: "SparkSession | None" = None, config: StoreConfig | None = None,
@@ -98,6 +116,22 @@ class MessageStore:
         0
         """
         return cls.open(root, spark, config, create=True, **settings)
+
+    def close(self) -> None:
+        """Release what this handle holds (warm table snapshots, held pulls); the store stays on disk.
+        A handle is also closed by ``with`` and, if still open, before the interpreter exits.
+
+        >>> with MessageStore.open(store.root, spark) as s:
+        ...     s.max_offset() == store.max_offset()
+        True
+        """
+        self._ctx.close()
+
+    def __enter__(self) -> "MessageStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @property
     def root(self) -> str:
@@ -380,7 +414,7 @@ class MessageStore:
 
         >>> store.commit_offset("GroupA", "TopicTest", 0, 42)
         """
-        self._ctx.offsets.commit(group, topic, queue_id, offset)
+        commit_offset(self._ctx, group, topic, queue_id, offset)
 
     def committed_offset(self, group: str, topic: str, queue_id: int) -> int:
         """The group's committed offset of the queue, -1 when it has none (``queryOffset``); no Spark job.
@@ -470,7 +504,7 @@ class MessageStore:
         ``commitlog_clustered``. Safe beside producers and dispatch.
 
         >>> sorted(store.compact())
-        ['commitlog', 'commitlog_clustered', 'consume_queue', 'consume_queue_ext', 'index']
+        ['commitlog', 'commitlog_clustered', 'consume_queue', 'consume_queue_ext', 'index', 'orphans']
         """
         return compact_store(self._ctx, full, settle_ms)
 
@@ -563,3 +597,4 @@ class MessageStore:
         1
         """
         return queue_units(self._ctx, topic, queue_id, begin, end)
+

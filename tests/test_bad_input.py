@@ -190,3 +190,91 @@ def test_send_dataframe_refuses_like_send(spark, small_store, topic, body, error
 def test_send_dataframe_refuses_unknown_columns(spark, small_store):
     with pytest.raises(MessageError, match="unknown message columns"):
         small_store.send_dataframe(spark.range(1).select(F.lit("TopicTest").alias("topic"), F.lit(1).alias("colour")))
+
+
+# ---- the held-out table: every public entry point, a bad input, the typed error and the field it names ----
+
+def _df(spark, ddl, row):
+    return lambda s: s.send_dataframe(spark.createDataFrame([row], ddl))
+
+
+def _bad_inputs(spark):
+    from storelib import MessageSelector
+    from storelib.model.errors import ConfigError, FilterExpressionError, OffsetError
+
+    return [
+        ("create_topic(queues=True)", lambda s: s.create_topic("A1", queues=True), InvalidQueueIdError, "read_queue_nums"),
+        ("create_topic(perm='x')", lambda s: s.create_topic("A2", perm="x"), ConfigError, "perm"),
+        ("create_topic(perm=99)", lambda s: s.create_topic("A3", perm=99), ConfigError, "perm"),
+        ("create_topic(perm=-1)", lambda s: s.create_topic("A4", perm=-1), ConfigError, "perm"),
+        ("create_topic(order='yes')", lambda s: s.create_topic("A5", order="yes"), ConfigError, "order"),
+        ("Message(keys=5)", lambda s: s.send(Message("TopicTest", keys=5)), MessageError, "keys"),
+        ("Message(keys={'a': 1})", lambda s: s.send(Message("TopicTest", keys={"a": 1})), MessageError, "keys"),
+        ("Message(tags=lone surrogate)", lambda s: s.send(Message("TopicTest", tags="a\ud800")), MessageError, "tags"),
+        ("Message(keys=[lone surrogate])", lambda s: s.send(Message("TopicTest", keys=["\udfff"])), MessageError, "keys"),
+        ("Message(properties={'a': surrogate})", lambda s: s.send(Message("TopicTest", properties={"a": "\ud800"})),
+         MessageError, "properties['a']"),
+        ("send_batch(None)", lambda s: s.send_batch(None), MessageError, "messages"),
+        ("send_batch(5)", lambda s: s.send_batch(5), MessageError, "messages"),
+        ("send_dataframe(None)", lambda s: s.send_dataframe(None), MessageError, "df"),
+        ("send_dataframe(list)", lambda s: s.send_dataframe([("TopicTest", "x")]), MessageError, "df"),
+        ("send_dataframe(keys int)", _df(spark, "topic string, keys int", ("TopicTest", 5)), MessageError, "columns"),
+        ("send_dataframe(tags int)", _df(spark, "topic string, tags int", ("TopicTest", 5)), MessageError, "columns"),
+        ("send_dataframe(keys array<int>)", _df(spark, "topic string, keys array<int>", ("TopicTest", [5])),
+         MessageError, "columns"),
+        ("send_dataframe(properties map<string,int>)",
+         _df(spark, "topic string, properties map<string,int>", ("TopicTest", {"a": 1})), MessageError, "columns"),
+        ("send_dataframe(properties map<int,string>)",
+         _df(spark, "topic string, properties map<int,string>", ("TopicTest", {1: "a"})), MessageError, "columns"),
+        ("send_dataframe(queue_id 1.5)", _df(spark, "topic string, queue_id double", ("TopicTest", 1.5)),
+         MessageError, "columns"),
+        ("send_dataframe(born_timestamp int)", _df(spark, "topic string, born_timestamp int", ("TopicTest", 5)),
+         MessageError, "columns"),
+        ("send_dataframe(topic int)", _df(spark, "topic int", (5,)), MessageError, "columns"),
+        ("send_dataframe(queue_id 2**40)", _df(spark, "topic string, queue_id bigint", ("TopicTest", 2**40)),
+         InvalidQueueIdError, "queue_id"),
+        ("send_dataframe(flag 2**40)", _df(spark, "topic string, flag bigint", ("TopicTest", 2**40)),
+         MessageError, "flag"),
+        ("consume_queue(queue_id='0')", lambda s: s.consume_queue("TopicTest", queue_id="0"), InvalidQueueIdError,
+         "queue_id"),
+        ("consume_queue(begin=-5)", lambda s: s.consume_queue("TopicTest", 0, begin=-5), OffsetError, "begin"),
+        ("commit_offset(unknown topic)", lambda s: s.commit_offset("G", "Nope", 0, 0), TopicNotFoundError, "topic"),
+        ("commit_offset(queue -1)", lambda s: s.commit_offset("G", "TopicTest", -1, 0), OffsetError, "queue_id"),
+        ("table('nope')", lambda s: s.table("nope"), StoreError, "name"),
+        ("messages(5)", lambda s: s.messages(5), InvalidTopicError, "topic"),
+        ("StoreConfig(misspelled)", lambda s: StoreConfig(max_msg_size=1), ConfigError, "max_msg_size"),
+        ("create_group(misspelled)", lambda s: s.create_group("G", retry_max_time=3), ConfigError, "retry_max_time"),
+        ("subscribe(tag surrogate)", lambda s: s.subscribe("G", "TopicTest", "Tag\ud800"), FilterExpressionError,
+         "expression"),
+        ("read(selector=5)", lambda s: s.read("TopicTest", 5), FilterExpressionError, "expression"),
+        ("vacuum(retention_hours=-1)", lambda s: s.vacuum(retention_hours=-1), ConfigError, "retention_hours"),
+        ("compact(full=5)", lambda s: s.compact(5), ConfigError, "full"),
+        ("query_by_key(None)", lambda s: s.query_by_key("TopicTest", None), StoreError, "key"),
+        ("query_by_id('zz')", lambda s: s.query_by_id("zz"), StoreError, "msg_id"),
+        ("pull(queue 9)", lambda s: s.pull("G", "TopicTest", 9, 0), InvalidQueueIdError, "queue_id"),
+        ("pull(offset '0')", lambda s: s.pull("G", "TopicTest", 0, "0"), OffsetError, "offset"),
+        ("subscribe(SQL92 selector=None expression)", lambda s: s.subscribe("G", "TopicTest", MessageSelector.by_sql("")),
+         FilterExpressionError, "expression"),
+    ]
+
+
+def test_every_bad_input_gets_its_typed_error(spark, small_store):
+    """The table of bad inputs: each raises its StoreError subclass naming the field, and writes nothing."""
+    wrong = []
+    for name, call, error, field in _bad_inputs(spark):
+        before = {t: tb.snapshot().version() for t, tb in small_store.context.tables.by_name().items()}
+        try:
+            out = call(small_store)
+            if hasattr(out, "collect"):
+                out.collect()
+            wrong.append(f"{name}: accepted")
+            continue
+        except StoreError as e:
+            if not isinstance(e, error) or e.field != field:
+                wrong.append(f"{name}: {type(e).__name__} naming {e.field!r}, expected {error.__name__} naming {field!r}")
+        except Exception as e:  # noqa: BLE001 (the point: nothing untyped escapes)
+            wrong.append(f"{name}: untyped {type(e).__name__}: {e}")
+        after = {t: tb.snapshot().version() for t, tb in small_store.context.tables.by_name().items()}
+        if after != before and name.startswith("send"):
+            wrong.append(f"{name}: wrote {[t for t in after if after[t] != before[t]]}")
+    assert wrong == []

@@ -145,6 +145,7 @@ class TestBadInput:
 class TestCompaction:
     def test_keeps_every_latest_value_and_bounds_files(self, spark, store_path):
         store = MessageStore.create(store_path, spark, consumer_offset_compact_files=3)
+        store.create_topic("TopicTest", queues=4)
         want = {}
         for i in range(12):
             key = ("GroupA" if i % 3 else "GroupB", "TopicTest", i % 4)

@@ -599,3 +599,119 @@ def test_random_expressions_python_vs_spark(spark):
     assert not mismatches[:10]
     for e in expressions:  # the canonical text parses back to the same tree
         assert parse_sql92(str(e)).tree == e.tree, e.text
+
+
+# -- a linear front end with limits (untrusted input) -------------------------------------------------
+
+
+def steps_of(text: str) -> int:
+    from storelib.filter.sql92 import Sql92Tokenizer
+
+    tokenizer = Sql92Tokenizer()
+    tokenizer.tokenize(text)
+    return tokenizer.steps
+
+
+#: Shapes that once took time quadratic in their length (a '-' run, ')' runs, long AND chains, quote runs,
+#: comments without a line break, string literals full of escapes), at each size.
+def adversarial(size: int) -> list[str]:
+    def fill(unit: str, prefix: str = "", suffix: str = "") -> str:
+        return prefix + unit * ((size - len(prefix) - len(suffix)) // len(unit)) + suffix
+
+    return [fill("-", "a > ", "1"), fill("-"), fill(")"), fill("("), fill("a = 1 AND "), fill("a = 1 AND ", "", "a = 1"),
+            fill("'"), fill("--"), fill("-- x\n", "", "a = 1"), fill("'a'''"), fill("NOT "), fill("/* c */", "", "a = 1"),
+            fill("1"), fill("a"), fill("'x' "), fill("(a) = "), fill(" "), fill("\n")]
+
+
+def mutations(rng: random.Random, count: int) -> list[str]:
+    seeds = [text for text, _, _ in LITERAL_CASES]
+    alphabet = list("ab TAGS=<>()',.+-*/%;\"\\01259eELxX_$\n\r\t") + ["AND ", "OR ", "NOT ", "--", "/*", "*/", "''"]
+    out = []
+    for _ in range(count):
+        chars = list(rng.choice(seeds))
+        for _ in range(rng.randint(1, 4)):
+            at = rng.randint(0, len(chars))
+            kind = rng.random()
+            if kind < 0.4:
+                chars.insert(at, rng.choice(alphabet))
+            elif kind < 0.7 and chars:
+                del chars[min(at, len(chars) - 1)]
+            else:
+                piece = "".join(chars[at:at + rng.randint(1, 8)])
+                chars[at:at] = list(piece * rng.randint(2, 50))
+        out.append("".join(chars))
+    return out
+
+
+def test_fuzz_parses_or_refuses_in_linear_steps():
+    """Seeded mutations and adversarial shapes up to 60k characters: each text parses or raises
+    FilterExpressionError, and the tokenizer's steps stay within 4 per character."""
+    texts = mutations(random.Random(19), 2000)
+    for size in (1_000, 10_000, 60_000):
+        texts += adversarial(size)
+    worst = 0.0
+    for text in texts:
+        try:
+            parse_sql92(text)
+        except FilterExpressionError as e:
+            assert 0 <= e.position <= len(text)
+        steps = steps_of(text)
+        assert steps <= 4 * len(text) + 16, (text[:60], len(text), steps)
+        worst = max(worst, steps / max(1, len(text)))
+    assert worst > 1  # the counter counts
+
+
+@pytest.mark.parametrize("text, position", [
+    ("a = '\ud800'", 5), ("\udc00 = 1", 0), ("a = 1 AND b\udfff = 2", 11), ("TAGS IN ('x', 'y\ud83d')", 16),
+])
+def test_lone_surrogates_are_refused_where_they_stand(text, position):
+    with pytest.raises(FilterExpressionError, match="lone surrogate") as e:
+        parse_sql92(text)
+    assert e.value.position == position
+    assert parse_sql92("a = '😀'").evaluate({"a": "😀"})  # a whole character outside the BMP is text
+
+
+def test_length_limit_refuses_at_once():
+    text = "a = 1 OR " * 8000 + "a = 1"  # 72k characters
+    with pytest.raises(FilterExpressionError, match="longer than 65536 characters") as e:
+        parse_sql92(text)
+    assert e.value.position == 65536 and "max_filter_expression_length" in str(e.value)
+    assert len(str(e.value)) < 400  # the message shows the text around the position, not all of it
+    assert parse_sql92(text, max_length=10**6).evaluate({"a": "1"})
+    with pytest.raises(FilterExpressionError, match="longer than 8 characters"):
+        compile_sql92("a = 1 OR b = 2", max_length=8)
+    exact = "a = 1" + " " * 59
+    assert parse_sql92(exact, max_length=64).evaluate({"a": "1"})
+
+
+def test_nesting_limit_is_a_parameter():
+    """Each parenthesis, NOT or sign is a level, and so is the operand inside them all."""
+    assert parse_sql92("(" * 4 + "a = 1" + ")" * 4, max_nesting=5).evaluate({"a": "1"})
+    with pytest.raises(FilterExpressionError, match="nested more than 5 deep") as e:
+        parse_sql92("(" * 5 + "a = 1" + ")" * 5, max_nesting=5)
+    assert e.value.position == 5
+    assert parse_sql92("(" * (MAX_NESTING - 1) + "a" + ")" * (MAX_NESTING - 1))
+    with pytest.raises(FilterExpressionError, match="max_filter_expression_nesting"):
+        parse_sql92("(" * (MAX_NESTING + 1) + "a" + ")" * (MAX_NESTING + 1))
+
+
+def test_a_long_chain_is_one_flat_node():
+    tree = parse_sql92(" AND ".join(f"a{i} = {i}" for i in range(3000))).tree
+    assert isinstance(tree, Logic) and len(tree.terms) == 3000
+    assert parse_sql92("(a = 1 AND b = 2) AND c = 3").tree == parse_sql92("a = 1 AND b = 2 AND c = 3").tree
+
+
+def test_store_settings_bound_subscriptions_pulls_and_reads(spark, store_path):
+    from storelib import MessageSelector, MessageStore
+
+    store = MessageStore.create(store_path, spark, max_filter_expression_length=20, max_filter_expression_nesting=3)
+    store.create_topic("TopicTest", queues=1)
+    long_sql, deep_sql = MessageSelector.by_sql("a = 1 OR b = 2 OR c = 3"), MessageSelector.by_sql("((((a = 1))))")
+    for selector, says in ((long_sql, "longer than 20 characters"), (deep_sql, "nested more than 3 deep")):
+        with pytest.raises(FilterExpressionError, match=says):
+            store.subscribe("GroupA", "TopicTest", selector)
+        with pytest.raises(FilterExpressionError, match=says):
+            store.read("TopicTest", selector)
+        with pytest.raises(FilterExpressionError, match=says):
+            store.pull("GroupA", "TopicTest", 0, 0, selector=selector)
+    store.subscribe("GroupA", "TopicTest", MessageSelector.by_sql("((a = 1))"))

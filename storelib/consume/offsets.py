@@ -11,14 +11,33 @@ from typing import TYPE_CHECKING
 from storelib.context import StoreContext
 from storelib.model.topic import retry_topic, validate_group
 from storelib.storage.consume_queue import max_offsets
+from storelib.storage.consumer_offset import check_offset_entry
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["consumer_lag", "CONSUMER_LAG_DDL"]
+__all__ = ["consumer_lag", "commit_offset", "CONSUMER_LAG_DDL"]
 
 #: Columns of :func:`consumer_lag`'s DataFrame.
 CONSUMER_LAG_DDL = "topic string, queue_id int, max_offset long, committed_offset long, lag long"
+
+
+def commit_offset(ctx: StoreContext, group: str, topic: str, queue_id: int, offset: int) -> None:
+    """Commit ``group``'s next offset of a queue, with the broker's checks (``updateConsumerOffset``):
+    the group must exist (or be auto-created, as a consumer's first request creates it), and the topic
+    too (``TOPIC_NOT_EXIST``). As on a broker, a queue id past the topic's read queues is kept, not
+    refused (a topic may grow; :func:`consumer_lag` shows such a queue).
+
+    >>> commit_offset(store.context, "GroupA", "NoSuchTopic", 0, 1)
+    Traceback (most recent call last):
+    ...
+    storelib.model.errors.TopicNotFoundError: topic: topic NoSuchTopic does not exist in this store; create it first (got 'NoSuchTopic')
+    """
+    validate_group(group)
+    check_offset_entry(topic, queue_id, offset)
+    ctx.groups.find(group)
+    ctx.topics.get(topic)
+    ctx.offsets.commit(group, topic, queue_id, offset)
 
 
 def consumer_lag(ctx: StoreContext, group: str) -> "DataFrame":

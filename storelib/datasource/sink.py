@@ -33,7 +33,7 @@ from storelib.delta.table import Table
 from storelib.delta.writer import write_items_here
 from storelib.model.config import StoreConfig
 from storelib.model.errors import DataSourceOptionError
-from storelib.send.arrow_frame import check_columns, encode_batch
+from storelib.send.arrow_frame import check_columns, encode_batch, spark_types
 from storelib.send.producer import Producer
 from storelib.storage.commitlog import Progress, stage_partition
 
@@ -63,7 +63,7 @@ class MessageWriter(DataSourceArrowWriter):
         if overwrite:
             raise DataSourceOptionError("mode", "a message store only appends: use mode('append')", value="overwrite")
         names = [f.name for f in schema.fields]
-        check_columns(names)
+        check_columns(spark_types(schema))
         keys = schema["keys"].dataType.typeName() == "array" if "keys" in names else False
         self.options = options
         ctx = self._context()

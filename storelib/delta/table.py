@@ -148,6 +148,12 @@ class Table:
             raise StoreStateError(self.spec.name, f"table at {self.path} has columns {have}, expected {self.spec.columns}")
         return self
 
+    def release(self) -> None:
+        """Drop the warm snapshot, view and memos (native delta-rs and Arrow objects) this handle keeps."""
+        with self._lock:
+            self._warm, self._view = None, None
+            self._memo.clear()
+
     def snapshot(self, version: int | None = None) -> DeltaTable:
         """The table's latest snapshot (or the given version)."""
         return DeltaTable(self.path, version=version)

@@ -42,7 +42,7 @@ from storelib.dispatch.calc_bitmap import FilterBitmaps
 from storelib.dispatch.request import CommitlogFiles, DispatchRequests
 from storelib.filter.summary import record_summaries, summarizer_for
 from storelib.model.config import StoreConfig
-from storelib.model.errors import ConcurrentWriteError
+from storelib.model.errors import ConcurrentWriteError, StoreCorruptedError
 from storelib.model.message import SysFlag
 from storelib.storage.commitlog import COMMITLOG_MARKER
 from storelib.storage.index_file import hash_range_shift
@@ -179,6 +179,10 @@ class Dispatcher:
         for attempt in range(1, self.config.max_commit_attempts + 1):
             snapshots = {name: self.targets[name].snapshot() for name in pending}
             starts = {name: Table.marker(snapshots[name], REPUT_MARKER) for name in pending}
+            ahead = [f"{n} is dispatched to commitlog offset {m}, past the commitlog's end {end}"
+                     for n, m in starts.items() if m > end]
+            if ahead:  # the commitlog lost commits: dispatching on would never catch up, silently
+                raise StoreCorruptedError(ahead, self.commitlog.path.rsplit("/", 1)[0])
             for name in pending:
                 result.from_offset = min(result.from_offset, starts[name])
             began = time.perf_counter()

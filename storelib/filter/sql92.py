@@ -278,7 +278,8 @@ class Sql92Parser(sqlglot_parser.Parser):
         a float must be a finite double of at least Double.MIN_VALUE (so ``0.0`` is refused)."""
         m = _DECIMAL.fullmatch(tok.text)
         if m:
-            value = int(m.group(1))
+            # more digits than a long has is out of range; Python also refuses int() of > 4300 digits
+            value = int(m.group(1)) if len(m.group(1)) <= 19 else _LONG_MAX + 1
             if value > _LONG_MAX:
                 self._fail(f"{tok.text} is out of the range of a long", tok)
             return Literal(value, JavaType.INT if value <= _INT_MAX else JavaType.LONG, pos=tok.start)

@@ -132,7 +132,9 @@ class ArrowSql92:
             slot = self._compile(node.terms[0])
             for i, term in enumerate(node.terms[1:], 2):  # left to right, pairwise
                 step: Step = ("logic", node.op, (slot, self._compile(term)))
-                slot = self._add(node if i == len(node.terms) else (node, i), step)
+                # an intermediate is keyed by its step (two slots combined): hashing the node of a
+                # long chain at every term would make compiling it quadratic
+                slot = self._add(node if i == len(node.terms) else step, step)
             return slot
         return self._add(node, self._step(node))
 

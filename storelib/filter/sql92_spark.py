@@ -21,7 +21,6 @@ about eleven py4j round trips (call-site capture), a function three.
 from __future__ import annotations
 
 import operator
-from functools import reduce
 from typing import Callable, Sequence
 
 from pyspark.sql import Column
@@ -123,7 +122,13 @@ class _Compiler:
             return self.cases((self.absent(node.operand), NULL), otherwise=FALSE)
         if isinstance(node, Logic):
             table = LOGIC_TABLES[node.op]
-            return reduce(lambda a, b: self.lookup(table, (a, b)), (self.state(t) for t in node.terms))
+            # AND and OR are associative over the four states: a balanced fold gives the same state
+            # with a plan log2(n) deep, where a left fold of a long chain overflows Spark's stack
+            states = [self.state(t) for t in node.terms]
+            while len(states) > 1:
+                pairs = [self.lookup(table, (a, b)) for a, b in zip(states[::2], states[1::2])]
+                states = pairs + states[len(pairs) * 2:]
+            return states[0]
         if isinstance(node, Between):
             ops, logic = (("<", ">"), "OR") if node.negated else ((">=", "<="), "AND")
             pair = (Comparison(ops[0], node.value, node.low), Comparison(ops[1], node.value, node.high))

@@ -23,6 +23,7 @@ single value.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from dataclasses import dataclass, field
 from typing import Iterable
@@ -191,6 +192,9 @@ def _check_args(topic: object, sub_string: object, expression_type: object) -> N
 def _parse_tags(sub_string: str) -> tuple[frozenset[str], frozenset[int]]:
     """Tags of ``a || b``: split on ``||`` (trailing empty pieces dropped, as Java's regex split
     does), each piece trimmed the Java way, empty ones skipped; nothing at all left is an error."""
+    surrogate = re.search("[\ud800-\udfff]", sub_string)
+    if surrogate:  # no UTF-8 bytes, so no tag could carry it: refused where it stands
+        raise FilterExpressionError("a lone surrogate is not valid Unicode text", sub_string, surrogate.start())
     pieces = sub_string.split(TAG_SEPARATOR)
     while pieces and pieces[-1] == "":
         pieces.pop()

@@ -1,21 +1,23 @@
 """Upkeep of the store's tables: compaction (Delta's OPTIMIZE, keeping each table's clustering, and
 clustering the settled commitlog) and vacuum (Delta's VACUUM, plus what DataFrame sends that died
-left staged).
+left staged, and the orphan files of writes that died before their commit: :mod:`storelib.delta.orphans`).
 
 >>> sorted(compact_store(store.context))
-['commitlog', 'commitlog_clustered', 'consume_queue', 'consume_queue_ext', 'index']
+['commitlog', 'commitlog_clustered', 'consume_queue', 'consume_queue_ext', 'index', 'orphans']
 """
 
 from __future__ import annotations
 
 from storelib.context import StoreContext
 from storelib.delta.compaction import compact_table
+from storelib.delta.orphans import remove_orphans
 from storelib.delta.table import add_actions
 from storelib.filter.summary import forget_summaries, record_summaries, summarizer_for
 from storelib.maintenance.cluster import cluster_commitlog
+from storelib.model.errors import ConfigError, require_int
 from storelib.storage.commitlog import is_clustered
 
-__all__ = ["compact_store", "vacuum_store"]
+__all__ = ["compact_store", "vacuum_store", "remove_all_orphans"]
 
 #: The tables compaction merges, and the order each keeps inside its files beyond its clustering.
 _COMPACTED = {"commitlog": "physical_offset", "consume_queue": None, "consume_queue_ext": None, "index": None}
@@ -27,6 +29,9 @@ def compact_store(ctx: StoreContext, full: bool = False, settle_ms: int | None =
     queue / key-hash range / offset run; ``full`` also rewrites large files. Returns ``{table:
     (files removed, files added)}``. The ext table's files get fresh summaries, recorded before
     their commit; summary files of data files gone for an hour are removed."""
+    if not isinstance(full, bool):
+        raise ConfigError("full", "must be True or False", value=full)
+    require_int(ConfigError, "settle_ms", settle_ms, 0, optional=True)
     tables = ctx.tables.by_name()
     clustered = cluster_commitlog(ctx, settle_ms=settle_ms)
     out = {"commitlog_clustered": (clustered.files_removed, clustered.files_added)}
@@ -41,18 +46,36 @@ def compact_store(ctx: StoreContext, full: bool = False, settle_ms: int | None =
     for data, summaries in ((ctx.tables.commitlog, ctx.tables.commitlog_summary),
                             (ctx.tables.consume_queue_ext, ctx.tables.ext_summary)):
         forget_summaries(summaries, add_actions(data.snapshot()).column("path").to_pylist())
+    out["orphans"] = (remove_all_orphans(ctx), 0)
     return out
 
 
-def vacuum_store(ctx: StoreContext, retention_hours: int = 168) -> dict[str, int]:
-    """Delete files no snapshot younger than ``retention_hours`` needs, in every table, and staged
-    files of dead DataFrame sends older than ``retention_hours`` (at least an hour); returns counts.
+def remove_all_orphans(ctx: StoreContext) -> int:
+    """Delete the orphan files of every table older than ``orphan_file_min_age_hours``; return how many.
 
-    >>> vacuum_store(store.context)["staging"]
+    >>> remove_all_orphans(store.context)
     0
     """
+    age = ctx.config.orphan_file_min_age_hours * 3600
+    return sum(remove_orphans(t, age) for t in ctx.tables.by_name().values())
+
+
+def vacuum_store(ctx: StoreContext, retention_hours: int = 168) -> dict[str, int]:
+    """Delete files no snapshot younger than ``retention_hours`` needs, in every table, staged
+    files of dead DataFrame sends older than ``retention_hours`` (at least an hour), and orphan files
+    (written, never committed) older than ``orphan_file_min_age_hours``; returns counts.
+
+    >>> vacuum_store(store.context)["staging"], vacuum_store(store.context)["orphans"]
+    (0, 0)
+    >>> vacuum_store(store.context, -1)
+    Traceback (most recent call last):
+    ...
+    storelib.model.errors.ConfigError: retention_hours: must be an integer >= 0 (got -1)
+    """
+    require_int(ConfigError, "retention_hours", retention_hours, 0)
     counts = {name: len(t.snapshot().vacuum(retention_hours=retention_hours, dry_run=False,
                                             enforce_retention_duration=retention_hours >= 168))
               for name, t in ctx.tables.by_name().items()}
     counts["staging"] = ctx.commitlog.clean_staging(max(1, retention_hours))
+    counts["orphans"] = remove_all_orphans(ctx)
     return counts

@@ -12,13 +12,15 @@ Settings come from keyword arguments, or from Spark configuration keys ``spark.s
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import functools
 import ipaddress
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
 from storelib.model.errors import ConfigError
 
-__all__ = ["StoreConfig", "SPARK_CONF_PREFIX"]
+__all__ = ["StoreConfig", "SPARK_CONF_PREFIX", "refuse_unknown_settings"]
 
 SPARK_CONF_PREFIX = "spark.storelib."
 
@@ -33,6 +35,10 @@ class StoreConfig:
 
     >>> StoreConfig(store_host="10.0.0.7:10911").replace(file_reserved_time=48).file_reserved_time
     48
+    >>> StoreConfig(max_msg_size=1024)
+    Traceback (most recent call last):
+    ...
+    storelib.model.errors.ConfigError: max_msg_size: is not a storelib setting; did you mean 'max_message_size'? (got 1024)
     """
 
     #: ``ip:port`` of this store as written into message ids (``brokerIP1`` and ``listenPort``).
@@ -112,6 +118,9 @@ class StoreConfig:
     transaction_checker_timeout_ms: int = 3000
     #: Hours a commitlog file is kept after its newest message (``fileReservedTime``).
     file_reserved_time: int = 72
+    #: Files in a table's folder that no commit references are deleted by vacuum and compaction once
+    #: this many hours old: longer than any job runs, so a write about to commit keeps its files.
+    orphan_file_min_age_hours: int = 12
     #: Consumer offset commits kept as separate files before they are merged into one row per queue.
     consumer_offset_compact_files: int = 64
     #: Extra Delta table properties for every table the store creates.
@@ -177,7 +186,7 @@ class StoreConfig:
         >>> StoreConfig().replace(max_msg_size=1)
         Traceback (most recent call last):
         ...
-        storelib.model.errors.ConfigError: max_msg_size: is not a storelib setting (got 1)
+        storelib.model.errors.ConfigError: max_msg_size: is not a storelib setting; did you mean 'max_message_size'? (got 1)
         """
         _check_names(changes)
         return dataclasses.replace(self, **changes)
@@ -219,9 +228,38 @@ def _parse(key: str, kind: str, raw: str) -> Any:
     return text
 
 
-def _check_names(settings: Mapping[str, Any]) -> None:
-    """Refuse a setting StoreConfig does not have, naming it."""
-    known = {f.name for f in fields(StoreConfig)}
+def _check_names(settings: Mapping[str, Any], cls: type = StoreConfig, what: str = "storelib setting") -> None:
+    """Refuse a setting ``cls`` does not have, naming it (and the closest one it has)."""
+    known = {f.name for f in fields(cls)}
     for name, value in settings.items():
         if name not in known:
-            raise ConfigError(name, "is not a storelib setting", value=value)
+            close = difflib.get_close_matches(str(name), sorted(known), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(name, f"is not a {what}{hint}", value=value)
+
+
+def refuse_unknown_settings(cls: type, what: str) -> type:
+    """Make a settings dataclass refuse a misspelled keyword with :class:`ConfigError` naming it
+    (Python's own error would be a ``TypeError`` about ``__init__``).
+
+    >>> @dataclass(frozen=True)
+    ... class Knobs:
+    ...     speed: int = 1
+    >>> Knobs = refuse_unknown_settings(Knobs, "knob")
+    >>> Knobs(sped=2)
+    Traceback (most recent call last):
+    ...
+    storelib.model.errors.ConfigError: sped: is not a knob; did you mean 'speed'? (got 2)
+    """
+    init = cls.__init__
+
+    @functools.wraps(init)
+    def checked(self: Any, *args: Any, **settings: Any) -> None:
+        _check_names(settings, cls, what)
+        init(self, *args, **settings)
+
+    cls.__init__ = checked  # type: ignore[method-assign]
+    return cls
+
+
+refuse_unknown_settings(StoreConfig, "storelib setting")

@@ -28,6 +28,11 @@ __all__ = [
     "StoreError",
     "SessionError",
     "StoreNotFoundError",
+    "StoreCorruptedError",
+    "ExternalError",
+    "StoreIOError",
+    "translate_external",
+    "translate_methods",
     "DataSourceOptionError",
     "MessageError",
     "InvalidTopicError",
@@ -189,6 +194,88 @@ class StoreNotFoundError(StoreError, FileNotFoundError):
     """No store at this path (open one that exists, or create it with ``MessageStore.create``)."""
 
 
+class StoreCorruptedError(StoreError, RuntimeError):
+    """The store's tables are damaged or disagree (a Delta log lost or unreadable, a data file gone,
+    a table dispatched past the commitlog's end): refused before anything reads or writes it.
+
+    ``problems`` lists each finding; the message names the first and what inspects or repairs it.
+    """
+
+    def __init__(self, problems: "list[str]", root: str) -> None:
+        self.problems = list(problems)
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        super().__init__("root", f"the store at {root} is damaged: {problems[0]}{more}; nothing was "
+                                 "changed (MessageStore.verify(path) lists every problem)")
+
+
+class ExternalError(StoreError, RuntimeError):
+    """Spark, py4j, pyarrow or deltalake failed under a store call: their error, chained as ``__cause__``,
+    under the store's hierarchy (``field`` is None; the reason names the library's error)."""
+
+
+class StoreIOError(StoreError, OSError):
+    """The file system failed under a store call (a missing or unreadable file, a full disk); the
+    ``OSError`` is chained as ``__cause__``."""
+
+
+#: Libraries whose exceptions are translated at the public API's boundary.
+_EXTERNAL = ("py4j", "pyspark", "pyarrow", "deltalake", "_deltalake")
+
+
+def translate_external(func: Any) -> Any:
+    """Wrap ``func`` so a third-party error under it (see :data:`_EXTERNAL`) or an ``OSError`` leaves as
+    :class:`ExternalError` / :class:`StoreIOError`, the original chained; every other error passes as it is.
+
+    >>> @translate_external
+    ... def read(path):
+    ...     return open(path)
+    >>> read("/no/such/file")
+    Traceback (most recent call last):
+    ...
+    storelib.model.errors.StoreIOError: FileNotFoundError: [Errno 2] No such file or directory: '/no/such/file' [at read]
+    """
+    import functools
+
+    @functools.wraps(func)
+    def translated(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except StoreError:
+            raise
+        except OSError as e:
+            raise StoreIOError(None, f"{type(e).__name__}: {e}", where=func.__name__) from e
+        except Exception as e:
+            if type(e).__module__.split(".")[0] not in _EXTERNAL:
+                raise
+            first = str(e).strip().splitlines()[0][:500] if str(e).strip() else ""
+            raise ExternalError(None, f"{type(e).__module__}.{type(e).__name__}: {first}", where=func.__name__) from e
+
+    return translated
+
+
+def translate_methods(cls: type) -> type:
+    """Apply :func:`translate_external` to every public method of ``cls`` (the public API's boundary).
+
+    >>> @translate_methods
+    ... class Handle:
+    ...     def load(self):
+    ...         import pyarrow as pa
+    ...         return pa.array([1]).cast(pa.string()).cast(pa.int8()).cast(pa.date32())
+    >>> Handle().load()
+    Traceback (most recent call last):
+    ...
+    storelib.model.errors.ExternalError: pyarrow.lib.ArrowNotImplementedError: Unsupported cast from int8 to date32 using function cast_date32 [at load]
+    """
+    for name, member in list(vars(cls).items()):
+        if name.startswith("_"):
+            continue
+        if isinstance(member, (classmethod, staticmethod)):
+            setattr(cls, name, type(member)(translate_external(member.__func__)))
+        elif callable(member) and not isinstance(member, type):
+            setattr(cls, name, translate_external(member))
+    return cls
+
+
 class DataSourceOptionError(StoreError, ValueError):
     """An option of the ``rocketmq`` data source that is missing, unknown or of the wrong kind."""
 
@@ -208,9 +295,16 @@ class FilterExpressionError(FilterError):
     (2, 1, 3)
     >>> print(e)
     expression: unexpected 'LIKE' (got "a LIKE 'x%'") [at line 1, column 3]
+
+    A long expression is shown as the 60 characters around the position (``value`` keeps it whole):
+
+    >>> print(FilterExpressionError("unexpected ')'", "a = 1 AND " * 50 + ")", 500))
+    expression: unexpected ')' (got '...a = 1 AND a = 1 AND a = 1 AND )') [at line 1, column 501]
     """
 
     code = "SUBSCRIPTION_PARSE_FAILED"
+    #: Characters of the expression a message shows on each side of the position.
+    SHOWN = 30
 
     def __init__(self, reason: str, expression: str, position: int):
         self.expression = expression
@@ -218,7 +312,10 @@ class FilterExpressionError(FilterError):
         before = expression[:self.position]
         self.line = before.count("\n") + 1
         self.column = self.position - (before.rfind("\n") + 1) + 1
-        super().__init__("expression", reason, value=expression, where=f"line {self.line}, column {self.column}")
+        lo, hi = max(0, self.position - self.SHOWN), self.position + self.SHOWN
+        shown = ("..." if lo else "") + expression[lo:hi] + ("..." if hi < len(expression) else "")
+        super().__init__("expression", reason, value=shown, where=f"line {self.line}, column {self.column}")
+        self.value = expression
 
 
 class FilterNotSupportedError(FilterError):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from storelib.model.config import refuse_unknown_settings
 from storelib.model.errors import ConfigError, require_int
 from storelib.model.topic import validate_group
 
@@ -38,3 +39,6 @@ class GroupConfig:
         for name in ("consume_enable", "consume_from_min_enable", "consume_broadcast_enable"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(name, "must be true or false", value=getattr(self, name))
+
+
+refuse_unknown_settings(GroupConfig, "consumer group setting")

@@ -33,7 +33,7 @@ from storelib.model.topic import NOT_ALLOWED_SEND_TOPICS, TopicConfig, validate_
 __all__ = ["Rule", "SEND_RULES", "validate_message", "MESSAGE_TYPE", "BODY_TYPE", "BODY_NULL", "BODY_TOO_LARGE",
            "QUEUE_ID_TYPE", "QUEUE_ID_RANGE", "TAGS_TYPE", "KEYS_TYPE", "TAGS_SEPARATORS", "KEYS_SEPARATORS",
            "FLAG_RANGE", "PROPERTIES_TYPE", "PROPERTY_TYPES", "RESERVED_PROPERTY", "BLANK_PROPERTY",
-           "PROPERTY_SEPARATORS", "check_send_topic", "check_queue_id"]
+           "PROPERTY_SEPARATORS", "LONE_SURROGATE", "check_send_topic", "check_queue_id"]
 
 
 @dataclass(frozen=True)
@@ -67,13 +67,16 @@ PROPERTY_TYPES = Rule(InvalidPropertyError, "properties", "property names and va
 RESERVED_PROPERTY = Rule(ReservedPropertyError, "properties", "is used by the system, choose another name")
 BLANK_PROPERTY = Rule(InvalidPropertyError, "properties", "the name or value of a property can not be blank")
 PROPERTY_SEPARATORS = Rule(InvalidPropertyError, "properties", SEPARATORS_REASON)
+#: A lone surrogate (a half of a UTF-16 pair) is no character: it has no UTF-8 bytes to store.
+LONE_SURROGATE = Rule(MessageError, "tags", "holds a lone surrogate at index {at}, which is not valid Unicode text")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 #: The rules in the order both send paths check them (after the topic's own checks). Type rules
 #: apply to Python values only: a DataFrame's schema already fixes its columns' types.
 SEND_RULES: tuple[Rule, ...] = (
     MESSAGE_TYPE, BODY_TYPE, BODY_NULL, BODY_TOO_LARGE, TAGS_TYPE, KEYS_TYPE, TAGS_SEPARATORS, KEYS_SEPARATORS,
-    FLAG_RANGE, QUEUE_ID_TYPE, PROPERTIES_TYPE, PROPERTY_TYPES, RESERVED_PROPERTY, BLANK_PROPERTY, PROPERTY_SEPARATORS,
-    QUEUE_ID_RANGE,
+    LONE_SURROGATE, FLAG_RANGE, QUEUE_ID_TYPE, PROPERTIES_TYPE, PROPERTY_TYPES, RESERVED_PROPERTY, BLANK_PROPERTY,
+    PROPERTY_SEPARATORS, QUEUE_ID_RANGE,
 )
 
 
@@ -97,6 +100,7 @@ def validate_message(msg: Message, *, max_body: int, where: str | None = None) -
     for rule, text in ((TAGS_SEPARATORS, msg.tags or ""), (KEYS_SEPARATORS, "".join(keys))):
         if re.search(SEPARATORS_PATTERN, text):
             raise rule.error(value=text, where=where)
+        _check_unicode(rule.field, text, where)
     if not isinstance(msg.flag, int) or isinstance(msg.flag, bool) or not -2**31 <= msg.flag < 2**31:
         raise FLAG_RANGE.error(value=msg.flag, where=where)
     if msg.queue_id is not None and (not isinstance(msg.queue_id, int) or isinstance(msg.queue_id, bool)):
@@ -113,7 +117,14 @@ def validate_message(msg: Message, *, max_body: int, where: str | None = None) -
             raise BLANK_PROPERTY.error(field=field, value=value, where=where)
         if re.search(SEPARATORS_PATTERN, name + value):
             raise PROPERTY_SEPARATORS.error(field=field, value=value, where=where)
+        _check_unicode(field, name + value, where)
     return msg
+
+
+def _check_unicode(field: str, text: str, where: str | None) -> None:
+    bad = _SURROGATE.search(text)
+    if bad:
+        raise LONE_SURROGATE.error(field=field, value=text, where=where, at=bad.start())
 
 
 def check_queue_id(config: TopicConfig, queue_id: int | None, where: str | None = None) -> None:

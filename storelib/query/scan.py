@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 
 from storelib.context import StoreContext
 from storelib.delta.table import Prune
-from storelib.model.errors import StoreError
+from storelib.model.errors import InvalidQueueIdError, OffsetError, StoreError, require_int
+from storelib.model.topic import validate_topic
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -34,6 +35,8 @@ def topic_messages(ctx: StoreContext, topic: str | None = None) -> "DataFrame":
     """Commitlog rows, optionally of one topic."""
     from pyspark.sql import functions as F
 
+    if topic is not None:
+        validate_topic(topic)
     df = ctx.tables.commitlog.read(ctx.spark, prune=Prune(equal={"topic": topic}) if topic else None)
     return df.where(F.col("topic") == topic) if topic else df
 
@@ -46,6 +49,10 @@ def queue_units(ctx: StoreContext, topic: str, queue_id: int, begin: int = 0, en
     """
     from pyspark.sql import functions as F
 
+    validate_topic(topic)
+    require_int(InvalidQueueIdError, "queue_id", queue_id, 0, 2**31 - 1)
+    require_int(OffsetError, "begin", begin, 0)
+    require_int(OffsetError, "end", end, 0, optional=True)
     hi = end - 1 if end is not None else 2**63 - 1
     df = ctx.tables.consume_queue.read(ctx.spark, prune=Prune(equal={"topic": topic, "queue_id": queue_id},
                                                               between={"queue_offset": (begin, hi)}))

@@ -12,15 +12,18 @@ null), and the optional columns given (queue id, flag, born host, born time in m
 ([b'hi'], ['k1 k2'], [1])
 >>> e.column("body_crc").to_pylist() == [zlib.crc32(b"hi") & 0x7FFFFFFF]
 True
->>> check_columns(["topic", "colour"])
+>>> check_columns({"topic": "string", "colour": "string"})
 Traceback (most recent call last):
 storelib.model.errors.MessageError: columns: unknown message columns ['colour']; allowed: ['body', 'born_host', 'born_timestamp', 'flag', 'keys', 'properties', 'queue_id', 'tags', 'topic']
+>>> check_columns({"topic": "string", "keys": "int", "queue_id": "double"})
+Traceback (most recent call last):
+storelib.model.errors.MessageError: columns: wrongly typed message columns: keys int (allowed: string, array<string>), queue_id double (allowed: tinyint, smallint, int, bigint); nothing is cast silently
 """
 
 from __future__ import annotations
 
 import zlib
-from typing import Iterable
+from typing import Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -31,32 +34,70 @@ from storelib.model.errors import MessageError
 from storelib.model.message import PROPERTY_JOIN, MessageConst
 from storelib.send.frame import NULL_KEY
 
-__all__ = ["DATAFRAME_COLUMNS", "NULL_VALUE", "check_columns", "encode_batch"]
+__all__ = ["DATAFRAME_COLUMNS", "NULL_VALUE", "check_columns", "spark_types", "arrow_types", "encode_batch"]
 
-#: The columns a DataFrame (or Arrow batch) of messages may have, and their types.
-DATAFRAME_COLUMNS = {
-    "topic": "string", "body": "binary or string", "tags": "string", "keys": "string or array<string>",
-    "properties": "map<string,string>", "queue_id": "int", "flag": "int", "born_timestamp": "timestamp",
-    "born_host": "string",
+_INTEGERS = ("tinyint", "smallint", "int", "bigint")
+#: The columns a DataFrame (or Arrow batch) of messages may have, and the Spark types each may have
+#: (``simpleString``). Nothing is cast silently: an integer column must hold integers, a timestamp a
+#: timestamp; out-of-range integers are refused row by row (``queue_id``, ``flag``).
+DATAFRAME_COLUMNS: dict[str, tuple[str, ...]] = {
+    "topic": ("string",), "body": ("binary", "string"), "tags": ("string",), "keys": ("string", "array<string>"),
+    "properties": ("map<string,string>",), "queue_id": _INTEGERS, "flag": _INTEGERS, "born_timestamp": ("timestamp",),
+    "born_host": ("string",),
 }
 #: How a null property value crosses (it is refused as blank): a separator, which no value may hold.
 NULL_VALUE = PROPERTY_SEPARATOR
-_OPTIONAL = {"queue_id": pa.int32(), "flag": pa.int32(), "born_host": pa.string()}
+_OPTIONAL = {"queue_id": pa.int64(), "flag": pa.int64(), "born_host": pa.string()}
+_ARROW_NAMES = {pa.string(): "string", pa.large_string(): "string", pa.binary(): "binary", pa.large_binary(): "binary",
+                pa.int8(): "tinyint", pa.int16(): "smallint", pa.int32(): "int", pa.int64(): "bigint"}
 
 
-def check_columns(names: Iterable[str]) -> None:
-    """The rule for a DataFrame's columns: only :data:`DATAFRAME_COLUMNS`, and ``topic`` among them."""
-    names = list(names)
-    unknown = sorted(set(names) - set(DATAFRAME_COLUMNS))
+def check_columns(types: Mapping[str, str]) -> None:
+    """The rule for a DataFrame's columns, given as ``{name: Spark simpleString}``: only
+    :data:`DATAFRAME_COLUMNS`, ``topic`` among them, each of one of its allowed types."""
+    unknown = sorted(set(types) - set(DATAFRAME_COLUMNS))
     if unknown:
         raise MessageError("columns", f"unknown message columns {unknown}; allowed: {sorted(DATAFRAME_COLUMNS)}")
-    if "topic" not in names:
+    if "topic" not in types:
         raise MessageError("columns", "a DataFrame of messages needs a 'topic' column")
+    wrong = [f"{name} {kind} (allowed: {', '.join(DATAFRAME_COLUMNS[name])})" for name, kind in types.items()
+             if kind not in DATAFRAME_COLUMNS[name]]
+    if wrong:
+        raise MessageError("columns", f"wrongly typed message columns: {', '.join(wrong)}; nothing is cast silently")
+
+
+def spark_types(schema: object) -> dict[str, str]:
+    """``{name: simpleString}`` of a Spark ``StructType``, for :func:`check_columns`.
+
+    >>> from pyspark.sql.types import StructType, StructField, StringType
+    >>> spark_types(StructType([StructField("topic", StringType())]))
+    {'topic': 'string'}
+    """
+    return {f.name: f.dataType.simpleString() for f in schema.fields}  # type: ignore[attr-defined]
+
+
+def arrow_types(schema: pa.Schema) -> dict[str, str]:
+    """``{name: Spark simpleString}`` of an Arrow schema, for :func:`check_columns`.
+
+    >>> arrow_types(pa.schema([("topic", pa.string()), ("keys", pa.list_(pa.string())), ("born_timestamp", pa.timestamp("us", "UTC"))]))
+    {'topic': 'string', 'keys': 'array<string>', 'born_timestamp': 'timestamp'}
+    """
+    def name(t: pa.DataType) -> str:
+        if t in _ARROW_NAMES:
+            return _ARROW_NAMES[t]
+        if pa.types.is_list(t) or pa.types.is_large_list(t):
+            return f"array<{name(t.value_type)}>"
+        if pa.types.is_map(t):
+            return f"map<{name(t.key_type)},{name(t.item_type)}>"
+        if pa.types.is_timestamp(t):
+            return "timestamp" if t.tz else "timestamp_ntz"
+        return str(t)
+    return {f.name: name(f.type) for f in schema}
 
 
 def encode_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
     """The encoded form of a batch of user rows (see the module's description)."""
-    check_columns(batch.schema.names)
+    check_columns(arrow_types(batch.schema))
     n = batch.num_rows
     names = batch.schema.names
     body = batch.column("body") if "body" in names else pa.array([b""] * n, pa.binary())

@@ -27,7 +27,7 @@ from storelib.encoding.uniq_id import uniq_ids
 from storelib.model.errors import StoreError
 from storelib.model.message import BLANK_ENTRY_PATTERN, PROPERTY_JOIN, RESERVED_PROPERTIES, MessageConst, SysFlag
 from storelib.model.topic import TopicConfig, validate_topic
-from storelib.model.validation import (BLANK_PROPERTY, BODY_NULL, BODY_TOO_LARGE, KEYS_SEPARATORS, KEYS_TYPE,
+from storelib.model.validation import (BLANK_PROPERTY, BODY_NULL, BODY_TOO_LARGE, FLAG_RANGE, KEYS_SEPARATORS, KEYS_TYPE,
                                        PROPERTY_SEPARATORS, QUEUE_ID_RANGE, RESERVED_PROPERTY, TAGS_SEPARATORS,
                                        check_send_topic)
 from storelib.storage.schema import COMMITLOG
@@ -139,6 +139,8 @@ class EncodedFrame:
         queue_id = batch.column("queue_id") if "queue_id" in batch.schema.names else pa.nulls(n, pa.int32())
         given = pc.is_valid(queue_id).to_numpy(zero_copy_only=False)
         qid = pc.fill_null(queue_id, 0).to_numpy(zero_copy_only=False)
+        flag = batch.column("flag") if "flag" in batch.schema.names else pa.nulls(n, pa.int64())
+        flag = pc.fill_null(flag, 0).to_numpy(zero_copy_only=False)
         keys = batch.column("keys")
         keys_separators = _separators(keys)
         null_keys = np.zeros(n, dtype=bool)
@@ -154,6 +156,7 @@ class EncodedFrame:
             (null_keys, _record(KEYS_TYPE.error())),
             (tags.per_row(_separators(tags.values)), _record(TAGS_SEPARATORS.error())),
             (keys_separators, _record(KEYS_SEPARATORS.error())),
+            ((flag < -2**31) | (flag >= 2**31), _record(FLAG_RANGE.error())),
             *self._property_refusals(batch),
             (per_topic(np.array([r is not None for r in topics.use_refusals])), topics.use_refusals),
             (given & ((qid < 0) | (qid >= per_topic(topics.queues))), topics.queue_refusals),
@@ -209,6 +212,9 @@ class EncodedFrame:
         """
         n = batch.num_rows
         cols = {name: batch.column(name) for name in batch.schema.names}
+        for name in ("queue_id", "flag"):  # 64-bit integers, in range once refusals passed
+            if name in cols:
+                cols[name] = cols[name].cast(pa.int32())
         for name, value in self.defaults.items():
             if name not in cols:
                 cols[name] = pa.repeat(pa.scalar(value, COMMITLOG.arrow.field(name).type), n)

@@ -25,7 +25,7 @@ from storelib.model.errors import MessageError, error_from_record
 from storelib.model.message import PROPERTY_JOIN, Message, MessageConst, SendResult, SysFlag
 from storelib.model.topic import TopicConfig
 from storelib.model.validation import check_queue_id, check_send_topic, validate_message
-from storelib.send.arrow_frame import DATAFRAME_COLUMNS, NULL_VALUE, check_columns
+from storelib.send.arrow_frame import DATAFRAME_COLUMNS, NULL_VALUE, check_columns, spark_types
 from storelib.send.frame import NULL_KEY, EncodedFrame, UniqKeys
 from storelib.send.schedule import plan_schedule, split_timer_properties, timer_deliver_ms
 from storelib.storage.commitlog import AppendResult, CommitLog, EncodedMessage, now_millis
@@ -133,7 +133,7 @@ class Producer:
         from pyspark.sql import functions as F
         from pyspark.sql.types import ArrayType, StringType
 
-        check_columns(df.columns)
+        check_columns(spark_types(df.schema))
 
         def col(name: str, default: "Column") -> "Column":
             return F.col(name) if name in df.columns else default
@@ -145,14 +145,15 @@ class Producer:
         if "keys" in df.columns and isinstance(df.schema["keys"].dataType, ArrayType):
             keys = F.array_join(F.col("keys"), MessageConst.KEY_SEPARATOR, NULL_KEY)
         tags = col("tags", F.lit(None).cast("string"))
-        user = F.coalesce(col("properties", F.lit(None)).cast("map<string,string>"), F.create_map().cast("map<string,string>"))
+        user = F.coalesce(col("properties", F.lit(None).cast("map<string,string>")), F.create_map().cast("map<string,string>"))
         names, values, count = self._joined_properties(user)
-        given = {"queue_id": lambda c: c.cast("int"), "flag": lambda c: c.cast("int"), "born_host": lambda c: c.cast("string"),
-                 "born_timestamp": lambda c: F.date_trunc("millisecond", c.cast("timestamp"))}
+        # integers cross as 64 bits and are range-checked per row (EncodedFrame.refusals): no silent wrap
+        given = {"queue_id": lambda c: c.cast("bigint"), "flag": lambda c: c.cast("bigint"), "born_host": lambda c: c,
+                 "born_timestamp": lambda c: F.date_trunc("millisecond", c)}
         optional = [cast(F.col(name)).alias(name) for name, cast in given.items() if name in df.columns]
         keys_array = "keys" in df.columns and isinstance(df.schema["keys"].dataType, ArrayType)
         return df.select(
-            F.col("topic").cast("string").alias("topic"),
+            F.col("topic").alias("topic"),
             F.crc32(body).bitwiseAND(F.lit(0x7FFFFFFF)).cast("int").alias("body_crc"),
             names.alias("property_names"), values.alias("property_values"), count.alias("property_count"),
             body.alias("body"), F.when(F.length(tags) > 0, tags).alias("tags"), F.when(F.length(keys) > 0, keys).alias("keys"),

@@ -363,6 +363,8 @@ class CommitLog:
         stale = [i for i in fs.get_file_info(pafs.FileSelector(base)) if i.mtime is not None and i.mtime.timestamp() < cutoff]
         for info in stale:
             fs.delete_dir(info.path) if info.type == pafs.FileType.Directory else fs.delete_file(info.path)
+        if not fs.get_file_info(pafs.FileSelector(base)):
+            fs.delete_dir(base)  # nothing staged: no empty folder left behind either
         return len(stale)
 
     def _discard_attempt(self, prefix: str) -> None:

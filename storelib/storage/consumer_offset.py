@@ -55,7 +55,7 @@ from storelib.storage.schema import CONSUMER_OFFSET
 if TYPE_CHECKING:
     from deltalake import DeltaTable
 
-__all__ = ["ConsumerOffsetTable", "latest_offsets"]
+__all__ = ["ConsumerOffsetTable", "latest_offsets", "check_offset_entry"]
 
 log = logging.getLogger(__name__)
 
@@ -219,8 +219,19 @@ def _checked(group: str, entries: Mapping[tuple[str, int], int]) -> list[tuple[s
         if not isinstance(key, tuple) or len(key) != 2:
             raise OffsetError("entries", "keys must be (topic, queue_id) pairs", value=key)
         topic, queue_id = key
-        validate_topic(topic)
-        require_int(OffsetError, "queue_id", queue_id, 0, _MAX_QUEUE_ID)
-        require_int(OffsetError, "offset", offset, 0, _MAX_OFFSET)
+        check_offset_entry(topic, queue_id, offset)
         out.append((topic, queue_id, offset))
     return out
+
+
+def check_offset_entry(topic: str, queue_id: int, offset: int) -> None:
+    """The rule for one committed offset: a valid topic name, a queue id and an offset in range.
+
+    >>> check_offset_entry("TopicTest", 0, -1)
+    Traceback (most recent call last):
+    ...
+    storelib.model.errors.OffsetError: offset: must be an integer in 0..9223372036854775807 (got -1)
+    """
+    validate_topic(topic)
+    require_int(OffsetError, "queue_id", queue_id, 0, _MAX_QUEUE_ID)
+    require_int(OffsetError, "offset", offset, 0, _MAX_OFFSET)

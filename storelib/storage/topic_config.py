@@ -13,8 +13,8 @@ import pyarrow as pa
 from deltalake import CommitProperties, write_deltalake
 
 from storelib.delta.table import Table
-from storelib.model.errors import InvalidQueueIdError, ReservedTopicError, TopicNotFoundError
-from storelib.model.topic import (PERM_READ, PERM_WRITE, TAGS_KEY, TopicConfig, is_system_topic, validate_cluster_by,
+from storelib.model.errors import ConfigError, InvalidQueueIdError, ReservedTopicError, TopicNotFoundError, require_int
+from storelib.model.topic import (PERM_INHERIT, PERM_PRIORITY, PERM_READ, PERM_WRITE, TAGS_KEY, TopicConfig, is_system_topic, validate_cluster_by,
                                   validate_topic)
 from storelib.storage.schema import TOPIC_CONFIG
 
@@ -73,6 +73,10 @@ class TopicConfigTable:
         for name, value in (("read_queue_nums", read_queues), ("write_queue_nums", write_queues)):
             if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 1024:
                 raise InvalidQueueIdError(name, "must be an integer in 1..1024", value=value)
+        # PermName's four bits (PRIORITY 8, READ 4, WRITE 2, INHERIT 1), as mqadmin's updateTopic takes them
+        require_int(ConfigError, "perm", perm, 0, PERM_PRIORITY | PERM_READ | PERM_WRITE | PERM_INHERIT)
+        if not isinstance(order, bool):
+            raise ConfigError("order", "must be True or False", value=order)
         if cluster_by is None:
             old = self.all().get(topic)
             keys = old.cluster_by if old is not None else (TAGS_KEY,)

@@ -1,0 +1,62 @@
+"""Is a Delta table whole? Its folder, its log, and the data files its snapshot names.
+
+Checked when a store opens, before anything reads or writes: a table folder that is a file, a log
+that cannot be read, data files with no log beside them (a deleted ``_delta_log``: opening would
+start an empty table over them), and data files the snapshot names but the folder lacks. Each
+finding is one sentence naming the table; none found is ``[]``. Costs one folder listing and one
+log read per table, no data file is opened.
+
+>>> table_problems(store.context.tables.commitlog)
+[]
+>>> import os
+>>> os.remove(store.context.tables.index.snapshot().file_uris()[0])
+>>> table_problems(store.context.tables.index)                    # doctest: +ELLIPSIS
+['index: 1 data file(s) its log names are missing (part-...parquet): restore them, or ...']
+"""
+
+from __future__ import annotations
+
+from urllib.parse import unquote
+
+from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError, TableNotFoundError
+from pyarrow import fs as pafs
+
+from storelib.delta.table import Table, add_actions, filesystem
+
+__all__ = ["table_problems"]
+
+
+def table_problems(table: Table) -> list[str]:
+    """What is wrong with ``table`` (see the module's description); a missing folder is not wrong
+    (the store creates its tables)."""
+    name = table.spec.name
+    filesys, base = filesystem(table.path)
+    info = filesys.get_file_info(base)
+    if info.type == pafs.FileType.NotFound:
+        return []
+    if info.type != pafs.FileType.Directory:
+        return [f"{name}: {table.path} is not a folder"]
+    try:
+        files = {i.path.rsplit("/", 1)[-1] for i in filesys.get_file_info(pafs.FileSelector(base))
+                 if i.type == pafs.FileType.File}
+    except OSError as e:
+        return [f"{name}: its folder cannot be listed ({e})"]
+    data = sorted(f for f in files if f.endswith(".parquet"))
+    try:
+        dt = DeltaTable(table.path)
+    except TableNotFoundError:
+        if data:
+            return [f"{name}: {len(data)} data file(s) but no Delta log (_delta_log is gone): restore it from a "
+                    "backup; opening would start an empty table over the old data"]
+        return []
+    except (DeltaError, OSError, ValueError) as e:
+        return [f"{name}: its Delta log cannot be read ({str(e).splitlines()[0][:200]})"]
+    named = [unquote(p) for p in add_actions(dt).column("path").to_pylist()]
+    missing = sorted(p for p in named if "/" not in p and p not in files)
+    missing += sorted(p for p in named if "/" in p and filesys.get_file_info(f"{base}/{p}").type == pafs.FileType.NotFound)
+    if missing:
+        return [f"{name}: {len(missing)} data file(s) its log names are missing ({', '.join(missing[:3])}): restore them, "
+                "or rebuild the table if it is derived (consume_queue, consume_queue_ext, index: move it away and "
+                "dispatch again)"]
+    return []

@@ -1,0 +1,114 @@
+"""Does the store hold together? The checks a store gets when it opens, and a fuller one on demand.
+
+At open (cheap: table logs and file statistics, no data file read):
+
+* every table is whole (:func:`~storelib.delta.health.table_problems`);
+* no dispatched table (consume queue, ext, index) is ahead of the commitlog's end: a marker past it
+  means the commitlog lost commits its consume queue still points at, and a send would hand out
+  the same offsets and message ids again;
+* the commitlog's files do not overlap, no gap between them is wider than one message can be, and
+  its end marker lies just past its last file.
+
+``full=True`` also reads each commitlog file's ``physical_offset`` and ``size`` and checks that every
+message starts where the one before it ends, from the min offset to the end (RocketMQ's
+``checkSelf`` over the mapped files).
+
+>>> store_problems(store.context)
+[]
+>>> check_store(store.context)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.dataset as ds
+
+from storelib.context import StoreContext
+from storelib.delta.health import table_problems
+from storelib.delta.table import Table, add_actions
+from storelib.dispatch.reput import REPUT_MARKER, dispatch_targets
+from storelib.encoding.record import message_lengths
+from storelib.model.errors import StoreCorruptedError
+from storelib.storage.commitlog import COMMITLOG_MARKER
+
+__all__ = ["store_problems", "check_store"]
+
+#: Repair hint for a dispatched table that lost its footing (they are rebuilt from the commitlog).
+_REBUILD = "restore the commitlog's lost commits, or move the consume_queue, consume_queue_ext and index folders away to rebuild them"
+
+
+def check_store(ctx: StoreContext) -> None:
+    """Raise :class:`~storelib.model.errors.StoreCorruptedError` when the checks across tables find a
+    problem (the tables themselves were checked by ``StoreContext.open``)."""
+    problems = _across_tables(ctx, full=False)
+    if problems:
+        raise StoreCorruptedError(problems, ctx.root)
+
+
+def store_problems(ctx: StoreContext, *, full: bool = False) -> list[str]:
+    """Every problem found (see the module's description); ``[]`` for a sound store."""
+    tables = ctx.tables.by_name()
+    problems = [p for t in tables.values() for p in table_problems(t)]
+    return problems or _across_tables(ctx, full)  # the checks across tables read these logs
+
+
+def _across_tables(ctx: StoreContext, full: bool) -> list[str]:
+    problems = []
+    commitlog = ctx.tables.commitlog.snapshot()
+    end = Table.marker(commitlog, COMMITLOG_MARKER)
+    for name, table in dispatch_targets(ctx).items():
+        marker = Table.marker(table.snapshot(), REPUT_MARKER)
+        if marker > end:
+            problems.append(f"{name} is dispatched to commitlog offset {marker}, past the commitlog's end {end}: "
+                            f"{_REBUILD}")
+    problems += _commitlog_ranges(add_actions(commitlog), end, _longest_message(ctx))
+    if full and not problems:
+        problems += _commitlog_continuity(ctx.tables.commitlog, add_actions(commitlog), end)
+    return problems
+
+
+def _longest_message(ctx: StoreContext) -> int:
+    """The most bytes one stored message can take: the largest body, a 16-bit properties length,
+    the longest topic, both hosts IPv6."""
+    return int(message_lengths(np.array([ctx.config.max_message_size]), np.array([255]), np.array([2**15 - 1]),
+                               True, True)[0])
+
+
+def _commitlog_ranges(actions: pa.Table, end: int, longest: int) -> list[str]:
+    if actions.num_rows == 0:
+        return []
+    lo = actions.column("min.physical_offset").to_numpy(zero_copy_only=False)
+    hi = actions.column("max.physical_offset").to_numpy(zero_copy_only=False)
+    paths = actions.column("path").to_pylist()
+    order = np.argsort(lo, kind="stable")
+    lo, hi = lo[order], hi[order]
+    out = []
+    for i in np.flatnonzero(lo[1:] <= hi[:-1])[:3]:
+        out.append(f"commitlog files {paths[order[i]]} and {paths[order[i + 1]]} hold the same offsets "
+                   f"({lo[i + 1]}..{hi[i]})")
+    for i in np.flatnonzero(lo[1:] - hi[:-1] > longest)[:3]:
+        out.append(f"commitlog offsets {hi[i]}..{lo[i + 1]} are missing between two files: a data file was lost")
+    if not hi[-1] < end <= hi[-1] + longest:
+        out.append(f"the commitlog's end marker {end} does not follow its last message at offset {hi[-1]}: "
+                   "its log and its files disagree")
+    return out
+
+
+def _commitlog_continuity(commitlog: Table, actions: pa.Table, end: int) -> list[str]:
+    if actions.num_rows == 0:
+        return []
+    paths = [commitlog.path_of(p) for p in actions.column("path").to_pylist()]
+    rows = ds.dataset(paths, format="parquet").to_table(columns=["physical_offset", "size"])
+    rows = rows.sort_by("physical_offset")
+    offset = rows.column("physical_offset").to_numpy()
+    size = rows.column("size").to_numpy().astype(np.int64)
+    nxt = offset + size
+    broken = np.flatnonzero(offset[1:] != nxt[:-1])
+    out = [f"commitlog message at offset {offset[i]} (size {size[i]}) is followed by one at {offset[i + 1]}, "
+           f"not at {nxt[i]}" for i in broken[:3]]
+    if nxt[-1] != end:
+        out.append(f"the commitlog's last message ends at {nxt[-1]}, its end marker says {end}")
+    if len(broken) > 3:
+        out.append(f"... {len(broken) - 3} more breaks in the commitlog's offsets")
+    return out
