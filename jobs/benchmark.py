@@ -12,7 +12,6 @@ Prints messages per second and the ratio to the baseline measured in the same ru
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -25,29 +24,44 @@ from jobs.benchmarks.pull import bench_pull  # noqa: E402
 from jobs.benchmarks.schedule import bench_schedule  # noqa: E402
 from jobs.benchmarks.sql import bench_sql  # noqa: E402
 from jobs.benchmarks.send import bench_key_lookup, bench_send_and_dispatch  # noqa: E402
+from storelib.cli import job_parser, positive_int  # noqa: E402
 from storelib.model.errors import StoreError  # noqa: E402
 from storelib.session import get_spark  # noqa: E402
 
+#: The suites ``--suite`` may name.
+SUITES = ("send", "lookup", "filter", "pull", "custom", "schedule", "sql")
+
+
+def suite_list(text: str) -> list[str]:
+    """``--suite``'s type: known suite names, comma-separated."""
+    import argparse
+
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in SUITES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown suite {', '.join(unknown) or repr(text)}; the suites are {', '.join(SUITES)}")
+    return names
+
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--messages", type=int, default=10_000_000, help="messages to send (default 10^7)")
-    parser.add_argument("--topics", type=int, default=4)
-    parser.add_argument("--queues", type=int, default=8, help="queues per topic")
-    parser.add_argument("--partitions", type=int, default=None, help="Spark partitions of the generated messages")
+    parser = job_parser(__doc__, store=False)
+    parser.add_argument("--messages", type=positive_int, default=10_000_000, help="messages to send")
+    parser.add_argument("--topics", type=positive_int, default=4, help="topics the messages spread over")
+    parser.add_argument("--queues", type=positive_int, default=8, help="queues per topic")
+    parser.add_argument("--partitions", type=positive_int, default=None, help="Spark partitions of the generated messages")
     parser.add_argument("--root", default=None, help="keep the benchmark's tables here (default: a temp dir, removed)")
-    parser.add_argument("--repeats", type=int, default=2, help="runs of each side of the send suite; the best counts")
-    parser.add_argument("--suite", default="send,lookup", help="comma-separated: send (send+dispatch), lookup (keys), filter (filtered reads), "
+    parser.add_argument("--repeats", type=positive_int, default=2, help="runs of each side of the send suite; the best counts")
+    parser.add_argument("--suite", type=suite_list, default="send,lookup", help="comma-separated: send (send+dispatch), lookup (keys), filter (filtered reads), "
                              "pull (pull latency), custom (class filters against a Spark Column), "
                              "schedule (N delayed messages delivered, N half messages checked back), "
                              "sql (key and id queries through SQL and the rocketmq source, group streams)")
-    parser.add_argument("--distinct-keys", type=int, default=None, help="keys for the lookup suite (default N/10)")
-    parser.add_argument("--lookups", type=int, default=50)
-    parser.add_argument("--pulls", type=int, default=200, help="pulls of each kind for the pull suite")
-    parser.add_argument("--bloom-consumers", type=int, default=None,
+    parser.add_argument("--distinct-keys", type=positive_int, default=None, help="keys for the lookup suite (None: N/10)")
+    parser.add_argument("--lookups", type=positive_int, default=50, help="look-ups of each kind (lookup and sql suites)")
+    parser.add_argument("--pulls", type=positive_int, default=200, help="pulls of each kind for the pull suite")
+    parser.add_argument("--bloom-consumers", type=positive_int, default=None,
                         help="filter suite: Bloom filter sizing (expect_consumer_num_use_filter; RocketMQ's 32 by default)")
     args = parser.parse_args(argv)
-    suites = set(args.suite.split(","))
+    suites = set(args.suite)
     out: dict = {}
     try:
         spark = get_spark("storelib-benchmark")
@@ -55,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             figures = bench_send_and_dispatch(spark, args.messages, root=args.root, topics=args.topics,
                                               queues=args.queues, partitions=args.partitions, repeats=args.repeats)
             for f in figures:
-                print(f.line(), flush=True)
+                print(f.line() + (" (slower than the baseline)" if f.ratio > 1 else ""), flush=True)
                 out[f.name.strip()] = {"messages": f.messages, "seconds": round(f.seconds, 3), "msgs_per_s": round(f.rate),
                                        "baseline_seconds": round(f.baseline_seconds, 3), "ratio": round(f.ratio, 3)}
         runs = {

@@ -9,33 +9,33 @@ point: nothing is committed twice and no answer is lost (the checker is asked ag
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from storelib import MessageStore, StoreError  # noqa: E402
+from storelib import MessageStore  # noqa: E402
+from storelib.cli import Progress, job_parser, non_negative_int, run_job  # noqa: E402
 from storelib.session import get_spark  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--store", required=True, help="root folder or URI of the store")
-    parser.add_argument("--create", action="store_true", help="create the store if the path holds none")
-    parser.add_argument("--now", type=int, default=None, help="the time to check at, epoch ms (default: the clock)")
+    parser = job_parser(__doc__)
+    parser.add_argument("--now", type=non_negative_int, default=None, help="the time to check at, epoch ms (None: the clock)")
     args = parser.parse_args(argv)
-    try:
+
+    def body(progress: Progress) -> str:
         store = MessageStore.open(args.store, get_spark("storelib-check-transactions"), create=args.create)
+        progress.say("asking the producer groups' checkers about half messages past their timeout")
         r = store.check_transactions(now=args.now)
-    except StoreError as e:
-        print(f"check_transactions failed: {e}", file=sys.stderr)
-        return 2
-    for error in r.errors:
-        print(f"checker error: {error}", file=sys.stderr)
-    print(f"checked {r.checked} half messages: {r.committed} committed, {r.rolled_back} rolled back, "
-          f"{r.unknown} unknown, {r.given_up} given up")
-    return 0
+        for error in r.errors:
+            progress.say(f"checker error: {error}")
+        if not r.checked:
+            return "nothing new: no half message is waiting for a check-back"
+        return (f"checked {r.checked} half messages: {r.committed} committed, {r.rolled_back} rolled back, "
+                f"{r.unknown} unknown, {r.given_up} given up")
+
+    return run_job("check_transactions", body)
 
 
 if __name__ == "__main__":

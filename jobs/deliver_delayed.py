@@ -9,35 +9,37 @@ each message is delivered exactly once.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from storelib import MessageStore, StoreError  # noqa: E402
+from storelib import MessageStore  # noqa: E402
+from storelib.cli import Progress, job_parser, non_negative_int, run_job  # noqa: E402
 from storelib.session import get_spark  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--store", required=True, help="root folder or URI of the store")
-    parser.add_argument("--create", action="store_true", help="create the store if the path holds none")
-    parser.add_argument("--now", type=int, default=None, help="the time to deliver at, epoch ms (default: the clock)")
+    parser = job_parser(__doc__)
+    parser.add_argument("--now", type=non_negative_int, default=None, help="the time to deliver at, epoch ms (None: the clock)")
     args = parser.parse_args(argv)
-    try:
+
+    def body(progress: Progress) -> str:
         store = MessageStore.open(args.store, get_spark("storelib-deliver-delayed"), create=args.create)
+        progress.say("dispatching what is new")
         store.dispatch()
+        progress.say("delivering what is due")
         result = store.deliver_delayed(now=args.now)
+        if not (result.delivered or result.recalled):
+            return "nothing new: no delayed or timer message is due"
         if result.delivered:
+            progress.say(f"dispatching {result.delivered} delivered messages")
             store.dispatch()
-    except StoreError as e:
-        print(f"deliver_delayed failed: {e}", file=sys.stderr)
-        return 2
-    levels = ", ".join(f"level {n}: {c}" for n, c in sorted(result.levels.items())) or "no level"
-    print(f"delivered {result.delivered} messages ({levels}; timer: {result.timer}; recalled: {result.recalled}); "
-          f"newest deliver time {result.newest_delivered_ms}")
-    return 0
+        levels = ", ".join(f"level {n}: {c}" for n, c in sorted(result.levels.items())) or "no level"
+        return (f"delivered {result.delivered} messages ({levels}; timer: {result.timer}; recalled: {result.recalled}); "
+                f"newest deliver time {result.newest_delivered_ms}")
+
+    return run_job("deliver_delayed", body)
 
 
 if __name__ == "__main__":

@@ -7,30 +7,30 @@ Safe to kill and rerun at any point: each table commits its rows and its progres
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from storelib import MessageStore, StoreError  # noqa: E402
+from storelib import MessageStore  # noqa: E402
+from storelib.cli import Progress, job_parser, run_job  # noqa: E402
 from storelib.session import get_spark  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--store", required=True, help="root folder or URI of the store")
-    parser.add_argument("--create", action="store_true", help="create the store if the path holds none")
-    args = parser.parse_args(argv)
-    try:
+    args = job_parser(__doc__).parse_args(argv)
+
+    def body(progress: Progress) -> str:
         store = MessageStore.open(args.store, get_spark("storelib-dispatch"), create=args.create)
+        progress.say(f"dispatching from commitlog offset {min(store.dispatch_progress().values())} "
+                     f"to {store.max_offset()}")
         result = store.dispatch()
-    except StoreError as e:
-        print(f"dispatch failed: {e}", file=sys.stderr)
-        return 2
-    print(f"dispatched commitlog [{result.from_offset}, {result.to_offset}): "
-          + ", ".join(f"{n} {t} rows" for t, n in result.rows.items()))
-    return 0
+        if result.from_offset == result.to_offset:
+            return f"nothing new: the store is dispatched up to commitlog offset {result.to_offset}"
+        return (f"dispatched commitlog [{result.from_offset}, {result.to_offset}) in {progress.elapsed:.1f}s: "
+                + ", ".join(f"{n} {t} rows" for t, n in result.rows.items()))
+
+    return run_job("dispatch", body)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 __all__ = ["get_spark", "ensure_session", "delta_available", "check_java", "read_properties_file", "parallelism", "delta_settings", "DEFAULTS_FILE"]
 
 DEFAULTS_FILE = Path(__file__).resolve().parents[1] / "spark-defaults.conf"
+#: Spark's logging for the store's sessions: warnings and errors only (no INFO lines before a job's output).
+LOG4J2_FILE = Path(__file__).resolve().parent / "log4j2.properties"
 
 #: Settings the store relies on whatever the defaults file says.
 REQUIRED = {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"}
@@ -118,6 +120,10 @@ def get_spark(app_name: str = "storelib", conf: Mapping[str, str] | None = None)
     if defaults.exists():
         settings.update(read_properties_file(defaults))
     settings.update(conf or {})
+    java_options = settings.get("spark.driver.extraJavaOptions", "")
+    if "log4j2.configurationFile" not in java_options or "storelib/log4j2.properties" in java_options:
+        java_options = " ".join(o for o in java_options.split() if "log4j2.configurationFile" not in o)
+        settings["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{LOG4J2_FILE} {java_options}".strip()
     given = [p for p in settings["spark.jars.packages"].split(",") if p and not p.startswith("io.delta:delta-spark")]
     settings["spark.jars.packages"] = ",".join([delta_settings()["spark.jars.packages"], *given])
     settings.update(REQUIRED)
@@ -126,7 +132,7 @@ def get_spark(app_name: str = "storelib", conf: Mapping[str, str] | None = None)
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(os.environ.get("STORELIB_SPARK_LOG_LEVEL", "ERROR"))
+    spark.sparkContext.setLogLevel(os.environ.get("STORELIB_SPARK_LOG_LEVEL") or "ERROR")
     return ensure_session(spark)
 
 

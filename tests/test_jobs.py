@@ -105,3 +105,54 @@ def test_schedule_benchmark_suite_runs(spark, tmp_path, capsys):
     figures = json.loads(out.strip().splitlines()[-1])["schedule"]
     assert figures["messages"] == 200 and figures["deliver"]["ratio"] > 0 and figures["check"]["ratio"] > 0
     assert "200 delivered over 18 levels" in out and "100 committed, 100 rolled back" in out
+
+
+JOBS = ["dispatch.py", "deliver_delayed.py", "check_transactions.py", "quickstart.py", "benchmark.py"]
+
+
+@pytest.mark.parametrize("job", JOBS)
+def test_every_job_explains_every_option_with_its_default(job, python_env):
+    out = subprocess.run([sys.executable, str(ROOT / "jobs" / job), "--help"], env=python_env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    options = [line.split()[0] for line in out.stdout.splitlines() if line.startswith("  --")]
+    assert options and "--help" not in options[1:]
+    for option in options:
+        if option in ("--help", "--create"):
+            continue
+        block = out.stdout[out.stdout.index(f"  {option}"):]
+        block = block[:block.find("\n  --", 3) if "\n  --" in block[3:] else len(block)]
+        assert "(default:" in block, (option, block)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--suite", "bogus"], "unknown suite bogus; the suites are send, lookup"),
+    (["--suite", "send,filtr"], "unknown suite filtr"),
+    (["--messages", "-5"], "must be an integer >= 1, got '-5'"),
+    (["--messages", "many"], "must be an integer >= 1, got 'many'"),
+])
+def test_benchmark_refuses_bad_arguments_before_starting_spark(args, says, python_env):
+    out = subprocess.run([sys.executable, str(ROOT / "jobs" / "benchmark.py"), *args], env=python_env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and says in out.stderr and "Traceback" not in out.stderr, out.stderr
+    assert out.stdout == ""
+
+
+def test_dispatch_job_reports_progress_and_one_summary_line_without_spark_noise(tmp_path, python_env):
+    env = {k: v for k, v in python_env.items() if k != "STORELIB_SPARK_LOG_LEVEL"}  # the job's own default
+    job = [sys.executable, str(ROOT / "jobs" / "dispatch.py"), "--store", str(tmp_path / "s"), "--create"]
+    first = subprocess.run(job, env=env, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert first.stdout.splitlines() == ["nothing new: the store is dispatched up to commitlog offset 0"]
+    assert "[dispatch " in first.stderr and "dispatching from commitlog offset 0" in first.stderr
+    assert not [line for line in first.stderr.splitlines() if " INFO " in line], first.stderr[-2000:]
+    from storelib import Message, MessageStore
+    from storelib.session import get_spark
+
+    store = MessageStore.open(str(tmp_path / "s"), get_spark())
+    store.create_topic("TopicTest", queues=2)
+    store.send_batch([Message("TopicTest", body=b"x") for _ in range(5)])
+    second = subprocess.run(job, env=env, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0, second.stderr[-2000:]
+    [summary] = second.stdout.splitlines()
+    assert summary.startswith(f"dispatched commitlog [0, {store.max_offset()}) in ") and "5 consume_queue rows" in summary

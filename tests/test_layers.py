@@ -28,7 +28,7 @@ LAYERS = [
     ["storelib.datasource"],
     ["storelib.session"],
     ["storelib.store"],
-    ["storelib.sql", "storelib"],
+    ["storelib.sql", "storelib.cli", "storelib"],
 ]
 
 

@@ -1,2 +1,12 @@
 """Benchmark suites behind ``jobs/benchmark.py``: each measures the store against a baseline run in the
 same process (``send``: send and dispatch, key look-ups; ``filter``: filtered reads; ``pull``: pulls)."""
+
+
+def speedup(baseline_seconds: float, ours_seconds: float, digits: int = 2) -> str:
+    """How many times faster ours is than the baseline, saying "slower" when it is below 1.
+
+    >>> speedup(2.0, 1.0), speedup(1.0, 4.0)
+    ('2.00x', '0.25x (slower)')
+    """
+    ratio = baseline_seconds / ours_seconds if ours_seconds else float("inf")
+    return f"{ratio:.{digits}f}x" + (" (slower)" if ratio < 1 else "")

@@ -35,6 +35,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
+from jobs.benchmarks import speedup
 from storelib.filter.selector import MessageSelector
 from storelib.session import parallelism
 
@@ -101,10 +102,10 @@ class ReadFigure:
 
     def line(self) -> str:
         out = (f"{self.name:<22} {self.rows:>8,} rows {self.choice:<5} {self.seconds:6.2f} s vs scan "
-               f"{self.baseline_seconds:6.2f} s = {self.baseline_seconds / self.seconds:5.1f}x; bytes "
+               f"{self.baseline_seconds:6.2f} s = {speedup(self.baseline_seconds, self.seconds, 1)}; bytes "
                f"{self.bytes_read / 2**20:7.1f} MiB = {100 * self.bytes_read / max(1, self.baseline_bytes):5.1f}%")
         if self.fresh_scan_seconds is not None:
-            out += (f" | vs fresh scan {self.fresh_scan_seconds / self.seconds:5.1f}x, "
+            out += (f" | vs fresh scan {speedup(self.fresh_scan_seconds, self.seconds, 1)}, "
                     f"{100 * self.bytes_read / max(1, self.fresh_scan_bytes or 0):5.1f}% of its bytes")
         return out
 

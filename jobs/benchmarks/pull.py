@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from jobs.benchmarks import speedup
 from storelib.session import parallelism
 
 if TYPE_CHECKING:
@@ -54,7 +55,7 @@ class PullFigures:
         for name, times in self.pulls.items():
             p50, p99 = _pct(times, 0.5), _pct(times, 0.99)
             out.append(f"{name:<14} p50 {p50 * 1000:6.1f} ms  p99 {p99 * 1000:6.1f} ms  over {len(times)} pulls   "
-                       f"baseline/ours at p50 {base50 / p50:5.1f}x")
+                       f"baseline/ours at p50 {speedup(base50, p50, 1)}")
         out.append(f"{'spark pull':<14} p50 {base50 * 1000:6.1f} ms  p99 {_pct(self.baseline, 0.99) * 1000:6.1f} ms  "
                    f"over {len(self.baseline)} pulls (baseline)")
         return out

@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from jobs.benchmarks import speedup
 from storelib.session import parallelism
 
 if TYPE_CHECKING:
@@ -66,9 +67,9 @@ class SqlFigures:
         for kind, seconds in self.stream_seconds.items():
             base = self.scan_seconds[kind]
             out.append(f"{kind:<15} {self.messages / seconds:12,.0f} msgs/s ({seconds:.2f} s) vs Parquet scan "
-                       f"{self.messages / base:,.0f} msgs/s ({base:.2f} s) = {base / seconds:.2f}x")
+                       f"{self.messages / base:,.0f} msgs/s ({base:.2f} s) = {speedup(base, seconds)}")
         for kind, (ours, delta) in (self.reads or {}).items():
-            out.append(f"{kind:<15} storelib {ours:.3f} s vs Delta Spark {delta:.3f} s = {delta / ours:.2f}x")
+            out.append(f"{kind:<15} storelib {ours:.3f} s vs Delta Spark {delta:.3f} s = {speedup(delta, ours)}")
         return out
 
     def as_dict(self) -> dict:
