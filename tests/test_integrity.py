@@ -87,7 +87,7 @@ def test_a_sound_store_verifies_clean(spark, store):
 def test_dispatch_refuses_when_the_commitlog_lost_commits(store):
     filled(store)
     _delete_newest_commitlog_commit(store.root)
-    store.context.tables.commitlog._warm = None
+    store.context.tables.commitlog.release()  # forget the warm snapshot, as a new process would
     with pytest.raises(StoreCorruptedError, match="past the commitlog's end"):
         store.dispatch()
 
