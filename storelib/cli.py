@@ -26,7 +26,7 @@ from typing import Callable
 
 from storelib.model.errors import StoreError
 
-__all__ = ["job_parser", "positive_int", "non_negative_int", "Progress", "run_job"]
+__all__ = ["job_parser", "positive_int", "non_negative_int", "Progress", "NothingFound", "run_job"]
 
 
 class _Help(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -101,27 +101,39 @@ class Progress:
         print(f"[{self.job} {self.elapsed:.1f}s] {message}", file=self.stream or sys.stderr, flush=True)
 
 
-def run_job(job: str, body: Callable[[Progress], str]) -> int:
-    """Run ``body``; print its summary line and return 0, or print one line saying what failed and return
-    2 (a :class:`~storelib.model.errors.StoreError`), 1 (anything else) or 130 (interrupted).
+class NothingFound(LookupError):
+    """What a command looked for is not there: said in one line on stderr, exit code 1 (as ``grep``)."""
+
+
+def run_job(job: str, body: Callable[[Progress], str | None], *, writes: bool = True) -> int:
+    """Run ``body``; print the summary line it returns (if any) and return 0, or print one line saying what
+    failed and return 2 (a :class:`~storelib.model.errors.StoreError`), 1 (:class:`NothingFound`, or
+    anything else) or 130 (interrupted). A job that ``writes`` adds that rerunning is safe.
 
     >>> run_job("demo", lambda progress: 1 / 0)
     1
+    >>> def lookup(progress):
+    ...     raise NothingFound("no message with key 'k' in topic TopicTest")
+    >>> run_job("query", lookup, writes=False)
+    1
     """
     progress = Progress(job)
+    safe = " Nothing was half-written; rerunning is safe." if writes else ""
     try:
         summary = body(progress)
+    except NothingFound as e:
+        print(f"not found: {e}", file=sys.stderr)
+        return 1
     except StoreError as e:
-        print(f"{job} failed: {e}. Nothing was half-written; rerunning is safe.", file=sys.stderr)
+        print(f"{job} failed: {e}.{safe}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"{job} interrupted after {progress.elapsed:.1f}s. Nothing was half-written; rerunning is safe.",
-              file=sys.stderr)
+        print(f"{job} interrupted after {progress.elapsed:.1f}s.{safe}", file=sys.stderr)
         return 130
     except Exception as e:  # noqa: BLE001  (a job ends in one line, never a traceback)
         first = (str(e).strip().splitlines() or [""])[0][:300]
-        print(f"{job} failed: {type(e).__name__}: {first}. Nothing was half-written; rerunning is safe.",
-              file=sys.stderr)
+        print(f"{job} failed: {type(e).__name__}: {first}.{safe}", file=sys.stderr)
         return 1
-    print(summary, flush=True)
+    if summary is not None:
+        print(summary, flush=True)
     return 0

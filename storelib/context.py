@@ -20,7 +20,7 @@ import os
 import threading
 import weakref
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping, Union
 
 from deltalake import DeltaTable
 
@@ -38,6 +38,9 @@ from storelib.storage.topic_config import TopicConfigTable
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+#: A session, or what starts one when the store first needs it (:attr:`StoreContext.spark`).
+SessionSource = Union["SparkSession", Callable[[], "SparkSession"]]
 
 __all__ = ["StoreContext", "StoreTables", "MessageArrivals"]
 
@@ -121,13 +124,20 @@ class MessageArrivals:
 class StoreContext:
     """What services get: the session, the settings, the tables and the store-file services.
 
+    ``session`` is a Spark session, or a function that starts one: then Spark starts the first time
+    a service asks for :attr:`spark`, and what the store answers with pyarrow alone (look-ups, pulls,
+    offsets) never starts it.
+
     >>> ctx = StoreContext.build(tmp + "/built", spark, StoreConfig())
     >>> ctx.tables.ensure().commitlog.snapshot().version(), ctx.commitlog.next_offset()
     (0, 0)
+    >>> lazy = StoreContext.build(tmp + "/built", lambda: spark, StoreConfig())
+    >>> lazy.spark_started, lazy.spark is spark, lazy.spark_started
+    (False, True, True)
     """
 
     root: str
-    spark: "SparkSession"
+    session: SessionSource
     config: StoreConfig
     tables: StoreTables
     commitlog: CommitLog
@@ -138,11 +148,26 @@ class StoreContext:
     producer: Producer
     arrivals: MessageArrivals
 
+    @property
+    def spark(self) -> "SparkSession":
+        """The Spark session, started here on first use when the context was given a function."""
+        if not self.spark_started:
+            with _STARTING:
+                if not self.spark_started:
+                    self.session = self.session()
+        return self.session
+
+    @property
+    def spark_started(self) -> bool:
+        """Whether :attr:`spark` has a session yet (``False`` only while a lazy one is unneeded)."""
+        return not callable(self.session)
+
     @classmethod
-    def open(cls, root: str, spark: "SparkSession", config: StoreConfig | None = None, *, create: bool = False,
-             **settings: object) -> "StoreContext":
+    def open(cls, root: str, spark: SessionSource, config: StoreConfig | None = None, *, create: bool = False,
+             spark_conf: Mapping[str, str] | None = None, **settings: object) -> "StoreContext":
         """The context of the store at ``root``, its tables created when ``create`` (else the store must
-        exist: :class:`~storelib.model.errors.StoreNotFoundError`). Settings as ``MessageStore.open`` takes them.
+        exist: :class:`~storelib.model.errors.StoreNotFoundError`). Settings as ``MessageStore.open`` takes them;
+        without ``config``, the ``spark.storelib.*`` entries of ``spark_conf`` (default: the session's) come first.
         A table that is not whole (:func:`~storelib.delta.health.table_problems`) refuses the store
         with :class:`~storelib.model.errors.StoreCorruptedError` before anything is created or read.
 
@@ -150,8 +175,10 @@ class StoreContext:
         True
         """
         if config is None:
-            conf = {k: v for k, v in spark.sparkContext.getConf().getAll() if k.startswith("spark.storelib.")}
-            config = StoreConfig.from_mapping(conf, **settings)
+            if spark_conf is None:
+                spark_conf = {} if callable(spark) else dict(spark.sparkContext.getConf().getAll())
+            config = StoreConfig.from_mapping({k: v for k, v in spark_conf.items() if k.startswith("spark.storelib.")},
+                                              **settings)
         elif settings:
             config = config.replace(**settings)
         if "://" not in root:
@@ -175,13 +202,15 @@ class StoreContext:
         _OPEN.discard(self)
 
     @classmethod
-    def build(cls, root: str, spark: "SparkSession", config: StoreConfig) -> "StoreContext":
+    def build(cls, root: str, spark: SessionSource, config: StoreConfig) -> "StoreContext":
         """The context of the store at ``root``, its tables not yet created."""
         tables = StoreTables.at(root, dict(config.table_properties))
         return cls(root, spark, config, tables, CommitLog(tables.commitlog, config), TopicConfigTable(tables.topic_config),
                    GroupConfigTable(tables.subscription_group, config), ConsumerOffsetTable(tables.consumer_offset, config),
                    SubscriptionRegistry(tables.subscription, config), Producer(config), MessageArrivals())
 
+
+_STARTING = threading.Lock()
 
 #: Contexts opened and not closed yet: released before the interpreter exits, while the native
 #: runtimes whose objects they hold (Arrow's thread pools, delta-rs) are still alive.

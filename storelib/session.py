@@ -15,7 +15,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping
 
 from storelib.datasource import register
 from storelib.delta.writer import parallelism
@@ -24,7 +24,7 @@ from storelib.model.errors import JavaNotFoundError, SessionError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["get_spark", "ensure_session", "delta_available", "check_java", "read_properties_file", "parallelism", "delta_settings", "DEFAULTS_FILE"]
+__all__ = ["get_spark", "session_source", "default_settings", "ensure_session", "delta_available", "check_java", "read_properties_file", "parallelism", "delta_settings", "DEFAULTS_FILE"]
 
 DEFAULTS_FILE = Path(__file__).resolve().parents[1] / "spark-defaults.conf"
 #: Spark's logging for the store's sessions: warnings and errors only (no INFO lines before a job's output).
@@ -105,6 +105,34 @@ def read_properties_file(path: str | os.PathLike) -> dict[str, str]:
     return conf
 
 
+def default_settings() -> dict[str, str]:
+    """The settings of the defaults file a new session starts with: ``$STORELIB_SPARK_CONF``, else the
+    repository's ``spark-defaults.conf`` (none when neither exists).
+
+    >>> default_settings()["spark.sql.session.timeZone"]
+    'UTC'
+    """
+    defaults = Path(os.environ.get("STORELIB_SPARK_CONF", DEFAULTS_FILE))
+    return read_properties_file(defaults) if defaults.exists() else {}
+
+
+def session_source(spark: "SparkSession | None" = None) -> "tuple[SparkSession | Callable[[], SparkSession], dict[str, str] | None]":
+    """What a store opened with ``spark`` works with, and the settings it reads ``spark.storelib.*`` from:
+    the session given, else the active one (both made ready by :func:`ensure_session`, their own
+    settings), else :func:`get_spark` itself, called when the store first needs Spark, with the
+    defaults file's settings meanwhile. Look-ups, pulls and offsets never need it.
+
+    >>> session_source(spark)[0] is spark
+    True
+    """
+    from pyspark.sql import SparkSession
+
+    active = spark or SparkSession.getActiveSession()
+    if active is not None:
+        return ensure_session(active), None
+    return get_spark, default_settings()
+
+
 def get_spark(app_name: str = "storelib", conf: Mapping[str, str] | None = None) -> "SparkSession":
     """The active Spark session, or a new one with the store's defaults plus ``conf``."""
     from pyspark.sql import SparkSession
@@ -116,9 +144,7 @@ def get_spark(app_name: str = "storelib", conf: Mapping[str, str] | None = None)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     settings = delta_settings()
-    defaults = Path(os.environ.get("STORELIB_SPARK_CONF", DEFAULTS_FILE))
-    if defaults.exists():
-        settings.update(read_properties_file(defaults))
+    settings.update(default_settings())
     settings.update(conf or {})
     java_options = settings.get("spark.driver.extraJavaOptions", "")
     if "log4j2.configurationFile" not in java_options or "storelib/log4j2.properties" in java_options:

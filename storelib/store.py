@@ -44,8 +44,7 @@ from storelib.query.read import FilterStats, ReadExplain, explain_read, filter_s
 from storelib.query.scan import queue_units, table_rows, topic_messages
 from storelib.schedule.check import CheckResult, check_transactions, register_checker
 from storelib.schedule.deliver import DeliveryResult, deliver, recall
-from storelib.schedule.transaction import (TransactionSendResult, TransactionState, end_transaction,
-                                           send_in_transaction)
+from storelib.schedule.transaction import TransactionSendResult, TransactionState, end_transaction, send_in_transaction
 from storelib.storage.commitlog import AppendResult, min_physical_offset
 from storelib.storage.consume_queue import min_offset as queue_min
 
@@ -80,7 +79,7 @@ class MessageStore:
         Settings come from ``config``, else from ``spark.storelib.*`` Spark settings, with
         ``settings`` keywords on top (``enable_consume_queue_ext=True``, ...); an unknown setting
         raises :class:`~storelib.model.errors.ConfigError`. A session made elsewhere is given what the
-        store needs (:func:`storelib.session.ensure_session`).
+        store needs; with none given or active, Spark starts when first needed (:func:`~storelib.session.session_source`).
 
         >>> MessageStore.open(tmp + "/other", spark, create=True, max_message_size=1024).config.max_message_size
         1024
@@ -88,10 +87,10 @@ class MessageStore:
         Traceback (most recent call last):
         storelib.model.errors.StoreNotFoundError: root: no store at .../typo: ...
         """
-        from storelib.session import ensure_session, get_spark
+        from storelib.session import session_source
 
-        spark = ensure_session(spark) if spark is not None else get_spark()
-        context = StoreContext.open(root, spark, config, create=create, **settings)
+        source, spark_conf = session_source(spark)
+        context = StoreContext.open(root, source, config, create=create, spark_conf=spark_conf, **settings)
         check_store(context)
         return cls(context)
 
@@ -105,7 +104,7 @@ class MessageStore:
         """
         from storelib.session import get_spark
 
-        return store_problems(StoreContext.build(root.rstrip("/"), spark or get_spark(), StoreConfig()), full=full)
+        return store_problems(StoreContext.build(root.rstrip("/"), spark or get_spark, StoreConfig()), full=full)
 
     @classmethod
     def create(cls, root: str, spark: "SparkSession | None" = None, config: StoreConfig | None = None,
@@ -177,6 +176,14 @@ class MessageStore:
         """
         return self._ctx.topics.get(topic)
 
+    def delete_topic(self, topic: str) -> TopicConfig:
+        """Remove a topic's configuration (``deleteTopic``); its messages stay until retention removes them.
+
+        >>> store.delete_topic(store.create_topic("Gone", 1).topic).topic
+        'Gone'
+        """
+        return self._ctx.topics.delete(topic)
+
     # ---- sending ---------------------------------------------------------------------------
     def send(self, message: Message) -> SendResult:
         """Store one message; return where it went (``SEND_OK``).
@@ -199,8 +206,7 @@ class MessageStore:
 
         Columns: ``topic`` (required), ``body``, ``tags``, ``keys``, ``properties``, ``queue_id``,
         ``flag``, ``born_timestamp``, ``born_host`` (see :data:`storelib.send.producer.DATAFRAME_COLUMNS`).
-        Every row is checked; one bad row fails the whole send with a typed error and writes nothing.
-        The DataFrame is read once, so it need not be deterministic or persisted.
+        Every row is checked; one bad row fails the send with a typed error and writes nothing. Read once.
 
         >>> store.send_dataframe(spark.createDataFrame([("TopicTest", "a")], "topic string, tags string")).count
         1
@@ -438,9 +444,7 @@ class MessageStore:
 
     # ---- retention -----------------------------------------------------------------------------
     def min_offset(self) -> int:
-        """The smallest commitlog offset still stored (RocketMQ's ``getMinPhyOffset``); 0 for an empty store.
-
-        Read from the commitlog files' statistics: no data file is opened.
+        """The smallest commitlog offset still stored (``getMinPhyOffset``; 0 when empty), from file statistics.
 
         >>> store.min_offset()
         0
@@ -448,10 +452,8 @@ class MessageStore:
         return min_physical_offset(self._ctx.tables.commitlog.view().actions)
 
     def min_queue_offset(self, topic: str, queue_id: int) -> int:
-        """The first queue offset of (topic, queue) still served (``getMinOffsetInQueue``); 0 for an empty queue.
-
-        Retention moves it past units whose messages left the commitlog, up to the queue's max
-        offset when none is left. Read from the consume queue's log: no data file is opened.
+        """The first queue offset of (topic, queue) still served (``getMinOffsetInQueue``; 0 when empty), from
+        the consume queue's log. Retention moves it past units whose messages left, up to the max offset.
 
         >>> store.min_queue_offset("TopicTest", 0)
         0
@@ -471,8 +473,7 @@ class MessageStore:
         return clean_commitlog(self._ctx, reserved_hours, now)
 
     def clean_consume_queue(self) -> dict[str, int]:
-        """Remove consume queue, ext and index files wholly below :meth:`min_offset` and move each
-        queue's min offset (``CleanConsumeQueueService``); returns files removed per table.
+        """Drop consume queue, ext and index files wholly below :meth:`min_offset`, move queue min offsets.
 
         >>> store.clean_consume_queue()
         {'consume_queue': 0, 'consume_queue_ext': 0, 'index': 0}
@@ -509,8 +510,8 @@ class MessageStore:
         return compact_store(self._ctx, full, settle_ms)
 
     def vacuum(self, retention_hours: int = 168) -> dict[str, int]:
-        """Delete files no snapshot younger than ``retention_hours`` needs (Delta VACUUM), and what
-        DataFrame sends that died left staged (older than ``retention_hours``, at least an hour); returns counts.
+        """Delete files no snapshot younger than ``retention_hours`` needs (Delta VACUUM) and staged files of
+        DataFrame sends that died (older than ``retention_hours``, at least an hour); returns counts.
 
         >>> store.vacuum()["commitlog"]
         0
@@ -565,9 +566,8 @@ class MessageStore:
         return self._ctx.commitlog.next_offset()
 
     def max_queue_offset(self, topic: str, queue_id: int) -> int:
-        """One past the last dispatched queue offset of (topic, queue), 0 for none (``getMaxOffsetInQueue``).
-
-        Read from the consume queue files' statistics: no data file is opened.
+        """One past the last dispatched queue offset of (topic, queue), 0 for none (``getMaxOffsetInQueue``);
+        read from the consume queue files' statistics.
 
         >>> store.max_queue_offset("TopicTest", r.queue_id) >= 1
         True

@@ -25,10 +25,14 @@ def test_quickstart_job(tmp_path, python_env):
     assert "UNIQ_KEY" in text
 
 
-def test_missing_java_is_a_clear_message(tmp_path, python_env):
+def test_missing_java_is_a_clear_message(store, tmp_path, python_env):
+    """Spark starts only when a job has Spark work: here a dispatch of a sent message, without Java."""
+    from storelib import Message
+
+    store.send(Message("TopicTest", body=b"x"))
     env = {**python_env, "PATH": str(tmp_path), "JAVA_HOME": ""}
     env.pop("JAVA_HOME")
-    out = subprocess.run([sys.executable, str(ROOT / "jobs" / "dispatch.py"), "--store", str(tmp_path / "s")],
+    out = subprocess.run([sys.executable, str(ROOT / "jobs" / "dispatch.py"), "--store", store.root],
                          env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2
     assert "Spark needs Java 17 or newer" in out.stderr
@@ -144,7 +148,7 @@ def test_dispatch_job_reports_progress_and_one_summary_line_without_spark_noise(
     first = subprocess.run(job, env=env, capture_output=True, text=True, timeout=300)
     assert first.returncode == 0, first.stderr[-2000:]
     assert first.stdout.splitlines() == ["nothing new: the store is dispatched up to commitlog offset 0"]
-    assert "[dispatch " in first.stderr and "dispatching from commitlog offset 0" in first.stderr
+    assert "[storelib dispatch " in first.stderr and "dispatching from commitlog offset 0" in first.stderr
     assert not [line for line in first.stderr.splitlines() if " INFO " in line], first.stderr[-2000:]
     from storelib import Message, MessageStore
     from storelib.session import get_spark

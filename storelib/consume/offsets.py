@@ -16,7 +16,7 @@ from storelib.storage.consumer_offset import check_offset_entry
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["consumer_lag", "commit_offset", "CONSUMER_LAG_DDL"]
+__all__ = ["consumer_lag", "consumer_lag_rows", "commit_offset", "CONSUMER_LAG_DDL"]
 
 #: Columns of :func:`consumer_lag`'s DataFrame.
 CONSUMER_LAG_DDL = "topic string, queue_id int, max_offset long, committed_offset long, lag long"
@@ -41,14 +41,28 @@ def commit_offset(ctx: StoreContext, group: str, topic: str, queue_id: int, offs
 
 
 def consumer_lag(ctx: StoreContext, group: str) -> "DataFrame":
-    """How far ``group`` is behind on each queue it reads (RocketMQ's ``getConsumeStats``).
+    """:func:`consumer_lag_rows` as a small DataFrame (columns :data:`CONSUMER_LAG_DDL`).
+
+    >>> consumer_lag(store.context, "GroupDoc").columns[-1]
+    'lag'
+    """
+    return ctx.spark.createDataFrame(consumer_lag_rows(ctx, group), CONSUMER_LAG_DDL)
+
+
+def consumer_lag_rows(ctx: StoreContext, group: str) -> list[tuple[str, int, int, int, int]]:
+    """How far ``group`` is behind on each queue it reads (RocketMQ's ``getConsumeStats``), as
+    ``(topic, queue_id, max_offset, committed_offset, lag)`` tuples sorted by topic and queue; no Spark.
 
     Queues: every queue (``0..read_queue_nums-1``) of each topic the group has a live subscription
     to, of the group's ``%RETRY%`` topic where that topic exists, and of every topic it committed
     offsets for (with any committed queue beyond the topic's read queues). ``max_offset`` is the
     queue's dispatched end (``getMaxOffsetInQueue``), ``committed_offset`` the committed offset or
-    0 when none, ``lag`` their difference. Computed on the driver from table metadata and the
-    group's offset rows; returned as a small DataFrame sorted by topic and queue.
+    0 when none, ``lag`` their difference. Computed from table metadata and the group's offset rows.
+
+    >>> store.commit_offset("GroupDoc", "TopicTest", r.queue_id, 0)
+    >>> rows = consumer_lag_rows(store.context, "GroupDoc")
+    >>> len(rows), rows[r.queue_id] == ("TopicTest", r.queue_id, 1, 0, 1)
+    (4, True)
     """
     validate_group(group)
     topics = ctx.topics.all()
@@ -68,4 +82,4 @@ def consumer_lag(ctx: StoreContext, group: str) -> "DataFrame":
         max_offset = ends.get((topic, queue_id), 0)
         offset = max(0, committed.get((topic, queue_id), -1))
         rows.append((topic, queue_id, max_offset, offset, max_offset - offset))
-    return ctx.spark.createDataFrame(rows, CONSUMER_LAG_DDL)
+    return rows

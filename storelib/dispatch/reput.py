@@ -146,10 +146,10 @@ class Dispatcher:
     1
     """
 
-    def __init__(self, spark: "SparkSession", commitlog: Table, targets: dict[str, Table], config: StoreConfig,
+    def __init__(self, spark: "SparkSession | Callable[[], SparkSession]", commitlog: Table, targets: dict[str, Table], config: StoreConfig,
                  fault: Callable[[str], None] | None = None, registry: "SubscriptionRegistry | None" = None,
                  summaries: Table | None = None):
-        self.spark = spark
+        self._spark = spark
         self.commitlog = commitlog
         self.targets = targets
         self.config = config
@@ -158,11 +158,18 @@ class Dispatcher:
         self.summaries = summaries
         self._filters: tuple[int, list["Subscription"]] | None = None
 
+    @property
+    def spark(self) -> "SparkSession":
+        """The session the dispatch job runs in (started by the first dispatch that needs one)."""
+        if callable(self._spark):
+            self._spark = self._spark()
+        return self._spark
+
     @classmethod
     def of(cls, ctx: StoreContext, fault: Callable[[str], None] | None = None) -> "Dispatcher":
         """The dispatcher of a store's context. ``fault`` (a test seam) is called with the name of
         each step it reaches (``<table>.written``, ``<table>.summarized``, ``<table>.committed``)."""
-        return cls(ctx.spark, ctx.tables.commitlog, dispatch_targets(ctx), ctx.config, fault=fault,
+        return cls(lambda: ctx.spark, ctx.tables.commitlog, dispatch_targets(ctx), ctx.config, fault=fault,
                    registry=ctx.registry, summaries=ctx.tables.ext_summary)
 
     def _step(self, name: str) -> None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from storelib.model.errors import InvalidTopicError, TopicPermissionError
 
 __all__ = [
-    "PERM_READ", "PERM_WRITE", "PERM_INHERIT", "PERM_PRIORITY",
+    "PERM_READ", "PERM_WRITE", "PERM_INHERIT", "PERM_PRIORITY", "perm_to_string",
     "SCHEDULE_TOPIC", "TRANS_HALF_TOPIC", "TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC", "TIMER_TOPIC", "RETRY_GROUP_TOPIC_PREFIX",
     "DLQ_GROUP_TOPIC_PREFIX", "SYSTEM_TOPICS", "NOT_ALLOWED_SEND_TOPICS",
     "TopicConfig", "TAGS_KEY", "MAX_CLUSTER_KEYS", "validate_cluster_by", "validate_topic", "validate_group", "is_system_topic", "retry_topic", "dlq_topic",
@@ -26,6 +26,16 @@ __all__ = [
 
 # PermName
 PERM_PRIORITY, PERM_READ, PERM_WRITE, PERM_INHERIT = 0x8, 0x4, 0x2, 0x1
+
+
+def perm_to_string(perm: int) -> str:
+    """``PermName.perm2String``: ``R``, ``W`` and ``X`` (inherit) in three places, ``-`` where a bit is off.
+
+    >>> perm_to_string(PERM_READ | PERM_WRITE), perm_to_string(PERM_READ), perm_to_string(7)
+    ('RW-', 'R--', 'RWX')
+    """
+    return "".join(c if perm & bit else "-" for c, bit in (("R", PERM_READ), ("W", PERM_WRITE), ("X", PERM_INHERIT)))
+
 
 TOPIC_MAX_LENGTH = 127
 RETRY_OR_DLQ_TOPIC_MAX_LENGTH = 255

@@ -10,7 +10,7 @@ import datetime as dt
 from typing import Sequence
 
 import pyarrow as pa
-from deltalake import CommitProperties, write_deltalake
+from deltalake import CommitProperties, DeltaTable, write_deltalake
 
 from storelib.delta.table import Table
 from storelib.model.errors import ConfigError, InvalidQueueIdError, ReservedTopicError, TopicNotFoundError, require_int
@@ -58,6 +58,23 @@ class TopicConfigTable:
         data = pa.Table.from_pylist([row], schema=TOPIC_CONFIG.arrow)
         write_deltalake(self.table.path, data, mode="overwrite", predicate=f"topic = '{config.topic}'",
                         commit_properties=CommitProperties(custom_metadata={"storelib.operation": "CREATE_TOPIC"}))
+
+    def delete(self, topic: str) -> TopicConfig:
+        """Remove the topic's configuration (``deleteTopic``) in one commit and return what it was; a topic
+        that does not exist raises :class:`TopicNotFoundError`, a system topic :class:`ReservedTopicError`.
+        Its messages stay until retention removes them; created again, its queues go on from their offsets.
+
+        >>> topics = TopicConfigTable(store.context.tables.topic_config)
+        >>> topics.delete(topics.create("Gone", 1, 1).topic).topic, "Gone" in topics.all()
+        ('Gone', False)
+        """
+        validate_topic(topic)
+        if is_system_topic(topic):
+            raise ReservedTopicError("topic", "is a system topic and cannot be deleted by users", value=topic)
+        config = self.get(topic)
+        DeltaTable(self.table.path).delete(f"topic = '{topic}'", commit_properties=CommitProperties(
+            custom_metadata={"storelib.operation": "DELETE_TOPIC"}))
+        return config
 
     def create(self, topic: str, read_queues: int, write_queues: int, perm: int = PERM_READ | PERM_WRITE,
                order: bool = False, cluster_by: Sequence[str] | None = None) -> TopicConfig:

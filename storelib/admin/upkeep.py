@@ -1,0 +1,145 @@
+"""``storelib dispatch|deliver|check-transactions|retention|compact|vacuum|inspect|verify``: the store's
+services and upkeep, one verb each (the jobs under ``jobs/`` run the same verbs under spark-submit).
+
+>>> from storelib.admin import main
+>>> main(["inspect", "--store", store.root])   # doctest: +ELLIPSIS +NORMALIZE_WHITESPACE
+table                      version  files  rows  bytes  dispatched_to
+-------------------------  -------  -----  ----  -----  -------------
+commitlog                        1      1     1  ...
+consume_queue                    1      1     1  ...
+...
+commitlog offsets [0, 171); 2 topics, 1 groups, 1 subscriptions
+0
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import pyarrow.compute as pc
+
+from storelib.admin.command import add_verb
+from storelib.admin.output import Output
+from storelib.cli import Progress, non_negative_int
+from storelib.model.errors import StoreCorruptedError
+from storelib.store import MessageStore
+
+__all__ = ["register"]
+
+
+def _dispatch(store: MessageStore, args: argparse.Namespace, out: Output, progress: Progress) -> str:
+    progress.say(f"dispatching from commitlog offset {min(store.dispatch_progress().values())} to {store.max_offset()}")
+    result = store.dispatch()
+    if result.from_offset == result.to_offset:
+        return f"nothing new: the store is dispatched up to commitlog offset {result.to_offset}"
+    return (f"dispatched commitlog [{result.from_offset}, {result.to_offset}) in {progress.elapsed:.1f}s: "
+            + ", ".join(f"{n} {t} rows" for t, n in result.rows.items()))
+
+
+def _deliver(store: MessageStore, args: argparse.Namespace, out: Output, progress: Progress) -> str:
+    progress.say("dispatching what is new")
+    store.dispatch()
+    progress.say("delivering what is due")
+    result = store.deliver_delayed(now=args.now)
+    if not (result.delivered or result.recalled):
+        return "nothing new: no delayed or timer message is due"
+    if result.delivered:
+        progress.say(f"dispatching {result.delivered} delivered messages")
+        store.dispatch()
+    levels = ", ".join(f"level {n}: {c}" for n, c in sorted(result.levels.items())) or "no level"
+    return (f"delivered {result.delivered} messages ({levels}; timer: {result.timer}; recalled: {result.recalled}); "
+            f"newest deliver time {result.newest_delivered_ms}")
+
+
+def _check(store: MessageStore, args: argparse.Namespace, out: Output, progress: Progress) -> str:
+    progress.say("asking the producer groups' checkers about half messages past their timeout")
+    r = store.check_transactions(now=args.now)
+    for error in r.errors:
+        progress.say(f"checker error: {error}")
+    if not r.checked:
+        return "nothing new: no half message is waiting for a check-back"
+    return (f"checked {r.checked} half messages: {r.committed} committed, {r.rolled_back} rolled back, "
+            f"{r.unknown} unknown, {r.given_up} given up")
+
+
+def _retention(store: MessageStore, args: argparse.Namespace, out: Output, progress: Progress) -> str:
+    removed = store.delete_expired_files(args.reserved_hours, now=args.now)
+    if not any(removed.values()):
+        return f"nothing expired: the store starts at commitlog offset {store.min_offset()}"
+    return (", ".join(f"{n} {t} files" for t, n in removed.items() if n)
+            + f" removed; the store now starts at commitlog offset {store.min_offset()} (vacuum frees the bytes)")
+
+
+def _compact(store: MessageStore, args: argparse.Namespace, out: Output, progress: Progress) -> str:
+    progress.say("clustering settled commitlog data and merging small files")
+    done = store.compact(args.full, settle_ms=args.settle_ms)
+    changed = {t: r for t, r in done.items() if any(r)}
+    if not changed:
+        return "nothing to compact"
+    return "compacted: " + ", ".join(f"{t} {r[0]} files -> {r[1]}" for t, r in changed.items())
+
+
+def _vacuum(store: MessageStore, args: argparse.Namespace, out: Output, progress: Progress) -> str:
+    done = store.vacuum(args.retention_hours)
+    if not any(done.values()):
+        return "nothing to vacuum"
+    return "deleted " + ", ".join(f"{n} {t} files" for t, n in done.items() if n)
+
+
+def _inspect(store: MessageStore, args: argparse.Namespace, out: Output, progress: Progress) -> str | None:
+    dispatched = store.dispatch_progress()
+    rows = []
+    for name, table in store.context.tables.by_name().items():
+        view = table.view()
+        actions = view.actions
+        rows.append({"table": name, "version": view.version, "files": actions.num_rows,
+                     "rows": int(pc.sum(actions.column("num_records")).as_py() or 0) if actions.num_rows else 0,
+                     "bytes": int(pc.sum(actions.column("size_bytes")).as_py() or 0) if actions.num_rows else 0,
+                     "dispatched_to": dispatched.get(name) if name != "commitlog" else None})
+    ctx = store.context
+    counts = {"topics": len(ctx.topics.all()), "groups": len(ctx.groups.all()), "subscriptions": len(ctx.registry.all())}
+    line = (f"commitlog offsets [{store.min_offset()}, {store.max_offset()}); "
+            + ", ".join(f"{n} {k}" for k, n in counts.items()))
+    if out.as_json:
+        out.record({"tables": rows, "min_offset": store.min_offset(), "max_offset": store.max_offset(),
+                    "dispatch_progress": dispatched, **counts})
+        return None
+    out.table(rows)
+    return line
+
+
+def _verify(store: None, args: argparse.Namespace, out: Output, progress: Progress) -> str:
+    problems = MessageStore.verify(args.store, full=args.full)
+    if problems:
+        raise StoreCorruptedError(problems, args.store)
+    return "the store is sound" + (" (every commitlog offset read)" if args.full else "")
+
+
+def register(sub: "argparse._SubParsersAction") -> None:
+    """Add the service and upkeep verbs to the command's parser."""
+    p = add_verb(sub, "dispatch", _dispatch, "Build consume queue, ext and index rows for everything new "
+                 "(ReputMessageService; starts Spark when there is something to do).", writes=True, create=True)
+    for name, run, doc in (("deliver", _deliver, "Deliver the delayed, timer and sent-back messages that are due, "
+                            "then dispatch them."),
+                           ("check-transactions", _check, "Ask producer groups' checkers about half messages past "
+                            "their timeout (check-back).")):
+        p = add_verb(sub, name, run, doc, writes=True, create=True)
+        p.add_argument("--now", type=non_negative_int, default=None, help="the time to act at, epoch ms (None: the clock)")
+    p = add_verb(sub, "retention", _retention, "Remove expired commitlog files, then what pointed into them "
+                 "(CleanCommitLogService, CleanConsumeQueueService).", writes=True)
+    p.add_argument("--reserved-hours", type=float, default=None,
+                   help="keep files this long after their newest message (None: the file_reserved_time setting, 72)")
+    p.add_argument("--now", type=non_negative_int, default=None, help="the time to judge at, epoch ms (None: the clock)")
+    p = add_verb(sub, "compact", _compact, "Cluster settled commitlog data by each topic's keys and Bloom bitmaps, "
+                 "and merge small files (starts Spark).", writes=True)
+    p.add_argument("--full", action="store_true", help="also rewrite large files into sorted, disjoint ones")
+    p.add_argument("--settle-ms", type=non_negative_int, default=None,
+                   help="cluster messages older than this (None: the cluster_settle_ms setting)")
+    p = add_verb(sub, "vacuum", _vacuum, "Delete files no recent snapshot needs (Delta VACUUM), dead staging and "
+                 "orphan files.", writes=True)
+    p.add_argument("--retention-hours", type=non_negative_int, default=168, help="keep files younger than this")
+    add_verb(sub, "inspect", _inspect, "The store's tables (versions, files, rows, bytes), dispatch progress, "
+             "offsets and counts.")
+    p = add_verb(sub, "verify", _verify, "Check that the store is whole, also one that open refuses; a damaged "
+                 "store is exit code 2 with its problems.", opens=False)
+    p.add_argument("--full", action="store_true", help="also read every commitlog offset")
