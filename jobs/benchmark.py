@@ -6,6 +6,7 @@
     spark-submit --properties-file spark-defaults.conf jobs/benchmark.py --suite custom   # class filters
     spark-submit --properties-file spark-defaults.conf jobs/benchmark.py --suite sql      # SQL by key, the data source
     spark-submit --properties-file spark-defaults.conf jobs/benchmark.py --suite schedule --messages 1000000  # delivery, check-back
+    spark-submit --properties-file spark-defaults.conf jobs/benchmark.py --suite admin --messages 1000000     # the storelib command
 
 Prints messages per second and the ratio to the baseline measured in the same run.
 """
@@ -18,6 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from jobs.benchmarks.admin import bench_admin  # noqa: E402
 from jobs.benchmarks.custom import bench_custom  # noqa: E402
 from jobs.benchmarks.filter import bench_filtering  # noqa: E402
 from jobs.benchmarks.pull import bench_pull  # noqa: E402
@@ -29,7 +31,7 @@ from storelib.model.errors import StoreError  # noqa: E402
 from storelib.session import get_spark  # noqa: E402
 
 #: The suites ``--suite`` may name.
-SUITES = ("send", "lookup", "filter", "pull", "custom", "schedule", "sql")
+SUITES = ("send", "lookup", "filter", "pull", "custom", "schedule", "sql", "admin")
 
 
 def suite_list(text: str) -> list[str]:
@@ -54,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--suite", type=suite_list, default="send,lookup", help="comma-separated: send (send+dispatch), lookup (keys), filter (filtered reads), "
                              "pull (pull latency), custom (class filters against a Spark Column), "
                              "schedule (N delayed messages delivered, N half messages checked back), "
-                             "sql (key and id queries through SQL and the rocketmq source, group streams)")
+                             "sql (key and id queries through SQL and the rocketmq source, group streams), "
+                             "admin (the storelib command's look-ups, a new process each)")
     parser.add_argument("--distinct-keys", type=positive_int, default=None, help="keys for the lookup suite (None: N/10)")
     parser.add_argument("--lookups", type=positive_int, default=50, help="look-ups of each kind (lookup and sql suites)")
     parser.add_argument("--pulls", type=positive_int, default=200, help="pulls of each kind for the pull suite")
@@ -83,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
                                            partitions=args.partitions, repeats=args.repeats),
             "sql": lambda: bench_sql(spark, args.messages, lookups=args.lookups, root=args.root, queues=args.queues,
                                      partitions=args.partitions),
+            "admin": lambda: bench_admin(spark, args.messages, root=args.root, queues=args.queues,
+                                         partitions=args.partitions),
             "schedule": lambda: bench_schedule(spark, args.messages, root=args.root, partitions=args.partitions,
                                                repeats=args.repeats),
         }
