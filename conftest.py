@@ -79,3 +79,15 @@ def _doctest_globals(request, doctest_namespace, tmp_path):
     yield
     for name in ("store", "r"):
         doctest_namespace.pop(name, None)
+
+
+def pytest_unconfigure(config):
+    """Say, as the run's last line, when RocketMQ's reference cases were not checked because their folder is absent."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None:
+        return
+    skipped = [r for r in reporter.stats.get("skipped", []) if "conformance file" in str(r.longrepr)]
+    if skipped:
+        reporter.write_line(
+            f"RocketMQ reference cases NOT checked: {len(skipped)} tests skipped because ../shared/conformance is "
+            "absent beside the repository (set STORELIB_CONFORMANCE to its folder)", yellow=True, bold=True)
