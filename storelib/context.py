@@ -19,7 +19,7 @@ import gc
 import os
 import threading
 import weakref
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Callable, Mapping, Union
 
 from deltalake import DeltaTable
@@ -38,6 +38,8 @@ from storelib.storage.topic_config import TopicConfigTable
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from storelib.send.group_commit import GroupCommitProducer
 
 #: A session, or what starts one when the store first needs it (:attr:`StoreContext.spark`).
 SessionSource = Union["SparkSession", Callable[[], "SparkSession"]]
@@ -147,6 +149,15 @@ class StoreContext:
     registry: SubscriptionRegistry
     producer: Producer
     arrivals: MessageArrivals
+    _sends: "GroupCommitProducer | None" = field(default=None, repr=False)
+
+    @property
+    def sends(self) -> "GroupCommitProducer":
+        """The store's default producer (``store.send``): concurrent sends of this process share commits."""
+        with _STARTING:
+            if self._sends is None:
+                self._sends = self.producer.group_commit(self.commitlog, self.topics.all)
+            return self._sends
 
     @property
     def spark(self) -> "SparkSession":
@@ -195,7 +206,10 @@ class StoreContext:
         return context
 
     def close(self) -> None:
-        """Release what the tables keep warm and wake every held pull (they answer at once)."""
+        """Commit the default producer's queued sends, release what the tables keep warm and wake every
+        held pull (they answer at once)."""
+        if self._sends is not None:
+            self._sends.close()
         for table in self.tables.by_name().values():
             table.release()
         self.arrivals.notify()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import random
 import threading
 import time
 from dataclasses import dataclass
@@ -446,7 +447,7 @@ def with_retries(table: Table, attempts: int, step, *, what: str):
             return step(table.snapshot())
         except CommitConflict:
             log.info("%s: commit conflict on %s, attempt %d", what, table.spec.name, attempt)
-            time.sleep(min(0.5, 0.01 * attempt))
+            time.sleep(min(0.5, 0.005 * 2 ** attempt) * random.uniform(0.5, 1.5))  # backs off, with jitter
     raise ConcurrentWriteError(table.spec.name, f"{what}: other writers won {attempts} commits in a row")
 
 

@@ -17,7 +17,7 @@ import os
 import random
 import time
 import uuid
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from storelib.encoding.uniq_id import UniqIdGenerator, local_ip, month_start_ms, uniq_id_prefix_hex
 from storelib.model.config import StoreConfig
@@ -27,6 +27,7 @@ from storelib.model.topic import TopicConfig
 from storelib.model.validation import check_queue_id, check_send_topic, validate_message
 from storelib.send.arrow_frame import DATAFRAME_COLUMNS, NULL_VALUE, check_columns, spark_types
 from storelib.send.frame import NULL_KEY, EncodedFrame, UniqKeys
+from storelib.send.group_commit import GroupCommitProducer
 from storelib.send.schedule import plan_schedule, split_timer_properties, timer_deliver_ms
 from storelib.storage.commitlog import AppendResult, CommitLog, EncodedMessage, now_millis
 
@@ -77,9 +78,27 @@ class Producer:
         messages = list(messages)
         if not messages:
             return []
-        result = commitlog.append(self.encode(messages, topics))
+        return self._results(commitlog.append(self.encode(messages, topics)))
+
+    @staticmethod
+    def _results(result: AppendResult) -> list[SendResult]:
         return [SendResult("SEND_OK", r["msg_id"], r["uniq_key"], r["topic"], r["queue_id"], r["queue_offset"],
                            r["physical_offset"]) for r in result.rows]
+
+    def group_commit(self, commitlog: CommitLog, topics: Callable[[], Mapping[str, TopicConfig]], *, linger_ms: int = 0,
+                     max_batch: int = 1000) -> GroupCommitProducer[Message, EncodedMessage, SendResult]:
+        """A thread-safe producer whose concurrent sends share commits (:mod:`storelib.send.group_commit`):
+        each message is checked and encoded in its caller's thread against ``topics()``, and each group
+        appended to ``commitlog`` in one atomic commit.
+
+        >>> ctx = store.context
+        >>> with ctx.producer.group_commit(ctx.commitlog, ctx.topics.all) as p:
+        ...     p.send(Message("TopicTest", body=b"g", queue_id=0)).queue_offset
+        0
+        """
+        return GroupCommitProducer(lambda m: self.encode([m], topics())[0],
+                                   lambda group: self._results(commitlog.append(group)),
+                                   linger_ms=linger_ms, max_batch=max_batch)
 
     def send_dataframe(self, commitlog: CommitLog, topics: Mapping[str, TopicConfig], df: "DataFrame") -> AppendResult:
         """Check, complete and append a DataFrame of messages in one atomic commit (see :meth:`encode_dataframe`)."""

@@ -26,7 +26,6 @@ from storelib.consume.pull import PullMessageProcessor, PullRequest, PullResult,
 from storelib.consume.retry import send_back
 from storelib.consume.subscription import subscribe
 from storelib.context import StoreContext
-from storelib.delta.table import Prune
 from storelib.dispatch.reput import Dispatcher, DispatchResult
 from storelib.filter.registry import Subscription
 from storelib.filter.selector import MessageSelector
@@ -39,12 +38,13 @@ from storelib.model.group import GroupConfig
 from storelib.model.message import Message, SendResult, StoredMessage
 from storelib.model.timestamps import Timestamp
 from storelib.model.topic import PERM_READ, PERM_WRITE, TopicConfig
-from storelib.query.lookup import DEFAULT_QUERY_MAX_NUM, MessageQuery
+from storelib.query.lookup import MessageQuery
 from storelib.query.read import FilterStats, ReadExplain, explain_read, filter_stats, read_topic
-from storelib.query.scan import queue_units, table_rows, topic_messages
 from storelib.schedule.check import CheckResult, check_transactions, register_checker
 from storelib.schedule.deliver import DeliveryResult, deliver, recall
 from storelib.schedule.transaction import TransactionSendResult, TransactionState, end_transaction, send_in_transaction
+from storelib.send.group_commit import GroupCommitProducer
+from storelib.store.lookups import Lookups
 from storelib.storage.commitlog import AppendResult, min_physical_offset
 from storelib.storage.consume_queue import min_offset as queue_min
 
@@ -55,7 +55,7 @@ __all__ = ["MessageStore"]
 
 
 @translate_methods
-class MessageStore:
+class MessageStore(Lookups):
     """A message store rooted at one folder (or object-store path) holding its Delta tables.
 
     Open one with :meth:`open`. ``root``, ``spark`` and ``config`` say where it is, which session it
@@ -186,12 +186,23 @@ class MessageStore:
 
     # ---- sending ---------------------------------------------------------------------------
     def send(self, message: Message) -> SendResult:
-        """Store one message; return where it went (``SEND_OK``).
+        """Store one message; return where it went (``SEND_OK``). Concurrent sends share commits (:meth:`producer`).
 
         >>> store.send(Message("TopicTest", body=b"x", queue_id=1)).queue_id
         1
         """
-        return self.send_batch([message])[0]
+        return self._ctx.sends.send(message)
+
+    def producer(self, linger_ms: int = 0, max_batch: int = 1000) -> GroupCommitProducer:
+        """A thread-safe producer: ``send``, ``send_async`` (a future), ``flush``, ``close``; concurrent sends
+        share one commit (group commit), a group waiting up to ``linger_ms`` for more, at most ``max_batch``.
+
+        >>> with store.producer(linger_ms=5) as p:
+        ...     [f.result().send_status for f in [p.send_async(Message("TopicTest")) for _ in range(3)]]
+        ['SEND_OK', 'SEND_OK', 'SEND_OK']
+        """
+        return self._ctx.producer.group_commit(self._ctx.commitlog, self._ctx.topics.all, linger_ms=linger_ms,
+                                               max_batch=max_batch)
 
     def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
         """Store many messages in one atomic commit: all are stored, or none (and an error says why).
@@ -517,84 +528,3 @@ class MessageStore:
         0
         """
         return vacuum_store(self._ctx, retention_hours)
-
-    # ---- finding messages -------------------------------------------------------------------
-    def query_by_id(self, msg_id: str) -> StoredMessage:
-        """The message with this store message id, or :class:`~storelib.model.errors.MessageNotFoundError`.
-
-        An id of another store host, or a malformed id, raises :class:`~storelib.model.errors.MessageIdError`.
-
-        >>> store.query_by_id(r.msg_id).tags
-        'TagA'
-        """
-        return self._query.by_id(msg_id)
-
-    def query_by_key(self, topic: str, key: str, max_num: int = DEFAULT_QUERY_MAX_NUM, *,
-                     begin: Timestamp | None = None, end: Timestamp | None = None) -> list[StoredMessage]:
-        """Messages of ``topic`` with ``key`` among their KEYS, newest first (``max_num`` capped at 64).
-
-        ``begin`` and ``end`` bound the store time, inclusive: epoch milliseconds or aware datetimes.
-
-        >>> [m.msg_id for m in store.query_by_key("TopicTest", "order-1", begin=0)] == [r.msg_id]
-        True
-        """
-        return self._query.by_key(topic, key, max_num, begin, end)
-
-    def query_by_unique_key(self, topic: str, uniq_key: str) -> StoredMessage:
-        """The message whose UNIQ_KEY is ``uniq_key`` (RocketMQ client's message id).
-
-        >>> store.query_by_unique_key("TopicTest", r.uniq_key).msg_id == r.msg_id
-        True
-        """
-        return self._query.by_unique_key(topic, uniq_key)
-
-    def search_offset(self, topic: str, queue_id: int, timestamp: Timestamp) -> int:
-        """First queue offset stored at or after ``timestamp`` (``getOffsetInQueueByTime``).
-
-        >>> store.search_offset("TopicTest", r.queue_id, 0)
-        0
-        """
-        return self._query.search_offset(topic, queue_id, timestamp)
-
-    # ---- reading ---------------------------------------------------------------------------
-    def max_offset(self) -> int:
-        """The next commitlog offset (RocketMQ's ``getMaxPhyOffset``).
-
-        >>> store.max_offset() > 0
-        True
-        """
-        return self._ctx.commitlog.next_offset()
-
-    def max_queue_offset(self, topic: str, queue_id: int) -> int:
-        """One past the last dispatched queue offset of (topic, queue), 0 for none (``getMaxOffsetInQueue``);
-        read from the consume queue files' statistics.
-
-        >>> store.max_queue_offset("TopicTest", r.queue_id) >= 1
-        True
-        """
-        return self._query.max_queue_offset(topic, queue_id)
-
-    def table(self, name: str, prune: Prune | None = None) -> "DataFrame":
-        """A table's current rows as a DataFrame (files skipped by ``prune``'s statistics).
-
-        >>> store.table("topic_config").where("topic = 'TopicTest'").count() >= 1
-        True
-        """
-        return table_rows(self._ctx, name, prune)
-
-    def messages(self, topic: str | None = None) -> "DataFrame":
-        """Commitlog rows, optionally of one topic.
-
-        >>> store.messages("TopicTest").where("tags = 'TagA'").count()
-        1
-        """
-        return topic_messages(self._ctx, topic)
-
-    def consume_queue(self, topic: str, queue_id: int, begin: int = 0, end: int | None = None) -> "DataFrame":
-        """Consume queue rows of one queue with ``begin <= queue_offset < end``, reading only files that can hold them.
-
-        >>> store.consume_queue("TopicTest", r.queue_id, 0, 1).count()
-        1
-        """
-        return queue_units(self._ctx, topic, queue_id, begin, end)
-

@@ -1,0 +1,154 @@
+"""Group commit: concurrent sends of one process share commits; offsets stay RocketMQ's across processes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import threading
+from collections import defaultdict
+
+import pytest
+
+from storelib import Message
+from storelib.model.errors import ConcurrentWriteError, InvalidTopicError, StoreStateError
+from storelib.send.group_commit import GroupCommitProducer
+
+
+def _check_offsets(store, topic: str = "TopicTest") -> list[dict]:
+    """Every stored message of ``topic``: physical offsets back to back, queue offsets 0..n-1 per queue."""
+    rows = sorted(store.context.tables.commitlog.read_arrow(columns=["physical_offset", "size", "topic", "queue_id",
+                                                                     "queue_offset", "body"]).to_pylist(),
+                  key=lambda r: r["physical_offset"])
+    for a, b in zip(rows, rows[1:]):
+        assert b["physical_offset"] == a["physical_offset"] + a["size"], (a, b)
+    per_queue = defaultdict(list)
+    for r in rows:
+        if r["topic"] == topic:
+            per_queue[r["queue_id"]].append(r["queue_offset"])
+    for offsets in per_queue.values():
+        assert offsets == list(range(len(offsets)))
+    return [r for r in rows if r["topic"] == topic]
+
+
+def test_threads_share_commits_and_keep_their_order(store):
+    threads, each = 8, 25
+    results: dict[int, list] = {}
+
+    with store.producer() as producer:
+        def work(t: int) -> None:
+            results[t] = [producer.send(Message("TopicTest", body=f"{t}-{i}".encode(), queue_id=t % 4))
+                          for i in range(each)]
+
+        running = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+        for th in running:
+            th.start()
+        for th in running:
+            th.join()
+        commits = producer.commits
+    sent = [r for rs in results.values() for r in rs]
+    assert len(sent) == threads * each and {r.send_status for r in sent} == {"SEND_OK"}
+    assert len({r.msg_id for r in sent}) == len(sent) and len({r.commitlog_offset for r in sent}) == len(sent)
+    assert commits < len(sent)                                      # sends waiting on a commit went in together
+    for t, rs in results.items():                                   # each thread's sends in order in its queue
+        assert [r.queue_offset for r in rs] == sorted(r.queue_offset for r in rs)
+    rows = _check_offsets(store)
+    assert sorted(r["body"] for r in rows) == sorted(f"{t}-{i}".encode() for t in range(threads) for i in range(each))
+    by_offset = {r.commitlog_offset: r for r in sent}
+    assert all(by_offset[row["physical_offset"]].queue_offset == row["queue_offset"] for row in rows)
+
+
+def test_a_linger_gathers_async_sends_into_one_commit(store):
+    producer = store.producer(linger_ms=200, max_batch=50)
+    futures = [producer.send_async(Message("TopicTest", body=str(i).encode(), queue_id=0)) for i in range(20)]
+    assert [f.result().queue_offset for f in futures] == list(range(20))
+    assert (producer.commits, producer.committed) == (1, 20)
+    producer.close()
+    with pytest.raises(StoreStateError, match="is closed"):
+        producer.send(Message("TopicTest"))
+
+
+def test_max_batch_splits_groups_and_flush_waits(store):
+    with store.producer(linger_ms=500, max_batch=4) as producer:
+        futures = [producer.send_async(Message("TopicTest", queue_id=1)) for _ in range(10)]
+        producer.flush()
+        assert all(f.done() for f in futures) and producer.commits >= 3 and producer.committed == 10
+    assert store.max_queue_offset("TopicTest", 1) == 0 and _check_offsets(store)[-1]["queue_offset"] == 9
+
+
+def test_a_bad_message_fails_only_its_own_send(store):
+    with store.producer(linger_ms=100) as producer:
+        good = producer.send_async(Message("TopicTest", body=b"ok"))
+        with pytest.raises(InvalidTopicError):
+            producer.send_async(Message("No Such Topic!", body=b"bad"))
+        assert good.result().send_status == "SEND_OK"
+    assert [r["body"] for r in _check_offsets(store)] == [b"ok"]
+
+
+def test_a_failed_commit_fails_every_send_of_its_group():
+    calls = []
+
+    def append(group):
+        calls.append(list(group))
+        if len(calls) == 1:
+            raise ConcurrentWriteError("commitlog", "send: other writers won 16 commits in a row")
+        return [f"ok {g}" for g in group]
+
+    with GroupCommitProducer(lambda m: m, append, linger_ms=100) as producer:
+        first = [producer.send_async(i) for i in range(3)]
+        for f in first:
+            with pytest.raises(ConcurrentWriteError):
+                f.result()
+        assert producer.send(9) == "ok 9"                      # the next group commits
+    assert calls == [[0, 1, 2], [9]] and producer.commits == 1
+
+
+def test_store_send_from_threads_goes_through_the_default_producer(store):
+    def work(t):
+        for i in range(10):
+            store.send(Message("TopicTest", body=f"{t}.{i}".encode()))
+
+    running = [threading.Thread(target=work, args=(t,)) for t in range(6)]
+    for th in running:
+        th.start()
+    for th in running:
+        th.join()
+    assert store.context.sends.committed == 60 and store.context.sends.commits < 60
+    assert len(_check_offsets(store)) == 60
+
+
+def test_bad_settings_are_refused(store):
+    from storelib.model.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="linger_ms"):
+        store.producer(linger_ms=-1)
+    with pytest.raises(ConfigError, match="max_batch"):
+        store.producer(max_batch=0)
+
+
+PRODUCER = textwrap.dedent("""
+    import sys, threading
+    from storelib import Message, MessageStore
+    store = MessageStore.open(sys.argv[1])
+    with store.producer(linger_ms=2) as producer:
+        def work(t):
+            for i in range(int(sys.argv[3])):
+                producer.send(Message("TopicTest", body=f"{sys.argv[2]}-{t}-{i}".encode()))
+        threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+        [t.start() for t in threads]; [t.join() for t in threads]
+        print(producer.commits, producer.committed)
+""")
+
+
+@pytest.mark.slow
+def test_producer_processes_never_share_or_skip_an_offset(store, python_env):
+    """Two processes, four threads each, one store: every message once, offsets back to back (no Spark)."""
+    each = 15
+    procs = [subprocess.Popen([sys.executable, "-c", PRODUCER, store.root, str(p), str(each)], env=python_env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for p in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
+    assert [int(o[0].split()[1]) for o in outs] == [4 * each, 4 * each]
+    rows = _check_offsets(store)
+    assert sorted(r["body"] for r in rows) == sorted(f"{p}-{t}-{i}".encode() for p in range(2) for t in range(4)
+                                                     for i in range(each))
