@@ -10,6 +10,9 @@
 # MAGIC if it holds an earlier run's store), `output` (where figures are saved as PNG), `messages`.
 # MAGIC
 # MAGIC Locally: `.venv/bin/python notebooks/quickstart.py` (the store goes to `data/notebooks/quickstart`).
+# MAGIC On Databricks (a classic cluster with Spark 4): the cell below installs the two dependencies the runtime lacks;
+# MAGIC storelib is imported from the repository holding this notebook. On a cluster of several nodes, install
+# MAGIC storelib itself on the cluster too (for example `%pip install --no-deps /Workspace/<path to the repository>`).
 
 # COMMAND ----------
 
