@@ -15,12 +15,14 @@ commitlog offsets [0, 171); 2 topics, 1 groups, 1 subscriptions
 from __future__ import annotations
 
 import argparse
+import signal
+import threading
 
 import pyarrow.compute as pc
 
 from storelib.admin.command import add_verb
 from storelib.admin.output import Output
-from storelib.cli import Progress, non_negative_int
+from storelib.cli import Progress, non_negative_int, positive_int
 from storelib.model.errors import StoreCorruptedError
 from storelib.store import MessageStore
 
@@ -28,12 +30,36 @@ __all__ = ["register"]
 
 
 def _dispatch(store: MessageStore, args: argparse.Namespace, out: Output, progress: Progress) -> str:
+    if args.follow:
+        return _follow(store, args, progress)
     progress.say(f"dispatching from commitlog offset {min(store.dispatch_progress().values())} to {store.max_offset()}")
     result = store.dispatch()
     if result.from_offset == result.to_offset:
         return f"nothing new: the store is dispatched up to commitlog offset {result.to_offset}"
     return (f"dispatched commitlog [{result.from_offset}, {result.to_offset}) in {progress.elapsed:.1f}s: "
             + ", ".join(f"{n} {t} rows" for t, n in result.rows.items()))
+
+
+def _follow(store: MessageStore, args: argparse.Namespace, progress: Progress) -> str:
+    """Dispatch as messages arrive until SIGTERM or SIGINT; each round is atomic, so stopping is safe anywhere."""
+    stop, why = threading.Event(), []
+
+    def on_signal(signum: int, frame: object) -> None:
+        why.append(signal.Signals(signum).name)
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_signal)
+    rounds = []
+
+    def heard(r) -> None:
+        rounds.append(r)
+        progress.say(f"dispatched commitlog [{r.from_offset}, {r.to_offset}): {r.consume_queue_rows} consume_queue rows")
+
+    progress.say(f"following the commitlog from offset {min(store.dispatch_progress().values())}, every {args.interval_ms} ms")
+    total = store.dispatcher().run(follow=True, stop=stop, interval_ms=args.interval_ms, on_round=heard)
+    return (f"stopped by {why[0] if why else 'request'} after {progress.elapsed:.1f}s: {len(rounds)} rounds dispatched "
+            f"commitlog [{total.from_offset}, {total.to_offset}), {total.consume_queue_rows} consume_queue rows")
 
 
 def _deliver(store: MessageStore, args: argparse.Namespace, out: Output, progress: Progress) -> str:
@@ -118,7 +144,10 @@ def _verify(store: None, args: argparse.Namespace, out: Output, progress: Progre
 def register(sub: "argparse._SubParsersAction") -> None:
     """Add the service and upkeep verbs to the command's parser."""
     p = add_verb(sub, "dispatch", _dispatch, "Build consume queue, ext and index rows for everything new "
-                 "(ReputMessageService; starts Spark when there is something to do).", writes=True, create=True)
+                 "(ReputMessageService): small increments here with pyarrow, large ones as one Spark job.",
+                 writes=True, create=True)
+    p.add_argument("--follow", action="store_true", help="keep dispatching as messages arrive, until SIGTERM or SIGINT")
+    p.add_argument("--interval-ms", type=positive_int, default=100, help="with --follow: wait between idle rounds")
     for name, run, doc in (("deliver", _deliver, "Deliver the delayed, timer and sent-back messages that are due, "
                             "then dispatch them."),
                            ("check-transactions", _check, "Ask producer groups' checkers about half messages past "

@@ -1,4 +1,5 @@
-"""Dispatch: RocketMQ's ReputMessageService, as a Spark job over the new part of the commitlog.
+"""Dispatch: RocketMQ's ReputMessageService, as a Spark job over the new part of the commitlog, or, for
+an increment of at most ``dispatch_local_max_bytes``, the same work in this process with pyarrow alone.
 
 Each target table (``consume_queue``, ``consume_queue_ext`` and ``index``) keeps its
 own ``reput`` marker in its Delta log: the commitlog offset up to which it holds rows. A run reads
@@ -18,6 +19,10 @@ the message's topic (on the executors, vectorized over each batch the job reads:
 With the ext queue off, the ext target still moves its marker (with no rows), so the two always
 cover the same messages.
 
+A follower (``Dispatcher.run(follow=True)``, ``storelib dispatch --follow``) runs dispatch as messages
+arrive, round after round, until it is told to stop; each round is one run like any other, so a
+follower killed anywhere is restarted with nothing lost or dispatched twice.
+
 >>> from storelib import Message
 >>> sent = store.send(Message("TopicTest", keys=["k1", "k2"]))
 >>> result = store.dispatch()
@@ -29,6 +34,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Mapping
@@ -37,7 +43,7 @@ import pyarrow as pa
 
 from storelib.context import StoreContext
 from storelib.delta.table import CommitConflict, Prune, Table, WrittenFile
-from storelib.delta.writer import Target, write_items
+from storelib.delta.writer import Target, write_items, write_items_here
 from storelib.dispatch.calc_bitmap import FilterBitmaps
 from storelib.dispatch.request import CommitlogFiles, DispatchRequests
 from storelib.filter.summary import record_summaries, summarizer_for
@@ -148,8 +154,9 @@ class Dispatcher:
 
     def __init__(self, spark: "SparkSession | Callable[[], SparkSession]", commitlog: Table, targets: dict[str, Table], config: StoreConfig,
                  fault: Callable[[str], None] | None = None, registry: "SubscriptionRegistry | None" = None,
-                 summaries: Table | None = None):
+                 summaries: Table | None = None, notify: Callable[[], None] | None = None):
         self._spark = spark
+        self._notify = notify
         self.commitlog = commitlog
         self.targets = targets
         self.config = config
@@ -170,7 +177,7 @@ class Dispatcher:
         """The dispatcher of a store's context. ``fault`` (a test seam) is called with the name of
         each step it reaches (``<table>.written``, ``<table>.summarized``, ``<table>.committed``)."""
         return cls(lambda: ctx.spark, ctx.tables.commitlog, dispatch_targets(ctx), ctx.config, fault=fault,
-                   registry=ctx.registry, summaries=ctx.tables.ext_summary)
+                   registry=ctx.registry, summaries=ctx.tables.ext_summary, notify=ctx.arrivals.notify)
 
     def _step(self, name: str) -> None:
         if self._fault is not None:
@@ -182,13 +189,50 @@ class Dispatcher:
         out["commitlog"] = Table.marker(self.commitlog.snapshot(), COMMITLOG_MARKER)
         return out
 
-    def run(self) -> DispatchResult:
-        """Dispatch everything sequenced so far; return what was done.
+    def run(self, follow: bool = False, *, stop: threading.Event | None = None, interval_ms: int = 100,
+            on_round: Callable[[DispatchResult], None] | None = None) -> DispatchResult:
+        """Dispatch everything sequenced so far; return what was done. Pulls held in this process are woken.
 
-        One Spark job reads the commitlog range once and writes every target's files; the targets
-        then commit one by one, in order. When another dispatcher took a target's next version,
-        the targets not yet committed are redone from fresh snapshots.
+        One Spark job (or, for a small increment, this process) reads the commitlog range once and
+        writes every target's files; the targets then commit one by one, in order. When another
+        dispatcher took a target's next version, the targets not yet committed are redone from fresh
+        snapshots. With ``follow``, it goes on round after round until ``stop`` is set: a round that
+        found nothing new waits ``interval_ms``; ``on_round`` hears of each round that dispatched
+        something; the result then covers every round.
+
+        >>> from storelib import Message
+        >>> stop = threading.Event()
+        >>> def heard(r):
+        ...     print("dispatched", r.consume_queue_rows); stop.set()
+        >>> _ = store.send(Message("TopicTest"))
+        >>> Dispatcher.of(store.context).run(follow=True, stop=stop, on_round=heard).consume_queue_rows
+        dispatched 1
+        1
         """
+        if not follow:
+            try:
+                return self._run_once()
+            finally:
+                if self._notify is not None:
+                    self._notify()
+        stop = stop or threading.Event()
+        total: DispatchResult | None = None
+        while not stop.is_set():
+            r = self.run()
+            if total is None:
+                total = DispatchResult(r.from_offset, r.to_offset)
+            total.to_offset = r.to_offset
+            for name, n in r.rows.items():
+                total.rows[name] = total.rows.get(name, 0) + n
+            total.versions.update(r.versions)
+            if r.to_offset > r.from_offset:
+                if on_round is not None:
+                    on_round(r)
+            else:
+                stop.wait(interval_ms / 1000)
+        return total or self.run()
+
+    def _run_once(self) -> DispatchResult:
         commitlog = self.commitlog.snapshot()
         end = Table.marker(commitlog, COMMITLOG_MARKER)
         result = DispatchResult(end, end)
@@ -282,8 +326,10 @@ class Dispatcher:
                  for p, lo, hi in zip(actions.column("path").to_pylist(),
                                       actions.column("min.physical_offset").to_pylist(),
                                       actions.column("max.physical_offset").to_pylist())]
-        return write_items(self.spark, files, actions.column("size_bytes").to_pylist(), targets,
-                           CommitlogFiles(low, end, False, requests))
+        per_file = CommitlogFiles(low, end, False, requests)
+        if end - low <= self.config.dispatch_local_max_bytes:  # a small increment: here, no Spark job
+            return write_items_here(files, targets, per_file)
+        return write_items(self.spark, files, actions.column("size_bytes").to_pylist(), targets, per_file)
 
     @property
     def ext_enabled(self) -> bool:

@@ -67,6 +67,9 @@ class StoreConfig:
     #: Compaction clusters a commitlog file only when every message in it is dispatched and its newest
     #: message is at least this old, in milliseconds (so fresh data stays in append order for pulls).
     cluster_settle_ms: int = 10 * 60 * 1000
+    #: A dispatch of at most this many commitlog bytes runs in this process with pyarrow, without a
+    #: Spark job (a follower's small increments); larger ones run as one Spark job (0: always Spark).
+    dispatch_local_max_bytes: int = 16 * 1024 * 1024
     #: How many times a write retries when another writer committed first.
     max_commit_attempts: int = 50
     # ---- consuming (PullMessageProcessor, DefaultMessageStore.getMessage, PullRequestHoldService) ----

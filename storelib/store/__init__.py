@@ -301,10 +301,16 @@ class MessageStore(Lookups):
         >>> store.dispatch().to_offset == store.max_offset()
         True
         """
-        try:
-            return Dispatcher.of(self._ctx).run()
-        finally:
-            self._ctx.arrivals.notify()
+        return Dispatcher.of(self._ctx).run()
+
+    def dispatcher(self) -> Dispatcher:
+        """The store's dispatcher: ``run()`` once, or ``run(follow=True, stop=event)`` to keep dispatching as
+        messages arrive (a follower, as ``storelib dispatch --follow`` runs it).
+
+        >>> store.dispatcher().progress()["commitlog"] == store.max_offset()
+        True
+        """
+        return Dispatcher.of(self._ctx)
 
     def dispatch_progress(self) -> dict[str, int]:
         """How far each dispatched table has come, in commitlog offsets, and where the commitlog ends.
