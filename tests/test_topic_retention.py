@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
@@ -105,6 +106,8 @@ def assert_expired(store, spark, batches):
         pulled = store.pull("G", SHORT, q, 2, selector="*")
         assert pulled.status == PullStatus.FOUND and [m.queue_offset for m in pulled.messages] == [2, 3]
         assert {q: store.min_queue_offset("TopicTest", q) for q in range(4)} == dict.fromkeys(range(4), 0)
+        assert store.search_offset(SHORT, q, 0) == 2
+        assert [r.queue_offset for r in store.consume_queue(SHORT, q).collect()] == [2, 3]
     gone = batches[0][0][1]
     assert store.query_by_key(SHORT, "s0-1") == [] and store.query_by_key(SHORT, "s1-0") == []
     assert [m.queue_offset for m in store.query_by_key(SHORT, "s2-1")] == [2]
@@ -136,8 +139,12 @@ def test_expired_messages_leave_every_read_and_the_other_topic_stays(spark, stor
     assert_same_rows(store.messages("TopicTest"), others)
     assert_same_rows(store.messages(SHORT), survivors)
     assert_expired(store, spark, batches)
-    history = store.context.tables.commitlog.snapshot().history(1)[0]
-    assert history["storelib.operation"] == EXPIRE_TOPIC
+    snapshot = store.context.tables.commitlog.snapshot()
+    assert snapshot.history(1)[0]["storelib.operation"] == EXPIRE_TOPIC
+    with open(os.path.join(store.context.tables.commitlog.path, "_delta_log", f"{snapshot.version():020d}.json")) as f:
+        actions = [json.loads(line) for line in f]
+    changes = [a[k]["dataChange"] for a in actions for k in ("add", "remove") if k in a]
+    assert len(changes) >= 2 and all(changes)  # rows are gone: a data change, as Delta requires
 
     version = versions(store)
     assert store.expire_topics(now=now) == {SHORT: 0}
@@ -250,3 +257,34 @@ def test_retention_setting(store):
     with pytest.raises(ConfigError) as e:
         store.expire_topics(now="tomorrow")
     assert e.value.field == "now"
+
+
+def test_store_from_before_per_topic_retention(spark, store_path):
+    """A store written without retention_ms and commitlog_expired: it verifies, opens, and gets both."""
+    import shutil
+    import datetime as dt
+
+    from deltalake import DeltaTable, write_deltalake
+
+    from storelib.storage.schema import TOPIC_CONFIG
+
+    store = MessageStore.create(store_path, spark)
+    store.create_topic("TopicTest", queues=4)
+    store.send(Message("TopicTest", body=b"x"))
+    store.dispatch()
+    store.close()
+    tables = store.context.tables
+    shutil.rmtree(tables.commitlog_expired.path)
+    old = pa.schema([f for f in TOPIC_CONFIG.arrow if f.name != "retention_ms"])
+    shutil.rmtree(tables.topic_config.path)
+    DeltaTable.create(tables.topic_config.path, old)
+    write_deltalake(tables.topic_config.path, pa.Table.from_pylist(
+        [{"topic": "TopicTest", "read_queue_nums": 4, "write_queue_nums": 4, "perm": 6, "topic_filter_type": "SINGLE_TAG",
+          "order": False, "updated_at": dt.datetime.now(dt.timezone.utc), "cluster_by": None}], schema=old), mode="append")
+
+    assert MessageStore.verify(store_path, spark, full=True) == []
+    reopened = MessageStore.open(store_path, spark)
+    assert reopened.topic_config("TopicTest").retention_ms is None
+    assert reopened.create_topic("TopicTest", 4, retention_ms=5).retention_ms == 5
+    assert reopened.expire_topics(now=2**62) == {"TopicTest": 1}
+    assert MessageStore.verify(store_path, spark, full=True) == []

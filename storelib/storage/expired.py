@@ -22,6 +22,7 @@ import datetime as dt
 import numpy as np
 import pyarrow as pa
 from deltalake import CommitProperties, write_deltalake
+from deltalake.exceptions import TableNotFoundError
 
 from storelib.delta.table import Table
 from storelib.storage.schema import COMMITLOG_EXPIRED
@@ -67,12 +68,16 @@ def removed_runs(offsets: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np
 
 
 def read_runs(table: Table) -> dict[int, int]:
-    """Every recorded run as ``{start: end}`` (the furthest end where runs share a start).
+    """Every recorded run as ``{start: end}`` (the furthest end where runs share a start); none where
+    the table is not there yet (a store last opened by a storelib without per-topic retention).
 
     >>> read_runs(store.context.tables.commitlog_expired)
     {}
     """
-    rows = table.read_arrow(columns=["start_offset", "end_offset"])
+    try:
+        rows = table.read_arrow(columns=["start_offset", "end_offset"])
+    except TableNotFoundError:
+        return {}
     out: dict[int, int] = {}
     for s, e in zip(rows.column("start_offset").to_pylist(), rows.column("end_offset").to_pylist()):
         out[s] = max(e, out.get(s, e))
