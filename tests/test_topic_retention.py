@@ -13,6 +13,7 @@ from pyspark.sql import functions as F
 
 from storelib import Message, MessageStore
 from storelib.consume.get_message import GetMessageStatus
+from storelib.delta.table import Table, add_actions
 from storelib.consume.pull import PullStatus
 from storelib.maintenance.topic_retention import EXPIRE_TOPIC, expire_topics
 from storelib.model.errors import ConfigError, MessageNotFoundError
@@ -225,6 +226,13 @@ def test_vacuum_reclaims_the_space(spark, store_path):
     assert MessageStore.verify(store.root, spark, full=True) == []
 
 
+def queue_files(store, name):
+    """Files per queue of a consume queue table, by topic."""
+    actions = add_actions(store.context.tables.by_name()[name].snapshot())
+    return {t: [Table.only(actions, {"topic": t, "queue_id": q}).num_rows for q in range(n)]
+            for t, n in ((SHORT, 2), ("TopicTest", 4))}
+
+
 def test_undispatched_messages_are_never_removed(spark, store_path):
     store = make_store(spark, store_path)
     batches = send_shared(store, 2)
@@ -235,9 +243,14 @@ def test_undispatched_messages_are_never_removed(spark, store_path):
     assert {q: store.min_queue_offset(SHORT, q) for q in range(2)} == {0: 2, 1: 2}
     assert sorted(r.physical_offset for r in store.messages(SHORT).collect()) == offsets_of(batches[2:], 0)
     store.dispatch()
+    files = {name: queue_files(store, name) for name in ("consume_queue", "consume_queue_ext")}
     assert store.expire_topics(now=far) == {SHORT: 4}
     assert store.messages(SHORT).count() == 0 and store.messages("TopicTest").count() == 16
     assert {q: store.min_queue_offset(SHORT, q) for q in range(2)} == {0: 4, 1: 4}
+    assert {q: store.max_queue_offset(SHORT, q) for q in range(2)} == {0: 4, 1: 4}
+    for name, before in files.items():  # per Short queue, one file per dispatched batch: all but the last go
+        assert before[SHORT] == [3, 3] and queue_files(store, name)[SHORT] == [1, 1]
+        assert queue_files(store, name)["TopicTest"] == before["TopicTest"]
     assert MessageStore.verify(store.root, spark, full=True) == []
 
 
