@@ -301,3 +301,29 @@ def test_store_from_before_per_topic_retention(spark, store_path):
     assert reopened.create_topic("TopicTest", 4, retention_ms=5).retention_ms == 5
     assert reopened.expire_topics(now=2**62) == {"TopicTest": 1}
     assert MessageStore.verify(store_path, spark, full=True) == []
+
+
+def test_a_pull_that_read_the_queue_before_the_cut_gets_message_was_removing(spark, store_path):
+    """A pull racing expiry: its consume queue view is from before the markers moved (here a copy of the
+    table taken then), its commitlog view from after the rewrite. RocketMQ's answer: MESSAGE_WAS_REMOVING,
+    and the next offset past the units scanned."""
+    import dataclasses
+    import shutil
+
+    from storelib.consume.get_message import get_message
+
+    store = make_store(spark, store_path)
+    batches, now = scenario(store)
+    cq = store.context.tables.consume_queue
+    shutil.copytree(cq.path, store_path + "-cq-before")
+    store.expire_topics(now=now)
+    tables = dataclasses.replace(store.context.tables, consume_queue=Table(store_path + "-cq-before", cq.spec))
+    racing = dataclasses.replace(store.context, tables=tables)
+    got = get_message(racing, "G", SHORT, 0, 0, 32)  # units 0-1 point at removed rows, 2-3 are found
+    assert (got.status, got.queue_offsets, got.next_begin_offset) == (GetMessageStatus.FOUND, [2, 3], 4)
+    store.expire_topics(now=2**62)  # now every Short message is gone
+    for offset in (0, 2, 3):
+        got = get_message(racing, "G", SHORT, 0, offset, 32)
+        assert (got.status, got.messages, got.next_begin_offset) == (GetMessageStatus.MESSAGE_WAS_REMOVING, [], 4)
+    got = store.get_message("G", SHORT, 0, 0)
+    assert (got.status, got.next_begin_offset) == (GetMessageStatus.OFFSET_TOO_SMALL, 4)
