@@ -125,6 +125,10 @@ def assert_expired(store, spark, batches):
     assert spark.sql(f"SELECT count(*) AS n FROM messages_by_key WHERE topic = '{SHORT}' AND key = 's1-1'").first().n == 0
     assert spark.sql(f"SELECT count(*) AS n FROM messages_by_key WHERE topic = '{SHORT}' AND key = 's3-1'").first().n == 1
     assert spark.sql("SELECT count(*) AS n FROM messages WHERE topic = 'TopicTest'").first().n == 16
+    for view in ("consume_queue", "consume_queue_ext"):  # units below the min offsets are not served
+        rows = spark.sql(f"SELECT topic, queue_offset FROM {view} WHERE topic IN ('{SHORT}', 'TopicTest')").collect()
+        assert sorted(r.queue_offset for r in rows if r.topic == SHORT) == [2, 2, 3, 3]
+        assert sorted(r.queue_offset for r in rows if r.topic == "TopicTest") == sorted(list(range(4)) * 4)
     assert MessageStore.verify(store.root, spark, full=True) == []
 
 
