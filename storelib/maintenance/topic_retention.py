@@ -13,7 +13,10 @@ same files stay. :func:`expire_topics` does it in steps, each one commit, each s
    ``cqmin/<topic>/<queue_id>`` marker (the one :func:`~storelib.maintenance.retention.clean_consume_queue`
    moves), together with the removal of the queue's files wholly below it (never its last file, which
    holds its max offset). From here on a pull below the cut answers ``OFFSET_TOO_SMALL`` with the cut as
-   ``next_begin_offset``. The markers are the decision: the next steps only carry it out.
+   ``next_begin_offset``; a pull that read the queue before the cut may still meet units whose message
+   step 3 removed, and gets RocketMQ's ``MESSAGE_WAS_REMOVING`` (or the messages past them). The
+   markers are the decision: the next steps only carry it out. (A unit stored earlier than a unit
+   before it in the queue, which clocks can cause, goes with the first later cut past both.)
 2. **runs** (``commitlog_expired``): the commitlog rows below the cuts, as runs of adjacent offsets,
    are recorded (:mod:`storelib.storage.expired`) so the integrity checks see no hole where they go.
 3. **commitlog**: the commitlog files holding such rows (all of whose rows are dispatched) are rewritten
@@ -24,7 +27,8 @@ same files stay. :func:`expire_topics` does it in steps, each one commit, each s
 4. **ext** (``consume_queue_ext``): the topic's ext files wholly below the cuts are removed.
 
 A crash after any step leaves the store consistent and a rerun finishes the job: the cuts only grow,
-so step 3 finds what is still to remove from the markers, whatever the clock says then. Index rows of
+so step 3 finds what is still to remove from the markers, whatever the clock says then. Until it has
+(a crash after step 1 or 2), reads and look-ups still find the messages below the cuts. Index rows of
 removed messages stay until the global retention removes their files; a look-up finds no message
 behind them and skips them, as RocketMQ's ``queryMessage`` skips entries whose message is gone.
 
