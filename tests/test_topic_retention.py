@@ -331,3 +331,21 @@ def test_a_pull_that_read_the_queue_before_the_cut_gets_message_was_removing(spa
         assert (got.status, got.messages, got.next_begin_offset) == (GetMessageStatus.MESSAGE_WAS_REMOVING, [], 4)
     got = store.get_message("G", SHORT, 0, 0)
     assert (got.status, got.next_begin_offset) == (GetMessageStatus.OFFSET_TOO_SMALL, 4)
+
+
+def test_a_send_while_the_commitlog_is_rewritten_is_kept(spark, store_path):
+    """A producer commits between the rewrite's plan and its commit: the commit lands after it, the send stays."""
+    store = make_store(spark, store_path)
+    batches, now = scenario(store)
+    sent = []
+
+    def send_meanwhile(step):
+        if step == "commitlog.summarized" and not sent:
+            sent.append(store.send(Message(SHORT, body=b"meanwhile", queue_id=0)))
+
+    assert expire_topics(store.context, now, fault=send_meanwhile) == {SHORT: 4}
+    assert store.query_by_id(sent[0].msg_id).body == b"meanwhile"
+    store.dispatch()
+    pulled = store.pull("G", SHORT, 0, 2, selector="*")
+    assert [m.body for m in pulled.messages][-1] == b"meanwhile" and pulled.next_begin_offset == 5
+    assert MessageStore.verify(store.root, spark, full=True) == []
