@@ -9,7 +9,7 @@ offset and subscription tables, the producer, and the notifier pulls wait on).
 >>> ctx.tables.commitlog.spec.name, ctx.config.store_host
 ('commitlog', '127.0.0.1:10911')
 >>> sorted(ctx.tables.by_name())[:3]
-['commitlog', 'commitlog_summary', 'consume_queue']
+['commitlog', 'commitlog_expired', 'commitlog_summary']
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ class StoreTables:
 
     >>> tables = StoreTables.at(tmp + "/fresh").ensure()
     >>> tables.index.spec.name, len(tables.by_name())
-    ('index', 11)
+    ('index', 12)
     """
 
     commitlog: Table
@@ -67,6 +67,7 @@ class StoreTables:
     subscription_group: Table
     consumer_offset: Table
     transaction_checker: Table
+    commitlog_expired: Table
 
     @classmethod
     def at(cls, root: str, properties: Mapping[str, str] | None = None) -> "StoreTables":

@@ -1,8 +1,8 @@
 """The store in plain SQL: temporary views over its tables, and the parameterised files in ``sql/``.
 
 :func:`register_views` names each table's current snapshot (``commitlog``, ``consume_queue``,
-``consume_queue_ext``, ``index``, ``topic_config``) plus ``messages_by_key``, the index joined to
-the messages it points at. Files in ``sql/`` are one statement each, with a header naming their
+``consume_queue_ext``, ``index``, ``topic_config``; the queue tables without units below their queue's
+min offset, which retention passed) plus ``messages_by_key``, the index joined to the messages it points at. Files in ``sql/`` are one statement each, with a header naming their
 parameters (``-- :topic string``); :func:`run_file` binds the values as Spark SQL parameters, so a
 value is never part of the statement's text.
 
@@ -64,6 +64,8 @@ def register_views(spark: "SparkSession", store: "MessageStore", *, delta: bool 
     for name in ("commitlog", "consume_queue", "consume_queue_ext", "index", "topic_config"):
         table = store.context.tables.by_name()[name]
         df = spark.read.format("delta").load(table.path) if delta else store.table(name)
+        if name.startswith("consume_queue"):
+            df = _served(spark, store, df)
         df.createOrReplaceTempView(name)
         names.append(name)
     register(spark)
@@ -75,6 +77,21 @@ def register_views(spark: "SparkSession", store: "MessageStore", *, delta: bool 
         source.where("physical_offset >= 0").createOrReplaceTempView(name)
         names.append(name)
     return names
+
+
+def _served(spark: "SparkSession", store: "MessageStore", units: "DataFrame") -> "DataFrame":
+    """Queue units at or above their queue's min offset (where retention moved it)."""
+    from pyspark.sql import functions as F
+
+    from storelib.storage.consume_queue import moved_min_offsets
+
+    queues = [(t, q) for t, c in store.context.topics.all().items() for q in range(max(c.read_queue_nums, c.write_queue_nums))]
+    mins = moved_min_offsets(store.context.tables.consume_queue, queues)
+    if not mins:
+        return units
+    floor = spark.createDataFrame([(t, q, m) for (t, q), m in mins.items()], "topic string, queue_id int, _min bigint")
+    return (units.join(F.broadcast(floor), ["topic", "queue_id"], "left")
+            .where(F.col("_min").isNull() | (F.col("queue_offset") >= F.col("_min"))).select(*units.columns))
 
 
 def parse_parameters(text: str) -> dict[str, tuple[str, str | None]]:

@@ -192,6 +192,30 @@ def test_upkeep_verbs(filled, capsys):
     assert (code, out) == (0, "nothing new: no half message is waiting for a check-back\n")
 
 
+def test_topic_retention_through_the_command(filled, capsys):
+    store, results = filled
+    code, out, _ = run(capsys, "topic", "create", "Short", "--queues", "2", "--retention-ms", "60000", "--store", store.root)
+    assert code == 0 and out.rstrip().endswith("messages kept 60000 ms")
+    code, out, _ = run(capsys, "topic", "update", "Short", "--perm", "6", "--store", store.root)
+    assert "messages kept 60000 ms" in out                                       # kept on update
+    short = store.send_batch([Message("Short", keys=[f"s{i}"]) for i in range(6)])
+    store.dispatch()
+    now = int(max(m.store_timestamp for m in [store.query_by_id(r.msg_id) for r in short]).timestamp() * 1000)
+    code, out, _ = run(capsys, "retention", "--now", str(now + 1000), "--store", store.root)
+    assert (code, out) == (0, f"nothing expired: the store starts at commitlog offset {store.min_offset()}\n")
+    code, out, _ = run(capsys, "retention", "--now", str(now + 61_000), "--store", store.root)
+    assert code == 0 and "6 messages of Short removed" in out, out
+    code, _, err = run(capsys, "query", "key", "Short", "s3", "--store", store.root)
+    assert code == 1 and "not found" in err
+    status = run_json(capsys, "topic", "status", "Short", "--store", store.root)
+    assert [(s["min_offset"], s["max_offset"]) for s in status] == [(3, 3), (3, 3)]
+    assert store.query_by_id(results[0].msg_id).body == b"m0"                    # TopicTest keeps everything
+    listed = {t["topic"]: t for t in run_json(capsys, "topic", "list", "--store", store.root)}
+    assert (listed["Short"]["retention_ms"], listed["TopicTest"]["retention_ms"]) == (60000, None)
+    code, out, _ = run(capsys, "topic", "update", "Short", "--retention-ms", "0", "--store", store.root)
+    assert code == 0 and "kept" not in out and store.topic_config("Short").retention_ms is None
+
+
 def test_a_damaged_store_is_reported_by_verify(filled, capsys):
     store, _ = filled
     log = Path(store.root) / "consume_queue" / "_delta_log"

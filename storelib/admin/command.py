@@ -81,8 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command with ``argv`` (default: the process's arguments); returns the exit code.
 
     >>> main(["topic", "list", "--store", store.root])
-    topic      read_queues  write_queues  perm  order  cluster_by
-    ---------  -----------  ------------  ----  -----  ----------
+    topic      read_queues  write_queues  perm  order  cluster_by  retention_ms
+    ---------  -----------  ------------  ----  -----  ----------  ------------
     TopicTest            4             4  RW-   false  TAGS
     0
     """

@@ -21,9 +21,10 @@ from typing import Any
 from storelib.admin.command import add_verb
 from storelib.admin.output import Output
 from storelib.cli import Progress, non_negative_int, positive_int
-from storelib.model.group import GroupConfig
 from storelib.consume.get_message import get_message
-from storelib.model.topic import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, TopicConfig, is_system_topic, perm_to_string
+from storelib.model.group import GroupConfig
+from storelib.model.topic import (DLQ_GROUP_TOPIC_PREFIX, PERM_READ, PERM_WRITE, RETRY_GROUP_TOPIC_PREFIX, UNCHANGED, TopicConfig,
+                                  is_system_topic, perm_to_string)
 from storelib.store import MessageStore
 
 __all__ = ["register", "topic_row"]
@@ -36,17 +37,24 @@ def topic_row(config: TopicConfig) -> dict[str, Any]:
     'RW-'
     """
     return {"topic": config.topic, "read_queues": config.read_queue_nums, "write_queues": config.write_queue_nums,
-            "perm": perm_to_string(config.perm), "order": config.order, "cluster_by": list(config.cluster_by)}
+            "perm": perm_to_string(config.perm), "order": config.order, "cluster_by": list(config.cluster_by),
+            "retention_ms": config.retention_ms}
 
 
 def _create(store: MessageStore, args: argparse.Namespace, out: Output, progress: Progress) -> str:
-    if args.verb == "topic update":
-        store.topic_config(args.topic)  # must exist
-    c = store.create_topic(args.topic, args.queues, read_queues=args.read_queues, write_queues=args.write_queues,
-                           perm=args.perm, order=args.order, cluster_by=args.cluster_by)
+    old = store.topic_config(args.topic) if args.verb == "topic update" else None  # an update: it must exist
+    n = args.queues if args.queues is not None else store.config.default_topic_queue_nums
+    read = args.read_queues or args.queues or (old.read_queue_nums if old else n)
+    write = args.write_queues or args.queues or (old.write_queue_nums if old else n)
+    perm = args.perm if args.perm is not None else (old.perm if old else PERM_READ | PERM_WRITE)
+    order = args.order if args.order is not None else (old.order if old else False)
+    retention = UNCHANGED if args.retention_ms is None else (None if args.retention_ms == 0 else args.retention_ms)
+    c = store.create_topic(args.topic, read_queues=read, write_queues=write, perm=perm, order=order,
+                           cluster_by=args.cluster_by, retention_ms=retention)
     did = "updated" if args.verb == "topic update" else "created"
+    kept = f", messages kept {c.retention_ms} ms" if c.retention_ms else ""
     return (f"{did} topic {c.topic}: {c.read_queue_nums} read / {c.write_queue_nums} write queues, "
-            f"perm {perm_to_string(c.perm)}, clustered by {','.join(c.cluster_by)}")
+            f"perm {perm_to_string(c.perm)}, clustered by {','.join(c.cluster_by)}{kept}")
 
 
 def _list(store: MessageStore, args: argparse.Namespace, out: Output, progress: Progress) -> None:
@@ -103,10 +111,14 @@ def register(sub: "argparse._SubParsersAction") -> None:
                        help="read and write queues (None: the store's default_topic_queue_nums, or kept on update)")
         p.add_argument("--read-queues", type=positive_int, default=None, help="read queues, if not --queues")
         p.add_argument("--write-queues", type=positive_int, default=None, help="write queues, if not --queues")
-        p.add_argument("--perm", type=non_negative_int, default=6, help="permission bits: 2 write, 4 read, 6 both")
-        p.add_argument("--order", action="store_true", help="an ordered topic")
+        p.add_argument("--perm", type=non_negative_int, default=None,
+                       help="permission bits: 2 write, 4 read, 6 both (None: 6, or kept on update)")
+        p.add_argument("--order", action="store_const", const=True, default=None, help="an ordered topic (kept on update)")
         p.add_argument("--cluster-by", nargs="+", default=None, metavar="KEY",
                        help="clustering keys for compact(): TAGS and/or property names, at most 4 (None: TAGS, or kept)")
+        p.add_argument("--retention-ms", type=non_negative_int, default=None,
+                       help="keep the topic's messages this long after their store time; 0: no per-topic retention "
+                            "(None: none for a new topic, kept on update)")
     p = add_verb(verbs, "list", _list, "List the topics with their queues, permission and clustering keys (topicList).",
                  prefix="topic")
     p.add_argument("--system", action="store_true", help="also list %%RETRY%%, %%DLQ%% and system topics")

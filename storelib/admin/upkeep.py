@@ -89,11 +89,15 @@ def _check(store: MessageStore, args: argparse.Namespace, out: Output, progress:
 
 
 def _retention(store: MessageStore, args: argparse.Namespace, out: Output, progress: Progress) -> str:
-    removed = store.delete_expired_files(args.reserved_hours, now=args.now)
-    if not any(removed.values()):
+    # delete_expired_files' steps, one by one, to report each: the commitlog, per topic, what pointed in
+    removed = {"commitlog": store.clean_commitlog(args.reserved_hours, now=args.now)}
+    progress.say("expiring messages of topics with their own retention_ms")
+    expired = {t: n for t, n in store.expire_topics(now=args.now).items() if n}
+    removed.update(store.clean_consume_queue())
+    if not any(removed.values()) and not expired:
         return f"nothing expired: the store starts at commitlog offset {store.min_offset()}"
-    return (", ".join(f"{n} {t} files" for t, n in removed.items() if n)
-            + f" removed; the store now starts at commitlog offset {store.min_offset()} (vacuum frees the bytes)")
+    parts = [f"{n} {t} files" for t, n in removed.items() if n] + [f"{n} messages of {t}" for t, n in expired.items()]
+    return ", ".join(parts) + f" removed; the store starts at commitlog offset {store.min_offset()} (vacuum frees the bytes)"
 
 
 def _compact(store: MessageStore, args: argparse.Namespace, out: Output, progress: Progress) -> str:
@@ -154,8 +158,9 @@ def register(sub: "argparse._SubParsersAction") -> None:
                             "their timeout (check-back).")):
         p = add_verb(sub, name, run, doc, writes=True, create=True)
         p.add_argument("--now", type=non_negative_int, default=None, help="the time to act at, epoch ms (None: the clock)")
-    p = add_verb(sub, "retention", _retention, "Remove expired commitlog files, then what pointed into them "
-                 "(CleanCommitLogService, CleanConsumeQueueService).", writes=True)
+    p = add_verb(sub, "retention", _retention, "Remove expired commitlog files, messages past their topic's "
+                 "retention_ms, then what pointed into them (CleanCommitLogService, CleanConsumeQueueService).",
+                 writes=True)
     p.add_argument("--reserved-hours", type=float, default=None,
                    help="keep files this long after their newest message (None: the file_reserved_time setting, 72)")
     p.add_argument("--now", type=non_negative_int, default=None, help="the time to judge at, epoch ms (None: the clock)")

@@ -33,7 +33,7 @@ anywhere leaves at most unreferenced files: a rerun plans from the table again.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterator, Mapping
 
 import numpy as np
@@ -49,6 +49,7 @@ from storelib.filter.summary import RowGroupSummarizer, record_row_group_summari
 from storelib.model.timestamps import now_ms
 from storelib.model.topic import TAGS_KEY, MAX_CLUSTER_KEYS
 from storelib.storage.commitlog import CLUSTERED_PREFIX, is_clustered
+from storelib.storage.expired import expired_mask
 from storelib.storage.schema import CLUSTERED_ROW_GROUP_ROWS
 
 if TYPE_CHECKING:
@@ -139,7 +140,7 @@ def cluster_commitlog(ctx: StoreContext, *, settle_ms: int | None = None, attemp
         bins = plan_bins(add_actions(snapshot), settled_end(ctx), now_ms() - settle, ctx.config.target_file_size * 7 // 8)
         if not bins:
             return ClusterResult(0, 0, 0, time.perf_counter() - began)
-        files = _write_bins(ctx, bins)
+        files = write_bins(ctx, bins)
         _fault(fault, "written")
         record_row_group_summaries(ctx.tables.commitlog_summary, files)
         _fault(fault, "summarized")
@@ -156,9 +157,10 @@ def _fault(fault: Callable[[str], None] | None, name: str) -> None:
         fault(name)
 
 
-def _write_bins(ctx: StoreContext, bins: list[list[dict]]):
+def write_bins(ctx: StoreContext, bins: list[list[dict]], drop: Mapping[str, Mapping[int, int]] | None = None):
     """One Spark job, one task per run of bins: each bin read, sorted and written by :class:`ClusterBin`
-    with pyarrow on an executor (no shuffle, no sort by Spark)."""
+    with pyarrow on an executor (no shuffle, no sort by Spark); rows below ``drop``'s cuts left out
+    (per-topic retention, :mod:`storelib.maintenance.topic_retention`)."""
     table, ext = ctx.tables.commitlog, ctx.tables.consume_queue_ext
     ext_actions = add_actions(ext.snapshot()) if ctx.config.enable_consume_queue_ext else None
     bloom = ctx.registry.bloom_filter
@@ -174,7 +176,7 @@ def _write_bins(ctx: StoreContext, bins: list[list[dict]]):
     target = Target.of(table, cluster_by=("_bin",), target_file_size=2**62, prefix=CLUSTERED_PREFIX,
                        summarize=RowGroupSummarizer(summarizer_for(subs), CLUSTERED_ROW_GROUP_ROWS),
                        row_group_rows=CLUSTERED_ROW_GROUP_ROWS)
-    return write_items(ctx.spark, items, sizes, {"commitlog": target}, Clusterer(keys, subs))["commitlog"]
+    return write_items(ctx.spark, items, sizes, {"commitlog": target}, Clusterer(keys, subs, drop=drop or {}))["commitlog"]
 
 
 @dataclass(frozen=True)
@@ -194,7 +196,8 @@ class Clusterer:
     """On the executors: a bin's rows with their bitmaps, in clustered order, with ``cluster_seq``.
 
     ``keys`` maps each topic to its clustering keys; ``subs`` are the SQL92 subscriptions whose
-    Bloom hits may order rows (the bin's rarest, see :data:`MAX_SORT_GROUPS`).
+    Bloom hits may order rows (the bin's rarest, see :data:`MAX_SORT_GROUPS`); rows below ``drop``'s
+    cuts (``{topic: {queue_id: first queue offset kept}}``) are left out.
 
     >>> batch = pa.table({"topic": ["T"] * 3, "tags": ["b", "a", "b"], "physical_offset": [0, 100, 200],
     ...     "properties": pa.array([[("r", "2")], [("r", "1")], [("r", "1")]], pa.map_(pa.string(), pa.string()))})
@@ -205,6 +208,7 @@ class Clusterer:
     keys: Mapping[str, tuple[str, ...]]
     subs: tuple["Subscription", ...]
     batch_rows: int = 64 * 1024
+    drop: Mapping[str, Mapping[int, int]] = field(default_factory=dict)
 
     def __call__(self, item: ClusterBin) -> Iterator[dict[str, pa.RecordBatch]]:
         import pyarrow.parquet as pq
@@ -217,6 +221,10 @@ class Clusterer:
             with pq.ParquetFile(fs.open_input_file(local)) as f:
                 parts.append(f.read(use_threads=False))
         rows = pa.concat_tables(parts).drop_columns(["cluster_seq"]).combine_chunks()
+        if self.drop:
+            rows = rows.filter(pa.array(~expired_mask(rows, self.drop)))
+        if rows.num_rows == 0:
+            return
         bitmaps, versions = self._bitmaps(item, rows.column("physical_offset").to_numpy())
         order = self.order(rows, bitmaps, versions)
         rows = rows.take(order)

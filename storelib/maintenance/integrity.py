@@ -7,11 +7,12 @@ At open (cheap: table logs and file statistics, no data file read):
   means the commitlog lost commits its consume queue still points at, and a send would hand out
   the same offsets and message ids again;
 * the commitlog's files do not overlap, no gap between them is wider than one message can be, and
-  its end marker lies just past its last file.
+  its end marker lies just past its last file; offset runs that per-topic retention removed
+  (:mod:`storelib.storage.expired`) count as present.
 
 ``full=True`` also reads each commitlog file's ``physical_offset`` and ``size`` and checks that every
 message starts where the one before it ends, from the min offset to the end (RocketMQ's
-``checkSelf`` over the mapped files).
+``checkSelf`` over the mapped files), or where a removed run recorded there ends.
 
 >>> store_problems(store.context)
 []
@@ -31,6 +32,7 @@ from storelib.dispatch.reput import REPUT_MARKER, ahead_of_commitlog, dispatch_t
 from storelib.encoding.record import message_lengths
 from storelib.model.errors import StoreCorruptedError
 from storelib.storage.commitlog import COMMITLOG_MARKER
+from storelib.storage.expired import bridged, read_runs
 
 __all__ = ["store_problems", "check_store"]
 
@@ -59,9 +61,10 @@ def _across_tables(ctx: StoreContext, full: bool) -> list[str]:
     markers = {name: Table.marker(table.snapshot(), REPUT_MARKER) for name, table in dispatch_targets(ctx).items()}
     problems = [f"{p}: {_REBUILD}" for p in ahead_of_commitlog(markers, end)]
     actions = add_actions(commitlog)
-    problems += _commitlog_ranges(actions, end, _longest_message(ctx))
+    runs = read_runs(ctx.tables.commitlog_expired)
+    problems += _commitlog_ranges(actions, end, _longest_message(ctx), runs)
     if full and not problems:
-        problems += _commitlog_continuity(ctx.tables.commitlog, actions, end)
+        problems += _commitlog_continuity(ctx.tables.commitlog, actions, end, runs)
     return problems
 
 
@@ -72,7 +75,7 @@ def _longest_message(ctx: StoreContext) -> int:
                                True, True)[0])
 
 
-def _commitlog_ranges(actions: pa.Table, end: int, longest: int) -> list[str]:
+def _commitlog_ranges(actions: pa.Table, end: int, longest: int, runs: dict[int, int]) -> list[str]:
     if actions.num_rows == 0:
         return []
     lo = actions.column("min.physical_offset").to_numpy(zero_copy_only=False)
@@ -84,15 +87,22 @@ def _commitlog_ranges(actions: pa.Table, end: int, longest: int) -> list[str]:
     for i in np.flatnonzero(lo[1:] <= hi[:-1])[:3]:
         out.append(f"commitlog files {paths[order[i]]} and {paths[order[i + 1]]} hold the same offsets "
                    f"({lo[i + 1]}..{hi[i]})")
-    for i in np.flatnonzero(lo[1:] - hi[:-1] > longest)[:3]:
-        out.append(f"commitlog offsets {hi[i]}..{lo[i + 1]} are missing between two files: a data file was lost")
-    if not hi[-1] < end <= hi[-1] + longest:
-        out.append(f"the commitlog's end marker {end} does not follow its last message at offset {hi[-1]}: "
+    # removed runs past the first file are spans too (a file's range, or the whole file, may be gone)
+    kept = [(s, e - 1) for s, e in runs.items() if e > lo[0]]
+    span_lo = np.concatenate([lo, np.array([s for s, _ in kept], dtype=lo.dtype)])
+    span_hi = np.concatenate([hi, np.array([e for _, e in kept], dtype=hi.dtype)])
+    by_lo = np.argsort(span_lo, kind="stable")
+    span_lo, reach = span_lo[by_lo], np.maximum.accumulate(span_hi[by_lo])
+    for i in np.flatnonzero(span_lo[1:] - reach[:-1] > longest)[:3]:
+        out.append(f"commitlog offsets {reach[i]}..{span_lo[i + 1]} are missing between two files: a data file was lost")
+    last = reach[-1]
+    if not last < end <= last + longest:
+        out.append(f"the commitlog's end marker {end} does not follow its last message at offset {last}: "
                    "its log and its files disagree")
     return out
 
 
-def _commitlog_continuity(commitlog: Table, actions: pa.Table, end: int) -> list[str]:
+def _commitlog_continuity(commitlog: Table, actions: pa.Table, end: int, runs: dict[int, int]) -> list[str]:
     if actions.num_rows == 0:
         return []
     paths = [commitlog.path_of(p) for p in actions.column("path").to_pylist()]
@@ -101,10 +111,11 @@ def _commitlog_continuity(commitlog: Table, actions: pa.Table, end: int) -> list
     offset = rows.column("physical_offset").to_numpy()
     size = rows.column("size").to_numpy().astype(np.int64)
     nxt = offset + size
-    broken = np.flatnonzero(offset[1:] != nxt[:-1])
+    broken = np.array([i for i in np.flatnonzero(offset[1:] != nxt[:-1])
+                       if not bridged(runs, int(nxt[i]), int(offset[i + 1]))], dtype=np.int64)
     out = [f"commitlog message at offset {offset[i]} (size {size[i]}) is followed by one at {offset[i + 1]}, "
            f"not at {nxt[i]}" for i in broken[:3]]
-    if nxt[-1] != end:
+    if nxt[-1] != end and not bridged(runs, int(nxt[-1]), end):
         out.append(f"the commitlog's last message ends at {nxt[-1]}, its end marker says {end}")
     if len(broken) > 3:
         out.append(f"... {len(broken) - 3} more breaks in the commitlog's offsets")

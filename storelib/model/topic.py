@@ -15,13 +15,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from storelib.model.errors import InvalidTopicError, TopicPermissionError
+from storelib.model.errors import ConfigError, InvalidTopicError, TopicPermissionError, require_int
 
 __all__ = [
     "PERM_READ", "PERM_WRITE", "PERM_INHERIT", "PERM_PRIORITY", "perm_to_string",
     "SCHEDULE_TOPIC", "TRANS_HALF_TOPIC", "TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC", "TIMER_TOPIC", "RETRY_GROUP_TOPIC_PREFIX",
     "DLQ_GROUP_TOPIC_PREFIX", "SYSTEM_TOPICS", "NOT_ALLOWED_SEND_TOPICS",
-    "TopicConfig", "TAGS_KEY", "MAX_CLUSTER_KEYS", "validate_cluster_by", "validate_topic", "validate_group", "is_system_topic", "retry_topic", "dlq_topic",
+    "TopicConfig", "TAGS_KEY", "MAX_CLUSTER_KEYS", "UNCHANGED", "validate_cluster_by", "validate_retention_ms", "validate_topic", "validate_group", "is_system_topic", "retry_topic", "dlq_topic",
 ]
 
 # PermName
@@ -135,6 +135,34 @@ def validate_cluster_by(keys: object, field: str = "cluster_by") -> tuple[str, .
     return tuple(keys)
 
 
+class _Unchanged:
+    """The default of a topic setting an update leaves as it was."""
+
+    def __repr__(self) -> str:
+        return "UNCHANGED"
+
+
+#: Passed for a topic setting (``retention_ms``): keep the topic's current value (its default when new).
+UNCHANGED = _Unchanged()
+#: The longest per-topic retention, in milliseconds (about 292 million years).
+MAX_RETENTION_MS = 2**63 // 1000
+
+
+def validate_retention_ms(value: object, field: str = "retention_ms") -> int | None:
+    """A topic's retention: a positive number of milliseconds, or None (only the store's
+    ``file_reserved_time`` applies).
+
+    >>> validate_retention_ms(3_600_000), validate_retention_ms(None)
+    (3600000, None)
+    >>> validate_retention_ms(0)
+    Traceback (most recent call last):
+    ...
+    storelib.model.errors.ConfigError: retention_ms: must be an integer in 1..9223372036854775 or None (got 0)
+    """
+    require_int(ConfigError, field, value, 1, MAX_RETENTION_MS, optional=True)
+    return value  # type: ignore[return-value]
+
+
 def dlq_topic(group: str) -> str:
     """``MixAll.getDLQTopic``: where a group's messages go after too many redeliveries."""
     return DLQ_GROUP_TOPIC_PREFIX + group
@@ -158,6 +186,9 @@ class TopicConfig:
     #: Clustering keys of the topic's settled commitlog data (TAGS and/or property names), as
     #: Delta's liquid clustering keys; compaction sorts each clustered file by them.
     cluster_by: tuple[str, ...] = (TAGS_KEY,)
+    #: How long the topic's messages are kept after their store time, in ms (None: only the
+    #: store's ``file_reserved_time`` applies); see :mod:`storelib.maintenance.topic_retention`.
+    retention_ms: int | None = None
 
     @property
     def readable(self) -> bool:

@@ -26,7 +26,7 @@ from storelib.model.errors import MessageIdError, MessageNotFoundError, StoreErr
 from storelib.model.message import StoredMessage
 from storelib.model.timestamps import FAR_FUTURE_MS, arrow_timestamp, epoch_ms
 from storelib.storage.commitlog import read_messages
-from storelib.storage.consume_queue import queue_max_offset
+from storelib.storage.consume_queue import min_offset, queue_max_offset
 from storelib.storage.index_file import offsets_of
 
 if TYPE_CHECKING:
@@ -117,8 +117,8 @@ class MessageQuery:
     def search_offset(self, topic: str, queue_id: int, timestamp: object) -> int:
         """First queue offset stored at or after ``timestamp`` (``getOffsetInQueueByTime``, lower boundary).
 
-        Past the last message it is the queue's max offset; before the first, its min offset; 0 for an
-        empty queue.
+        Past the last message it is the queue's max offset; before the first, its min offset (also when
+        units below it, which retention passed, are still stored); 0 for an empty queue.
         """
         t = arrow_timestamp(epoch_ms(timestamp, "timestamp"))
         snapshot = self.consume_queue.snapshot()
@@ -130,7 +130,7 @@ class MessageQuery:
             filter=(pc.field("topic") == topic) & (pc.field("queue_id") == queue_id) & (pc.field("store_timestamp") >= t),
         ).column("queue_offset")
         if len(found):
-            return int(pc.min(found).as_py())
+            return max(int(pc.min(found).as_py()), min_offset(self.consume_queue, topic, queue_id))
         return self.max_queue_offset(topic, queue_id, snapshot)
 
     def max_queue_offset(self, topic: str, queue_id: int, snapshot=None) -> int:

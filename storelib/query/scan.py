@@ -12,6 +12,7 @@ from storelib.context import StoreContext
 from storelib.delta.table import Prune
 from storelib.model.errors import InvalidQueueIdError, OffsetError, StoreError, require_int
 from storelib.model.topic import validate_topic
+from storelib.storage.consume_queue import min_offset
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -42,7 +43,8 @@ def topic_messages(ctx: StoreContext, topic: str | None = None) -> "DataFrame":
 
 
 def queue_units(ctx: StoreContext, topic: str, queue_id: int, begin: int = 0, end: int | None = None) -> "DataFrame":
-    """Consume queue rows of one queue with ``begin <= queue_offset < end``.
+    """Consume queue rows of one queue with ``begin <= queue_offset < end``, none below the queue's min
+    offset (units retention passed but whose file still holds later ones are left out).
 
     >>> queue_units(store.context, "TopicTest", r.queue_id, 0, 1).first().commitlog_offset
     0
@@ -54,6 +56,7 @@ def queue_units(ctx: StoreContext, topic: str, queue_id: int, begin: int = 0, en
     require_int(OffsetError, "begin", begin, 0)
     require_int(OffsetError, "end", end, 0, optional=True)
     hi = end - 1 if end is not None else 2**63 - 1
+    begin = max(begin, min_offset(ctx.tables.consume_queue, topic, queue_id))
     df = ctx.tables.consume_queue.read(ctx.spark, prune=Prune(equal={"topic": topic, "queue_id": queue_id},
                                                               between={"queue_offset": (begin, hi)}))
     return df.where((F.col("topic") == topic) & (F.col("queue_id") == queue_id)

@@ -10,6 +10,8 @@ commitlog, and its look-ups, point reads with pyarrow over a warm snapshot view.
 
 from __future__ import annotations
 
+from typing import Iterable
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -18,7 +20,7 @@ from storelib.delta.table import Prune, Table
 from storelib.storage.schema import CONSUME_QUEUE
 
 __all__ = ["CONSUME_QUEUE", "CQ_STORE_UNIT_SIZE", "roll_next_file", "queue_max_offset", "max_offsets", "read_units",
-           "contiguous", "min_queue_marker", "queue_min_offset", "min_offset", "units"]
+           "contiguous", "min_queue_marker", "queue_min_offset", "min_offset", "moved_min_offsets", "units"]
 
 #: Bytes of one ConsumeQueue unit: commitlog offset (8), size (4), tags code (8).
 CQ_STORE_UNIT_SIZE = 20
@@ -117,6 +119,18 @@ def min_offset(table: Table, topic: str, queue_id: int) -> int:
     marker = min_queue_marker(topic, queue_id)
     view = table.view(markers=[marker])
     return queue_min_offset(view.markers.get(marker), view.actions, topic, queue_id)
+
+
+def moved_min_offsets(table: Table, queues: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    """The min offsets retention moved (``cqmin`` markers) among ``queues``, by (topic, queue_id); queues
+    whose min offset is still their first unit's are left out. From the log alone.
+
+    >>> moved_min_offsets(store.context.tables.consume_queue, [("TopicTest", q) for q in range(4)])
+    {}
+    """
+    names = {min_queue_marker(t, q): (t, q) for t, q in queues}
+    view = table.view(markers=list(names))
+    return {names[m]: int(v) for m, v in view.markers.items() if m in names and v is not None}
 
 
 def units(b: pa.RecordBatch, tags_code: pa.Array) -> pa.RecordBatch:

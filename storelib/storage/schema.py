@@ -18,6 +18,7 @@ Tables, as folders under the store's root:
 ``subscription_group``         consumer group settings (SubscriptionGroupManager)
 ``consumer_offset``            committed offsets by group, topic and queue (ConsumerOffsetManager)
 ``transaction_checker``        check-back callables of producer groups, by import path
+``commitlog_expired``          commitlog offset runs that per-topic retention removed from shared files
 =============================  ====================================================================
 
 No table is Delta-partitioned: the writers cluster rows into files instead (one queue's offset
@@ -35,7 +36,7 @@ import pyarrow as pa
 from storelib.delta.spec import TableSpec
 
 __all__ = ["TableSpec", "TABLES", "COMMITLOG", "COMMITLOG_SUMMARY", "CLUSTERED_ROW_GROUP_ROWS", "CONSUME_QUEUE", "CONSUME_QUEUE_EXT", "EXT_SUMMARY", "INDEX", "TOPIC_CONFIG",
-           "SUBSCRIPTION", "SUBSCRIPTION_GROUP", "CONSUMER_OFFSET", "TRANSACTION_CHECKER"]
+           "SUBSCRIPTION", "SUBSCRIPTION_GROUP", "CONSUMER_OFFSET", "TRANSACTION_CHECKER", "COMMITLOG_EXPIRED"]
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 PROPERTIES = pa.map_(pa.string(), pa.string())
@@ -220,6 +221,8 @@ TOPIC_CONFIG = TableSpec(
         _f("updated_at", TIMESTAMP, "When this configuration was last written", False),
         _f("cluster_by", pa.list_(pa.string()), "Clustering keys of the topic's settled commitlog data: TAGS "
                                                 "and/or property names (null: TAGS)"),
+        _f("retention_ms", pa.int64(), "How long the topic's messages are kept after their store time, in "
+                                       "milliseconds (null: only the store's file_reserved_time applies)"),
     ]),
     description="Topic configuration (RocketMQ's TopicConfigManager).",
 )
@@ -265,10 +268,24 @@ TRANSACTION_CHECKER = TableSpec(
     description="Transaction check-back callables by producer group (RocketMQ asks a producer of the group).",
 )
 
+COMMITLOG_EXPIRED = TableSpec(
+    "commitlog_expired",
+    pa.schema([
+        _f("start_offset", pa.int64(), "physical_offset of the first message of a run of adjacent messages that "
+                                       "per-topic retention removed", False),
+        _f("end_offset", pa.int64(), "One past the run's last byte: where the next message starts", False),
+        _f("messages", pa.int32(), "Messages in the run", False),
+        _f("removed_at", TIMESTAMP, "When the run was recorded (just before the commitlog commit removing it)", False),
+    ]),
+    sort_by=("start_offset",),
+    description=("Commitlog offset runs removed by per-topic retention from files kept for other topics' "
+                 "messages: the integrity checks count them as present, so the offsets stay contiguous."),
+)
+
 TABLES: dict[str, TableSpec] = {t.name: t for t in (COMMITLOG, COMMITLOG_SUMMARY, CONSUME_QUEUE, CONSUME_QUEUE_EXT,
                                                      EXT_SUMMARY, INDEX,
                                                      TOPIC_CONFIG, SUBSCRIPTION, SUBSCRIPTION_GROUP, CONSUMER_OFFSET,
-                                                     TRANSACTION_CHECKER)}
+                                                     TRANSACTION_CHECKER, COMMITLOG_EXPIRED)}
 
 
 def describe() -> str:

@@ -14,8 +14,8 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 
 from storelib.delta.table import Table
 from storelib.model.errors import ConfigError, InvalidQueueIdError, ReservedTopicError, TopicNotFoundError, require_int
-from storelib.model.topic import (PERM_INHERIT, PERM_PRIORITY, PERM_READ, PERM_WRITE, TAGS_KEY, TopicConfig, is_system_topic, validate_cluster_by,
-                                  validate_topic)
+from storelib.model.topic import (PERM_INHERIT, PERM_PRIORITY, PERM_READ, PERM_WRITE, TAGS_KEY, UNCHANGED, TopicConfig, is_system_topic,
+                                  validate_cluster_by, validate_retention_ms, validate_topic)
 from storelib.storage.schema import TOPIC_CONFIG
 
 __all__ = ["TopicConfigTable"]
@@ -42,7 +42,8 @@ class TopicConfigTable:
         for r in sorted(rows, key=lambda r: r["updated_at"]):
             latest[r["topic"]] = r
         return {t: TopicConfig(t, r["read_queue_nums"], r["write_queue_nums"], r["perm"], r["topic_filter_type"], r["order"],
-                               tuple(r["cluster_by"]) if r.get("cluster_by") is not None else (TAGS_KEY,))
+                               tuple(r["cluster_by"]) if r.get("cluster_by") is not None else (TAGS_KEY,),
+                               r.get("retention_ms"))
                 for t, r in latest.items()}
 
     def get(self, topic: str) -> TopicConfig:
@@ -77,12 +78,18 @@ class TopicConfigTable:
         return config
 
     def create(self, topic: str, read_queues: int, write_queues: int, perm: int = PERM_READ | PERM_WRITE,
-               order: bool = False, cluster_by: Sequence[str] | None = None) -> TopicConfig:
+               order: bool = False, cluster_by: Sequence[str] | None = None,
+               retention_ms: object = UNCHANGED) -> TopicConfig:
         """Create or update a user topic (``updateAndCreateTopic``); system topics are refused.
         ``cluster_by``: its clustering keys (default ``TAGS``; an update without it keeps the old ones).
+        ``retention_ms``: how long its messages are kept (None: no per-topic retention, the default;
+        an update without it keeps the old value).
 
-        >>> TopicConfigTable(store.context.tables.topic_config).create("DocTopic", 2, 2, cluster_by=["region"]).cluster_by
+        >>> topics = TopicConfigTable(store.context.tables.topic_config)
+        >>> topics.create("DocTopic", 2, 2, cluster_by=["region"], retention_ms=60_000).cluster_by
         ('region',)
+        >>> topics.create("DocTopic", 4, 4).retention_ms, topics.create("DocTopic", 4, 4, retention_ms=None).retention_ms
+        (60000, None)
         """
         validate_topic(topic)
         if is_system_topic(topic):
@@ -99,6 +106,11 @@ class TopicConfigTable:
             keys = old.cluster_by if old is not None else (TAGS_KEY,)
         else:
             keys = validate_cluster_by(cluster_by)
-        config = TopicConfig(topic, read_queues, write_queues, perm, "SINGLE_TAG", order, keys)
+        if retention_ms is UNCHANGED:
+            old = self.all().get(topic)
+            retention_ms = old.retention_ms if old is not None else None
+        else:
+            retention_ms = validate_retention_ms(retention_ms)
+        config = TopicConfig(topic, read_queues, write_queues, perm, "SINGLE_TAG", order, keys, retention_ms)
         self.put(config)
         return config

@@ -31,13 +31,14 @@ from storelib.filter.registry import Subscription
 from storelib.filter.selector import MessageSelector
 from storelib.maintenance.integrity import check_store, store_problems
 from storelib.maintenance.retention import clean_commitlog, clean_consume_queue
+from storelib.maintenance.topic_retention import expire_topics
 from storelib.maintenance.upkeep import compact_store, vacuum_store
 from storelib.model.config import StoreConfig
 from storelib.model.errors import translate_methods
 from storelib.model.group import GroupConfig
 from storelib.model.message import Message, SendResult, StoredMessage
 from storelib.model.timestamps import Timestamp
-from storelib.model.topic import PERM_READ, PERM_WRITE, TopicConfig
+from storelib.model.topic import PERM_READ, PERM_WRITE, UNCHANGED, TopicConfig
 from storelib.query.lookup import MessageQuery
 from storelib.query.read import FilterStats, ReadExplain, explain_read, filter_stats, read_topic
 from storelib.schedule.check import CheckResult, check_transactions, register_checker
@@ -152,21 +153,23 @@ class MessageStore(Lookups):
 
     # ---- topics ----------------------------------------------------------------------------
     def create_topic(self, topic: str, queues: int | None = None, *, read_queues: int | None = None,
-                     write_queues: int | None = None, perm: int = PERM_READ | PERM_WRITE,
-                     order: bool = False, cluster_by: Sequence[str] | None = None) -> TopicConfig:
+                     write_queues: int | None = None, perm: int = PERM_READ | PERM_WRITE, order: bool = False,
+                     cluster_by: Sequence[str] | None = None, retention_ms: Any = UNCHANGED) -> TopicConfig:
         """Create or update a topic (``updateAndCreateTopic``); system topics are refused.
 
         ``cluster_by``: the clustering keys :meth:`compact` sorts the topic's settled messages by,
-        ``TAGS`` and/or property names, at most 4 (default ``["TAGS"]``).
+        ``TAGS`` and/or property names, at most 4 (default ``["TAGS"]``). ``retention_ms``: how long
+        its messages are kept (see :meth:`expire_topics`; None: only ``file_reserved_time``). An update
+        without one keeps the topic's current value.
 
         >>> store.create_topic("Orders", 8, perm=PERM_READ).writable
         False
-        >>> store.create_topic("Orders", 8, cluster_by=["TAGS", "region"]).cluster_by
-        ('TAGS', 'region')
+        >>> store.create_topic("Orders", 8, cluster_by=["TAGS", "region"], retention_ms=86_400_000).retention_ms
+        86400000
         """
         n = self.config.default_topic_queue_nums if queues is None else queues
         return self._ctx.topics.create(topic, n if read_queues is None else read_queues,
-                                       n if write_queues is None else write_queues, perm, order, cluster_by)
+                                       n if write_queues is None else write_queues, perm, order, cluster_by, retention_ms)
 
     def topic_config(self, topic: str) -> TopicConfig:
         """The topic's configuration, or :class:`~storelib.model.errors.TopicNotFoundError`.
@@ -215,9 +218,8 @@ class MessageStore(Lookups):
     def send_dataframe(self, df: "DataFrame") -> AppendResult:
         """Store a DataFrame of messages in one atomic commit, written by the executors.
 
-        Columns: ``topic`` (required), ``body``, ``tags``, ``keys``, ``properties``, ``queue_id``,
-        ``flag``, ``born_timestamp``, ``born_host`` (see :data:`storelib.send.producer.DATAFRAME_COLUMNS`).
-        Every row is checked; one bad row fails the send with a typed error and writes nothing. Read once.
+        Columns: see :data:`storelib.send.producer.DATAFRAME_COLUMNS` (``topic`` required). One bad row
+        fails the whole send with a typed error and writes nothing. The DataFrame is read once.
 
         >>> store.send_dataframe(spark.createDataFrame([("TopicTest", "a")], "topic string, tags string")).count
         1
@@ -342,10 +344,9 @@ class MessageStore(Lookups):
     def subscribe(self, group: str, topic: str, selector: MessageSelector | str | None = None) -> Subscription:
         """Register ``group``'s subscription to ``topic``: a tag expression (``'TagA || TagB'``) or a selector.
 
-        A later call replaces the group's expression for the topic and bumps its version. SQL92
-        subscriptions get Bloom bits in every message dispatched from now on. As a consumer's
-        heartbeat does, it also creates the group's configuration (unless groups must be created
-        first, ``auto_create_subscription_group=false``) and its ``%RETRY%`` topic.
+        A later call replaces the expression and bumps its version; SQL92 subscriptions get Bloom bits in
+        messages dispatched from now on. Like a heartbeat, it creates the group (unless
+        ``auto_create_subscription_group=false``) and its ``%RETRY%`` topic.
 
         >>> store.subscribe("GroupA", "TopicTest", "TagA || TagB").selector.expression
         'TagA || TagB'
@@ -480,9 +481,8 @@ class MessageStore(Lookups):
     def clean_commitlog(self, reserved_hours: float | None = None, *, now: Timestamp | None = None) -> int:
         """Remove expired commitlog files, oldest first (``CleanCommitLogService``); returns files removed.
 
-        A file expires ``reserved_hours`` (default ``file_reserved_time``, 72) after its newest
-        message; removal stops at the first unexpired file, and never takes the newest file or
-        anything not yet dispatched. ``now`` is epoch ms or an aware datetime (default: the clock).
+        A file expires ``reserved_hours`` (default ``file_reserved_time``, 72) after its newest message;
+        never the newest file nor undispatched data. ``now``: epoch ms or an aware datetime (default: the clock).
 
         >>> store.clean_commitlog()            # nothing is 72 hours old yet
         0
@@ -490,36 +490,43 @@ class MessageStore(Lookups):
         return clean_commitlog(self._ctx, reserved_hours, now)
 
     def clean_consume_queue(self) -> dict[str, int]:
-        """Drop consume queue, ext and index files wholly below :meth:`min_offset`, move queue min offsets.
+        """Drop consume queue, ext and index files wholly below :meth:`min_offset`, move queue min offsets
+        (``CleanConsumeQueueService``); returns files removed per table.
 
         >>> store.clean_consume_queue()
         {'consume_queue': 0, 'consume_queue_ext': 0, 'index': 0}
         """
         return clean_consume_queue(self._ctx)
 
+    def expire_topics(self, *, now: Timestamp | None = None) -> dict[str, int]:
+        """Remove each topic's messages older than its ``retention_ms`` (per-topic retention, see
+        :mod:`storelib.maintenance.topic_retention`); returns messages removed per such topic.
+
+        >>> _ = store.create_topic("Logs", 2, retention_ms=60_000); store.expire_topics()
+        {'Logs': 0}
+        """
+        return expire_topics(self._ctx, now)
+
     def delete_expired_files(self, reserved_hours: float | None = None, *,
                              now: Timestamp | None = None) -> dict[str, int]:
-        """Both retention steps in RocketMQ's order: the commitlog, then what pointed into it.
-
-        Returns files removed per table. Safe to run again after a crash anywhere: each step
-        finishes what an earlier run left undone and changes nothing when there is nothing to do.
+        """The global steps in RocketMQ's order, the commitlog then what pointed into it, with per-topic
+        retention (:meth:`expire_topics`) in between. Returns files removed per table by the global steps.
+        Safe to run again after a crash anywhere: each step finishes what an earlier run left undone.
 
         >>> store.delete_expired_files()
         {'commitlog': 0, 'consume_queue': 0, 'consume_queue_ext': 0, 'index': 0}
         """
         removed = {"commitlog": self.clean_commitlog(reserved_hours, now=now)}
+        expire_topics(self._ctx, now)
         removed.update(self.clean_consume_queue())
         return removed
 
     # ---- upkeep ----------------------------------------------------------------------------
     def compact(self, full: bool = False, *, settle_ms: int | None = None) -> dict[str, tuple[int, int]]:
         """Cluster the settled commitlog by each topic's clustering keys and Bloom bitmaps (dispatched
-        messages older than ``settle_ms``, default the ``cluster_settle_ms`` setting), then merge
-        small files of every table, keeping each file to one queue / key-hash range / offset run.
-
-        ``full=True`` also rewrites large files, so each cluster ends as sorted files with disjoint
-        ranges. Returns ``{table: (files removed, files added)}``, the clustering as
-        ``commitlog_clustered``. Safe beside producers and dispatch.
+        messages older than ``settle_ms``, default ``cluster_settle_ms``), then merge small files of every
+        table, each file one queue / key-hash range / offset run; ``full=True`` also rewrites large files.
+        Returns ``{table: (files removed, files added)}``, the clustering as ``commitlog_clustered``.
 
         >>> sorted(store.compact())
         ['commitlog', 'commitlog_clustered', 'consume_queue', 'consume_queue_ext', 'index', 'orphans']
