@@ -1,0 +1,134 @@
+"""Dispatch in this process for small increments (same rows as the Spark job), and the follower."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from chispa import assert_df_equality
+
+from storelib import Message, MessageSelector, MessageStore
+from storelib.dispatch.reput import Dispatcher
+
+TABLES = ("consume_queue", "consume_queue_ext", "index")
+
+
+def _fill(store, n: int = 60) -> None:
+    store.subscribe("GroupSql", "TopicTest", MessageSelector.by_sql("a > 10 AND region = 'eu'"))
+    store.subscribe("GroupTag", "TopicTest", "TagA || TagB")
+    store.send_batch([Message("TopicTest", body=f"m{i}".encode(), tags=f"Tag{'ABC'[i % 3]}", keys=[f"k{i}", f"o{i % 7}"],
+                              properties={"a": str(i), "region": "eu" if i % 2 else "us"}, queue_id=i % 4)
+                      for i in range(n)])
+    store.send_batch([Message("TopicTest", body=b"later", delay_level=3), Message("TopicTest", body=b"t",
+                                                                                  deliver_time_ms=int(time.time() * 1000) + 3_600_000)])
+
+
+def test_a_small_dispatch_here_writes_what_the_spark_job_writes(spark, store, tmp_path):
+    _fill(store)
+    copy = str(tmp_path / "copy")
+    shutil.copytree(store.root, copy)
+    by_spark = MessageStore.open(store.root, spark, dispatch_local_max_bytes=0)
+    here = MessageStore.open(copy, spark)
+    assert here.max_offset() <= here.config.dispatch_local_max_bytes
+    sc = spark.sparkContext
+    sc.setJobGroup("storelib-test-local-dispatch", "a small dispatch runs no Spark job")
+    local = here.dispatch()
+    jobs = len(sc.statusTracker().getJobIdsForGroup("storelib-test-local-dispatch"))
+    sc.setLocalProperty("spark.jobGroup.id", None)
+    assert jobs == 0 and local.consume_queue_rows == 62
+    remote = by_spark.dispatch()
+    assert remote.rows == local.rows
+    for name in TABLES:
+        a = by_spark.table(name).drop("registry_version" if name == "consume_queue_ext" else "_none_")
+        b = here.table(name).drop("registry_version" if name == "consume_queue_ext" else "_none_")
+        order = a.columns
+        assert_df_equality(a.orderBy(*order), b.orderBy(*order), ignore_nullable=True)
+    assert here.pull("GroupSql", "TopicTest", 3, 0).messages == by_spark.pull("GroupSql", "TopicTest", 3, 0).messages
+
+
+def test_a_follower_dispatches_as_messages_arrive_and_stops_when_told(store):
+    import threading
+
+    stop, heard = threading.Event(), []
+    follower = threading.Thread(target=lambda: heard.append(
+        store.dispatcher().run(follow=True, stop=stop, interval_ms=20)))
+    follower.start()
+    try:
+        for i in range(3):
+            store.send(Message("TopicTest", body=str(i).encode(), queue_id=0))
+            deadline = time.monotonic() + 30
+            while store.max_queue_offset("TopicTest", 0) <= i and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert store.max_queue_offset("TopicTest", 0) == i + 1
+    finally:
+        stop.set()
+        follower.join(timeout=60)
+    assert not follower.is_alive() and heard[0].consume_queue_rows == 3
+
+
+def test_a_held_pull_is_answered_by_the_follower(store):
+    import threading
+
+    store.subscribe("GroupA", "TopicTest", "*")
+    stop = threading.Event()
+    follower = threading.Thread(target=lambda: store.dispatcher().run(follow=True, stop=stop, interval_ms=20))
+    follower.start()
+    try:
+        threading.Timer(0.3, lambda: store.send(Message("TopicTest", body=b"wake", queue_id=2))).start()
+        began = time.monotonic()
+        r = store.pull("GroupA", "TopicTest", 2, 0, suspend_timeout_ms=20_000)
+        assert [m.body for m in r.messages] == [b"wake"] and time.monotonic() - began < 15
+    finally:
+        stop.set()
+        follower.join(timeout=60)
+
+
+@pytest.mark.slow
+def test_a_killed_follower_restarts_with_nothing_lost_or_twice(store, python_env):
+    """``storelib dispatch --follow`` without Java (small increments need no Spark), killed mid-way, restarted."""
+    env = {**python_env, "JAVA_HOME": "/nonexistent", "PATH": "/usr/sbin:/sbin"}
+    command = [sys.executable, "-m", "storelib", "dispatch", "--follow", "--interval-ms", "20", "--store", store.root]
+    sent = 0
+
+    def send(batches: int) -> None:
+        nonlocal sent
+        for _ in range(batches):
+            store.send_batch([Message("TopicTest", body=f"{sent + i}".encode(), keys=[f"k{sent + i}"]) for i in range(25)])
+            sent += 25
+            time.sleep(0.05)
+
+    def caught_up(proc) -> None:
+        deadline = time.monotonic() + 60
+        while min(store.dispatch_progress().values()) < store.max_offset():
+            assert proc.poll() is None, proc.communicate()[1][-2000:]
+            assert time.monotonic() < deadline, store.dispatch_progress()
+            time.sleep(0.05)
+
+    first = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    send(6)
+    caught_up(first)
+    send(4)
+    first.kill()                                   # SIGKILL, wherever it is
+    first.communicate(timeout=60)
+    send(4)
+    second = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    send(2)
+    caught_up(second)
+    second.send_signal(signal.SIGTERM)
+    out, err = second.communicate(timeout=60)
+    assert second.returncode == 0, err[-2000:]
+    assert out.startswith("stopped by SIGTERM after ") and "Traceback" not in err
+    units = store.context.tables.consume_queue.read_arrow(columns=["queue_id", "queue_offset", "commitlog_offset"])
+    assert units.num_rows == sent == len(set(units.column("commitlog_offset").to_pylist()))
+    for q in range(4):
+        offsets = sorted(o for qid, o in zip(units.column("queue_id").to_pylist(), units.column("queue_offset").to_pylist())
+                         if qid == q)
+        assert offsets == list(range(len(offsets)))
+    assert [m.body for m in store.query_by_key("TopicTest", f"k{sent - 1}")] == [str(sent - 1).encode()]
+    assert MessageStore.verify(store.root, full=True) == []
+    assert Path(store.root).exists() and Dispatcher.of(store.context).progress()["index"] == store.max_offset()
