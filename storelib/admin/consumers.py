@@ -92,7 +92,11 @@ def _lag(store: MessageStore, args: argparse.Namespace, out: Output, progress: P
 
 
 def register(sub: "argparse._SubParsersAction") -> None:
-    """Add the subscription and consumer verbs to the command's parser."""
+    """Add the subscription and consumer verbs to the command's parser.
+
+    >>> sub = argparse.ArgumentParser().add_subparsers(); register(sub); sorted(sub.choices)
+    ['consumer', 'subscribe', 'subscriptions', 'unsubscribe']
+    """
     for name, run, doc in (("subscribe", _subscribe, "Register GROUP's subscription to TOPIC: a tag expression, "
                             "SQL92 or a filter class."),
                            ("unsubscribe", _unsubscribe, "Remove GROUP's subscription to TOPIC.")):

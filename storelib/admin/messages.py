@@ -171,7 +171,10 @@ def _query_offset(store: MessageStore, args: argparse.Namespace, out: Output, pr
 
 
 def register(sub: "argparse._SubParsersAction") -> None:
-    """Add ``send``, ``pull`` and the ``query`` verbs to the command's parser."""
+    """Add ``send``, ``pull`` and the ``query`` verbs to the command's parser.
+    >>> sub = argparse.ArgumentParser().add_subparsers(); register(sub); sorted(sub.choices)
+    ['pull', 'query', 'send']
+    """
     p = add_verb(sub, "send", _send, "Send a test message, or every message of a JSON-lines file, in one commit "
                  "(sendMessage).\n\n" + __doc__.split("\n\n")[1], writes=True)
     p.add_argument("topic", nargs="?", default=None, help="topic (a file's lines may name their own)")

@@ -99,7 +99,11 @@ def _group_list(store: MessageStore, args: argparse.Namespace, out: Output, prog
 
 
 def register(sub: "argparse._SubParsersAction") -> None:
-    """Add the ``topic`` and ``group`` verbs to the command's parser."""
+    """Add the ``topic`` and ``group`` verbs to the command's parser.
+
+    >>> sub = argparse.ArgumentParser().add_subparsers(); register(sub); sorted(sub.choices)
+    ['group', 'topic']
+    """
     topic = sub.add_parser("topic", help="create, update, list, delete topics; a topic's queue offsets")
     verbs = topic.add_subparsers(title="topic verbs", metavar="VERB", required=True)
     defaults = GroupConfig("G")

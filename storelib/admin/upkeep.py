@@ -146,7 +146,11 @@ def _verify(store: None, args: argparse.Namespace, out: Output, progress: Progre
 
 
 def register(sub: "argparse._SubParsersAction") -> None:
-    """Add the service and upkeep verbs to the command's parser."""
+    """Add the service and upkeep verbs to the command's parser.
+
+    >>> sub = argparse.ArgumentParser().add_subparsers(); register(sub); sorted(sub.choices)
+    ['check-transactions', 'compact', 'deliver', 'dispatch', 'inspect', 'retention', 'vacuum', 'verify']
+    """
     p = add_verb(sub, "dispatch", _dispatch, "Build consume queue, ext and index rows for everything new "
                  "(ReputMessageService): small increments here with pyarrow, large ones as one Spark job.",
                  writes=True, create=True)
