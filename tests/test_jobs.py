@@ -26,11 +26,14 @@ def test_quickstart_job(tmp_path, python_env):
 
 
 def test_missing_java_is_a_clear_message(store, tmp_path, python_env):
-    """Spark starts only when a job has Spark work: here a dispatch of a sent message, without Java."""
+    """Spark starts only when a job has Spark work: here a dispatch that the settings file sends to Spark
+    (``spark.storelib.dispatch_local_max_bytes 0``, read before any session starts), without Java."""
     from storelib import Message
 
     store.send(Message("TopicTest", body=b"x"))
-    env = {**python_env, "PATH": str(tmp_path), "JAVA_HOME": ""}
+    conf = tmp_path / "spark-defaults.conf"
+    conf.write_text((ROOT / "spark-defaults.conf").read_text() + "spark.storelib.dispatch_local_max_bytes 0\n")
+    env = {**python_env, "PATH": str(tmp_path), "JAVA_HOME": "", "STORELIB_SPARK_CONF": str(conf)}
     env.pop("JAVA_HOME")
     out = subprocess.run([sys.executable, str(ROOT / "jobs" / "dispatch.py"), "--store", store.root],
                          env=env, capture_output=True, text=True, timeout=120)

@@ -252,8 +252,8 @@ def test_undispatched_messages_are_never_removed(spark, store_path):
     assert store.messages(SHORT).count() == 0 and store.messages("TopicTest").count() == 16
     assert {q: store.min_queue_offset(SHORT, q) for q in range(2)} == {0: 4, 1: 4}
     assert {q: store.max_queue_offset(SHORT, q) for q in range(2)} == {0: 4, 1: 4}
-    for name, before in files.items():  # per Short queue, one file per dispatched batch: all but the last go
-        assert before[SHORT] == [3, 3] and queue_files(store, name)[SHORT] == [1, 1]
+    for name, before in files.items():  # per Short queue, a file or more per dispatch: all but the last go
+        assert min(before[SHORT]) >= 2 and queue_files(store, name)[SHORT] == [1, 1]
         assert queue_files(store, name)["TopicTest"] == before["TopicTest"]
     assert MessageStore.verify(store.root, spark, full=True) == []
 
