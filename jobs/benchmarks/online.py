@@ -1,0 +1,157 @@
+"""The online path: many producers sending at once, a follower dispatching, consumers long-polling.
+
+``P`` producer processes of ``T`` threads each send 100-byte messages through the store's group-commit
+producer for ``seconds``; a follower (``storelib dispatch --follow``) dispatches as they arrive;
+``C`` consumer processes long-poll the topic's queues and time each message from its send call to the
+pull that returned it (a ``sent_ns`` property). Reported: send throughput, the send ack p50/p99, end
+to end p50/p99, and whether latency stays flat (the last 1,000 acks against the first 1,000), each
+against ``send_batch`` of the same messages in batches of 1,000 in the same run (the throughput ceiling).
+No Spark: every process works with pyarrow and deltalake.
+
+>>> OnlineFigures(1000, 10.0, 5000.0, [0.01] * 10, [0.02] * 10, 0.01, 0.011).lines()[0].split()[:4]
+['send', '100', 'msg/s', 'from']
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["OnlineFigures", "bench_online"]
+
+TOPIC, GROUP, QUEUES = "Online", "GroupOnline", 16
+ROOT = Path(__file__).resolve().parents[2]
+
+PRODUCER = textwrap.dedent("""
+    import json, sys, threading, time
+    from storelib import Message, MessageStore
+    root, seconds, threads, out = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    store = MessageStore.open(root)
+    acks = []
+    end = time.monotonic() + seconds
+    def work():
+        mine = []
+        while time.monotonic() < end:
+            t = time.perf_counter()
+            store.send(Message("Online", body=b"x" * 100, properties={"sent_ns": str(time.time_ns())}))
+            mine.append((time.monotonic(), time.perf_counter() - t))
+        acks.extend(mine)
+    running = [threading.Thread(target=work) for _ in range(threads)]
+    [t.start() for t in running]; [t.join() for t in running]
+    store.close()
+    json.dump({"acks": acks, "commits": store.context.sends.commits}, open(out, "w"))
+""")
+
+CONSUMER = textwrap.dedent("""
+    import json, sys, time
+    from storelib import MessageStore
+    root, until, queues, out = sys.argv[1], float(sys.argv[2]), [int(q) for q in sys.argv[3].split(",")], sys.argv[4]
+    store = MessageStore.open(root)
+    offsets, latencies = {q: 0 for q in queues}, []
+    while time.time() < until:
+        for q in queues:
+            r = store.pull("GroupOnline", "Online", q, offsets[q], 32, suspend_timeout_ms=200)
+            now = time.time_ns()
+            latencies.extend((now - int(m.properties["sent_ns"])) / 1e9 for m in r.messages)
+            offsets[q] = r.next_begin_offset
+    json.dump({"latencies": latencies}, open(out, "w"))
+""")
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+@dataclass(frozen=True)
+class OnlineFigures:
+    """Messages sent, seconds, the send_batch ceiling (msg/s), ack and end-to-end seconds, first/last ack p50."""
+
+    sent: int
+    seconds: float
+    ceiling: float
+    acks: list[float]
+    end_to_end: list[float]
+    first_p50: float
+    last_p50: float
+
+    def lines(self) -> list[str]:
+        rate = self.sent / self.seconds
+        return [f"send {rate:,.0f} msg/s from all producers ({self.sent:,} in {self.seconds:.0f} s); "
+                f"send_batch of 1,000s: {self.ceiling:,.0f} msg/s ({rate / self.ceiling:.2f}x the ceiling)",
+                f"send ack p50 {_pct(self.acks, .5) * 1000:.0f} ms, p99 {_pct(self.acks, .99) * 1000:.0f} ms; "
+                f"end to end p50 {_pct(self.end_to_end, .5) * 1000:.0f} ms, p99 {_pct(self.end_to_end, .99) * 1000:.0f} ms "
+                f"over {len(self.end_to_end):,} messages pulled",
+                f"flat: ack p50 of the last 1,000 sends {self.last_p50 * 1000:.0f} ms against the first 1,000's "
+                f"{self.first_p50 * 1000:.0f} ms ({self.last_p50 / self.first_p50:.2f}x)"]
+
+    def as_dict(self) -> dict:
+        return {"sent": self.sent, "msgs_per_s": round(self.sent / self.seconds), "ceiling_msgs_per_s": round(self.ceiling),
+                "ack_p50_ms": round(_pct(self.acks, .5) * 1000, 1), "ack_p99_ms": round(_pct(self.acks, .99) * 1000, 1),
+                "e2e_p50_ms": round(_pct(self.end_to_end, .5) * 1000, 1),
+                "e2e_p99_ms": round(_pct(self.end_to_end, .99) * 1000, 1), "pulled": len(self.end_to_end),
+                "flat_ratio": round(self.last_p50 / self.first_p50, 2)}
+
+
+def bench_online(seconds: float = 60, *, producers: int = 4, threads: int = 16, consumers: int = 4,
+                 root: str | None = None) -> OnlineFigures:
+    """Run the online benchmark for ``seconds`` (see the module docstring)."""
+    from storelib import Message, MessageStore
+
+    work = root or tempfile.mkdtemp(prefix="storelib-bench-")
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    procs: list[subprocess.Popen] = []
+    try:
+        store = MessageStore.create(f"{work}/online")
+        store.create_topic(TOPIC, queues=QUEUES)
+        store.subscribe(GROUP, TOPIC, "*")
+        follower = subprocess.Popen([sys.executable, "-m", "storelib", "dispatch", "--follow", "--interval-ms", "10",
+                                     "--store", store.root], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True)
+        procs.append(follower)
+        until = time.time() + seconds + 5
+        outs = [f"{work}/consumer{c}.json" for c in range(consumers)]
+        for c, out in enumerate(outs):
+            mine = ",".join(str(q) for q in range(QUEUES) if q % consumers == c)
+            procs.append(subprocess.Popen([sys.executable, "-c", CONSUMER, store.root, str(until), mine, out], env=env))
+        time.sleep(1.0)  # consumers and follower up
+        sends = [f"{work}/producer{p}.json" for p in range(producers)]
+        began = time.monotonic()
+        senders = [subprocess.Popen([sys.executable, "-c", PRODUCER, store.root, str(seconds), str(threads), out], env=env)
+                   for out in sends]
+        for s in senders:
+            s.wait(timeout=seconds + 300)
+        elapsed = time.monotonic() - began
+        for p in procs[1:]:
+            p.wait(timeout=seconds + 300)
+        follower.send_signal(15)
+        follower.communicate(timeout=120)
+        acks = [a for out in sends for a in json.load(open(out))["acks"]]
+        acks.sort()
+        latencies = [x for out in outs for x in json.load(open(out))["latencies"]]
+        n = len(acks)
+        first = [a for _, a in acks[:1000]]
+        last = [a for _, a in acks[-1000:]]
+        # the ceiling: the same number of messages through send_batch, 1,000 at a time, on a store of its own
+        ceiling_store = MessageStore.create(f"{work}/ceiling")
+        ceiling_store.create_topic(TOPIC, queues=QUEUES)
+        batch = [Message(TOPIC, body=b"x" * 100, properties={"sent_ns": "0"}) for _ in range(1000)]
+        t = time.perf_counter()
+        for _ in range(max(1, n // 1000)):
+            ceiling_store.send_batch(batch)
+        ceiling = max(1, n // 1000) * 1000 / (time.perf_counter() - t)
+        return OnlineFigures(n, elapsed, ceiling, [a for _, a in acks], latencies, _pct(first, .5), _pct(last, .5))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        if root is None:
+            shutil.rmtree(work, ignore_errors=True)
