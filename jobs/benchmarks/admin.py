@@ -75,18 +75,12 @@ def _timed(argv: list[str], env: dict) -> float:
 def bench_admin(spark: "SparkSession", n: int, *, runs: int = 7, root: str | None = None, queues: int = 8,
                 partitions: int | None = None) -> AdminFigures:
     """Send and dispatch ``n`` messages to one topic; time each command ``runs`` times in a new process."""
-    from jobs.benchmarks.send import message_frame
-    from storelib.store import MessageStore
+    from jobs.benchmarks.send import filled_store
 
     work = root or tempfile.mkdtemp(prefix="storelib-bench-")
     partitions = partitions or max(2, parallelism(spark) * 2)
     try:
-        store = MessageStore.create(f"{work}/admin", spark)
-        store.create_topic(TOPIC, queues=queues)
-        store.subscribe("GroupAll", TOPIC, "*")
-        if store.max_queue_offset(TOPIC, 0) == 0:  # a store kept under --root is measured again as it is
-            store.send_dataframe(message_frame(spark, n, [TOPIC], partitions))
-            store.dispatch()
+        store = filled_store(spark, f"{work}/admin", TOPIC, n, queues, partitions, {"GroupAll": "*"})
         middle = store.pull("GroupAll", TOPIC, 3, store.max_queue_offset(TOPIC, 3) // 2, 1).messages[0]
         key = middle.keys
         env = {**os.environ, "PYTHONPATH": str(ROOT), "STORELIB_STORE": store.root}

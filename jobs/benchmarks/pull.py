@@ -72,21 +72,14 @@ class PullFigures:
 def bench_pull(spark: "SparkSession", n: int, *, pulls: int = 200, baseline_pulls: int = 30, root: str | None = None,
                queues: int = 8, partitions: int | None = None) -> PullFigures:
     """Send and dispatch ``n`` messages to one topic; time ``pulls`` random pulls of 32 of each kind."""
-    from jobs.benchmarks.send import message_frame
+    from jobs.benchmarks.send import filled_store
     from storelib.filter.selector import MessageSelector
-    from storelib.store import MessageStore
 
     work = root or tempfile.mkdtemp(prefix="storelib-bench-")
     partitions = partitions or max(2, parallelism(spark) * 2)
     try:
-        store = MessageStore.create(f"{work}/pull", spark)
-        store.create_topic(TOPIC, queues=queues)
-        for _, group, expression in KINDS:
-            selector = MessageSelector.by_sql(expression[6:]) if expression.startswith("SQL92:") else expression
-            store.subscribe(group, TOPIC, selector)
-        if store.max_queue_offset(TOPIC, 0) == 0:  # a store kept under --root is measured again as it is
-            store.send_dataframe(message_frame(spark, n, [TOPIC], partitions))
-            store.dispatch()
+        subscriptions = {group: MessageSelector.by_sql(e[6:]) if e.startswith("SQL92:") else e for _, group, e in KINDS}
+        store = filled_store(spark, f"{work}/pull", TOPIC, n, queues, partitions, subscriptions)
         per_queue = store.max_queue_offset(TOPIC, 0)
         rng = random.Random(11)
         requests = [(rng.randrange(queues), rng.randrange(max(1, per_queue - 32))) for _ in range(pulls)]

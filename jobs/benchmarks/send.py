@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Callable
 from storelib.session import parallelism
 
 if TYPE_CHECKING:
+    from storelib.store import MessageStore
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = ["Figure", "message_frame", "bench_send_and_dispatch", "bench_key_lookup", "LookupFigures"]
@@ -67,6 +68,22 @@ def message_frame(spark: "SparkSession", n: int, topics: list[str], partitions: 
                      F.lit("seq"), i.cast("string")).alias("properties"),
         F.encode(F.rpad(F.concat(F.lit("message body "), i.cast("string")), 100, "."), "UTF-8").alias("body"),
     )
+
+
+def filled_store(spark: "SparkSession", root: str, topic: str, n: int, queues: int, partitions: int,
+                 subscriptions: dict[str, object]) -> "MessageStore":
+    """A store at ``root`` with ``topic`` of ``queues`` queues, the groups' ``subscriptions`` and ``n``
+    messages (:func:`message_frame`) sent and dispatched; a store kept from an earlier run is used as it is."""
+    from storelib.store import MessageStore
+
+    store = MessageStore.create(root, spark)
+    store.create_topic(topic, queues=queues)
+    for group, selector in subscriptions.items():
+        store.subscribe(group, topic, selector)
+    if store.max_queue_offset(topic, 0) == 0:
+        store.send_dataframe(message_frame(spark, n, [topic], partitions))
+        store.dispatch()
+    return store
 
 
 def _timed(fn: Callable[[], object]) -> float:
