@@ -87,13 +87,12 @@ def test_send_a_test_message_and_a_file(store, tmp_path, capsys):
     bad = tmp_path / "bad.jsonl"
     for text, says in [('{"body": "ok"}\n{"body": "b", "colour": 1}\n', "colour: is not a message field"),
                        ('{"body": "ok"}\nnot json\n', "file: is not JSON"),
-                       ('{"body": "ok"}\n{"body": "x", "queue_id": 99}\n', "queue_id"),
+                       ('{"body": "ok"}\n\n{"body": "x", "queue_id": 99}\n', "queue_id"),
                        ('{"body": 5}\n', "body: must be a string")]:
         bad.write_text(text)
         code, out, err = run(capsys, "send", "TopicTest", "--file", str(bad), "--store", root)
         assert code == 2 and says in err and err.count("\n") == 1 and out == "", err
-        if "queue_id" not in says:
-            assert "line" in err
+        assert f"bad.jsonl line {len(text.splitlines())}" in err, err
     assert store.max_offset() == before                                   # nothing of a refused file was sent
 
     code, out, _ = run(capsys, "send", "TopicTest", "--count", "25", "--store", root)

@@ -44,8 +44,9 @@ SHOWN_RESULTS = 20
 
 
 def read_messages_file(path: str, topic: str | None = None) -> list[Message]:
-    """The messages of a JSON-lines file (see the module docstring); a bad line raises
-    :class:`~storelib.model.errors.MessageError` naming the file and line.
+    """The messages of a JSON-lines file (see the module docstring), each with its line number as
+    ``line_of[message index]`` on the list; a bad line raises :class:`~storelib.model.errors.MessageError`
+    naming the file and line.
 
     >>> p = tmp + "/m.jsonl"; _ = open(p, "w").write('{"body": "a", "tags": "TagA"}\\n{"body": "b", "colour": 1}\\n')
     >>> read_messages_file(p, "TopicTest")
@@ -53,7 +54,7 @@ def read_messages_file(path: str, topic: str | None = None) -> list[Message]:
     ...
     storelib.model.errors.MessageError: colour: is not a message field; the fields are topic, body, ... [at .../m.jsonl line 2]
     """
-    messages = []
+    messages = _Lines()
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as e:
@@ -71,8 +72,21 @@ def read_messages_file(path: str, topic: str | None = None) -> list[Message]:
         try:
             messages.append(_message(record, topic))
         except StoreError as e:
-            raise type(e)(e.field, e.reason, where=where, **({} if e.value is None else {"value": e.value})) from None
+            raise _at(e, where) from None
+        messages.line_of.append(n)
     return messages
+
+
+class _Lines(list):
+    """Messages read from a file, with the line each came from."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.line_of: list[int] = []
+
+
+def _at(e: StoreError, where: str) -> StoreError:
+    return type(e)(e.field, e.reason, where=where, **({} if e.value is None else {"value": e.value}))
 
 
 def _message(record: dict[str, Any], topic: str | None) -> Message:
@@ -113,7 +127,13 @@ def _send(store: MessageStore, args: argparse.Namespace, out: Output, progress: 
                         "queue_id": args.queue_id, "delay_level": args.delay_level,
                         "deliver_time_ms": args.deliver_time_ms}, args.topic)
         messages = [one] * args.count
-    results = store.send_batch(messages)
+    try:
+        results = store.send_batch(messages)
+    except StoreError as e:  # the producer names "message i": say which line of the file it was
+        index = (e.where or "message 0").removeprefix("message ") if args.file else ""
+        if not index.isdigit():
+            raise
+        raise _at(e, f"{args.file} line {messages.line_of[int(index)]}") from None
     fields = ("send_status", "msg_id", "uniq_key", "topic", "queue_id", "queue_offset")
     if out.as_json or len(results) <= SHOWN_RESULTS:
         out.table([{f: getattr(r, f) for f in fields} for r in results])
