@@ -88,17 +88,30 @@ class Producer:
     def group_commit(self, commitlog: CommitLog, topics: Callable[[], Mapping[str, TopicConfig]], *, linger_ms: int = 0,
                      max_batch: int = 1000) -> GroupCommitProducer[Message, EncodedMessage, SendResult]:
         """A thread-safe producer whose concurrent sends share commits (:mod:`storelib.send.group_commit`):
-        each message is checked and encoded in its caller's thread against ``topics()``, and each group
-        appended to ``commitlog`` in one atomic commit.
+        each message is checked and encoded in its caller's thread, and each group appended to
+        ``commitlog`` in one atomic commit. The topics' configuration is read (``topics()``, a look at
+        the topic table's log) once per commit, not once per message, and again at once for a topic
+        it does not know yet, as a broker keeps its topic table in memory.
 
         >>> ctx = store.context
         >>> with ctx.producer.group_commit(ctx.commitlog, ctx.topics.all) as p:
         ...     p.send(Message("TopicTest", body=b"g", queue_id=0)).queue_offset
         0
         """
-        return GroupCommitProducer(lambda m: self.encode([m], topics())[0],
-                                   lambda group: self._results(commitlog.append(group)),
-                                   linger_ms=linger_ms, max_batch=max_batch)
+        known = [topics()]
+
+        def encode(message: Message) -> EncodedMessage:
+            current = known[0]
+            if getattr(message, "topic", None) not in current:
+                current = known[0] = topics()
+            return self.encode([message], current)[0]
+
+        def append(group: Sequence[EncodedMessage]) -> list[SendResult]:
+            results = self._results(commitlog.append(group))
+            known[0] = topics()  # for the next group's senders: a changed permission is seen one commit later
+            return results
+
+        return GroupCommitProducer(encode, append, linger_ms=linger_ms, max_batch=max_batch)
 
     def send_dataframe(self, commitlog: CommitLog, topics: Mapping[str, TopicConfig], df: "DataFrame") -> AppendResult:
         """Check, complete and append a DataFrame of messages in one atomic commit (see :meth:`encode_dataframe`)."""
