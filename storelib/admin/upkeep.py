@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 from storelib.admin.command import add_verb
 from storelib.admin.output import Output
 from storelib.cli import Progress, non_negative_int, positive_int
+from storelib.maintenance.upkeep import delete_expired
 from storelib.model.errors import StoreCorruptedError
 from storelib.store import MessageStore
 
@@ -89,11 +90,9 @@ def _check(store: MessageStore, args: argparse.Namespace, out: Output, progress:
 
 
 def _retention(store: MessageStore, args: argparse.Namespace, out: Output, progress: Progress) -> str:
-    # delete_expired_files' steps, one by one, to report each: the commitlog, per topic, what pointed in
-    removed = {"commitlog": store.clean_commitlog(args.reserved_hours, now=args.now)}
-    progress.say("expiring messages of topics with their own retention_ms")
-    expired = {t: n for t, n in store.expire_topics(now=args.now).items() if n}
-    removed.update(store.clean_consume_queue())
+    progress.say("removing expired files, and messages past their topic's retention_ms")
+    removed, expired = delete_expired(store.context, args.reserved_hours, args.now)
+    expired = {t: n for t, n in expired.items() if n}
     if not any(removed.values()) and not expired:
         return f"nothing expired: the store starts at commitlog offset {store.min_offset()}"
     parts = [f"{n} {t} files" for t, n in removed.items() if n] + [f"{n} messages of {t}" for t, n in expired.items()]

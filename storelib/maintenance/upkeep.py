@@ -1,6 +1,7 @@
 """Upkeep of the store's tables: compaction (Delta's OPTIMIZE, keeping each table's clustering, and
 clustering the settled commitlog) and vacuum (Delta's VACUUM, plus what DataFrame sends that died
-left staged, and the orphan files of writes that died before their commit: :mod:`storelib.delta.orphans`).
+left staged, and the orphan files of writes that died before their commit: :mod:`storelib.delta.orphans`),
+and retention's steps in their order (:func:`delete_expired`).
 
 >>> sorted(compact_store(store.context))
 ['commitlog', 'commitlog_clustered', 'consume_queue', 'consume_queue_ext', 'index', 'orphans']
@@ -14,10 +15,12 @@ from storelib.delta.orphans import remove_orphans
 from storelib.delta.table import add_actions
 from storelib.filter.summary import forget_summaries, record_summaries, summarizer_for
 from storelib.maintenance.cluster import cluster_commitlog
+from storelib.maintenance.retention import clean_commitlog, clean_consume_queue
+from storelib.maintenance.topic_retention import expire_topics
 from storelib.model.errors import ConfigError, require_int
 from storelib.storage.commitlog import is_clustered
 
-__all__ = ["compact_store", "vacuum_store", "remove_all_orphans"]
+__all__ = ["compact_store", "vacuum_store", "remove_all_orphans", "delete_expired"]
 
 #: The tables compaction merges, and the order each keeps inside its files beyond its clustering.
 _COMPACTED = {"commitlog": "physical_offset", "consume_queue": None, "consume_queue_ext": None, "index": None}
@@ -79,3 +82,19 @@ def vacuum_store(ctx: StoreContext, retention_hours: int = 168) -> dict[str, int
     counts["staging"] = ctx.commitlog.clean_staging(max(1, retention_hours))
     counts["orphans"] = remove_all_orphans(ctx)
     return counts
+
+
+def delete_expired(ctx: StoreContext, reserved_hours: float | None = None,
+                   now: object = None) -> tuple[dict[str, int], dict[str, int]]:
+    """Retention's steps in RocketMQ's order, the commitlog's expired files (``file_reserved_time``), then
+    each topic's messages past its ``retention_ms``, then what pointed into what went; returns the files
+    removed per table and the messages removed per topic with a retention. Safe to run again after a
+    crash anywhere: each step finishes what an earlier run left undone.
+
+    >>> delete_expired(store.context)
+    ({'commitlog': 0, 'consume_queue': 0, 'consume_queue_ext': 0, 'index': 0}, {})
+    """
+    files = {"commitlog": clean_commitlog(ctx, reserved_hours, now)}
+    messages = expire_topics(ctx, now)
+    files.update(clean_consume_queue(ctx))
+    return files, messages

@@ -32,7 +32,7 @@ from storelib.filter.selector import MessageSelector
 from storelib.maintenance.integrity import check_store, store_problems
 from storelib.maintenance.retention import clean_commitlog, clean_consume_queue
 from storelib.maintenance.topic_retention import expire_topics
-from storelib.maintenance.upkeep import compact_store, vacuum_store
+from storelib.maintenance.upkeep import compact_store, delete_expired, vacuum_store
 from storelib.model.config import StoreConfig
 from storelib.model.errors import translate_methods
 from storelib.model.group import GroupConfig
@@ -516,10 +516,7 @@ class MessageStore(Lookups):
         >>> store.delete_expired_files()
         {'commitlog': 0, 'consume_queue': 0, 'consume_queue_ext': 0, 'index': 0}
         """
-        removed = {"commitlog": self.clean_commitlog(reserved_hours, now=now)}
-        expire_topics(self._ctx, now)
-        removed.update(self.clean_consume_queue())
-        return removed
+        return delete_expired(self._ctx, reserved_hours, now)[0]
 
     # ---- upkeep ----------------------------------------------------------------------------
     def compact(self, full: bool = False, *, settle_ms: int | None = None) -> dict[str, tuple[int, int]]:
