@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+from storelib.admin.output import Output
 from storelib.model.errors import StoreError
 from storelib.storage.schema import TABLES
 
@@ -52,10 +53,11 @@ class Notebook:
     >>> nb = setup({"__file__": tmp + "/demo.py", "spark": spark}, "demo")
     >>> nb.show(spark.range(3).toDF("n"), title="three rows")     # doctest: +NORMALIZE_WHITESPACE
     three rows
-     n
-     0
-     1
-     2
+    n
+    -
+    0
+    1
+    2
     [Row(n=0), Row(n=1), Row(n=2)]
     >>> nb.show([], title="nothing")
     Traceback (most recent call last):
@@ -150,7 +152,7 @@ class Notebook:
             if rows and self.on_databricks and self.display is not None:
                 self.display(data.limit(n))
             elif rows:
-                print(_table(data.columns, rows))
+                Output().table([r.asDict() for r in rows], data.columns)
         else:
             rows = list(data) if isinstance(data, (list, tuple)) else ([] if data is None else [data])
             for row in rows[:n]:
@@ -254,26 +256,3 @@ def _databricks_directory(dbutils: Any) -> Path:
         return Path.cwd()
     path = path if path.startswith("/Workspace/") else "/Workspace" + path
     return Path(path).parent
-
-
-def _table(columns: list[str], rows: list) -> str:
-    """Rows as a plain text table (long values cut), as ``DataFrame.show`` prints them, without a second job."""
-    def cell(value: Any) -> str:
-        if isinstance(value, (bytes, bytearray)):
-            text = bytes(value).decode("utf-8") if _printable(value) else bytes(value).hex()
-        else:
-            text = str(value)
-        return text if len(text) <= 48 else text[:45] + "..."
-
-    cells = [[cell(r[c]) for c in range(len(columns))] for r in rows]
-    widths = [max(len(h), *(len(row[i]) for row in cells)) for i, h in enumerate(columns)]
-    lines = [" ".join(h.rjust(w) for h, w in zip(columns, widths))]
-    lines += [" ".join(v.rjust(w) for v, w in zip(row, widths)) for row in cells]
-    return "\n".join(lines)
-
-
-def _printable(value: bytes) -> bool:
-    try:
-        return value.decode("utf-8").isprintable()
-    except UnicodeDecodeError:
-        return False

@@ -97,13 +97,18 @@ class Output:
 
 
 def text_of(value: Any) -> str:
-    """A value as a table or record shows it: times in UTC with milliseconds, maps as ``k=v``, lists joined.
+    """A value as a table or record shows it: times in UTC with milliseconds, maps as ``k=v``, lists joined,
+    bytes as text when they are UTF-8, else as base64.
 
     >>> text_of(dt.datetime(2026, 11, 25, 6, 30, tzinfo=dt.timezone.utc)), text_of({"a": "1", "b": "2"}), text_of(None)
     ('2026-11-25 06:30:00.000', 'a=1 b=2', '')
+    >>> text_of(b"hi"), text_of(bytearray([255, 0]))
+    ('hi', '/wA=')
     """
     if value is None:
         return ""
+    if isinstance(value, (bytes, bytearray)):
+        return _body(bytes(value))[0]
     if isinstance(value, dt.datetime):
         if value.tzinfo is not None:
             value = value.astimezone(dt.timezone.utc)
