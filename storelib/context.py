@@ -155,7 +155,7 @@ class StoreContext:
     @property
     def sends(self) -> "GroupCommitProducer":
         """The store's default producer (``store.send``): concurrent sends of this process share commits."""
-        with _STARTING:
+        with _LAZY:
             if self._sends is None:
                 self._sends = self.producer.group_commit(self.commitlog, self.topics.all)
             return self._sends
@@ -164,7 +164,7 @@ class StoreContext:
     def spark(self) -> "SparkSession":
         """The Spark session, started here on first use when the context was given a function."""
         if not self.spark_started:
-            with _STARTING:
+            with _LAZY:
                 if not self.spark_started:
                     self.session = self.session()
         return self.session
@@ -225,7 +225,8 @@ class StoreContext:
                    SubscriptionRegistry(tables.subscription, config), Producer(config), MessageArrivals())
 
 
-_STARTING = threading.Lock()
+#: Guards what a context makes on first use (its session, its default producer).
+_LAZY = threading.Lock()
 
 #: Contexts opened and not closed yet: released before the interpreter exits, while the native
 #: runtimes whose objects they hold (Arrow's thread pools, delta-rs) are still alive.

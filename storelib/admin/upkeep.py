@@ -127,14 +127,12 @@ def _inspect(store: MessageStore, args: argparse.Namespace, out: Output, progres
                      "dispatched_to": dispatched.get(name) if name != "commitlog" else None})
     ctx = store.context
     counts = {"topics": len(ctx.topics.all()), "groups": len(ctx.groups.all()), "subscriptions": len(ctx.registry.all())}
-    line = (f"commitlog offsets [{store.min_offset()}, {store.max_offset()}); "
-            + ", ".join(f"{n} {k}" for k, n in counts.items()))
+    low, high = store.min_offset(), store.max_offset()
     if out.as_json:
-        out.record({"tables": rows, "min_offset": store.min_offset(), "max_offset": store.max_offset(),
-                    "dispatch_progress": dispatched, **counts})
+        out.record({"tables": rows, "min_offset": low, "max_offset": high, "dispatch_progress": dispatched, **counts})
         return None
     out.table(rows)
-    return line
+    return f"commitlog offsets [{low}, {high}); " + ", ".join(f"{n} {k}" for k, n in counts.items())
 
 
 def _verify(store: None, args: argparse.Namespace, out: Output, progress: Progress) -> str:
