@@ -107,23 +107,58 @@ class TestClusteringKeepsEveryAddress:
         assert "new" in {r.body.decode() for r in filled.read("TopicTest", group="GRare").collect()}
 
 
+@pytest.fixture(params=["spark", "row groups"])
+def reader(request, monkeypatch):
+    """Which reader a pruned read of clustered files uses: Spark's with ``cluster_seq`` ranges, or
+    pyarrow tasks reading only the kept row groups (chosen by the share of bytes kept; forced here)."""
+    from storelib.query import read
+
+    monkeypatch.setattr(read, "ROW_GROUP_LIMIT", 1.0 if request.param == "row groups" else 0.0)
+    return request.param
+
+
 class TestReadsOnClusteredData:
     @pytest.mark.parametrize("selector", [MessageSelector.by_tag("TagRare"), MessageSelector.by_tag("Tag3 || TagRare"),
                                           MessageSelector.by_sql("v = '7'"), MessageSelector.by_sql("region = 'r2'"),
                                           MessageSelector.by_tag("*")])
-    def test_read_equals_the_exact_scan(self, filled, selector):
+    def test_read_equals_the_exact_scan(self, filled, selector, reader):
         cluster_commitlog(filled.context, settle_ms=0)
+        filled.send_batch([Message("TopicTest", tags="TagRare", body=b"fresh", properties={"v": "7", "region": "r2"})])
+        filled.dispatch()  # a fresh file beside the clustered one: both parts of the read
         want = filled.messages("TopicTest").where(_sql(selector) if selector.is_sql92 else _tag(filled, selector))
-        assert_df_equality(filled.read("TopicTest", selector).drop("properties"), want.drop("properties"),
-                           ignore_row_order=True, ignore_nullable=True)
+        got = filled.read("TopicTest", selector)
+        assert_df_equality(got.drop("properties"), want.drop("properties"), ignore_row_order=True, ignore_nullable=True)
+        e = filled.explain_read("TopicTest", selector)
+        assert e.reader == (reader if e.choice == "prune" and e.row_groups_read else "spark")
 
-    def test_rare_tag_reads_few_row_groups(self, filled):
+    def test_rare_tag_reads_few_row_groups(self, filled, reader):
         cluster_commitlog(filled.context, settle_ms=0)
         e = filled.explain_read("TopicTest", MessageSelector.by_tag("TagRare"))
-        assert e.choice == "prune" and e.row_groups_considered == 4
-        assert e.row_groups_read == 1 and e.row_groups_skipped_by_statistics == 3 and e.ranges == 1
+        assert e.choice == "prune" and e.row_groups_considered == 4 and e.reader == reader
+        assert e.row_groups_read == 1 and e.row_groups_skipped_by_statistics == 3
+        assert e.ranges == 0  # Spark's reader: the tag predicate's pushdown skips the row groups by statistics
         assert e.estimated_bytes < e.scan_bytes / 2
-        assert "PRUNE" in str(e)
+        assert "PRUNE" in str(e) and ("pyarrow" in str(e)) == (reader == "row groups")
+        assert sorted(r.body for r in filled.read("TopicTest", MessageSelector.by_tag("TagRare")).collect()) == \
+            sorted(f"m{i}".encode() for i in range(N) if i % 100 == 7)
+
+    def test_row_group_reader_reads_only_the_kept_row_groups(self, spark, filled, monkeypatch):
+        """The kept row groups, each read once (by its task), whatever the split of the files."""
+        from storelib.query import read
+
+        cluster_commitlog(filled.context, settle_ms=0)
+        monkeypatch.setattr(read, "ROW_GROUP_LIMIT", 0.0)
+        assert read.plan_read(filled.context, "TopicTest", "TagRare").row_groups is None
+        monkeypatch.setattr(read, "ROW_GROUP_LIMIT", 1.0)
+        plan = read.plan_read(filled.context, "TopicTest", "TagRare")
+        [only] = plan.row_groups
+        assert only.row_groups == (next(i for i, r in enumerate(_row_group_tags(only.path)) if "TagRare" in r),)
+        from storelib.query.row_groups import read_row_groups
+
+        import pyarrow.compute as pc
+
+        everything = read_row_groups(spark, filled.context.tables.commitlog.path, plan.row_groups, pc.scalar(True))
+        assert everything.count() == pq.ParquetFile(only.path).metadata.row_group(only.row_groups[0]).num_rows  # whole
 
     def test_group_pruned_by_its_bloom_bits(self, filled):
         cluster_commitlog(filled.context, settle_ms=0)
@@ -134,7 +169,10 @@ class TestReadsOnClusteredData:
         stats = filled.filter_stats("GRare", "TopicTest")
         assert stats.row_groups == 4 and stats.row_groups_skipped_by_bitmap == e.row_groups_skipped_by_bitmap
 
-    def test_pushed_down_to_parquet(self, spark, filled):
+    def test_pushed_down_to_parquet(self, spark, filled, monkeypatch):
+        from storelib.query import read
+
+        monkeypatch.setattr(read, "ROW_GROUP_LIMIT", 0.0)  # Spark reads the clustered file
         before = spark.conf.get("spark.sql.maxMetadataStringLength")
         spark.conf.set("spark.sql.maxMetadataStringLength", "100000")  # the plan's PushedFilters in full
         cluster_commitlog(filled.context, settle_ms=0)
@@ -159,6 +197,11 @@ class TestReadsOnClusteredData:
         e = filled.explain_read("TopicTest", group="GLate")
         assert e.row_groups_skipped_by_bitmap == 0
         assert filled.read("TopicTest", group="GLate").count() == len([i for i in range(N) if i % 50 == 8])
+
+
+def _row_group_tags(path: str) -> list[set[str]]:
+    f = pq.ParquetFile(path)
+    return [set(f.read_row_group(i, columns=["tags"]).column(0).to_pylist()) for i in range(f.num_row_groups)]
 
 
 def _sql(selector):

@@ -252,6 +252,13 @@ SCRIPT = textwrap.dedent("""
          .option("store", store.root).option("checkpointLocation", sys.argv[1] + "-wck").trigger(availableNow=True).start())
     w.awaitTermination()
     assert store.messages("Orders").count() == 80
+    from storelib.maintenance.cluster import cluster_commitlog
+    from storelib.query.read import plan_read
+    store.send_batch([Message("Orders", tags="Rare" if i % 1000 == 0 else f"T{i % 2}", body=b"y") for i in range(40000)])
+    store.dispatch()
+    cluster_commitlog(store.context, settle_ms=0)
+    assert plan_read(store.context, "Orders", "Rare").explain().reader == "row groups"  # tasks on both executors
+    assert sorted(r.body for r in store.read("Orders", "Rare").collect()) == [b"y"] * 40
     print("OK")
 """)
 

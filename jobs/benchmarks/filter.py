@@ -169,18 +169,55 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
-def input_bytes(spark: "SparkSession") -> int:
-    """Bytes the Spark JVM (driver and, in local mode, executors) and this process have read so far:
-    ``rchar`` of ``/proc/<pid>/io``, every ``read`` call whether served by the disk or the page cache.
-    (Spark's own ``inputBytes`` metric leaves out most Parquet column reads, so it is not used.)"""
+def input_bytes(spark: "SparkSession") -> dict[int, int]:
+    """Bytes read from files so far, per process, by this process, the Spark JVM (driver and, in local mode,
+    executors) and the JVM's Python workers: ``rchar`` of ``/proc/<pid>/io``, every ``read`` call
+    whether served by the disk or the page cache. Rows a Python worker hands to Spark cross a socket
+    and count in the JVM's ``rchar``; they are taken off (the workers' ``wchar``), so only files count.
+    (Spark's own ``inputBytes`` metric leaves out most Parquet column reads, so it is not used.)
+    :func:`bytes_since` sums the growth since an earlier call."""
     import os
 
-    pids = {os.getpid(), int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())}
-    total = 0
-    for pid in pids:
+    jvm = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+    out = {pid: _io(pid)[0] for pid in {os.getpid(), jvm}}
+    for pid in _descendants(jvm):
+        read, written = _io(pid)
+        out[pid] = read - written
+    return out
+
+
+def bytes_since(spark: "SparkSession", before: dict[int, int]) -> int:
+    """Bytes read from files since ``before`` (:func:`input_bytes`), by the processes alive now (a worker
+    that ended meanwhile takes its reads with it; Spark keeps its Python workers, so few do)."""
+    return sum(n - before.get(pid, 0) for pid, n in input_bytes(spark).items())
+
+
+def _io(pid: int) -> tuple[int, int]:
+    """``rchar`` and ``wchar`` of a process (zeros once it is gone)."""
+    try:
         with open(f"/proc/{pid}/io") as io:
-            total += next(int(line.split()[1]) for line in io if line.startswith("rchar:"))
-    return total
+            fields = dict(line.split(":") for line in io)
+        return int(fields["rchar"]), int(fields["wchar"])
+    except (FileNotFoundError, ProcessLookupError, KeyError):
+        return 0, 0
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (the Python daemon and its workers), from ``/proc/<pid>/task/*/children``."""
+    import glob
+
+    out, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        for path in glob.glob(f"/proc/{parent}/task/*/children"):
+            try:
+                with open(path) as f:
+                    children = [int(c) for c in f.read().split()]
+            except FileNotFoundError:
+                continue
+            out.extend(children)
+            todo.extend(children)
+    return out
 
 
 def _measure_pair(spark: "SparkSession", ours: Callable[[], "DataFrame"], baseline: Callable[[], "DataFrame"] | None,
@@ -199,7 +236,7 @@ def _measure_pair(spark: "SparkSession", ours: Callable[[], "DataFrame"], baseli
             start = time.perf_counter()
             fn().write.format("noop").mode("overwrite").save()
             times[i].append(time.perf_counter() - start)
-            read[i] = input_bytes(spark) - before
+            read[i] = bytes_since(spark, before)
     return [(min(t), r) for t, r in zip(times, read)]
 
 

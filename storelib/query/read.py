@@ -41,16 +41,21 @@ from storelib.encoding.ext_addr import MAX_EXT_ADDR
 from storelib.filter.message_filter import MessageFilter
 from storelib.filter.selector import MessageSelector
 from storelib.filter.summary import read_row_group_summaries, read_summaries
+from storelib.query.row_groups import RowGroups, read_row_groups
 from storelib.storage.commitlog import is_clustered
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 __all__ = ["ReadPlan", "ReadExplain", "FilterStats", "plan_read", "read_topic", "explain_read", "filter_stats",
-           "PRUNE_LIMIT", "MAX_RANGES"]
+           "PRUNE_LIMIT", "ROW_GROUP_LIMIT", "MAX_RANGES"]
 
 #: Pruning pays when it reads at most this share of the plain scan's bytes; above it, the plain scan runs.
 PRUNE_LIMIT = 0.8
+#: Kept clustered row groups are read by pyarrow tasks of their own (:mod:`storelib.query.row_groups`) when
+#: they are at most this share of the scan's bytes; above it Spark's vectorized reader, given the
+#: ``cluster_seq`` ranges, is cheaper per byte than handing rows from Python to Spark.
+ROW_GROUP_LIMIT = 0.05
 #: At most this many ``cluster_seq`` ranges go into a read's pushed-down predicate (the closest are joined).
 MAX_RANGES = 512
 
@@ -82,11 +87,15 @@ class ReadExplain:
     row_groups_skipped_by_statistics: int
     row_groups_skipped_by_bitmap: int
     row_groups_read: int
-    #: ``cluster_seq`` ranges pushed down to the Parquet reader.
+    #: ``cluster_seq`` ranges pushed down to the Parquet reader (0 when the kept row groups are read by
+    #: pyarrow tasks, ``reader == "row groups"``).
     ranges: int
     #: Estimated bytes read, and the plain scan's bytes.
     estimated_bytes: int
     scan_bytes: int
+    #: How clustered files are read: ``spark`` (Spark's Parquet reader) or ``row groups`` (only the kept
+    #: row groups, by pyarrow tasks).
+    reader: str = "spark"
 
     def __str__(self) -> str:
         pct = 100 * self.estimated_bytes / max(1, self.scan_bytes)
@@ -96,7 +105,8 @@ class ReadExplain:
             f"consume_queue_ext summaries, {self.files_read} read",
             f"  row groups  {self.row_groups_considered} clustered, {self.row_groups_skipped_by_statistics} skipped by "
             f"tag codes, {self.row_groups_skipped_by_bitmap} by bitmap summaries, {self.row_groups_read} read "
-            f"({self.ranges} cluster_seq ranges)",
+            + (" by pyarrow tasks" if self.reader == "row groups" else f" ({self.ranges} cluster_seq ranges)"
+               if self.ranges else ""),
             f"  estimate    {self.estimated_bytes:,} of the scan's {self.scan_bytes:,} bytes ({pct:.1f}%)"])
 
 
@@ -128,6 +138,9 @@ class ReadPlan:
     choice: str = "scan"
     reason: str = ""
     counts: dict[str, int] = field(default_factory=dict)
+    #: The kept row groups of each clustered file to read, when pyarrow tasks read them
+    #: (:data:`ROW_GROUP_LIMIT`); None when Spark reads the clustered files with :attr:`ranges`.
+    row_groups: list[RowGroups] | None = None
 
     def commitlog_files(self) -> list[str]:
         """Every commitlog file the read opens, clustered and fresh."""
@@ -138,7 +151,8 @@ class ReadPlan:
         return ReadExplain(self.filter.topic, self.filter.selector.expression, self.choice, self.reason,
                            c["files_considered"], len(self.commitlog_files()), c.get("fresh_skipped", 0),
                            c["row_groups"], c["skipped_by_statistics"], c["skipped_by_bitmap"], c["row_groups_read"],
-                           len(self.ranges or ()), c["estimated_bytes"], c["scan_bytes"])
+                           0 if self.row_groups is not None else len(self.ranges or ()), c["estimated_bytes"],
+                           c["scan_bytes"], "spark" if self.row_groups is None else "row groups")
 
     def dataframe(self, spark) -> "DataFrame":
         """The rows the plan reads, with the exact check (every message read is tested); a class
@@ -153,7 +167,9 @@ class ReadPlan:
             return self.filter.class_filter.read(spark, self.commitlog.path, *self.class_scan())
         schema = spark_schema(COMMITLOG.arrow)
         parts = []
-        if self.clustered_actions.num_rows:
+        if self.row_groups is not None and self.clustered_actions.num_rows:
+            parts.append(read_row_groups(spark, self.commitlog.path, self.row_groups, self.arrow_rows()))
+        elif self.clustered_actions.num_rows:
             df = spark.read.schema(schema).parquet(*self.commitlog.paths(self.clustered_actions))
             if self.ranges is not None:
                 df = df.where(_any_between(F.col("cluster_seq"), self.ranges, F.lit))
@@ -176,16 +192,23 @@ class ReadPlan:
         >>> len(files), len(filters)
         (1, 1)
         """
-        import pyarrow.compute as pc
-
-        from storelib.dispatch.reput import queued_expression
-
-        rows = (pc.field("topic") == self.filter.topic) & (pc.field("physical_offset") < self.end) & queued_expression()
-        tags = self.filter.commitlog_expression()
-        rows = rows if tags is None else rows & tags
+        rows = self.arrow_rows()
         clustered = rows if self.ranges is None else rows & _any_between(pc.field("cluster_seq"), self.ranges, pc.scalar)
         files = self.commitlog.paths(self.clustered_actions), self.commitlog.paths(self.fresh_actions)
         return files[0] + files[1], [clustered] * len(files[0]) + [rows] * len(files[1])
+
+    def arrow_rows(self) -> pc.Expression:
+        """The rows a read keeps, as a pyarrow expression: the topic's dispatched, queued messages that
+        pass the selector's exact tag check (all of them for a SQL92 selector, checked later).
+
+        >>> plan_read(store.context, "TopicTest", "TagA").arrow_rows().equals(plan_read(store.context, "TopicTest", "TagA").arrow_rows())
+        True
+        """
+        from storelib.dispatch.reput import queued_expression
+
+        rows = (pc.field("topic") == self.filter.topic) & (pc.field("physical_offset") < self.end) & queued_expression()
+        tags = None if self.filter.selector.is_sql92 else self.filter.commitlog_expression()
+        return rows if tags is None else rows & tags
 
     def units(self, spark) -> "DataFrame":
         """Every unit of the topic's consume queue files with its real tag code, bitmap and filter version."""
@@ -251,7 +274,7 @@ def plan_read(ctx: StoreContext, topic: str, selector: MessageSelector | str | N
     fresh_bytes = int(_column(fresh_read, "size_bytes", 0).sum())
 
     # clustered files: row group summaries
-    ranges, clustered_read, clustered_bytes = _plan_clustered(ctx, mf, clustered, counts)
+    ranges, clustered_read, clustered_bytes, reads = _plan_clustered(ctx, mf, clustered, counts)
     counts["estimated_bytes"] = clustered_bytes + fresh_bytes
     plan = ReadPlan(mf, clog, end, clustered_read, ranges, fresh_read,
                     [ext.path_of(p) for p in ext_actions.column("path").to_pylist()],
@@ -264,6 +287,12 @@ def plan_read(ctx: StoreContext, topic: str, selector: MessageSelector | str | N
     elif counts["estimated_bytes"] <= PRUNE_LIMIT * scan:
         plan.choice = "prune"
         plan.reason = f"summaries leave {100 * counts['estimated_bytes'] / max(1, scan):.1f}% of the scan's bytes"
+        if reads and clustered_bytes <= ROW_GROUP_LIMIT * scan:
+            plan.row_groups = [RowGroups(clog.path_of(r.path), r.row_groups, r.bytes) for r in reads]
+        elif mf.selector.is_tag:
+            # the tag predicate pushed down to Parquet skips the same row groups by their tags
+            # statistics (clustered row groups hold one tag or a few); ranges would only add their cost
+            plan.ranges = None
     else:
         plan.choice = "scan"
         plan.reason = (f"summaries would leave {100 * counts['estimated_bytes'] / max(1, scan):.1f}% of the scan's "
@@ -292,14 +321,14 @@ def _message_filter(ctx: StoreContext, topic: str, selector: MessageSelector | s
     return MessageFilter(topic, selector, sub, ctx.registry.bloom_filter, config=ctx.config)
 
 
-def _plan_clustered(ctx: StoreContext, mf: MessageFilter, clustered: pa.Table,
-                    counts: dict[str, int]) -> tuple[list[tuple[int, int]] | None, pa.Table, int]:
-    """The clustered files to read, the ``cluster_seq`` ranges of their kept row groups and the bytes
-    that costs; ``counts`` gets the row group counters."""
+def _plan_clustered(ctx: StoreContext, mf: MessageFilter, clustered: pa.Table, counts: dict[str, int]
+                    ) -> tuple[list[tuple[int, int]] | None, pa.Table, int, list[RowGroups]]:
+    """The clustered files to read, the ``cluster_seq`` ranges of their kept row groups, the bytes
+    that costs, and the same as row groups per file (add paths); ``counts`` gets the row group counters."""
     counts.update(row_groups=0, skipped_by_statistics=0, skipped_by_bitmap=0, row_groups_read=0)
     total = int(_column(clustered, "size_bytes", 0).sum())
     if clustered.num_rows == 0 or mf.tags_all:
-        return None, clustered, total
+        return None, clustered, total, []
     paths = clustered.column("path").to_pylist()
     sizes = dict(zip(paths, _column(clustered, "size_bytes", 0).tolist()))
     rows = dict(zip(paths, _column(clustered, "num_records", 0).tolist()))
@@ -308,11 +337,13 @@ def _plan_clustered(ctx: StoreContext, mf: MessageFilter, clustered: pa.Table,
     groups = read_row_group_summaries(ctx.tables.commitlog_summary, mf.topic, paths)
     keep_paths: set[str] = set()
     ranges: list[tuple[int, int]] | None = []
+    reads: list[RowGroups] = []
     estimate = 0
     for path in paths:
         summaries = groups.get(path)
         if not summaries or sum(g.num_records for g in summaries) != rows[path]:  # not summed up: read it whole
             keep_paths.add(path)
+            reads.append(RowGroups(path, None, sizes[path]))
             estimate += sizes[path]
             lo, hi = seq_lo.get(path), seq_hi.get(path)
             if ranges is not None and lo is not None and hi is not None:
@@ -321,20 +352,23 @@ def _plan_clustered(ctx: StoreContext, mf: MessageFilter, clustered: pa.Table,
                 ranges = None
             continue
         counts["row_groups"] += len(summaries)
-        kept_rows = 0
+        kept_rows, kept_groups = 0, []
         for g in summaries:
             if mf.may_skip_file(g.summary):
                 counts["skipped_by_statistics" if mf.selector.by_tags else "skipped_by_bitmap"] += 1
                 continue
             counts["row_groups_read"] += 1
             kept_rows += g.num_records
+            kept_groups.append(g.row_group)
             if ranges is not None:
                 ranges.append((g.seq_min, g.seq_max))
         if kept_rows:
             keep_paths.add(path)
-            estimate += int(sizes[path] * kept_rows / max(1, rows[path]))
+            cost = int(sizes[path] * kept_rows / max(1, rows[path]))
+            reads.append(RowGroups(path, tuple(kept_groups), cost))
+            estimate += cost
     kept = clustered.filter(pa.array([p in keep_paths for p in paths], pa.bool_()))
-    return (None if ranges is None else _cap(_merge(ranges), MAX_RANGES)), kept, estimate
+    return (None if ranges is None else _cap(_merge(ranges), MAX_RANGES)), kept, estimate, reads
 
 
 def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
