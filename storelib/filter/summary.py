@@ -93,13 +93,13 @@ class ExtSummarizer:
             return state
         matrix = _matrix(bitmaps)
         low = pc.min(versions).as_py()
+        ored = None if matrix is None else bytes(np.bitwise_or.reduce(matrix, axis=0))
         for key, (version, data) in self.subscriptions.items():
             if state["hit"].get(key) is False:  # None: unknown for this file; True: some row hits
                 if low < version or matrix is None or matrix.shape[1] * 8 != data.bit_num:
                     state["hit"][key] = None
-                else:
+                elif all(ored[p // 8] >> (p % 8) & 1 for p in data.bit_pos):  # else no row can hit
                     state["hit"][key] = bool(_hits(matrix, data).any())
-        ored = None if matrix is None else bytes(np.bitwise_or.reduce(matrix, axis=0))
         if ored is None or (state["bitmap"] is not None and len(state["bitmap"]) != len(ored)):
             state["no_bitmap"] = True
             return state
