@@ -160,7 +160,7 @@ class TestReadsOnClusteredData:
         everything = read_row_groups(spark, filled.context.tables.commitlog.path, plan.row_groups, pc.scalar(True))
         assert everything.count() == pq.ParquetFile(only.path).metadata.row_group(only.row_groups[0]).num_rows  # whole
 
-    def test_group_pruned_by_its_bloom_bits(self, filled):
+    def test_group_pruned_by_its_bloom_bits(self, filled, reader):
         cluster_commitlog(filled.context, settle_ms=0)
         e = filled.explain_read("TopicTest", group="GRare")
         assert e.row_groups_considered == 4 and e.row_groups_skipped_by_bitmap >= 1
@@ -168,6 +168,7 @@ class TestReadsOnClusteredData:
         assert got == sorted(f"m{i}".encode() for i in range(N) if i % 50 == 7)
         stats = filled.filter_stats("GRare", "TopicTest")
         assert stats.row_groups == 4 and stats.row_groups_skipped_by_bitmap == e.row_groups_skipped_by_bitmap
+        assert stats.reader == e.reader == reader
 
     def test_pushed_down_to_parquet(self, spark, filled, monkeypatch):
         from storelib.query import read

@@ -6,8 +6,11 @@ made on the driver from Delta statistics and summaries alone, without a Spark jo
 * **clustered data** (commitlog files compaction clustered, :mod:`storelib.maintenance.cluster`):
   each row group's summary in ``commitlog_summary`` - its tag codes, the OR of its messages'
   filter bitmaps, the groups no bitmap hits - rules it out or keeps it
-  (:meth:`MessageFilter.may_skip_file`). The kept row groups become ``cluster_seq`` ranges that
-  Spark pushes down to the Parquet reader, so only they are read;
+  (:meth:`MessageFilter.may_skip_file`). When they are a small share of the scan
+  (:data:`ROW_GROUP_LIMIT`), pyarrow tasks read the kept row groups and nothing else
+  (:mod:`storelib.query.row_groups`); else Spark reads the files, the kept row groups named by
+  ``cluster_seq`` ranges pushed down to Parquet (for a tag selector the pushed ``tags`` predicate
+  skips the same row groups by their statistics, so no ranges are added);
 * **the fresh tail** (files still in append order): the topic's ``consume_queue_ext`` files whose
   summaries cannot rule them out say which commitlog files may hold a match; only those are read.
 
@@ -459,6 +462,8 @@ class FilterStats:
     row_groups_skipped_by_statistics: int = 0
     row_groups_skipped_by_bitmap: int = 0
     files_skipped_by_summary: int = 0
+    #: How clustered files were read (:attr:`ReadExplain.reader`).
+    reader: str = "spark"
     #: A class filter's failures by kind, each with a count, the filter's name, a message id and a
     #: traceback line (:class:`~storelib.filter.class_filter.FilterFailure`); empty for other filters.
     filter_errors: tuple = ()
@@ -492,7 +497,7 @@ def filter_stats(ctx: StoreContext, topic: str, selector: MessageSelector | str 
     return FilterStats(group, topic, plan.filter.selector.expression, plan.units_total, plan.units_skipped,
                        int(row["pruned"]), int(row["passed"]), matched, e.choice, e.row_groups_considered,
                        e.row_groups_skipped_by_statistics, e.row_groups_skipped_by_bitmap, e.files_skipped_by_summary,
-                       failures)
+                       e.reader, failures)
 
 
 def _column(actions: pa.Table, name: str, default: int) -> np.ndarray:
