@@ -175,6 +175,20 @@ class TestTagReads:
         send_props(store, 5, start=5)
         assert len(bodies(store.read("TopicTest"))) == 5
 
+    def test_files_of_several_topics_and_undispatched_tails(self, store):
+        """A file holding several topics, or messages not yet dispatched, is cut by its rows; a file
+        whose statistics say it holds only the topic's dispatched messages needs no cut."""
+        from storelib import Message
+
+        store.create_topic("Other", queues=2)
+        store.send_batch([Message("TopicTest" if i % 2 else "Other", tags="TagA", body=f"m{i}".encode()) for i in range(8)])
+        store.dispatch()
+        store.send_batch([Message("TopicTest", tags="TagA", body=b"late")] * 3)  # in the same table, not dispatched
+        assert bodies(store.read("TopicTest", "TagA")) == [f"m{i}" for i in range(1, 8, 2)]
+        assert bodies(store.read("Other", "TagA")) == [f"m{i}" for i in range(0, 8, 2)]
+        store.dispatch()
+        assert bodies(store.read("TopicTest", "TagA")).count("late") == 3
+
     def test_ext_queue_off(self, spark, store_path):
         plain = MessageStore.create(store_path, spark, enable_consume_queue_ext=False)
         plain.create_topic("TopicTest", queues=3)

@@ -170,20 +170,38 @@ class ReadPlan:
             return self.filter.class_filter.read(spark, self.commitlog.path, *self.class_scan())
         schema = spark_schema(COMMITLOG.arrow)
         parts = []
-        if self.row_groups is not None and self.clustered_actions.num_rows:
+        if self.row_groups is not None and self.clustered_actions.num_rows:  # already cut to the topic's rows
             parts.append(read_row_groups(spark, self.commitlog.path, self.row_groups, self.arrow_rows()))
         elif self.clustered_actions.num_rows:
-            df = spark.read.schema(schema).parquet(*self.commitlog.paths(self.clustered_actions))
+            df = self._of_topic(spark.read.schema(schema).parquet(*self.commitlog.paths(self.clustered_actions)),
+                                self.clustered_actions)
             if self.ranges is not None:
                 df = df.where(_any_between(F.col("cluster_seq"), self.ranges, F.lit))
-            parts.append(df)
+            parts.append(queued(df))
         if self.fresh_actions.num_rows:
-            parts.append(spark.read.schema(schema).parquet(*self.commitlog.paths(self.fresh_actions)))
+            df = spark.read.schema(schema).parquet(*self.commitlog.paths(self.fresh_actions))
+            parts.append(queued(self._of_topic(df, self.fresh_actions)))
         if not parts:
             return spark.createDataFrame([], schema)
         messages = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
-        messages = queued(messages.where((F.col("topic") == self.filter.topic) & (F.col("physical_offset") < self.end)))
         return messages.where(self.filter.commitlog_column())
+
+    def _of_topic(self, df: "DataFrame", actions: pa.Table) -> "DataFrame":
+        """``df`` (Spark's read of the files ``actions`` names) cut to the topic's dispatched rows,
+        leaving out what every file's statistics already imply: a pushed ``topic`` predicate makes the
+        Parquet reader fetch each row group's dictionary page (measured: 1,920 MiB read for 1,309 MiB
+        of clustered files, whose row groups hold 1,024 rows)."""
+        from pyspark.sql import functions as F
+
+        topic, end = self.filter.topic, self.end
+        lows, highs = (actions.column(c).to_pylist() if c in actions.column_names else [None]
+                       for c in ("min.topic", "max.topic"))
+        if not all(lo == hi == topic for lo, hi in zip(lows, highs)):
+            df = df.where(F.col("topic") == topic)
+        tops = actions.column("max.physical_offset").to_pylist() if "max.physical_offset" in actions.column_names else [None]
+        if not all(top is not None and top < end for top in tops):
+            df = df.where(F.col("physical_offset") < end)
+        return df
 
     def class_scan(self) -> tuple[list[str], list]:
         """For a class selector: the files the executors read with pyarrow, each with its row filter -
