@@ -95,8 +95,8 @@ class Producer:
 
         >>> ctx = store.context
         >>> with ctx.producer.group_commit(ctx.commitlog, ctx.topics.all) as p:
-        ...     p.send(Message("TopicTest", body=b"g", queue_id=0)).queue_offset
-        0
+        ...     p.send(Message("TopicTest", body=b"g", queue_id=r.queue_id)).queue_offset == r.queue_offset + 1
+        True
         """
         known = [topics()]
 
