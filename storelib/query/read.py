@@ -222,8 +222,10 @@ class ReadPlan:
         """The rows a read keeps, as a pyarrow expression: the topic's dispatched, queued messages that
         pass the selector's exact tag check (all of them for a SQL92 selector, checked later).
 
-        >>> plan_read(store.context, "TopicTest", "TagA").arrow_rows().equals(plan_read(store.context, "TopicTest", "TagA").arrow_rows())
-        True
+        >>> rows = pa.table({"topic": ["TopicTest", "TopicTest", "Other", "TopicTest"], "tags": ["TagA", "TagA", "TagA", "TagB"],
+        ...                  "physical_offset": [0, 10**12, 0, 0], "sysflag": [0, 0, 0, 0]})
+        >>> rows.filter(plan_read(store.context, "TopicTest", "TagA").arrow_rows()).num_rows  # not: undispatched, other topic, TagB
+        1
         """
         from storelib.dispatch.reput import queued_expression
 
