@@ -311,7 +311,7 @@ def plan_read(ctx: StoreContext, topic: str, selector: MessageSelector | str | N
         plan.choice = "prune"
         plan.reason = f"summaries leave {100 * counts['estimated_bytes'] / max(1, scan):.1f}% of the scan's bytes"
         if reads and clustered_bytes <= ROW_GROUP_LIMIT * scan:
-            plan.row_groups = [RowGroups(clog.path_of(r.path), r.row_groups, r.bytes) for r in reads]
+            plan.row_groups = reads
         elif mf.selector.is_tag:
             # the tag predicate pushed down to Parquet skips the same row groups by their tags
             # statistics (clustered row groups hold one tag or a few); ranges would only add their cost
@@ -347,7 +347,8 @@ def _message_filter(ctx: StoreContext, topic: str, selector: MessageSelector | s
 def _plan_clustered(ctx: StoreContext, mf: MessageFilter, clustered: pa.Table, counts: dict[str, int]
                     ) -> tuple[list[tuple[int, int]] | None, pa.Table, int, list[RowGroups]]:
     """The clustered files to read, the ``cluster_seq`` ranges of their kept row groups, the bytes
-    that costs, and the same as row groups per file (add paths); ``counts`` gets the row group counters."""
+    that costs, and the same as row groups per file (full paths, for pyarrow tasks); ``counts`` gets
+    the row group counters."""
     counts.update(row_groups=0, skipped_by_statistics=0, skipped_by_bitmap=0, row_groups_read=0)
     total = int(_column(clustered, "size_bytes", 0).sum())
     if clustered.num_rows == 0 or mf.tags_all:
@@ -366,7 +367,7 @@ def _plan_clustered(ctx: StoreContext, mf: MessageFilter, clustered: pa.Table, c
         summaries = groups.get(path)
         if not summaries or sum(g.num_records for g in summaries) != rows[path]:  # not summed up: read it whole
             keep_paths.add(path)
-            reads.append(RowGroups(path, None, sizes[path]))
+            reads.append(RowGroups(ctx.tables.commitlog.path_of(path), None, sizes[path]))
             estimate += sizes[path]
             lo, hi = seq_lo.get(path), seq_hi.get(path)
             if ranges is not None and lo is not None and hi is not None:
@@ -388,7 +389,7 @@ def _plan_clustered(ctx: StoreContext, mf: MessageFilter, clustered: pa.Table, c
         if kept_rows:
             keep_paths.add(path)
             cost = int(sizes[path] * kept_rows / max(1, rows[path]))
-            reads.append(RowGroups(path, tuple(kept_groups), cost))
+            reads.append(RowGroups(ctx.tables.commitlog.path_of(path), tuple(kept_groups), cost))
             estimate += cost
     kept = clustered.filter(pa.array([p in keep_paths for p in paths], pa.bool_()))
     return (None if ranges is None else _cap(_merge(ranges), MAX_RANGES)), kept, estimate, reads
