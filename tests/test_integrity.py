@@ -235,3 +235,25 @@ def test_a_library_error_under_a_call_leaves_as_a_store_error(spark, store):
         store.query_by_id(r.msg_id)
     assert isinstance(info.value, StoreError) and info.value.__cause__ is not None
     assert "Deserializing page header failed" in str(info.value) and info.value.where == "query_by_id"
+
+
+def test_a_store_opens_while_another_process_sends(store):
+    """Opening lists each table's folder, then reads its log: a file committed in between is not 'missing'."""
+    from storelib.delta.health import table_problems
+
+    script = ("import sys, time\nfrom storelib import Message, MessageStore\ns = MessageStore.open(sys.argv[1])\n"
+              "end = time.monotonic() + 5\nwhile time.monotonic() < end:\n"
+              "    s.send_batch([Message('TopicTest', body=b'x')])\n")
+    sender = subprocess.Popen([sys.executable, "-c", script, store.root])
+    try:
+        table = store.context.tables.commitlog
+        first = table.snapshot().version()
+        while table.snapshot().version() < first + 3 and sender.poll() is None:
+            pass
+        seen = []
+        while sender.poll() is None:
+            seen.append(table_problems(table))
+    finally:
+        sender.kill()
+        sender.wait()
+    assert len(seen) > 20 and all(p == [] for p in seen)

@@ -53,8 +53,9 @@ def table_problems(table: Table) -> list[str]:
     except (DeltaError, OSError, ValueError) as e:
         return [f"{name}: its Delta log cannot be read ({str(e).splitlines()[0][:200]})"]
     named = [unquote(p) for p in add_actions(dt).column("path").to_pylist()]
-    missing = sorted(p for p in named if "/" not in p and p not in files)
-    missing += sorted(p for p in named if "/" in p and filesys.get_file_info(f"{base}/{p}").type == pafs.FileType.NotFound)
+    # the folder was listed before the log was read: a file committed in between is looked for again
+    unlisted = sorted(p for p in named if "/" in p or p not in files)
+    missing = [p for p in unlisted if filesys.get_file_info(f"{base}/{p}").type == pafs.FileType.NotFound]
     if missing:
         return [f"{name}: {len(missing)} data file(s) its log names are missing ({', '.join(missing[:3])}): restore them, "
                 "or rebuild the table if it is derived (consume_queue, consume_queue_ext, index: move it away and "
