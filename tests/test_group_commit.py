@@ -152,3 +152,46 @@ def test_producer_processes_never_share_or_skip_an_offset(store, python_env):
     rows = _check_offsets(store)
     assert sorted(r["body"] for r in rows) == sorted(f"{p}-{t}-{i}".encode() for p in range(2) for t in range(4)
                                                      for i in range(each))
+
+
+HOLDER = textwrap.dedent("""
+    import sys, time
+    from storelib import MessageStore
+    store = MessageStore.open(sys.argv[1])
+    with store.context.tables.commitlog.commit_turn():
+        print("held", flush=True)
+        time.sleep(600)
+""")
+
+
+@pytest.mark.slow
+def test_sends_wait_for_another_process_turn_and_then_share_one_commit(store, python_env):
+    """Processes of one machine take turns to commit: sends queued while another process holds the
+    commitlog's turn wait, then go in one commit; a holder killed mid-turn frees it."""
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, store.root], env=python_env, stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with store.producer() as producer:
+            futures = [producer.send_async(Message("TopicTest", body=str(i).encode(), queue_id=i % 4))
+                       for i in range(50)]
+            done = threading.Event()
+            done.wait(0.5)
+            assert not any(f.done() for f in futures)  # no commit while the other process holds the turn
+            holder.kill()
+            holder.wait()
+            results = [f.result(timeout=60) for f in futures]
+            assert producer.commits == 1
+        assert {r.send_status for r in results} == {"SEND_OK"}
+        assert sorted(r["body"] for r in _check_offsets(store)) == sorted(str(i).encode() for i in range(50))
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_store_send_async_returns_futures_of_send_results(store):
+    futures = [store.send_async(Message("TopicTest", body=str(i).encode(), queue_id=2)) for i in range(10)]
+    offsets = [f.result(timeout=60).queue_offset for f in futures]
+    assert offsets == list(range(10))  # one thread's sends keep their order in the queue
+    with pytest.raises(InvalidTopicError):
+        store.send_async(Message("Absent Topic!"))

@@ -200,3 +200,51 @@ class TestCompaction:
         query = MessageQuery(store.context)
         found = query.by_key("TopicTest", "k1-7")
         assert len(found) == 1 and query.files_touched["index"] == 1
+
+
+class TestWarmViews:
+    """A warm view brought forward from the log entries alone equals a view loaded afresh."""
+
+    @staticmethod
+    def fresh(table):
+        return Table(table.path, table.spec).view(markers=())
+
+    def assert_same_view(self, warm, table):
+        fresh = Table(table.path, table.spec)
+        expected = fresh.view(markers=list(warm.markers))
+        assert warm.version == expected.version, table.spec.name
+        assert dict(warm.markers) == dict(expected.markers), table.spec.name
+        by_path = lambda t: t.sort_by("path")  # noqa: E731
+        assert by_path(warm.actions).equals(by_path(expected.actions)), table.spec.name
+
+    def test_rolled_forward_through_sends_dispatches_and_compaction(self, store):
+        tables = {name: Table(t.path, t.spec) for name, t in store.context.tables.by_name().items()}
+        wanted = {"commitlog": ["commitlog", "cq/TopicTest/0"], "consume_queue": ["reput"], "index": ["reput"]}
+        for name, t in tables.items():
+            t.view(markers=wanted.get(name, []))  # warm from the start
+        steps = [lambda: fill(store, rounds=2), lambda: store.send(Message("TopicTest", queue_id=0)),
+                 lambda: store.compact(full=True, settle_ms=0), lambda: fill(store, rounds=1)]
+        for step in steps:
+            step()
+            for t in tables.values():
+                self.assert_same_view(t.view(), t)
+
+    def test_a_view_rolled_forward_reads_no_snapshot(self, store, monkeypatch):
+        t = Table(store.context.tables.commitlog.path, store.context.tables.commitlog.spec)
+        t.view(markers=["commitlog"])
+        fill(store, rounds=1)
+        monkeypatch.setattr(t, "_warm", None)  # a load would be needed to answer without the log entries
+        monkeypatch.setattr(Table, "snapshot", lambda self, version=None: pytest.fail("loaded a snapshot"))
+        view = t.view()
+        monkeypatch.undo()
+        assert view.marker("commitlog") == store.max_offset()
+        self.assert_same_view(view, t)
+
+    def test_reload_after_the_interval_gives_the_same_view(self, store, monkeypatch):
+        import storelib.delta.table as table_module
+
+        t = Table(store.context.tables.consume_queue.path, store.context.tables.consume_queue.spec)
+        t.view(markers=["reput"])
+        fill(store, rounds=2)
+        monkeypatch.setattr(table_module, "VIEW_RELOAD_S", 0.0)
+        self.assert_same_view(t.view(), t)

@@ -15,6 +15,7 @@ ahead of or behind its rows.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -32,6 +33,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from deltalake.transaction import AddAction, RemoveAction
 
+from storelib.delta.log import apply_changes, changes_since, has_version
 from storelib.delta.spec import TableSpec, spark_schema
 from storelib.model.errors import ConcurrentWriteError, StoreStateError
 
@@ -40,7 +42,26 @@ if TYPE_CHECKING:
 
 __all__ = ["Table", "TableView", "WrittenFile", "Prune", "CommitConflict", "add_actions", "remove_actions"]
 
+try:
+    import fcntl
+except ImportError:  # not POSIX: only this process's threads take turns
+    fcntl = None  # type: ignore[assignment]
+
 log = logging.getLogger(__name__)
+
+#: Delta properties of every table the store creates (``StoreConfig.table_properties`` overrides them): a
+#: checkpoint every 20 commits, and log entries kept 2 minutes past the next checkpoint. Every load and
+#: refresh of a snapshot lists the ``_delta_log`` folder, so a table taking tens of commits a second
+#: would otherwise get slower with each one (20,000 entries: ~85 ms per listing). Time travel
+#: (``versionAsOf``) reaches back as far as the entries are kept.
+TABLE_DEFAULTS = {"delta.checkpointInterval": "20", "delta.logRetentionDuration": "interval 2 minutes"}
+
+#: A warm view is brought forward from the log entries alone for at most this long; then delta-rs catches up
+#: (whatever the entries could not say, e.g. a log cleaned up under a long-idle view).
+VIEW_RELOAD_S = 30.0
+
+#: The hidden file whose ``flock`` is a table's :meth:`~Table.commit_turn` on this machine.
+COMMIT_LOCK = "_storelib_commit.lock"
 
 
 class CommitConflict(Exception):
@@ -122,6 +143,10 @@ class Table:
         self._view: TableView | None = None
         self._lock = threading.Lock()
         self._memo: dict[str, tuple[int, Any]] = {}
+        self._checked = 0.0
+        self._turn = threading.RLock()
+        self._depth = 0
+        self._committer: DeltaTable | None = None
 
     def __repr__(self) -> str:
         return f"Table({self.spec.name!r}, {self.path!r})"
@@ -135,7 +160,7 @@ class Table:
         except TableNotFoundError:
             if "://" not in self.path:
                 os.makedirs(self.path, exist_ok=True)
-            conf = {"delta.checkpointInterval": "20", **self.properties}
+            conf = {**TABLE_DEFAULTS, **self.properties}
             DeltaTable.create(self.path, self.spec.arrow, mode="ignore", name=self.spec.name,
                               description=self.spec.description, configuration=conf)
             return self
@@ -155,6 +180,8 @@ class Table:
         with self._lock:
             self._warm, self._view = None, None
             self._memo.clear()
+        with self._turn:
+            self._committer = None
 
     def snapshot(self, version: int | None = None) -> DeltaTable:
         """The table's latest snapshot (or the given version)."""
@@ -163,26 +190,91 @@ class Table:
     def view(self, markers: Iterable[str] = ()) -> TableView:
         """The newest snapshot as a :class:`TableView`, kept warm between calls.
 
-        The first call loads the table; later calls only read the log entries written since
-        (``update_incremental``), and rebuild the view only when the version moved. ``markers``
-        names the ``txn`` app ids the caller will ask the view for.
+        The first call loads the table. A later call looks for the next version's log entry (one
+        file status): while there is none, the view stands; when there are new entries, it reads
+        them and applies their file and ``txn`` actions to the view (:mod:`storelib.delta.log`), so a
+        refresh costs what was committed since, not what the table holds. At least every
+        :data:`VIEW_RELOAD_S` seconds (or when the entries cannot be read) it catches up through
+        delta-rs instead. ``markers`` names the ``txn`` app ids the caller will ask the view for.
+
+        >>> t = store.context.tables.commitlog
+        >>> t.view(markers=["commitlog"]) is t.view()          # nothing committed in between
+        True
         """
         wanted = tuple(markers)
         with self._lock:
+            view, now = self._view, time.monotonic()
+            if view is not None and now - self._checked < VIEW_RELOAD_S:
+                if has_version(self.path, view.version + 1):
+                    view = self._roll(view)
+                if view is not None and all(m in view.markers for m in wanted):
+                    self._view = view
+                    return view
             if self._warm is None:
                 self._warm = self.snapshot()
             else:
                 self._warm.update_incremental()
+            self._checked = now
             version = self._warm.version()
-            view = self._view
-            if view is None or view.version != version or any(m not in view.markers for m in wanted):
-                known = set(view.markers) if view is not None and view.version == version else set()
-                names = known | set(wanted)
-                found = {m: self._warm.transaction_version(m) for m in names}
-                actions = view.actions if view is not None and view.version == version else add_actions(self._warm)
-                view = TableView(version, actions, {m: None if v is None else int(v) for m, v in found.items()})
-                self._view = view
-            return view
+            same = view is not None and view.version == version
+            names = set(wanted) | (set(view.markers) if view is not None else set())
+            found = {m: view.markers[m] if same and m in view.markers else self._warm.transaction_version(m)
+                     for m in names}
+            actions = view.actions if same else add_actions(self._warm)
+            self._view = TableView(version, actions, {m: None if v is None else int(v) for m, v in found.items()})
+            return self._view
+
+    def _roll(self, view: TableView) -> TableView | None:
+        """``view`` brought forward through the log entries written since; None when they cannot be applied."""
+        changes = changes_since(self.path, view.version)
+        if changes is None or changes.metadata:
+            return None
+        actions = apply_changes(view.actions, changes)
+        if actions is None:
+            return None
+        return TableView(changes.version, actions, {m: changes.txns.get(m, v) for m, v in view.markers.items()})
+
+    @contextlib.contextmanager
+    def commit_turn(self, snapshot: bool = True) -> Iterator[DeltaTable | None]:
+        """Hold this table's turn to commit among the threads and processes of this machine, and
+        yield its newest snapshot (kept warm between turns: only the log entries since are read),
+        or None with ``snapshot=False``.
+
+        Writers on one machine then queue for the next version instead of racing for it and
+        retrying (RocketMQ's broker serializes its commitlog appends the same way). The turn is an
+        ``flock`` on the table's hidden ``_storelib_commit.lock`` file, released by the kernel if
+        its process dies; on an object store only this process's threads queue. A thread holding
+        the turn may take it again (a group commit holds it while it gathers its group and appends).
+        Whoever does not take the turn (another machine) is still refused by the exactly-next-version
+        commit.
+
+        >>> t = store.context.tables.topic_config
+        >>> with t.commit_turn(snapshot=False), t.commit_turn() as snapshot:
+        ...     snapshot.version() == t.snapshot().version()
+        True
+        """
+        with self._turn:
+            fd = None
+            self._depth += 1
+            try:
+                if self._depth == 1 and "://" not in self.path and fcntl is not None:
+                    fd = os.open(os.path.join(self.path, COMMIT_LOCK), os.O_RDWR | os.O_CREAT, 0o644)
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                if not snapshot:
+                    yield None
+                    return
+                if self._committer is None:
+                    self._committer = self.snapshot()
+                else:
+                    self._committer.update_incremental()
+                yield self._committer
+            except BaseException:
+                self._committer = None  # whatever failed, the next turn starts from a fresh load
+                raise
+            finally:
+                self._depth -= 1
+                if fd is not None:
+                    os.close(fd)
 
     def memo(self, name: str, build: Callable[[TableView], Any]) -> Any:
         """``build(view)`` over the newest snapshot, computed once per table version (a warm cache).
@@ -465,10 +557,17 @@ def filesystem(root: str):
     return fs.LocalFileSystem(), root
 
 
-def with_retries(table: Table, attempts: int, step, *, what: str):
-    """Run ``step(snapshot)`` until its commit lands; it raises :class:`CommitConflict` to retry."""
+def with_retries(table: Table, attempts: int, step, *, what: str, serial: bool = False):
+    """Run ``step(snapshot)`` until its commit lands; it raises :class:`CommitConflict` to retry.
+
+    ``serial`` runs each attempt in the table's :meth:`~Table.commit_turn`: for short steps (a
+    send's append), whose writers then queue rather than conflict.
+    """
     for attempt in range(1, attempts + 1):
         try:
+            if serial:
+                with table.commit_turn() as snapshot:
+                    return step(snapshot)
             return step(table.snapshot())
         except CommitConflict:
             log.info("%s: commit conflict on %s, attempt %d", what, table.spec.name, attempt)

@@ -26,10 +26,11 @@ the one it read, or starts over (:func:`storelib.delta.table.with_retries`).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from concurrent.futures import Future
-from typing import Callable, Generic, Sequence, TypeVar
+from typing import Callable, ContextManager, Generic, Sequence, TypeVar
 
 from storelib.model.errors import ConfigError, StoreStateError, translate_external
 
@@ -46,7 +47,9 @@ class GroupCommitProducer(Generic[M, E, R]):
 
     ``linger_ms`` is how long a group waits for more messages after its first (0: commit whatever is
     queued as soon as the committer is free, so batching comes only from concurrency, with no added
-    latency); ``max_batch`` caps a group.
+    latency); ``max_batch`` caps a group. ``turn`` is a lock shared with other writers (the table's
+    :meth:`~storelib.delta.table.Table.commit_turn`): the group is taken only once the turn is held,
+    so everything sent while other writers commit joins it.
 
     >>> p = GroupCommitProducer(lambda m: m, lambda group: [len(group)] * len(group), linger_ms=50)
     >>> futures = [p.send_async(i) for i in range(5)]       # all five queued within the linger
@@ -59,12 +62,13 @@ class GroupCommitProducer(Generic[M, E, R]):
     """
 
     def __init__(self, encode: Callable[[M], E], append: Callable[[Sequence[E]], Sequence[R]], *,
-                 linger_ms: int = 0, max_batch: int = 1000, name: str = "storelib-group-commit"):
+                 linger_ms: int = 0, max_batch: int = 1000, name: str = "storelib-group-commit",
+                 turn: Callable[[], ContextManager[object]] = contextlib.nullcontext):
         for field, value, low in (("linger_ms", linger_ms, 0), ("max_batch", max_batch, 1)):
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise ConfigError(field, f"must be an integer >= {low}", value=value)
         self._encode, self._append = encode, translate_external(append)
-        self.linger_s, self.max_batch = linger_ms / 1000, max_batch
+        self.linger_s, self.max_batch, self._turn = linger_ms / 1000, max_batch, turn
         self._queue: list[tuple[E, Future]] = []
         self._cond = threading.Condition()
         self._closed = False
@@ -111,27 +115,36 @@ class GroupCommitProducer(Generic[M, E, R]):
         self.close()
 
     # ---- the committer -----------------------------------------------------------------------
-    def _take(self) -> list[tuple[E, Future]] | None:
+    def _wait(self) -> bool:
+        """Wait for a first message (and the linger after it); False once closed with nothing queued."""
         with self._cond:
             self._cond.wait_for(lambda: self._queue or self._closed)
             if not self._queue:
-                return None
+                return False
             if self.linger_s and len(self._queue) < self.max_batch and not self._closed:
                 deadline = time.monotonic() + self.linger_s
                 self._cond.wait_for(lambda: len(self._queue) >= self.max_batch or self._closed,
                                     timeout=max(0.0, deadline - time.monotonic()))
+            return True
+
+    def _take(self) -> list[tuple[E, Future]]:
+        with self._cond:
             group, self._queue = self._queue[:self.max_batch], self._queue[self.max_batch:]
             self._busy = True
             return group
 
     def _run(self) -> None:
-        while (group := self._take()) is not None:
-            encoded = [e for e, _ in group]
+        while self._wait():
             error: BaseException | None = None
+            group: list[tuple[E, Future]] = []
             try:
-                results = self._append(encoded)
+                with self._turn():
+                    group = self._take()
+                    results = self._append([e for e, _ in group])
             except Exception as e:  # noqa: BLE001  (every caller of the group gets the commit's error)
                 error = e
+                if not group:  # the turn itself failed: fail what is queued
+                    group = self._take()
             for i, (_, future) in enumerate(group):
                 if error is not None:
                     future.set_exception(error)

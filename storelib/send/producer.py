@@ -111,7 +111,8 @@ class Producer:
             known[0] = topics()  # for the next group's senders: a changed permission is seen one commit later
             return results
 
-        return GroupCommitProducer(encode, append, linger_ms=linger_ms, max_batch=max_batch)
+        return GroupCommitProducer(encode, append, linger_ms=linger_ms, max_batch=max_batch,
+                                   turn=lambda: commitlog.table.commit_turn(snapshot=False))
 
     def send_dataframe(self, commitlog: CommitLog, topics: Mapping[str, TopicConfig], df: "DataFrame") -> AppendResult:
         """Check, complete and append a DataFrame of messages in one atomic commit (see :meth:`encode_dataframe`)."""

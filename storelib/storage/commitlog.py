@@ -233,7 +233,7 @@ class CommitLog:
                                                info={"storelib.messages": str(len(rows))})
             return AppendResult(version, start, offset, len(rows), rows=rows)
 
-        return with_retries(self.table, self.config.max_commit_attempts, step, what="send")
+        return with_retries(self.table, self.config.max_commit_attempts, step, what="send", serial=True)
 
     def append_arrow(self, staged: pa.Table, progress: Progress | None = None, operation: str = "SEND") -> AppendResult:
         """Append rows already complete but for their offsets (:data:`STAGED_SCHEMA` columns, e.g.
@@ -271,7 +271,7 @@ class CommitLog:
                                     operation=operation, info={"storelib.messages": str(batch.num_rows)})
             return AppendResult(version, start, end, batch.num_rows, queues={k: (first[k], counters[k]) for k in first})
 
-        return with_retries(self.table, self.config.max_commit_attempts, step, what=operation.lower())
+        return with_retries(self.table, self.config.max_commit_attempts, step, what=operation.lower(), serial=True)
 
     # ---- DataFrame appends -----------------------------------------------------------------
     def append_dataframe(self, encoded: "DataFrame", frame: "BatchCompleter",

@@ -18,6 +18,7 @@ b'hi'
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Sequence
 
 from storelib.consume.get_message import GetMessageResult
@@ -195,6 +196,17 @@ class MessageStore(Lookups):
         1
         """
         return self._ctx.sends.send(message)
+
+    def send_async(self, message: Message) -> "Future[SendResult]":
+        """Check ``message`` now (a bad one raises here) and queue it on the store's producer: a future
+        of its :class:`SendResult`, done when the commit holding it lands (RocketMQ's async send).
+        Keeping many sends in flight lets each commit carry many messages.
+
+        >>> futures = [store.send_async(Message("TopicTest", body=b"a", queue_id=1)) for _ in range(2)]
+        >>> [f.result().send_status for f in futures]
+        ['SEND_OK', 'SEND_OK']
+        """
+        return self._ctx.sends.send_async(message)
 
     def producer(self, linger_ms: int = 0, max_batch: int = 1000) -> GroupCommitProducer:
         """A thread-safe producer: ``send``, ``send_async`` (a future), ``flush``, ``close``; concurrent sends

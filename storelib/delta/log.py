@@ -1,0 +1,149 @@
+"""Reading a Delta table's newest log entries directly, to bring a warm view forward.
+
+A table the store writes often (the commitlog, the consume queue) gains a version every few
+milliseconds. Asking delta-rs to catch up (``update_incremental``) lists the whole ``_delta_log``
+folder, which grows with every commit until log clean-up; reading its add actions again costs as
+much as the table has files. A version, though, is one small JSON file at a known name. So a view is
+brought forward the way a follower tails a log: look for the next entry (one file status), read the
+entries that are there, and apply their file and ``txn`` actions to what the view already holds.
+
+>>> t = store.context.tables.commitlog
+>>> v = t.view().version
+>>> from storelib import Message
+>>> _ = store.send(Message("TopicTest"))
+>>> changes = changes_since(t.path, v)
+>>> changes.version == v + 1, len(changes.adds), changes.txns["commitlog"] == store.max_offset()
+(True, 1, True)
+>>> apply_changes(t.view().actions.slice(0, 0), changes).num_rows
+1
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyarrow.fs import FileType
+
+__all__ = ["LogChanges", "entry_path", "has_version", "changes_since", "apply_changes"]
+
+
+def entry_path(table_path: str, version: int) -> str:
+    """Where version ``version``'s log entry lives.
+
+    >>> entry_path("/data/store/commitlog", 7)
+    '/data/store/commitlog/_delta_log/00000000000000000007.json'
+    """
+    return f"{table_path.rstrip('/')}/_delta_log/{version:020d}.json"
+
+
+def _filesystem(path: str):
+    from pyarrow import fs
+
+    if "://" in path:
+        return fs.FileSystem.from_uri(path)
+    return fs.LocalFileSystem(), path
+
+
+def has_version(table_path: str, version: int) -> bool:
+    """Is ``version`` committed? One file status (versions are contiguous, so this says whether the
+    table moved past ``version - 1``).
+
+    >>> has_version(store.context.tables.commitlog.path, 10**9)
+    False
+    """
+    fs, local = _filesystem(entry_path(table_path, version))
+    return fs.get_file_info(local).type != FileType.NotFound
+
+
+@dataclass
+class LogChanges:
+    """What the entries after a version did: files added (their add actions), paths removed, the
+    latest ``txn`` marker of each app id, and the last version read. ``metadata`` says an entry
+    changed the table's metadata or protocol (a view must then be built again)."""
+
+    version: int
+    adds: list[dict[str, Any]] = field(default_factory=list)
+    removes: set[str] = field(default_factory=set)
+    txns: dict[str, int] = field(default_factory=dict)
+    metadata: bool = False
+
+
+def changes_since(table_path: str, version: int) -> LogChanges | None:
+    """The changes committed after ``version``, read from the entries up to the newest; None when an
+    entry cannot be read whole (cleaned up, or not JSON), for the caller to load the snapshot instead."""
+    changes = LogChanges(version)
+    while True:
+        fs, local = _filesystem(entry_path(table_path, changes.version + 1))
+        try:
+            with fs.open_input_stream(local) as f:
+                text = f.read().decode()
+        except FileNotFoundError:
+            return changes
+        except OSError:
+            return None
+        try:
+            for line in text.splitlines():
+                if not line.strip():
+                    continue
+                action = json.loads(line)
+                if "add" in action:
+                    add = action["add"]
+                    changes.removes.discard(add["path"])
+                    changes.adds.append(add)
+                elif "remove" in action:
+                    path = action["remove"]["path"]
+                    changes.removes.add(path)
+                    changes.adds = [a for a in changes.adds if a["path"] != path]
+                elif "txn" in action:
+                    changes.txns[action["txn"]["appId"]] = int(action["txn"]["version"])
+                elif "metaData" in action or "protocol" in action:
+                    changes.metadata = True
+        except (ValueError, KeyError, TypeError):
+            return None
+        changes.version += 1
+
+
+def apply_changes(actions: pa.Table, changes: LogChanges) -> pa.Table | None:
+    """``actions`` (flattened add actions, as :func:`~storelib.delta.table.add_actions` gives them) after
+    ``changes``: removed files dropped, added files appended with their statistics in the same columns;
+    None when ``actions`` has a column this reader does not know how to fill."""
+    if changes.removes:
+        actions = actions.filter(pc.invert(pc.is_in(actions.column("path"), pa.array(sorted(changes.removes)))))
+    if not changes.adds:
+        return actions
+    stats = [json.loads(a.get("stats") or "{}") for a in changes.adds]
+    columns = []
+    for f in actions.schema:
+        if f.name == "path":
+            values = [a["path"] for a in changes.adds]
+        elif f.name == "size_bytes":
+            values = [a["size"] for a in changes.adds]
+        elif f.name == "modification_time":
+            values = [a["modificationTime"] for a in changes.adds]
+        elif f.name == "data_change":
+            values = [a.get("dataChange") for a in changes.adds]
+        elif f.name == "num_records":
+            values = [s.get("numRecords") for s in stats]
+        else:
+            kind, _, column = f.name.partition(".")
+            key = {"min": "minValues", "max": "maxValues", "null_count": "nullCount"}.get(kind)
+            if key is None:
+                return None
+            values = [_dig(s.get(key), column) for s in stats]
+        if pa.types.is_timestamp(f.type) or pa.types.is_date(f.type):
+            columns.append(pa.array(values, pa.string()).cast(f.type))
+        else:
+            columns.append(pa.array(values, f.type))
+    return pa.concat_tables([actions, pa.Table.from_arrays(columns, schema=actions.schema)])
+
+
+def _dig(stats: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        if not isinstance(stats, dict):
+            return None
+        stats = stats.get(part)
+    return stats
