@@ -70,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--producers", type=positive_int, default=4, help="online suite: producer processes")
     parser.add_argument("--threads", type=positive_int, default=16, help="online suite: sending threads per producer")
     parser.add_argument("--consumers", type=positive_int, default=4, help="online suite: long-polling consumer processes")
+    parser.add_argument("--window", type=positive_int, default=16,
+                        help="online suite: sends each thread keeps in flight (send_async); 1 sends one at a time")
     args = parser.parse_args(argv)
     suites = set(args.suite)
     out: dict = {}
@@ -93,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
                                            partitions=args.partitions, repeats=args.repeats),
             "sql": lambda: bench_sql(spark, args.messages, lookups=args.lookups, root=args.root, queues=args.queues,
                                      partitions=args.partitions),
-            "online": lambda: bench_online(args.seconds, producers=args.producers, threads=args.threads,
+            "online": lambda: bench_online(args.seconds, producers=args.producers, threads=args.threads, window=args.window,
                                            consumers=args.consumers, root=args.root),
             "admin": lambda: bench_admin(spark, args.messages, root=args.root, queues=args.queues,
                                          partitions=args.partitions),

@@ -31,18 +31,26 @@ TOPIC, GROUP, QUEUES = "Online", "GroupOnline", 16
 ROOT = Path(__file__).resolve().parents[2]
 
 PRODUCER = textwrap.dedent("""
-    import json, sys, threading, time
+    import collections, json, sys, threading, time
     from storelib import Message, MessageStore
-    root, seconds, threads, out = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    root, seconds, threads, window, out = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
     store = MessageStore.open(root)
     acks = []
     end = time.monotonic() + seconds
     def work():
-        mine = []
-        while time.monotonic() < end:
-            t = time.perf_counter()
-            store.send(Message("Online", body=b"x" * 100, properties={"sent_ns": str(time.time_ns())}))
+        mine, flying = [], collections.deque()
+        def settle():
+            future, t = flying.popleft()
+            future.result()
             mine.append((time.monotonic(), time.perf_counter() - t))
+        while time.monotonic() < end:
+            if len(flying) >= window:
+                settle()
+            t = time.perf_counter()
+            message = Message("Online", body=b"x" * 100, properties={"sent_ns": str(time.time_ns())})
+            flying.append((store.send_async(message), t))
+        while flying:
+            settle()
         acks.extend(mine)
     running = [threading.Thread(target=work) for _ in range(threads)]
     [t.start() for t in running]; [t.join() for t in running]
@@ -101,7 +109,7 @@ class OnlineFigures:
                 "flat_ratio": round(self.last_p50 / self.first_p50, 2)}
 
 
-def bench_online(seconds: float = 60, *, producers: int = 4, threads: int = 16, consumers: int = 4,
+def bench_online(seconds: float = 60, *, producers: int = 4, threads: int = 16, window: int = 16, consumers: int = 4,
                  root: str | None = None) -> OnlineFigures:
     """Run the online benchmark for ``seconds`` (see the module docstring)."""
     from storelib import Message, MessageStore
@@ -125,7 +133,7 @@ def bench_online(seconds: float = 60, *, producers: int = 4, threads: int = 16, 
         time.sleep(1.0)  # consumers and follower up
         sends = [f"{work}/producer{p}.json" for p in range(producers)]
         began = time.monotonic()
-        senders = [subprocess.Popen([sys.executable, "-c", PRODUCER, store.root, str(seconds), str(threads), out], env=env)
+        senders = [subprocess.Popen([sys.executable, "-c", PRODUCER, store.root, str(seconds), str(threads), str(window), out], env=env)
                    for out in sends]
         for s in senders:
             s.wait(timeout=seconds + 300)
