@@ -32,6 +32,7 @@ follower killed anywhere is restarted with nothing lost or dispatched twice.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import threading
@@ -164,6 +165,7 @@ class Dispatcher:
         self.registry = registry
         self.summaries = summaries
         self._filters: tuple[int, list["Subscription"]] | None = None
+        self._done_to: int | None = None  # every target dispatched to this commitlog offset by this dispatcher
 
     @property
     def spark(self) -> "SparkSession":
@@ -233,35 +235,47 @@ class Dispatcher:
         return total or self.run()
 
     def _run_once(self) -> DispatchResult:
-        commitlog = self.commitlog.snapshot()
-        end = Table.marker(commitlog, COMMITLOG_MARKER)
-        result = DispatchResult(end, end)
+        known = self.commitlog.view(markers=[COMMITLOG_MARKER]).marker(COMMITLOG_MARKER)
+        if known == self._done_to:  # nothing sent since this dispatcher's last run: no turn, no snapshot
+            return DispatchResult(known, known)
+        result: DispatchResult | None = None
         self._filters = None
         pending = list(self.targets)
         for attempt in range(1, self.config.max_commit_attempts + 1):
-            snapshots = {name: self.targets[name].snapshot() for name in pending}
-            starts = {name: Table.marker(snapshots[name], REPUT_MARKER) for name in pending}
-            ahead = ahead_of_commitlog(starts, end)
-            if ahead:  # the commitlog lost commits: dispatching on would never catch up, silently
-                raise StoreCorruptedError(ahead, self.commitlog.path.rsplit("/", 1)[0])
-            for name in pending:
-                result.from_offset = min(result.from_offset, starts[name])
-            began = time.perf_counter()
-            files = self._write({n: s for n, s in starts.items() if s < end}, commitlog, end)
-            result.seconds["scan"] = round(result.seconds.get("scan", 0.0) + time.perf_counter() - began, 3)
-            try:
-                pending = self._commit_in_order(pending, snapshots, starts, files, end, result)
-            except BaseException:
-                for name, written in files.items():
-                    if name not in result.versions:
-                        self.targets[name].discard(written)
-                raise
+            with contextlib.ExitStack() as turns:  # the targets' turns, in one order: local dispatchers queue
+                snapshots = {name: turns.enter_context(self.targets[name].commit_turn()) for name in pending}
+                commitlog = self.commitlog.view(markers=[COMMITLOG_MARKER])  # read once the turns are held
+                if result is None:  # every attempt dispatches up to the first one's end
+                    end = commitlog.marker(COMMITLOG_MARKER)
+                    result = DispatchResult(end, end)
+                pending = self._attempt(pending, snapshots, commitlog.actions, end, result)
             if not pending:
+                self._done_to = result.to_offset
                 return result
             log.info("dispatch: commit conflict on %s, attempt %d", pending[0], attempt)
             time.sleep(min(0.5, 0.01 * attempt))
         raise ConcurrentWriteError(pending[0], f"dispatch: other writers won {self.config.max_commit_attempts} "
                                                "commits in a row")
+
+    def _attempt(self, pending: list[str], snapshots: dict, commitlog: "pa.Table", end: int,
+                 result: DispatchResult) -> list[str]:
+        """One try at every pending target from ``snapshots``, up to commitlog offset ``end``; the targets still to do."""
+        starts = {name: Table.marker(snapshots[name], REPUT_MARKER) for name in pending}
+        ahead = ahead_of_commitlog(starts, end)  # past this view's end: another dispatcher went on, or commits were lost
+        if ahead and ahead_of_commitlog(starts, Table.marker(self.commitlog.snapshot(), COMMITLOG_MARKER)):
+            raise StoreCorruptedError(ahead, self.commitlog.path.rsplit("/", 1)[0])  # lost: never caught up, silently
+        for name in pending:
+            result.from_offset = min(result.from_offset, starts[name])
+        began = time.perf_counter()
+        files = self._write({n: s for n, s in starts.items() if s < end}, commitlog, end)
+        result.seconds["scan"] = round(result.seconds.get("scan", 0.0) + time.perf_counter() - began, 3)
+        try:
+            return self._commit_in_order(pending, snapshots, starts, files, end, result)
+        except BaseException:
+            for name, written in files.items():
+                if name not in result.versions:
+                    self.targets[name].discard(written)
+            raise
 
     def _commit_in_order(self, pending: list[str], snapshots: dict, starts: dict[str, int],
                          files: dict[str, list[WrittenFile]], end: int, result: DispatchResult) -> list[str]:
@@ -306,7 +320,7 @@ class Dispatcher:
         if not writing:
             return {}
         low = min(writing.values())
-        actions = Table.actions(commitlog, Prune(between={"physical_offset": (low, end - 1)}))
+        actions = Table.prune(commitlog, Prune(between={"physical_offset": (low, end - 1)}))
         holding = functools.partial(_files_holding, actions)
         coded = "consume_queue_ext" in writing or ("consume_queue" in writing and not self.ext_enabled)  # real tag codes
         version, live = self.filters()
@@ -341,11 +355,10 @@ class Dispatcher:
             if self.registry is None or not self.config.enable_calc_filter_bitmap:
                 self._filters = (0, [])
             else:
-                snapshot = self.registry.snapshot()
+                version = self.registry.table.view().version  # first: the subscriptions read are at least as new
                 bloom = self.registry.bloom_filter
-                subs = [s for s in self.registry.all(snapshot)
-                        if s.is_sql92 and s.bloom is not None and bloom.is_valid(s.bloom)]
-                self._filters = (snapshot.version(), subs)
+                subs = [s for s in self.registry.all() if s.is_sql92 and s.bloom is not None and bloom.is_valid(s.bloom)]
+                self._filters = (version, subs)
         return self._filters
 
 
