@@ -248,3 +248,21 @@ class TestWarmViews:
         fill(store, rounds=2)
         monkeypatch.setattr(table_module, "VIEW_RELOAD_S", 0.0)
         self.assert_same_view(t.view(), t)
+
+
+class TestPointReads:
+    def test_small_files_read_from_the_cache_equal_a_scan(self, store):
+        import pyarrow.compute as pc
+        import pyarrow.dataset as ds
+
+        from storelib.delta.files import small_file
+
+        fill(store, rounds=3)
+        t = store.context.tables.commitlog
+        paths = t.files(t.snapshot())
+        assert all(small_file(p, t.spec.arrow) is not None for p in paths)  # kept decoded
+        test = pc.field("queue_id") == 1
+        cached = t.read_arrow(paths=paths, columns=["physical_offset", "body"], filter=test).sort_by("physical_offset")
+        scanned = ds.dataset(paths, schema=t.spec.arrow, format="parquet").to_table(
+            columns=["physical_offset", "body"], filter=test).sort_by("physical_offset")
+        assert cached.num_rows == 6 and cached.equals(scanned)

@@ -28,6 +28,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyarrow.fs import FileType
 
+from storelib.delta.files import filesystem
+
 __all__ = ["LogChanges", "entry_path", "has_version", "changes_since", "apply_changes"]
 
 
@@ -40,14 +42,6 @@ def entry_path(table_path: str, version: int) -> str:
     return f"{table_path.rstrip('/')}/_delta_log/{version:020d}.json"
 
 
-def _filesystem(path: str):
-    from pyarrow import fs
-
-    if "://" in path:
-        return fs.FileSystem.from_uri(path)
-    return fs.LocalFileSystem(), path
-
-
 def has_version(table_path: str, version: int) -> bool:
     """Is ``version`` committed? One file status (versions are contiguous, so this says whether the
     table moved past ``version - 1``).
@@ -55,7 +49,7 @@ def has_version(table_path: str, version: int) -> bool:
     >>> has_version(store.context.tables.commitlog.path, 10**9)
     False
     """
-    fs, local = _filesystem(entry_path(table_path, version))
+    fs, local = filesystem(entry_path(table_path, version))
     return fs.get_file_info(local).type != FileType.NotFound
 
 
@@ -77,7 +71,7 @@ def changes_since(table_path: str, version: int) -> LogChanges | None:
     entry cannot be read whole (cleaned up, or not JSON), for the caller to load the snapshot instead."""
     changes = LogChanges(version)
     while True:
-        fs, local = _filesystem(entry_path(table_path, changes.version + 1))
+        fs, local = filesystem(entry_path(table_path, changes.version + 1))
         try:
             with fs.open_input_stream(local) as f:
                 text = f.read().decode()
@@ -138,7 +132,9 @@ def apply_changes(actions: pa.Table, changes: LogChanges) -> pa.Table | None:
             columns.append(pa.array(values, pa.string()).cast(f.type))
         else:
             columns.append(pa.array(values, f.type))
-    return pa.concat_tables([actions, pa.Table.from_arrays(columns, schema=actions.schema)])
+    out = pa.concat_tables([actions, pa.Table.from_arrays(columns, schema=actions.schema)])
+    # each roll adds a chunk, and every compute over the view pays per chunk: merge them now and then
+    return out.combine_chunks() if out.num_columns and out.column(0).num_chunks > 16 else out
 
 
 def _dig(stats: Any, dotted: str) -> Any:

@@ -16,13 +16,11 @@ ahead of or behind its rows.
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import os
 import random
 import threading
 import time
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 from urllib.parse import unquote
@@ -33,6 +31,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from deltalake.transaction import AddAction, RemoveAction
 
+from storelib.delta.files import filesystem, fragment, parquet_format, small_file
 from storelib.delta.log import apply_changes, changes_since, has_version
 from storelib.delta.spec import TableSpec, spark_schema
 from storelib.model.errors import ConcurrentWriteError, StoreStateError
@@ -55,6 +54,9 @@ log = logging.getLogger(__name__)
 #: would otherwise get slower with each one (20,000 entries: ~85 ms per listing). Time travel
 #: (``versionAsOf``) reaches back as far as the entries are kept.
 TABLE_DEFAULTS = {"delta.checkpointInterval": "20", "delta.logRetentionDuration": "interval 2 minutes"}
+
+#: A read of at most this many files is a point read: its small files are kept decoded (:func:`small_file`).
+POINT_READ_FILES = 32
 
 #: A warm view is brought forward from the log entries alone for at most this long; then delta-rs catches up
 #: (whatever the entries could not say, e.g. a log cleaned up under a long-idle view).
@@ -415,11 +417,22 @@ class Table:
 
         if paths is None:
             paths = self.files(dt or self.snapshot(), prune)
+        wanted = list(columns or self.spec.columns)
         if not paths:
-            return self.spec.arrow.empty_table().select(list(columns or self.spec.columns))
-        dataset = ds.FileSystemDataset([_fragment(p) for p in paths], self.spec.arrow, _parquet_format(),
-                                       filesystem(self.path)[0])
-        return dataset.to_table(columns=list(columns) if columns else None, filter=filter)
+            return self.spec.arrow.empty_table().select(wanted)
+        small, large = [], []
+        for path in paths:  # a point read's small files come decoded from this process's cache; the rest are scanned
+            rows = small_file(path, self.spec.arrow) if len(paths) <= POINT_READ_FILES else None
+            (large if rows is None else small).append(rows if rows is not None else path)
+        parts = []
+        if small:
+            rows = small[0] if len(small) == 1 else pa.concat_tables(small)
+            parts.append((rows if filter is None else rows.filter(filter)).select(wanted))
+        if large:
+            dataset = ds.FileSystemDataset([fragment(p) for p in large], self.spec.arrow, parquet_format(),
+                                           filesystem(self.path)[0])
+            parts.append(dataset.to_table(columns=wanted, filter=filter))
+        return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
 
     def scan(self, paths: Sequence[str], filter: pc.Expression | None = None,
              batch_size: int = 64 * 1024) -> Iterator[pa.RecordBatch]:
@@ -435,7 +448,7 @@ class Table:
 
         if not paths:
             return iter(())
-        dataset = ds.FileSystemDataset([_fragment(p) for p in paths], self.spec.arrow, _parquet_format(),
+        dataset = ds.FileSystemDataset([fragment(p) for p in paths], self.spec.arrow, parquet_format(),
                                        filesystem(self.path)[0])
         # one thread: an executor task has one core (Spark schedules a task per core), and pyarrow's own
         # pool would compete with the other tasks' Python
@@ -449,8 +462,8 @@ class Table:
         >>> t.read_row_groups(t.files(t.snapshot())[0], [0], columns=["physical_offset"]).num_rows
         1
         """
-        fragment = _fragment(path).subset(row_group_ids=list(row_groups))
-        return fragment.to_table(schema=self.spec.arrow, columns=list(columns) if columns else None, filter=filter)
+        groups = fragment(path).subset(row_group_ids=list(row_groups))
+        return groups.to_table(schema=self.spec.arrow, columns=list(columns) if columns else None, filter=filter)
 
     # ---- writing -----------------------------------------------------------------------------
     def commit(self, dt: DeltaTable, files: Sequence[WrittenFile], *, markers: Mapping[str, int] | None = None,
@@ -486,46 +499,6 @@ class Table:
                 pass
 
 
-@functools.lru_cache(maxsize=1)
-def _parquet_format():
-    import pyarrow.dataset as ds
-
-    return ds.ParquetFileFormat()
-
-
-#: Parsed Parquet footers kept per process (the driver's point reads, an executor's row group reads), in
-#: bytes of memory: a clustered file's ~800 row groups parse to ~15 MB, about 10x their footer's size.
-FOOTER_CACHE_BYTES = 256 * 1024 * 1024
-_FOOTER_MEMORY_PER_BYTE = 10
-_footers: "OrderedDict[str, tuple[Any, int]]" = OrderedDict()
-_footers_lock = threading.Lock()
-_footers_bytes = 0
-
-
-def _fragment(path: str):
-    """A data file as a pyarrow fragment whose footer (row groups and their statistics) is already parsed;
-    the least recently used are forgotten beyond :data:`FOOTER_CACHE_BYTES` (data files never change,
-    so a kept footer never goes stale)."""
-    global _footers_bytes
-    with _footers_lock:
-        hit = _footers.get(path)
-        if hit is not None:
-            _footers.move_to_end(path)
-            return hit[0]
-    fs, local = filesystem(path)
-    fragment = _parquet_format().make_fragment(local, fs)
-    fragment.ensure_complete_metadata()
-    cost = fragment.metadata.serialized_size * _FOOTER_MEMORY_PER_BYTE
-    with _footers_lock:
-        if path not in _footers:
-            _footers[path] = (fragment, cost)
-            _footers_bytes += cost
-        while _footers_bytes > FOOTER_CACHE_BYTES and len(_footers) > 1:
-            _, (_, freed) = _footers.popitem(last=False)
-            _footers_bytes -= freed
-    return fragment
-
-
 def remove_actions(files: "pa.Table | Iterable[Mapping[str, Any]]", data_change: bool = True) -> list[RemoveAction]:
     """Remove actions for files given as add actions (a table, or rows with ``path`` and ``size_bytes``).
 
@@ -546,15 +519,6 @@ def add_actions(dt: DeltaTable) -> pa.Table:
     [1]
     """
     return pa.table(dt.get_add_actions(flatten=True))
-
-
-def filesystem(root: str):
-    """The pyarrow filesystem and base path for a local folder or an object-store URI."""
-    from pyarrow import fs
-
-    if "://" in root:
-        return fs.FileSystem.from_uri(root)
-    return fs.LocalFileSystem(), root
 
 
 def with_retries(table: Table, attempts: int, step, *, what: str, serial: bool = False):

@@ -1,0 +1,137 @@
+"""Data files as this process reads them: where they live, and what is kept of them between reads.
+
+A Delta data file never changes once written, so whatever a process learned of it stays true: its
+parsed Parquet footer (row groups and their statistics, for skipping), and, for a small file, its
+decoded rows. Consumers pulling fresh messages read the same small files again and again (a group
+commit's file holds a few messages of every queue; each queue's pull opens it), so those are kept
+decoded. Both are least-recently-used caches bounded in bytes of memory.
+
+>>> cache = ByteLRU(100)
+>>> cache.get("a", lambda: ("A", 60)), cache.get("b", lambda: ("B", 60)), len(cache)   # "a" is forgotten
+('A', 'B', 1)
+>>> cache.get("b", lambda: ("never built", 0))
+'B'
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections import OrderedDict
+from typing import Any, Callable
+
+import pyarrow as pa
+
+__all__ = ["ByteLRU", "filesystem", "parquet_format", "fragment", "small_file", "FOOTER_CACHE_BYTES",
+           "SMALL_FILE_CACHE_BYTES", "SMALL_FILE_ROWS"]
+
+#: Parsed Parquet footers kept per process (the driver's point reads, an executor's row group reads), in
+#: bytes of memory: a clustered file's ~800 row groups parse to ~15 MB, about 10x their footer's size.
+FOOTER_CACHE_BYTES = 256 * 1024 * 1024
+_FOOTER_MEMORY_PER_BYTE = 10
+#: Decoded rows of small data files kept per process, in bytes of Arrow memory ...
+SMALL_FILE_CACHE_BYTES = 64 * 1024 * 1024
+#: ... for files of at most this many rows (a group commit's or a dispatch round's file).
+SMALL_FILE_ROWS = 8192
+
+
+class ByteLRU:
+    """A thread-safe least-recently-used cache bounded by the bytes its values cost.
+
+    ``get(key, build)`` returns the kept value, or calls ``build()`` for ``(value, cost)`` and keeps it,
+    forgetting the least recently used values beyond ``budget`` (the newest is always kept).
+    """
+
+    def __init__(self, budget: int):
+        self.budget = budget
+        self._values: "OrderedDict[str, tuple[Any, int]]" = OrderedDict()
+        self._lock = threading.Lock()
+        self._bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def get(self, key: str, build: Callable[[], tuple[Any, int]]) -> Any:
+        with self._lock:
+            hit = self._values.get(key)
+            if hit is not None:
+                self._values.move_to_end(key)
+                return hit[0]
+        value, cost = build()
+        with self._lock:
+            if key not in self._values:
+                self._values[key] = (value, cost)
+                self._bytes += cost
+            while self._bytes > self.budget and len(self._values) > 1:
+                _, (_, freed) = self._values.popitem(last=False)
+                self._bytes -= freed
+        return value
+
+
+def filesystem(root: str):
+    """The pyarrow filesystem and base path for a local folder or an object-store URI.
+
+    >>> type(filesystem("/tmp/store")[0]).__name__, filesystem("/tmp/store")[1]
+    ('LocalFileSystem', '/tmp/store')
+    """
+    from pyarrow import fs
+
+    if "://" in root:
+        return fs.FileSystem.from_uri(root)
+    return fs.LocalFileSystem(), root
+
+
+@functools.lru_cache(maxsize=1)
+def parquet_format():
+    """pyarrow's Parquet format, made once.
+
+    >>> parquet_format().default_extname
+    'parquet'
+    """
+    import pyarrow.dataset as ds
+
+    return ds.ParquetFileFormat()
+
+
+_footers = ByteLRU(FOOTER_CACHE_BYTES)
+_small = ByteLRU(SMALL_FILE_CACHE_BYTES)
+
+
+def fragment(path: str):
+    """A data file as a pyarrow fragment whose footer (row groups and their statistics) is already parsed,
+    kept within :data:`FOOTER_CACHE_BYTES`.
+
+    >>> t = store.context.tables.commitlog
+    >>> fragment(t.files(t.snapshot())[0]).metadata.num_rows
+    1
+    """
+    def build():
+        fs, local = filesystem(path)
+        made = parquet_format().make_fragment(local, fs)
+        made.ensure_complete_metadata()
+        return made, made.metadata.serialized_size * _FOOTER_MEMORY_PER_BYTE
+
+    return _footers.get(path, build)
+
+
+def small_file(path: str, schema: pa.Schema) -> pa.Table | None:
+    """Every row of the data file at ``path`` in ``schema``'s columns (columns it lacks are null), kept
+    decoded within :data:`SMALL_FILE_CACHE_BYTES`; None when the file has more than :data:`SMALL_FILE_ROWS`
+    rows (read those by row groups).
+
+    >>> t = store.context.tables.commitlog
+    >>> small_file(t.files(t.snapshot())[0], t.spec.arrow).num_rows
+    1
+    """
+    found = fragment(path)
+    if found.metadata.num_rows > SMALL_FILE_ROWS:
+        return None
+
+    def build():
+        import pyarrow.dataset as ds
+
+        fs, _ = filesystem(path)
+        rows = ds.FileSystemDataset([found], schema, parquet_format(), fs).to_table(use_threads=False)
+        return rows, rows.nbytes
+
+    return _small.get(f"{path}\0{schema.names}", build)
