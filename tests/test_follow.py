@@ -132,3 +132,32 @@ def test_a_killed_follower_restarts_with_nothing_lost_or_twice(store, python_env
     assert [m.body for m in store.query_by_key("TopicTest", f"k{sent - 1}")] == [str(sent - 1).encode()]
     assert MessageStore.verify(store.root, full=True) == []
     assert Path(store.root).exists() and Dispatcher.of(store.context).progress()["index"] == store.max_offset()
+
+
+def test_a_follower_merges_fresh_small_files_and_reads_stay_the_same(spark, store):
+    """compact_fresh: fewer files in the commitlog, consume queue and index, the same rows, pulls and
+    look-ups as before, and dispatching goes on from where it was."""
+    store.subscribe("GroupF", "TopicTest", "*")
+    for i in range(12):  # twelve commits, twelve dispatch rounds: a small file per commit and queue
+        store.send_batch([Message("TopicTest", body=f"{i}-{q}".encode(), keys=[f"k{i}"], queue_id=q) for q in range(4)])
+        store.dispatch()
+    tables = {name: store.context.tables.by_name()[name] for name in ("commitlog", "consume_queue", "index")}
+    before = {name: store.table(name).localCheckpoint() for name in tables}
+    files = {name: t.view().actions.num_rows for name, t in tables.items()}
+    pulled = [m.body for m in store.pull("GroupF", "TopicTest", 2, 0, 32).messages]
+
+    done = store.dispatcher().compact_fresh()
+
+    for name, t in tables.items():
+        removed, added = done[name]
+        assert t.view().actions.num_rows == files[name] - removed + added < files[name], name
+        order = {"commitlog": ["physical_offset"], "consume_queue": ["topic", "queue_id", "queue_offset"],
+                 "index": ["key_hash", "commitlog_offset"]}[name]
+        assert_df_equality(store.table(name).orderBy(*order), before[name].orderBy(*order), ignore_nullable=True)
+    assert [m.body for m in store.pull("GroupF", "TopicTest", 2, 0, 32).messages] == pulled == \
+        [f"{i}-2".encode() for i in range(12)]
+    assert sorted(m.body for m in store.query_by_key("TopicTest", "k5")) == [f"5-{q}".encode() for q in range(4)]
+    store.send(Message("TopicTest", body=b"after", queue_id=2))
+    assert store.dispatch().consume_queue_rows == 1
+    assert [m.body for m in store.pull("GroupF", "TopicTest", 2, 12, 32).messages] == [b"after"]
+    assert MessageStore.verify(store.root, full=True) == []

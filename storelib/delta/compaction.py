@@ -22,14 +22,14 @@ import pyarrow as pa
 
 from storelib.delta.spec import spark_schema
 from storelib.delta.table import Table, WrittenFile, add_actions, remove_actions, with_retries
-from storelib.delta.writer import Summarizer, write_dataframe
+from storelib.delta.writer import Summarizer, write_dataframe, write_files
 
 if TYPE_CHECKING:
     from typing import Callable
 
     from pyspark.sql import SparkSession
 
-__all__ = ["compact_table", "plan_groups", "bin_by_size"]
+__all__ = ["compact_table", "compact_here", "plan_groups", "bin_by_size"]
 
 
 def plan_groups(actions: pa.Table, cluster_by: tuple[str, ...], order_by: str | None, small: int,
@@ -119,3 +119,57 @@ def compact_table(spark: "SparkSession", table: Table, *, target_file_size: int,
         return len(removes), len(files)
 
     return with_retries(table, attempts, step, what=f"compact {spec.name}")
+
+
+def compact_here(table: Table, *, small_bytes: int = 8 * 1024 * 1024, target_file_size: int = 16 * 1024 * 1024,
+                 order_by: str | None = None, row_group_rows: int | None = None, max_rows: int = 1_000_000,
+                 leave: "Callable[[str], bool] | None" = None, attempts: int = 10) -> tuple[int, int]:
+    """Merge ``table``'s fresh small files on this process with pyarrow (no Spark job); return (files
+    removed, files added).
+
+    A follower runs this every few seconds so a busy table's files stay few: a table taking a commit
+    per group of sends (or per dispatch round) gains a file per commit (per queue, per key-hash range),
+    and every read plans over all of them. Only files under ``small_bytes`` are merged, into files of
+    up to ``target_file_size`` with row groups of ``row_group_rows`` (a pull decodes only the row
+    groups it wants), at most ``max_rows`` rows a call, so each row is rewritten about once; files
+    ``leave`` names stay as they are. The
+    commit changes no data, so it lands after writers that only appended meanwhile (Delta's conflict
+    check), and readers see the same rows before and after.
+
+    >>> from storelib import Message
+    >>> _ = store.send(Message("TopicTest"))                # a second small commitlog file
+    >>> compact_here(store.context.tables.commitlog, order_by="physical_offset")
+    (2, 1)
+    """
+    spec = table.spec
+    order = list(spec.sort_by or spec.cluster_by or ((order_by,) if order_by else ()))
+
+    def step(snapshot) -> tuple[int, int]:
+        actions = add_actions(snapshot)
+        if leave is not None and actions.num_rows:
+            actions = actions.filter(pa.array([not leave(p) for p in actions.column("path").to_pylist()]))
+        groups, rows = [], 0
+        for group in plan_groups(actions, spec.cluster_by, order_by, small=small_bytes, target=target_file_size):
+            count = sum(r.get("num_records") or 0 for r in group)
+            if groups and rows + count > max_rows:
+                break
+            groups.append(group)
+            rows += count
+        if not groups:
+            return 0, 0
+        files: list[WrittenFile] = []
+        try:
+            for group in groups:
+                data = table.read_arrow(paths=[table.path_of(r["path"]) for r in group])
+                if order:
+                    data = data.sort_by([(c, "ascending") for c in order])
+                files += write_files(table, data, target_file_size=target_file_size, row_group_rows=row_group_rows)
+        except BaseException:
+            table.discard(files)
+            raise
+        removes = remove_actions([r for g in groups for r in g], data_change=False)
+        with table.commit_turn(snapshot=False):  # queued with this machine's writers, landing after their appends
+            table.commit(snapshot, files, removes=removes, operation="OPTIMIZE", data_change=False, rebase=True)
+        return len(removes), len(files)
+
+    return with_retries(table, attempts, step, what=f"compact {spec.name} here")

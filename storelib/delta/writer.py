@@ -477,7 +477,7 @@ def contiguous_groups(items: Sequence[T], sizes: Sequence[int], groups: int) -> 
 
 
 def write_files(table: Table, data: pa.Table, *, prefix: str = "part", target_file_size: int | None = None,
-                clustered: bool = True) -> list[WrittenFile]:
+                clustered: bool = True, row_group_rows: int | None = None) -> list[WrittenFile]:
     """Write rows from this process into new, uncommitted files of ``table`` (one per cluster unless
     not ``clustered``); on an error nothing written is left behind.
 
@@ -487,7 +487,7 @@ def write_files(table: Table, data: pa.Table, *, prefix: str = "part", target_fi
     True
     >>> table.discard(files)
     """
-    sink = Target.of(table, cluster_by=None if clustered else (), prefix=prefix,
+    sink = Target.of(table, cluster_by=None if clustered else (), prefix=prefix, row_group_rows=row_group_rows,
                      **({"target_file_size": target_file_size} if target_file_size else {})).sink()
     try:
         sink.write(data.to_batches())

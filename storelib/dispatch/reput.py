@@ -43,15 +43,17 @@ from typing import TYPE_CHECKING, Callable, Mapping
 import pyarrow as pa
 
 from storelib.context import StoreContext
+from storelib.delta.compaction import compact_here
 from storelib.delta.table import CommitConflict, Prune, Table, WrittenFile
 from storelib.delta.writer import Target, write_items, write_items_here
 from storelib.dispatch.calc_bitmap import FilterBitmaps
 from storelib.dispatch.request import CommitlogFiles, DispatchRequests
 from storelib.filter.summary import record_summaries, summarizer_for
 from storelib.model.config import StoreConfig
-from storelib.model.errors import ConcurrentWriteError, StoreCorruptedError
+from storelib.model.errors import ConcurrentWriteError, StoreCorruptedError, StoreError
 from storelib.model.message import SysFlag
-from storelib.storage.commitlog import COMMITLOG_MARKER
+from storelib.storage.commitlog import COMMITLOG_MARKER, is_clustered
+from storelib.storage.schema import CLUSTERED_ROW_GROUP_ROWS
 from storelib.storage.index_file import hash_range_shift
 
 if TYPE_CHECKING:
@@ -192,7 +194,7 @@ class Dispatcher:
         return out
 
     def run(self, follow: bool = False, *, stop: threading.Event | None = None, interval_ms: int = 100,
-            on_round: Callable[[DispatchResult], None] | None = None) -> DispatchResult:
+            on_round: Callable[[DispatchResult], None] | None = None, compact_every_ms: int = 10_000) -> DispatchResult:
         """Dispatch everything sequenced so far; return what was done. Pulls held in this process are woken.
 
         One Spark job (or, for a small increment, this process) reads the commitlog range once and
@@ -200,7 +202,9 @@ class Dispatcher:
         dispatcher took a target's next version, the targets not yet committed are redone from fresh
         snapshots. With ``follow``, it goes on round after round until ``stop`` is set: a round that
         found nothing new waits ``interval_ms``; ``on_round`` hears of each round that dispatched
-        something; the result then covers every round.
+        something; the result then covers every round. Every ``compact_every_ms`` (0: never) a
+        follower also merges the small files the commitlog, consume queue and index gained
+        (:meth:`compact_fresh`), so reads and commits stay as fast as the tables grow.
 
         >>> from storelib import Message
         >>> stop = threading.Event()
@@ -219,8 +223,15 @@ class Dispatcher:
                     self._notify()
         stop = stop or threading.Event()
         total: DispatchResult | None = None
+        compacted = time.monotonic()
         while not stop.is_set():
             r = self.run()
+            if compact_every_ms and time.monotonic() - compacted >= compact_every_ms / 1000:
+                try:
+                    self.compact_fresh()
+                except StoreError as e:  # the next turn tries again; dispatching goes on
+                    log.warning("dispatch: compacting fresh files failed: %s", e)
+                compacted = time.monotonic()
             if total is None:
                 total = DispatchResult(r.from_offset, r.to_offset)
             total.to_offset = r.to_offset
@@ -233,6 +244,25 @@ class Dispatcher:
             else:
                 stop.wait(interval_ms / 1000)
         return total or self.run()
+
+    def compact_fresh(self) -> dict[str, tuple[int, int]]:
+        """Merge the small files of the commitlog (in offset order, small row groups, clustered files
+        left alone), the consume queue and the index on this process (:func:`compact_here`); return
+        ``{table: (files removed, files added)}``. The ext table, whose files carry summaries, is left
+        to :meth:`~storelib.MessageStore.compact`.
+
+        >>> from storelib import Message
+        >>> _ = [store.send(Message("TopicTest", queue_id=0)) for _ in range(2)]
+        >>> _ = store.dispatch(); _ = store.dispatch()
+        >>> store.dispatcher().compact_fresh()["commitlog"][1]
+        1
+        """
+        out = {"commitlog": compact_here(self.commitlog, order_by="physical_offset", leave=is_clustered,
+                                         row_group_rows=CLUSTERED_ROW_GROUP_ROWS)}
+        for name in ("consume_queue", "index"):
+            if name in self.targets:
+                out[name] = compact_here(self.targets[name])
+        return out
 
     def _run_once(self) -> DispatchResult:
         known = self.commitlog.view(markers=[COMMITLOG_MARKER]).marker(COMMITLOG_MARKER)
