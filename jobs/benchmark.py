@@ -8,6 +8,7 @@
     spark-submit --properties-file spark-defaults.conf jobs/benchmark.py --suite schedule --messages 1000000  # delivery, check-back
     spark-submit --properties-file spark-defaults.conf jobs/benchmark.py --suite admin --messages 1000000     # the storelib command
     python jobs/benchmark.py --suite online --seconds 60       # 4 producer processes x 16 threads, a follower, 4 consumers
+    python jobs/benchmark.py --suite growth --commits 10000    # send, dispatch, pull: the first and last 1,000 commits
 
 Prints messages per second and the ratio to the baseline measured in the same run.
 """
@@ -22,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from jobs.benchmarks.admin import bench_admin  # noqa: E402
 from jobs.benchmarks.custom import bench_custom  # noqa: E402
+from jobs.benchmarks.growth import bench_growth  # noqa: E402
 from jobs.benchmarks.online import bench_online  # noqa: E402
 from jobs.benchmarks.filter import bench_filtering  # noqa: E402
 from jobs.benchmarks.pull import bench_pull  # noqa: E402
@@ -33,7 +35,7 @@ from storelib.model.errors import StoreError  # noqa: E402
 from storelib.session import get_spark  # noqa: E402
 
 #: The suites ``--suite`` may name.
-SUITES = ("send", "lookup", "filter", "pull", "custom", "schedule", "sql", "admin", "online")
+SUITES = ("send", "lookup", "filter", "pull", "custom", "schedule", "sql", "admin", "online", "growth")
 
 
 def suite_list(text: str) -> list[str]:
@@ -60,12 +62,16 @@ def main(argv: list[str] | None = None) -> int:
                              "schedule (N delayed messages delivered, N half messages checked back), "
                              "sql (key and id queries through SQL and the rocketmq source, group streams), "
                              "admin (the storelib command's look-ups, a new process each), "
-                             "online (concurrent producers, a follower, long-polling consumers; --seconds)")
+                             "online (concurrent producers, a follower, long-polling consumers; --seconds), "
+                             "growth (send, dispatch, pull latency over --commits commits)")
     parser.add_argument("--distinct-keys", type=positive_int, default=None, help="keys for the lookup suite (None: N/10)")
     parser.add_argument("--lookups", type=positive_int, default=50, help="look-ups of each kind (lookup and sql suites)")
     parser.add_argument("--pulls", type=positive_int, default=200, help="pulls of each kind for the pull suite")
     parser.add_argument("--bloom-consumers", type=positive_int, default=None,
                         help="filter suite: Bloom filter sizing (expect_consumer_num_use_filter; RocketMQ's 32 by default)")
+    parser.add_argument("--commits", type=positive_int, default=10_000, help="growth suite: commits each table takes")
+    parser.add_argument("--compact-every-s", type=float, default=10.0,
+                        help="growth suite: merge fresh small files this often, as the follower does (0: never)")
     parser.add_argument("--seconds", type=positive_int, default=60, help="online suite: how long the producers send")
     parser.add_argument("--producers", type=positive_int, default=4, help="online suite: producer processes")
     parser.add_argument("--threads", type=positive_int, default=16, help="online suite: sending threads per producer")
@@ -97,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
                                      partitions=args.partitions),
             "online": lambda: bench_online(args.seconds, producers=args.producers, threads=args.threads, window=args.window,
                                            consumers=args.consumers, root=args.root),
+            "growth": lambda: bench_growth(args.commits, compact_every_s=args.compact_every_s, root=args.root),
             "admin": lambda: bench_admin(spark, args.messages, root=args.root, queues=args.queues,
                                          partitions=args.partitions),
             "schedule": lambda: bench_schedule(spark, args.messages, root=args.root, partitions=args.partitions,

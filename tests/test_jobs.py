@@ -114,6 +114,19 @@ def test_schedule_benchmark_suite_runs(spark, tmp_path, capsys):
     assert "200 delivered over 18 levels" in out and "100 committed, 100 rolled back" in out
 
 
+def test_growth_benchmark_suite_runs(spark, tmp_path, capsys):
+    """``--suite growth`` at a tiny size, merging fresh files as it goes: a ratio per stage."""
+    import json
+
+    from jobs.benchmark import main
+
+    assert main(["--suite", "growth", "--commits", "40", "--compact-every-s", "0.2", "--root", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    figures = json.loads(out.strip().splitlines()[-1])["growth"]
+    assert figures["commits"] == 40 and all(figures[f"{s}_ratio"] > 0 for s in ("send", "dispatch", "pull"))
+    assert "pull p50: first 20 of 40 commits" in out
+
+
 JOBS = ["dispatch.py", "deliver_delayed.py", "check_transactions.py", "quickstart.py", "benchmark.py"]
 
 
