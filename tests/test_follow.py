@@ -138,13 +138,18 @@ def test_a_follower_merges_fresh_small_files_and_reads_stay_the_same(spark, stor
     """compact_fresh: fewer files in the commitlog, consume queue and index, the same rows, pulls and
     look-ups as before, and dispatching goes on from where it was."""
     store.subscribe("GroupF", "TopicTest", "*")
+    store.subscribe("GroupS", "TopicTest", MessageSelector.by_sql("a > 5"))  # its bitmaps live in the ext table
     for i in range(12):  # twelve commits, twelve dispatch rounds: a small file per commit and queue
-        store.send_batch([Message("TopicTest", body=f"{i}-{q}".encode(), keys=[f"k{i}"], queue_id=q) for q in range(4)])
+        store.send_batch([Message("TopicTest", body=f"{i}-{q}".encode(), keys=[f"k{i}"], queue_id=q,
+                                  properties={"a": str(i)}) for q in range(4)])
         store.dispatch()
     tables = {name: store.context.tables.by_name()[name] for name in ("commitlog", "consume_queue", "index")}
+    ext = store.context.tables.consume_queue_ext
     before = {name: store.table(name).localCheckpoint() for name in tables}
     files = {name: t.view().actions.num_rows for name, t in tables.items()}
+    ext_files = ext.view().actions.num_rows
     pulled = [m.body for m in store.pull("GroupF", "TopicTest", 2, 0, 32).messages]
+    filtered = [m.body for m in store.pull("GroupS", "TopicTest", 2, 0, 32).messages]
 
     done = store.dispatcher().compact_fresh()
 
@@ -156,6 +161,9 @@ def test_a_follower_merges_fresh_small_files_and_reads_stay_the_same(spark, stor
         assert_df_equality(store.table(name).orderBy(*order), before[name].orderBy(*order), ignore_nullable=True)
     assert [m.body for m in store.pull("GroupF", "TopicTest", 2, 0, 32).messages] == pulled == \
         [f"{i}-2".encode() for i in range(12)]
+    assert done["consume_queue_ext"][0] > 0 and ext.view().actions.num_rows < ext_files
+    assert [m.body for m in store.pull("GroupS", "TopicTest", 2, 0, 32).messages] == filtered == \
+        [f"{i}-2".encode() for i in range(6, 12)]
     assert sorted(m.body for m in store.query_by_key("TopicTest", "k5")) == [f"5-{q}".encode() for q in range(4)]
     store.send(Message("TopicTest", body=b"after", queue_id=2))
     assert store.dispatch().consume_queue_rows == 1

@@ -123,7 +123,9 @@ def compact_table(spark: "SparkSession", table: Table, *, target_file_size: int,
 
 def compact_here(table: Table, *, small_bytes: int = 8 * 1024 * 1024, target_file_size: int = 16 * 1024 * 1024,
                  order_by: str | None = None, row_group_rows: int | None = None, max_rows: int = 1_000_000,
-                 leave: "Callable[[str], bool] | None" = None, attempts: int = 10) -> tuple[int, int]:
+                 leave: "Callable[[str], bool] | None" = None, summarize: "Summarizer | None" = None,
+                 before_commit: "Callable[[list[WrittenFile]], object] | None" = None,
+                 attempts: int = 10) -> tuple[int, int]:
     """Merge ``table``'s fresh small files on this process with pyarrow (no Spark job); return (files
     removed, files added).
 
@@ -132,7 +134,7 @@ def compact_here(table: Table, *, small_bytes: int = 8 * 1024 * 1024, target_fil
     and every read plans over all of them. Only files under ``small_bytes`` are merged, into files of
     up to ``target_file_size`` with row groups of ``row_group_rows`` (a pull decodes only the row
     groups it wants), at most ``max_rows`` rows a call, so each row is rewritten about once; files
-    ``leave`` names stay as they are. The
+    ``leave`` names stay as they are; ``summarize`` and ``before_commit`` as in :func:`compact_table`. The
     commit changes no data, so it lands after writers that only appended meanwhile (Delta's conflict
     check), and readers see the same rows before and after.
 
@@ -163,7 +165,10 @@ def compact_here(table: Table, *, small_bytes: int = 8 * 1024 * 1024, target_fil
                 data = table.read_arrow(paths=[table.path_of(r["path"]) for r in group])
                 if order:
                     data = data.sort_by([(c, "ascending") for c in order])
-                files += write_files(table, data, target_file_size=target_file_size, row_group_rows=row_group_rows)
+                files += write_files(table, data, target_file_size=target_file_size, row_group_rows=row_group_rows,
+                                     summarize=summarize)
+            if before_commit is not None and files:
+                before_commit(files)
         except BaseException:
             table.discard(files)
             raise

@@ -477,7 +477,8 @@ def contiguous_groups(items: Sequence[T], sizes: Sequence[int], groups: int) -> 
 
 
 def write_files(table: Table, data: pa.Table, *, prefix: str = "part", target_file_size: int | None = None,
-                clustered: bool = True, row_group_rows: int | None = None) -> list[WrittenFile]:
+                clustered: bool = True, row_group_rows: int | None = None,
+                summarize: Summarizer | None = None) -> list[WrittenFile]:
     """Write rows from this process into new, uncommitted files of ``table`` (one per cluster unless
     not ``clustered``); on an error nothing written is left behind.
 
@@ -488,7 +489,7 @@ def write_files(table: Table, data: pa.Table, *, prefix: str = "part", target_fi
     >>> table.discard(files)
     """
     sink = Target.of(table, cluster_by=None if clustered else (), prefix=prefix, row_group_rows=row_group_rows,
-                     **({"target_file_size": target_file_size} if target_file_size else {})).sink()
+                     summarize=summarize, **({"target_file_size": target_file_size} if target_file_size else {})).sink()
     try:
         sink.write(data.to_batches())
         return sink.close()

@@ -247,9 +247,9 @@ class Dispatcher:
 
     def compact_fresh(self) -> dict[str, tuple[int, int]]:
         """Merge the small files of the commitlog (in offset order, small row groups, clustered files
-        left alone), the consume queue and the index on this process (:func:`compact_here`); return
-        ``{table: (files removed, files added)}``. The ext table, whose files carry summaries, is left
-        to :meth:`~storelib.MessageStore.compact`.
+        left alone), the ext table (its new files summed up and their summaries recorded first), the
+        consume queue and the index on this process (:func:`compact_here`); return ``{table: (files
+        removed, files added)}``.
 
         >>> from storelib import Message
         >>> _ = [store.send(Message("TopicTest", queue_id=0)) for _ in range(2)]
@@ -259,9 +259,13 @@ class Dispatcher:
         """
         out = {"commitlog": compact_here(self.commitlog, order_by="physical_offset", leave=is_clustered,
                                          row_group_rows=CLUSTERED_ROW_GROUP_ROWS)}
-        for name in ("consume_queue", "index"):
-            if name in self.targets:
-                out[name] = compact_here(self.targets[name])
+        for name in self.targets:
+            extra = {}
+            if name == "consume_queue_ext" and self.summaries is not None:
+                subs = self.registry.all() if self.registry is not None else []
+                extra = {"summarize": summarizer_for(subs), "before_commit": lambda files: record_summaries(
+                    self.summaries, files, self.config.max_commit_attempts)}
+            out[name] = compact_here(self.targets[name], **extra)
         return out
 
     def _run_once(self) -> DispatchResult:
