@@ -26,6 +26,7 @@ the one it read, or starts over (:func:`storelib.delta.table.with_retries`).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import threading
 import time
@@ -73,9 +74,11 @@ class GroupCommitProducer(Generic[M, E, R]):
         self._cond = threading.Condition()
         self._closed = False
         self._busy = False
-        #: Commits made, and messages committed (for tests and benchmarks).
+        #: Commits made, and messages committed (for tests and benchmarks) ...
         self.commits = 0
         self.committed = 0
+        #: ... and (monotonic time it landed, seconds it took) of the latest commits.
+        self.commit_seconds: "collections.deque[tuple[float, float]]" = collections.deque(maxlen=65536)
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -140,7 +143,9 @@ class GroupCommitProducer(Generic[M, E, R]):
             try:
                 with self._turn():
                     group = self._take()
+                    began = time.monotonic()
                     results = self._append([e for e, _ in group])
+                    landed = time.monotonic()
             except Exception as e:  # noqa: BLE001  (every caller of the group gets the commit's error)
                 error = e
                 if not group:  # the turn itself failed: fail what is queued
@@ -154,5 +159,6 @@ class GroupCommitProducer(Generic[M, E, R]):
                 if error is None:
                     self.commits += 1
                     self.committed += len(group)
+                    self.commit_seconds.append((landed, landed - began))
                 self._busy = False
                 self._cond.notify_all()
