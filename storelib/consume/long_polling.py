@@ -31,12 +31,13 @@ __all__ = ["hold"]
 
 
 def hold(config: StoreConfig, arrivals: MessageArrivals, offset: int, suspend_timeout_ms: int,
-         look: Callable[[int], GetMessageResult]) -> int:
+         look: Callable[[int], GetMessageResult], moved: Callable[[], bool] | None = None) -> int:
     """Hold a pull from ``offset`` that found nothing new, until ``look(offset)`` finds a message that
     passes its filter, or the time runs out; return the milliseconds it was held.
 
     ``look`` reads the queue again from the offset given (the pull's ``getMessage`` with its filter);
-    units it scanned without a match are not looked at again.
+    units it scanned without a match are not looked at again. ``moved`` (cheap: has the consume queue
+    a new version?) is asked first at each check, and the queue is read only when it says yes.
 
     >>> from storelib.context import MessageArrivals
     >>> empty = lambda offset: store.get_message("GroupA", "TopicTest", r.queue_id, offset)
@@ -53,6 +54,8 @@ def hold(config: StoreConfig, arrivals: MessageArrivals, offset: int, suspend_ti
         seen = arrivals.generation
         while (remaining := deadline - time.monotonic()) > 0:
             seen = arrivals.wait(seen, min(remaining, interval))
+            if moved is not None and not moved():
+                continue
             got = look(cursor)
             if got.status is GetMessageStatus.FOUND:
                 break  # a matching message arrived: wake up

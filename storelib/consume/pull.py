@@ -235,8 +235,16 @@ class PullMessageProcessor:
             self.ctx.offsets.commit(request.group, request.topic, request.queue_id, request.commit_offset)
         result = self.answer(request, message_filter)
         if result.response_code == "PULL_NOT_FOUND" and request.suspend_timeout_ms > 0:
+            cq = self.ctx.tables.consume_queue
+            seen = [cq.view().version]
+
+            def moved() -> bool:  # one file status while nothing was dispatched
+                version = cq.view().version
+                changed, seen[0] = version != seen[0], version
+                return changed
+
             suspended_ms = hold(self.ctx.config, self.ctx.arrivals, request.offset, request.suspend_timeout_ms,
-                                lambda offset: self.get(request, message_filter, offset))
+                                lambda offset: self.get(request, message_filter, offset), moved)
             result = self.answer(request, self.check(request))
             result.suspended_ms = suspended_ms
         return result

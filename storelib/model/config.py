@@ -94,8 +94,9 @@ class StoreConfig:
     long_polling_enable: bool = True
     #: ... else hold them this long, then answer (``shortPollingTimeMills``).
     short_polling_time_mills: int = 1000
-    #: How often a held pull looks for new consume queue units written by other processes, in ms.
-    long_polling_check_interval_ms: int = 100
+    #: How often a held pull looks for new consume queue units written by other processes, in ms (a look
+    #: costs one file status until the consume queue has a new version).
+    long_polling_check_interval_ms: int = 20
     #: Filter a group's retry topic by the group's subscription of each message's original topic
     #: (``filterSupportRetry``; off in a stock broker).
     filter_support_retry: bool = True
