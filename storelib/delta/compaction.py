@@ -121,7 +121,7 @@ def compact_table(spark: "SparkSession", table: Table, *, target_file_size: int,
     return with_retries(table, attempts, step, what=f"compact {spec.name}")
 
 
-def compact_here(table: Table, *, small_bytes: int = 8 * 1024 * 1024, target_file_size: int = 16 * 1024 * 1024,
+def compact_here(table: Table, *, small_bytes: int = 1024 * 1024, target_file_size: int = 16 * 1024 * 1024,
                  order_by: str | None = None, row_group_rows: int | None = None, max_rows: int = 1_000_000,
                  leave: "Callable[[str], bool] | None" = None, summarize: "Summarizer | None" = None,
                  before_commit: "Callable[[list[WrittenFile]], object] | None" = None,
@@ -133,7 +133,9 @@ def compact_here(table: Table, *, small_bytes: int = 8 * 1024 * 1024, target_fil
     per group of sends (or per dispatch round) gains a file per commit (per queue, per key-hash range),
     and every read plans over all of them. Only files under ``small_bytes`` are merged, into files of
     up to ``target_file_size`` with row groups of ``row_group_rows`` (a pull decodes only the row
-    groups it wants), at most ``max_rows`` rows a call, so each row is rewritten about once; files
+    groups it wants), at most ``max_rows`` rows a call: a merged file is merged again only while it
+    is under ``small_bytes``, so a call rewrites at most that much per cluster, however big the table
+    (larger merges are :func:`compact_table`'s, from the store's ``compact()``); files
     ``leave`` names stay as they are; ``summarize`` and ``before_commit`` as in :func:`compact_table`. The
     commit changes no data, so it lands after writers that only appended meanwhile (Delta's conflict
     check), and readers see the same rows before and after.
