@@ -2,7 +2,7 @@
 
 ``P`` producer processes of ``T`` threads each send 100-byte messages through the store's group-commit
 producer for ``seconds``; a follower (``storelib dispatch --follow``) dispatches as they arrive;
-``C`` consumer processes long-poll the topic's queues and time each message from its send call to the
+``C`` consumer processes long-poll the topic's queues (a thread per queue) and time each message from its send call to the
 pull that returned it (a ``sent_ns`` property). Reported: send throughput, the send ack p50/p99, end
 to end p50/p99, and whether commits stay as fast (the last 1,000 commits against the first 1,000), each
 against ``send_batch`` of the same messages in batches of 1,000 in the same run (the throughput ceiling).
@@ -60,17 +60,21 @@ PRODUCER = textwrap.dedent("""
 """)
 
 CONSUMER = textwrap.dedent("""
-    import json, sys, time
+    import json, sys, threading, time
     from storelib import MessageStore
     root, until, queues, out = sys.argv[1], float(sys.argv[2]), [int(q) for q in sys.argv[3].split(",")], sys.argv[4]
     store = MessageStore.open(root)
-    offsets, latencies = {q: 0 for q in queues}, []
-    while time.time() < until:
-        for q in queues:
-            r = store.pull("GroupOnline", "Online", q, offsets[q], 32, suspend_timeout_ms=200)
+    latencies = []
+    def work(q):  # a long poll per queue, as RocketMQ's PullMessageService holds one per queue
+        offset, mine = 0, []
+        while time.time() < until:
+            r = store.pull("GroupOnline", "Online", q, offset, 32, suspend_timeout_ms=200)
             now = time.time_ns()
-            latencies.extend((now - int(m.properties["sent_ns"])) / 1e9 for m in r.messages)
-            offsets[q] = r.next_begin_offset
+            mine.extend((now - int(m.properties["sent_ns"])) / 1e9 for m in r.messages)
+            offset = r.next_begin_offset
+        latencies.extend(mine)
+    running = [threading.Thread(target=work, args=(q,)) for q in queues]
+    [t.start() for t in running]; [t.join() for t in running]
     json.dump({"latencies": latencies}, open(out, "w"))
 """)
 
