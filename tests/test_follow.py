@@ -169,3 +169,27 @@ def test_a_follower_merges_fresh_small_files_and_reads_stay_the_same(spark, stor
     assert store.dispatch().consume_queue_rows == 1
     assert [m.body for m in store.pull("GroupF", "TopicTest", 2, 12, 32).messages] == [b"after"]
     assert MessageStore.verify(store.root, full=True) == []
+
+
+def test_the_follower_merges_fresh_files_in_the_background(store):
+    import threading
+
+    store.subscribe("GroupB", "TopicTest", "*")
+    for i in range(8):
+        store.send(Message("TopicTest", body=str(i).encode(), queue_id=3))
+    commitlog = store.context.tables.commitlog
+    many = commitlog.view().actions.num_rows
+    stop = threading.Event()
+    follower = threading.Thread(target=lambda: store.dispatcher().run(follow=True, stop=stop, interval_ms=20,
+                                                                      compact_every_ms=100))
+    follower.start()
+    try:
+        deadline = time.monotonic() + 60
+        while commitlog.view().actions.num_rows >= many and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert commitlog.view().actions.num_rows < many
+    finally:
+        stop.set()
+        follower.join(timeout=60)
+    assert not follower.is_alive()
+    assert [m.body for m in store.pull("GroupB", "TopicTest", 3, 0, 32).messages] == [str(i).encode() for i in range(8)]

@@ -203,8 +203,8 @@ class Dispatcher:
         snapshots. With ``follow``, it goes on round after round until ``stop`` is set: a round that
         found nothing new waits ``interval_ms``; ``on_round`` hears of each round that dispatched
         something; the result then covers every round. Every ``compact_every_ms`` (0: never) a
-        follower also merges the small files the commitlog, consume queue and index gained
-        (:meth:`compact_fresh`), so reads and commits stay as fast as the tables grow.
+        thread of the follower also merges the small files the tables gained (:meth:`compact_fresh`),
+        so reads and commits stay as fast as the tables grow.
 
         >>> from storelib import Message
         >>> stop = threading.Event()
@@ -223,15 +223,13 @@ class Dispatcher:
                     self._notify()
         stop = stop or threading.Event()
         total: DispatchResult | None = None
-        compacted = time.monotonic()
+        compactor = None
+        if compact_every_ms:  # in the background: a round never waits for a merge, only for its commit turn
+            compactor = threading.Thread(target=self._compact_until, args=(stop, compact_every_ms / 1000),
+                                         name="storelib-compact-fresh", daemon=True)
+            compactor.start()
         while not stop.is_set():
             r = self.run()
-            if compact_every_ms and time.monotonic() - compacted >= compact_every_ms / 1000:
-                try:
-                    self.compact_fresh()
-                except StoreError as e:  # the next turn tries again; dispatching goes on
-                    log.warning("dispatch: compacting fresh files failed: %s", e)
-                compacted = time.monotonic()
             if total is None:
                 total = DispatchResult(r.from_offset, r.to_offset)
             total.to_offset = r.to_offset
@@ -243,7 +241,16 @@ class Dispatcher:
                     on_round(r)
             else:
                 stop.wait(interval_ms / 1000)
+        if compactor is not None:
+            compactor.join()
         return total or self.run()
+
+    def _compact_until(self, stop: threading.Event, every_s: float) -> None:
+        while not stop.wait(every_s):
+            try:
+                self.compact_fresh()
+            except StoreError as e:  # the next time tries again; dispatching goes on
+                log.warning("dispatch: compacting fresh files failed: %s", e)
 
     def compact_fresh(self) -> dict[str, tuple[int, int]]:
         """Merge the small files of the commitlog (in offset order, small row groups, clustered files
