@@ -59,6 +59,15 @@ def plan_groups(actions: pa.Table, cluster_by: tuple[str, ...], order_by: str | 
     return out
 
 
+def _snapshot_groups(snapshot, spec, order_by: str | None, leave: "Callable[[str], bool] | None", small: int,
+                     target: int) -> list[list[dict]]:
+    """:func:`plan_groups` over a snapshot's files, those ``leave`` names left out."""
+    actions = add_actions(snapshot)
+    if leave is not None and actions.num_rows:
+        actions = actions.filter(pa.array([not leave(p) for p in actions.column("path").to_pylist()]))
+    return plan_groups(actions, spec.cluster_by, order_by, small=small, target=target)
+
+
 def bin_by_size(files: list[dict], target: int) -> list[list[dict]]:
     """``files`` (add actions with ``size_bytes``), in order, cut into runs of at most ``target`` bytes
     (a file bigger than that is a run of its own).
@@ -96,11 +105,8 @@ def compact_table(spark: "SparkSession", table: Table, *, target_file_size: int,
     spec = table.spec
 
     def step(snapshot) -> tuple[int, int]:
-        actions = add_actions(snapshot)
-        if leave is not None and actions.num_rows:
-            actions = actions.filter(pa.array([not leave(p) for p in actions.column("path").to_pylist()]))
         small = 2**62 if full else target_file_size // 2
-        groups = plan_groups(actions, spec.cluster_by, order_by, small=small, target=2**62 if full else target_file_size)
+        groups = _snapshot_groups(snapshot, spec, order_by, leave, small, 2**62 if full else target_file_size)
         if not groups:
             return 0, 0
         paths = [table.path_of(r["path"]) for g in groups for r in g]
@@ -149,11 +155,8 @@ def compact_here(table: Table, *, small_bytes: int = 1024 * 1024, target_file_si
     order = list(spec.sort_by or spec.cluster_by or ((order_by,) if order_by else ()))
 
     def step(snapshot) -> tuple[int, int]:
-        actions = add_actions(snapshot)
-        if leave is not None and actions.num_rows:
-            actions = actions.filter(pa.array([not leave(p) for p in actions.column("path").to_pylist()]))
         groups, rows = [], 0
-        for group in plan_groups(actions, spec.cluster_by, order_by, small=small_bytes, target=target_file_size):
+        for group in _snapshot_groups(snapshot, spec, order_by, leave, small_bytes, target_file_size):
             count = sum(r.get("num_records") or 0 for r in group)
             if groups and rows + count > max_rows:
                 break

@@ -4,7 +4,7 @@ A table the store writes often (the commitlog, the consume queue) gains a versio
 milliseconds. Asking delta-rs to catch up (``update_incremental``) lists the whole ``_delta_log``
 folder, which grows with every commit until log clean-up; reading its add actions again costs as
 much as the table has files. A version, though, is one small JSON file at a known name. So a view is
-brought forward the way a follower tails a log: look for the next entry (one file status), read the
+brought forward the way a follower tails a log: open the next entry (absent: nothing new), read the
 entries that are there, and apply their file and ``txn`` actions to what the view already holds.
 
 >>> t = store.context.tables.commitlog
@@ -26,11 +26,10 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyarrow.fs import FileType
 
 from storelib.delta.files import filesystem
 
-__all__ = ["LogChanges", "entry_path", "has_version", "changes_since", "apply_changes"]
+__all__ = ["LogChanges", "entry_path", "changes_since", "apply_changes"]
 
 
 def entry_path(table_path: str, version: int) -> str:
@@ -40,17 +39,6 @@ def entry_path(table_path: str, version: int) -> str:
     '/data/store/commitlog/_delta_log/00000000000000000007.json'
     """
     return f"{table_path.rstrip('/')}/_delta_log/{version:020d}.json"
-
-
-def has_version(table_path: str, version: int) -> bool:
-    """Is ``version`` committed? One file status (versions are contiguous, so this says whether the
-    table moved past ``version - 1``).
-
-    >>> has_version(store.context.tables.commitlog.path, 10**9)
-    False
-    """
-    fs, local = filesystem(entry_path(table_path, version))
-    return fs.get_file_info(local).type != FileType.NotFound
 
 
 @dataclass

@@ -32,7 +32,7 @@ from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from deltalake.transaction import AddAction, RemoveAction
 
 from storelib.delta.files import filesystem, fragment, parquet_format, small_file
-from storelib.delta.log import apply_changes, changes_since, has_version
+from storelib.delta.log import apply_changes, changes_since
 from storelib.delta.spec import TableSpec, spark_schema
 from storelib.model.errors import ConcurrentWriteError, StoreStateError
 
@@ -192,8 +192,8 @@ class Table:
     def view(self, markers: Iterable[str] = ()) -> TableView:
         """The newest snapshot as a :class:`TableView`, kept warm between calls.
 
-        The first call loads the table. A later call looks for the next version's log entry (one
-        file status): while there is none, the view stands; when there are new entries, it reads
+        The first call loads the table. A later call opens the next version's log entry: while there
+        is none, the view stands; when there are new entries, it reads
         them and applies their file and ``txn`` actions to the view (:mod:`storelib.delta.log`), so a
         refresh costs what was committed since, not what the table holds. At least every
         :data:`VIEW_RELOAD_S` seconds (or when the entries cannot be read) it catches up through
@@ -207,11 +207,10 @@ class Table:
         with self._lock:
             view, now = self._view, time.monotonic()
             if view is not None and now - self._checked < VIEW_RELOAD_S:
-                if has_version(self.path, view.version + 1):
-                    view = self._roll(view)
-                if view is not None and all(m in view.markers for m in wanted):
-                    self._view = view
-                    return view
+                rolled = self._roll(view)
+                if rolled is not None and all(m in rolled.markers for m in wanted):
+                    self._view = rolled
+                    return rolled
             if self._warm is None:
                 self._warm = self.snapshot()
             else:
@@ -227,8 +226,11 @@ class Table:
             return self._view
 
     def _roll(self, view: TableView) -> TableView | None:
-        """``view`` brought forward through the log entries written since; None when they cannot be applied."""
+        """``view`` brought forward through the log entries written since (itself when there are none:
+        one failed open of the next entry); None when they cannot be applied."""
         changes = changes_since(self.path, view.version)
+        if changes is not None and changes.version == view.version:
+            return view
         if changes is None or changes.metadata:
             return None
         actions = apply_changes(view.actions, changes)
@@ -423,7 +425,10 @@ class Table:
         small, large = [], []
         for path in paths:  # a point read's small files come decoded from this process's cache; the rest are scanned
             rows = small_file(path, self.spec.arrow) if len(paths) <= POINT_READ_FILES else None
-            (large if rows is None else small).append(rows if rows is not None else path)
+            if rows is None:
+                large.append(path)
+            else:
+                small.append(rows)
         parts = []
         if small:
             rows = small[0] if len(small) == 1 else pa.concat_tables(small)
