@@ -34,9 +34,10 @@ No Spark job runs.
 from __future__ import annotations
 
 import enum
+import itertools
 import os
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Iterator, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -47,8 +48,8 @@ from storelib.delta.table import Table, TableView
 from storelib.encoding.ext_addr import undecorate_ext_addrs
 from storelib.model.message import StoredMessage
 from storelib.storage.commitlog import COMMITLOG_MARKER, min_physical_offset, read_messages
-from storelib.storage.consume_queue import (CQ_STORE_UNIT_SIZE, contiguous, min_queue_marker, queue_max_offset,
-                                            queue_min_offset, read_units, roll_next_file)
+from storelib.storage.consume_queue import (CQ_STORE_UNIT_SIZE, contiguous, min_queue_marker, queue_files,
+                                            queue_max_offset, queue_min_offset, read_units, roll_next_file)
 from storelib.storage.consume_queue_ext import ext_units
 
 __all__ = ["GetMessageStatus", "GetMessageResult", "ConsumeQueueFilter", "get_message", "passing_units"]
@@ -139,12 +140,12 @@ def get_message(ctx: StoreContext, group: str, topic: str, queue_id: int, offset
     cq, ext, commitlog = ctx.tables.consume_queue, ctx.tables.consume_queue_ext, ctx.tables.commitlog
     marker = min_queue_marker(topic, queue_id)
     cq_view = cq.view(markers=[marker])
-    queue = {"topic": topic, "queue_id": queue_id}
-    queue_actions = Table.only(cq_view.actions, queue)
+    queue_actions = queue_files(cq, cq_view, topic, queue_id)
     if queue_actions.num_rows == 0 and not _queue_exists(ctx, topic, queue_id):
         return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
     max_offset = queue_max_offset(queue_actions)
-    min_offset = queue_min_offset(cq_view.markers.get(marker), queue_actions, topic, queue_id) if max_offset else 0
+    min_offset = queue_min_offset(cq_view.markers.get(marker), queue_actions, topic, queue_id,
+                                  own=True) if max_offset else 0
 
     if max_offset == 0:
         return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, min_offset, max_offset)
@@ -161,61 +162,81 @@ def get_message(ctx: StoreContext, group: str, topic: str, queue_id: int, offset
     window_bytes = min((file_end - offset) * CQ_STORE_UNIT_SIZE, max(config.max_filter_message_size,
                                                                      max_msgs * CQ_STORE_UNIT_SIZE))
     window = -(-window_bytes // CQ_STORE_UNIT_SIZE)
-    units = read_units(cq, queue_actions, topic, queue_id, offset, offset + window)
-    if units.num_rows == 0 or units.column("queue_offset")[0].as_py() != offset:
+    chunks = _unit_chunks(cq, queue_actions, topic, queue_id, offset, offset + window, max_msgs)
+    first = next(chunks, None)
+    if first is None:
         return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, roll_next_file(offset, units_per_file),
                                 min_offset, max_offset)
-    units = contiguous(units, offset)
 
-    passed = passing_units(message_filter, units, ext, topic, queue_id)
     clog_view = commitlog.view(markers=[COMMITLOG_MARKER])
     max_offset_py = clog_view.marker(COMMITLOG_MARKER)
     clog_min = min_physical_offset(clog_view.actions)
     memory = total_physical_memory() * config.access_message_in_memory_max_ratio // 100
-
     result = GetMessageResult(GetMessageStatus.NO_MATCHED_MESSAGE, offset, min_offset, max_offset)
-    offsets_py = units.column("commitlog_offset").to_pylist()
-    sizes = units.column("size").to_pylist()
-    queue_offsets = units.column("queue_offset").to_pylist()
-    reader = _CommitLogReader(commitlog, clog_view, [o for o, p in zip(offsets_py, passed) if p and o >= clog_min],
-                              batch=max_msgs, on_read=getattr(message_filter, "prefetch", None))
+    reader = _CommitLogReader(commitlog, clog_view, batch=max_msgs, on_read=getattr(message_filter, "prefetch", None))
 
     next_phy_file_start = _MIN_LONG
     max_phy_offset_pulling = 0
-    taken = 0
-    for i, (offset_py, size_py) in enumerate(zip(offsets_py, sizes)):
-        taken = i
-        max_phy_offset_pulling = offset_py
-        if next_phy_file_start != _MIN_LONG and offset_py < next_phy_file_start:
-            continue
-        in_disk = (max_offset_py - offset_py) > memory
-        if _batch_full(config, size_py, max_msgs, result.buffer_total_size, result.message_count, in_disk):
+    taken = 0  # units scanned
+    for units in itertools.chain([first], chunks):  # the units are read as the scan reaches them
+        passed = passing_units(message_filter, units, ext, topic, queue_id)
+        offsets_py = units.column("commitlog_offset").to_pylist()
+        sizes = units.column("size").to_pylist()
+        queue_offsets = units.column("queue_offset").to_pylist()
+        reader.plan([o for o, p in zip(offsets_py, passed) if p and o >= clog_min])
+        full = False
+        for i, (offset_py, size_py) in enumerate(zip(offsets_py, sizes)):
+            max_phy_offset_pulling = offset_py
+            if next_phy_file_start != _MIN_LONG and offset_py < next_phy_file_start:
+                taken += 1
+                continue
+            in_disk = (max_offset_py - offset_py) > memory
+            if _batch_full(config, size_py, max_msgs, result.buffer_total_size, result.message_count, in_disk):
+                full = True
+                break
+            taken += 1
+            if not passed[i]:
+                if result.buffer_total_size == 0:
+                    result.status = GetMessageStatus.NO_MATCHED_MESSAGE
+                continue
+            message = reader.get(offset_py) if offset_py >= clog_min else None
+            if message is None:
+                if result.buffer_total_size == 0:
+                    result.status = GetMessageStatus.MESSAGE_WAS_REMOVING
+                next_phy_file_start = max(clog_min, offset_py + 1)  # commitLog.rollNextFile
+                continue
+            if message_filter is not None and not message_filter.is_matched_by_commitlog(message):
+                if result.buffer_total_size == 0:
+                    result.status = GetMessageStatus.NO_MATCHED_MESSAGE
+                result.filter_message_count += 1
+                continue
+            result.messages.append(message)
+            result.queue_offsets.append(queue_offsets[i])
+            result.buffer_total_size += size_py
+            result.status = GetMessageStatus.FOUND
+            next_phy_file_start = _MIN_LONG
+        if full or max_msgs <= result.message_count:  # full: the next unit would not be taken either
             break
-        if not passed[i]:
-            if result.buffer_total_size == 0:
-                result.status = GetMessageStatus.NO_MATCHED_MESSAGE
-            continue
-        message = reader.get(offset_py) if offset_py >= clog_min else None
-        if message is None:
-            if result.buffer_total_size == 0:
-                result.status = GetMessageStatus.MESSAGE_WAS_REMOVING
-            next_phy_file_start = max(clog_min, offset_py + 1)  # commitLog.rollNextFile
-            continue
-        if message_filter is not None and not message_filter.is_matched_by_commitlog(message):
-            if result.buffer_total_size == 0:
-                result.status = GetMessageStatus.NO_MATCHED_MESSAGE
-            result.filter_message_count += 1
-            continue
-        result.messages.append(message)
-        result.queue_offsets.append(queue_offsets[i])
-        result.buffer_total_size += size_py
-        result.status = GetMessageStatus.FOUND
-        next_phy_file_start = _MIN_LONG
-    else:
-        taken = len(offsets_py)
     result.next_begin_offset = offset + taken
     result.suggest_pulling_from_slave = (max_offset_py - max_phy_offset_pulling) > memory
     return result
+
+
+def _unit_chunks(cq: Table, queue_actions: pa.Table, topic: str, queue_id: int, offset: int, end: int,
+                 first: int) -> Iterator[pa.Table]:
+    """The queue's units from ``offset`` up to ``end`` or the first gap, read in chunks of ``first``
+    units, then twice the last: a pull whose batch fills early reads no more of the scan window."""
+    at, size = offset, max(first, 1)
+    while at < end:
+        hi = min(end, at + size)
+        units = read_units(cq, queue_actions, topic, queue_id, at, hi)
+        if units.num_rows == 0 or units.column("queue_offset")[0].as_py() != at:
+            return
+        units = contiguous(units, at)
+        yield units
+        if units.num_rows < hi - at:  # a gap: a missing queue file ends the buffer
+            return
+        at, size = hi, size * 2
 
 
 def _batch_full(config, size_py: int, max_msgs: int, buffer_total: int, message_total: int, in_disk: bool) -> bool:
@@ -286,14 +307,19 @@ class _CommitLogReader:
     batch twice the last, so a scan costs a few reads however selective the filter is.
     """
 
-    def __init__(self, table: Table, view: TableView, offsets: list[int], batch: int, on_read=None):
+    def __init__(self, table: Table, view: TableView, batch: int, on_read=None):
         self.table, self.view = table, view
         self.on_read = on_read  # gets each chunk's messages (a filter that checks them all at once)
-        self.planned = offsets
-        self.position = {o: i for i, o in enumerate(offsets)}
+        self.planned: list[int] = []
+        self.position: dict[int, int] = {}
         self.read_upto = 0
         self.batch = max(batch, 8)
         self.rows: dict[int, StoredMessage] = {}
+
+    def plan(self, offsets: list[int]) -> None:
+        """Add the offsets of the next units the scan may take, in scan order."""
+        self.position.update((o, len(self.planned) + i) for i, o in enumerate(offsets))
+        self.planned.extend(offsets)
 
     def get(self, offset: int) -> StoredMessage | None:
         """The message at ``offset``, or None when the commitlog no longer holds it."""

@@ -39,7 +39,6 @@ from typing import TYPE_CHECKING, Callable
 from storelib.consume.get_message import GetMessageResult, GetMessageStatus, get_message
 from storelib.consume.long_polling import hold
 from storelib.context import StoreContext
-from storelib.delta.table import Table
 from storelib.filter.class_filter import FilterFailures
 from storelib.filter.message_filter import MessageFilter
 from storelib.filter.selector import MessageSelector
@@ -48,7 +47,7 @@ from storelib.model.errors import (ConsumeDisabledError, FilterNotSupportedError
                                    require_int)
 from storelib.model.message import MessageConst, StoredMessage
 from storelib.model.topic import PERM_READ, RETRY_GROUP_TOPIC_PREFIX, retry_topic, validate_group
-from storelib.storage.consume_queue import queue_max_offset
+from storelib.storage.consume_queue import queue_files, queue_max_offset
 
 if TYPE_CHECKING:
     import numpy as np
@@ -239,12 +238,11 @@ class PullMessageProcessor:
         if result.response_code == "PULL_NOT_FOUND" and request.suspend_timeout_ms > 0:
             cq = self.ctx.tables.consume_queue
             seen = [cq.view().version]
-            queue = {"topic": request.topic, "queue_id": request.queue_id}
 
-            def moved(offset: int) -> bool:  # one file status while nothing was dispatched
+            def moved(offset: int) -> bool:  # one look at the log while nothing was dispatched
                 view = cq.view()
                 changed, seen[0] = view.version != seen[0], view.version
-                return changed and queue_max_offset(Table.only(view.actions, queue)) > offset
+                return changed and queue_max_offset(queue_files(cq, view, request.topic, request.queue_id)) > offset
 
             suspended_ms = hold(self.ctx.config, self.ctx.arrivals, request.offset, request.suspend_timeout_ms,
                                 lambda offset: self.get(request, message_filter, offset), moved)

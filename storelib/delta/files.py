@@ -20,9 +20,10 @@ import threading
 from collections import OrderedDict
 from typing import Any, Callable
 
+import numpy as np
 import pyarrow as pa
 
-__all__ = ["ByteLRU", "filesystem", "parquet_format", "fragment", "small_file", "FOOTER_CACHE_BYTES",
+__all__ = ["ByteLRU", "filesystem", "parquet_format", "fragment", "small_file", "keyed_rows", "FOOTER_CACHE_BYTES",
            "SMALL_FILE_CACHE_BYTES", "SMALL_FILE_ROWS"]
 
 #: Parsed Parquet footers kept per process (the driver's point reads, an executor's row group reads), in
@@ -135,3 +136,31 @@ def small_file(path: str, schema: pa.Schema) -> pa.Table | None:
         return rows, rows.nbytes
 
     return _small.get(f"{path}\0{schema.names}", build)
+
+
+def keyed_rows(rows: pa.Table, column: str, values: np.ndarray | None = None,
+               between: tuple[int, int] | None = None) -> pa.Table:
+    """The rows of a decoded file whose integer ``column`` is among ``values`` (sorted) or in
+    ``[lo, hi)``: a binary search when the file is in that column's order (a commitlog file by offset,
+    a consume queue file by queue offset), else a mask; no query engine is started for a point read.
+
+    >>> rows = pa.table({"offset": [10, 20, 30, 40]})
+    >>> keyed_rows(rows, "offset", between=(20, 40))["offset"].to_pylist()
+    [20, 30]
+    >>> keyed_rows(rows, "offset", values=np.array([5, 30, 40]))["offset"].to_pylist()
+    [30, 40]
+    >>> keyed_rows(pa.table({"offset": [30, 10, 20]}), "offset", values=np.array([10, 30]))["offset"].to_pylist()
+    [30, 10]
+    """
+    keys = rows.column(column).to_numpy()
+    if len(keys) > 1 and not (keys[1:] >= keys[:-1]).all():  # not in order: test every row
+        mask = np.isin(keys, values) if values is not None else (keys >= between[0]) & (keys < between[1])
+        return rows.take(np.flatnonzero(mask))
+    if values is None:
+        lo, hi = np.searchsorted(keys, between)
+        return rows.slice(int(lo), int(max(hi - lo, 0)))
+    at = np.searchsorted(keys, values)
+    found = at < len(keys)
+    found[found] &= keys[at[found]] == values[found]
+    return rows.take(at[found])
+

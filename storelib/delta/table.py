@@ -31,12 +31,13 @@ from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from deltalake.transaction import AddAction, RemoveAction
 
-from storelib.delta.files import filesystem, fragment, parquet_format, small_file
+from storelib.delta.files import filesystem, fragment, keyed_rows, parquet_format, small_file
 from storelib.delta.log import apply_changes, changes_since
 from storelib.delta.spec import TableSpec, spark_schema
 from storelib.model.errors import ConcurrentWriteError, StoreStateError
 
 if TYPE_CHECKING:
+    import numpy as np
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = ["Table", "TableView", "WrittenFile", "Prune", "CommitConflict", "add_actions", "remove_actions"]
@@ -280,13 +281,13 @@ class Table:
                 if fd is not None:
                     os.close(fd)
 
-    def memo(self, name: str, build: Callable[[TableView], Any]) -> Any:
-        """``build(view)`` over the newest snapshot, computed once per table version (a warm cache).
+    def memo(self, name: str, build: Callable[[TableView], Any], view: TableView | None = None) -> Any:
+        """``build(view)`` over the newest snapshot (or ``view``), computed once per table version (a warm cache).
 
         For small tables read on every request (topics, groups, subscriptions), as a broker keeps
         them in memory: a request then costs one look at the log, not a read of the table.
         """
-        view = self.view()
+        view = view or self.view()
         cached = self._memo.get(name)
         if cached is not None and cached[0] == view.version:
             return cached[1]
@@ -422,13 +423,7 @@ class Table:
         wanted = list(columns or self.spec.columns)
         if not paths:
             return self.spec.arrow.empty_table().select(wanted)
-        small, large = [], []
-        for path in paths:  # a point read's small files come decoded from this process's cache; the rest are scanned
-            rows = small_file(path, self.spec.arrow) if len(paths) <= POINT_READ_FILES else None
-            if rows is None:
-                large.append(path)
-            else:
-                small.append(rows)
+        small, large = self._decoded(paths)
         parts = []
         if small:
             rows = small[0] if len(small) == 1 else pa.concat_tables(small)
@@ -438,6 +433,39 @@ class Table:
                                            filesystem(self.path)[0])
             parts.append(dataset.to_table(columns=wanted, filter=filter))
         return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+
+    def read_keyed(self, paths: Sequence[str], column: str, *, values: "np.ndarray | None" = None,
+                   between: tuple[int, int] | None = None, columns: Sequence[str] | None = None) -> pa.Table:
+        """:meth:`read_arrow` of the rows whose integer ``column`` is among ``values`` (sorted) or in
+        ``[lo, hi)`` (``between``): a point read by offset. Small files are searched decoded
+        (:func:`~storelib.delta.files.keyed_rows`), without starting a query engine; the rest are scanned.
+
+        >>> t = store.context.tables.commitlog
+        >>> t.read_keyed(t.files(t.snapshot()), "physical_offset", between=(0, 1), columns=["queue_offset"]).num_rows
+        1
+        """
+        wanted = list(columns or self.spec.columns)
+        small, large = self._decoded(paths)
+        parts = [keyed_rows(rows, column, values, between).select(wanted) for rows in small]
+        if large:
+            key = pc.field(column)
+            test = key.isin(pa.array(values, pa.int64())) if values is not None else \
+                (key >= between[0]) & (key < between[1])
+            parts.append(self.read_arrow(paths=large, columns=wanted, filter=test))
+        if not parts:
+            return self.spec.arrow.empty_table().select(wanted)
+        return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+
+    def _decoded(self, paths: Sequence[str]) -> tuple[list[pa.Table], list[str]]:
+        """A point read's small files decoded (from this process's cache), and the paths of the rest."""
+        small, large = [], []
+        for path in paths:
+            rows = small_file(path, self.spec.arrow) if len(paths) <= POINT_READ_FILES else None
+            if rows is None:
+                large.append(path)
+            else:
+                small.append(rows)
+        return small, large
 
     def scan(self, paths: Sequence[str], filter: pc.Expression | None = None,
              batch_size: int = 64 * 1024) -> Iterator[pa.RecordBatch]:

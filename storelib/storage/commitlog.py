@@ -563,9 +563,9 @@ def read_rows(commitlog: Table, paths: Sequence[str], offsets: pa.Array) -> pa.T
     >>> read_rows(t, t.files(t.snapshot()), pa.array([0], pa.int64())).column("msg_id").to_pylist() == [r.msg_id]
     True
     """
-    test = pc.field("physical_offset").isin(offsets)
-    parts = [commitlog.read_arrow(paths=[p for p in paths if not is_clustered(p)], filter=test)]
     wanted = offsets.to_numpy()
+    parts = [commitlog.read_keyed([p for p in paths if not is_clustered(p)], "physical_offset", values=wanted)]
+    test = pc.field("physical_offset").isin(offsets)
     for path in filter(is_clustered, paths):  # rows are not in offset order: find their row groups first
         sorted_offsets, groups = _locator(path)
         at = np.searchsorted(sorted_offsets, wanted)

@@ -16,11 +16,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from storelib.delta.table import Prune, Table
+from storelib.delta.table import Prune, Table, TableView
 from storelib.storage.schema import CONSUME_QUEUE
 
 __all__ = ["CONSUME_QUEUE", "CQ_STORE_UNIT_SIZE", "roll_next_file", "queue_max_offset", "max_offsets", "read_units",
-           "contiguous", "min_queue_marker", "queue_min_offset", "min_offset", "moved_min_offsets", "units"]
+           "contiguous", "min_queue_marker", "queue_files", "queue_min_offset", "min_offset", "moved_min_offsets", "units"]
 
 #: Bytes of one ConsumeQueue unit: commitlog offset (8), size (4), tags code (8).
 CQ_STORE_UNIT_SIZE = 20
@@ -40,17 +40,32 @@ def min_queue_marker(topic: str, queue_id: int) -> str:
     return f"cqmin/{topic}/{queue_id}"
 
 
-def queue_min_offset(marker: int | None, actions: pa.Table, topic: str, queue_id: int) -> int:
+def queue_files(cq: Table, view: TableView, topic: str, queue_id: int) -> pa.Table:
+    """The add actions of (topic, queue_id)'s own files in ``view`` of the consume queue (:meth:`Table.only`),
+    worked out once per version in this process: every pull of the queue and every check of a held
+    one asks for them.
+
+    >>> cq = store.context.tables.consume_queue
+    >>> queue_files(cq, cq.view(), "TopicTest", r.queue_id).num_rows
+    1
+    """
+    return cq.memo(f"queue_files\0{topic}\0{queue_id}",
+                   lambda v: Table.only(v.actions, {"topic": topic, "queue_id": queue_id}), view=view)
+
+
+def queue_min_offset(marker: int | None, actions: pa.Table, topic: str, queue_id: int, *, own: bool = False) -> int:
     """``getMinOffsetInQueue`` from the ``cqmin/<topic>/<queue_id>`` marker (once retention has set it),
     else the smallest ``queue_offset`` among the queue's files, else 0 (no dispatched units).
+    ``own``: ``actions`` are the queue's own files already (:func:`queue_files`).
 
     >>> queue_min_offset(None, store.context.tables.consume_queue.view().actions, "TopicTest", r.queue_id)
     0
     """
     if marker is not None:
         return int(marker)
-    mins = Table.only(actions, {"topic": topic, "queue_id": queue_id}).column("min.queue_offset") \
-        if actions.num_rows else []
+    if not own and actions.num_rows:
+        actions = Table.only(actions, {"topic": topic, "queue_id": queue_id})
+    mins = actions.column("min.queue_offset") if actions.num_rows else []
     low = pc.min(mins).as_py() if len(mins) else None
     return 0 if low is None else int(low)
 
@@ -84,7 +99,7 @@ def max_offsets(actions: pa.Table) -> dict[tuple[str, int], int]:
 
 def read_units(cq: Table, queue_actions: pa.Table, topic: str, queue_id: int, lo: int, hi: int) -> pa.Table:
     """The queue's units with ``lo <= queue_offset < hi``, sorted, read with pyarrow from the files among
-    ``queue_actions`` whose statistics can hold them.
+    ``queue_actions`` (the add actions of the queue's own files, :meth:`Table.only`) whose statistics can hold them.
 
     >>> cq = store.context.tables.consume_queue
     >>> actions = Table.only(cq.view().actions, {"topic": "TopicTest", "queue_id": r.queue_id})
@@ -92,10 +107,10 @@ def read_units(cq: Table, queue_actions: pa.Table, topic: str, queue_id: int, lo
     [0]
     """
     actions = cq.prune(queue_actions, Prune(between={"queue_offset": (lo, hi - 1)}))
-    rows = cq.read_arrow(paths=cq.paths(actions), columns=["queue_offset", "commitlog_offset", "size", "tags_code"],
-                         filter=(pc.field("topic") == topic) & (pc.field("queue_id") == queue_id)
-                         & (pc.field("queue_offset") >= lo) & (pc.field("queue_offset") < hi))
-    return rows.sort_by("queue_offset")
+    rows = cq.read_keyed(cq.paths(actions), "queue_offset", between=(lo, hi),
+                         columns=["queue_offset", "commitlog_offset", "size", "tags_code"])
+    got = rows.column("queue_offset").to_numpy()
+    return rows if (got[1:] > got[:-1]).all() else rows.sort_by("queue_offset")
 
 
 def contiguous(units: pa.Table, offset: int) -> pa.Table:
