@@ -44,6 +44,20 @@ def test_held_pull_wakes_for_a_matching_message_only(store):
     assert held < 100  # woken by the arrival, not by the timeout
 
 
+def test_woken_pull_answers_with_the_subscription_of_its_waking(store):
+    """A subscription changed while a pull was held: the woken pull is run again under the new one."""
+    store.subscribe("GroupA", "TopicTest", "TagA")
+
+    def resubscribe_then_send():
+        store.subscribe("GroupA", "TopicTest", "TagB")
+        send_and_dispatch(store, "TagA", b"for the old subscription")()
+
+    later(0.3, resubscribe_then_send)
+    r = store.pull("GroupA", "TopicTest", 0, 0, suspend_timeout_ms=60_000)
+    assert (r.status, r.get_status, r.messages, r.next_begin_offset) == (P.NO_MATCHED_MSG, S.NO_MATCHED_MESSAGE, [], 1)
+    assert r.suspended_ms < 30_000  # the TagA message woke it (the old filter held it)
+
+
 def test_held_pull_answers_when_time_runs_out(store):
     store.subscribe("GroupA", "TopicTest", "TagA")
     r = store.pull("GroupA", "TopicTest", 0, 0, suspend_timeout_ms=1200)

@@ -244,15 +244,26 @@ class PullMessageProcessor:
                 changed, seen[0] = view.version != seen[0], view.version
                 return changed and queue_max_offset(queue_files(cq, view, request.topic, request.queue_id)) > offset
 
+            looked: list[GetMessageResult] = []
+
+            def look(offset: int) -> GetMessageResult:
+                got = self.get(request, message_filter, offset)
+                looked[:] = [got] if offset == request.offset and got.status is GetMessageStatus.FOUND else []
+                return got
+
             suspended_ms = hold(self.ctx.config, self.ctx.arrivals, request.offset, request.suspend_timeout_ms,
-                                lambda offset: self.get(request, message_filter, offset), moved)
-            result = self.answer(request, self.check(request))
+                                look, moved)
+            woken = self.check(request)  # run again as the broker does on waking it, checks and all
+            if looked and _same_filter(woken, message_filter):  # what woke it is the answer: not read twice
+                woken = message_filter
+            result = self.answer(request, woken, looked[0] if looked and woken is message_filter else None)
             result.suspended_ms = suspended_ms
         return result
 
-    def answer(self, request: PullRequest, message_filter: PullFilter) -> PullResult:
-        """The broker's answer to a checked request, turned into the client's result."""
-        got = self.get(request, message_filter)
+    def answer(self, request: PullRequest, message_filter: PullFilter, got: GetMessageResult | None = None) -> PullResult:
+        """The broker's answer to a checked request (``got``: the store's, when already read), turned into
+        the client's result."""
+        got = got or self.get(request, message_filter)
         code = response_code(got.status, request.offset)
         messages = got.messages
         if code == "SUCCESS":
@@ -331,6 +342,12 @@ class PullMessageProcessor:
             return cache[real_topic]
 
         return real_filter
+
+
+def _same_filter(a: PullFilter, b: PullFilter) -> bool:
+    """Do two checks of one request filter alike (same selector, same subscription version, no retry topic)?"""
+    return (a.retry is None and b.retry is None and a.filter.selector == b.filter.selector
+            and a.filter.version == b.filter.version)
 
 
 def _check_request(r: PullRequest) -> None:
