@@ -321,30 +321,47 @@ class Dispatcher:
     def _commit_in_order(self, pending: list[str], snapshots: dict, starts: dict[str, int],
                          files: dict[str, list[WrittenFile]], end: int, result: DispatchResult) -> list[str]:
         """Commit each pending target's files with its marker moved to ``end``, in order; stop at the
-        first conflict (its files are deleted) and return the targets still to do."""
-        for i, name in enumerate(pending):
-            table, written = self.targets[name], files.get(name, [])
-            began = time.perf_counter()
-            if starts[name] >= end:
-                version = snapshots[name].version()
-            else:
-                self._step(f"{name}.written")
-                if name == "consume_queue_ext" and self.summaries is not None and written:
-                    record_summaries(self.summaries, written, self.config.max_commit_attempts)
-                    self._step(f"{name}.summarized")
-                try:
-                    version = table.commit(snapshots[name], written, markers={REPUT_MARKER: end}, operation="DISPATCH",
-                                           info={"storelib.from": str(starts[name]), "storelib.to": str(end)})
-                except CommitConflict:
-                    for later in pending[i + 1:]:
-                        self.targets[later].discard(files.get(later, []))
-                    return pending[i:]
-            result.rows[name] = sum(f.num_records for f in written)
-            result.versions[name] = version  # committed: its files are the table's now
-            result.seconds[name] = round(time.perf_counter() - began, 3)
-            if starts[name] < end:
-                self._step(f"{name}.committed")
-        return []
+        first conflict (its files are deleted) and return the targets still to do. The summaries of the
+        ext files committed are recorded last, off the path to the consume queue's commit: until they
+        are, a filtered read reads those files rather than skipping them."""
+        summarize: list[WrittenFile] = []
+        try:
+            for i, name in enumerate(pending):
+                table, written = self.targets[name], files.get(name, [])
+                began = time.perf_counter()
+                if starts[name] >= end:
+                    version = snapshots[name].version()
+                else:
+                    self._step(f"{name}.written")
+                    try:
+                        version = table.commit(snapshots[name], written, markers={REPUT_MARKER: end},
+                                               operation="DISPATCH",
+                                               info={"storelib.from": str(starts[name]), "storelib.to": str(end)})
+                    except CommitConflict:
+                        for later in pending[i + 1:]:
+                            self.targets[later].discard(files.get(later, []))
+                        return pending[i:]
+                    if name == "consume_queue_ext" and self.summaries is not None:
+                        summarize = written
+                result.rows[name] = sum(f.num_records for f in written)
+                result.versions[name] = version  # committed: its files are the table's now
+                result.seconds[name] = round(time.perf_counter() - began, 3)
+                if starts[name] < end:
+                    self._step(f"{name}.committed")
+            return []
+        finally:
+            if summarize:
+                self._summarize(summarize)
+
+    def _summarize(self, written: list[WrittenFile]) -> None:
+        """Record the summaries of committed ext files; a failure only leaves them unskippable until compaction."""
+        try:
+            record_summaries(self.summaries, written, self.config.max_commit_attempts)
+        except StoreError as e:
+            log.warning("dispatch: recording the summaries of %d ext files failed (filtered reads read them "
+                        "until the next compaction): %s", len(written), e)
+            return
+        self._step("consume_queue_ext.summarized")
 
     def _write(self, starts: dict[str, int], commitlog, end: int) -> dict[str, list[WrittenFile]]:
         """Every target's rows for commitlog ``[its start, end)``, written in one Spark job over one read.
