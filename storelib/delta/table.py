@@ -306,6 +306,20 @@ class Table:
         v = dt.transaction_version(app_id)
         return default if v is None else int(v)
 
+    def markers_at(self, dt: DeltaTable, names: Iterable[str]) -> dict[str, int]:
+        """The ``txn`` markers ``names`` of snapshot ``dt`` (0 where none): from the warm :meth:`view`
+        when it stands at ``dt``'s version (dictionary look-ups), else asked of ``dt`` one by one.
+
+        >>> t = store.context.tables.commitlog
+        >>> t.markers_at(t.snapshot(), ["commitlog"]) == {"commitlog": t.snapshot().transaction_version("commitlog")}
+        True
+        """
+        names = list(names)
+        view = self.view(markers=names)
+        if view.version == dt.version():
+            return {n: view.marker(n) for n in names}
+        return {n: self.marker(dt, n) for n in names}
+
     # ---- reading -----------------------------------------------------------------------------
     def files(self, dt: DeltaTable, prune: Prune | None = None) -> list[str]:
         """Absolute paths of the snapshot's data files that may hold rows matching ``prune``.

@@ -203,14 +203,14 @@ class CommitLog:
 
         def step(snapshot) -> AppendResult:
             extra = progress.check(snapshot) if progress else {}
-            start = offset = self.next_offset(snapshot)
-            queues: dict[tuple[str, int], int] = {}
+            queues = {(m.topic, m.queue_id): 0 for m in messages}
+            known = self.table.markers_at(snapshot, [COMMITLOG_MARKER, *(queue_marker(t, q) for t, q in queues)])
+            start = offset = known[COMMITLOG_MARKER]
+            queues = {(t, q): known[queue_marker(t, q)] for t, q in queues}
             now = now_millis()
             rows = []
             for m, size, crc in zip(messages, sizes, crcs):
                 key = (m.topic, m.queue_id)
-                if key not in queues:
-                    queues[key] = self.queue_next(m.topic, m.queue_id, snapshot)
                 props = m.properties
                 rows.append({
                     "physical_offset": offset, "size": size, "topic": m.topic, "queue_id": m.queue_id,
