@@ -209,7 +209,7 @@ def _exact(flt: MessageFilter, rows: pa.Table) -> pa.Array:
         keep = pc.fill_null(evaluate_batch(flt.sql.tree, rows.column("properties")), False)
     cf = flt.class_filter
     if cf is not None and n:
-        messages = [StoredMessage.from_row(r) for r in rows.filter(keep).to_pylist()]
+        messages = StoredMessage.from_rows(rows.filter(keep))
         decided = cf.match_all(messages)
         keep = pc.and_(keep, pc.is_in(rows.column("physical_offset"),
                                       pa.array([o for o, ok in decided.items() if ok], pa.int64())))

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["Message", "SendResult", "StoredMessage", "RESERVED_PROPERTIES", "MessageConst", "SysFlag",
            "NAME_VALUE_SEPARATOR", "PROPERTY_SEPARATOR"]
@@ -217,6 +220,23 @@ class StoredMessage:
     @property
     def uniq_key(self) -> str | None:
         return self.properties.get(MessageConst.UNIQ_KEY)
+
+    @classmethod
+    def from_rows(cls, rows: "pa.Table") -> list["StoredMessage"]:
+        """The messages of commitlog rows (an Arrow table), as :meth:`from_row` of ``rows.to_pylist()``
+        but with the time columns converted from their integers (:func:`~storelib.model.timestamps.utc_datetimes`).
+
+        >>> t = store.context.tables.commitlog.read_arrow()
+        >>> StoredMessage.from_rows(t) == [StoredMessage.from_row(r) for r in t.to_pylist()]
+        True
+        """
+        import pyarrow as pa
+
+        from storelib.model.timestamps import utc_datetimes
+
+        columns = {name: utc_datetimes(col) if pa.types.is_timestamp(col.type) else col.to_pylist()
+                   for name, col in zip(rows.column_names, rows.columns)}
+        return [cls.from_row(dict(zip(columns, values))) for values in zip(*columns.values())]
 
     @classmethod
     def from_row(cls, row: dict) -> "StoredMessage":

@@ -552,7 +552,7 @@ def read_messages(commitlog: Table, actions: pa.Table, offsets: Sequence[int],
     if files_touched is not None:
         files_touched["commitlog"] = holding.num_rows
     rows = read_rows(commitlog, commitlog.paths(holding), wanted)
-    return {r["physical_offset"]: StoredMessage.from_row(r) for r in rows.to_pylist()}
+    return {m.commitlog_offset: m for m in StoredMessage.from_rows(rows)}
 
 
 def read_rows(commitlog: Table, paths: Sequence[str], offsets: pa.Array) -> pa.Table:
