@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from storelib.delta.files import SMALL_FILE_ROWS
 from storelib.delta.spec import spark_schema
 from storelib.delta.table import Table, WrittenFile, filesystem
 
@@ -130,21 +131,32 @@ class FileSink:
 
 
 class _OpenFile:
-    """One Parquet file being written: buffered rows, running statistics."""
+    """One Parquet file being written: buffered rows, running statistics.
+
+    A file written in one go with at most :data:`SMALL_FILE_ROWS` rows (a group commit's, a dispatch
+    round's) is compressed with snappy, which costs half of zstd's set-up per column on a few rows;
+    compaction rewrites such files with zstd soon after.
+    """
 
     def __init__(self, root: str, schema: pa.Schema, prefix: str, summarize: Summarizer | None = None,
                  dictionary: bool | list[str] = True, statistics: bool | list[str] = True):
         self.summarize = summarize
         self.summary = summarize.start() if summarize else None
-        self.name = f"{prefix}-{uuid.uuid4().hex}.c000.zstd.parquet"
-        self.fs, base = filesystem(root)
-        self.path = f"{base}/{self.name}"
-        self.writer = pq.ParquetWriter(self.path, schema, filesystem=self.fs, compression="zstd",
-                                       write_statistics=statistics, use_dictionary=dictionary)
+        self.prefix, self.dictionary, self.statistics = prefix, dictionary, statistics
+        self.fs, self.base = filesystem(root)
+        self.writer: pq.ParquetWriter | None = None
         self.schema = schema
         self.pending: list[pa.RecordBatch] = []
         self.pending_rows = 0
         self.bytes = 0
+
+    def _open(self, small: bool) -> pq.ParquetWriter:
+        codec = "snappy" if small else "zstd"
+        self.name = f"{self.prefix}-{uuid.uuid4().hex}.c000.{codec}.parquet"
+        self.path = f"{self.base}/{self.name}"
+        self.writer = pq.ParquetWriter(self.path, self.schema, filesystem=self.fs, compression=codec,
+                                       write_statistics=self.statistics, use_dictionary=self.dictionary)
+        return self.writer
 
     def add(self, part: pa.RecordBatch, row_group_rows: int, raw: pa.RecordBatch | None = None) -> None:
         """Buffer ``part``; ``raw`` (the same rows, with any extra columns) is what the summarizer sees."""
@@ -165,13 +177,14 @@ class _OpenFile:
         rows = pa.Table.from_batches(self.pending)
         whole = rows.num_rows if row_group_rows is None else rows.num_rows - rows.num_rows % row_group_rows
         if whole:
-            self.writer.write_table(rows.slice(0, whole), row_group_size=max(min(whole, row_group_rows or whole), 1))
+            writer = self.writer or self._open(small=row_group_rows is None and whole <= SMALL_FILE_ROWS)
+            writer.write_table(rows.slice(0, whole), row_group_size=max(min(whole, row_group_rows or whole), 1))
         rest = rows.slice(whole)
         self.pending, self.pending_rows = rest.to_batches(), rest.num_rows
 
     def close(self) -> WrittenFile:
         self.flush()
-        self.writer.close()
+        (self.writer or self._open(small=True)).close()
         size = self.fs.get_file_info(self.path).size
         stats = _Stats.from_metadata(self.schema, self.writer.writer.metadata)
         summary = self.summarize.finish(self.summary) if self.summarize else None
