@@ -71,6 +71,31 @@ def test_a_follower_dispatches_as_messages_arrive_and_stops_when_told(store):
     assert not follower.is_alive() and heard[0].consume_queue_rows == 3
 
 
+def test_a_follower_records_the_summaries_of_its_ext_files(store):
+    """Summaries are recorded once a second while rounds follow each other, and when the follower is idle or stops:
+    every ext file the follower committed has one."""
+    import threading
+
+    from storelib.delta.table import add_actions
+    from storelib.filter.summary import read_summaries
+
+    stop = threading.Event()
+    follower = threading.Thread(target=store.dispatcher().run, kwargs={"follow": True, "stop": stop, "interval_ms": 20})
+    follower.start()
+    try:
+        for i in range(6):
+            store.send(Message("TopicTest", tags=f"Tag{i % 2}", body=b"x", queue_id=i % 2))
+        deadline = time.monotonic() + 30
+        while store.dispatch_progress()["consume_queue_ext"] < store.max_offset() and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        stop.set()
+        follower.join(timeout=60)
+    ext = store.context.tables.consume_queue_ext
+    files = set(add_actions(ext.snapshot()).column("path").to_pylist())
+    assert files and files <= set(read_summaries(store.context.tables.ext_summary, "TopicTest"))
+
+
 def test_a_held_pull_is_answered_by_the_follower(store):
     import threading
 

@@ -143,6 +143,11 @@ def dispatch_targets(ctx: StoreContext) -> dict[str, Table]:
     return targets
 
 
+#: A follower records the summaries of the ext files it committed at most this often (one commit of the
+#: summary table a second instead of one a round); a filtered read reads files not yet summed up.
+SUMMARY_EVERY_S = 1.0
+
+
 class Dispatcher:
     """Builds consume queue, ext and index rows for what is new in the commitlog.
 
@@ -168,6 +173,8 @@ class Dispatcher:
         self.summaries = summaries
         self._filters: tuple[int, list["Subscription"]] | None = None
         self._done_to: int | None = None  # every target dispatched to this commitlog offset by this dispatcher
+        self._unsummarized: list[WrittenFile] = []  # committed ext files whose summaries are not recorded yet
+        self._summary_every_s, self._summarized_at = 0.0, 0.0
 
     @property
     def spark(self) -> "SparkSession":
@@ -228,6 +235,7 @@ class Dispatcher:
             compactor = threading.Thread(target=self._compact_until, args=(stop, compact_every_ms / 1000),
                                          name="storelib-compact-fresh", daemon=True)
             compactor.start()
+        self._summary_every_s = SUMMARY_EVERY_S  # a follower records summaries once a second, not every round
         while not stop.is_set():
             r = self.run()
             if total is None:
@@ -240,7 +248,10 @@ class Dispatcher:
                 if on_round is not None:
                     on_round(r)
             else:
+                self._summarize(force=True)  # idle: nothing to wait for
                 stop.wait(interval_ms / 1000)
+        self._summary_every_s = 0.0
+        self._summarize(force=True)
         if compactor is not None:
             compactor.join()
         return total or self.run()
@@ -350,11 +361,16 @@ class Dispatcher:
                     self._step(f"{name}.committed")
             return []
         finally:
-            if summarize:
-                self._summarize(summarize)
+            self._unsummarized.extend(summarize)
+            self._summarize()
 
-    def _summarize(self, written: list[WrittenFile]) -> None:
-        """Record the summaries of committed ext files; a failure only leaves them unskippable until compaction."""
+    def _summarize(self, force: bool = False) -> None:
+        """Record the summaries of the committed ext files not yet recorded (a follower: at most once
+        every :data:`SUMMARY_EVERY_S`); a failure only leaves those files unskippable until compaction."""
+        written = self._unsummarized
+        if not written or (not force and time.monotonic() - self._summarized_at < self._summary_every_s):
+            return
+        self._unsummarized, self._summarized_at = [], time.monotonic()
         try:
             record_summaries(self.summaries, written, self.config.max_commit_attempts)
         except StoreError as e:
