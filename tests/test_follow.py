@@ -96,6 +96,28 @@ def test_a_follower_records_the_summaries_of_its_ext_files(store):
     assert files and files <= set(read_summaries(store.context.tables.ext_summary, "TopicTest"))
 
 
+def test_a_follower_builds_the_index_once_a_second_and_all_of_it_when_stopped(store):
+    import threading
+
+    stop = threading.Event()
+    follower = threading.Thread(target=store.dispatcher().run, kwargs={"follow": True, "stop": stop, "interval_ms": 20})
+    follower.start()
+    try:
+        store.send(Message("TopicTest", keys="first", body=b"x", queue_id=0))
+        deadline = time.monotonic() + 30
+        while not store.query_by_key("TopicTest", "first") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(store.query_by_key("TopicTest", "first")) == 1  # found within the follower's index cadence
+        store.send(Message("TopicTest", keys="last", body=b"x", queue_id=0))
+        while store.max_queue_offset("TopicTest", 0) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        stop.set()  # within a second of the last index round: the stop brings the index up
+        follower.join(timeout=60)
+    assert store.dispatch_progress()["index"] == store.max_offset()
+    assert len(store.query_by_key("TopicTest", "last")) == 1
+
+
 def test_a_held_pull_is_answered_by_the_follower(store):
     import threading
 

@@ -92,6 +92,19 @@ class DispatchResult:
     def index_rows(self) -> int:
         return self.rows.get("index", 0)
 
+    def then(self, later: "DispatchResult | None") -> "DispatchResult":
+        """This run followed by ``later`` (a follower's rounds, added up), ``self`` updated.
+
+        >>> DispatchResult(0, 5, {"index": 2}).then(DispatchResult(5, 9, {"index": 1})).rows
+        {'index': 3}
+        """
+        if later is not None:
+            self.to_offset = later.to_offset
+            for name, n in later.rows.items():
+                self.rows[name] = self.rows.get(name, 0) + n
+            self.versions.update(later.versions)
+        return self
+
 
 def queued(rows: "DataFrame") -> "DataFrame":
     """Messages that get a consume queue row: normal and committed ones (not prepared, not rolled back).
@@ -146,6 +159,9 @@ def dispatch_targets(ctx: StoreContext) -> dict[str, Table]:
 #: A follower records the summaries of the ext files it committed at most this often (one commit of the
 #: summary table a second instead of one a round); a filtered read reads files not yet summed up.
 SUMMARY_EVERY_S = 1.0
+#: ... and builds the index at most this often (one commit of it a second, of all that arrived since): a
+#: message's keys are found at most this long after its queue unit.
+INDEX_EVERY_S = 1.0
 
 
 class Dispatcher:
@@ -173,6 +189,8 @@ class Dispatcher:
         self.summaries = summaries
         self._filters: tuple[int, list["Subscription"]] | None = None
         self._done_to: int | None = None  # every target dispatched to this commitlog offset by this dispatcher
+        self._queued_to: int | None = None  # every target but perhaps the index dispatched this far
+        self._index_every_s, self._indexed_at = 0.0, 0.0
         self._unsummarized: list[WrittenFile] = []  # committed ext files whose summaries are not recorded yet
         self._summary_every_s, self._summarized_at = 0.0, 0.0
 
@@ -235,26 +253,23 @@ class Dispatcher:
             compactor = threading.Thread(target=self._compact_until, args=(stop, compact_every_ms / 1000),
                                          name="storelib-compact-fresh", daemon=True)
             compactor.start()
-        self._summary_every_s = SUMMARY_EVERY_S  # a follower records summaries once a second, not every round
+        # a follower records summaries, and builds the index, once a second rather than every round
+        self._summary_every_s, self._index_every_s = SUMMARY_EVERY_S, INDEX_EVERY_S
         while not stop.is_set():
             r = self.run()
-            if total is None:
-                total = DispatchResult(r.from_offset, r.to_offset)
-            total.to_offset = r.to_offset
-            for name, n in r.rows.items():
-                total.rows[name] = total.rows.get(name, 0) + n
-            total.versions.update(r.versions)
+            total = (total or DispatchResult(r.from_offset, r.to_offset)).then(r)
             if r.to_offset > r.from_offset:
                 if on_round is not None:
                     on_round(r)
             else:
                 self._summarize(force=True)  # idle: nothing to wait for
                 stop.wait(interval_ms / 1000)
-        self._summary_every_s = 0.0
+        self._summary_every_s = self._index_every_s = 0.0
         self._summarize(force=True)
         if compactor is not None:
             compactor.join()
-        return total or self.run()
+        last = self.run()  # the index brought up to where the rest is
+        return (total or DispatchResult(last.from_offset, last.from_offset)).then(last)
 
     def _compact_until(self, stop: threading.Event, every_s: float) -> None:
         while not stop.wait(every_s):
@@ -288,11 +303,13 @@ class Dispatcher:
 
     def _run_once(self) -> DispatchResult:
         known = self.commitlog.view(markers=[COMMITLOG_MARKER]).marker(COMMITLOG_MARKER)
-        if known == self._done_to:  # nothing sent since this dispatcher's last run: no turn, no snapshot
-            return DispatchResult(known, known)
+        index_due = time.monotonic() - self._indexed_at >= self._index_every_s
+        if known == self._done_to or (known == self._queued_to and not index_due):
+            return DispatchResult(known, known)  # nothing new for this dispatcher: no turn, no snapshot
         result: DispatchResult | None = None
         self._filters = None
-        pending = list(self.targets)
+        pending = [name for name in self.targets if name != "index" or index_due]
+        everything = len(pending) == len(self.targets)
         for attempt in range(1, self.config.max_commit_attempts + 1):
             with contextlib.ExitStack() as turns:  # the targets' turns, in one order: local dispatchers queue
                 snapshots = {name: turns.enter_context(self.targets[name].commit_turn()) for name in pending}
@@ -302,7 +319,9 @@ class Dispatcher:
                     result = DispatchResult(end, end)
                 pending = self._attempt(pending, snapshots, commitlog.actions, end, result)
             if not pending:
-                self._done_to = result.to_offset
+                self._queued_to = result.to_offset
+                if everything:
+                    self._done_to, self._indexed_at = result.to_offset, time.monotonic()
                 return result
             log.info("dispatch: commit conflict on %s, attempt %d", pending[0], attempt)
             time.sleep(min(0.5, 0.01 * attempt))
@@ -312,7 +331,7 @@ class Dispatcher:
     def _attempt(self, pending: list[str], snapshots: dict, commitlog: "pa.Table", end: int,
                  result: DispatchResult) -> list[str]:
         """One try at every pending target from ``snapshots``, up to commitlog offset ``end``; the targets still to do."""
-        starts = {name: Table.marker(snapshots[name], REPUT_MARKER) for name in pending}
+        starts = {name: self.targets[name].markers_at(snapshots[name], [REPUT_MARKER])[REPUT_MARKER] for name in pending}
         ahead = ahead_of_commitlog(starts, end)  # past this view's end: another dispatcher went on, or commits were lost
         if ahead and ahead_of_commitlog(starts, Table.marker(self.commitlog.snapshot(), COMMITLOG_MARKER)):
             raise StoreCorruptedError(ahead, self.commitlog.path.rsplit("/", 1)[0])  # lost: never caught up, silently
