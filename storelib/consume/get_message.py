@@ -144,8 +144,7 @@ def get_message(ctx: StoreContext, group: str, topic: str, queue_id: int, offset
     if queue_actions.num_rows == 0 and not _queue_exists(ctx, topic, queue_id):
         return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
     max_offset = queue_max_offset(queue_actions)
-    min_offset = queue_min_offset(cq_view.markers.get(marker), queue_actions, topic, queue_id,
-                                  own=True) if max_offset else 0
+    min_offset = queue_min_offset(cq_view.markers.get(marker), queue_actions) if max_offset else 0
 
     if max_offset == 0:
         return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, min_offset, max_offset)
@@ -162,7 +161,7 @@ def get_message(ctx: StoreContext, group: str, topic: str, queue_id: int, offset
     window_bytes = min((file_end - offset) * CQ_STORE_UNIT_SIZE, max(config.max_filter_message_size,
                                                                      max_msgs * CQ_STORE_UNIT_SIZE))
     window = -(-window_bytes // CQ_STORE_UNIT_SIZE)
-    chunks = _unit_chunks(cq, queue_actions, topic, queue_id, offset, offset + window, max_msgs)
+    chunks = _unit_chunks(cq, queue_actions, offset, offset + window, max_msgs)
     first = next(chunks, None)
     if first is None:
         return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, roll_next_file(offset, units_per_file),
@@ -222,14 +221,13 @@ def get_message(ctx: StoreContext, group: str, topic: str, queue_id: int, offset
     return result
 
 
-def _unit_chunks(cq: Table, queue_actions: pa.Table, topic: str, queue_id: int, offset: int, end: int,
-                 first: int) -> Iterator[pa.Table]:
+def _unit_chunks(cq: Table, queue_actions: pa.Table, offset: int, end: int, first: int) -> Iterator[pa.Table]:
     """The queue's units from ``offset`` up to ``end`` or the first gap, read in chunks of ``first``
     units, then twice the last: a pull whose batch fills early reads no more of the scan window."""
     at, size = offset, max(first, 1)
     while at < end:
         hi = min(end, at + size)
-        units = read_units(cq, queue_actions, topic, queue_id, at, hi)
+        units = read_units(cq, queue_actions, at, hi)
         if units.num_rows == 0 or units.column("queue_offset")[0].as_py() != at:
             return
         units = contiguous(units, at)

@@ -255,8 +255,9 @@ class PullMessageProcessor:
                                 look, moved)
             woken = self.check(request)  # run again as the broker does on waking it, checks and all
             if looked and _same_filter(woken, message_filter):  # what woke it is the answer: not read twice
-                woken = message_filter
-            result = self.answer(request, woken, looked[0] if looked and woken is message_filter else None)
+                result = self.answer(request, message_filter, looked[0])
+            else:
+                result = self.answer(request, woken)
             result.suspended_ms = suspended_ms
         return result
 

@@ -133,7 +133,7 @@ def plan(options: SourceOptions, pushdown: Pushdown) -> list[ReadPartition]:
         found_offsets: list[np.ndarray] = []
         for topic in topics:
             for q in queues:
-                units = read_units(cq, Table.only(cq_actions, {"topic": topic, "queue_id": q}), topic, q,
+                units = read_units(cq, Table.only(cq_actions, {"topic": topic, "queue_id": q}),
                                    max(0, lo or 0), (2 ** 62) if hi is None else hi + 1)
                 found_offsets.append(units.column("commitlog_offset").to_numpy())
         offsets = np.unique(np.concatenate(found_offsets)) if found_offsets else np.array([], np.int64)

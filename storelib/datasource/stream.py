@@ -49,7 +49,7 @@ from storelib.filter.sql92_arrow import evaluate_batch
 from storelib.model.config import StoreConfig
 from storelib.model.errors import SubscriptionNotFoundError
 from storelib.model.message import StoredMessage
-from storelib.storage.consume_queue import max_offsets, min_queue_marker, queue_min_offset, read_units
+from storelib.storage.consume_queue import max_offsets, min_queue_marker, queue_files, queue_min_offset, read_units
 
 __all__ = ["GroupStreamReader", "BatchFiles"]
 
@@ -143,7 +143,7 @@ class GroupStreamReader(DataSourceStreamReader, _AvailableNow):
         cq = ctx.tables.consume_queue
         view = cq.view(markers=[min_queue_marker(self.topic, q) for q in range(self.queues)])
         highs = max_offsets(view.actions)
-        return {q: (queue_min_offset(view.markers.get(min_queue_marker(self.topic, q)), view.actions, self.topic, q),
+        return {q: (queue_min_offset(view.markers.get(min_queue_marker(self.topic, q)), queue_files(cq, view, self.topic, q)),
                     highs.get((self.topic, q), 0)) for q in range(self.queues)}
 
     # ---- reading -------------------------------------------------------------------------------
@@ -161,7 +161,7 @@ class GroupStreamReader(DataSourceStreamReader, _AvailableNow):
         for q, begin, stop in ranges:
             queue = Table.only(actions, {"topic": self.topic, "queue_id": q})
             for at in (begin, stop - 1):
-                ends.append(read_units(cq, queue, self.topic, q, at, at + 1).column("commitlog_offset").to_pylist())
+                ends.append(read_units(cq, queue, at, at + 1).column("commitlog_offset").to_pylist())
         found = [o for pair in ends for o in pair]
         lo = min(found) if len(found) == len(ends) else 0
         hi = max(found) if len(found) == len(ends) else 2 ** 62

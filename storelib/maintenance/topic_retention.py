@@ -141,7 +141,7 @@ def _move_cuts(ctx: StoreContext, snapshot: "DeltaTable", deadlines: dict[str, i
         offsets = units.column("queue_offset").to_numpy()
         for q in np.unique(qids).tolist():
             marker = min_queue_marker(topic, q)
-            start = queue_min_offset(snapshot.transaction_version(marker), mine, topic, q)
+            start = queue_min_offset(snapshot.transaction_version(marker), Table.only(mine, {"queue_id": q}))
             cut = queue_cut(start, offsets[qids == q])
             if cut > start:
                 markers[marker] = cut

@@ -53,19 +53,18 @@ def queue_files(cq: Table, view: TableView, topic: str, queue_id: int) -> pa.Tab
                    lambda v: Table.only(v.actions, {"topic": topic, "queue_id": queue_id}), view=view)
 
 
-def queue_min_offset(marker: int | None, actions: pa.Table, topic: str, queue_id: int, *, own: bool = False) -> int:
+def queue_min_offset(marker: int | None, queue_actions: pa.Table) -> int:
     """``getMinOffsetInQueue`` from the ``cqmin/<topic>/<queue_id>`` marker (once retention has set it),
-    else the smallest ``queue_offset`` among the queue's files, else 0 (no dispatched units).
-    ``own``: ``actions`` are the queue's own files already (:func:`queue_files`).
+    else the smallest ``queue_offset`` among the queue's own files (:func:`queue_files`), else 0 (no
+    dispatched units).
 
-    >>> queue_min_offset(None, store.context.tables.consume_queue.view().actions, "TopicTest", r.queue_id)
+    >>> cq = store.context.tables.consume_queue
+    >>> queue_min_offset(None, queue_files(cq, cq.view(), "TopicTest", r.queue_id))
     0
     """
     if marker is not None:
         return int(marker)
-    if not own and actions.num_rows:
-        actions = Table.only(actions, {"topic": topic, "queue_id": queue_id})
-    mins = actions.column("min.queue_offset") if actions.num_rows else []
+    mins = queue_actions.column("min.queue_offset") if queue_actions.num_rows else []
     low = pc.min(mins).as_py() if len(mins) else None
     return 0 if low is None else int(low)
 
@@ -97,13 +96,13 @@ def max_offsets(actions: pa.Table) -> dict[tuple[str, int], int]:
                                                ("min.topic", "min.queue_id", "max.queue_offset_max"))) if m is not None}
 
 
-def read_units(cq: Table, queue_actions: pa.Table, topic: str, queue_id: int, lo: int, hi: int) -> pa.Table:
+def read_units(cq: Table, queue_actions: pa.Table, lo: int, hi: int) -> pa.Table:
     """The queue's units with ``lo <= queue_offset < hi``, sorted, read with pyarrow from the files among
     ``queue_actions`` (the add actions of the queue's own files, :meth:`Table.only`) whose statistics can hold them.
 
     >>> cq = store.context.tables.consume_queue
     >>> actions = Table.only(cq.view().actions, {"topic": "TopicTest", "queue_id": r.queue_id})
-    >>> read_units(cq, actions, "TopicTest", r.queue_id, 0, 32).column("commitlog_offset").to_pylist()
+    >>> read_units(cq, actions, 0, 32).column("commitlog_offset").to_pylist()
     [0]
     """
     actions = cq.prune(queue_actions, Prune(between={"queue_offset": (lo, hi - 1)}))
@@ -133,7 +132,7 @@ def min_offset(table: Table, topic: str, queue_id: int) -> int:
     """
     marker = min_queue_marker(topic, queue_id)
     view = table.view(markers=[marker])
-    return queue_min_offset(view.markers.get(marker), view.actions, topic, queue_id)
+    return queue_min_offset(view.markers.get(marker), queue_files(table, view, topic, queue_id))
 
 
 def moved_min_offsets(table: Table, queues: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
