@@ -189,6 +189,28 @@ class TestTagReads:
         store.dispatch()
         assert bodies(store.read("TopicTest", "TagA")).count("late") == 3
 
+    def test_prepared_messages_are_left_out_unless_statistics_rule_them_out(self, store):
+        """A file whose ``sysflag`` statistics stay below the transaction bits holds only normal
+        messages, so its read is the plain query; a prepared message (older RocketMQ kept them in the
+        real topic) makes the read test every row again, and is not read."""
+        from storelib.model.message import SysFlag
+
+        def queued_test(df):
+            return "& 12)" in df._jdf.queryExecution().optimizedPlan().toString()
+
+        send_props(store, 10)
+        store.dispatch()
+        plain = store.read("TopicTest", "TagA")
+        assert not queued_test(plain) and bodies(plain) == ["m0", "m5"]
+        ctx = store.context
+        batch = [Message("TopicTest", tags="TagA", body=body) for body in (b"m10", b"prepared", b"m11")]
+        encoded = ctx.producer.encode(batch, ctx.topics.all())
+        encoded[1].sysflag |= SysFlag.TRANSACTION_PREPARED_TYPE
+        ctx.commitlog.append(encoded)  # one file: two normal messages and a prepared one
+        store.dispatch()
+        mixed = store.read("TopicTest", "TagA")
+        assert queued_test(mixed) and bodies(mixed) == ["m0", "m10", "m11", "m5"]
+
     def test_ext_queue_off(self, spark, store_path):
         plain = MessageStore.create(store_path, spark, enable_consume_queue_ext=False)
         plain.create_topic("TopicTest", queues=3)
