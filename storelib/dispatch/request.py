@@ -159,7 +159,10 @@ class CommitlogFiles:
     end: int
     properties: bool
     requests: DispatchRequests
-    batch_rows: int = 20_000
+    #: Rows per batch handed on: the reader's batches (a row group each) are joined up to this many, since
+    #: every step costs a few calls per batch whatever its size (CalcBitMap's 0.41 against 0.27 us a row
+    #: at 8,192 and 65,536 rows, measured).
+    batch_rows: int = 65_536
 
     def __call__(self, item: tuple[str, bool] | tuple[str, bool, bool]) -> Iterator[dict[str, pa.RecordBatch]]:
         yield from self.requests(self._read(*item))
@@ -175,6 +178,30 @@ class CommitlogFiles:
         offset = pc.field("physical_offset")
         # pyarrow's dataset reader, also for a whole file: it decodes the properties map about twice as
         # fast as ParquetFile.iter_batches (0.07 s against 0.14 s per 280k messages, measured)
-        yield from ds.ParquetFileFormat().make_fragment(local, fs).to_batches(
+        batches = ds.ParquetFileFormat().make_fragment(local, fs).to_batches(
             columns=columns, filter=None if whole else (offset >= self.low) & (offset < self.end),
             batch_size=self.batch_rows, use_threads=False)
+        yield from coalesce(batches, self.batch_rows)
+
+
+def coalesce(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[pa.RecordBatch]:
+    """``batches`` joined into batches of about ``rows`` rows (at least, but for the last), each one chunk.
+
+    >>> parts = [pa.record_batch({"x": list(range(i, i + 3))}) for i in range(0, 12, 3)]
+    >>> [b.column("x").to_pylist() for b in coalesce(iter(parts), 5)]
+    [[0, 1, 2, 3, 4, 5], [6, 7, 8, 9, 10, 11]]
+    """
+    held: list[pa.RecordBatch] = []
+    count = 0
+    for batch in batches:
+        held.append(batch)
+        count += batch.num_rows
+        if count >= rows:
+            yield _joined(held)
+            held, count = [], 0
+    if held:
+        yield _joined(held)
+
+
+def _joined(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    return batches[0] if len(batches) == 1 else pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
