@@ -3,10 +3,13 @@
 One process, one store: each step sends one message (one commitlog commit), dispatches it (one
 commit on each dispatch table) and pulls it back, so every table takes ``commits`` commits; every
 ``compact_every_s`` the fresh small files are merged, as the follower does. Reported: the p50 of the
-first and the last 1,000 steps of each, and their ratio (the target: within 1.5x).
+first and the last 1,000 steps of each, and their ratio (the target: within 1.5x), and the p50 of
+every window of 1,000 steps between, to show where any growth happens (tables keep two minutes of
+log entries, so the first windows run with fewer of them to list).
 
->>> GrowthFigures(2000, {"send": ([0.01] * 1000, [0.012] * 1000)}).lines()[0]
-'send p50: first 1,000 of 2,000 commits 10.0 ms, last 1,000 12.0 ms (1.20x)'
+>>> figures = GrowthFigures(2000, {"send": ([0.01] * 1000, [0.012] * 1000)}, {"send": [0.01, 0.012]})
+>>> figures.lines()
+['send p50: first 1,000 of 2,000 commits 10.0 ms, last 1,000 12.0 ms (1.20x)', 'send p50 per 1,000 commits (ms): 10.0 12.0']
 """
 
 from __future__ import annotations
@@ -15,11 +18,13 @@ import shutil
 import statistics
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = ["GrowthFigures", "bench_growth"]
 
 TOPIC, GROUP, QUEUES = "Growth", "GroupGrowth", 4
+#: Steps per window of the timeline.
+WINDOW = 1000
 
 
 @dataclass(frozen=True)
@@ -28,18 +33,23 @@ class GrowthFigures:
 
     commits: int
     stages: dict[str, tuple[list[float], list[float]]]
+    #: Per stage, the p50 of each window of :data:`WINDOW` steps, in order.
+    windows: dict[str, list[float]] = field(default_factory=dict)
 
     def ratio(self, stage: str) -> float:
         first, last = self.stages[stage]
         return statistics.median(last) / statistics.median(first)
 
     def lines(self) -> list[str]:
-        return [f"{stage} p50: first {len(first):,} of {self.commits:,} commits {statistics.median(first) * 1000:.1f} ms, "
-                f"last {len(last):,} {statistics.median(last) * 1000:.1f} ms ({self.ratio(stage):.2f}x)"
-                for stage, (first, last) in self.stages.items()]
+        out = [f"{stage} p50: first {len(first):,} of {self.commits:,} commits {statistics.median(first) * 1000:.1f} ms, "
+               f"last {len(last):,} {statistics.median(last) * 1000:.1f} ms ({self.ratio(stage):.2f}x)"
+               for stage, (first, last) in self.stages.items()]
+        return out + [f"{stage} p50 per {WINDOW:,} commits (ms): " + " ".join(f"{1000 * p:.1f}" for p in p50s)
+                      for stage, p50s in self.windows.items()]
 
     def as_dict(self) -> dict:
-        return {"commits": self.commits, **{f"{stage}_ratio": round(self.ratio(stage), 2) for stage in self.stages}}
+        return {"commits": self.commits, **{f"{stage}_ratio": round(self.ratio(stage), 2) for stage in self.stages},
+                **{f"{stage}_p50_ms_per_{WINDOW}": [round(1000 * p, 2) for p in p50s] for stage, p50s in self.windows.items()}}
 
 
 def bench_growth(commits: int = 10_000, *, compact_every_s: float = 10.0, root: str | None = None) -> GrowthFigures:
@@ -70,8 +80,11 @@ def bench_growth(commits: int = 10_000, *, compact_every_s: float = 10.0, root: 
             times["dispatch"].append(dispatched_at - sent_at)
             offsets[sent.queue_id] = pulled.next_begin_offset
         store.close()
-        edge = min(1000, max(1, commits // 2))
-        return GrowthFigures(commits, {stage: (t[:edge], t[-edge:]) for stage, t in times.items()})
+        edge = min(WINDOW, max(1, commits // 2))
+        windows = {stage: [statistics.median(t[i:i + WINDOW]) for i in range(0, len(t) - WINDOW + 1, WINDOW)]
+                   for stage, t in times.items()}
+        return GrowthFigures(commits, {stage: (t[:edge], t[-edge:]) for stage, t in times.items()},
+                             {stage: p50s for stage, p50s in windows.items() if p50s})
     finally:
         if root is None:
             shutil.rmtree(work, ignore_errors=True)
