@@ -135,17 +135,18 @@ def bench_online(seconds: float = 60, *, producers: int = 4, threads: int = 16, 
         outs = [f"{work}/consumer{c}.json" for c in range(consumers)]
         for c, out in enumerate(outs):
             mine = ",".join(str(q) for q in range(QUEUES) if q % consumers == c)
-            procs.append(subprocess.Popen([sys.executable, "-c", CONSUMER, store.root, str(until), mine, out], env=env))
+            procs.append(subprocess.Popen([sys.executable, "-c", CONSUMER, store.root, str(until), mine, out], env=env,
+                                          stderr=open(f"{out}.err", "w")))
         time.sleep(1.0)  # consumers and follower up
         sends = [f"{work}/producer{p}.json" for p in range(producers)]
         began = time.monotonic()
-        senders = [subprocess.Popen([sys.executable, "-c", PRODUCER, store.root, str(seconds), str(threads), str(window), out], env=env)
-                   for out in sends]
-        for s in senders:
-            s.wait(timeout=seconds + 300)
+        senders = [subprocess.Popen([sys.executable, "-c", PRODUCER, store.root, str(seconds), str(threads), str(window), out],
+                                    env=env, stderr=open(f"{out}.err", "w")) for out in sends]
+        for s, out in zip(senders, sends):
+            _finished(s, seconds + 300, out)
         elapsed = time.monotonic() - began
-        for p in procs[1:]:
-            p.wait(timeout=seconds + 300)
+        for p, out in zip(procs[1:], outs):
+            _finished(p, seconds + 300, out)
         follower.send_signal(15)
         follower.communicate(timeout=120)
         acks = [a for out in sends for a in json.load(open(out))["acks"]]
@@ -172,3 +173,11 @@ def bench_online(seconds: float = 60, *, producers: int = 4, threads: int = 16, 
                 p.kill()
         if root is None:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def _finished(proc: subprocess.Popen, timeout: float, out: str) -> None:
+    """Wait for a producer or consumer process; one that failed fails the run with the end of what it
+    wrote to ``<out>.err``, instead of leaving its figures out."""
+    if proc.wait(timeout=timeout):
+        with open(f"{out}.err") as err:
+            raise RuntimeError(f"{os.path.basename(out)[:-5]} exited with {proc.returncode}: {err.read().strip()[-800:]}")
