@@ -48,6 +48,28 @@ class TestRegistry:
         assert store.subscription("GroupA", "TopicTest") == later
         assert later.bloom == BloomFilter().generate("GroupA#TopicTest")
 
+    def test_a_store_keeps_the_bloom_filter_its_subscriptions_were_sized_with(self, spark, store_path):
+        """Opened with the default settings, a store sized for 64 consumers keeps pruning by its
+        subscriptions' bits; opened with other settings, those win and the old bits are not trusted."""
+        sized = MessageStore.create(store_path, spark, expect_consumer_num_use_filter=64)
+        sized.create_topic("TopicTest", queues=2)
+        sub = sized.subscribe("GroupB", "TopicTest", MessageSelector.by_sql("a > 4"))
+        assert sub.bloom == BloomFilter(20, 64).generate("GroupB#TopicTest") and sub.bloom.bit_num == 216
+        plain = MessageStore.open(store_path, spark)
+        assert plain.context.registry.bloom_filter.is_valid(sub.bloom)
+        assert plain.subscribe("GroupB", "TopicTest", MessageSelector.by_sql("a > 4")) == sub  # nothing new
+        send_props(plain, 28)
+        plain.dispatch()
+        want = expected_bodies(plain, lambda t, p: int(p["a"]) > 4)
+        assert bodies(plain.read("TopicTest", group="GroupB")) == want
+        stats = plain.filter_stats("GroupB", "TopicTest")
+        assert stats.pruned_by_bitmap + stats.skipped_by_file == 28 - len(want)
+        wider = MessageStore.open(store_path, spark, expect_consumer_num_use_filter=128)
+        assert not wider.context.registry.bloom_filter.is_valid(sub.bloom)
+        assert bodies(wider.read("TopicTest", group="GroupB")) == want  # checked exactly
+        again = wider.subscribe("GroupB", "TopicTest", MessageSelector.by_sql("a > 4"))
+        assert again.version > sub.version and again.bloom == BloomFilter(20, 128).generate("GroupB#TopicTest")
+
     def test_persisted_as_delta_table(self, spark, store):
         store.subscribe("GroupB", "TopicTest", MessageSelector.by_sql(SQL_B))
         reopened = MessageStore.create(store.root, spark)

@@ -170,6 +170,20 @@ class BloomFilter:
             raise BloomFilterError("expect_num", "gives more bits than a Java int holds", value=expect_num)
         self.f, self.n, self.k, self.m = max_error_rate, expect_num, k, m
 
+    @classmethod
+    def of_shape(cls, data: "BloomFilterData") -> "BloomFilter":
+        """The filter ``data`` came from, as far as bits go: ``m = data.bit_num`` and ``k`` its positions
+        (a key's positions depend on nothing else; ``f`` and ``n``, which only sized it, are unknown).
+
+        >>> BloomFilter.of_shape(BloomFilter(20, 64).generate("G#T")).generate("G#T") == BloomFilter(20, 64).generate("G#T")
+        True
+        """
+        if not isinstance(data, BloomFilterData) or not data.bit_pos or not 1 <= data.bit_num <= _INT_MAX:
+            raise BloomFilterError("data", "must be BloomFilterData with positions and a bit count", value=data)
+        shaped = cls()
+        shaped.f, shaped.n, shaped.k, shaped.m = None, None, len(data.bit_pos), data.bit_num
+        return shaped
+
     def __repr__(self) -> str:
         return f"BloomFilter(f={self.f}, n={self.n}, k={self.k}, m={self.m})"
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable
 
@@ -37,6 +38,11 @@ if TYPE_CHECKING:
     from storelib.filter.tag import SubscriptionData
 
 __all__ = ["Subscription", "SubscriptionRegistry"]
+
+log = logging.getLogger(__name__)
+
+#: ``(max_error_rate_of_bloom_filter, expect_consumer_num_use_filter)`` as :class:`StoreConfig` has them.
+_BLOOM_DEFAULTS = (StoreConfig.max_error_rate_of_bloom_filter, StoreConfig.expect_consumer_num_use_filter)
 
 
 @dataclass(frozen=True)
@@ -102,14 +108,41 @@ class SubscriptionRegistry:
     def __init__(self, table: Table, config: StoreConfig):
         self.table = table
         self.config = config
-        self.bloom_filter = BloomFilter(config.max_error_rate_of_bloom_filter, config.expect_consumer_num_use_filter)
+
+    @property
+    def bloom_filter(self) -> BloomFilter:
+        """The Bloom filter subscriptions get their bits from (``ConsumerFilterManager``'s), made from
+        ``max_error_rate_of_bloom_filter`` and ``expect_consumer_num_use_filter``. Left at their defaults,
+        a store keeps the filter its newest SQL92 subscription was registered with, so that opening a
+        store sized otherwise does not silently stop every bitmap from pruning. Set to something else,
+        they win, as the broker's settings do; subscriptions sized otherwise are then checked exactly
+        until registered again (RocketMQ drops their persisted filter data).
+
+        >>> store.context.registry.bloom_filter
+        BloomFilter(f=20, n=32, k=3, m=112)
+        """
+        return self.table.memo("bloom_filter", lambda view: self._bloom_for(self.all()))
+
+    def _bloom_for(self, subs: list[Subscription]) -> BloomFilter:
+        c = self.config
+        configured = BloomFilter(c.max_error_rate_of_bloom_filter, c.expect_consumer_num_use_filter)
+        newest = max((s for s in subs if s.bloom is not None), key=lambda s: s.version, default=None)
+        if newest is None or configured.is_valid(newest.bloom):
+            return configured
+        if (c.max_error_rate_of_bloom_filter, c.expect_consumer_num_use_filter) == _BLOOM_DEFAULTS:
+            return BloomFilter.of_shape(newest.bloom)
+        log.warning("subscription %s@%s has Bloom bits for m=%d, k=%d, not those of this store's settings, %r: its "
+                    "messages are checked exactly until it subscribes again", newest.group, newest.topic,
+                    newest.bloom.bit_num, len(newest.bloom.bit_pos), configured)
+        return configured
 
     # ---- writing -----------------------------------------------------------------------------
     def register(self, group: str, topic: str, selector: "MessageSelector | str | None") -> Subscription:
         """Subscribe ``group`` to ``topic``; replaces the group's earlier expression for the topic.
 
         The expression is checked first (a typed error, nothing written, if it is not valid).
-        Registering the same expression again changes nothing and returns the current subscription.
+        Registering the same expression again changes nothing and returns the current subscription, unless
+        its Bloom bits were made by another filter (:attr:`bloom_filter`): it then gets this one's.
         A class selector is registered with the CRC of its class's source as loaded now (a module
         changed since this process loaded it is reloaded first), so a changed class is a new version.
         """
@@ -126,7 +159,7 @@ class SubscriptionRegistry:
 
         def step(snapshot: "DeltaTable") -> Subscription:
             current = self._current(snapshot).get((group, topic))
-            if current is not None and current.selector == selector:
+            if current is not None and current.selector == selector and current.bloom == bloom:
                 return current
             version = snapshot.version() + 1
             now = dt.datetime.now(dt.timezone.utc)
