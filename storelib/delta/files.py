@@ -129,10 +129,19 @@ def small_file(path: str, schema: pa.Schema) -> pa.Table | None:
         return None
 
     def build():
-        import pyarrow.dataset as ds
+        fs, local = filesystem(path)
+        if found.physical_schema.equals(schema, check_metadata=False):
+            # the file's own columns are the table's (the usual case): read them without a dataset
+            # scan's set-up, which is most of a small file's cost (0.46 against 0.70 ms for a
+            # 256-message commitlog file, 0.13 against 0.39 ms for a 64-unit consume queue one)
+            import pyarrow.parquet as pq
 
-        fs, _ = filesystem(path)
-        rows = ds.FileSystemDataset([found], schema, parquet_format(), fs).to_table(use_threads=False)
+            with pq.ParquetFile(local, metadata=found.metadata, filesystem=fs) as file:
+                rows = pa.Table.from_arrays(file.read(use_threads=False).columns, schema=schema)
+        else:
+            import pyarrow.dataset as ds
+
+            rows = ds.FileSystemDataset([found], schema, parquet_format(), fs).to_table(use_threads=False)
         return rows, rows.nbytes
 
     return _small.get(f"{path}\0{schema.names}", build)
