@@ -132,8 +132,8 @@ def small_file(path: str, schema: pa.Schema) -> pa.Table | None:
         fs, local = filesystem(path)
         if found.physical_schema.equals(schema, check_metadata=False):
             # the file's own columns are the table's (the usual case): read them without a dataset
-            # scan's set-up, which is most of a small file's cost (0.46 against 0.70 ms for a
-            # 256-message commitlog file, 0.13 against 0.39 ms for a 64-unit consume queue one)
+            # scan's set-up, which is most of a small file's cost (this whole call: 0.61 against 0.72 ms
+            # for a 256-message commitlog file, 0.20 against 0.38 ms for a 64-unit consume queue one)
             import pyarrow.parquet as pq
 
             with pq.ParquetFile(local, metadata=found.metadata, filesystem=fs) as file:

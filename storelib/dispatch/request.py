@@ -185,15 +185,20 @@ class CommitlogFiles:
 
 
 def coalesce(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[pa.RecordBatch]:
-    """``batches`` joined into batches of about ``rows`` rows (at least, but for the last), each one chunk.
+    """``batches`` joined into batches of about ``rows`` rows (at least, but for the last), each one chunk;
+    empty ones are dropped (a filtered read yields them for row groups it skips).
 
     >>> parts = [pa.record_batch({"x": list(range(i, i + 3))}) for i in range(0, 12, 3)]
     >>> [b.column("x").to_pylist() for b in coalesce(iter(parts), 5)]
     [[0, 1, 2, 3, 4, 5], [6, 7, 8, 9, 10, 11]]
+    >>> list(coalesce(iter([parts[0].slice(0, 0)] * 2), 5))
+    []
     """
     held: list[pa.RecordBatch] = []
     count = 0
     for batch in batches:
+        if not batch.num_rows:
+            continue
         held.append(batch)
         count += batch.num_rows
         if count >= rows:
