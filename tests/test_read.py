@@ -218,7 +218,7 @@ class TestTagReads:
         from storelib.model.message import SysFlag
 
         def queued_test(df):
-            return "& 12)" in df._jdf.queryExecution().optimizedPlan().toString()
+            return f"& {SysFlag.TRANSACTION_ROLLBACK_TYPE})" in df._jdf.queryExecution().optimizedPlan().toString()
 
         send_props(store, 10)
         store.dispatch()

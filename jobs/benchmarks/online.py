@@ -135,13 +135,12 @@ def bench_online(seconds: float = 60, *, producers: int = 4, threads: int = 16, 
         outs = [f"{work}/consumer{c}.json" for c in range(consumers)]
         for c, out in enumerate(outs):
             mine = ",".join(str(q) for q in range(QUEUES) if q % consumers == c)
-            procs.append(subprocess.Popen([sys.executable, "-c", CONSUMER, store.root, str(until), mine, out], env=env,
-                                          stderr=open(f"{out}.err", "w")))
+            procs.append(_started([sys.executable, "-c", CONSUMER, store.root, str(until), mine, out], env, out))
         time.sleep(1.0)  # consumers and follower up
         sends = [f"{work}/producer{p}.json" for p in range(producers)]
         began = time.monotonic()
-        senders = [subprocess.Popen([sys.executable, "-c", PRODUCER, store.root, str(seconds), str(threads), str(window), out],
-                                    env=env, stderr=open(f"{out}.err", "w")) for out in sends]
+        senders = [_started([sys.executable, "-c", PRODUCER, store.root, str(seconds), str(threads), str(window), out], env, out)
+                   for out in sends]
         for s, out in zip(senders, sends):
             _finished(s, seconds + 300, out)
         elapsed = time.monotonic() - began
@@ -173,6 +172,12 @@ def bench_online(seconds: float = 60, *, producers: int = 4, threads: int = 16, 
                 p.kill()
         if root is None:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def _started(argv: list[str], env: dict[str, str], out: str) -> subprocess.Popen:
+    """A producer or consumer process writing its figures to ``out`` and its errors to ``<out>.err``."""
+    with open(f"{out}.err", "w") as err:  # the child keeps its own handle
+        return subprocess.Popen(argv, env=env, stderr=err)
 
 
 def _finished(proc: subprocess.Popen, timeout: float, out: str) -> None:
