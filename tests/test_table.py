@@ -266,3 +266,44 @@ class TestPointReads:
         scanned = ds.dataset(paths, schema=t.spec.arrow, format="parquet").to_table(
             columns=["physical_offset", "body"], filter=test).sort_by("physical_offset")
         assert cached.num_rows == 6 and cached.equals(scanned)
+
+
+class TestLogChanges:
+    """Bringing a view forward from log entries alone (storelib.delta.log)."""
+
+    @staticmethod
+    def entries(root, *versions):
+        log = root / "_delta_log"
+        log.mkdir(parents=True)
+        for v, lines in enumerate(versions, start=1):
+            (log / f"{v:020d}.json").write_text("\n".join(lines) + "\n")
+        return str(root)
+
+    @staticmethod
+    def add(path):
+        return '{"add": {"path": "%s", "size": 1, "modificationTime": 0, "dataChange": true, "stats": "{}"}}' % path
+
+    @staticmethod
+    def remove(path):
+        return '{"remove": {"path": "%s", "dataChange": false}}' % path
+
+    def test_a_file_added_then_removed_in_later_entries_is_neither_added_nor_kept(self, tmp_path):
+        from storelib.delta.log import apply_changes, changes_since
+
+        root = self.entries(tmp_path, [self.add("a"), self.add("b")],
+                            [self.remove("a"), self.remove("old"), self.add("c")],
+                            [self.add("a"), '{"txn": {"appId": "m", "version": 7}}'])
+        changes = changes_since(root, 0)
+        assert [a["path"] for a in changes.adds] == ["b", "c", "a"]
+        assert changes.removes == {"a", "old"}
+        assert (changes.version, changes.txns, changes.metadata) == (3, {"m": 7}, False)
+        later = changes_since(root, 1)
+        assert ([a["path"] for a in later.adds], later.removes) == (["c", "a"], {"a", "old"})
+        base = pa.table({"path": ["a", "b"], "size_bytes": [1, 1]})
+        assert apply_changes(base, later).column("path").to_pylist() == ["b", "c", "a"]   # "a" once
+        assert changes_since(root, 3).adds == []
+
+    def test_an_entry_that_is_not_json_sends_the_reader_to_delta_rs(self, tmp_path):
+        from storelib.delta.log import changes_since
+
+        assert changes_since(self.entries(tmp_path, [self.add("a")], ["{not json"]), 0) is None

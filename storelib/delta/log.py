@@ -43,7 +43,8 @@ def entry_path(table_path: str, version: int) -> str:
 
 @dataclass
 class LogChanges:
-    """What the entries after a version did: files added (their add actions), paths removed, the
+    """What the entries after a version did: files added (their add actions), paths removed (a path
+    removed, then added again, is in both: the view's copy goes, the new one comes), the
     latest ``txn`` marker of each app id, and the last version read. ``metadata`` says an entry
     changed the table's metadata or protocol (a view must then be built again)."""
 
@@ -57,13 +58,14 @@ class LogChanges:
 def changes_since(table_path: str, version: int) -> LogChanges | None:
     """The changes committed after ``version``, read from the entries up to the newest; None when an
     entry cannot be read whole (cleaned up, or not JSON), for the caller to load the snapshot instead."""
-    changes = LogChanges(version)
+    changes, added = LogChanges(version), {}  # added: by path, so a compaction's removes cost one look each
     while True:
         fs, local = filesystem(entry_path(table_path, changes.version + 1))
         try:
             with fs.open_input_stream(local) as f:
                 text = f.read().decode()
         except FileNotFoundError:
+            changes.adds = list(added.values())
             return changes
         except OSError:
             return None
@@ -73,13 +75,12 @@ def changes_since(table_path: str, version: int) -> LogChanges | None:
                     continue
                 action = json.loads(line)
                 if "add" in action:
-                    add = action["add"]
-                    changes.removes.discard(add["path"])
-                    changes.adds.append(add)
+                    add = action["add"]  # a path removed earlier stays removed: the base's copy goes
+                    added[add["path"]] = add
                 elif "remove" in action:
                     path = action["remove"]["path"]
                     changes.removes.add(path)
-                    changes.adds = [a for a in changes.adds if a["path"] != path]
+                    added.pop(path, None)
                 elif "txn" in action:
                     changes.txns[action["txn"]["appId"]] = int(action["txn"]["version"])
                 elif "metaData" in action or "protocol" in action:
