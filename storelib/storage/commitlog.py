@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 
-__all__ = ["CommitLog", "EncodedMessage", "AppendResult", "Progress", "STAGED_SCHEMA", "COMMITLOG_MARKER", "CLUSTERED_PREFIX", "queue_marker", "read_rows", "stage_partition",
+__all__ = ["CommitLog", "EncodedMessage", "AppendResult", "Progress", "STAGED_SCHEMA", "staged_rows", "COMMITLOG_MARKER", "CLUSTERED_PREFIX", "queue_marker", "read_rows", "stage_partition",
            "is_clustered"]
 
 log = logging.getLogger(__name__)
@@ -194,51 +194,22 @@ class CommitLog:
 
     # ---- small appends ---------------------------------------------------------------------
     def append(self, messages: Sequence[EncodedMessage], progress: Progress | None = None) -> AppendResult:
-        """Append ``messages`` in order, atomically: all of them land, or none (with ``progress``'s markers)."""
+        """Append ``messages`` in order, atomically: all of them land, or none (with ``progress``'s markers).
+
+        The rows are built before the commit turn is taken; in it, only their offsets are placed
+        (:meth:`append_arrow`), so writers queued behind this one wait for the commit alone.
+        """
         # The store host's address family is the store's: the flag (and the 12 bytes) it adds count in the size.
-        messages = [dataclasses.replace(m, sysflag=m.sysflag | (SysFlag.STOREHOSTADDRESS_V6 if self.store_v6 else 0))
-                    for m in messages]
-        sizes = [m.size for m in messages]
-        crcs = [zlib.crc32(m.body) & 0x7FFFFFFF for m in messages]
+        if self.store_v6:
+            messages = [dataclasses.replace(m, sysflag=m.sysflag | SysFlag.STOREHOSTADDRESS_V6) for m in messages]
+        return self.append_arrow(staged_rows(messages), progress, results=True)
 
-        def step(snapshot) -> AppendResult:
-            extra = progress.check(snapshot) if progress else {}
-            queues = {(m.topic, m.queue_id): 0 for m in messages}
-            known = self.table.markers_at(snapshot, [COMMITLOG_MARKER, *(queue_marker(t, q) for t, q in queues)])
-            start = offset = known[COMMITLOG_MARKER]
-            queues = {(t, q): known[queue_marker(t, q)] for t, q in queues}
-            now = now_millis()
-            rows = []
-            for m, size, crc in zip(messages, sizes, crcs):
-                key = (m.topic, m.queue_id)
-                props = m.properties
-                rows.append({
-                    "physical_offset": offset, "size": size, "topic": m.topic, "queue_id": m.queue_id,
-                    "queue_offset": queues[key], "sysflag": m.sysflag,
-                    "flag": m.flag, "body_crc": crc, "born_timestamp": m.born_timestamp, "born_host": m.born_host,
-                    "store_timestamp": now, "store_host": self.store_host, "reconsume_times": m.reconsume_times,
-                    "prepared_transaction_offset": m.prepared_transaction_offset, "properties": list(props.items()),
-                    "body": bytes(m.body), "msg_id": None,
-                    "tags": props.get("TAGS"), "keys": props.get("KEYS"), "uniq_key": props.get("UNIQ_KEY"),
-                })
-                queues[key] += 1
-                offset += size
-            ids = message_ids(self.msg_id_prefix, np.array([r["physical_offset"] for r in rows], np.int64)).to_pylist()
-            for row, msg_id in zip(rows, ids):
-                row["msg_id"] = msg_id
-            data = pa.Table.from_pylist(rows, schema=COMMITLOG.arrow)
-            markers = {**extra, COMMITLOG_MARKER: offset, **{queue_marker(t, q): n for (t, q), n in queues.items()}}
-            version, _ = write_rows(self.table, snapshot, data, target_file_size=self.config.target_file_size,
-                                               markers=markers, operation="SEND",
-                                               info={"storelib.messages": str(len(rows))})
-            return AppendResult(version, start, offset, len(rows), rows=rows)
-
-        return with_retries(self.table, self.config.max_commit_attempts, step, what="send", serial=True)
-
-    def append_arrow(self, staged: pa.Table, progress: Progress | None = None, operation: str = "SEND") -> AppendResult:
+    def append_arrow(self, staged: pa.Table, progress: Progress | None = None, operation: str = "SEND",
+                     results: bool = False) -> AppendResult:
         """Append rows already complete but for their offsets (:data:`STAGED_SCHEMA` columns, e.g.
         messages a delivery moves), placed with numpy in row order, atomically with ``progress``'s
-        markers. No rows and a ``progress`` commit the markers alone.
+        markers. No rows and a ``progress`` commit the markers alone. ``results`` adds where each
+        row landed (``AppendResult.rows``: its id, topic, queue and offsets).
 
         >>> rows = store.context.tables.commitlog.read_arrow(columns=STAGED_SCHEMA.names)
         >>> result = store.context.commitlog.append_arrow(rows)
@@ -247,18 +218,18 @@ class CommitLog:
         """
         staged = staged.select(STAGED_SCHEMA.names).cast(STAGED_SCHEMA).combine_chunks()
         batch = staged.to_batches()[0] if staged.num_rows else None
+        pairs = [] if batch is None else _queue_groups(Distinct.of(batch.column("topic")), batch.column("queue_id"))[0]
 
         def step(snapshot) -> AppendResult:
             extra = progress.check(snapshot) if progress else {}
-            start = self.next_offset(snapshot)
+            known = self.table.markers_at(snapshot, [COMMITLOG_MARKER, *(queue_marker(t, q) for t, q in pairs)])
+            start = known[COMMITLOG_MARKER]
             if batch is None:
                 if not extra:
                     return AppendResult(snapshot.version(), start, start, 0, queues={})
                 version = self.table.commit(snapshot, [], markers=extra, operation=operation)
                 return AppendResult(version, start, start, 0, queues={})
-            topics = Distinct.of(batch.column("topic"))
-            pairs, _, counts = _queue_groups(topics, batch.column("queue_id"))
-            counters = {pair: self.queue_next(pair[0], pair[1], snapshot) for pair in pairs}
+            counters = {(t, q): known[queue_marker(t, q)] for t, q in pairs}
             first = dict(counters)
             sizes = batch.column("size").to_numpy().astype(np.int64)
             offsets = start + np.cumsum(sizes) - sizes
@@ -269,7 +240,9 @@ class CommitLog:
             version, _ = write_rows(self.table, snapshot, pa.Table.from_batches([rows]),
                                     target_file_size=self.config.target_file_size, markers=markers,
                                     operation=operation, info={"storelib.messages": str(batch.num_rows)})
-            return AppendResult(version, start, end, batch.num_rows, queues={k: (first[k], counters[k]) for k in first})
+            landed = rows.select(_LANDED).to_pylist() if results else None
+            return AppendResult(version, start, end, batch.num_rows, rows=landed,
+                                queues={k: (first[k], counters[k]) for k in first})
 
         return with_retries(self.table, self.config.max_commit_attempts, step, what=operation.lower(), serial=True)
 
@@ -373,6 +346,31 @@ class CommitLog:
         for info in fs.get_file_info(pafs.FileSelector(base)):
             if info.base_name.startswith(prefix + "-"):
                 fs.delete_file(info.path)
+
+
+#: What :meth:`CommitLog.append` tells of each row it placed (a SendResult's fields).
+_LANDED = ["msg_id", "uniq_key", "topic", "queue_id", "queue_offset", "physical_offset"]
+
+
+def staged_rows(messages: Sequence[EncodedMessage]) -> pa.Table:
+    """Encoded messages as rows complete but for their offsets (:data:`STAGED_SCHEMA`), column by column.
+
+    >>> m = EncodedMessage("T", 1, 0, 0, b"hi", {"TAGS": "a", "UNIQ_KEY": "K"}, now_millis(), "127.0.0.1:0")
+    >>> staged_rows([m]).select(["size", "queue_id", "tags", "uniq_key"]).to_pylist()
+    [{'size': 112, 'queue_id': 1, 'tags': 'a', 'uniq_key': 'K'}]
+    """
+    props = [m.properties for m in messages]
+    columns = {
+        "size": [m.size for m in messages], "topic": [m.topic for m in messages],
+        "queue_id": [m.queue_id for m in messages], "sysflag": [m.sysflag for m in messages],
+        "flag": [m.flag for m in messages], "body_crc": [zlib.crc32(m.body) & 0x7FFFFFFF for m in messages],
+        "born_timestamp": [m.born_timestamp for m in messages], "born_host": [m.born_host for m in messages],
+        "reconsume_times": [m.reconsume_times for m in messages],
+        "prepared_transaction_offset": [m.prepared_transaction_offset for m in messages],
+        "properties": [list(p.items()) for p in props], "body": [bytes(m.body) for m in messages],
+        "tags": [p.get("TAGS") for p in props], "keys": [p.get("KEYS") for p in props],
+        "uniq_key": [p.get("UNIQ_KEY") for p in props]}
+    return pa.Table.from_arrays([pa.array(columns[f.name], f.type) for f in _STAGED], schema=_STAGED)
 
 
 #: Commitlog columns the store sets when it places a message; staged rows have all the others.
