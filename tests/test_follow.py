@@ -14,6 +14,7 @@ from chispa import assert_df_equality
 
 from storelib import Message, MessageSelector, MessageStore
 from storelib.dispatch.reput import Dispatcher
+from storelib.filter.summary import compact_summaries, read_summaries
 
 TABLES = ("consume_queue", "consume_queue_ext", "index")
 
@@ -211,6 +212,16 @@ def test_a_follower_merges_fresh_small_files_and_reads_stay_the_same(spark, stor
     assert done["consume_queue_ext"][0] > 0 and ext.view().actions.num_rows < ext_files
     assert [m.body for m in store.pull("GroupS", "TopicTest", 2, 0, 32).messages] == filtered == \
         [f"{i}-2".encode() for i in range(6, 12)]
+    # the ext summaries: a file per dispatch round and merge, merged in turn once old enough, the rows
+    # of the ext files merged away left out
+    summaries = store.context.tables.ext_summary
+    live = ext.view().actions.column("path").to_pylist()
+    assert done["consume_queue_ext_summary"] == (0, 0)  # all younger than the default 10 s
+    many = summaries.view().actions.num_rows
+    assert len(read_summaries(summaries, "TopicTest")) > len(live)
+    assert compact_summaries(summaries, live, min_age_ms=0) == (many, 1)
+    assert sorted(read_summaries(summaries, "TopicTest")) == sorted(live)
+    assert [m.body for m in store.pull("GroupS", "TopicTest", 2, 0, 32).messages] == filtered
     assert sorted(m.body for m in store.query_by_key("TopicTest", "k5")) == [f"5-{q}".encode() for q in range(4)]
     store.send(Message("TopicTest", body=b"after", queue_id=2))
     assert store.dispatch().consume_queue_rows == 1

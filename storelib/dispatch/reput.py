@@ -48,7 +48,7 @@ from storelib.delta.table import CommitConflict, Prune, Table, WrittenFile
 from storelib.delta.writer import Target, write_items, write_items_here
 from storelib.dispatch.calc_bitmap import FilterBitmaps
 from storelib.dispatch.request import CommitlogFiles, DispatchRequests
-from storelib.filter.summary import record_summaries, summarizer_for
+from storelib.filter.summary import compact_summaries, record_summaries, summarizer_for
 from storelib.model.config import StoreConfig
 from storelib.model.errors import ConcurrentWriteError, StoreCorruptedError, StoreError
 from storelib.model.message import SysFlag
@@ -281,7 +281,8 @@ class Dispatcher:
     def compact_fresh(self) -> dict[str, tuple[int, int]]:
         """Merge the small files of the commitlog (in offset order, small row groups, clustered files
         left alone), the ext table (its new files summed up and their summaries recorded first), the
-        consume queue and the index on this process (:func:`compact_here`); return ``{table: (files
+        consume queue and the index on this process (:func:`compact_here`), then the ext summaries
+        (those of ext files merged away left out: :func:`compact_summaries`); return ``{table: (files
         removed, files added)}``.
 
         >>> from storelib import Message
@@ -299,6 +300,9 @@ class Dispatcher:
                 extra = {"summarize": summarizer_for(subs), "before_commit": lambda files: record_summaries(
                     self.summaries, files, self.config.max_commit_attempts)}
             out[name] = compact_here(self.targets[name], **extra)
+        if "consume_queue_ext" in self.targets and self.summaries is not None:  # the merged files' summaries go
+            live = self.targets["consume_queue_ext"].view().actions.column("path").to_pylist()
+            out["consume_queue_ext_summary"] = compact_summaries(self.summaries, live, attempts=self.config.max_commit_attempts)
         return out
 
     def _run_once(self) -> DispatchResult:

@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from storelib.delta.table import Table, WrittenFile, add_actions, remove_actions, with_retries
-from storelib.delta.writer import write_rows
+from storelib.delta.writer import write_files, write_rows
 from storelib.filter.bloom import bits_or
 from storelib.encoding.tags import tags_codes
 
@@ -48,7 +48,8 @@ if TYPE_CHECKING:
     from storelib.filter.registry import Subscription
 
 __all__ = ["ExtSummarizer", "FileSummary", "RowGroupSummarizer", "RowGroupSummary", "record_summaries", "read_summaries",
-           "record_row_group_summaries", "read_row_group_summaries", "forget_summaries", "subscription_key", "summarizer_for", "bitmap_hits",
+           "record_row_group_summaries", "read_row_group_summaries", "forget_summaries", "compact_summaries",
+           "subscription_key", "summarizer_for", "bitmap_hits",
            "MAX_TAG_CODES"]
 
 #: A file with more distinct tag codes than this keeps none (it is read for every tag subscription).
@@ -287,7 +288,38 @@ def _append(table: Table, rows: list[dict], attempts: int) -> int:
         write_rows(table, snapshot, data, prefix="summary", operation="SUMMARIZE")
         return len(rows)
 
-    return with_retries(table, attempts, step, what=f"record {table.spec.name} rows")
+    # in the table's commit turn: a warm snapshot brought forward, not a load of every file the table holds
+    return with_retries(table, attempts, step, what=f"record {table.spec.name} rows", serial=True)
+
+
+def compact_summaries(table: Table, live: "Iterable[str]", min_age_ms: int = 10_000, attempts: int = 10) -> tuple[int, int]:
+    """Merge the files of ``consume_queue_ext_summary`` older than ``min_age_ms`` into one, leaving out
+    the rows of ext files no longer in the ext table (``live``: its add paths; compaction replaced
+    them); return (files removed, files added). Younger files stay as they are: their ext files may be
+    about to be committed. A follower runs this after merging the ext table's fresh files, so the
+    summary table, which gains a file each time summaries are recorded, keeps a few however long it runs.
+
+    >>> compact_summaries(store.context.tables.ext_summary, [], min_age_ms=10**12)
+    (0, 0)
+    """
+    import time
+
+    live = pa.array(sorted(set(live)), pa.string())
+
+    def step(snapshot: "DeltaTable") -> tuple[int, int]:
+        actions = add_actions(snapshot)
+        old = actions.filter(pc.less(actions.column("modification_time"), int(time.time() * 1000) - min_age_ms))
+        if old.num_rows == 0:
+            return 0, 0
+        rows = table.read_arrow(paths=table.paths(old))
+        kept = rows.filter(pc.is_in(rows.column("path"), live))
+        if old.num_rows == 1 and kept.num_rows == rows.num_rows:
+            return 0, 0  # one file, every row live: nothing to gain
+        files = write_files(table, kept, prefix="summary") if kept.num_rows else []
+        table.commit(snapshot, files, removes=remove_actions(old), operation="OPTIMIZE")
+        return old.num_rows, len(files)
+
+    return with_retries(table, attempts, step, what=f"compact {table.spec.name}", serial=True)
 
 
 class RowGroupSummary:
