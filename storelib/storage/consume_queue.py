@@ -41,16 +41,32 @@ def min_queue_marker(topic: str, queue_id: int) -> str:
 
 
 def queue_files(cq: Table, view: TableView, topic: str, queue_id: int) -> pa.Table:
-    """The add actions of (topic, queue_id)'s own files in ``view`` of the consume queue (:meth:`Table.only`),
-    worked out once per version in this process: every pull of the queue and every check of a held
-    one asks for them.
+    """The add actions of (topic, queue_id)'s own files in ``view`` of the consume queue (or of the ext
+    table: any table whose writers cluster its files by queue), as :meth:`Table.only` finds them. Worked
+    out once per version in this process, for every queue at once: every pull of a queue and every
+    check of a held one asks for them.
 
     >>> cq = store.context.tables.consume_queue
     >>> queue_files(cq, cq.view(), "TopicTest", r.queue_id).num_rows
     1
     """
-    return cq.memo(f"queue_files\0{topic}\0{queue_id}",
-                   lambda v: Table.only(v.actions, {"topic": topic, "queue_id": queue_id}), view=view)
+    def own(v: TableView) -> pa.Table:
+        files, at = cq.memo("queue_files", _by_queue, view=v)
+        rows = at.get((topic, queue_id))
+        return files.slice(0, 0) if rows is None else files.take(pa.array(rows))
+
+    return cq.memo(f"queue_files\0{topic}\0{queue_id}", own, view=view)
+
+
+def _by_queue(view: TableView) -> tuple[pa.Table, dict[tuple[str, int], np.ndarray]]:
+    """The files of ``view`` that hold one queue each, and by (topic, queue_id) their rows among them, in order."""
+    files = Table.clustered(view.actions, ["topic", "queue_id"])
+    if files.num_rows == 0:
+        return files, {}
+    keys = files.select(["min.topic", "min.queue_id"]).append_column("at", pa.array(np.arange(files.num_rows)))
+    groups = keys.group_by(["min.topic", "min.queue_id"], use_threads=False).aggregate([("at", "list")])
+    return files, {(t, q): np.sort(np.asarray(rows, dtype=np.int64)) for t, q, rows in zip(
+        *(groups.column(c).to_pylist() for c in ("min.topic", "min.queue_id", "at_list")))}
 
 
 def queue_min_offset(marker: int | None, queue_actions: pa.Table) -> int:

@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from storelib.delta.table import Prune, Table
+from storelib.storage.consume_queue import queue_files
 from storelib.storage.schema import CONSUME_QUEUE_EXT
 
 __all__ = ["CONSUME_QUEUE_EXT", "ext_units", "units"]
@@ -21,8 +22,7 @@ def ext_units(ext: Table, topic: str, queue_id: int, lo: int, hi: int) -> pa.Tab
     >>> ext_units(store.context.tables.consume_queue_ext, "TopicTest", r.queue_id, 0, 0).column("tags_code").to_pylist()
     [2598919]
     """
-    actions = ext.prune(Table.only(ext.view().actions, {"topic": topic, "queue_id": queue_id}),
-                        Prune(between={"ext_offset": (lo, hi)}))
+    actions = ext.prune(queue_files(ext, ext.view(), topic, queue_id), Prune(between={"ext_offset": (lo, hi)}))
     rows = ext.read_arrow(paths=ext.paths(actions),
                           columns=["ext_offset", "tags_code", "filter_bitmap", "filter_version"],
                           filter=(pc.field("topic") == topic) & (pc.field("queue_id") == queue_id)
