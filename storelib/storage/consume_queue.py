@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from storelib.delta.table import Prune, Table, TableView
+from storelib.encoding.arrow import Distinct
 from storelib.storage.schema import CONSUME_QUEUE
 
 __all__ = ["CONSUME_QUEUE", "CQ_STORE_UNIT_SIZE", "roll_next_file", "queue_max_offset", "max_offsets", "read_units",
@@ -63,10 +64,13 @@ def _by_queue(view: TableView) -> tuple[pa.Table, dict[tuple[str, int], np.ndarr
     files = Table.clustered(view.actions, ["topic", "queue_id"])
     if files.num_rows == 0:
         return files, {}
-    keys = files.select(["min.topic", "min.queue_id"]).append_column("at", pa.array(np.arange(files.num_rows)))
-    groups = keys.group_by(["min.topic", "min.queue_id"], use_threads=False).aggregate([("at", "list")])
-    return files, {(t, q): np.sort(np.asarray(rows, dtype=np.int64)) for t, q, rows in zip(
-        *(groups.column(c).to_pylist() for c in ("min.topic", "min.queue_id", "at_list")))}
+    topics = Distinct.of(files.column("min.topic"))
+    key = topics.rows.astype(np.int64) << 32 | files.column("min.queue_id").to_numpy().astype(np.int64)
+    order = np.argsort(key, kind="stable")
+    starts = np.flatnonzero(np.r_[True, np.diff(key[order]) != 0])
+    names = topics.values.to_pylist()
+    return files, {(names[k >> 32], k & 0xFFFFFFFF): rows for k, rows in zip(key[order][starts].tolist(),
+                                                                             np.split(order, starts[1:]))}
 
 
 def queue_min_offset(marker: int | None, queue_actions: pa.Table) -> int:
