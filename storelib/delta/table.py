@@ -315,10 +315,9 @@ class Table:
         >>> store.context.tables.commitlog.markers_at(store.context.tables.commitlog.snapshot(), ["commitlog"])["commitlog"] > 0
         True
         """
-        names, view = list(names), self._view
-        if len(names) > 2 or view is None or view.version != dt.version() or not set(names) <= set(view.markers):
-            view = self.view(markers=names) if len(names) > 2 else None
-        if view is not None and view.version == dt.version():
+        names = list(names)
+        view = self.view(markers=names) if len(names) > 2 else self._view  # one or two: the view as it stands
+        if view is not None and view.version == dt.version() and set(names) <= set(view.markers):
             return {n: view.marker(n) for n in names}
         return {n: self.marker(dt, n) for n in names}
 

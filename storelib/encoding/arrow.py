@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from storelib.model.errors import MessageIdError
 
-__all__ = ["Distinct", "hex_strings", "hex_bytes", "matches", "utf8_lengths"]
+__all__ = ["Distinct", "queue_groups", "hex_strings", "hex_bytes", "matches", "utf8_lengths"]
 
 _HEX = frozenset("0123456789abcdefABCDEF")
 
@@ -47,6 +47,19 @@ class Distinct:
         if len(per_value) == len(self.values):
             per_value = np.append(per_value, np.array(null, dtype=per_value.dtype))
         return per_value[self.rows]
+
+
+def queue_groups(topics: Distinct, queue_id: pa.Array | pa.ChunkedArray) -> tuple[list[tuple[str, int]], np.ndarray, np.ndarray]:
+    """The rows' (topic, queue_id) pairs in sorted order, each row's index among them, and their counts.
+
+    >>> queue_groups(Distinct.of(pa.array(["b", "a", "b"])), pa.array([1, 0, 1]))
+    ([('b', 1), ('a', 0)], array([0, 1, 0]), array([2, 1]))
+    """
+    key = topics.rows.astype(np.int64) * (1 << 32) + queue_id.to_numpy().astype(np.int64)
+    unique, inverse = np.unique(key, return_inverse=True)
+    names = topics.values.to_pylist()
+    pairs = [(names[k >> 32], k & 0xFFFFFFFF) for k in unique.tolist()]
+    return pairs, inverse.reshape(-1), np.bincount(inverse.reshape(-1), minlength=len(unique))
 
 
 #: Each byte's two upper-case hex digits, as the two bytes of a uint16 in memory order.

@@ -34,7 +34,7 @@ from pyarrow import fs as pafs
 from storelib.delta.spec import spark_schema
 from storelib.delta.table import Table, add_actions, filesystem, with_retries
 from storelib.delta.writer import Target, write_items, write_rows
-from storelib.encoding.arrow import Distinct
+from storelib.encoding.arrow import Distinct, queue_groups
 from storelib.encoding.message_id import message_id_prefix, message_ids
 from storelib.encoding.properties import properties_to_string
 from storelib.encoding.record import message_length
@@ -218,7 +218,7 @@ class CommitLog:
         """
         staged = staged.select(STAGED_SCHEMA.names).cast(STAGED_SCHEMA).combine_chunks()
         batch = staged.to_batches()[0] if staged.num_rows else None
-        pairs = [] if batch is None else _queue_groups(Distinct.of(batch.column("topic")), batch.column("queue_id"))[0]
+        pairs = [] if batch is None else queue_groups(Distinct.of(batch.column("topic")), batch.column("queue_id"))[0]
 
         def step(snapshot) -> AppendResult:
             extra = progress.check(snapshot) if progress else {}
@@ -382,15 +382,6 @@ _STAGED_ARROW = pa.schema([("partition", pa.int32()), ("path", pa.string()), ("r
                           ("queues", pa.string()), ("refused", pa.string())])
 
 
-def _queue_groups(topics: Distinct, queue_id: pa.Array) -> tuple[list[tuple[str, int]], np.ndarray, np.ndarray]:
-    """The rows' (topic, queue_id) pairs in sorted order, each row's index among them, and their counts."""
-    key = topics.rows.astype(np.int64) * (1 << 32) + queue_id.to_numpy().astype(np.int64)
-    unique, inverse = np.unique(key, return_inverse=True)
-    names = topics.values.to_pylist()
-    pairs = [(names[k >> 32], k & 0xFFFFFFFF) for k in unique.tolist()]
-    return pairs, inverse.reshape(-1), np.bincount(inverse.reshape(-1), minlength=len(unique))
-
-
 @dataclass(frozen=True)
 class _Stage:
     """Step 1 on an executor: complete a partition's rows and stage them, or report the first refused row."""
@@ -436,7 +427,7 @@ def stage_partition(root: str, frame: "BatchCompleter", pid: int, batches: Itera
                 break
             cols = frame.complete(b, pid, rows, topics)
             writer.write_batch(pa.RecordBatch.from_arrays([cols[f.name].cast(f.type) for f in _STAGED], schema=_STAGED))
-            pairs, _, n = _queue_groups(topics.distinct, cols["queue_id"])
+            pairs, _, n = queue_groups(topics.distinct, cols["queue_id"])
             for pair, c in zip(pairs, n.tolist()):
                 counts[pair] = counts.get(pair, 0) + c
             rows += b.num_rows
@@ -492,7 +483,7 @@ class _Place:
 
     @staticmethod
     def _queue_offsets(b: pa.RecordBatch, counters: dict[tuple[str, int], int]) -> np.ndarray:
-        pairs, inverse, counts = _queue_groups(Distinct.of(b.column("topic")), b.column("queue_id"))
+        pairs, inverse, counts = queue_groups(Distinct.of(b.column("topic")), b.column("queue_id"))
         order = np.argsort(inverse, kind="stable")
         starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
         rank = np.empty(len(inverse), dtype=np.int64)

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from storelib.delta.table import Prune, Table, TableView
-from storelib.encoding.arrow import Distinct
+from storelib.encoding.arrow import Distinct, queue_groups
 from storelib.storage.schema import CONSUME_QUEUE
 
 __all__ = ["CONSUME_QUEUE", "CQ_STORE_UNIT_SIZE", "roll_next_file", "queue_max_offset", "max_offsets", "read_units",
@@ -64,13 +64,8 @@ def _by_queue(view: TableView) -> tuple[pa.Table, dict[tuple[str, int], np.ndarr
     files = Table.clustered(view.actions, ["topic", "queue_id"])
     if files.num_rows == 0:
         return files, {}
-    topics = Distinct.of(files.column("min.topic"))
-    key = topics.rows.astype(np.int64) << 32 | files.column("min.queue_id").to_numpy().astype(np.int64)
-    order = np.argsort(key, kind="stable")
-    starts = np.flatnonzero(np.r_[True, np.diff(key[order]) != 0])
-    names = topics.values.to_pylist()
-    return files, {(names[k >> 32], k & 0xFFFFFFFF): rows for k, rows in zip(key[order][starts].tolist(),
-                                                                             np.split(order, starts[1:]))}
+    pairs, inverse, counts = queue_groups(Distinct.of(files.column("min.topic")), files.column("min.queue_id"))
+    return files, dict(zip(pairs, np.split(np.argsort(inverse, kind="stable"), np.cumsum(counts)[:-1])))
 
 
 def queue_min_offset(marker: int | None, queue_actions: pa.Table) -> int:
