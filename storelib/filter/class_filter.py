@@ -43,7 +43,6 @@ import logging
 import sys
 import threading
 import types
-import zlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
@@ -52,6 +51,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from storelib.encoding.properties import property_array
+from storelib.encoding.record import body_crc
 from storelib.filter.class_batch import (NOT_BOOL, RAISED, FilterFailure, FilterFailures, evaluate_batch,
                                          message_batch)
 from storelib.model.errors import FilterClassError, SubscriptionNotLatestError
@@ -74,7 +74,7 @@ def source_crc(text: str) -> int:
     >>> source_crc("class F: pass")
     27687690
     """
-    return zlib.crc32(text.encode("utf-8")) & 0x7FFFFFFF
+    return body_crc(text.encode("utf-8"))
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ import pyarrow.compute as pc
 from storelib.context import StoreContext
 from storelib.delta.table import Prune
 from storelib.encoding.properties import edit_properties, property_array
+from storelib.encoding.record import body_crcs
 from storelib.model.errors import MessageError, ProgressMovedError, TransactionEndedError, TransactionNotFoundError
 from storelib.model.message import Message, MessageConst, SendResult, SysFlag
 from storelib.model.topic import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, validate_group
@@ -234,10 +235,7 @@ def ended_rows(rows: pa.Table, states: list[TransactionState], born_host: str) -
                          "born_host": pa.repeat(pa.scalar(born_host), n),
                          "reconsume_times": pa.repeat(pa.scalar(0, pa.int32()), n),
                          "tags": pa.repeat(pa.scalar(REMOVE_TAG), n), "keys": pa.nulls(n, pa.string()), "uniq_key": uniq})
-        import zlib
-
-        crcs = pa.array([zlib.crc32(b) & 0x7FFFFFFF for b in body.to_pylist()], pa.int32())
-        base = base.set_column(base.schema.get_field_index("body_crc"), "body_crc", crcs)
+        base = base.set_column(base.schema.get_field_index("body_crc"), "body_crc", body_crcs(body))
         parts.append(restaged(base, pa.repeat(pa.scalar(TRANS_OP_HALF_TOPIC), n), pa.repeat(pa.scalar(0, pa.int32()), n),
                               props, body=body))
     if not parts:

@@ -22,7 +22,6 @@ import functools
 import json
 import logging
 import uuid
-import zlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol, Sequence
 
@@ -37,7 +36,7 @@ from storelib.delta.writer import Target, write_items, write_rows
 from storelib.encoding.arrow import Distinct, queue_groups
 from storelib.encoding.message_id import message_id_prefix, message_ids
 from storelib.encoding.properties import properties_to_string
-from storelib.encoding.record import message_length
+from storelib.encoding.record import body_crc, message_length
 from storelib.model.config import StoreConfig
 from storelib.model.errors import ProgressMovedError
 from storelib.model.message import StoredMessage, SysFlag
@@ -363,7 +362,7 @@ def staged_rows(messages: Sequence[EncodedMessage]) -> pa.Table:
     columns = {
         "size": [m.size for m in messages], "topic": [m.topic for m in messages],
         "queue_id": [m.queue_id for m in messages], "sysflag": [m.sysflag for m in messages],
-        "flag": [m.flag for m in messages], "body_crc": [zlib.crc32(m.body) & 0x7FFFFFFF for m in messages],
+        "flag": [m.flag for m in messages], "body_crc": [body_crc(m.body) for m in messages],
         "born_timestamp": [m.born_timestamp for m in messages], "born_host": [m.born_host for m in messages],
         "reconsume_times": [m.reconsume_times for m in messages],
         "prepared_transaction_offset": [m.prepared_transaction_offset for m in messages],
