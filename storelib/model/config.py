@@ -163,7 +163,7 @@ class StoreConfig:
         """Whether the store host is IPv6: its messages carry STOREHOSTADDRESS_V6 and 12 more bytes."""
         return ":" in self.store_address[0]
 
-    @property
+    @functools.cached_property
     def delay_levels_ms(self) -> tuple[int, ...]:
         """Delay of each level in milliseconds, level 1 first (``parseDelayLevel``).
 
