@@ -5,11 +5,14 @@ producer for ``seconds``; a follower (``storelib dispatch --follow``) dispatches
 ``C`` consumer processes long-poll the topic's queues (a thread per queue) and time each message from its send call to the
 pull that returned it (a ``sent_ns`` property). Reported: send throughput, the send ack p50/p99, end
 to end p50/p99, and whether commits stay as fast (the last 1,000 commits against the first 1,000), each
-against ``send_batch`` of the same messages in batches of 1,000 in the same run (the throughput ceiling).
+against ``send_batch`` of the same messages in batches of 1,000 in the same run (the throughput ceiling);
+and the CPU each role spent per message sent (every thread of the process, delta-rs's own included),
+against the CPU the machine had over the run.
 No Spark: every process works with pyarrow and deltalake.
 
->>> OnlineFigures(1000, 10.0, 5000.0, [0.01] * 10, [0.02] * 10, 0.01, 0.011).lines()[0].split()[:4]
-['send', '100', 'msg/s', 'from']
+>>> figures = OnlineFigures(1000, 10.0, 5000.0, [0.01] * 10, [0.02] * 10, 0.01, 0.011, cpu={"producers": [0.1, 0.1]}, cores=2)
+>>> figures.lines()[0].split()[:4], figures.lines()[-1]
+(['send', '100', 'msg/s', 'from'], 'CPU per message sent: producers 200 us (0.2 s); 1% of the 20 s 2 cores had while the producers sent')
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import sys
 import tempfile
 import textwrap
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = ["OnlineFigures", "bench_online"]
@@ -56,7 +59,8 @@ PRODUCER = textwrap.dedent("""
     [t.start() for t in running]; [t.join() for t in running]
     store.close()
     sends = store.context.sends
-    json.dump({"acks": acks, "commits": sends.commits, "commit_seconds": list(sends.commit_seconds)}, open(out, "w"))
+    json.dump({"acks": acks, "commits": sends.commits, "commit_seconds": list(sends.commit_seconds),
+               "cpu": time.process_time()}, open(out, "w"))
 """)
 
 CONSUMER = textwrap.dedent("""
@@ -75,7 +79,7 @@ CONSUMER = textwrap.dedent("""
         latencies.extend(mine)
     running = [threading.Thread(target=work, args=(q,)) for q in queues]
     [t.start() for t in running]; [t.join() for t in running]
-    json.dump({"latencies": latencies}, open(out, "w"))
+    json.dump({"latencies": latencies, "cpu": time.process_time()}, open(out, "w"))
 """)
 
 
@@ -96,6 +100,9 @@ class OnlineFigures:
     first_p50: float
     last_p50: float
     commits: int = 0
+    #: CPU seconds of each process, by role (producers, consumers, follower).
+    cpu: dict[str, list[float]] = field(default_factory=dict)
+    cores: int = field(default_factory=lambda: os.cpu_count() or 1)
 
     def lines(self) -> list[str]:
         rate = self.sent / self.seconds
@@ -105,14 +112,23 @@ class OnlineFigures:
                 f"end to end p50 {_pct(self.end_to_end, .5) * 1000:.0f} ms, p99 {_pct(self.end_to_end, .99) * 1000:.0f} ms "
                 f"over {len(self.end_to_end):,} messages pulled",
                 f"flat: commit p50 of the last 1,000 of {self.commits:,} commits {self.last_p50 * 1000:.1f} ms against "
-                f"the first 1,000's {self.first_p50 * 1000:.1f} ms ({self.last_p50 / self.first_p50:.2f}x)"]
+                f"the first 1,000's {self.first_p50 * 1000:.1f} ms ({self.last_p50 / self.first_p50:.2f}x)"] + self._cpu_lines()
+
+    def _cpu_lines(self) -> list[str]:
+        if not self.cpu:
+            return []
+        had = self.cores * self.seconds
+        spent = sum(sum(v) for v in self.cpu.values())
+        roles = "; ".join(f"{role} {sum(v) / self.sent * 1e6:,.0f} us ({sum(v):.1f} s)" for role, v in self.cpu.items())
+        return [f"CPU per message sent: {roles}; {spent / had:.0%} of the {had:.0f} s {self.cores} cores had while the producers sent"]
 
     def as_dict(self) -> dict:
         return {"sent": self.sent, "msgs_per_s": round(self.sent / self.seconds), "ceiling_msgs_per_s": round(self.ceiling),
                 "ack_p50_ms": round(_pct(self.acks, .5) * 1000, 1), "ack_p99_ms": round(_pct(self.acks, .99) * 1000, 1),
                 "e2e_p50_ms": round(_pct(self.end_to_end, .5) * 1000, 1),
                 "e2e_p99_ms": round(_pct(self.end_to_end, .99) * 1000, 1), "pulled": len(self.end_to_end),
-                "flat_ratio": round(self.last_p50 / self.first_p50, 2), "commits": self.commits}
+                "flat_ratio": round(self.last_p50 / self.first_p50, 2), "commits": self.commits,
+                **{f"cpu_us_per_msg_{role}": round(sum(v) / self.sent * 1e6) for role, v in self.cpu.items()}}
 
 
 def bench_online(seconds: float = 60, *, producers: int = 4, threads: int = 16, window: int = 16, consumers: int = 4,
@@ -146,6 +162,7 @@ def bench_online(seconds: float = 60, *, producers: int = 4, threads: int = 16, 
         elapsed = time.monotonic() - began
         for p, out in zip(procs[1:], outs):
             _finished(p, seconds + 300, out)
+        follower_cpu = _cpu_seconds(follower.pid)
         follower.send_signal(15)
         follower.communicate(timeout=120)
         acks = [a for out in sends for a in json.load(open(out))["acks"]]
@@ -164,14 +181,28 @@ def bench_online(seconds: float = 60, *, producers: int = 4, threads: int = 16, 
         for _ in range(max(1, n // 1000)):
             ceiling_store.send_batch(batch)
         ceiling = max(1, n // 1000) * 1000 / (time.perf_counter() - t)
+        cpu = {"producers": [json.load(open(out))["cpu"] for out in sends],
+               "consumers": [json.load(open(out))["cpu"] for out in outs]}
+        if follower_cpu is not None:
+            cpu["follower"] = [follower_cpu]
         return OnlineFigures(n, elapsed, ceiling, [a for _, a in acks], latencies, _pct(first, .5), _pct(last, .5),
-                             len(commits))
+                             len(commits), cpu)
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
         if root is None:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """CPU seconds (user and system, every thread) a running process has spent, from ``/proc``; None elsewhere."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _started(argv: list[str], env: dict[str, str], out: str) -> subprocess.Popen:
