@@ -60,10 +60,8 @@ def changes_since(table_path: str, version: int) -> LogChanges | None:
     entry cannot be read whole (cleaned up, or not JSON), for the caller to load the snapshot instead."""
     changes, added = LogChanges(version), {}  # added: by path, so a compaction's removes cost one look each
     while True:
-        fs, local = filesystem(entry_path(table_path, changes.version + 1))
         try:
-            with fs.open_input_stream(local) as f:
-                text = f.read().decode()
+            text = _read_entry(entry_path(table_path, changes.version + 1))
         except FileNotFoundError:
             changes.adds = list(added.values())
             return changes
@@ -90,6 +88,17 @@ def changes_since(table_path: str, version: int) -> LogChanges | None:
         changes.version += 1
 
 
+def _read_entry(path: str) -> str:
+    """A log entry's text; a local one with Python's own ``open``, which refuses a missing file in
+    about a tenth of the time pyarrow takes (most looks find no new entry)."""
+    if "://" not in path:
+        with open(path, "rb") as f:
+            return f.read().decode()
+    fs, local = filesystem(path)
+    with fs.open_input_stream(local) as f:
+        return f.read().decode()
+
+
 def apply_changes(actions: pa.Table, changes: LogChanges) -> pa.Table | None:
     """``actions`` (flattened add actions, as :func:`~storelib.delta.table.add_actions` gives them) after
     ``changes``: removed files dropped, added files appended with their statistics in the same columns;
@@ -97,7 +106,7 @@ def apply_changes(actions: pa.Table, changes: LogChanges) -> pa.Table | None:
     if changes.removes:
         actions = actions.filter(pc.invert(pc.is_in(actions.column("path"), pa.array(sorted(changes.removes)))))
     if not changes.adds:
-        return actions
+        return actions.combine_chunks()
     stats = [json.loads(a.get("stats") or "{}") for a in changes.adds]
     columns = []
     for f in actions.schema:
@@ -121,9 +130,9 @@ def apply_changes(actions: pa.Table, changes: LogChanges) -> pa.Table | None:
             columns.append(pa.array(values, pa.string()).cast(f.type))
         else:
             columns.append(pa.array(values, f.type))
-    out = pa.concat_tables([actions, pa.Table.from_arrays(columns, schema=actions.schema)])
-    # each roll adds a chunk, and every compute over the view pays per chunk: merge them now and then
-    return out.combine_chunks() if out.num_columns and out.column(0).num_chunks > 16 else out
+    # one chunk: a filter or take over the view pays per chunk and column (0.68 against 0.10 ms for 720
+    # files in 14 chunks), far more than merging them on each roll (0.05 ms)
+    return pa.concat_tables([actions, pa.Table.from_arrays(columns, schema=actions.schema)]).combine_chunks()
 
 
 def _dig(stats: Any, dotted: str) -> Any:
