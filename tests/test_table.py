@@ -267,6 +267,27 @@ class TestPointReads:
             columns=["physical_offset", "body"], filter=test).sort_by("physical_offset")
         assert cached.num_rows == 6 and cached.equals(scanned)
 
+    @pytest.mark.parametrize("read_bytes", [4 << 20, 0])  # read whole into memory, or through the parsed footer
+    def test_a_small_file_decodes_the_same_either_way(self, store, tmp_path, monkeypatch, read_bytes):
+        import pyarrow.dataset as ds
+
+        import storelib.delta.files as files
+
+        monkeypatch.setattr(files, "SMALL_FILE_READ_BYTES", read_bytes)
+        monkeypatch.setattr(files, "_small", files.ByteLRU(files.SMALL_FILE_CACHE_BYTES))
+        fill(store, rounds=2)
+        t = store.context.tables.commitlog
+        for p in t.files(t.snapshot()):
+            assert files.small_file(p, t.spec.arrow).equals(ds.dataset(p, schema=t.spec.arrow).to_table())
+        # a file written before a column was added: the column comes back null
+        older = str(tmp_path / "older.parquet")
+        pq.write_table(pa.table({"physical_offset": pa.array([7, 9], pa.int64())}), older)
+        rows = files.small_file(older, t.spec.arrow)
+        assert rows.column("physical_offset").to_pylist() == [7, 9] and rows.column("topic").null_count == 2
+        monkeypatch.setattr(files, "SMALL_FILE_ROWS", 1)  # too many rows: read by row groups instead
+        monkeypatch.setattr(files, "_small", files.ByteLRU(files.SMALL_FILE_CACHE_BYTES))
+        assert files.small_file(older, t.spec.arrow) is None
+
 
 class TestLogChanges:
     """Bringing a view forward from log entries alone (storelib.delta.log)."""

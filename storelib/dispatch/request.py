@@ -170,15 +170,14 @@ class CommitlogFiles:
     def _read(self, path: str, whole: bool = False, properties: bool | None = None) -> Iterator[pa.RecordBatch]:
         import pyarrow.dataset as ds
 
-        from storelib.delta.table import filesystem
+        from storelib.delta.files import local_bytes
 
-        fs, local = filesystem(path)
         wanted = self.properties if properties is None else properties
         columns = list(REQUEST_COLUMNS) + (["properties"] if wanted else [])
         offset = pc.field("physical_offset")
         # pyarrow's dataset reader, also for a whole file: it decodes the properties map about twice as
         # fast as ParquetFile.iter_batches (0.07 s against 0.14 s per 280k messages, measured)
-        batches = ds.ParquetFileFormat().make_fragment(local, fs).to_batches(
+        batches = ds.ParquetFileFormat().make_fragment(*local_bytes(path)).to_batches(
             columns=columns, filter=None if whole else (offset >= self.low) & (offset < self.end),
             batch_size=self.batch_rows, use_threads=False)
         yield from coalesce(batches, self.batch_rows)
