@@ -217,6 +217,17 @@ class TestWarmViews:
         by_path = lambda t: t.sort_by("path")  # noqa: E731
         assert by_path(warm.actions).equals(by_path(expected.actions)), table.spec.name
 
+    def test_a_commitlog_view_keeps_only_the_statistics_its_readers_ask_for(self, store):
+        from storelib.delta.table import add_actions
+
+        t = Table(store.context.tables.commitlog.path, store.context.tables.commitlog.spec)
+        t.view()
+        fill(store, rounds=1)  # brought forward from the log: it fills the same columns
+        kept = {c.split(".", 1)[1] for c in t.view().actions.column_names if c.startswith(("min.", "max."))}
+        written = {c.split(".", 1)[1] for c in add_actions(t.snapshot()).column_names if c.startswith(("min.", "max."))}
+        assert kept == set(t.spec.view_statistics) & written and len(kept) < len(written)
+        assert not [c for c in t.view().actions.column_names if c.startswith("null_count.")]
+
     def test_rolled_forward_through_sends_dispatches_and_compaction(self, store):
         tables = {name: Table(t.path, t.spec) for name, t in store.context.tables.by_name().items()}
         wanted = {"commitlog": ["commitlog", "cq/TopicTest/0"], "consume_queue": ["reput"], "index": ["reput"]}

@@ -27,6 +27,8 @@ class TableSpec:
     as writing it, and the writer then drops it anyway.
     ``statistics``: the columns whose min/max the files keep (for skipping files and row groups);
     None for all. Bodies and property maps are never searched by range.
+    ``view_statistics``: the columns whose min/max a process's warm view keeps (None: all it gets);
+    a view is brought forward at every commit, and fills each column it keeps for each new file.
 
     >>> TableSpec("events", pa.schema([("id", pa.int64()), ("at", pa.int64())])).columns
     ['id', 'at']
@@ -40,6 +42,7 @@ class TableSpec:
     row_group_rows: int = 64 * 1024
     dictionary: tuple[str, ...] | None = None
     statistics: tuple[str, ...] | None = None
+    view_statistics: tuple[str, ...] | None = None
 
     @property
     def columns(self) -> list[str]:

@@ -32,7 +32,7 @@ from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from deltalake.transaction import AddAction, RemoveAction
 
 from storelib.delta.files import filesystem, fragment, keyed_rows, parquet_format, small_file
-from storelib.delta.log import apply_changes, changes_since
+from storelib.delta.log import apply_changes, changes_since, narrowed
 from storelib.delta.spec import TableSpec, spark_schema
 from storelib.model.errors import ConcurrentWriteError, StoreStateError
 
@@ -223,7 +223,7 @@ class Table:
             names = set(wanted) | (set(view.markers) if view is not None else set())
             found = {m: view.markers[m] if same and m in view.markers else self._warm.transaction_version(m)
                      for m in names}
-            actions = view.actions if same else add_actions(self._warm)
+            actions = view.actions if same else narrowed(add_actions(self._warm), self.spec.view_statistics)
             self._view = TableView(version, actions, {m: None if v is None else int(v) for m, v in found.items()})
             return self._view
 

@@ -80,6 +80,9 @@ COMMITLOG = TableSpec(
                 "reconsume_times", "prepared_transaction_offset", "properties.key_value.key", "tags"),
     statistics=("physical_offset", "size", "topic", "queue_id", "queue_offset", "sysflag", "born_timestamp",
                 "store_timestamp", "tags", "cluster_seq"),
+    # what views are asked (offsets, a topic's files, a filtered read's plan); every process brings its
+    # view forward at each send
+    view_statistics=("physical_offset", "topic", "queue_id", "queue_offset", "sysflag", "store_timestamp", "cluster_seq"),
 )
 
 #: Rows per row group of a clustered commitlog file: the unit a filtered read skips or reads, and
