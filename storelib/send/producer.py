@@ -66,7 +66,9 @@ class Producer:
         self._rotation: dict[str, itertools.count] = {}
 
     def _next_queue(self, topic: str, write_queue_nums: int) -> int:
-        counter = self._rotation.setdefault(topic, itertools.count(random.randrange(1 << 16)))
+        counter = self._rotation.get(topic)
+        if counter is None:  # a random start per topic, drawn once
+            counter = self._rotation.setdefault(topic, itertools.count(random.randrange(1 << 16)))
         return next(counter) % write_queue_nums
 
     # ---- sending ---------------------------------------------------------------------------
