@@ -99,6 +99,10 @@ def _read_entry(path: str) -> str:
         return f.read().decode()
 
 
+#: Where the flattened statistics columns (``min.<col>`` ...) come from in an add action's ``stats``.
+_STATS_KEYS = {"min": "minValues", "max": "maxValues", "null_count": "nullCount"}
+
+
 def narrowed(actions: pa.Table, statistics: "tuple[str, ...] | None") -> pa.Table:
     """Flattened add actions with the min/max of ``statistics`` only (None: all), and no null counts
     unless all are kept: what a view keeps, so bringing it forward fills only those. A reader that finds
@@ -113,9 +117,6 @@ def narrowed(actions: pa.Table, statistics: "tuple[str, ...] | None") -> pa.Tabl
     kept = [c for c in actions.column_names if (c.partition(".")[0] not in _STATS_KEYS)
             or (c.partition(".")[0] in ("min", "max") and c.partition(".")[2] in statistics)]
     return actions.select(kept)
-
-
-_STATS_KEYS = {"min": "minValues", "max": "maxValues", "null_count": "nullCount"}
 
 
 def apply_changes(actions: pa.Table, changes: LogChanges) -> pa.Table | None:

@@ -536,8 +536,7 @@ def read_messages(commitlog: Table, actions: pa.Table, offsets: Sequence[int],
     if not len(offsets):
         return {}
     wanted = pa.array(sorted(set(int(o) for o in offsets)), pa.int64())
-    located = [c for c in ("path", "min.physical_offset", "max.physical_offset") if c in actions.column_names]
-    holding = commitlog.holding(actions.select(located), "physical_offset", wanted)  # a filter pays per column
+    holding = commitlog.holding(actions, "physical_offset", wanted)
     if files_touched is not None:
         files_touched["commitlog"] = holding.num_rows
     rows = read_rows(commitlog, commitlog.paths(holding), wanted)

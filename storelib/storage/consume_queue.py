@@ -59,17 +59,9 @@ def queue_files(cq: Table, view: TableView, topic: str, queue_id: int) -> pa.Tab
     return cq.memo(f"queue_files\0{topic}\0{queue_id}", own, view=view)
 
 
-#: What a queue's reads ask of its files' add actions (every filter and take pays per column kept).
-_QUEUE_FILE_COLUMNS = ("path", "size_bytes", "num_records", "min.topic", "max.topic", "min.queue_id", "max.queue_id",
-                       "min.queue_offset", "max.queue_offset", "min.ext_offset", "max.ext_offset")
-
-
 def _by_queue(view: TableView) -> tuple[pa.Table, dict[tuple[str, int], np.ndarray]]:
-    """The files of ``view`` that hold one queue each (the add actions' columns a queue's reads use), and
-    by (topic, queue_id) their rows among them, in order."""
-    actions = view.actions
-    files = Table.clustered(actions.select([c for c in _QUEUE_FILE_COLUMNS if c in actions.column_names]),
-                            ["topic", "queue_id"])
+    """The files of ``view`` that hold one queue each, and by (topic, queue_id) their rows among them, in order."""
+    files = Table.clustered(view.actions, ["topic", "queue_id"])
     if files.num_rows == 0:
         return files, {}
     pairs, inverse, counts = queue_groups(Distinct.of(files.column("min.topic")), files.column("min.queue_id"))

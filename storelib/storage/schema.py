@@ -128,6 +128,7 @@ CONSUME_QUEUE = TableSpec(
     description="Where each message of a queue is (RocketMQ's ConsumeQueue).",
     row_group_rows=16 * 1024,
     dictionary=("topic", "queue_id", "store_timestamp"),
+    view_statistics=("topic", "queue_id", "queue_offset", "commitlog_offset", "tags_code", "store_timestamp"),
 )
 
 CONSUME_QUEUE_EXT = TableSpec(
@@ -153,6 +154,7 @@ CONSUME_QUEUE_EXT = TableSpec(
     description="Filter bitmap, store time and real tag code per message (RocketMQ's ConsumeQueueExt).",
     row_group_rows=16 * 1024,
     dictionary=("topic", "queue_id", "tags_code", "store_timestamp", "filter_bitmap", "filter_version"),
+    view_statistics=("topic", "queue_id", "queue_offset", "ext_offset", "commitlog_offset", "tags_code", "store_timestamp"),
 )
 
 EXT_SUMMARY = TableSpec(
