@@ -139,13 +139,7 @@ def small_file(path: str, schema: pa.Schema) -> pa.Table | None:
     >>> small_file(t.files(t.snapshot())[0], t.spec.arrow).num_rows
     1
     """
-    key = f"{path}\0{schema.names}"
-    if "://" not in path:
-        return _small.get(key, lambda: _decoded_local(path, schema))
-    found = fragment(path)
-    if found.metadata.num_rows > SMALL_FILE_ROWS:
-        return None
-    return _small.get(key, lambda: _decoded(found, path, schema))
+    return _small.get(f"{path}\0{schema.names}", lambda: _small_rows(path, schema))
 
 
 def local_bytes(path: str) -> tuple[Any, Any]:
@@ -166,21 +160,20 @@ def local_bytes(path: str) -> tuple[Any, Any]:
     return local, fs
 
 
-def _decoded_local(path: str, schema: pa.Schema) -> tuple[pa.Table | None, int]:
-    """A local file's rows for :func:`small_file` (None for a file with too many rows: kept, costing nothing)."""
+def _small_rows(path: str, schema: pa.Schema) -> tuple[pa.Table | None, int]:
+    """:func:`small_file`'s rows and their cost (None for a file with too many rows: kept, costing nothing)."""
     import pyarrow.parquet as pq
 
     source, _ = local_bytes(path)
-    if not isinstance(source, pa.BufferReader):
-        found = fragment(path)
-        return (None, 0) if found.metadata.num_rows > SMALL_FILE_ROWS else _decoded(found, path, schema)
-    file = pq.ParquetFile(source)
-    if file.metadata.num_rows > SMALL_FILE_ROWS:
-        return None, 0
-    if not file.schema_arrow.equals(schema, check_metadata=False):
-        return _decoded(fragment(path), path, schema)
-    rows = pa.Table.from_arrays(file.read(use_threads=False).columns, schema=schema)
-    return rows, rows.nbytes
+    if isinstance(source, pa.BufferReader):
+        file = pq.ParquetFile(source)
+        if file.metadata.num_rows > SMALL_FILE_ROWS:
+            return None, 0
+        if file.schema_arrow.equals(schema, check_metadata=False):
+            rows = pa.Table.from_arrays(file.read(use_threads=False).columns, schema=schema)
+            return rows, rows.nbytes
+    found = fragment(path)
+    return (None, 0) if found.metadata.num_rows > SMALL_FILE_ROWS else _decoded(found, path, schema)
 
 
 def _decoded(found: Any, path: str, schema: pa.Schema) -> tuple[pa.Table, int]:
