@@ -300,6 +300,30 @@ class TestPointReads:
         assert files.small_file(older, t.spec.arrow) is None
 
 
+def test_commits_clean_up_expired_log_entries_at_most_once_per_interval(tmp_path, monkeypatch):
+    from storelib.delta import table as delta_table
+    from storelib.storage.schema import TOPIC_CONFIG
+
+    t = Table(str(tmp_path / "t"), TOPIC_CONFIG, properties={"delta.checkpointInterval": "2",
+                                                               "delta.logRetentionDuration": "interval 0 seconds"}).ensure()
+    entries = lambda: len(list((tmp_path / "t" / "_delta_log").glob("*.json")))  # noqa: E731
+
+    def commit(n):
+        for i in range(n):
+            with t.commit_turn() as dt:
+                t.commit(dt, [], markers={"m": i})
+
+    monkeypatch.setattr(delta_table, "LOG_CLEANUP_EVERY_S", 3600.0)
+    commit(1)                          # a handle's first commit cleans up; then none for the hour
+    before = entries()
+    commit(8)
+    assert entries() == before + 8
+    monkeypatch.setattr(delta_table, "LOG_CLEANUP_EVERY_S", 0.0)
+    commit(1)                          # due: everything before the newest checkpoint and past retention goes
+    assert entries() <= 2
+    assert Table.marker(t.snapshot(), "m") == 0 and t.snapshot().version() == 10   # created, then 10 commits
+
+
 class TestLogChanges:
     """Bringing a view forward from log entries alone (storelib.delta.log)."""
 
