@@ -261,6 +261,53 @@ class TestWarmViews:
         self.assert_same_view(t.view(), t)
 
 
+class TestByteLRU:
+    """The per-process cache of decoded files and footers (storelib.delta.files.ByteLRU)."""
+
+    @staticmethod
+    def together(n, ask):
+        import threading
+
+        start, got = threading.Barrier(n), [None] * n
+
+        def one(i):
+            start.wait()
+            try:
+                got[i] = ask()
+            except Exception as e:  # noqa: BLE001  (what each thread got is the answer)
+                got[i] = e
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        return got
+
+    def test_threads_asking_for_a_key_being_built_wait_for_that_build(self):
+        import time
+
+        from storelib.delta.files import ByteLRU
+
+        cache, builds = ByteLRU(1000), []
+
+        def build():
+            builds.append(1)
+            time.sleep(0.2)  # the others ask meanwhile
+            return "decoded", 10
+
+        assert self.together(4, lambda: cache.get("f", build)) == ["decoded"] * 4
+        assert len(builds) == 1 and len(cache) == 1
+
+    def test_a_failed_build_fails_every_asker_and_keeps_nothing(self):
+        from storelib.delta.files import ByteLRU
+
+        cache = ByteLRU(1000)
+
+        def build():
+            raise OSError("unreadable")
+
+        assert all(isinstance(e, OSError) for e in self.together(3, lambda: cache.get("f", build)))
+        assert len(cache) == 0 and cache.get("f", lambda: ("later", 1)) == "later"
+
+
 class TestPointReads:
     def test_small_files_read_from_the_cache_equal_a_scan(self, store):
         import pyarrow.compute as pc

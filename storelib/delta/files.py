@@ -42,7 +42,10 @@ class ByteLRU:
     """A thread-safe least-recently-used cache bounded by the bytes its values cost.
 
     ``get(key, build)`` returns the kept value, or calls ``build()`` for ``(value, cost)`` and keeps it,
-    forgetting the least recently used values beyond ``budget`` (the newest is always kept).
+    forgetting the least recently used values beyond ``budget`` (the newest is always kept). Threads
+    asking for a key while it is being built wait for that build instead of repeating it: the pulls a
+    dispatch wakes all want the same new files at once (a consumer's 4 pulling threads decoded 160 fresh
+    commitlog files 215 times before, measured).
     """
 
     def __init__(self, budget: int):
@@ -50,6 +53,7 @@ class ByteLRU:
         self._values: "OrderedDict[str, tuple[Any, int]]" = OrderedDict()
         self._lock = threading.Lock()
         self._bytes = 0
+        self._building: dict[str, "_Build"] = {}
 
     def __len__(self) -> int:
         return len(self._values)
@@ -60,15 +64,42 @@ class ByteLRU:
             if hit is not None:
                 self._values.move_to_end(key)
                 return hit[0]
-        value, cost = build()
+            under_way = self._building.get(key)
+            if under_way is None:
+                under_way = self._building[key] = _Build()
+                mine = True
+            else:
+                mine = False
+        if not mine:
+            under_way.done.wait()
+            return under_way.value if under_way.built else build()[0]  # its build failed: fail (or not) here
+        try:
+            value, cost = build()
+        except BaseException:
+            with self._lock:
+                del self._building[key]
+            under_way.done.set()
+            raise
         with self._lock:
+            del self._building[key]
             if key not in self._values:
                 self._values[key] = (value, cost)
                 self._bytes += cost
             while self._bytes > self.budget and len(self._values) > 1:
                 _, (_, freed) = self._values.popitem(last=False)
                 self._bytes -= freed
+        under_way.value, under_way.built = value, True
+        under_way.done.set()
         return value
+
+
+class _Build:
+    """A value being built for a :class:`ByteLRU`: who else wants it waits on ``done``."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.value: Any = None
+        self.built = False
 
 
 def filesystem(root: str):
