@@ -1,5 +1,6 @@
 """What a data file's statistics say it may hold: the per-file min/max columns of flattened add actions
-(``min.<col>``, ``max.<col>``), compared without opening a file.
+(``min.<col>``, ``max.<col>``), compared without opening a file. A file without statistics for a column
+may hold anything, and is kept.
 
 >>> import pyarrow as pa
 >>> actions = pa.table({"min.queue_offset": [0, 10], "max.queue_offset": [9, 19]})
@@ -11,12 +12,105 @@
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["may_contain", "typed_scalar"]
+__all__ = ["Prune", "prune_actions", "clustered", "only", "holding", "may_contain", "typed_scalar"]
+
+
+@dataclass(frozen=True)
+class Prune:
+    """Which rows a read wants, for skipping files: column equalities and inclusive ranges.
+
+    >>> Prune(equal={"topic": "T", "queue_id": 0}, between={"queue_offset": (10, 42)})
+    Prune(equal={'topic': 'T', 'queue_id': 0}, between={'queue_offset': (10, 42)})
+    """
+
+    equal: Mapping[str, Any] | None = None
+    between: Mapping[str, tuple[Any, Any]] | None = None
+
+
+def prune_actions(actions: pa.Table, prune: Prune | None = None) -> pa.Table:
+    """The add actions whose statistics say their file may hold rows matching ``prune`` (no statistics: kept).
+
+    >>> actions = pa.table({"path": ["a", "b"], "min.queue_offset": [0, 10], "max.queue_offset": [9, 19]})
+    >>> prune_actions(actions, Prune(between={"queue_offset": (12, 30)})).column("path").to_pylist()
+    ['b']
+    """
+    if actions.num_rows == 0:
+        return actions
+    wanted = [(c, v, v) for c, v in ((prune.equal or {}).items() if prune else ())]
+    wanted += [(c, lo, hi) for c, (lo, hi) in ((prune.between or {}).items() if prune else ())]
+    keep = None
+    for col, lo, hi in wanted:
+        may = may_contain(actions, col, lo, hi)
+        if may is not None:
+            keep = may if keep is None else pc.and_kleene(keep, may)
+    if keep is not None:
+        actions = actions.filter(pc.fill_null(keep, True))
+    return actions
+
+
+def clustered(actions: pa.Table, columns: Sequence[str]) -> pa.Table:
+    """The add actions of files whose rows share one value of each column (min equals max): one
+    queue's files, for tables the writers cluster by queue.
+
+    >>> actions = pa.table({"path": ["a", "b"], "min.queue_id": [1, 0], "max.queue_id": [1, 3]})
+    >>> clustered(actions, ["queue_id"]).column("path").to_pylist()
+    ['a']
+    """
+    if actions.num_rows == 0:
+        return actions
+    keep = None
+    for c in columns:
+        if f"min.{c}" not in actions.column_names:
+            return actions.slice(0, 0)
+        same = pc.equal(actions.column(f"min.{c}"), actions.column(f"max.{c}"))
+        keep = same if keep is None else pc.and_(keep, same)
+    return actions if keep is None else actions.filter(pc.fill_null(keep, False))
+
+
+def only(actions: pa.Table, equal: Mapping[str, Any]) -> pa.Table:
+    """The add actions of files holding only rows with these values (min and max statistics both equal).
+
+    >>> actions = pa.table({"path": ["a", "b"], "min.queue_id": [1, 2], "max.queue_id": [1, 2]})
+    >>> only(actions, {"queue_id": 2}).column("path").to_pylist()
+    ['b']
+    """
+    actions = clustered(actions, list(equal))
+    keep = None
+    for c, v in equal.items():
+        column = actions.column(f"min.{c}")
+        same = pc.equal(column, typed_scalar(v, column.type))
+        keep = same if keep is None else pc.and_(keep, same)
+    return actions if keep is None or actions.num_rows == 0 else actions.filter(pc.fill_null(keep, False))
+
+
+def holding(actions: pa.Table, col: str, values: pa.Array) -> pa.Table:
+    """The add actions whose ``[min, max]`` of ``col`` holds at least one of ``values`` (no stats: kept).
+
+    >>> actions = pa.table({"path": ["a", "b"], "min.key_hash": [0, 50], "max.key_hash": [9, 59]})
+    >>> holding(actions, "key_hash", pa.array([55, 70])).column("path").to_pylist()
+    ['b']
+    """
+    if actions.num_rows == 0 or len(values) == 0:
+        return actions.slice(0, 0)
+    mins, maxs = f"min.{col}", f"max.{col}"
+    if mins not in actions.column_names:
+        return actions
+    import numpy as np
+
+    wanted = np.sort(values.to_numpy(zero_copy_only=False))
+    lo = actions.column(mins).to_numpy(zero_copy_only=False)
+    hi = actions.column(maxs).to_numpy(zero_copy_only=False)
+    unknown = pc.is_null(actions.column(mins)).to_numpy(zero_copy_only=False)
+    first_at_or_above = np.searchsorted(wanted, np.where(unknown, 0, lo), side="left")
+    holds = unknown | ((first_at_or_above < len(wanted))
+                       & (wanted[np.minimum(first_at_or_above, len(wanted) - 1)] <= np.where(unknown, 0, hi)))
+    return actions.filter(pa.array(holds, pa.bool_()))
 
 
 def may_contain(actions: pa.Table, col: str, lo: Any, hi: Any) -> pa.ChunkedArray | None:

@@ -34,7 +34,7 @@ from deltalake.transaction import AddAction, PostCommitHookProperties, RemoveAct
 from storelib.delta.files import filesystem, fragment, keyed_rows, parquet_format, small_file
 from storelib.delta.log import apply_changes, changes_since, narrowed
 from storelib.delta.spec import TableSpec, spark_schema
-from storelib.delta.stats import may_contain, typed_scalar
+from storelib.delta.stats import Prune, clustered, holding, only, prune_actions
 from storelib.model.errors import ConcurrentWriteError, StoreStateError
 
 if TYPE_CHECKING:
@@ -98,18 +98,6 @@ class WrittenFile:
 
     def add_action(self, data_change: bool = True) -> AddAction:
         return AddAction(self.path, self.size, {}, int(time.time() * 1000), data_change, self.stats)
-
-
-@dataclass(frozen=True)
-class Prune:
-    """Which rows a read wants, for skipping files: column equalities and inclusive ranges.
-
-    >>> Prune(equal={"topic": "T", "queue_id": 0}, between={"queue_offset": (10, 42)})
-    Prune(equal={'topic': 'T', 'queue_id': 0}, between={'queue_offset': (10, 42)})
-    """
-
-    equal: Mapping[str, Any] | None = None
-    between: Mapping[str, tuple[Any, Any]] | None = None
 
 
 @dataclass(frozen=True)
@@ -343,69 +331,15 @@ class Table:
         """The add actions (with flattened statistics) of the files :meth:`files` keeps."""
         return Table.prune(add_actions(dt), prune)
 
-    @staticmethod
-    def prune(actions: pa.Table, prune: Prune | None = None) -> pa.Table:
-        """The add actions whose statistics say their file may hold rows matching ``prune``."""
-        if actions.num_rows == 0:
-            return actions
-        wanted = [(c, v, v) for c, v in ((prune.equal or {}).items() if prune else ())]
-        wanted += [(c, lo, hi) for c, (lo, hi) in ((prune.between or {}).items() if prune else ())]
-        keep = None
-        for col, lo, hi in wanted:
-            may = may_contain(actions, col, lo, hi)
-            if may is not None:
-                keep = may if keep is None else pc.and_kleene(keep, may)
-        if keep is not None:
-            actions = actions.filter(pc.fill_null(keep, True))
-        return actions
-
-    @staticmethod
-    def clustered(actions: pa.Table, columns: Sequence[str]) -> pa.Table:
-        """The add actions of files whose rows share one value of each column (min equals max): one
-        queue's files, for tables the writers cluster by queue."""
-        if actions.num_rows == 0:
-            return actions
-        keep = None
-        for c in columns:
-            if f"min.{c}" not in actions.column_names:
-                return actions.slice(0, 0)
-            same = pc.equal(actions.column(f"min.{c}"), actions.column(f"max.{c}"))
-            keep = same if keep is None else pc.and_(keep, same)
-        return actions if keep is None else actions.filter(pc.fill_null(keep, False))
-
-    @staticmethod
-    def only(actions: pa.Table, equal: Mapping[str, Any]) -> pa.Table:
-        """The add actions of files holding only rows with these values (min and max statistics both equal)."""
-        actions = Table.clustered(actions, list(equal))
-        keep = None
-        for c, v in equal.items():
-            column = actions.column(f"min.{c}")
-            same = pc.equal(column, typed_scalar(v, column.type))
-            keep = same if keep is None else pc.and_(keep, same)
-        return actions if keep is None or actions.num_rows == 0 else actions.filter(pc.fill_null(keep, False))
+    # what the files' statistics say they may hold (storelib.delta.stats)
+    prune = staticmethod(prune_actions)
+    clustered = staticmethod(clustered)
+    only = staticmethod(only)
+    holding = staticmethod(holding)
 
     def files_holding(self, dt: DeltaTable, col: str, values: pa.Array) -> list[str]:
         """Absolute paths of the files whose ``[min, max]`` of ``col`` holds at least one of ``values``."""
         return self.paths(self.holding(add_actions(dt), col, values))
-
-    @staticmethod
-    def holding(actions: pa.Table, col: str, values: pa.Array) -> pa.Table:
-        """The add actions whose ``[min, max]`` of ``col`` holds at least one of ``values`` (no stats: kept)."""
-        if actions.num_rows == 0 or len(values) == 0:
-            return actions.slice(0, 0)
-        mins, maxs = f"min.{col}", f"max.{col}"
-        if mins not in actions.column_names:
-            return actions
-        import numpy as np
-
-        wanted = np.sort(values.to_numpy(zero_copy_only=False))
-        lo = actions.column(mins).to_numpy(zero_copy_only=False)
-        hi = actions.column(maxs).to_numpy(zero_copy_only=False)
-        unknown = pc.is_null(actions.column(mins)).to_numpy(zero_copy_only=False)
-        first_at_or_above = np.searchsorted(wanted, np.where(unknown, 0, lo), side="left")
-        holds = unknown | ((first_at_or_above < len(wanted))
-                           & (wanted[np.minimum(first_at_or_above, len(wanted) - 1)] <= np.where(unknown, 0, hi)))
-        return actions.filter(pa.array(holds, pa.bool_()))
 
     def paths(self, actions: pa.Table) -> list[str]:
         return [self.path_of(p) for p in actions.column("path").to_pylist()]
