@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections import OrderedDict
+from concurrent.futures import Future
 from typing import Any, Callable
 
 import numpy as np
@@ -53,7 +54,7 @@ class ByteLRU:
         self._values: "OrderedDict[str, tuple[Any, int]]" = OrderedDict()
         self._lock = threading.Lock()
         self._bytes = 0
-        self._building: dict[str, "_Build"] = {}
+        self._building: dict[str, Future] = {}  # keys being built, and the value each will be
 
     def __len__(self) -> int:
         return len(self._values)
@@ -65,20 +66,17 @@ class ByteLRU:
                 self._values.move_to_end(key)
                 return hit[0]
             under_way = self._building.get(key)
-            if under_way is None:
-                under_way = self._building[key] = _Build()
-                mine = True
-            else:
-                mine = False
+            mine = under_way is None
+            if mine:
+                under_way = self._building[key] = Future()
         if not mine:
-            under_way.done.wait()
-            return under_way.value if under_way.built else build()[0]  # its build failed: fail (or not) here
+            return under_way.result()  # that build's value, or its error
         try:
             value, cost = build()
-        except BaseException:
+        except BaseException as e:
             with self._lock:
                 del self._building[key]
-            under_way.done.set()
+            under_way.set_exception(e)
             raise
         with self._lock:
             del self._building[key]
@@ -88,18 +86,8 @@ class ByteLRU:
             while self._bytes > self.budget and len(self._values) > 1:
                 _, (_, freed) = self._values.popitem(last=False)
                 self._bytes -= freed
-        under_way.value, under_way.built = value, True
-        under_way.done.set()
+        under_way.set_result(value)
         return value
-
-
-class _Build:
-    """A value being built for a :class:`ByteLRU`: who else wants it waits on ``done``."""
-
-    def __init__(self) -> None:
-        self.done = threading.Event()
-        self.value: Any = None
-        self.built = False
 
 
 def filesystem(root: str):

@@ -28,8 +28,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from storelib.delta.files import filesystem
+from storelib.delta.stats import STATS_KEYS
 
-__all__ = ["LogChanges", "entry_path", "changes_since", "apply_changes", "narrowed"]
+__all__ = ["LogChanges", "entry_path", "changes_since", "apply_changes"]
 
 
 def entry_path(table_path: str, version: int) -> str:
@@ -99,26 +100,6 @@ def _read_entry(path: str) -> str:
         return f.read().decode()
 
 
-#: Where the flattened statistics columns (``min.<col>`` ...) come from in an add action's ``stats``.
-_STATS_KEYS = {"min": "minValues", "max": "maxValues", "null_count": "nullCount"}
-
-
-def narrowed(actions: pa.Table, statistics: "tuple[str, ...] | None") -> pa.Table:
-    """Flattened add actions with the min/max of ``statistics`` only (None: all), and no null counts
-    unless all are kept: what a view keeps, so bringing it forward fills only those. A reader that finds
-    no statistics for a column keeps every file (:meth:`~storelib.delta.table.Table.prune`).
-
-    >>> actions = pa.table({"path": ["a"], "min.x": [1], "max.x": [2], "min.y": [3], "null_count.x": [0]})
-    >>> narrowed(actions, ("x",)).column_names
-    ['path', 'min.x', 'max.x']
-    """
-    if statistics is None:
-        return actions
-    kept = [c for c in actions.column_names if (c.partition(".")[0] not in _STATS_KEYS)
-            or (c.partition(".")[0] in ("min", "max") and c.partition(".")[2] in statistics)]
-    return actions.select(kept)
-
-
 def apply_changes(actions: pa.Table, changes: LogChanges) -> pa.Table | None:
     """``actions`` (flattened add actions, as :func:`~storelib.delta.table.add_actions` gives them) after
     ``changes``: removed files dropped, added files appended with their statistics in the same columns;
@@ -142,7 +123,7 @@ def apply_changes(actions: pa.Table, changes: LogChanges) -> pa.Table | None:
             values = [s.get("numRecords") for s in stats]
         else:
             kind, _, column = f.name.partition(".")
-            key = _STATS_KEYS.get(kind)
+            key = STATS_KEYS.get(kind)
             if key is None:
                 return None
             values = [_dig(s.get(key), column) for s in stats]

@@ -18,7 +18,8 @@ from typing import Any, Mapping, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["Prune", "prune_actions", "clustered", "only", "holding", "may_contain", "typed_scalar"]
+__all__ = ["Prune", "prune_actions", "clustered", "only", "holding", "may_contain", "typed_scalar", "narrowed",
+           "STATS_KEYS"]
 
 
 @dataclass(frozen=True)
@@ -133,3 +134,23 @@ def typed_scalar(value: Any, kind: pa.DataType) -> pa.Scalar:
     if pa.types.is_timestamp(kind):
         return pa.scalar(value, type=pa.timestamp("us", tz="UTC")).cast(kind)
     return pa.scalar(value).cast(kind)
+
+
+#: Where the flattened statistics columns (``min.<col>`` ...) come from in an add action's ``stats``.
+STATS_KEYS = {"min": "minValues", "max": "maxValues", "null_count": "nullCount"}
+
+
+def narrowed(actions: pa.Table, statistics: "tuple[str, ...] | None") -> pa.Table:
+    """Flattened add actions with the min/max of ``statistics`` only (None: all), and no null counts
+    unless all are kept: what a view keeps, so bringing it forward fills only those. A reader that finds
+    no statistics for a column keeps every file (:func:`prune_actions`).
+
+    >>> actions = pa.table({"path": ["a"], "min.x": [1], "max.x": [2], "min.y": [3], "null_count.x": [0]})
+    >>> narrowed(actions, ("x",)).column_names
+    ['path', 'min.x', 'max.x']
+    """
+    if statistics is None:
+        return actions
+    kept = [c for c in actions.column_names if (c.partition(".")[0] not in STATS_KEYS)
+            or (c.partition(".")[0] in ("min", "max") and c.partition(".")[2] in statistics)]
+    return actions.select(kept)

@@ -32,9 +32,9 @@ from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from deltalake.transaction import AddAction, PostCommitHookProperties, RemoveAction
 
 from storelib.delta.files import filesystem, fragment, keyed_rows, parquet_format, small_file
-from storelib.delta.log import apply_changes, changes_since, narrowed
+from storelib.delta.log import apply_changes, changes_since
 from storelib.delta.spec import TableSpec, spark_schema
-from storelib.delta.stats import Prune, clustered, holding, only, prune_actions
+from storelib.delta.stats import Prune, clustered, holding, narrowed, only, prune_actions
 from storelib.model.errors import ConcurrentWriteError, StoreStateError
 
 if TYPE_CHECKING:
