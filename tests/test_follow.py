@@ -80,6 +80,7 @@ def test_a_follower_records_the_summaries_of_its_ext_files(store):
     from storelib.delta.table import add_actions
     from storelib.filter.summary import read_summaries
 
+    store.subscribe("GroupS", "TopicTest", MessageSelector.by_sql("a > 5"))  # the topic's messages get ext units
     stop = threading.Event()
     follower = threading.Thread(target=store.dispatcher().run, kwargs={"follow": True, "stop": stop, "interval_ms": 20})
     follower.start()

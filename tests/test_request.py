@@ -9,7 +9,7 @@ import pytest
 
 from storelib import Message
 from storelib.dispatch.request import DispatchRequests, deliver_times
-from storelib.encoding.ext_addr import decorate_ext_addr
+from storelib.encoding.ext_addr import decorate_ext_addr, is_ext_addr
 from storelib.encoding.index_key import index_key_hash
 from storelib.encoding.tags import tags_code
 from storelib.filter.selector import MessageSelector
@@ -62,6 +62,35 @@ def test_each_target_from_its_own_start_and_transaction_types():
     assert index["hash_range"] == [h >> 25 for h in index["key_hash"]]
 
 
+def test_ext_units_only_for_the_topics_given_and_the_rest_keep_real_tag_codes():
+    rows = [{"physical_offset": i * 100, "topic": t, "queue_offset": i, "tags": "TagA", "uniq_key": f"U{i}"}
+            for i, t in enumerate(["S", "T", "S", "T"])]
+    requests = DispatchRequests({"consume_queue": 0, "consume_queue_ext": 0}, True, 25, tuple(DELAYS), ext_topics=("S",))
+    out = next(requests(iter([batch(rows)])))
+    assert out["consume_queue"].column("tags_code").to_pylist() == [
+        decorate_ext_addr(0), tags_code("TagA"), decorate_ext_addr(2), tags_code("TagA")]
+    assert out["consume_queue_ext"].column("commitlog_offset").to_pylist() == [0, 200]
+    none = DispatchRequests({"consume_queue": 0, "consume_queue_ext": 0}, True, 25, tuple(DELAYS), ext_topics=())
+    out = next(none(iter([batch(rows)])))
+    assert out["consume_queue"].column("tags_code").to_pylist() == [tags_code("TagA")] * 4
+    assert out["consume_queue_ext"].num_rows == 0
+
+
+def test_units_below_the_ext_marker_point_at_exactly_the_ext_units_committed():
+    """A run that died between the ext commit and the consume queue commit: the units written again
+    below the ext marker follow what the ext table holds, whatever the subscriptions are now."""
+    rows = [{"physical_offset": i * 100, "topic": "S", "queue_offset": i, "tags": "TagA", "uniq_key": f"U{i}"}
+            for i in range(4)]
+    requests = DispatchRequests({"consume_queue": 0}, True, 25, tuple(DELAYS), ext_topics=(), ext_from=200, ext_had=(100,))
+    out = next(requests(iter([batch(rows)])))
+    assert out["consume_queue"].column("tags_code").to_pylist() == [
+        tags_code("TagA"), decorate_ext_addr(1), tags_code("TagA"), tags_code("TagA")]
+    again = DispatchRequests({"consume_queue": 0}, True, 25, tuple(DELAYS), ext_topics=("S",), ext_from=200, ext_had=())
+    out = next(again(iter([batch(rows)])))
+    assert out["consume_queue"].column("tags_code").to_pylist() == [
+        tags_code("TagA"), tags_code("TagA"), decorate_ext_addr(2), decorate_ext_addr(3)]
+
+
 def test_both_read_paths_give_delayed_messages_their_deliver_time(spark, store):
     """A SQL92 subscription on a topic of the range makes Spark read the commitlog (bitmaps); without
     one the executors read it with pyarrow. Both give SCHEDULE_TOPIC units their deliver time."""
@@ -75,13 +104,17 @@ def test_both_read_paths_give_delayed_messages_their_deliver_time(spark, store):
     store.send(Message("Other", body=b"z", properties={"a": "1"}))
     store.send_back(first, "GroupA")
     store.dispatch()  # the Spark path, with bitmaps for Other
-    units = store.table("consume_queue_ext").where(f"topic = '{SCHEDULE_TOPIC}'").collect()
+    units = store.table("consume_queue").where(f"topic = '{SCHEDULE_TOPIC}'").collect()
     assert len(units) == 2
     for unit in units:
         store_ms = int(unit.store_timestamp.timestamp() * 1000)
         assert unit.tags_code == store_ms + store.config.delay_levels_ms[2]  # level 3 for a first send-back
-    bitmaps = {r.topic: r.filter_bitmap for r in store.table("consume_queue_ext").collect() if r.filter_bitmap}
-    assert set(bitmaps) == {"Other"}
+    # Ext units only where a bitmap was computed: the one message of Other sent after its subscription.
+    ext = store.table("consume_queue_ext").collect()
+    assert [(r.topic, r.queue_offset, bool(r.filter_bitmap)) for r in ext] == [("Other", 1, True)]
+    other = store.table("consume_queue").where("topic = 'Other'").orderBy("queue_offset").collect()
+    assert [is_ext_addr(u.tags_code) for u in other] == [False, True]
+    assert other[0].tags_code == tags_code("TagA")
 
 
 def test_commitlog_files_read_only_the_range(tmp_path):

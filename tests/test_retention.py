@@ -11,7 +11,7 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
-from storelib import Message
+from storelib import Message, MessageSelector
 from storelib.delta.table import add_actions
 from storelib.dispatch.reput import Dispatcher
 from storelib.maintenance.retention import DELETE_EXPIRED, clean_consume_queue
@@ -128,6 +128,7 @@ def test_undispatched_data_is_never_removed(store):
 
 def test_consume_queue_ext_and_index_follow_the_commitlog(store):
     """Files aligned with batches: everything below the new minimum goes, everything above stays as it was."""
+    store.subscribe("GroupSql", "TopicTest", MessageSelector.by_sql("TAGS IS NOT NULL"))  # ext units for the topic
     batches = send_batches(store, 2)
     store.dispatch()
     batches += send_batches(store, 2, start=2)
@@ -196,6 +197,7 @@ def test_min_offsets_of_straddling_and_emptied_queues(store):
 
 
 def test_crash_between_steps_then_rerun_converges(store):
+    store.subscribe("GroupSql", "TopicTest", MessageSelector.by_sql("TAGS IS NOT NULL"))  # ext units for the topic
     batches = send_batches(store, 2)
     store.dispatch()
     batches += send_batches(store, 2, start=2)

@@ -32,9 +32,9 @@ def _sent(store: MessageStore, **kw) -> StoredMessage:
     return store.query_by_id(r.msg_id)
 
 
-def _ext_rows(store: MessageStore) -> dict[tuple[str, int], int]:
-    """(topic, commitlog offset) -> real tag code of every consume_queue_ext unit."""
-    rows = store.table("consume_queue_ext").select("topic", "commitlog_offset", "tags_code").collect()
+def _unit_codes(store: MessageStore) -> dict[tuple[str, int], int]:
+    """(topic, commitlog offset) -> tag code of every consume queue unit."""
+    rows = store.table("consume_queue").select("topic", "commitlog_offset", "tags_code").collect()
     return {(r.topic, r.commitlog_offset): r.tags_code for r in rows}
 
 
@@ -69,15 +69,15 @@ def test_send_back_goes_to_schedule_topic_with_retry_properties(store):
     assert (r2.topic, r2.queue_id, r2.queue_offset, r2.commitlog_offset) == (SCHEDULE_TOPIC, 2, 1, end + back.size)
 
     store.dispatch()
-    ext = _ext_rows(store)
+    codes = _unit_codes(store)
     for res in (r, r2):
         stored = store.query_by_id(res.msg_id)
-        assert ext[SCHEDULE_TOPIC, res.commitlog_offset] == _ms(stored.store_timestamp) + levels[2]  # 3rd level: 10s
-    assert ext[("TopicTest", m.commitlog_offset)] == tags_code("TagA")  # other topics keep their tag code
-    assert len(ext) == 3
+        assert codes[SCHEDULE_TOPIC, res.commitlog_offset] == _ms(stored.store_timestamp) + levels[2]  # 3rd level: 10s
+    assert codes[("TopicTest", m.commitlog_offset)] == tags_code("TagA")  # other topics keep their tag code
+    assert len(codes) == 3
     cq = store.consume_queue(SCHEDULE_TOPIC, 2).orderBy("queue_offset").collect()
     assert [u.queue_offset for u in cq] == [0, 1]
-    assert all(u.tags_code < 0 for u in cq)  # the ext queue is on: decorated ext addresses, as RocketMQ
+    assert store.table("consume_queue_ext").count() == 0  # no SQL92 group: no bitmap, so no ext unit
 
 
 def test_deliver_timestamp_in_consume_queue_without_ext(spark, tmp_path):

@@ -40,9 +40,9 @@ def test_delay_level_is_stored_in_the_schedule_queue(store):
     assert (p["DELAY"], p["REAL_TOPIC"], p["REAL_QID"], p["TAGS"]) == ("3", "TopicTest", "2", "TagA")
     assert store.query_by_id(b.msg_id).properties["DELAY"] == "18"
     store.dispatch()
-    ext = {r.commitlog_offset: r.tags_code for r in store.table("consume_queue_ext").collect()}
-    assert ext[a.commitlog_offset] == _stored_ms(store, a) + levels[2]
-    assert ext[b.commitlog_offset] == _stored_ms(store, b) + levels[17]
+    codes = {r.commitlog_offset: r.tags_code for r in store.table("consume_queue").collect()}
+    assert codes[a.commitlog_offset] == _stored_ms(store, a) + levels[2]
+    assert codes[b.commitlog_offset] == _stored_ms(store, b) + levels[17]
 
 
 def test_nothing_is_visible_before_its_time_then_delivered_once(store):
@@ -69,6 +69,36 @@ def test_nothing_is_visible_before_its_time_then_delivered_once(store):
     assert (m.properties["REAL_TOPIC"], m.properties["REAL_QID"], m.properties["a"]) == ("TopicTest", "1", "1")
     assert store.query_by_key("TopicTest", "k1")[0].msg_id == m.msg_id
     assert m.size == store.table("commitlog").where(f"physical_offset = {m.commitlog_offset}").first().size
+
+
+def _dispatch_with_every_unit_in_the_ext_table(store) -> None:
+    """Dispatch as stores did before ext units were kept for bitmaps alone: every consume queue unit points at
+    an ext unit holding its real tag code (a delayed message's deliver time)."""
+    from storelib.delta.writer import Target, write_items_here
+    from storelib.dispatch.reput import REPUT_MARKER
+    from storelib.dispatch.request import CommitlogFiles, DispatchRequests
+
+    tables, end = store.context.tables, store.max_offset()
+    start = store.dispatch_progress()["consume_queue"]
+    names = ("consume_queue_ext", "consume_queue")
+    requests = DispatchRequests(dict.fromkeys(names, start), True, 25, tuple(store.config.delay_levels_ms))
+    paths = [(p, False, True) for p in tables.commitlog.files(tables.commitlog.snapshot())]
+    written = write_items_here(paths, {n: Target.of(tables.by_name()[n]) for n in names}, CommitlogFiles(start, end, True, requests))
+    for name in names:
+        table = tables.by_name()[name]
+        table.commit(table.snapshot(), written[name], markers={REPUT_MARKER: end})
+
+
+def test_a_store_whose_units_all_point_at_ext_units_delivers_on_time(store):
+    sent = store.send(Message("TopicTest", body=b"late", tags="TagA", delay_level=2, queue_id=1))
+    _dispatch_with_every_unit_in_the_ext_table(store)
+    units = store.consume_queue(SCHEDULE_TOPIC, 1).collect()
+    assert [u.tags_code < 0 for u in units] == [True]  # an ext address, not the deliver time
+    due = _stored_ms(store, sent) + store.config.delay_levels_ms[1]
+    assert store.deliver_delayed(now=due - 1).delivered == 0  # the deliver time is read from the ext unit
+    assert store.deliver_delayed(now=due).delivered == 1
+    assert store.deliver_delayed(now=due + HOUR).delivered == 0
+    assert _topic_bodies(store, "TopicTest") == [b"late"]
 
 
 def test_levels_deliver_in_queue_order_and_stop_at_the_first_not_due(store):

@@ -11,13 +11,15 @@ unit before the unit pointing at it). A run that dies anywhere leaves each targe
 its old marker or fully at the new one, so the next run redoes exactly what is missing: nothing
 twice, nothing skipped.
 
-With the ext queue on (``enable_consume_queue_ext``), each consume queue row's tag code is the
-decorated address of its ``consume_queue_ext`` row, which holds the real tag code, the store time
-and the filter bitmap: CommitLogDispatcherCalcBitMap evaluates every live SQL92 subscription of
-the message's topic (on the executors, vectorized over each batch the job reads: see
-:mod:`storelib.dispatch.calc_bitmap`) and sets the subscription's Bloom bits where it returns TRUE. Each ext row records the registry version its bitmap was computed with.
-With the ext queue off, the ext target still moves its marker (with no rows), so the two always
-cover the same messages.
+With the ext queue on (``enable_consume_queue_ext``), a message of a topic with live SQL92
+subscriptions gets a ``consume_queue_ext`` row holding its real tag code, store time and filter
+bitmap, and its consume queue row's tag code is the decorated address of it:
+CommitLogDispatcherCalcBitMap evaluates every live SQL92 subscription of the message's topic (on the
+executors, vectorized over each batch the job reads: see :mod:`storelib.dispatch.calc_bitmap`) and
+sets the subscription's Bloom bits where it returns TRUE. Each ext row records the registry version
+its bitmap was computed with. Other messages have no ext row (there is no bitmap to keep), and their
+consume queue rows hold their real tag codes, as a stock broker's do. The ext target moves its marker
+every run, with or without rows, so the two always cover the same messages.
 
 A follower (``Dispatcher.run(follow=True)``, ``storelib dispatch --follow``) runs dispatch as messages
 arrive, round after round, until it is told to stop; each round is one run like any other, so a
@@ -170,8 +172,8 @@ class Dispatcher:
     >>> from storelib import Message
     >>> _ = store.send(Message("TopicTest", tags="TagB"))
     >>> dispatcher = Dispatcher.of(store.context)
-    >>> dispatcher.run().rows
-    {'consume_queue_ext': 1, 'consume_queue': 1, 'index': 1}
+    >>> dispatcher.run().rows                                # no SQL92 group on TopicTest: no bitmap, no ext unit
+    {'consume_queue_ext': 0, 'consume_queue': 1, 'index': 1}
     >>> len(set(dispatcher.progress().values()))             # every table at the commitlog's end
     1
     """
@@ -342,7 +344,7 @@ class Dispatcher:
         for name in pending:
             result.from_offset = min(result.from_offset, starts[name])
         began = time.perf_counter()
-        files = self._write({n: s for n, s in starts.items() if s < end}, commitlog, end)
+        files = self._write({n: s for n, s in starts.items() if s < end}, commitlog, end, starts.get("consume_queue_ext"))
         result.seconds["scan"] = round(result.seconds.get("scan", 0.0) + time.perf_counter() - began, 3)
         try:
             return self._commit_in_order(pending, snapshots, starts, files, end, result)
@@ -402,14 +404,17 @@ class Dispatcher:
             return
         self._step("consume_queue_ext.summarized")
 
-    def _write(self, starts: dict[str, int], commitlog, end: int) -> dict[str, list[WrittenFile]]:
-        """Every target's rows for commitlog ``[its start, end)``, written in one Spark job over one read.
+    def _write(self, starts: dict[str, int], commitlog, end: int, ext_at: int | None = None) -> dict[str, list[WrittenFile]]:
+        """Every target's rows for commitlog ``[its start, end)``, written in one Spark job over one read;
+        ``ext_at`` is the ext table's marker.
 
         The executors read the commitlog files with pyarrow and cut the rows into each target's; when
         SQL92 subscriptions of a topic in the range need filter bitmaps, they compute them on the same
-        batches (:class:`~storelib.dispatch.calc_bitmap.FilterBitmaps`). The ``properties`` map, the
-        widest column, is read only from the files that may hold a message needing it: a delayed or
-        timer one (its tag code is its deliver time) or one of a subscribed topic.
+        batches (:class:`~storelib.dispatch.calc_bitmap.FilterBitmaps`). Only the messages of those
+        topics get ext units (the ext table holds what a bitmap was computed for); the others' consume
+        queue units keep their real tag codes. The ``properties`` map, the widest column, is read only
+        from the files that may hold a message needing it: a delayed or timer one (its tag code is its
+        deliver time) or one of a subscribed topic.
         """
         from storelib.model.topic import SCHEDULE_TOPIC, TIMER_TOPIC
 
@@ -419,14 +424,18 @@ class Dispatcher:
         low = min(writing.values())
         actions = Table.prune(commitlog, Prune(between={"physical_offset": (low, end - 1)}))
         holding = functools.partial(_files_holding, actions)
-        coded = "consume_queue_ext" in writing or ("consume_queue" in writing and not self.ext_enabled)  # real tag codes
+        coded = "consume_queue_ext" in writing or "consume_queue" in writing  # real tag codes
         version, live = self.filters()
-        subs = [s for s in live if holding(s.topic)] if "consume_queue_ext" in writing else []
+        subs = [s for s in live if holding(s.topic)] if coded and self.ext_enabled else []
+        bitmaps = FilterBitmaps.of(subs, version) if subs else None
         with_properties = set().union(*(holding(t) for t in {s.topic for s in subs}),
                                       holding(SCHEDULE_TOPIC) | holding(TIMER_TOPIC) if coded else set())
         shift = hash_range_shift(self.config.index_hash_ranges)
-        requests = DispatchRequests(writing, self.ext_enabled, shift, tuple(self.config.delay_levels_ms),
-                                    FilterBitmaps.of(subs, version) if subs else None)
+        ext_from, ext_had = 0, ()
+        if self.ext_enabled and "consume_queue" in writing and ext_at is not None and ext_at > writing["consume_queue"]:
+            ext_from, ext_had = ext_at, self._ext_units_between(writing["consume_queue"], min(ext_at, end))
+        requests = DispatchRequests(writing, self.ext_enabled, shift, tuple(self.config.delay_levels_ms), bitmaps,
+                                    ext_topics=bitmaps.topics if bitmaps else (), ext_from=ext_from, ext_had=ext_had)
         targets = {}
         for name in writing:
             summarize = summarizer_for(live) if name == "consume_queue_ext" else None
@@ -441,6 +450,16 @@ class Dispatcher:
         if end - low <= self.config.dispatch_local_max_bytes:  # a small increment: here, no Spark job
             return write_items_here(files, targets, per_file)
         return write_items(self.spark, files, actions.column("size_bytes").to_pylist(), targets, per_file)
+
+    def _ext_units_between(self, low: int, high: int) -> tuple[int, ...]:
+        """The commitlog offsets in ``[low, high)`` the ext table holds units for (committed by a run that
+        died before its consume queue commit: the consume queue units written again point at exactly those)."""
+        import pyarrow.compute as pc
+
+        ext = self.targets["consume_queue_ext"]
+        rows = ext.read_view(ext.view(), Prune(between={"commitlog_offset": (low, high - 1)}), columns=["commitlog_offset"],
+                             filter=(pc.field("commitlog_offset") >= low) & (pc.field("commitlog_offset") < high))
+        return tuple(sorted(rows.column("commitlog_offset").to_pylist()))
 
     @property
     def ext_enabled(self) -> bool:

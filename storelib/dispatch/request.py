@@ -72,9 +72,12 @@ class DispatchRequests:
     """Cuts batches of commitlog rows into the targets' rows, on the executors.
 
     A target gets the rows at or past its own start (targets may stand at different markers after
-    a crash): consume queue and ext units for queued messages (normal or committed, not prepared
-    or rolled back), the consume queue's tag code being the decorated ext address when the ext
-    queue is on; index rows (IndexService.buildIndex) for the UNIQ_KEY and each non-empty key of
+    a crash): consume queue units for queued messages (normal or committed, not prepared or rolled
+    back), and, with the ext queue on, ext units for those of ``ext_topics`` (the topics CalcBitMap
+    computes bitmaps for; None: every topic), whose consume queue tag code is then the decorated ext
+    address; the others keep their real tag code, as a stock broker's units do. Below ``ext_from``
+    (the ext table's marker, when an earlier run committed its ext units but not their consume queue
+    units) a unit points at an ext unit exactly when ``ext_had`` holds its commitlog offset. Index rows (IndexService.buildIndex) for the UNIQ_KEY and each non-empty key of
     KEYS of every message not rolled back, as hashes of ``topic#key`` filed by hash range. A
     batch may carry ``properties`` (read when a delayed or subscribed message may be among its
     rows); with ``bitmaps``, the ext units get the ``filter_bitmap`` and ``filter_version`` it
@@ -96,6 +99,9 @@ class DispatchRequests:
     index_shift: int
     delays_ms: tuple[int, ...]
     bitmaps: "FilterBitmaps | None" = None
+    ext_topics: tuple[str, ...] | None = None
+    ext_from: int = 0
+    ext_had: tuple[int, ...] = ()
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[dict[str, pa.RecordBatch]]:
         for batch in batches:
@@ -131,13 +137,32 @@ class DispatchRequests:
                 code = pc.coalesce(deliver_times(delay, store_ms, self.delays_ms), code)
         return code
 
+    def _with_ext(self, b: pa.RecordBatch) -> pa.Array | bool:
+        """Which of the batch's messages have an ext unit (True or False: all or none of them)."""
+        if not self.ext_enabled:
+            return False
+        mine = True if self.ext_topics is None else pc.is_in(b.column("topic"), pa.array(self.ext_topics, pa.string()))
+        offsets = b.column("physical_offset")
+        if self.ext_from and b.num_rows and pc.min(offsets).as_py() < self.ext_from:  # committed by an earlier run
+            had = pc.is_in(offsets, pa.array(self.ext_had, pa.int64()))
+            mine = pc.if_else(pc.less(offsets, self.ext_from), had, mine if mine is not True else pa.scalar(True))
+        if isinstance(mine, bool):
+            return mine
+        return True if pc.all(mine).as_py() else False if not pc.any(mine).as_py() else mine
+
     def consume_queue(self, b: pa.RecordBatch) -> pa.RecordBatch:
-        # With the ext queue on, a unit's tag code field is the decorated address of its ext unit,
-        # which is numbered by queue offset (one ext unit per consume queue unit).
-        return consume_queue.units(b, decorate_ext_addrs(b.column("queue_offset")) if self.ext_enabled
-                                   else self._tags_code(b))
+        # A unit with an ext unit has the decorated address of it as its tag code field; ext units are
+        # numbered by queue offset (at most one per consume queue unit).
+        with_ext = self._with_ext(b)
+        if with_ext is True:
+            return consume_queue.units(b, decorate_ext_addrs(b.column("queue_offset")))
+        if with_ext is False:
+            return consume_queue.units(b, self._tags_code(b))
+        return consume_queue.units(b, pc.if_else(with_ext, decorate_ext_addrs(b.column("queue_offset")), self._tags_code(b)))
 
     def consume_queue_ext(self, b: pa.RecordBatch) -> pa.RecordBatch:
+        if self.ext_topics is not None and b.num_rows:
+            b = b.filter(pc.is_in(b.column("topic"), pa.array(self.ext_topics, pa.string())))
         if self.bitmaps is not None and b.num_rows:
             b = self.bitmaps(b)
         return consume_queue_ext.units(b, self._tags_code(b))

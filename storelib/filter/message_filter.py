@@ -56,6 +56,9 @@ class MessageFilter:
     >>> df.where(sql.commitlog_column()).count(), sql.sql.evaluate({"a": "5"})
     (1, True)
     >>> tag = MessageFilter("TopicTest", MessageSelector.by_tag("TagA"))
+    >>> from storelib import Message
+    >>> _ = store.subscribe("GroupS", "TopicTest", MessageSelector.by_sql("a > 3"))   # the topic's messages get ext units
+    >>> _ = store.send(Message("TopicTest", tags="TagA", properties={"a": "5"})); _ = store.dispatch()
     >>> ext = store.context.tables.consume_queue_ext.read(spark)     # real tag codes, bitmaps
     >>> ext.where(tag.consume_queue_column()).count()
     1

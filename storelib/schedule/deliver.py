@@ -11,8 +11,9 @@ What waits (see :mod:`storelib.send.schedule`):
   below ``Q`` due at or before ``T`` are delivered. A run at ``now`` delivers the rest of those
   due by ``now``, then moves ``(T, Q)`` to ``(now, the queue's end)``.
 
-A run reads the due units from the consume queue (``consume_queue_ext`` when it is on, whose tag
-code is the real one) plus the part of the commitlog dispatch has not reached yet, so it needs no
+A run reads the due units from the consume queue (a unit pointing at an ext unit, as every unit did
+in a store dispatched before ext units were kept for filter bitmaps alone, takes the ext unit's tag
+code) plus the part of the commitlog dispatch has not reached yet, so it needs no
 dispatch first. It then reads the due messages and stores each under its ``REAL_TOPIC`` /
 ``REAL_QID``, as ``messageTimeUp`` does: body, flag, sysflag, born time and host, reconsume times
 and the other properties kept; a level's ``DELAY``, ``TIMER_DELIVER_MS`` and ``TIMER_DELAY_SEC``
@@ -58,6 +59,7 @@ from storelib.delta.table import Prune
 from storelib.dispatch.reput import REPUT_MARKER
 from storelib.dispatch.request import deliver_times, timer_out_times
 from storelib.encoding.arrow import Distinct
+from storelib.encoding.ext_addr import MAX_EXT_ADDR, undecorate_ext_addrs
 from storelib.encoding.properties import edit_properties, properties_lengths
 from storelib.encoding.record import message_lengths
 from storelib.model.errors import MessageNotFoundError, ProgressMovedError, StoreError, TimerMessageError
@@ -65,6 +67,7 @@ from storelib.model.message import MessageConst, SysFlag
 from storelib.model.timestamps import epoch_ms, now_ms
 from storelib.model.topic import SCHEDULE_TOPIC, TIMER_TOPIC
 from storelib.storage.commitlog import STAGED_SCHEMA, EncodedMessage, Progress, now_millis, read_messages
+from storelib.storage.consume_queue_ext import ext_units
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -134,16 +137,18 @@ def _units(ctx: StoreContext, topic: str, queue_id: int, low: int, timer_after: 
     """Units of one schedule queue from ``low`` on (for the timer: also those below it due after
     ``timer_after``), as queue_offset, commitlog_offset, deliver time (tags_code): the dispatched ones
     from the unit table, the rest read from the commitlog past the table's ``reput`` marker."""
-    table = ctx.tables.consume_queue_ext if ctx.config.enable_consume_queue_ext else ctx.tables.consume_queue
+    table = ctx.tables.consume_queue
     view = table.view(markers=[REPUT_MARKER])
     reput = view.marker(REPUT_MARKER)
     test = (pc.field("topic") == topic) & (pc.field("queue_id") == queue_id)
     wanted = pc.field("queue_offset") >= low
     prune = Prune(equal={"topic": topic, "queue_id": queue_id}, between={"queue_offset": (low, 2**62)})
     if timer_after is not None:
-        wanted = wanted | (pc.field("tags_code") > timer_after)
+        wanted = wanted | (pc.field("tags_code") > timer_after) | (pc.field("tags_code") <= MAX_EXT_ADDR)
         prune = Prune(equal={"topic": topic, "queue_id": queue_id})
-    units = table.read_view(view, prune, columns=_UNITS, filter=test & wanted)
+    units = _real_codes(ctx, topic, queue_id, table.read_view(view, prune, columns=_UNITS, filter=test & wanted))
+    if timer_after is not None:
+        units = units.filter((pc.field("queue_offset") >= low) | (pc.field("tags_code") > timer_after))
     log = ctx.tables.commitlog
     tail = log.read_view(log.view(), Prune(between={"physical_offset": (reput, 2**62)}),
                          columns=["physical_offset", "queue_offset", "store_timestamp", "properties"],
@@ -160,6 +165,19 @@ def _units(ctx: StoreContext, topic: str, queue_id: int, low: int, timer_after: 
                           "tags_code": pc.fill_null(code, 0)})
         units = pa.concat_tables([units.cast(extra.schema), extra])
     return units.sort_by("queue_offset"), reput
+
+
+def _real_codes(ctx: StoreContext, topic: str, queue_id: int, units: pa.Table) -> pa.Table:
+    """``units`` with the tag code of the ext unit where theirs is an ext address (a unit whose ext unit
+    is gone keeps its address: below any deliver time, it is due, so it is delivered rather than lost)."""
+    codes = units.column("tags_code").to_numpy()
+    is_ext, at = undecorate_ext_addrs(codes)
+    if not is_ext.any():
+        return units
+    ext = ext_units(ctx.tables.consume_queue_ext, topic, queue_id, int(at[is_ext].min()), int(at[is_ext].max()))
+    real = dict(zip(ext.column("ext_offset").to_pylist(), ext.column("tags_code").to_pylist()))
+    fixed = [real.get(int(a), int(c)) if e else int(c) for e, a, c in zip(is_ext, at, codes)]
+    return units.set_column(units.schema.get_field_index("tags_code"), "tags_code", pa.array(fixed, pa.int64()))
 
 
 def _plan(ctx: StoreContext, now: int) -> _Plan:

@@ -1,6 +1,6 @@
-"""The ConsumeQueueExt: per (topic, queue), one ext unit per message, addressed by ``ext_offset``:
-the real tag code, the store time and the filter bitmap (CalcBitMap's Bloom bits), with the
-registry version the bitmap was computed with. A consume queue unit points at its ext unit by a
+"""The ConsumeQueueExt: per (topic, queue), one ext unit per message of a topic with SQL92 groups (one
+a bitmap is computed for), addressed by ``ext_offset``: the real tag code, the store time and the
+filter bitmap (CalcBitMap's Bloom bits), with the registry version the bitmap was computed with. A consume queue unit points at its ext unit by a
 decorated address in its tag code field (:mod:`storelib.encoding.ext_addr`).
 """
 
@@ -19,8 +19,12 @@ __all__ = ["CONSUME_QUEUE_EXT", "ext_units", "units"]
 def ext_units(ext: Table, topic: str, queue_id: int, lo: int, hi: int) -> pa.Table:
     """Ext units of the queue with ``lo <= ext_offset <= hi``, sorted: real tags code, bitmap, bitmap version.
 
-    >>> ext_units(store.context.tables.consume_queue_ext, "TopicTest", r.queue_id, 0, 0).column("tags_code").to_pylist()
-    [2598919]
+    >>> from storelib import Message, MessageSelector
+    >>> _ = store.subscribe("GroupS", "TopicTest", MessageSelector.by_sql("a > 3"))   # the topic's messages get ext units
+    >>> sent = store.send(Message("TopicTest", tags="TagA", properties={"a": "5"})); _ = store.dispatch()
+    >>> ext = ext_units(store.context.tables.consume_queue_ext, "TopicTest", sent.queue_id, 0, 9)
+    >>> ext.column("ext_offset").to_pylist() == [sent.queue_offset], ext.column("tags_code").to_pylist()
+    (True, [2598919])
     """
     actions = ext.prune(queue_files(ext, ext.view(), topic, queue_id), Prune(between={"ext_offset": (lo, hi)}))
     rows = ext.read_arrow(paths=ext.paths(actions),
