@@ -152,6 +152,34 @@ class TestDispatch:
         assert_dispatched_exactly(spark, store)
 
 
+def test_a_follower_round_moves_the_ext_marker_only_with_rows_or_with_the_index(spark, store):
+    """Between two index rounds a follower commits the ext table only when it has units to add; the ext units
+    of a later round start at the consume queue's marker, since no unit below it points at one."""
+    import time
+
+    dispatcher = Dispatcher.of(store.context)
+    dispatcher._index_every_s, dispatcher._indexed_at = 3600.0, time.monotonic()  # a follower, the index just built
+    ext = store.context.tables.consume_queue_ext
+    before = ext.snapshot().version()
+    first = store.send(Message("TopicTest", tags="TagA", properties={"a": "7"}))
+    assert dispatcher.run().rows["consume_queue"] == 1
+    assert ext.snapshot().version() == before  # nothing to add: no commit
+    progress = store.dispatch_progress()
+    assert progress["consume_queue_ext"] < progress["consume_queue"] == store.max_offset()
+
+    store.subscribe("GroupS", "TopicTest", MessageSelector.by_sql("a > 5"))
+    second = store.send(Message("TopicTest", tags="TagB", properties={"a": "9"}))
+    assert dispatcher.run().rows["consume_queue_ext"] == 1
+    assert [r.commitlog_offset for r in store.table("consume_queue_ext").collect()] == [second.commitlog_offset]
+    codes = {r.commitlog_offset: r.tags_code for r in store.table("consume_queue").collect()}
+    assert codes[first.commitlog_offset] == tags_code("TagA")
+    assert codes[second.commitlog_offset] == decorate_ext_addr(second.queue_offset)
+    assert store.read("TopicTest", group="GroupS").count() == 2  # the first by its exact check, the second by its bitmap too
+    store.dispatch()
+    progress = store.dispatch_progress()
+    assert progress["consume_queue_ext"] == progress["consume_queue"] == progress["index"] == store.max_offset()
+
+
 def test_dispatch_never_collects_messages(spark, store):
     """The session's maxResultSize is 4m; these (incompressible) bodies add up to ~23 MB."""
     assert spark.sparkContext.getConf().get("spark.driver.maxResultSize") == "4m"

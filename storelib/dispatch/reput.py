@@ -316,6 +316,7 @@ class Dispatcher:
         self._filters = None
         pending = [name for name in self.targets if name != "index" or index_due]
         everything = len(pending) == len(self.targets)
+        lazy = self._index_every_s > 0 and not index_due  # a follower's round between two index rounds
         for attempt in range(1, self.config.max_commit_attempts + 1):
             with contextlib.ExitStack() as turns:  # the targets' turns, in one order: local dispatchers queue
                 snapshots = {name: turns.enter_context(self.targets[name].commit_turn()) for name in pending}
@@ -323,7 +324,7 @@ class Dispatcher:
                 if result is None:  # every attempt dispatches up to the first one's end
                     end = commitlog.marker(COMMITLOG_MARKER)
                     result = DispatchResult(end, end)
-                pending = self._attempt(pending, snapshots, commitlog.actions, end, result)
+                pending = self._attempt(pending, snapshots, commitlog.actions, end, result, lazy)
             if not pending:
                 self._queued_to = result.to_offset
                 if everything:
@@ -335,19 +336,25 @@ class Dispatcher:
                                                "commits in a row")
 
     def _attempt(self, pending: list[str], snapshots: dict, commitlog: "pa.Table", end: int,
-                 result: DispatchResult) -> list[str]:
-        """One try at every pending target from ``snapshots``, up to commitlog offset ``end``; the targets still to do."""
+                 result: DispatchResult, lazy: bool = False) -> list[str]:
+        """One try at every pending target from ``snapshots``, up to commitlog offset ``end``; the targets still to do.
+        With ``lazy``, an ext commit that would move the marker alone is left for a later round."""
         starts = {name: self.targets[name].markers_at(snapshots[name], [REPUT_MARKER])[REPUT_MARKER] for name in pending}
+        ext_at = starts.get("consume_queue_ext")
+        if ext_at is not None and "consume_queue" in starts and ext_at < starts["consume_queue"]:
+            # behind the consume queue only by rounds that had no ext unit to write (the ext table commits first
+            # otherwise): no unit up to the consume queue's marker points at one, so there is nothing to redo
+            starts["consume_queue_ext"] = starts["consume_queue"]
         ahead = ahead_of_commitlog(starts, end)  # past this view's end: another dispatcher went on, or commits were lost
         if ahead and ahead_of_commitlog(starts, Table.marker(self.commitlog.snapshot(), COMMITLOG_MARKER)):
             raise StoreCorruptedError(ahead, self.commitlog.path.rsplit("/", 1)[0])  # lost: never caught up, silently
         for name in pending:
             result.from_offset = min(result.from_offset, starts[name])
         began = time.perf_counter()
-        files = self._write({n: s for n, s in starts.items() if s < end}, commitlog, end, starts.get("consume_queue_ext"))
+        files = self._write({n: s for n, s in starts.items() if s < end}, commitlog, end, ext_at)
         result.seconds["scan"] = round(result.seconds.get("scan", 0.0) + time.perf_counter() - began, 3)
         try:
-            return self._commit_in_order(pending, snapshots, starts, files, end, result)
+            return self._commit_in_order(pending, snapshots, starts, files, end, result, lazy)
         except BaseException:
             for name, written in files.items():
                 if name not in result.versions:
@@ -355,17 +362,21 @@ class Dispatcher:
             raise
 
     def _commit_in_order(self, pending: list[str], snapshots: dict, starts: dict[str, int],
-                         files: dict[str, list[WrittenFile]], end: int, result: DispatchResult) -> list[str]:
+                         files: dict[str, list[WrittenFile]], end: int, result: DispatchResult,
+                         lazy: bool = False) -> list[str]:
         """Commit each pending target's files with its marker moved to ``end``, in order; stop at the
         first conflict (its files are deleted) and return the targets still to do. The summaries of the
         ext files committed are recorded last, off the path to the consume queue's commit: until they
-        are, a filtered read reads those files rather than skipping them."""
+        are, a filtered read reads those files rather than skipping them. With ``lazy``, the ext table
+        gets no commit when it has no rows (its marker moves with the index, once a second): the consume
+        queue units of the range then hold real tag codes, so nothing points past the ext marker."""
         summarize: list[WrittenFile] = []
         try:
             for i, name in enumerate(pending):
                 table, written = self.targets[name], files.get(name, [])
                 began = time.perf_counter()
-                if starts[name] >= end:
+                left = starts[name] >= end or (lazy and name == "consume_queue_ext" and not written)
+                if left:
                     version = snapshots[name].version()
                 else:
                     self._step(f"{name}.written")
@@ -382,7 +393,7 @@ class Dispatcher:
                 result.rows[name] = sum(f.num_records for f in written)
                 result.versions[name] = version  # committed: its files are the table's now
                 result.seconds[name] = round(time.perf_counter() - began, 3)
-                if starts[name] < end:
+                if not left:
                     self._step(f"{name}.committed")
             return []
         finally:
