@@ -120,6 +120,31 @@ def test_a_follower_builds_the_index_once_a_second_and_all_of_it_when_stopped(st
     assert len(store.query_by_key("TopicTest", "last")) == 1
 
 
+def test_a_follower_starts_a_round_at_most_once_every_round_ms(store):
+    """Messages sent every 10 ms for 1.5 s: with round_ms=400 no more than one round per 400 ms, and every
+    message dispatched once."""
+    import threading
+
+    stop, heard = threading.Event(), []
+    follower = threading.Thread(target=store.dispatcher().run, kwargs={
+        "follow": True, "stop": stop, "interval_ms": 5, "round_ms": 400, "compact_every_ms": 0, "on_round": heard.append})
+    began = time.monotonic()
+    follower.start()
+    sent = 0
+    try:
+        while time.monotonic() - began < 1.5:
+            store.send(Message("TopicTest", body=b"x", queue_id=0))
+            sent += 1
+            time.sleep(0.01)
+    finally:
+        stop.set()
+        follower.join(timeout=60)
+    elapsed = time.monotonic() - began
+    assert 1 <= len(heard) <= elapsed / 0.4 + 1 < sent
+    assert store.consume_queue("TopicTest", 0).count() == sent
+    assert set(store.dispatch_progress().values()) == {store.max_offset()}
+
+
 def test_a_held_pull_is_answered_by_the_follower(store):
     import threading
 

@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 from storelib.admin.command import add_verb
 from storelib.admin.output import Output
 from storelib.cli import Progress, non_negative_int, positive_int
+from storelib.dispatch.reput import ROUND_MS
 from storelib.maintenance.upkeep import delete_expired
 from storelib.model.errors import StoreCorruptedError
 from storelib.store import MessageStore
@@ -59,7 +60,7 @@ def _follow(store: MessageStore, args: argparse.Namespace, progress: Progress) -
 
     progress.say(f"following the commitlog from offset {min(store.dispatch_progress().values())}, every {args.interval_ms} ms")
     total = store.dispatcher().run(follow=True, stop=stop, interval_ms=args.interval_ms, on_round=heard,
-                                   compact_every_ms=args.compact_every_ms)
+                                   compact_every_ms=args.compact_every_ms, round_ms=args.round_ms)
     return (f"stopped by {why[0] if why else 'request'} after {progress.elapsed:.1f}s: {len(rounds)} rounds dispatched "
             f"commitlog [{total.from_offset}, {total.to_offset}), {total.consume_queue_rows} consume_queue rows")
 
@@ -154,6 +155,9 @@ def register(sub: "argparse._SubParsersAction") -> None:
                  writes=True, create=True)
     p.add_argument("--follow", action="store_true", help="keep dispatching as messages arrive, until SIGTERM or SIGINT")
     p.add_argument("--interval-ms", type=positive_int, default=100, help="with --follow: wait between idle rounds")
+    p.add_argument("--round-ms", type=non_negative_int, default=ROUND_MS,
+                   help="with --follow: start a round at most this often (0: as soon as the last one ends); longer "
+                        "rounds cost consumers less CPU per message and add to each message's wait")
     p.add_argument("--compact-every-ms", type=non_negative_int, default=10_000,
                    help="with --follow: merge the fresh small files of the commitlog, consume queue and index this often (0: never)")
     for name, run, doc in (("deliver", _deliver, "Deliver the delayed, timer and sent-back messages that are due, "

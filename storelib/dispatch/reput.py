@@ -18,8 +18,9 @@ CommitLogDispatcherCalcBitMap evaluates every live SQL92 subscription of the mes
 executors, vectorized over each batch the job reads: see :mod:`storelib.dispatch.calc_bitmap`) and
 sets the subscription's Bloom bits where it returns TRUE. Each ext row records the registry version
 its bitmap was computed with. Other messages have no ext row (there is no bitmap to keep), and their
-consume queue rows hold their real tag codes, as a stock broker's do. The ext target moves its marker
-every run, with or without rows, so the two always cover the same messages.
+consume queue rows hold their real tag codes, as a stock broker's do. A one-off run moves the ext
+marker with the others; a follower's round only when it adds ext rows, or with the index (once a
+second): up to the consume queue's marker, no unit points past the ext marker.
 
 A follower (``Dispatcher.run(follow=True)``, ``storelib dispatch --follow``) runs dispatch as messages
 arrive, round after round, until it is told to stop; each round is one run like any other, so a
@@ -164,6 +165,10 @@ SUMMARY_EVERY_S = 1.0
 #: ... and builds the index at most this often (one commit of it a second, of all that arrived since): a
 #: message's keys are found at most this long after its queue unit.
 INDEX_EVERY_S = 1.0
+#: A follower starts a round at most this often (ms) while messages keep coming: a round's commits, and the
+#: pulls it wakes in every consumer, cost per round, so back-to-back rounds of a few hundred messages cost
+#: more CPU than they save in wait on a busy machine (see the README's online figures).
+ROUND_MS = 120
 
 
 class Dispatcher:
@@ -221,7 +226,8 @@ class Dispatcher:
         return out
 
     def run(self, follow: bool = False, *, stop: threading.Event | None = None, interval_ms: int = 100,
-            on_round: Callable[[DispatchResult], None] | None = None, compact_every_ms: int = 10_000) -> DispatchResult:
+            on_round: Callable[[DispatchResult], None] | None = None, compact_every_ms: int = 10_000,
+            round_ms: int = ROUND_MS) -> DispatchResult:
         """Dispatch everything sequenced so far; return what was done. Pulls held in this process are woken.
 
         One Spark job (or, for a small increment, this process) reads the commitlog range once and
@@ -229,7 +235,8 @@ class Dispatcher:
         dispatcher took a target's next version, the targets not yet committed are redone from fresh
         snapshots. With ``follow``, it goes on round after round until ``stop`` is set: a round that
         found nothing new waits ``interval_ms``; ``on_round`` hears of each round that dispatched
-        something; the result then covers every round. Every ``compact_every_ms`` (0: never) a
+        something; the result then covers every round. A round starts at most once every ``round_ms``
+        (0: as soon as the last one ends; see :data:`ROUND_MS`). Every ``compact_every_ms`` (0: never) a
         thread of the follower also merges the small files the tables gained (:meth:`compact_fresh`),
         so reads and commits stay as fast as the tables grow.
 
@@ -258,11 +265,13 @@ class Dispatcher:
         # a follower records summaries, and builds the index, once a second rather than every round
         self._summary_every_s, self._index_every_s = SUMMARY_EVERY_S, INDEX_EVERY_S
         while not stop.is_set():
+            began = time.monotonic()
             r = self.run()
             total = (total or DispatchResult(r.from_offset, r.to_offset)).then(r)
             if r.to_offset > r.from_offset:
                 if on_round is not None:
                     on_round(r)
+                stop.wait(max(0.0, round_ms / 1000 - (time.monotonic() - began)))
             else:
                 self._summarize(force=True)  # idle: nothing to wait for
                 stop.wait(interval_ms / 1000)

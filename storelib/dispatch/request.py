@@ -77,8 +77,9 @@ class DispatchRequests:
     computes bitmaps for; None: every topic), whose consume queue tag code is then the decorated ext
     address; the others keep their real tag code, as a stock broker's units do. Below ``ext_from``
     (the ext table's marker, when an earlier run committed its ext units but not their consume queue
-    units) a unit points at an ext unit exactly when ``ext_had`` holds its commitlog offset. Index rows (IndexService.buildIndex) for the UNIQ_KEY and each non-empty key of
-    KEYS of every message not rolled back, as hashes of ``topic#key`` filed by hash range. A
+    units) a unit points at an ext unit exactly when ``ext_had`` holds its commitlog offset. Index
+    rows (IndexService.buildIndex) for the UNIQ_KEY and each non-empty key of KEYS of every message
+    not rolled back, as hashes of ``topic#key`` filed by hash range. A
     batch may carry ``properties`` (read when a delayed or subscribed message may be among its
     rows); with ``bitmaps``, the ext units get the ``filter_bitmap`` and ``filter_version`` it
     computes (CalcBitMap), only for the rows that become ext units.
@@ -141,13 +142,13 @@ class DispatchRequests:
         """Which of the batch's messages have an ext unit (True or False: all or none of them)."""
         if not self.ext_enabled:
             return False
-        mine = True if self.ext_topics is None else pc.is_in(b.column("topic"), pa.array(self.ext_topics, pa.string()))
+        mine = pa.scalar(True) if self.ext_topics is None else \
+            pc.is_in(b.column("topic"), pa.array(self.ext_topics, pa.string()))
         offsets = b.column("physical_offset")
         if self.ext_from and b.num_rows and pc.min(offsets).as_py() < self.ext_from:  # committed by an earlier run
-            had = pc.is_in(offsets, pa.array(self.ext_had, pa.int64()))
-            mine = pc.if_else(pc.less(offsets, self.ext_from), had, mine if mine is not True else pa.scalar(True))
-        if isinstance(mine, bool):
-            return mine
+            mine = pc.if_else(pc.less(offsets, self.ext_from), pc.is_in(offsets, pa.array(self.ext_had, pa.int64())), mine)
+        if isinstance(mine, pa.Scalar):
+            return mine.as_py()
         return True if pc.all(mine).as_py() else False if not pc.any(mine).as_py() else mine
 
     def consume_queue(self, b: pa.RecordBatch) -> pa.RecordBatch:
