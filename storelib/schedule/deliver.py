@@ -175,8 +175,12 @@ def _real_codes(ctx: StoreContext, topic: str, queue_id: int, units: pa.Table) -
     if not is_ext.any():
         return units
     ext = ext_units(ctx.tables.consume_queue_ext, topic, queue_id, int(at[is_ext].min()), int(at[is_ext].max()))
-    real = dict(zip(ext.column("ext_offset").to_pylist(), ext.column("tags_code").to_pylist()))
-    fixed = [real.get(int(a), int(c)) if e else int(c) for e, a, c in zip(is_ext, at, codes)]
+    have = ext.column("ext_offset").to_numpy()
+    if not len(have):
+        return units
+    where = np.minimum(np.searchsorted(have, at), len(have) - 1)  # ext units are sorted by ext_offset
+    found = is_ext & (have[where] == at)
+    fixed = np.where(found, ext.column("tags_code").to_numpy()[where], codes)
     return units.set_column(units.schema.get_field_index("tags_code"), "tags_code", pa.array(fixed, pa.int64()))
 
 
