@@ -6,13 +6,18 @@ producer for ``seconds``; a follower (``storelib dispatch --follow``) dispatches
 pull that returned it (a ``sent_ns`` property). Reported: send throughput, the send ack p50/p99, end
 to end p50/p99, and whether commits stay as fast (the last 1,000 commits against the first 1,000), each
 against ``send_batch`` of the same messages in batches of 1,000 in the same run (the throughput ceiling);
-and the CPU each role spent per message sent (every thread of the process, delta-rs's own included),
-against the CPU the machine had over the run.
+how long the producers' commits held the table's commit turn (the writers of one machine take turns),
+and the sends in flight, whose ratio to the throughput is the mean ack (Little's law); and the CPU
+each role spent per message sent (every thread of the process, delta-rs's own included), against the
+CPU the machine had over the run.
 No Spark: every process works with pyarrow and deltalake.
 
->>> figures = OnlineFigures(1000, 10.0, 5000.0, [0.01] * 10, [0.02] * 10, 0.01, 0.011, cpu={"producers": [0.1, 0.1]}, cores=2)
+>>> figures = OnlineFigures(1000, 10.0, 5000.0, [0.01] * 10, [0.02] * 10, 0.01, 0.011, cpu={"producers": [0.1, 0.1]}, cores=2,
+...                         turn_held=9.0, in_flight=2)
 >>> figures.lines()[0].split()[:4], figures.lines()[-1]
 (['send', '100', 'msg/s', 'from'], 'CPU per message sent: producers 200 us (0.2 s); 1% of the 20 s 2 cores had while the producers sent')
+>>> figures.lines()[-2]
+"commit turn held 90% of the run by the producers' commits; 2 sends in flight: a mean ack of 20 ms at this throughput (Little's law), 10 ms measured"
 """
 
 from __future__ import annotations
@@ -103,6 +108,9 @@ class OnlineFigures:
     #: CPU seconds of each process, by role (producers, consumers, follower).
     cpu: dict[str, list[float]] = field(default_factory=dict)
     cores: int = field(default_factory=lambda: os.cpu_count() or 1)
+    #: Seconds the producers' commits held the table's commit turn, summed, and the sends in flight at once.
+    turn_held: float = 0.0
+    in_flight: int = 0
 
     def lines(self) -> list[str]:
         rate = self.sent / self.seconds
@@ -112,7 +120,19 @@ class OnlineFigures:
                 f"end to end p50 {_pct(self.end_to_end, .5) * 1000:.0f} ms, p99 {_pct(self.end_to_end, .99) * 1000:.0f} ms "
                 f"over {len(self.end_to_end):,} messages pulled",
                 f"flat: commit p50 of the last 1,000 of {self.commits:,} commits {self.last_p50 * 1000:.1f} ms against "
-                f"the first 1,000's {self.first_p50 * 1000:.1f} ms ({self.last_p50 / self.first_p50:.2f}x)"] + self._cpu_lines()
+                f"the first 1,000's {self.first_p50 * 1000:.1f} ms ({self.last_p50 / self.first_p50:.2f}x)"] \
+            + self._turn_lines() + self._cpu_lines()
+
+    def _turn_lines(self) -> list[str]:
+        """Why the ack is what it is: writers of one machine take turns to commit, and the sends in flight
+        over the throughput is the mean ack (Little's law)."""
+        if not self.in_flight:
+            return []
+        rate = self.sent / self.seconds
+        mean = sum(self.acks) / len(self.acks) if self.acks else float("nan")
+        return [f"commit turn held {self.turn_held / self.seconds:.0%} of the run by the producers' commits; "
+                f"{self.in_flight:,} sends in flight: a mean ack of {self.in_flight / rate * 1000:.0f} ms at this throughput "
+                f"(Little's law), {mean * 1000:.0f} ms measured"]
 
     def _cpu_lines(self) -> list[str]:
         if not self.cpu:
@@ -128,6 +148,7 @@ class OnlineFigures:
                 "e2e_p50_ms": round(_pct(self.end_to_end, .5) * 1000, 1),
                 "e2e_p99_ms": round(_pct(self.end_to_end, .99) * 1000, 1), "pulled": len(self.end_to_end),
                 "flat_ratio": round(self.last_p50 / self.first_p50, 2), "commits": self.commits,
+                "turn_held": round(self.turn_held / self.seconds, 2), "in_flight": self.in_flight,
                 **{f"cpu_us_per_msg_{role}": round(sum(v) / self.sent * 1e6) for role, v in self.cpu.items()}}
 
 
@@ -186,7 +207,8 @@ def bench_online(seconds: float = 60, *, producers: int = 4, threads: int = 16, 
         if follower_cpu is not None:
             cpu["follower"] = [follower_cpu]
         return OnlineFigures(n, elapsed, ceiling, [a for _, a in acks], latencies, _pct(first, .5), _pct(last, .5),
-                             len(commits), cpu)
+                             len(commits), cpu, turn_held=sum(c for _, c in commits),
+                             in_flight=producers * threads * window)
     finally:
         for p in procs:
             if p.poll() is None:
