@@ -148,7 +148,7 @@ class OnlineFigures:
                 "e2e_p50_ms": round(_pct(self.end_to_end, .5) * 1000, 1),
                 "e2e_p99_ms": round(_pct(self.end_to_end, .99) * 1000, 1), "pulled": len(self.end_to_end),
                 "flat_ratio": round(self.last_p50 / self.first_p50, 2), "commits": self.commits,
-                "turn_held": round(self.turn_held / self.seconds, 2), "in_flight": self.in_flight,
+                "turn_held_share": round(self.turn_held / self.seconds, 2), "in_flight": self.in_flight,
                 **{f"cpu_us_per_msg_{role}": round(sum(v) / self.sent * 1e6) for role, v in self.cpu.items()}}
 
 
