@@ -45,12 +45,11 @@ import pyarrow.compute as pc
 
 from storelib.context import StoreContext
 from storelib.delta.table import Table, TableView
-from storelib.encoding.ext_addr import undecorate_ext_addrs
 from storelib.model.message import StoredMessage
 from storelib.storage.commitlog import COMMITLOG_MARKER, min_physical_offset, read_messages
 from storelib.storage.consume_queue import (CQ_STORE_UNIT_SIZE, contiguous, min_queue_marker, queue_files,
                                             queue_max_offset, queue_min_offset, read_units, roll_next_file)
-from storelib.storage.consume_queue_ext import ext_units
+from storelib.storage.consume_queue_ext import ext_units_of
 
 __all__ = ["GetMessageStatus", "GetMessageResult", "ConsumeQueueFilter", "get_message", "passing_units"]
 
@@ -268,22 +267,15 @@ def passing_units(message_filter: ConsumeQueueFilter | None, units: pa.Table, ex
     if message_filter is None or message_filter.passes_every_unit:
         return [True] * n
     codes = units.column("tags_code").to_numpy()
-    is_ext, wanted = undecorate_ext_addrs(codes)
+    rows, at, is_ext, found = ext_units_of(ext, topic, queue_id, codes)
     if not is_ext.any():
         cq_units = pa.table({"tags_code": codes, "filter_bitmap": pa.nulls(n, pa.binary()),
                              "filter_version": pa.nulls(n, pa.int64())})
         return message_filter.consume_queue_mask(cq_units).tolist()
-    rows = ext_units(ext, topic, queue_id, int(wanted[is_ext].min()), int(wanted[is_ext].max()))
-    have = rows.column("ext_offset").to_numpy()
-    if len(have):
-        at = np.minimum(np.searchsorted(have, wanted), len(have) - 1)
-        found = is_ext & (have[at] == wanted)
-    else:
-        at, found = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
     from_ext, unknown = pa.array(found), pa.array(is_ext & ~found)
 
     def column(name: str, plain: pa.Array) -> pa.Array:
-        picked = rows.column(name).take(pa.array(np.where(found, at, 0))).combine_chunks() if len(have) else plain
+        picked = rows.column(name).take(pa.array(at)).combine_chunks() if rows.num_rows else plain
         return pc.if_else(unknown, pa.nulls(n, plain.type), pc.if_else(from_ext, picked, plain))
 
     cq_units = pa.table({"tags_code": column("tags_code", pa.array(codes)),

@@ -59,7 +59,7 @@ from storelib.delta.table import Prune
 from storelib.dispatch.reput import REPUT_MARKER
 from storelib.dispatch.request import deliver_times, timer_out_times
 from storelib.encoding.arrow import Distinct
-from storelib.encoding.ext_addr import MAX_EXT_ADDR, undecorate_ext_addrs
+from storelib.encoding.ext_addr import MAX_EXT_ADDR
 from storelib.encoding.properties import edit_properties, properties_lengths
 from storelib.encoding.record import message_lengths
 from storelib.model.errors import MessageNotFoundError, ProgressMovedError, StoreError, TimerMessageError
@@ -67,7 +67,7 @@ from storelib.model.message import MessageConst, SysFlag
 from storelib.model.timestamps import epoch_ms, now_ms
 from storelib.model.topic import SCHEDULE_TOPIC, TIMER_TOPIC
 from storelib.storage.commitlog import STAGED_SCHEMA, EncodedMessage, Progress, now_millis, read_messages
-from storelib.storage.consume_queue_ext import ext_units
+from storelib.storage.consume_queue_ext import ext_units_of
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -171,16 +171,10 @@ def _real_codes(ctx: StoreContext, topic: str, queue_id: int, units: pa.Table) -
     """``units`` with the tag code of the ext unit where theirs is an ext address (a unit whose ext unit
     is gone keeps its address: below any deliver time, it is due, so it is delivered rather than lost)."""
     codes = units.column("tags_code").to_numpy()
-    is_ext, at = undecorate_ext_addrs(codes)
-    if not is_ext.any():
+    ext, at, _, found = ext_units_of(ctx.tables.consume_queue_ext, topic, queue_id, codes)
+    if not found.any():
         return units
-    ext = ext_units(ctx.tables.consume_queue_ext, topic, queue_id, int(at[is_ext].min()), int(at[is_ext].max()))
-    have = ext.column("ext_offset").to_numpy()
-    if not len(have):
-        return units
-    where = np.minimum(np.searchsorted(have, at), len(have) - 1)  # ext units are sorted by ext_offset
-    found = is_ext & (have[where] == at)
-    fixed = np.where(found, ext.column("tags_code").to_numpy()[where], codes)
+    fixed = np.where(found, ext.column("tags_code").to_numpy()[at], codes)
     return units.set_column(units.schema.get_field_index("tags_code"), "tags_code", pa.array(fixed, pa.int64()))
 
 
