@@ -72,6 +72,9 @@ class StoreConfig:
     dispatch_local_max_bytes: int = 16 * 1024 * 1024
     #: How many times a write retries when another writer committed first.
     max_commit_attempts: int = 50
+    #: The producer processes of one machine hand their groups to one of them, which commits them
+    #: together (:mod:`storelib.send.relay`; local stores on Linux). Off: every process commits its own.
+    relay_sends: bool = True
     # ---- consuming (PullMessageProcessor, DefaultMessageStore.getMessage, PullRequestHoldService) ----
     #: Permission bits of the whole store (``brokerPermission``): 4 read, 2 write.
     broker_permission: int = 6

@@ -64,12 +64,13 @@ class GroupCommitProducer(Generic[M, E, R]):
 
     def __init__(self, encode: Callable[[M], E], append: Callable[[Sequence[E]], Sequence[R]], *,
                  linger_ms: int = 0, max_batch: int = 1000, name: str = "storelib-group-commit",
-                 turn: Callable[[], ContextManager[object]] = contextlib.nullcontext):
+                 turn: Callable[[], ContextManager[object]] = contextlib.nullcontext,
+                 on_close: Callable[[], None] | None = None):
         for field, value, low in (("linger_ms", linger_ms, 0), ("max_batch", max_batch, 1)):
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise ConfigError(field, f"must be an integer >= {low}", value=value)
         self._encode, self._append = encode, translate_external(append)
-        self.linger_s, self.max_batch, self._turn = linger_ms / 1000, max_batch, turn
+        self.linger_s, self.max_batch, self._turn, self._on_close = linger_ms / 1000, max_batch, turn, on_close
         self._queue: list[tuple[E, Future]] = []
         self._cond = threading.Condition()
         self._closed = False
@@ -104,12 +105,16 @@ class GroupCommitProducer(Generic[M, E, R]):
             self._cond.wait_for(lambda: not self._queue and not self._busy)
 
     def close(self) -> None:
-        """Commit what is queued, then stop the committer; later sends raise :class:`StoreStateError`."""
+        """Commit what is queued, then stop the committer (and call ``on_close`` once); later sends
+        raise :class:`StoreStateError`."""
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+            on_close, self._on_close = self._on_close, None
         if threading.current_thread() is not self._thread:
             self._thread.join()
+        if on_close is not None:
+            on_close()
 
     def __enter__(self) -> "GroupCommitProducer[M, E, R]":
         return self

@@ -12,6 +12,7 @@ a bad row is reported before anything is written.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import random
@@ -28,6 +29,7 @@ from storelib.model.validation import check_queue_id, check_send_topic, validate
 from storelib.send.arrow_frame import DATAFRAME_COLUMNS, NULL_VALUE, check_columns, spark_types
 from storelib.send.frame import NULL_KEY, EncodedFrame, UniqKeys
 from storelib.send.group_commit import GroupCommitProducer
+from storelib.send.relay import relay_for
 from storelib.send.schedule import plan_schedule, split_timer_properties, timer_deliver_ms
 from storelib.storage.commitlog import AppendResult, CommitLog, EncodedMessage, now_millis
 
@@ -80,20 +82,22 @@ class Producer:
         messages = list(messages)
         if not messages:
             return []
-        return self._results(commitlog.append(self.encode(messages, topics)))
+        return self._results(commitlog.append(self.encode(messages, topics)).rows)
 
     @staticmethod
-    def _results(result: AppendResult) -> list[SendResult]:
+    def _results(rows: list[dict]) -> list[SendResult]:
         return [SendResult("SEND_OK", r["msg_id"], r["uniq_key"], r["topic"], r["queue_id"], r["queue_offset"],
-                           r["physical_offset"]) for r in result.rows]
+                           r["physical_offset"]) for r in rows]
 
     def group_commit(self, commitlog: CommitLog, topics: Callable[[], Mapping[str, TopicConfig]], *, linger_ms: int = 0,
                      max_batch: int = 1000) -> GroupCommitProducer[Message, EncodedMessage, SendResult]:
         """A thread-safe producer whose concurrent sends share commits (:mod:`storelib.send.group_commit`):
-        each message is checked and encoded in its caller's thread, and each group appended to
-        ``commitlog`` in one atomic commit. The topics' configuration is read (``topics()``, a look at
-        the topic table's log) once per commit, not once per message, and again at once for a topic
-        it does not know yet, as a broker keeps its topic table in memory.
+        each message is checked and encoded in its caller's thread, each group's rows built in the
+        producer's committer thread, and handed to the machine's committer (:mod:`storelib.send.relay`),
+        which appends it to ``commitlog`` in one atomic commit, often with other processes' groups.
+        The topics' configuration is read (``topics()``, a look at the topic table's log) once per
+        commit, not once per message, and again at once for a topic it does not know yet, as a broker
+        keeps its topic table in memory.
 
         >>> ctx = store.context
         >>> with ctx.producer.group_commit(ctx.commitlog, ctx.topics.all) as p:
@@ -101,6 +105,7 @@ class Producer:
         True
         """
         known = [topics()]
+        relay = relay_for(commitlog).acquire()
 
         def encode(message: Message) -> EncodedMessage:
             current = known[0]
@@ -109,12 +114,15 @@ class Producer:
             return self.encode([message], current)[0]
 
         def append(group: Sequence[EncodedMessage]) -> list[SendResult]:
-            results = self._results(commitlog.append(group))
+            results = self._results(relay.commit(commitlog.stage(group)).to_pylist())
             known[0] = topics()  # for the next group's senders: a changed permission is seen one commit later
             return results
 
-        return GroupCommitProducer(encode, append, linger_ms=linger_ms, max_batch=max_batch,
-                                   turn=lambda: commitlog.table.commit_turn(snapshot=False))
+        # Without a machine's committer, this producer's group waits for the commit turn, so that
+        # everything sent while other processes commit joins it.
+        turn = (lambda: contextlib.nullcontext()) if relay.enabled else (lambda: commitlog.table.commit_turn(snapshot=False))
+        return GroupCommitProducer(encode, append, linger_ms=linger_ms, max_batch=max_batch, turn=turn,
+                                   on_close=relay.release)
 
     def send_dataframe(self, commitlog: CommitLog, topics: Mapping[str, TopicConfig], df: "DataFrame") -> AppendResult:
         """Check, complete and append a DataFrame of messages in one atomic commit (see :meth:`encode_dataframe`)."""

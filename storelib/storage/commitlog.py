@@ -161,6 +161,8 @@ class AppendResult:
     count: int
     rows: list[dict] | None = None
     queues: dict[tuple[str, int], tuple[int, int]] | None = None
+    #: Where each row landed (:data:`LANDED` columns), for ``append_arrow(..., results="arrow")``.
+    landed: pa.Table | None = None
 
 
 class CommitLog:
@@ -198,17 +200,28 @@ class CommitLog:
         The rows are built before the commit turn is taken; in it, only their offsets are placed
         (:meth:`append_arrow`), so writers queued behind this one wait for the commit alone.
         """
+        return self.append_arrow(self.stage(messages), progress, results=True)
+
+    def stage(self, messages: Sequence[EncodedMessage]) -> pa.Table:
+        """The rows of ``messages`` complete but for their offsets (:data:`STAGED_SCHEMA`), built
+        outside any commit turn.
+
+        >>> m = EncodedMessage("DocTopic", 0, 0, 0, b"x", {"UNIQ_KEY": "K"}, now_millis(), "127.0.0.1:0")
+        >>> store.context.commitlog.stage([m]).column("uniq_key").to_pylist()
+        ['K']
+        """
         # The store host's address family is the store's: the flag (and the 12 bytes) it adds count in the size.
         if self.store_v6:
             messages = [dataclasses.replace(m, sysflag=m.sysflag | SysFlag.STOREHOSTADDRESS_V6) for m in messages]
-        return self.append_arrow(staged_rows(messages), progress, results=True)
+        return staged_rows(messages)
 
     def append_arrow(self, staged: pa.Table, progress: Progress | None = None, operation: str = "SEND",
-                     results: bool = False) -> AppendResult:
+                     results: bool | str = False, info: Mapping[str, str] | None = None) -> AppendResult:
         """Append rows already complete but for their offsets (:data:`STAGED_SCHEMA` columns, e.g.
         messages a delivery moves), placed with numpy in row order, atomically with ``progress``'s
         markers. No rows and a ``progress`` commit the markers alone. ``results`` adds where each
-        row landed (``AppendResult.rows``: its id, topic, queue and offsets).
+        row landed (``AppendResult.rows``: its id, topic, queue and offsets; ``"arrow"``: the same as
+        ``AppendResult.landed``, a table). ``info`` joins the commit's info.
 
         >>> rows = store.context.tables.commitlog.read_arrow(columns=STAGED_SCHEMA.names)
         >>> result = store.context.commitlog.append_arrow(rows)
@@ -238,10 +251,11 @@ class CommitLog:
             markers = {**extra, COMMITLOG_MARKER: end, **{queue_marker(t, q): n for (t, q), n in counters.items()}}
             version, _ = write_rows(self.table, snapshot, pa.Table.from_batches([rows]),
                                     target_file_size=self.config.target_file_size, markers=markers,
-                                    operation=operation, info={"storelib.messages": str(batch.num_rows)})
-            landed = rows.select(_LANDED).to_pylist() if results else None
-            return AppendResult(version, start, end, batch.num_rows, rows=landed,
-                                queues={k: (first[k], counters[k]) for k in first})
+                                    operation=operation, info={"storelib.messages": str(batch.num_rows), **(info or {})})
+            landed = rows.select(LANDED) if results else None
+            return AppendResult(version, start, end, batch.num_rows, rows=landed.to_pylist() if results is True else None,
+                                queues={k: (first[k], counters[k]) for k in first},
+                                landed=pa.Table.from_batches([landed]) if results == "arrow" else None)
 
         return with_retries(self.table, self.config.max_commit_attempts, step, what=operation.lower(), serial=True)
 
@@ -348,7 +362,8 @@ class CommitLog:
 
 
 #: What :meth:`CommitLog.append` tells of each row it placed (a SendResult's fields).
-_LANDED = ["msg_id", "uniq_key", "topic", "queue_id", "queue_offset", "physical_offset"]
+#: What a send learns of where its message landed.
+LANDED = ["msg_id", "uniq_key", "topic", "queue_id", "queue_offset", "physical_offset"]
 
 
 def staged_rows(messages: Sequence[EncodedMessage]) -> pa.Table:

@@ -1,0 +1,228 @@
+"""The machine's committer: producer processes hand their groups to one leader, and lose or double
+nothing when it goes away (politely or killed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from storelib import Message, MessageStore
+from storelib.delta.log import entry_path, read_entry
+from storelib.send.relay import REQUESTS_INFO, relay_for
+from storelib.storage.commitlog import EncodedMessage, now_millis
+
+from tests.test_group_commit import _check_offsets
+
+
+def _rows(store, *keys: str):
+    return store.context.commitlog.stage([EncodedMessage("TopicTest", i % 4, 0, 0, k.encode(), {"UNIQ_KEY": k},
+                                                         now_millis(), "127.0.0.1:0") for i, k in enumerate(keys)])
+
+
+def _commit_infos(store, since: int) -> list[dict]:
+    table = store.context.tables.commitlog
+    out = []
+    for version in range(since + 1, table.view().version + 1):
+        entry = [json.loads(line) for line in read_entry(entry_path(table.path, version)).splitlines() if line]
+        out.append(next(a["commitInfo"] for a in entry if "commitInfo" in a))
+    return out
+
+
+CLIENT = textwrap.dedent("""
+    import sys, threading
+    from storelib import Message, MessageStore
+    from storelib.send.relay import relay_for
+    store = MessageStore.open(sys.argv[1])
+    name, each = sys.argv[2], int(sys.argv[3])
+    with store.producer() as producer:
+        def work(t):
+            futures = [producer.send_async(Message("TopicTest", body=f"{name}-{t}-{i}".encode(), queue_id=t % 4))
+                       for i in range(each)]
+            offsets = [f.result().queue_offset for f in futures]
+            assert offsets == sorted(offsets), offsets
+        threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+        [t.start() for t in threads]; [t.join() for t in threads]
+        relay = relay_for(store.context.commitlog)
+        print(relay.commits, relay.leading, producer.committed, flush=True)
+""")
+
+
+@pytest.mark.slow
+def test_producer_processes_hand_their_groups_to_the_leader(store, python_env):
+    """This process leads (its producer committed first); two others send through it: they commit
+    nothing themselves, every message lands once with offsets back to back, in each thread's order."""
+    with store.producer() as producer:
+        producer.send(Message("TopicTest", body=b"first"))
+        relay = relay_for(store.context.commitlog)
+        assert relay.leading
+        before = store.context.tables.commitlog.view().version
+        procs = [subprocess.Popen([sys.executable, "-c", CLIENT, store.root, f"p{p}", "30"], env=python_env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for p in range(2)]
+        outs = [p.communicate(timeout=300) for p in procs]
+        assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
+        assert [o[0].split() for o in outs] == [["0", "False", "120"]] * 2
+        assert relay.committer.committed >= 2 * 4 * 30 // 1000 + 1
+    rows = _check_offsets(store)
+    assert sorted(r["body"] for r in rows) == sorted([b"first"] + [f"p{p}-{t}-{i}".encode() for p in range(2)
+                                                                   for t in range(4) for i in range(30)])
+    infos = _commit_infos(store, before)
+    assert all(REQUESTS_INFO in i for i in infos)  # every commit since was the leader's
+
+
+def test_a_group_the_dead_leader_committed_is_found_not_written_again(store):
+    """Recovery after a leader died holding a group: found in the log when its commit landed (its rows
+    come back as the commit placed them), committed once when it did not."""
+    relay = relay_for(store.context.commitlog)
+    rows = _rows(store, "dead-1", "dead-2", "dead-3")
+    landed = relay._direct(rows, "a" * 32)  # the commit the leader made before it died
+    version = store.context.tables.commitlog.view().version
+    again = relay._recover("a" * 32, rows, time.time())
+    assert again.to_pylist() == landed.to_pylist()
+    assert store.context.tables.commitlog.view().version == version  # nothing written twice
+    other = _rows(store, "lost-1", "lost-2")
+    placed = relay._recover("b" * 32, other, time.time())  # the leader died before committing it
+    assert placed.column("uniq_key").to_pylist() == ["lost-1", "lost-2"]
+    assert store.context.tables.commitlog.view().version == version + 1
+    stored = [r["body"] for r in _check_offsets(store)]
+    assert sorted(stored) == [b"dead-1", b"dead-2", b"dead-3", b"lost-1", b"lost-2"]
+
+
+def test_a_group_is_found_by_its_rows_when_the_log_no_longer_reaches_back(store, monkeypatch):
+    """With the log entries since the send cleaned up, recovery looks for the group's rows in the files
+    written since: found, they come back; absent, the group is committed once."""
+    from storelib.send import relay as relay_module
+
+    relay = relay_for(store.context.commitlog)
+    rows = _rows(store, "gone-1", "gone-2")
+    sent_at = time.time()
+    landed = relay._direct(rows, "d" * 32)
+    version = store.context.tables.commitlog.view().version
+
+    def cleaned_up(path: str) -> str:
+        raise FileNotFoundError(path)
+
+    monkeypatch.setattr(relay_module, "read_entry", cleaned_up)
+    assert relay._recover("d" * 32, rows, sent_at).to_pylist() == landed.to_pylist()
+    assert store.context.tables.commitlog.view().version == version
+    placed = relay._recover("e" * 32, _rows(store, "new-1"), time.time())
+    assert placed.column("uniq_key").to_pylist() == ["new-1"]
+    assert sorted(r["body"] for r in _check_offsets(store)) == [b"gone-1", b"gone-2", b"new-1"]
+
+
+LEADER = textwrap.dedent("""
+    import sys, threading, time
+    from storelib import Message, MessageStore
+    from storelib.send.relay import relay_for
+    store = MessageStore.open(sys.argv[1])
+    producer = store.producer()
+    producer.send(Message("TopicTest", body=b"leader-0"))
+    assert relay_for(store.context.commitlog).leading
+    print("leading", flush=True)
+    if sys.argv[2] == "close":
+        sys.stdin.readline()
+        producer.close()
+        print("closed", flush=True)
+    sys.stdin.readline()
+""")
+
+
+def _sending(store, n: int, threads: int = 8):
+    """Threads sending ``n`` messages each through a producer of this process; returns (producer, results, threads)."""
+    producer = store.producer()
+    results: dict[int, list] = {t: [] for t in range(threads)}
+
+    def work(t: int) -> None:
+        for i in range(n):
+            results[t].append(producer.send(Message("TopicTest", body=f"c-{t}-{i}".encode(), queue_id=t % 4)))
+
+    running = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+    for th in running:
+        th.start()
+    return producer, results, running
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["killed", "close"])
+def test_the_leader_going_away_loses_and_doubles_nothing(store, python_env, how):
+    """Another process leads; this one sends from 8 threads while the leader is killed (SIGKILL, groups
+    in its hands) or closes its producer: every send is acknowledged, stored once, where its result
+    says; this process then leads."""
+    leader = subprocess.Popen([sys.executable, "-c", LEADER, store.root, how], env=python_env, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert leader.stdout.readline().strip() == "leading", leader.stderr.read()[-2000:]
+        producer, results, running = _sending(store, 60)
+        relay = relay_for(store.context.commitlog)
+        deadline = time.monotonic() + 60
+        while sum(map(len, results.values())) < 100 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not relay.leading  # the other process leads while we send
+        if how == "killed":
+            os.kill(leader.pid, signal.SIGKILL)
+        else:
+            leader.stdin.write("\n")
+            leader.stdin.flush()
+            assert leader.stdout.readline().strip() == "closed"
+        for th in running:
+            th.join(timeout=300)
+        assert relay.leading  # the next producer to find no leader became it
+        producer.close()
+    finally:
+        leader.kill()
+        leader.communicate()
+    sent = [r for rs in results.values() for r in rs]
+    assert len(sent) == 8 * 60 and {r.send_status for r in sent} == {"SEND_OK"}
+    _check_offsets(store)
+    rows = store.context.tables.commitlog.read_arrow(columns=["physical_offset", "queue_id", "queue_offset", "msg_id",
+                                                               "body"]).to_pylist()
+    assert sorted(r["body"] for r in rows) == sorted([b"leader-0"] + [f"c-{t}-{i}".encode() for t in range(8)
+                                                                      for i in range(60)])
+    by_offset = {r["physical_offset"]: r for r in rows}
+    for r in sent:  # each result is where its message is
+        row = by_offset[r.commitlog_offset]
+        assert (row["queue_id"], row["queue_offset"], row["msg_id"]) == (r.queue_id, r.queue_offset, r.msg_id)
+    for t, rs in results.items():
+        assert [r.queue_offset for r in rs] == sorted(r.queue_offset for r in rs)
+
+
+def test_a_store_without_the_relay_commits_in_each_process(store_path, spark):
+    """``relay_sends=False``: the producer commits itself, in the commit turn."""
+    store = MessageStore.create(store_path, spark, relay_sends=False)
+    store.create_topic("TopicTest", queues=4)
+    with store.producer() as producer:
+        assert producer.send(Message("TopicTest", body=b"x")).send_status == "SEND_OK"
+    relay = relay_for(store.context.commitlog)
+    assert not relay.enabled and not relay.leading and relay.commits == 1
+
+
+def test_rows_of_another_layout_fail_alone_with_a_typed_error(store):
+    """A process handing the leader rows without the staged columns gets StoreStateError for its
+    group; the leader commits the next group as usual."""
+    import socket
+
+    import pyarrow as pa
+
+    from storelib.model.errors import StoreStateError, error_from_record
+    from storelib.send import relay as relay_module
+
+    with store.producer() as producer:
+        producer.send(Message("TopicTest", body=b"lead"))
+        relay = relay_for(store.context.commitlog)
+        assert relay.leading
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.connect(relay.address)
+            relay_module._send(sock, relay_module._REQUEST, "c" * 32, relay_module._ipc(pa.table({"body": [b"x"]})))
+            kind, request_id, body = relay_module._receive(sock)
+        assert (kind, request_id) == (relay_module._FAILED, "c" * 32)
+        error = error_from_record(json.loads(body))
+        assert isinstance(error, StoreStateError) and "another layout" in str(error)
+        assert producer.send(Message("TopicTest", body=b"after")).send_status == "SEND_OK"
+    assert sorted(r["body"] for r in _check_offsets(store)) == [b"after", b"lead"]
