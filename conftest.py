@@ -77,8 +77,10 @@ def _doctest_globals(request, doctest_namespace, tmp_path):
         doctest_namespace["store"] = MessageStore.open(copy, doctest_namespace["spark"])
         doctest_namespace["r"] = sent
     yield
-    for name in ("store", "r"):
-        doctest_namespace.pop(name, None)
+    store = doctest_namespace.pop("store", None)
+    if store is not None:
+        store.close()
+    doctest_namespace.pop("r", None)
 
 
 def pytest_unconfigure(config):

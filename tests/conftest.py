@@ -31,7 +31,8 @@ def store(spark, store_path):
 
     s = MessageStore.create(store_path, spark)
     s.create_topic("TopicTest", queues=4)
-    return s
+    yield s
+    s.close()  # its producers, and the machine's committer role with them (storelib.send.relay)
 
 
 @pytest.fixture
