@@ -8,6 +8,7 @@
     spark-submit --properties-file spark-defaults.conf jobs/benchmark.py --suite schedule --messages 1000000  # delivery, check-back
     spark-submit --properties-file spark-defaults.conf jobs/benchmark.py --suite admin --messages 1000000     # the storelib command
     python jobs/benchmark.py --suite online --seconds 60       # 4 producer processes x 16 threads, a follower, 4 consumers
+    python jobs/benchmark.py --suite online --seconds 60 --relay   # the same, the producers handing groups to one committer
     python jobs/benchmark.py --suite growth --commits 10000    # send, dispatch, pull: the first and last 1,000 commits
 
 Prints messages per second and the ratio to the baseline measured in the same run.
@@ -78,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--consumers", type=positive_int, default=4, help="online suite: long-polling consumer processes")
     parser.add_argument("--window", type=positive_int, default=16,
                         help="online suite: sends each thread keeps in flight (send_async); 1 sends one at a time")
+    parser.add_argument("--relay", action="store_true",
+                        help="online suite: the producer processes hand their groups to one committer (relay_sends)")
     args = parser.parse_args(argv)
     suites = set(args.suite)
     out: dict = {}
@@ -103,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
             "sql": lambda: bench_sql(spark, args.messages, lookups=args.lookups, root=args.root, queues=args.queues,
                                      partitions=args.partitions),
             "online": lambda: bench_online(args.seconds, producers=args.producers, threads=args.threads, window=args.window,
-                                           consumers=args.consumers, root=args.root),
+                                           consumers=args.consumers, root=args.root, relay=args.relay),
             "growth": lambda: bench_growth(args.commits, compact_every_s=args.compact_every_s, root=args.root),
             "admin": lambda: bench_admin(spark, args.messages, root=args.root, queues=args.queues,
                                          partitions=args.partitions),

@@ -22,6 +22,15 @@ from storelib.storage.commitlog import EncodedMessage, now_millis
 from tests.test_group_commit import _check_offsets
 
 
+@pytest.fixture
+def store(spark, store_path):
+    """A store whose handle hands sends to the machine's committer (``relay_sends``, off by default)."""
+    s = MessageStore.create(store_path, spark, relay_sends=True)
+    s.create_topic("TopicTest", queues=4)
+    yield s
+    s.close()
+
+
 def _rows(store, *keys: str):
     return store.context.commitlog.stage([EncodedMessage("TopicTest", i % 4, 0, 0, k.encode(), {"UNIQ_KEY": k},
                                                          now_millis(), "127.0.0.1:0") for i, k in enumerate(keys)])
@@ -40,7 +49,7 @@ CLIENT = textwrap.dedent("""
     import sys, threading
     from storelib import Message, MessageStore
     from storelib.send.relay import relay_for
-    store = MessageStore.open(sys.argv[1])
+    store = MessageStore.open(sys.argv[1], relay_sends=True)
     name, each = sys.argv[2], int(sys.argv[3])
     with store.producer() as producer:
         def work(t):
@@ -121,7 +130,7 @@ LEADER = textwrap.dedent("""
     import sys, threading, time
     from storelib import Message, MessageStore
     from storelib.send.relay import relay_for
-    store = MessageStore.open(sys.argv[1])
+    store = MessageStore.open(sys.argv[1], relay_sends=True)
     producer = store.producer()
     producer.send(Message("TopicTest", body=b"leader-0"))
     assert relay_for(store.context.commitlog).leading
@@ -194,13 +203,14 @@ def test_the_leader_going_away_loses_and_doubles_nothing(store, python_env, how)
 
 
 def test_a_store_without_the_relay_commits_in_each_process(store_path, spark):
-    """``relay_sends=False``: the producer commits itself, in the commit turn."""
-    store = MessageStore.create(store_path, spark, relay_sends=False)
+    """``relay_sends`` off (the default): the producer commits itself, in the commit turn."""
+    store = MessageStore.create(store_path, spark)
     store.create_topic("TopicTest", queues=4)
     with store.producer() as producer:
         assert producer.send(Message("TopicTest", body=b"x")).send_status == "SEND_OK"
     relay = relay_for(store.context.commitlog)
     assert not relay.enabled and not relay.leading and relay.commits == 1
+    store.close()
 
 
 def test_rows_of_another_layout_fail_alone_with_a_typed_error(store):

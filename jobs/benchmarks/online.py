@@ -6,7 +6,8 @@ producer for ``seconds``; a follower (``storelib dispatch --follow``) dispatches
 pull that returned it (a ``sent_ns`` property). Reported: send throughput, the send ack p50/p99, end
 to end p50/p99, and whether commits stay as fast (the last 1,000 commits against the first 1,000), each
 against ``send_batch`` of the same messages in batches of 1,000 in the same run (the throughput ceiling);
-how long the producers' commits held the table's commit turn (the writers of one machine take turns),
+how long the producers' commits held the table's commit turn (the writers of one machine take turns;
+counted by the process that committed, the machine's committer for the others, :mod:`storelib.send.relay`),
 and the sends in flight, whose ratio to the throughput is the mean ack (Little's law); and the CPU
 each role spent per message sent (every thread of the process, delta-rs's own included), against the
 CPU the machine had over the run.
@@ -43,7 +44,7 @@ PRODUCER = textwrap.dedent("""
     from storelib import Message, MessageStore
     from storelib.send.relay import relay_for
     root, seconds, threads, window, out = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
-    store = MessageStore.open(root)
+    store = MessageStore.open(root, relay_sends=sys.argv[6] == "relay")
     acks = []
     end = time.monotonic() + seconds
     def work():
@@ -154,8 +155,9 @@ class OnlineFigures:
 
 
 def bench_online(seconds: float = 60, *, producers: int = 4, threads: int = 16, window: int = 16, consumers: int = 4,
-                 root: str | None = None) -> OnlineFigures:
-    """Run the online benchmark for ``seconds`` (see the module docstring)."""
+                 root: str | None = None, relay: bool = False) -> OnlineFigures:
+    """Run the online benchmark for ``seconds`` (see the module docstring); ``relay``: the producer
+    processes hand their groups to the machine's committer (``relay_sends``)."""
     from storelib import Message, MessageStore
 
     work = root or tempfile.mkdtemp(prefix="storelib-bench-")
@@ -177,7 +179,8 @@ def bench_online(seconds: float = 60, *, producers: int = 4, threads: int = 16, 
         time.sleep(1.0)  # consumers and follower up
         sends = [f"{work}/producer{p}.json" for p in range(producers)]
         began = time.monotonic()
-        senders = [_started([sys.executable, "-c", PRODUCER, store.root, str(seconds), str(threads), str(window), out], env, out)
+        senders = [_started([sys.executable, "-c", PRODUCER, store.root, str(seconds), str(threads), str(window), out,
+                             "relay" if relay else "own"], env, out)
                    for out in sends]
         for s, out in zip(senders, sends):
             _finished(s, seconds + 300, out)

@@ -21,17 +21,22 @@ Nothing depends on the leader for safety:
   none is written twice. Then the next producer to find no leader becomes it.
 
 The leader hands the role on when its process closes its last producer. Only local stores on Linux
-have a leader (the socket lives in Linux's abstract namespace, so nothing is left on disk); elsewhere,
-or with the setting ``relay_sends`` off, every producer commits itself. An abstract socket has no
+with the setting ``relay_sends`` on (in every producer process; off by default) have a leader (the
+socket lives in Linux's abstract namespace, so nothing is left on disk); elsewhere every producer
+commits itself. An abstract socket has no
 file permissions, so the leader takes groups only from processes of its own user (the peer's
 credentials); others' producers commit themselves.
 
+>>> from storelib import MessageStore
 >>> from storelib.storage.commitlog import EncodedMessage, now_millis
->>> relay = relay_for(store.context.commitlog)
->>> rows = store.context.commitlog.stage([EncodedMessage("TopicTest", 0, 0, 0, b"r", {"UNIQ_KEY": "R1"}, now_millis(), "h:0")])
+>>> relaying = MessageStore.open(store.root, spark, relay_sends=True)
+>>> relay = relay_for(relaying.context.commitlog)
+>>> rows = relaying.context.commitlog.stage([EncodedMessage("TopicTest", 0, 0, 0, b"r", {"UNIQ_KEY": "R1"}, now_millis(), "h:0")])
 >>> with relay:
-...     relay.commit(rows).column("uniq_key").to_pylist()
-['R1']
+...     relay.commit(rows).column("uniq_key").to_pylist(), relay.leading
+(['R1'], True)
+>>> relay.leading, relaying.close()                     # its last user gone, the process hands the role on
+(False, None)
 """
 
 from __future__ import annotations
@@ -188,12 +193,11 @@ class Relay:
     def leading(self) -> bool:
         """Whether this process is the machine's committer for the commitlog now.
 
-        >>> from storelib import Message
-        >>> relay = relay_for(store.context.commitlog)
-        >>> with relay:
-        ...     _ = store.send(Message("TopicTest"))  # the first commit through the relay takes the role
-        ...     relay.leading == relay.enabled
-        True
+        >>> from storelib import Message, MessageStore
+        >>> with MessageStore.open(store.root, spark, relay_sends=True) as relaying:
+        ...     _ = relaying.send(Message("TopicTest"))  # the first commit through the relay takes the role
+        ...     relay_for(relaying.context.commitlog).leading, relay_for(store.context.commitlog).leading
+        (True, False)
         """
         return self._leader is not None
 
@@ -201,12 +205,11 @@ class Relay:
     def committer(self) -> GroupCommitProducer | None:
         """The leader's committer (its ``commits`` and ``commit_seconds``), while this process leads.
 
-        >>> from storelib import Message
-        >>> relay = relay_for(store.context.commitlog)
-        >>> with relay:
-        ...     _ = store.send(Message("TopicTest"))
-        ...     relay.committer.commits >= 1
-        True
+        >>> from storelib import Message, MessageStore
+        >>> with MessageStore.open(store.root, spark, relay_sends=True) as relaying:
+        ...     _ = relaying.send(Message("TopicTest"))
+        ...     relay_for(relaying.context.commitlog).committer.commits
+        1
         """
         leader = self._leader
         return leader.committer if leader is not None else None
