@@ -236,3 +236,23 @@ def test_rows_of_another_layout_fail_alone_with_a_typed_error(store):
         assert isinstance(error, StoreStateError) and "another layout" in str(error)
         assert producer.send(Message("TopicTest", body=b"after")).send_status == "SEND_OK"
     assert sorted(r["body"] for r in _check_offsets(store)) == [b"after", b"lead"]
+
+
+def test_a_forked_child_lets_go_of_the_role_and_the_leader_keeps_serving(store, python_env):
+    """A child forked from the leading process does not lead (its copies of the lock and socket are
+    closed); when it exits, the parent still leads and another process's sends still reach it."""
+    with store.producer() as producer:
+        producer.send(Message("TopicTest", body=b"lead"))
+        relay = relay_for(store.context.commitlog)
+        assert relay.leading
+        pid = os.fork()
+        if pid == 0:  # the child: it must not believe it leads
+            os._exit(0 if not relay_for(store.context.commitlog).leading else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert relay.leading
+        client = subprocess.run([sys.executable, "-c", CLIENT, store.root, "after-fork", "5"], env=python_env,
+                                capture_output=True, text=True, timeout=300)
+        assert client.returncode == 0, client.stderr[-2000:]
+        assert client.stdout.split() == ["0", "False", "20"]  # it committed nothing itself: the parent took its groups
+    assert len(_check_offsets(store)) == 21
