@@ -92,10 +92,10 @@ class Producer:
     def group_commit(self, commitlog: CommitLog, topics: Callable[[], Mapping[str, TopicConfig]], *, linger_ms: int = 0,
                      max_batch: int = 1000) -> GroupCommitProducer[Message, EncodedMessage, SendResult]:
         """A thread-safe producer whose concurrent sends share commits (:mod:`storelib.send.group_commit`):
-        each message is checked and encoded in its caller's thread, each group's rows built in the
-        producer's committer thread, and handed to the machine's committer (:mod:`storelib.send.relay`),
-        which appends it to ``commitlog`` in one atomic commit, often with other processes' groups.
-        The topics' configuration is read (``topics()``, a look at the topic table's log) once per
+        each message is checked and encoded in its caller's thread, and each group appended to
+        ``commitlog`` in one atomic commit: by this process, in the commit turn, or (with the setting
+        ``relay_sends``) by the machine's committer, often with other processes' groups
+        (:mod:`storelib.send.relay`). The topics' configuration is read (``topics()``, a look at the topic table's log) once per
         commit, not once per message, and again at once for a topic it does not know yet, as a broker
         keeps its topic table in memory.
 
@@ -120,7 +120,7 @@ class Producer:
 
         # Without a machine's committer, this producer's group waits for the commit turn, so that
         # everything sent while other processes commit joins it.
-        turn = (lambda: contextlib.nullcontext()) if relay.enabled else (lambda: commitlog.table.commit_turn(snapshot=False))
+        turn = contextlib.nullcontext if relay.enabled else (lambda: commitlog.table.commit_turn(snapshot=False))
         return GroupCommitProducer(encode, append, linger_ms=linger_ms, max_batch=max_batch, turn=turn,
                                    on_close=relay.release)
 
