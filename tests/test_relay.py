@@ -15,7 +15,7 @@ import time
 import pytest
 
 from storelib import Message, MessageStore
-from storelib.delta.log import entry_path, read_entry
+from storelib.delta.log import entry_actions
 from storelib.send.relay import REQUESTS_INFO, relay_for
 from storelib.storage.commitlog import EncodedMessage, now_millis
 
@@ -40,7 +40,7 @@ def _commit_infos(store, since: int) -> list[dict]:
     table = store.context.tables.commitlog
     out = []
     for version in range(since + 1, table.view().version + 1):
-        entry = [json.loads(line) for line in read_entry(entry_path(table.path, version)).splitlines() if line]
+        entry = entry_actions(table.path, version)
         out.append(next(a["commitInfo"] for a in entry if "commitInfo" in a))
     return out
 
@@ -115,10 +115,10 @@ def test_a_group_is_found_by_its_rows_when_the_log_no_longer_reaches_back(store,
     landed = relay._direct(rows, "d" * 32)
     version = store.context.tables.commitlog.view().version
 
-    def cleaned_up(path: str) -> str:
-        raise FileNotFoundError(path)
+    def cleaned_up(table_path: str, version: int) -> list:
+        raise FileNotFoundError(version)
 
-    monkeypatch.setattr(relay_module, "read_entry", cleaned_up)
+    monkeypatch.setattr(relay_module, "entry_actions", cleaned_up)
     assert relay._recover("d" * 32, rows, sent_at).to_pylist() == landed.to_pylist()
     assert store.context.tables.commitlog.view().version == version
     placed = relay._recover("e" * 32, _rows(store, "new-1"), time.time())

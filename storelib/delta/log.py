@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 from storelib.delta.files import filesystem
 from storelib.delta.stats import STATS_KEYS
 
-__all__ = ["LogChanges", "entry_path", "read_entry", "changes_since", "apply_changes"]
+__all__ = ["LogChanges", "entry_path", "entry_actions", "changes_since", "apply_changes"]
 
 
 def entry_path(table_path: str, version: int) -> str:
@@ -62,17 +62,14 @@ def changes_since(table_path: str, version: int) -> LogChanges | None:
     changes, added = LogChanges(version), {}  # added: by path, so a compaction's removes cost one look each
     while True:
         try:
-            text = read_entry(entry_path(table_path, changes.version + 1))
+            actions = entry_actions(table_path, changes.version + 1)
         except FileNotFoundError:
             changes.adds = list(added.values())
             return changes
-        except OSError:
+        except (OSError, ValueError):
             return None
         try:
-            for line in text.splitlines():
-                if not line.strip():
-                    continue
-                action = json.loads(line)
+            for action in actions:
                 if "add" in action:
                     add = action["add"]  # a path removed earlier stays removed: the base's copy goes
                     added[add["path"]] = add
@@ -89,14 +86,22 @@ def changes_since(table_path: str, version: int) -> LogChanges | None:
         changes.version += 1
 
 
-def read_entry(path: str) -> str:
-    """A log entry's text; a local one with Python's own ``open``, which refuses a missing file in
-    about a tenth of the time pyarrow takes (most looks find no new entry).
+def entry_actions(table_path: str, version: int) -> list[dict[str, Any]]:
+    """The actions of version ``version``'s log entry, one dict each (``{"add": {...}}``, ``{"commitInfo": {...}}``, ...).
+    Raises ``FileNotFoundError`` where there is no such entry (not yet written, or cleaned up), and
+    ``ValueError`` where it is not JSON.
 
     >>> t = store.context.tables.commitlog
-    >>> '"commitInfo"' in read_entry(entry_path(t.path, t.view().version))
-    True
+    >>> [a for a in entry_actions(t.path, t.view().version) if "commitInfo" in a][0]["commitInfo"]["operation"]
+    'WRITE'
     """
+    text = _read_entry(entry_path(table_path, version))
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def _read_entry(path: str) -> str:
+    """A log entry's text; a local one with Python's own ``open``, which refuses a missing file in
+    about a tenth of the time pyarrow takes (most looks find no new entry)."""
     if "://" not in path:
         with open(path, "rb") as f:
             return f.read().decode()

@@ -58,7 +58,7 @@ from typing import Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from storelib.delta.log import entry_path, read_entry
+from storelib.delta.log import entry_actions
 from storelib.model.errors import StoreError, StoreStateError, error_from_record
 from storelib.send.group_commit import GroupCommitProducer
 from storelib.storage.commitlog import LANDED, STAGED_SCHEMA, CommitLog
@@ -178,8 +178,9 @@ class Relay:
         """
         with self._lock:
             self._users -= 1
-            leader = self._leader if self._users <= 0 else None
-            self._leader = None if leader else self._leader
+            leader = None
+            if self._users <= 0:
+                leader, self._leader = self._leader, None
         if leader is not None:
             leader.close()
 
@@ -311,7 +312,7 @@ class Relay:
         version = table.view().version
         while version >= 0:
             try:
-                entry = [json.loads(line) for line in read_entry(entry_path(table.path, version)).splitlines() if line]
+                entry = entry_actions(table.path, version)
             except (OSError, ValueError):
                 return None  # cleaned up (or being written): this walk cannot tell
             info = next((a["commitInfo"] for a in entry if "commitInfo" in a), {})
