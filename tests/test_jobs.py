@@ -127,6 +127,22 @@ def test_growth_benchmark_suite_runs(spark, tmp_path, capsys):
     assert "pull p50: first 20 of 40 commits" in out
 
 
+def test_online_benchmark_starts_its_clock_once_every_process_is_ready(tmp_path):
+    """``--suite online`` at a tiny size: every process opens the store before any sends (the clock
+    starts then, for all at once), every message sent is pulled, and each role's CPU is counted."""
+    from pathlib import Path
+
+    from jobs.benchmarks.online import bench_online
+
+    figures = bench_online(1.5, producers=2, threads=2, window=2, consumers=1, root=str(tmp_path))
+    began = float(Path(tmp_path, "go").read_text())
+    for role in ("producer0", "producer1", "consumer0"):
+        assert Path(tmp_path, f"{role}.json.ready").stat().st_mtime <= began
+    assert figures.sent > 0 and len(figures.end_to_end) == figures.sent == len(figures.acks)
+    assert 1.5 <= figures.seconds < 60 and set(figures.cpu) == {"producers", "consumers", "follower"}
+    assert all(s > 0 for v in figures.cpu.values() for s in v)
+
+
 JOBS = ["dispatch.py", "deliver_delayed.py", "check_transactions.py", "quickstart.py", "benchmark.py"]
 
 

@@ -11,6 +11,9 @@ counted by the process that committed, the machine's committer for the others, :
 and the sends in flight, whose ratio to the throughput is the mean ack (Little's law); and the CPU
 each role spent per message sent (every thread of the process, delta-rs's own included), against the
 CPU the machine had over the run.
+The run's clock starts once every process has imported its modules and opened the store, and the
+follower is following: all producers start sending at the same moment, and the throughput and CPU
+figures count from then to the last producer's last ack (a process's start is not a send's cost).
 No Spark: every process works with pyarrow and deltalake.
 
 >>> figures = OnlineFigures(1000, 10.0, 5000.0, [0.01] * 10, [0.02] * 10, 0.01, 0.011, cpu={"producers": [0.1, 0.1]}, cores=2,
@@ -40,11 +43,14 @@ TOPIC, GROUP, QUEUES = "Online", "GroupOnline", 16
 ROOT = Path(__file__).resolve().parents[2]
 
 PRODUCER = textwrap.dedent("""
-    import collections, json, sys, threading, time
+    import collections, json, os, sys, threading, time
     from storelib import Message, MessageStore
     from storelib.send.relay import relay_for
     root, seconds, threads, window, out = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
     store = MessageStore.open(root, relay_sends=sys.argv[6] == "relay")
+    store.context.sends  # the producer made before the clock starts
+    began = ready(out)
+    cpu = time.process_time()
     acks = []
     end = time.monotonic() + seconds
     def work():
@@ -64,17 +70,19 @@ PRODUCER = textwrap.dedent("""
         acks.extend(mine)
     running = [threading.Thread(target=work) for _ in range(threads)]
     [t.start() for t in running]; [t.join() for t in running]
+    done = time.time()
     store.close()
     commits = relay_for(store.context.commitlog)  # this process's commits, as the machine's committer or by itself
     json.dump({"acks": acks, "commits": commits.commits, "commit_seconds": list(commits.commit_seconds),
-               "cpu": time.process_time()}, open(out, "w"))
+               "cpu": time.process_time() - cpu, "began": began, "done": done}, open(out, "w"))
 """)
 
 CONSUMER = textwrap.dedent("""
-    import json, sys, threading, time
+    import json, os, sys, threading, time
     from storelib import MessageStore
-    root, until, queues, out = sys.argv[1], float(sys.argv[2]), [int(q) for q in sys.argv[3].split(",")], sys.argv[4]
+    root, seconds, queues, out = sys.argv[1], float(sys.argv[2]), [int(q) for q in sys.argv[3].split(",")], sys.argv[4]
     store = MessageStore.open(root)
+    until = ready(out) + seconds + 5
     latencies = []
     def work(q):  # a long poll per queue, as RocketMQ's PullMessageService holds one per queue
         offset, mine = 0, []
@@ -86,7 +94,21 @@ CONSUMER = textwrap.dedent("""
         latencies.extend(mine)
     running = [threading.Thread(target=work, args=(q,)) for q in queues]
     [t.start() for t in running]; [t.join() for t in running]
-    json.dump({"latencies": latencies, "cpu": time.process_time()}, open(out, "w"))
+    json.dump({"latencies": latencies}, open(out, "w"))
+""")
+
+#: Both roles' scripts start with this: say "ready" (a file beside the figures), then wait for the
+#: start the run gives every process at once (a file holding its wall-clock time), and return it.
+READY = textwrap.dedent("""
+    def ready(out):
+        import os, time
+        open(out + ".ready", "w").close()
+        go = os.path.join(os.path.dirname(out), "go")
+        while not os.path.exists(go + ".set"):
+            time.sleep(0.005)
+        at = float(open(go).read())
+        time.sleep(max(0.0, at - time.time()))
+        return at
 """)
 
 
@@ -167,29 +189,32 @@ def bench_online(seconds: float = 60, *, producers: int = 4, threads: int = 16, 
         store = MessageStore.create(f"{work}/online")
         store.create_topic(TOPIC, queues=QUEUES)
         store.subscribe(GROUP, TOPIC, "*")
-        follower = subprocess.Popen([sys.executable, "-m", "storelib", "dispatch", "--follow", "--interval-ms", "10",
-                                     "--store", store.root], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    text=True)
+        with open(f"{work}/follower.out", "w") as out, open(f"{work}/follower.err", "w") as err:  # the child keeps its own
+            follower = subprocess.Popen([sys.executable, "-m", "storelib", "dispatch", "--follow", "--interval-ms", "10",
+                                         "--store", store.root], env=env, stdout=out, stderr=err)
         procs.append(follower)
-        until = time.time() + seconds + 5
         outs = [f"{work}/consumer{c}.json" for c in range(consumers)]
-        for c, out in enumerate(outs):
-            mine = ",".join(str(q) for q in range(QUEUES) if q % consumers == c)
-            procs.append(_started([sys.executable, "-c", CONSUMER, store.root, str(until), mine, out], env, out))
-        time.sleep(1.0)  # consumers and follower up
+        pulling = [_started([sys.executable, "-c", READY + CONSUMER, store.root, str(seconds),
+                             ",".join(str(q) for q in range(QUEUES) if q % consumers == c), out], env, out)
+                   for c, out in enumerate(outs)]
+        procs.extend(pulling)
         sends = [f"{work}/producer{p}.json" for p in range(producers)]
-        began = time.monotonic()
-        senders = [_started([sys.executable, "-c", PRODUCER, store.root, str(seconds), str(threads), str(window), out,
-                             "relay" if relay else "own"], env, out)
+        senders = [_started([sys.executable, "-c", READY + PRODUCER, store.root, str(seconds), str(threads), str(window),
+                             out, "relay" if relay else "own"], env, out)
                    for out in sends]
+        procs.extend(senders)
+        _all_ready(dict(zip(outs + sends, pulling + senders)), follower, f"{work}/follower.err")
+        began = _go(work)
+        others = {"consumers": pulling, "follower": [follower]}
+        cpu_before = {role: [_cpu_seconds(p.pid) for p in ps] for role, ps in others.items()}
         for s, out in zip(senders, sends):
             _finished(s, seconds + 300, out)
-        elapsed = time.monotonic() - began
-        for p, out in zip(procs[1:], outs):
+        cpu_after = {role: [_cpu_seconds(p.pid) for p in ps] for role, ps in others.items()}
+        elapsed = max(json.load(open(out))["done"] for out in sends) - began
+        for p, out in zip(pulling, outs):
             _finished(p, seconds + 300, out)
-        follower_cpu = _cpu_seconds(follower.pid)
         follower.send_signal(15)
-        follower.communicate(timeout=120)
+        follower.wait(timeout=120)
         acks = [a for out in sends for a in json.load(open(out))["acks"]]
         acks.sort()
         latencies = [x for out in outs for x in json.load(open(out))["latencies"]]
@@ -206,10 +231,10 @@ def bench_online(seconds: float = 60, *, producers: int = 4, threads: int = 16, 
         for _ in range(max(1, n // 1000)):
             ceiling_store.send_batch(batch)
         ceiling = max(1, n // 1000) * 1000 / (time.perf_counter() - t)
-        cpu = {"producers": [json.load(open(out))["cpu"] for out in sends],
-               "consumers": [json.load(open(out))["cpu"] for out in outs]}
-        if follower_cpu is not None:
-            cpu["follower"] = [follower_cpu]
+        cpu = {"producers": [json.load(open(out))["cpu"] for out in sends]}
+        for role in others:
+            if None not in cpu_before[role] + cpu_after[role]:
+                cpu[role] = [after - before for before, after in zip(cpu_before[role], cpu_after[role])]
         return OnlineFigures(n, elapsed, ceiling, [a for _, a in acks], latencies, _pct(first, .5), _pct(last, .5),
                              len(commits), cpu, turn_held=sum(c for _, c in commits),
                              in_flight=producers * threads * window)
@@ -219,6 +244,31 @@ def bench_online(seconds: float = 60, *, producers: int = 4, threads: int = 16, 
                 p.kill()
         if root is None:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def _all_ready(started: dict[str, subprocess.Popen], follower: subprocess.Popen, follower_err: str,
+               timeout: float = 300) -> None:
+    """Wait until every producer and consumer (by where it writes its figures) has opened the store (its
+    ``<out>.ready`` file) and the follower is following; one that exits first fails the run."""
+    deadline = time.monotonic() + timeout
+    while not (all(os.path.exists(f"{out}.ready") for out in started) and "following" in Path(follower_err).read_text()):
+        for out, p in started.items():
+            if p.poll() is not None:
+                _finished(p, 0, out)
+                raise RuntimeError(f"{os.path.basename(out)[:-5]} exited before the run began")
+        if follower.poll() is not None:
+            raise RuntimeError(f"the follower exited with {follower.returncode}: {Path(follower_err).read_text()[-800:]}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the benchmark's processes were not ready after {timeout:.0f} s")
+        time.sleep(0.02)
+
+
+def _go(work: str) -> float:
+    """Give every process the run's start (a wall-clock time a moment ahead), all at once; return it."""
+    at = time.time() + 0.2
+    Path(f"{work}/go").write_text(repr(at))
+    Path(f"{work}/go.set").touch()  # written after the time, so no process reads a half-written one
+    return at
 
 
 def _cpu_seconds(pid: int) -> float | None:
