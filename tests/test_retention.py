@@ -12,11 +12,11 @@ from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
 from storelib import Message, MessageSelector
-from storelib.delta.table import add_actions
+from storelib.delta.table import Table, add_actions
 from storelib.dispatch.reput import Dispatcher
 from storelib.maintenance.retention import DELETE_EXPIRED, clean_consume_queue
 from storelib.model.errors import ConfigError, MessageNotFoundError
-from storelib.storage.consume_queue import min_queue_marker
+from storelib.storage.consume_queue import min_queue_marker, queue_offsets
 
 HOUR_MS = 3_600_000
 TABLES = ("commitlog", "consume_queue", "consume_queue_ext", "index")
@@ -194,6 +194,24 @@ def test_min_offsets_of_straddling_and_emptied_queues(store):
     assert store.delete_expired_files(now=2**62) == dict.fromkeys(TABLES, 0)
     assert versions(store) == version
     cq_before.unpersist()
+
+
+def test_queue_offsets_keep_the_moved_min_whichever_view_asked_first(store):
+    """Per-version queue offsets (what every pull asks): a view that did not ask for a queue's ``cqmin``
+    marker (a held pull's look) does not hide the moved minimum from one that did (the pull's)."""
+    send_batches(store, 1, queues=range(4))
+    send_batches(store, 1, start=1, queues=(0, 1))
+    send_batches(store, 1, start=2, queues=(0,))
+    store.dispatch()
+    store.delete_expired_files(now=2**62)
+    cq = store.context.tables.consume_queue
+    fresh = Table(cq.path, cq.spec)  # as a consumer process that has not pulled yet holds it
+    bare = fresh.view()
+    assert queue_offsets(fresh, bare, "TopicTest", 1) == (0, 2)  # by the files alone
+    marked = fresh.view(markers=[min_queue_marker("TopicTest", 1)])
+    assert marked.version == bare.version and queue_offsets(fresh, marked, "TopicTest", 1) == (2, 2)
+    got = store.get_message("G1", "TopicTest", 1, 0, 32)
+    assert (got.status.name, got.next_begin_offset) == ("OFFSET_TOO_SMALL", 2)
 
 
 def test_crash_between_steps_then_rerun_converges(store):

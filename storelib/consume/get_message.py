@@ -48,7 +48,7 @@ from storelib.delta.table import Table, TableView
 from storelib.model.message import StoredMessage
 from storelib.storage.commitlog import COMMITLOG_MARKER, min_physical_offset, read_messages
 from storelib.storage.consume_queue import (CQ_STORE_UNIT_SIZE, contiguous, min_queue_marker, queue_files,
-                                            queue_max_offset, queue_min_offset, read_units, roll_next_file)
+                                            queue_offsets, read_units, roll_next_file)
 from storelib.storage.consume_queue_ext import ext_units_of
 
 __all__ = ["GetMessageStatus", "GetMessageResult", "ConsumeQueueFilter", "get_message", "passing_units"]
@@ -142,8 +142,7 @@ def get_message(ctx: StoreContext, group: str, topic: str, queue_id: int, offset
     queue_actions = queue_files(cq, cq_view, topic, queue_id)
     if queue_actions.num_rows == 0 and not _queue_exists(ctx, topic, queue_id):
         return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
-    max_offset = queue_max_offset(queue_actions)
-    min_offset = queue_min_offset(cq_view.markers.get(marker), queue_actions) if max_offset else 0
+    min_offset, max_offset = queue_offsets(cq, cq_view, topic, queue_id)
 
     if max_offset == 0:
         return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, min_offset, max_offset)
@@ -180,7 +179,7 @@ def get_message(ctx: StoreContext, group: str, topic: str, queue_id: int, offset
         passed = passing_units(message_filter, units, ext, topic, queue_id)
         offsets_py = units.column("commitlog_offset").to_pylist()
         sizes = units.column("size").to_pylist()
-        queue_offsets = units.column("queue_offset").to_pylist()
+        unit_offsets = units.column("queue_offset").to_pylist()
         reader.plan([o for o, p in zip(offsets_py, passed) if p and o >= clog_min])
         full = False
         for i, (offset_py, size_py) in enumerate(zip(offsets_py, sizes)):
@@ -209,7 +208,7 @@ def get_message(ctx: StoreContext, group: str, topic: str, queue_id: int, offset
                 result.filter_message_count += 1
                 continue
             result.messages.append(message)
-            result.queue_offsets.append(queue_offsets[i])
+            result.queue_offsets.append(unit_offsets[i])
             result.buffer_total_size += size_py
             result.status = GetMessageStatus.FOUND
             next_phy_file_start = _MIN_LONG

@@ -47,7 +47,7 @@ from storelib.model.errors import (ConsumeDisabledError, FilterNotSupportedError
                                    require_int)
 from storelib.model.message import MessageConst, StoredMessage
 from storelib.model.topic import PERM_READ, RETRY_GROUP_TOPIC_PREFIX, retry_topic, validate_group
-from storelib.storage.consume_queue import queue_files, queue_max_offset
+from storelib.storage.consume_queue import queue_offsets
 
 if TYPE_CHECKING:
     import numpy as np
@@ -138,7 +138,7 @@ class PullFilter:
     >>> f.passes_every_unit
     False
     >>> m = store.query_by_id(r.msg_id)
-    >>> f.is_matched_by_commitlog(m), f.client_keeps(m)
+    >>> f.is_matched_by_commitlog(m), f.client_kept([m]) == [m]
     (True, True)
     >>> import pyarrow as pa
     >>> f.consume_queue_mask(pa.table({"tags_code": [2598919], "filter_bitmap": pa.nulls(1, pa.binary()),
@@ -195,9 +195,12 @@ class PullFilter:
         """The class filters' failures so far (:class:`~storelib.filter.class_filter.FilterFailure`)."""
         return tuple(f for tally in self.failures.values() for f in tally.report())
 
-    def client_keeps(self, message: StoredMessage) -> bool:
-        """``PullAPIWrapper.processPullResult``: a tag subscription keeps messages whose TAGS is in its tags set."""
-        return not self.filter.selector.by_tags or self.filter.data.matches_tag(message.tags)
+    def client_kept(self, messages: list[StoredMessage]) -> list[StoredMessage]:
+        """``PullAPIWrapper.processPullResult``: a tag subscription keeps the messages whose TAGS is in its tags set."""
+        if not self.filter.selector.by_tags:
+            return messages
+        data = self.filter.data
+        return [m for m in messages if data.matches_tag(m.tags)]
 
 
 @dataclass(frozen=True)
@@ -242,7 +245,7 @@ class PullMessageProcessor:
             def moved(offset: int) -> bool:  # one look at the log while nothing was dispatched
                 view = cq.view()
                 changed, seen[0] = view.version != seen[0], view.version
-                return changed and queue_max_offset(queue_files(cq, view, request.topic, request.queue_id)) > offset
+                return changed and queue_offsets(cq, view, request.topic, request.queue_id)[1] > offset
 
             looked: list[GetMessageResult] = []
 
@@ -268,7 +271,7 @@ class PullMessageProcessor:
         code = response_code(got.status, request.offset)
         messages = got.messages
         if code == "SUCCESS":
-            messages = [m for m in messages if message_filter.client_keeps(m)]
+            messages = message_filter.client_kept(messages)
             for m in messages:
                 m.properties[MessageConst.MIN_OFFSET] = str(got.min_offset)
                 m.properties[MessageConst.MAX_OFFSET] = str(got.max_offset)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -47,12 +48,28 @@ def prune_actions(actions: pa.Table, prune: Prune | None = None) -> pa.Table:
     wanted += [(c, lo, hi) for c, (lo, hi) in ((prune.between or {}).items() if prune else ())]
     keep = None
     for col, lo, hi in wanted:
-        may = may_contain(actions, col, lo, hi)
+        may = _may_contain_ints(actions, col, lo, hi)
+        if may is None:
+            may = may_contain(actions, col, lo, hi)
+            may = None if may is None else pc.fill_null(may, True).to_numpy(zero_copy_only=False)
         if may is not None:
-            keep = may if keep is None else pc.and_kleene(keep, may)
-    if keep is not None:
-        actions = actions.filter(pc.fill_null(keep, True))
+            keep = may if keep is None else keep & may
+    if keep is not None and not keep.all():
+        actions = actions.filter(pa.array(keep, pa.bool_()))
     return actions
+
+
+def _may_contain_ints(actions: pa.Table, col: str, lo: Any, hi: Any) -> "np.ndarray | None":
+    """:func:`may_contain` with numpy, for integer statistics that every file has and integer bounds (a
+    point read's common case: queue or commitlog offsets); None otherwise."""
+    mins, maxs = f"min.{col}", f"max.{col}"
+    if mins not in actions.column_names or maxs not in actions.column_names or not (
+            isinstance(lo, int) and isinstance(hi, int)):
+        return None
+    cmin, cmax = actions.column(mins), actions.column(maxs)
+    if not (pa.types.is_integer(cmin.type) and pa.types.is_integer(cmax.type)) or cmin.null_count or cmax.null_count:
+        return None
+    return (cmin.to_numpy() <= hi) & (cmax.to_numpy() >= lo)
 
 
 def clustered(actions: pa.Table, columns: Sequence[str]) -> pa.Table:
@@ -102,12 +119,11 @@ def holding(actions: pa.Table, col: str, values: pa.Array) -> pa.Table:
     mins, maxs = f"min.{col}", f"max.{col}"
     if mins not in actions.column_names:
         return actions
-    import numpy as np
-
     wanted = np.sort(values.to_numpy(zero_copy_only=False))
     lo = actions.column(mins).to_numpy(zero_copy_only=False)
     hi = actions.column(maxs).to_numpy(zero_copy_only=False)
-    unknown = pc.is_null(actions.column(mins)).to_numpy(zero_copy_only=False)
+    unknown = pc.is_null(actions.column(mins)).to_numpy(zero_copy_only=False) if actions.column(mins).null_count \
+        else np.zeros(len(lo), bool)
     first_at_or_above = np.searchsorted(wanted, np.where(unknown, 0, lo), side="left")
     holds = unknown | ((first_at_or_above < len(wanted))
                        & (wanted[np.minimum(first_at_or_above, len(wanted) - 1)] <= np.where(unknown, 0, hi)))

@@ -235,12 +235,19 @@ class StoredMessage:
         from storelib.model.timestamps import utc_datetimes
 
         columns = {name: utc_datetimes(col) if pa.types.is_timestamp(col.type) else col.to_pylist()
-                   for name, col in zip(rows.column_names, rows.columns)}
+                   for name, col in zip(rows.column_names, rows.columns) if name in _ROW_FIELDS}
         return [cls.from_row(dict(zip(columns, values))) for values in zip(*columns.values())]
 
     @classmethod
     def from_row(cls, row: dict) -> "StoredMessage":
+        """The message of one commitlog row (a dict by column; those :data:`_ROW_FIELDS` names are read)."""
         return cls(row["msg_id"], row["topic"], row["queue_id"], row["queue_offset"], row["physical_offset"],
                    row["size"], row["sysflag"], row["flag"], row["body_crc"], row["born_timestamp"], row["born_host"],
                    row["store_timestamp"], row["store_host"], row["reconsume_times"],
                    row["prepared_transaction_offset"], dict(row["properties"]), bytes(row["body"]))
+
+
+#: The commitlog columns a :class:`StoredMessage` is made of (``tags``, ``keys`` and ``uniq_key`` are its properties again).
+_ROW_FIELDS = frozenset({"msg_id", "topic", "queue_id", "queue_offset", "physical_offset", "size", "sysflag", "flag",
+                         "body_crc", "born_timestamp", "born_host", "store_timestamp", "store_host", "reconsume_times",
+                         "prepared_transaction_offset", "properties", "body"})

@@ -83,7 +83,9 @@ def utc_datetimes(column: "pa.Array | pa.ChunkedArray") -> list[dt.datetime | No
     """
     import pyarrow as pa
 
-    micros = column.cast(pa.timestamp("us", tz="UTC")).cast(pa.int64()).to_pylist()
+    if column.type != pa.timestamp("us", tz="UTC"):
+        column = column.cast(pa.timestamp("us", tz="UTC"))
+    micros = column.cast(pa.int64()).to_pylist()
     delta = dt.timedelta
     return [None if v is None else _EPOCH_UTC + delta(microseconds=v) for v in micros]
 

@@ -551,7 +551,8 @@ def read_messages(commitlog: Table, actions: pa.Table, offsets: Sequence[int],
     if not len(offsets):
         return {}
     wanted = pa.array(sorted(set(int(o) for o in offsets)), pa.int64())
-    holding = commitlog.holding(actions, "physical_offset", wanted)
+    holding = commitlog.holding(actions.select([c for c in ("path", "min.physical_offset", "max.physical_offset")
+                                                if c in actions.column_names]), "physical_offset", wanted)
     if files_touched is not None:
         files_touched["commitlog"] = holding.num_rows
     rows = read_rows(commitlog, commitlog.paths(holding), wanted)

@@ -21,7 +21,7 @@ from storelib.encoding.arrow import Distinct, queue_groups
 from storelib.storage.schema import CONSUME_QUEUE
 
 __all__ = ["CONSUME_QUEUE", "CQ_STORE_UNIT_SIZE", "roll_next_file", "queue_max_offset", "max_offsets", "read_units",
-           "contiguous", "min_queue_marker", "queue_files", "queue_min_offset", "min_offset", "moved_min_offsets", "units"]
+           "contiguous", "min_queue_marker", "queue_files", "queue_offsets", "queue_min_offset", "min_offset", "moved_min_offsets", "units"]
 
 #: Bytes of one ConsumeQueue unit: commitlog offset (8), size (4), tags code (8).
 CQ_STORE_UNIT_SIZE = 20
@@ -66,6 +66,25 @@ def _by_queue(view: TableView) -> tuple[pa.Table, dict[tuple[str, int], np.ndarr
         return files, {}
     pairs, inverse, counts = queue_groups(Distinct.of(files.column("min.topic")), files.column("min.queue_id"))
     return files, dict(zip(pairs, np.split(np.argsort(inverse, kind="stable"), np.cumsum(counts)[:-1])))
+
+
+def queue_offsets(cq: Table, view: TableView, topic: str, queue_id: int) -> tuple[int, int]:
+    """``(getMinOffsetInQueue, getMaxOffsetInQueue)`` of (topic, queue_id) in ``view`` of the consume queue:
+    :func:`queue_min_offset` (by the ``cqmin`` marker where the view holds it) and :func:`queue_max_offset`
+    of the queue's :func:`queue_files`, worked out once per version (every pull and held pull asks).
+
+    >>> cq = store.context.tables.consume_queue
+    >>> queue_offsets(cq, cq.view(markers=[min_queue_marker("TopicTest", r.queue_id)]), "TopicTest", r.queue_id)
+    (0, 1)
+    """
+    marker = min_queue_marker(topic, queue_id)
+
+    def offsets(v: TableView) -> tuple[int, int]:
+        files = queue_files(cq, v, topic, queue_id)
+        top = queue_max_offset(files)
+        return (queue_min_offset(v.markers.get(marker), files) if top else 0), top
+
+    return cq.memo(f"queue_offsets\0{topic}\0{queue_id}\0{marker in view.markers}", offsets, view=view)
 
 
 def queue_min_offset(marker: int | None, queue_actions: pa.Table) -> int:
@@ -120,7 +139,9 @@ def read_units(cq: Table, queue_actions: pa.Table, lo: int, hi: int) -> pa.Table
     >>> read_units(cq, actions, 0, 32).column("commitlog_offset").to_pylist()
     [0]
     """
-    actions = cq.prune(queue_actions, Prune(between={"queue_offset": (lo, hi - 1)}))
+    ranges = queue_actions.select([c for c in ("path", "min.queue_offset", "max.queue_offset")  # only what is
+                                   if c in queue_actions.column_names])             # asked: a filter pays per column
+    actions = cq.prune(ranges, Prune(between={"queue_offset": (lo, hi - 1)}))
     rows = cq.read_keyed(cq.paths(actions), "queue_offset", between=(lo, hi),
                          columns=["queue_offset", "commitlog_offset", "size", "tags_code"])
     got = rows.column("queue_offset").to_numpy()
