@@ -15,7 +15,9 @@ topic's commitlog rows evaluating the same exact test (the baseline), each writt
 Each is measured on the fresh store (append order), then again after ``compact()`` clustered it,
 against the plain scan of the same (clustered) files and against the fresh store's scan. Also:
 compaction against a bare Spark read-sort-write of the same rows, pulls and key look-ups on the
-fresh and on the clustered store, and the Bloom false positive rate of every group.
+fresh and on the clustered store, the Bloom false positive rate of every group, and Spark's floor: the
+smallest Spark job (one row to the ``noop`` sink), which no read through Spark can beat, so a read cannot
+be 10x faster than a scan that takes less than 10 floors.
 
 Bytes read are what the processes read during each read (``rchar`` of ``/proc/<pid>/io``, Linux).
 The false positive rate of each SQL92 group is measured over the whole store: among units whose
@@ -23,6 +25,9 @@ message does not match, the share whose bitmap still hits the group's bits.
 
 >>> BURST_RUN
 20000
+>>> figures = FilterFigures(100, [ReadFigure("tag burst (clustered)", 0.47, 0.58, 1, 1, 1)], spark_floor_seconds=0.061)
+>>> figures.lines()[-1]
+'spark floor  0.061 s (the smallest Spark job): no read is 10x faster than a scan under 0.61 s: tag burst (clustered)'
 """
 
 from __future__ import annotations
@@ -124,6 +129,8 @@ class FilterFigures:
     #: Point reads, fresh and clustered: kind -> seconds per call; and commitlog files a key look-up opened.
     point_reads: dict[str, list[float]] = field(default_factory=dict)
     lookup_files: dict[str, int] = field(default_factory=dict)
+    #: The best time of the smallest Spark job: no read through Spark is faster.
+    spark_floor_seconds: float = 0.0
 
     def lines(self) -> list[str]:
         rates = sorted(self.false_positive_rates.values())
@@ -143,6 +150,11 @@ class FilterFigures:
         for kind, times in self.point_reads.items():
             out.append(f"{kind:<30} p50 {1000 * _pct(times, 0.5):7.1f} ms  p99 {1000 * _pct(times, 0.99):7.1f} ms"
                        + (f"  commitlog files {self.lookup_files[kind]}" if kind in self.lookup_files else ""))
+        if self.spark_floor_seconds:
+            floor = self.spark_floor_seconds
+            below = [r.name for r in self.reads if r.baseline_seconds < 10 * floor]
+            out.append(f"spark floor  {floor:.3f} s (the smallest Spark job): no read is 10x faster than a scan under "
+                       f"{10 * floor:.2f} s: {', '.join(below) or 'no case'}")
         return out
 
     def as_dict(self) -> dict:
@@ -161,7 +173,8 @@ class FilterFigures:
                 "ext_seconds": round(self.ext_seconds, 3), "ext_no_bitmap_seconds": round(self.ext_no_bitmap_seconds, 3),
                 "compact_seconds": round(self.compact_seconds, 3), "bare_sort_seconds": round(self.bare_sort_seconds, 3),
                 "point_reads": {k: {"p50_ms": round(1000 * _pct(t, 0.5), 1), "p99_ms": round(1000 * _pct(t, 0.99), 1),
-                                    "commitlog_files": self.lookup_files.get(k)} for k, t in self.point_reads.items()}}
+                                    "commitlog_files": self.lookup_files.get(k)} for k, t in self.point_reads.items()},
+                "spark_floor_seconds": round(self.spark_floor_seconds, 3)}
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -276,6 +289,7 @@ def bench_filtering(spark: "SparkSession", n: int, *, root: str | None = None, q
 
         fresh = _measure_cases(spark, store, "fresh")
         figures.reads.extend(fresh)
+        figures.spark_floor_seconds = _spark_floor(spark)
         _point_reads(store, figures, "fresh", queues, pulls)
         figures.bare_sort_seconds = _bare_sort(spark, store, f"{work}/bare")
         began = time.perf_counter()
@@ -292,6 +306,16 @@ def bench_filtering(spark: "SparkSession", n: int, *, root: str | None = None, q
     finally:
         if root is None:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def _spark_floor(spark: "SparkSession", repeats: int = 5) -> float:
+    """The best of ``repeats`` runs (after a warm-up) of the smallest Spark job: one row to the ``noop`` sink."""
+    times = []
+    for _ in range(repeats + 1):
+        start = time.perf_counter()
+        spark.range(1).write.format("noop").mode("overwrite").save()
+        times.append(time.perf_counter() - start)
+    return min(times[1:])
 
 
 def _measure_cases(spark: "SparkSession", store, label: str) -> list[ReadFigure]:
