@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["Prune", "prune_actions", "clustered", "only", "holding", "may_contain", "typed_scalar", "narrowed",
+__all__ = ["Prune", "prune_actions", "clustered", "only", "holding", "ranges", "may_contain", "typed_scalar", "narrowed",
            "STATS_KEYS"]
 
 
@@ -128,6 +128,16 @@ def holding(actions: pa.Table, col: str, values: pa.Array) -> pa.Table:
     holds = unknown | ((first_at_or_above < len(wanted))
                        & (wanted[np.minimum(first_at_or_above, len(wanted) - 1)] <= np.where(unknown, 0, hi)))
     return actions.filter(pa.array(holds, pa.bool_()))
+
+
+def ranges(actions: pa.Table, col: str) -> pa.Table:
+    """``actions`` narrowed to each file's path and its ``[min, max]`` of ``col``: what a range test reads,
+    so that keeping some files costs three columns, not every statistic (a point read's file choice).
+
+    >>> ranges(pa.table({"path": ["a"], "size_bytes": [1], "min.k": [0], "max.k": [9]}), "k").column_names
+    ['path', 'min.k', 'max.k']
+    """
+    return actions.select([c for c in ("path", f"min.{col}", f"max.{col}") if c in actions.column_names])
 
 
 def may_contain(actions: pa.Table, col: str, lo: Any, hi: Any) -> pa.ChunkedArray | None:

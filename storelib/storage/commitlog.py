@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 from pyarrow import fs as pafs
 
 from storelib.delta.spec import spark_schema
+from storelib.delta.stats import ranges
 from storelib.delta.table import Table, add_actions, filesystem, with_retries
 from storelib.delta.writer import Target, write_items, write_rows
 from storelib.encoding.arrow import Distinct, queue_groups
@@ -551,8 +552,7 @@ def read_messages(commitlog: Table, actions: pa.Table, offsets: Sequence[int],
     if not len(offsets):
         return {}
     wanted = pa.array(sorted(set(int(o) for o in offsets)), pa.int64())
-    holding = commitlog.holding(actions.select([c for c in ("path", "min.physical_offset", "max.physical_offset")
-                                                if c in actions.column_names]), "physical_offset", wanted)
+    holding = commitlog.holding(ranges(actions, "physical_offset"), "physical_offset", wanted)
     if files_touched is not None:
         files_touched["commitlog"] = holding.num_rows
     rows = read_rows(commitlog, commitlog.paths(holding), wanted)

@@ -16,12 +16,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from storelib.delta.stats import ranges
 from storelib.delta.table import Prune, Table, TableView
 from storelib.encoding.arrow import Distinct, queue_groups
 from storelib.storage.schema import CONSUME_QUEUE
 
 __all__ = ["CONSUME_QUEUE", "CQ_STORE_UNIT_SIZE", "roll_next_file", "queue_max_offset", "max_offsets", "read_units",
-           "contiguous", "min_queue_marker", "queue_files", "queue_offsets", "queue_min_offset", "min_offset", "moved_min_offsets", "units"]
+           "contiguous", "min_queue_marker", "queue_files", "queue_offsets", "queue_min_offset", "min_offset",
+           "moved_min_offsets", "units"]
 
 #: Bytes of one ConsumeQueue unit: commitlog offset (8), size (4), tags code (8).
 CQ_STORE_UNIT_SIZE = 20
@@ -139,9 +141,7 @@ def read_units(cq: Table, queue_actions: pa.Table, lo: int, hi: int) -> pa.Table
     >>> read_units(cq, actions, 0, 32).column("commitlog_offset").to_pylist()
     [0]
     """
-    ranges = queue_actions.select([c for c in ("path", "min.queue_offset", "max.queue_offset")  # only what is
-                                   if c in queue_actions.column_names])             # asked: a filter pays per column
-    actions = cq.prune(ranges, Prune(between={"queue_offset": (lo, hi - 1)}))
+    actions = cq.prune(ranges(queue_actions, "queue_offset"), Prune(between={"queue_offset": (lo, hi - 1)}))
     rows = cq.read_keyed(cq.paths(actions), "queue_offset", between=(lo, hi),
                          columns=["queue_offset", "commitlog_offset", "size", "tags_code"])
     got = rows.column("queue_offset").to_numpy()
