@@ -310,12 +310,7 @@ def bench_filtering(spark: "SparkSession", n: int, *, root: str | None = None, q
 
 def _spark_floor(spark: "SparkSession", repeats: int = 5) -> float:
     """The best of ``repeats`` runs (after a warm-up) of the smallest Spark job: one row to the ``noop`` sink."""
-    times = []
-    for _ in range(repeats + 1):
-        start = time.perf_counter()
-        spark.range(1).write.format("noop").mode("overwrite").save()
-        times.append(time.perf_counter() - start)
-    return min(times[1:])
+    return _measure_pair(spark, lambda: spark.range(1), None, repeats=repeats)[0][0]
 
 
 def _measure_cases(spark: "SparkSession", store, label: str) -> list[ReadFigure]:
