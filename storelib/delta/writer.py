@@ -87,10 +87,15 @@ class FileSink:
     def __init__(self, root: str, schema: pa.Schema, *, cluster_by: Sequence[str] = (),
                  target_file_size: int = 128 * 1024 * 1024, prefix: str = "part", row_group_rows: int = 64 * 1024,
                  summarize: Summarizer | None = None, dictionary: Sequence[str] | None = None,
-                 statistics: Sequence[str] | None = None):
+                 statistics: Sequence[str] | None = None, delta_encoded: Sequence[str] = ()):
         self.root = root.rstrip("/")
-        self.dictionary = True if dictionary is None else list(dictionary)
-        self.statistics = True if statistics is None else list(statistics)
+        if delta_encoded and dictionary is None:
+            dictionary = [name for name in schema.names if name not in delta_encoded]
+        #: What every file's ParquetWriter is given besides its codec.
+        self.options: dict[str, Any] = {"use_dictionary": True if dictionary is None else list(dictionary),
+                                        "write_statistics": True if statistics is None else list(statistics)}
+        if delta_encoded:
+            self.options["column_encoding"] = {name: "DELTA_BINARY_PACKED" for name in delta_encoded}
         self.summarize = summarize
         self.schema = schema
         self.cluster_by = list(cluster_by)
@@ -106,8 +111,7 @@ class FileSink:
                 part = _conform(raw, self.schema)
                 f = self._open.get(key)
                 if f is None:
-                    f = self._open[key] = _OpenFile(self.root, self.schema, self.prefix, self.summarize, self.dictionary,
-                                                    self.statistics)
+                    f = self._open[key] = _OpenFile(self.root, self.schema, self.prefix, self.summarize, self.options)
                 f.add(part, self.row_group_rows, raw)
                 if f.bytes >= self.target:
                     self.files.append(self._open.pop(key).close())
@@ -139,10 +143,10 @@ class _OpenFile:
     """
 
     def __init__(self, root: str, schema: pa.Schema, prefix: str, summarize: Summarizer | None = None,
-                 dictionary: bool | list[str] = True, statistics: bool | list[str] = True):
+                 options: Mapping[str, Any] | None = None):
         self.summarize = summarize
         self.summary = summarize.start() if summarize else None
-        self.prefix, self.dictionary, self.statistics = prefix, dictionary, statistics
+        self.prefix, self.options = prefix, options or {}
         self.fs, self.base = filesystem(root)
         self.writer: pq.ParquetWriter | None = None
         self.schema = schema
@@ -154,8 +158,7 @@ class _OpenFile:
         codec = "snappy" if small else "zstd"
         self.name = f"{self.prefix}-{uuid.uuid4().hex}.c000.{codec}.parquet"
         self.path = f"{self.base}/{self.name}"
-        self.writer = pq.ParquetWriter(self.path, self.schema, filesystem=self.fs, compression=codec,
-                                       write_statistics=self.statistics, use_dictionary=self.dictionary)
+        self.writer = pq.ParquetWriter(self.path, self.schema, filesystem=self.fs, compression=codec, **self.options)
         return self.writer
 
     def add(self, part: pa.RecordBatch, row_group_rows: int, raw: pa.RecordBatch | None = None) -> None:
@@ -238,6 +241,7 @@ class Target:
     summarize: Summarizer | None = None
     dictionary: tuple[str, ...] | None = None
     statistics: tuple[str, ...] | None = None
+    delta_encoded: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, table: Table, *, cluster_by: Sequence[str] | None = None, target_file_size: int = 128 * 1024 * 1024,
@@ -245,12 +249,12 @@ class Target:
         """The target for ``table``: its path, schema and row group size; clustered by ``cluster_by``."""
         return cls(table.path, table.spec.arrow, tuple(table.spec.cluster_by if cluster_by is None else cluster_by),
                    target_file_size, row_group_rows or table.spec.row_group_rows, prefix, summarize, table.spec.dictionary,
-                   table.spec.statistics)
+                   table.spec.statistics, table.spec.delta_encoded)
 
     def sink(self) -> FileSink:
         return FileSink(self.root, self.schema, cluster_by=self.cluster_by, target_file_size=self.target_file_size,
                         prefix=self.prefix, row_group_rows=self.row_group_rows, summarize=self.summarize,
-                        dictionary=self.dictionary, statistics=self.statistics)
+                        dictionary=self.dictionary, statistics=self.statistics, delta_encoded=self.delta_encoded)
 
 
 def write_split(df: "DataFrame", targets: Mapping[str, Target],

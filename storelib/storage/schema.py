@@ -129,6 +129,7 @@ CONSUME_QUEUE = TableSpec(
     row_group_rows=16 * 1024,
     dictionary=("topic", "queue_id", "store_timestamp"),
     view_statistics=("topic", "queue_id", "queue_offset", "commitlog_offset", "tags_code", "store_timestamp"),
+    delta_encoded=("queue_offset", "commitlog_offset"),
 )
 
 CONSUME_QUEUE_EXT = TableSpec(
@@ -155,6 +156,7 @@ CONSUME_QUEUE_EXT = TableSpec(
     row_group_rows=16 * 1024,
     dictionary=("topic", "queue_id", "tags_code", "store_timestamp", "filter_bitmap", "filter_version"),
     view_statistics=("topic", "queue_id", "queue_offset", "ext_offset", "commitlog_offset", "tags_code", "store_timestamp"),
+    delta_encoded=("queue_offset", "ext_offset", "commitlog_offset"),
 )
 
 EXT_SUMMARY = TableSpec(
