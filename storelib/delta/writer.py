@@ -387,13 +387,16 @@ def _groups(batch: pa.RecordBatch, cluster_by: Sequence[str]) -> Iterator[tuple[
     if not cluster_by:
         yield None, batch
         return
-    if all(pc.all(pc.equal(batch.column(c), batch.column(c)[0])).as_py() is True for c in cluster_by):
+    varying = [c for c in cluster_by if batch.column(c).null_count
+               or pc.all(pc.equal(batch.column(c), batch.column(c)[0])).as_py() is not True]
+    if not varying:
         yield tuple(batch.column(c)[0].as_py() for c in cluster_by), batch
         return
-    order = pc.sort_indices(batch, sort_keys=[(c, "ascending") for c in cluster_by])  # stable
+    # stable; by the varying columns alone (one queue_id column sorts ~30x faster than it with the topic)
+    order = pc.sort_indices(batch, sort_keys=[(c, "ascending") for c in varying])
     batch = batch.take(order)
     change = None
-    for c in cluster_by:
+    for c in varying:
         col = batch.column(c)
         diff = pc.not_equal(col.slice(1), col.slice(0, n - 1))
         change = diff if change is None else pc.or_(change, diff)

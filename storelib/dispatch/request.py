@@ -107,7 +107,11 @@ class DispatchRequests:
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[dict[str, pa.RecordBatch]]:
         for batch in batches:
             if batch.num_rows:
-                yield {name: getattr(self, name)(self._rows_for(batch, name)) for name in self.starts}
+                cut: dict[tuple[bool, int], pa.RecordBatch] = {}  # the consume queue's rows are the ext table's
+                for name, start in self.starts.items():
+                    if (name == "index", start) not in cut:
+                        cut[name == "index", start] = self._rows_for(batch, name)
+                yield {name: getattr(self, name)(cut[name == "index", start]) for name, start in self.starts.items()}
 
     def _rows_for(self, batch: pa.RecordBatch, name: str) -> pa.RecordBatch:
         kind = pc.bit_wise_and(batch.column("sysflag"), SysFlag.TRANSACTION_ROLLBACK_TYPE)
@@ -163,7 +167,9 @@ class DispatchRequests:
 
     def consume_queue_ext(self, b: pa.RecordBatch) -> pa.RecordBatch:
         if self.ext_topics is not None and b.num_rows:
-            b = b.filter(pc.is_in(b.column("topic"), pa.array(self.ext_topics, pa.string())))
+            mine = pc.is_in(b.column("topic"), pa.array(self.ext_topics, pa.string()))
+            if not pc.all(mine).as_py():  # a copy of every column, the properties map too: only when some go
+                b = b.filter(mine)
         if self.bitmaps is not None and b.num_rows:
             b = self.bitmaps(b)
         return consume_queue_ext.units(b, self._tags_code(b))
