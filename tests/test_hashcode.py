@@ -52,6 +52,7 @@ class TestJavaHashCodes:
     @pytest.mark.parametrize("strings", [
         [], [None], [""], ["a", "ab", "Aa", "BB"], ["polygenelubricants"], ["\U0001F600", "é中", "a\U0001F600b"],
         ["x" * 5000, "y"],  # one long string among short ones: the sparse fold
+        ["é中", "ab", "\U0001F600"], ["0A1B2C3D" * 4] * 3,  # all of one length in UTF-16 units: folded as they are
     ])
     def test_literals(self, strings):
         expected = [java_string_hash(s) if s is not None else 0 for s in strings]
@@ -68,6 +69,13 @@ class TestJavaHashCodes:
             assert java_hash_codes(array).tolist() == expected
             assert java_hash_codes(array.slice(123, 700)).tolist() == expected[123:823]
             assert java_hash_codes(pa.chunked_array([array.slice(0, 5), array.slice(5)])).tolist() == expected
+
+    def test_ids_of_one_length_and_their_slices(self):
+        ids = [f"{i * 2654435761 % 2**128:032X}" for i in range(500)]
+        expected = [java_string_hash(s) for s in ids]
+        array = pa.array(ids, pa.string())
+        assert java_hash_codes(array).tolist() == expected
+        assert java_hash_codes(array.slice(17, 300)).tolist() == expected[17:317]
 
     def test_tags_conformance(self):
         cases = utf8_cases("tags_hash_cases.json")

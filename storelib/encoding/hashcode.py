@@ -96,7 +96,11 @@ def string_hashes(strings: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.n
     out = np.zeros(len(strings), dtype=np.uint32)
     if len(units):
         longest = int(lengths.max())
-        if len(strings) * longest <= 4 * len(units):
+        if (lengths == longest).all():  # one length (ids, keys of one shape): the units are the matrix
+            for column in units.reshape(len(strings), longest).T:
+                out *= np.uint32(31)
+                out += column
+        elif len(strings) * longest <= 4 * len(units):
             # Dense: one column per string, right-aligned (leading zeros add nothing), folded row by
             # row as Java does: h = 31 * h + unit.
             narrow = offsets.astype(np.int32 if offsets[-1] < 2**31 else np.int64)
