@@ -30,9 +30,9 @@ class TableSpec:
     ``view_statistics``: the columns whose min/max a process's warm view keeps (None: all it gets);
     a view is brought forward at every commit, and fills each column it keeps for each new file.
     ``delta_encoded``: integer columns that grow by small steps inside a file (queue offsets, commitlog
-    offsets), written with Parquet's ``DELTA_BINARY_PACKED`` encoding rather than plain values: in a
-    consume queue file about 4x smaller, and faster both to write and to read back (measured), since
-    the compressor has little left to do. Never a dictionary column.
+    offsets), written with Parquet's ``DELTA_BINARY_PACKED`` encoding rather than plain values: consume
+    queue files take half the bytes and ext files a fifth (10^6 messages, measured), and both write
+    and read back faster, since the compressor has little left to do. Never a dictionary column.
 
     >>> TableSpec("events", pa.schema([("id", pa.int64()), ("at", pa.int64())])).columns
     ['id', 'at']
