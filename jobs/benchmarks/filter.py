@@ -19,7 +19,8 @@ fresh and on the clustered store, the Bloom false positive rate of every group, 
 smallest Spark job (one row to the ``noop`` sink), which no read through Spark can beat, so a read cannot
 be 10x faster than a scan that takes less than 10 floors.
 
-Bytes read are what the processes read during each read (``rchar`` of ``/proc/<pid>/io``, Linux).
+Bytes read are what the processes read during each read (``rchar`` of ``/proc/<pid>/io``, Linux),
+the fewest over its repeats as its time is the best.
 The false positive rate of each SQL92 group is measured over the whole store: among units whose
 message does not match, the share whose bitmap still hits the group's bits.
 
