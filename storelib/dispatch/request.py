@@ -17,6 +17,7 @@ subscriptions need filter bitmaps, CalcBitMap runs on the same batches
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
 
@@ -107,19 +108,18 @@ class DispatchRequests:
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[dict[str, pa.RecordBatch]]:
         for batch in batches:
             if batch.num_rows:
-                cut: dict[tuple[bool, int], pa.RecordBatch] = {}  # the consume queue's rows are the ext table's
-                for name, start in self.starts.items():
-                    if (name == "index", start) not in cut:
-                        cut[name == "index", start] = self._rows_for(batch, name)
-                yield {name: getattr(self, name)(cut[name == "index", start]) for name, start in self.starts.items()}
+                rows = functools.lru_cache()(functools.partial(self._rows_for, batch))  # the consume queue's are the ext's
+                yield {name: getattr(self, name)(rows(name == "index", start)) for name, start in self.starts.items()}
 
-    def _rows_for(self, batch: pa.RecordBatch, name: str) -> pa.RecordBatch:
+    @staticmethod
+    def _rows_for(batch: pa.RecordBatch, index: bool, start: int) -> pa.RecordBatch:
+        """The batch's rows from commitlog offset ``start`` on that the index (``index``) or a queue gets."""
         kind = pc.bit_wise_and(batch.column("sysflag"), SysFlag.TRANSACTION_ROLLBACK_TYPE)
-        if name == "index":
+        if index:
             wanted = pc.not_equal(kind, SysFlag.TRANSACTION_ROLLBACK_TYPE)
         else:
             wanted = pc.is_in(kind, pa.array(SysFlag.QUEUED_TRANSACTION_TYPES, pa.int32()))
-        keep = pc.and_(wanted, pc.greater_equal(batch.column("physical_offset"), self.starts[name]))
+        keep = pc.and_(wanted, pc.greater_equal(batch.column("physical_offset"), start))
         return batch if pc.all(keep).as_py() else batch.filter(keep)
 
     def _tags_code(self, b: pa.RecordBatch) -> pa.Array:
