@@ -6,12 +6,14 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from collections import defaultdict
+from concurrent.futures import Future
 
 import pytest
 
 from storelib import Message
-from storelib.model.errors import ConcurrentWriteError, InvalidTopicError, StoreStateError
+from storelib.model.errors import ConcurrentWriteError, ConfigError, InvalidTopicError, StoreStateError
 from storelib.send.group_commit import GroupCommitProducer
 
 
@@ -101,6 +103,51 @@ def test_a_failed_commit_fails_every_send_of_its_group():
                 f.result()
         assert producer.send(9) == "ok 9"                      # the next group commits
     assert calls == [[0, 1, 2], [9]] and producer.commits == 1
+
+
+def test_submit_keeps_in_flight_groups_handed_on_and_settles_them_in_order():
+    """With ``submit``, the committer hands a group on and takes the next without waiting for it to
+    land, up to ``in_flight`` at once; each group's senders get its results, or its error alone."""
+    handed: list[tuple[list, Future]] = []
+    lock = threading.Condition()
+
+    def submit(group):
+        future = Future()
+        with lock:
+            handed.append((list(group), future))
+            lock.notify_all()
+        return future
+
+    def wait_for(n):
+        with lock:
+            assert lock.wait_for(lambda: len(handed) >= n, timeout=10)
+
+    producer = GroupCommitProducer(lambda m: m, None, submit=submit, in_flight=2)
+    a = producer.send_async(1)
+    wait_for(1)
+    b = producer.send_async(2)
+    wait_for(2)                                       # handed on while the first is under way
+    c, d = producer.send_async(3), producer.send_async(4)
+    time.sleep(0.2)
+    assert [g for g, _ in handed] == [[1], [2]]       # two under way: the third waits for a slot
+    handed[0][1].set_result(["one"])
+    wait_for(3)
+    assert [g for g, _ in handed] == [[1], [2], [3, 4]] and a.result() == "one"
+    handed[1][1].set_exception(ConcurrentWriteError("commitlog", "lost"))
+    handed[2][1].set_result(["three", "four"])
+    with pytest.raises(ConcurrentWriteError):
+        b.result()
+    assert (c.result(), d.result()) == ("three", "four")
+    producer.flush()
+    assert (producer.commits, producer.committed) == (2, 3)
+    producer.close()
+
+
+def test_submit_and_append_are_exclusive():
+    with pytest.raises(ConfigError, match="exactly one of append and submit"):
+        GroupCommitProducer(lambda m: m, lambda g: g, submit=lambda g: Future())
+    with pytest.raises(ConfigError, match="in_flight"):
+        GroupCommitProducer(lambda m: m, None, submit=lambda g: Future(), in_flight=0)
 
 
 def test_store_send_from_threads_goes_through_the_default_producer(store):

@@ -202,6 +202,35 @@ def test_the_leader_going_away_loses_and_doubles_nothing(store, python_env, how)
         assert [r.queue_offset for r in rs] == sorted(r.queue_offset for r in rs)
 
 
+@pytest.mark.slow
+def test_groups_under_way_when_the_leader_dies_land_once_in_the_order_sent(store, python_env):
+    """Groups are handed on without waiting for the last to land: two are under way at a leader that
+    is stopped, then killed; both are recovered in the order sent, once each, and the next group,
+    handed on after them, lands after them."""
+    leader = subprocess.Popen([sys.executable, "-c", LEADER, store.root, "stay"], env=python_env, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    relay = relay_for(store.context.commitlog).acquire()
+    try:
+        assert leader.stdout.readline().strip() == "leading", leader.stderr.read()[-2000:]
+        os.kill(leader.pid, signal.SIGSTOP)
+        first, second = relay.submit(_rows(store, "u-1", "u-2")), relay.submit(_rows(store, "u-3"))
+        time.sleep(0.3)
+        assert not first.done() and not second.done() and not relay.leading  # both under way at the stopped leader
+        os.kill(leader.pid, signal.SIGKILL)
+        leader.wait(timeout=60)
+        landed = [f.result(timeout=60) for f in (first, second)]
+        third = relay.submit(_rows(store, "u-4")).result(timeout=60)
+        assert relay.leading  # the next group found no leader: this process leads
+    finally:
+        relay.release()
+        leader.kill()
+        leader.communicate()
+    offsets = [o for t in (*landed, third) for o in t.column("physical_offset").to_pylist()]
+    assert [k for t in (*landed, third) for k in t.column("uniq_key").to_pylist()] == ["u-1", "u-2", "u-3", "u-4"]
+    assert offsets == sorted(offsets)
+    assert sorted(r["body"] for r in _check_offsets(store)) == [b"leader-0", b"u-1", b"u-2", b"u-3", b"u-4"]
+
+
 def test_a_store_without_the_relay_commits_in_each_process(store_path, spark):
     """``relay_sends`` off (the default): the producer commits itself, in the commit turn."""
     store = MessageStore.create(store_path, spark)

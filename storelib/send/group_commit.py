@@ -14,6 +14,12 @@ Order: messages are committed in the order they were queued, so the sends of one
 order in every queue. Across processes nothing changes: each commit is still exactly the version after
 the one it read, or starts over (:func:`storelib.delta.table.with_retries`).
 
+Where someone else commits (the machine's committer, :mod:`storelib.send.relay`), the committer need not
+wait for one group to land before handing on the next: with ``submit`` (a group in, a future of its
+results out, groups landing in the order they were handed on) it keeps up to ``in_flight`` groups
+handed on at once, so a group waits at the machine's committer to join its next commit instead of in
+this process.
+
 >>> sent = []
 >>> def append(encoded):                 # what a commit does with a group; here, remember it
 ...     sent.append(list(encoded)); return [f"result of {e}" for e in encoded]
@@ -50,7 +56,9 @@ class GroupCommitProducer(Generic[M, E, R]):
     queued as soon as the committer is free, so batching comes only from concurrency, with no added
     latency); ``max_batch`` caps a group. ``turn`` is a lock shared with other writers (the table's
     :meth:`~storelib.delta.table.Table.commit_turn`): the group is taken only once the turn is held,
-    so everything sent while other writers commit joins it.
+    so everything sent while other writers commit joins it. ``submit`` replaces ``append`` with a
+    call that hands a group on and returns a future of its results (they must land in the order
+    handed on); up to ``in_flight`` groups are then under way at once.
 
     >>> p = GroupCommitProducer(lambda m: m, lambda group: [len(group)] * len(group), linger_ms=50)
     >>> futures = [p.send_async(i) for i in range(5)]       # all five queued within the linger
@@ -60,21 +68,32 @@ class GroupCommitProducer(Generic[M, E, R]):
     Traceback (most recent call last):
     ...
     storelib.model.errors.StoreStateError: producer: is closed; make a new one with store.producer()
+    >>> from concurrent.futures import ThreadPoolExecutor
+    >>> with ThreadPoolExecutor(1) as pool, GroupCommitProducer(
+    ...         lambda m: m, None, submit=lambda group: pool.submit(lambda: [sum(group)] * len(group)), in_flight=2) as q:
+    ...     q.send(3)
+    3
     """
 
-    def __init__(self, encode: Callable[[M], E], append: Callable[[Sequence[E]], Sequence[R]], *,
+    def __init__(self, encode: Callable[[M], E], append: Callable[[Sequence[E]], Sequence[R]] | None, *,
                  linger_ms: int = 0, max_batch: int = 1000, name: str = "storelib-group-commit",
                  turn: Callable[[], ContextManager[object]] = contextlib.nullcontext,
-                 on_close: Callable[[], None] | None = None):
-        for field, value, low in (("linger_ms", linger_ms, 0), ("max_batch", max_batch, 1)):
+                 on_close: Callable[[], None] | None = None,
+                 submit: Callable[[Sequence[E]], "Future[Sequence[R]]"] | None = None, in_flight: int = 1):
+        for field, value, low in (("linger_ms", linger_ms, 0), ("max_batch", max_batch, 1), ("in_flight", in_flight, 1)):
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise ConfigError(field, f"must be an integer >= {low}", value=value)
-        self._encode, self._append = encode, translate_external(append)
+        if (append is None) == (submit is None):
+            raise ConfigError("append", "give exactly one of append and submit", value=None)
+        self._encode = encode
+        self._append = translate_external(append) if append is not None else None
+        self._submit = translate_external(submit) if submit is not None else None
+        self.in_flight = in_flight if submit is not None else 1
         self.linger_s, self.max_batch, self._turn, self._on_close = linger_ms / 1000, max_batch, turn, on_close
         self._queue: list[tuple[E, Future]] = []
         self._cond = threading.Condition()
         self._closed = False
-        self._busy = False
+        self._busy = 0  # groups taken and not yet settled
         #: Commits made, and messages committed (for tests and benchmarks) ...
         self.commits = 0
         self.committed = 0
@@ -138,32 +157,48 @@ class GroupCommitProducer(Generic[M, E, R]):
     def _take(self) -> list[tuple[E, Future]]:
         with self._cond:
             group, self._queue = self._queue[:self.max_batch], self._queue[self.max_batch:]
-            self._busy = True
+            self._busy += 1
             return group
 
     def _run(self) -> None:
         while self._wait():
-            error: BaseException | None = None
+            with self._cond:  # at most in_flight groups under way (1 without submit: the last has settled)
+                self._cond.wait_for(lambda: self._busy < self.in_flight)
             group: list[tuple[E, Future]] = []
             try:
                 with self._turn():
                     group = self._take()
                     began = time.monotonic()
-                    results = self._append([e for e, _ in group])
-                    landed = time.monotonic()
+                    encoded = [e for e, _ in group]
+                    if self._submit is not None:
+                        handed = self._submit(encoded)
+                        handed.add_done_callback(lambda f, g=group, b=began: self._settle(g, b, f.exception(), f))
+                        continue
+                    results = self._append(encoded)
             except Exception as e:  # noqa: BLE001  (every caller of the group gets the commit's error)
-                error = e
                 if not group:  # the turn itself failed: fail what is queued
                     group = self._take()
-            for i, (_, future) in enumerate(group):
-                if error is not None:
-                    future.set_exception(error)
-                else:
-                    future.set_result(results[i])
-            with self._cond:
-                if error is None:
-                    self.commits += 1
-                    self.committed += len(group)
-                    self.commit_seconds.append((landed, landed - began))
-                self._busy = False
-                self._cond.notify_all()
+                self._settle(group, 0.0, e, None)
+                continue
+            self._settle(group, began, None, results)
+        with self._cond:  # closed: the groups handed on land before the committer stops
+            self._cond.wait_for(lambda: not self._busy)
+
+    def _settle(self, group: list[tuple[E, Future]], began: float, error: BaseException | None,
+                results: "Sequence[R] | Future[Sequence[R]] | None") -> None:
+        """Give each caller of ``group`` its result, or the commit's error."""
+        landed = time.monotonic()
+        if error is None and isinstance(results, Future):
+            results = results.result()
+        for i, (_, future) in enumerate(group):
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(results[i])
+        with self._cond:
+            if error is None:
+                self.commits += 1
+                self.committed += len(group)
+                self.commit_seconds.append((landed, landed - began))
+            self._busy -= 1
+            self._cond.notify_all()

@@ -12,13 +12,15 @@ a bad row is reported before anything is written.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import os
 import random
 import time
 import uuid
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence, TypeVar
+
+import pyarrow as pa
 
 from storelib.encoding.uniq_id import UniqIdGenerator, local_ip, month_start_ms, uniq_id_prefix_hex
 from storelib.model.config import StoreConfig
@@ -36,7 +38,32 @@ from storelib.storage.commitlog import AppendResult, CommitLog, EncodedMessage, 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-__all__ = ["Producer", "DATAFRAME_COLUMNS"]
+A = TypeVar("A")
+B = TypeVar("B")
+
+__all__ = ["Producer", "DATAFRAME_COLUMNS", "RELAY_IN_FLIGHT"]
+
+#: Groups a producer keeps handed on to the machine's committer at once: one in its commit, one
+#: waiting to join the next (so a group never waits in this process for the last one to land).
+RELAY_IN_FLIGHT = 2
+
+
+def _then(future: "Future[A]", then: "Callable[[A], B]") -> "Future[B]":
+    """A future of ``then(future.result())`` (or of ``future``'s error), done when ``future`` is.
+
+    >>> f = Future(); g = _then(f, len); f.set_result("abc"); g.result()
+    3
+    """
+    out: Future = Future()
+
+    def done(f: Future) -> None:
+        try:
+            out.set_result(then(f.result()))
+        except Exception as e:  # noqa: BLE001  (the future carries it)
+            out.set_exception(e)
+
+    future.add_done_callback(done)
+    return out
 
 
 
@@ -113,16 +140,21 @@ class Producer:
                 current = known[0] = topics()
             return self.encode([message], current)[0]
 
-        def append(group: Sequence[EncodedMessage]) -> list[SendResult]:
-            results = self._results(relay.commit(commitlog.stage(group)).to_pylist())
+        def results(landed: pa.Table) -> list[SendResult]:
             known[0] = topics()  # for the next group's senders: a changed permission is seen one commit later
-            return results
+            return self._results(landed.to_pylist())
 
+        if relay.enabled:  # groups handed on to the machine's committer, RELAY_IN_FLIGHT at a time
+            def submit(group: Sequence[EncodedMessage]) -> "Future[list[SendResult]]":
+                return _then(relay.submit(commitlog.stage(group)), results)
+
+            return GroupCommitProducer(encode, None, submit=submit, in_flight=RELAY_IN_FLIGHT, linger_ms=linger_ms,
+                                       max_batch=max_batch, on_close=relay.release)
         # Without a machine's committer, this producer's group waits for the commit turn, so that
         # everything sent while other processes commit joins it.
-        turn = contextlib.nullcontext if relay.enabled else (lambda: commitlog.table.commit_turn(snapshot=False))
-        return GroupCommitProducer(encode, append, linger_ms=linger_ms, max_batch=max_batch, turn=turn,
-                                   on_close=relay.release)
+        return GroupCommitProducer(encode, lambda group: results(relay.commit(commitlog.stage(group))),
+                                   linger_ms=linger_ms, max_batch=max_batch, on_close=relay.release,
+                                   turn=lambda: commitlog.table.commit_turn(snapshot=False))
 
     def send_dataframe(self, commitlog: CommitLog, topics: Mapping[str, TopicConfig], df: "DataFrame") -> AppendResult:
         """Check, complete and append a DataFrame of messages in one atomic commit (see :meth:`encode_dataframe`)."""

@@ -42,6 +42,7 @@ credentials); others' producers commit themselves.
 from __future__ import annotations
 
 import collections
+import contextlib
 import hashlib
 import json
 import os
@@ -52,8 +53,9 @@ import threading
 import time
 import uuid
 import weakref
+from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -84,10 +86,6 @@ PROTOCOL = "v1"
 # Frames: a 4-byte length, a kind byte, a 16-byte request id, the body.
 _REQUEST, _LANDED_ROWS, _FAILED, _NOT_TAKEN = b"Q", b"K", b"E", b"N"
 _HEAD = struct.Struct(">I")
-
-
-class _LeaderLost(Exception):
-    """The connection to the leader broke after a whole request went out: its outcome is unknown."""
 
 
 @dataclass(frozen=True)
@@ -149,7 +147,8 @@ class Relay:
         self._lock = threading.Lock()
         self._users = 0
         self._leader: _Leader | None = None
-        self._local = threading.local()  # each committing thread keeps its own connection to the leader
+        self._order = threading.Lock()  # groups are handed on one at a time, in order
+        self._link: _Link | None = None  # the connection to another process's leader
         #: Commits this process made for the commitlog's producers, as leader or by itself, and
         #: (monotonic time it landed, seconds it held the commit turn) of the latest (for benchmarks).
         self.commits = 0
@@ -217,27 +216,46 @@ class Relay:
 
     # ---- committing ---------------------------------------------------------------------------
     def commit(self, rows: pa.Table) -> pa.Table:
-        """Append ``rows`` in one atomic commit (shared with other groups where a leader takes it)."""
+        """Append ``rows`` in one atomic commit (shared with other groups where a leader takes it); where each row landed."""
+        return self.submit(rows).result()
+
+    def submit(self, rows: pa.Table) -> "Future[pa.Table]":
+        """Hand ``rows`` on to be appended in one atomic commit; a future of where each row landed.
+
+        Groups land in the order they are handed on, and several may be under way at once: each waits
+        at the leader for its next commit, with every other group that arrived meanwhile. Without a
+        leader the group is committed here, and the future is done on return.
+
+        >>> from storelib.storage.commitlog import EncodedMessage, now_millis
+        >>> relay = relay_for(store.context.commitlog)          # a store without relay_sends: committed here
+        >>> rows = store.context.commitlog.stage([EncodedMessage("TopicTest", 0, 0, 0, b"s", {"UNIQ_KEY": "S1"}, now_millis(), "h:0")])
+        >>> future = relay.submit(rows)
+        >>> future.done(), future.result().column("uniq_key").to_pylist()
+        (True, ['S1'])
+        """
         if not self.enabled or not rows.num_rows:
-            return self._direct(rows, None)
+            return _done(lambda: self._direct(rows, None))
         request_id = uuid.uuid4().hex
-        for _ in range(3):
-            leader = self._leader
-            if leader is None and getattr(self._local, "sock", None) is None:  # not connected to a leader: lead?
-                leader = self._lead()
-            if leader is not None:
-                try:
-                    return leader.committer.send(_Group(request_id, rows))
-                except _NotTaken:
-                    continue
-            sent_at = time.time()
-            try:
-                landed = self._ask(request_id, rows)
-            except _LeaderLost:
-                return self._recover(request_id, rows, sent_at)
-            if landed is not None:
-                return landed
-        return self._direct(rows, request_id)
+        with self._order:  # one group handed on at a time, after every earlier one is on its way or recovered
+            for _ in range(3):
+                leader = self._leader
+                if leader is None and self._link is None:  # not connected to a leader: lead?
+                    leader = self._lead()
+                if leader is not None:
+                    try:
+                        return leader.committer.send_async(_Group(request_id, rows))
+                    except _NotTaken:  # leaving: the groups it took from us land first
+                        leader.committer.flush()
+                        continue
+                link = self._link or self._connect()
+                if link is None:
+                    break  # no leader reachable
+                handed = link.send(request_id, rows)
+                if handed is not None:
+                    return handed
+                link.finished.wait()  # the groups it had under way are settled: then go elsewhere
+                self._link = None
+        return _done(lambda: self._direct(rows, request_id))
 
     def _direct(self, rows: pa.Table, request_id: str | None) -> pa.Table:
         info = {REQUESTS_INFO: request_id} if request_id else None
@@ -257,37 +275,16 @@ class Relay:
                 self._leader = _Leader.take(self)
             return self._leader
 
-    def _ask(self, request_id: str, rows: pa.Table) -> pa.Table | None:
-        """The leader's answer: the landed rows; None when no leader took the group (it was not written)."""
-        sock = getattr(self._local, "sock", None)
+    def _connect(self) -> "_Link | None":
+        """A connection to the leader of another process; None when there is none."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            if sock is None:
-                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                sock.connect(self.address)
-            _send(sock, _REQUEST, request_id, _ipc(rows))
-        except OSError:  # no leader, or it left before the whole request went out: nothing written
-            self._disconnect(sock)
-            return None
-        self._local.sock = sock
-        try:
-            reply = _receive(sock)
+            sock.connect(self.address)
         except OSError:
-            reply = None
-        if reply is None or reply[1] != request_id:
-            self._disconnect(sock)
-            raise _LeaderLost()
-        kind, _, body = reply
-        if kind == _LANDED_ROWS:
-            return pa.ipc.open_stream(body).read_all()
-        if kind == _FAILED:
-            raise error_from_record(json.loads(body))
-        self._disconnect(sock)
-        return None  # _NOT_TAKEN: the leader is leaving
-
-    def _disconnect(self, sock: socket.socket | None) -> None:
-        self._local.sock = None
-        if sock is not None:
             sock.close()
+            return None
+        self._link = _Link(self, sock)
+        return self._link
 
     def _recover(self, request_id: str, rows: pa.Table, sent_at: float) -> pa.Table:
         """After the leader died holding our group: where its rows landed, or commit them now."""
@@ -322,6 +319,96 @@ class Relay:
                 return []  # older than the send: the group never landed
             version -= 1
         return []
+
+
+class _Link:
+    """This process's connection to the leader: groups go out in order, several at a time, and a
+    thread reads the answers. When the leader leaves (answering ``not taken``) or dies, the link
+    stops taking groups, and once every group under way is answered or the connection is gone, it
+    settles the rest in the order they were sent (a group not taken is committed here; a lost one
+    is recovered, :meth:`Relay._recover`), then sets ``finished``."""
+
+    def __init__(self, relay: Relay, sock: socket.socket):
+        self.relay, self.sock = relay, sock
+        self.lock = threading.Lock()
+        self.pending: "collections.OrderedDict[str, tuple[Future, pa.Table, float]]" = collections.OrderedDict()
+        self.not_taken: set[str] = set()
+        self.open = True
+        self.finished = threading.Event()
+        threading.Thread(target=self._read, name="storelib-relay-answers", daemon=True).start()
+
+    def send(self, request_id: str, rows: pa.Table) -> "Future[pa.Table] | None":
+        """Send a group; a future of its landed rows, or None when this link takes no more groups."""
+        future: Future = Future()
+        with self.lock:
+            if not self.open:
+                return None
+            try:
+                _send(self.sock, _REQUEST, request_id, _ipc(rows))
+            except OSError:  # the leader is gone: this group is not taken, the others the reader settles
+                self.open = False
+                with contextlib.suppress(OSError):
+                    self.sock.shutdown(socket.SHUT_RDWR)
+                return None
+            self.pending[request_id] = (future, rows, time.time())
+        return future
+
+    def _read(self) -> None:
+        try:
+            while True:
+                with self.lock:
+                    if not self.open and set(self.pending) <= self.not_taken:
+                        break  # every group under way is answered
+                try:
+                    reply = _receive(self.sock)
+                except OSError:
+                    reply = None
+                if reply is None:
+                    break
+                kind, request_id, body = reply
+                with self.lock:
+                    if request_id not in self.pending:
+                        break  # not an answer to us: treat the connection as lost
+                    if kind == _NOT_TAKEN:
+                        self.not_taken.add(request_id)
+                        self.open = False
+                        continue
+                    future = self.pending.pop(request_id)[0]
+                if kind == _LANDED_ROWS:
+                    future.set_result(pa.ipc.open_stream(body).read_all())
+                elif kind == _FAILED:
+                    future.set_exception(error_from_record(json.loads(body)))
+                else:
+                    future.set_exception(StoreStateError("commitlog", "the machine's committer answered a group "
+                                                         f"with an unknown frame {kind!r}"))
+        finally:
+            self._settle_rest()
+
+    def _settle_rest(self) -> None:
+        with self.lock:
+            self.open = False
+            rest = list(self.pending.items())
+            self.pending.clear()
+        self.sock.close()
+        for request_id, (future, rows, sent_at) in rest:  # in the order they were sent
+            try:
+                if request_id in self.not_taken:
+                    future.set_result(self.relay._direct(rows, request_id))
+                else:
+                    future.set_result(self.relay._recover(request_id, rows, sent_at))
+            except Exception as e:  # noqa: BLE001  (the group's senders get it)
+                future.set_exception(e)
+        self.finished.set()
+
+
+def _done(call: Callable[[], pa.Table]) -> "Future[pa.Table]":
+    """A future already holding ``call()``'s result or error."""
+    future: Future = Future()
+    try:
+        future.set_result(call())
+    except Exception as e:  # noqa: BLE001  (the future carries it)
+        future.set_exception(e)
+    return future
 
 
 def _in_order(landed: pa.Table, rows: pa.Table) -> pa.Table:
@@ -407,6 +494,19 @@ class _Leader:
         # others' groups are refused untaken, and their producers commit themselves.
         _, uid, _ = struct.unpack("3i", client.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
         trusted = uid == os.getuid()
+        writing = threading.Lock()  # answers go out from the committer's thread as its commits land
+
+        def answer(request_id: str, kind: bytes, body: bytes) -> None:
+            try:
+                with writing:
+                    _send(client, kind, request_id, body)
+            except OSError:
+                pass  # the producer is gone
+            finally:
+                with self._guard:
+                    self._answering -= 1
+                    self._guard.notify_all()
+
         try:
             while True:
                 frame = _receive(client)
@@ -418,25 +518,16 @@ class _Leader:
                 try:
                     if not trusted:
                         raise _NotTaken()
-                    landed = self.committer.send(_Group(request_id, pa.ipc.open_stream(body).read_all()))
-                    _send(client, _LANDED_ROWS, request_id, _ipc(landed))
-                except _NotTaken:
-                    _send(client, _NOT_TAKEN, request_id, b"")
-                except StoreError as e:
-                    _send(client, _FAILED, request_id, json.dumps(e.to_record(), default=str).encode())
-                except Exception as e:  # noqa: BLE001  (the group's producer gets it, typed)
-                    record = {"error": "StoreError", "field": None, "reason": f"{type(e).__name__}: {e}"}
-                    _send(client, _FAILED, request_id, json.dumps(record).encode())
-                finally:
-                    with self._guard:
-                        self._answering -= 1
-                        self._guard.notify_all()
+                    handed = self.committer.send_async(_Group(request_id, pa.ipc.open_stream(body).read_all()))
+                except Exception as e:  # noqa: BLE001  (not taken, or refused: the group's producer hears it)
+                    answer(request_id, *_outcome(e, None))
+                    continue
+                handed.add_done_callback(lambda f, r=request_id: answer(r, *_outcome(f.exception(), f)))
         except OSError:
             return
         finally:
             with self._guard:
                 self._clients.discard(client)
-            client.close()
 
     def close(self) -> None:
         """Stop taking groups, commit those taken, answer them, and give the role up."""
@@ -462,6 +553,17 @@ class _Leader:
             self.relay.commit_seconds.extend(self.committer.commit_seconds)
 
 
+def _outcome(error: BaseException | None, landed: "Future[pa.Table] | None") -> tuple[bytes, bytes]:
+    """The answer to a group: its landed rows, ``not taken``, or its typed error as a record."""
+    if error is None:
+        return _LANDED_ROWS, _ipc(landed.result())
+    if isinstance(error, _NotTaken):
+        return _NOT_TAKEN, b""
+    if isinstance(error, StoreError):
+        return _FAILED, json.dumps(error.to_record(), default=str).encode()
+    return _FAILED, json.dumps({"error": "StoreError", "field": None, "reason": f"{type(error).__name__}: {error}"}).encode()
+
+
 _RELAYS: "weakref.WeakKeyDictionary[CommitLog, Relay]" = weakref.WeakKeyDictionary()
 _RELAYS_LOCK = threading.Lock()
 
@@ -469,7 +571,8 @@ _RELAYS_LOCK = threading.Lock()
 def _forget_in_child() -> None:
     """A forked child holds copies of its parent's leader lock, socket and connections: let go of them."""
     for relay in list(_RELAYS.values()):
-        leader, relay._leader, relay._local, relay._lock = relay._leader, None, threading.local(), threading.Lock()
+        leader, relay._leader, relay._link = relay._leader, None, None
+        relay._lock, relay._order = threading.Lock(), threading.Lock()
         if leader is not None:
             leader._server.close()
             os.close(leader._lock_fd)
