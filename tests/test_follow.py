@@ -255,6 +255,30 @@ def test_a_follower_merges_fresh_small_files_and_reads_stay_the_same(spark, stor
     assert MessageStore.verify(store.root, full=True) == []
 
 
+def test_a_merge_whose_files_another_merge_took_meanwhile_starts_over_and_doubles_nothing(store):
+    """compact_here commits from the newest snapshot in the commit turn: files its plan would remove
+    that another merge removed meanwhile (here, a second handle's, run while the first writes) make it
+    plan again, so no row is written twice."""
+    from storelib.delta.compaction import compact_here
+    from storelib.delta.table import Table
+
+    for i in range(6):
+        store.send(Message("TopicTest", body=str(i).encode(), queue_id=i % 4))
+    commitlog = store.context.tables.commitlog
+    other = Table(commitlog.path, commitlog.spec)
+    raced = []
+
+    def race(files):
+        if not raced:  # once: the other handle merges the same files before this merge commits
+            raced.append(compact_here(other, order_by="physical_offset"))
+
+    assert compact_here(commitlog, order_by="physical_offset", before_commit=race) == (0, 0)
+    assert raced == [(6, 1)]  # the other merge took all six
+    rows = commitlog.read_arrow(columns=["physical_offset", "body"]).sort_by("physical_offset").to_pylist()
+    assert [r["body"] for r in rows] == [str(i).encode() for i in range(6)]
+    assert MessageStore.verify(store.root, full=True) == []
+
+
 def test_the_follower_merges_fresh_files_in_the_background(store):
     import threading
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from storelib.delta.spec import spark_schema
-from storelib.delta.table import Table, WrittenFile, add_actions, remove_actions, with_retries
+from storelib.delta.table import CommitConflict, Table, WrittenFile, add_actions, remove_actions, with_retries
 from storelib.delta.writer import Summarizer, write_dataframe, write_files
 
 if TYPE_CHECKING:
@@ -178,8 +178,14 @@ def compact_here(table: Table, *, small_bytes: int = 1024 * 1024, target_file_si
             table.discard(files)
             raise
         removes = remove_actions([r for g in groups for r in g], data_change=False)
-        with table.commit_turn(snapshot=False):  # queued with this machine's writers, landing after their appends
-            table.commit(snapshot, files, removes=removes, operation="OPTIMIZE", data_change=False, rebase=True)
+        # Queued with this machine's writers, landing after their appends, from the newest snapshot: the
+        # appends since the plan are not read again in the turn (they hold it up for every writer).
+        with table.commit_turn() as latest:
+            live = set(add_actions(latest).column("path").to_pylist())
+            if any(r.path not in live for r in removes):  # another compaction merged some of them meanwhile
+                table.discard(files)
+                raise CommitConflict(f"{spec.name}: files planned for compaction were removed meanwhile")
+            table.commit(latest, files, removes=removes, operation="OPTIMIZE", data_change=False, rebase=True)
         return len(removes), len(files)
 
     return with_retries(table, attempts, step, what=f"compact {spec.name} here")

@@ -146,6 +146,7 @@ class Table:
         self._turn = threading.RLock()
         self._depth = 0
         self._committer: DeltaTable | None = None
+        self._current = False  # the committer is at the newest version, in this machine's turn
         self._cleaned: float | None = None  # when this handle's commits last cleaned up the log
 
     def __repr__(self) -> str:
@@ -260,23 +261,32 @@ class Table:
             self._depth += 1
             try:
                 if self._depth == 1 and "://" not in self.path and fcntl is not None:
+                    if snapshot:  # catch up before queueing: in the turn, only what lands meanwhile is read
+                        self._catch_up()
                     fd = os.open(os.path.join(self.path, COMMIT_LOCK), os.O_RDWR | os.O_CREAT, 0o644)
                     fcntl.flock(fd, fcntl.LOCK_EX)
                 if not snapshot:
                     yield None
                     return
-                if self._committer is None:
-                    self._committer = self.snapshot()
-                else:
-                    self._committer.update_incremental()
+                if not self._current:  # once a turn, until a commit in it (a group's outer and inner turns)
+                    self._catch_up()
+                    self._current = fd is not None
                 yield self._committer
             except BaseException:
-                self._committer = None  # whatever failed, the next turn starts from a fresh load
+                self._committer, self._current = None, False  # whatever failed, the next turn starts from a fresh load
                 raise
             finally:
                 self._depth -= 1
                 if fd is not None:
+                    self._current = False
                     os.close(fd)
+
+    def _catch_up(self) -> None:
+        """Bring the committer's snapshot to the newest version (loading it the first time)."""
+        if self._committer is None:
+            self._committer = self.snapshot()
+        else:
+            self._committer.update_incremental()
 
     def memo(self, name: str, build: Callable[[TableView], Any], view: TableView | None = None) -> Any:
         """``build(view)`` over the newest snapshot (or ``view``), computed once per table version (a warm cache).
@@ -463,6 +473,7 @@ class Table:
         progress) is still true when the commit lands. On a conflict the files are deleted. Expired log
         entries are cleaned up by at most one commit every :data:`LOG_CLEANUP_EVERY_S`.
         """
+        self._current = False  # whatever happens, the committer is behind now
         actions: list[AddAction | RemoveAction] = [f.add_action(data_change) for f in files]
         actions.extend(removes)
         txns = [Transaction(app, int(v)) for app, v in (markers or {}).items()]

@@ -190,6 +190,8 @@ class GroupCommitProducer(Generic[M, E, R]):
         landed = time.monotonic()
         if error is None and isinstance(results, Future):
             results = results.result()
+        if error is None and (results is None or len(results) != len(group)):  # never leave a caller waiting
+            error = StoreStateError("producer", f"a commit answered {len(results or ())} results for {len(group)} sends")
         for i, (_, future) in enumerate(group):
             if error is not None:
                 future.set_exception(error)

@@ -31,7 +31,7 @@ from storelib.model.validation import check_queue_id, check_send_topic, validate
 from storelib.send.arrow_frame import DATAFRAME_COLUMNS, NULL_VALUE, check_columns, spark_types
 from storelib.send.frame import NULL_KEY, EncodedFrame, UniqKeys
 from storelib.send.group_commit import GroupCommitProducer
-from storelib.send.relay import relay_for
+from storelib.send.relay import RELAY_IN_FLIGHT, relay_for
 from storelib.send.schedule import plan_schedule, split_timer_properties, timer_deliver_ms
 from storelib.storage.commitlog import AppendResult, CommitLog, EncodedMessage, now_millis
 
@@ -41,11 +41,7 @@ if TYPE_CHECKING:
 A = TypeVar("A")
 B = TypeVar("B")
 
-__all__ = ["Producer", "DATAFRAME_COLUMNS", "RELAY_IN_FLIGHT"]
-
-#: Groups a producer keeps handed on to the machine's committer at once: one in its commit, one
-#: waiting to join the next (so a group never waits in this process for the last one to land).
-RELAY_IN_FLIGHT = 2
+__all__ = ["Producer", "DATAFRAME_COLUMNS"]
 
 
 def _then(future: "Future[A]", then: "Callable[[A], B]") -> "Future[B]":
@@ -151,10 +147,11 @@ class Producer:
             return GroupCommitProducer(encode, None, submit=submit, in_flight=RELAY_IN_FLIGHT, linger_ms=linger_ms,
                                        max_batch=max_batch, on_close=relay.release)
         # Without a machine's committer, this producer's group waits for the commit turn, so that
-        # everything sent while other processes commit joins it.
+        # everything sent while other processes commit joins it (the turn catches up with their
+        # commits before it queues, and again once it is held).
         return GroupCommitProducer(encode, lambda group: results(relay.commit(commitlog.stage(group))),
                                    linger_ms=linger_ms, max_batch=max_batch, on_close=relay.release,
-                                   turn=lambda: commitlog.table.commit_turn(snapshot=False))
+                                   turn=commitlog.table.commit_turn)
 
     def send_dataframe(self, commitlog: CommitLog, topics: Mapping[str, TopicConfig], df: "DataFrame") -> AppendResult:
         """Check, complete and append a DataFrame of messages in one atomic commit (see :meth:`encode_dataframe`)."""

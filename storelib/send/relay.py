@@ -8,17 +8,21 @@ So the first process on a machine to open a producer on a store becomes the mach
 its *leader*: it holds a lock file beside the commitlog's commit lock and listens on a Unix socket
 named after the table. The producers of the other processes send it their groups, encoded rows in
 Arrow's IPC format; its one committer appends every group that arrived during its last commit in one
-commit (a second level of group commit), and answers each group with where its rows landed.
+commit (a second level of group commit), and answers each group with where its rows landed. A
+producer does not wait for that answer to send its next group (:data:`RELAY_IN_FLIGHT`
+are under way at once), so its next group is at the leader, ready to join the next commit, while the
+last one lands.
 
 Nothing depends on the leader for safety:
 
 - no leader reachable: the producer commits the group itself, in the commit turn, as before;
 - the leader's commit fails: each of its groups gets the error, typed, as a failed commit fails
   every send of its group, and nothing of them is written;
-- the leader dies with a group in hand: the producer takes the commit turn (so the dead leader's
-  commit has landed or never will), looks for the group's request id in the commits made since it
-  sent it, and either reads back where its rows landed or commits them itself. No send is lost and
-  none is written twice. Then the next producer to find no leader becomes it.
+- the leader dies with groups in hand: the producer takes the commit turn (so the dead leader's
+  commit has landed or never will), looks for each group's request id in the commits made since it
+  sent it, and either reads back where its rows landed or commits them itself, group after group in
+  the order sent, before it hands on another. No send is lost and none is written twice. Then the
+  next producer to find no leader becomes it.
 
 The leader hands the role on when its process closes its last producer. Only local stores on Linux
 with the setting ``relay_sends`` on (in every producer process; off by default) have a leader (the
@@ -71,7 +75,7 @@ try:
 except ImportError:  # pragma: no cover  (not POSIX: no leader)
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["Relay", "relay_for", "REQUESTS_INFO"]
+__all__ = ["Relay", "relay_for", "REQUESTS_INFO", "RELAY_IN_FLIGHT"]
 
 #: The hidden file whose ``flock`` makes its holder the machine's committer for a commitlog.
 LEADER_LOCK = "_storelib_leader.lock"
@@ -80,6 +84,10 @@ REQUESTS_INFO = "storelib.requests"
 #: How far back (seconds before a group was sent) a producer looks for it after its leader died: a
 #: commit made after the send carries a later time, read from the same machine's clock.
 LOOK_BACK_S = 5.0
+
+#: Groups a producer keeps handed on to the leader at once: one in its commit, one waiting to join the
+#: next (so a group never waits in its own process for the last one to land).
+RELAY_IN_FLIGHT = 2
 
 #: The wire protocol's version, part of the socket's name: producers of another storelib never meet.
 PROTOCOL = "v1"
