@@ -62,7 +62,6 @@ def _then(future: "Future[A]", then: "Callable[[A], B]") -> "Future[B]":
     return out
 
 
-
 class Producer:
     """Checks and encodes messages for one store; keeps RocketMQ's per-topic queue rotation.
 

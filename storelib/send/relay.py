@@ -542,19 +542,15 @@ class _Leader:
         with self._guard:
             self._closing = True
             clients = list(self._clients)
-        try:
+        with contextlib.suppress(OSError):
             self._server.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread, so the name is free at once
-        except OSError:
-            pass
         self._server.close()  # no new producer connects
         self.committer.close()
         with self._guard:  # the groups committed are answered before their connections close
             self._guard.wait_for(lambda: not self._answering, timeout=30)
         for client in clients:  # idle connections: their producers find no leader next time
-            try:
+            with contextlib.suppress(OSError):
                 client.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
         os.close(self._lock_fd)
         with self.relay._lock:
             self.relay.commits += self.committer.commits
