@@ -179,13 +179,16 @@ def compact_here(table: Table, *, small_bytes: int = 1024 * 1024, target_file_si
             raise
         removes = remove_actions([r for g in groups for r in g], data_change=False)
         # Queued with this machine's writers, landing after their appends, from the newest snapshot: the
-        # appends since the plan are not read again in the turn (they hold it up for every writer).
-        with table.commit_turn() as latest:
-            live = set(add_actions(latest).column("path").to_pylist())
+        # appends made while this merge read and wrote are caught up before it queues, so the turn (which
+        # every writer waits for) reads only those made while it queued, not all of them as a rebase would.
+        snapshot.update_incremental()
+        with table.commit_turn(snapshot=False):
+            snapshot.update_incremental()
+            live = set(add_actions(snapshot).column("path").to_pylist())
             if any(r.path not in live for r in removes):  # another compaction merged some of them meanwhile
                 table.discard(files)
                 raise CommitConflict(f"{spec.name}: files planned for compaction were removed meanwhile")
-            table.commit(latest, files, removes=removes, operation="OPTIMIZE", data_change=False, rebase=True)
+            table.commit(snapshot, files, removes=removes, operation="OPTIMIZE", data_change=False, rebase=True)
         return len(removes), len(files)
 
     return with_retries(table, attempts, step, what=f"compact {spec.name} here")

@@ -72,9 +72,6 @@ COMMIT_LOCK = "_storelib_commit.lock"
 #: it lists the log folder, and when it deleted anything, nearly always on a busy table, loads the whole
 #: table state again: a producer alone spent 53 against 57-60 us of delta-rs CPU per message sent, measured).
 #: Entries then outlive the log retention by at most this long while the table takes commits, and never go sooner.
-#: The clean-up runs on a thread of its own, after the commit that found it due: in the commit it held the
-#: commit turn 4-5x as long as a commit (56 against 10-18 ms under the online benchmark's load), and every
-#: writer of the machine waited.
 LOG_CLEANUP_EVERY_S = 5.0
 
 
@@ -149,9 +146,7 @@ class Table:
         self._turn = threading.RLock()
         self._depth = 0
         self._committer: DeltaTable | None = None
-        self._current = False  # the committer is at the newest version, in this machine's turn
-        self._cleaned = time.monotonic()  # when this handle's commits last cleaned up the log (or it was made)
-        self._cleaner: threading.Thread | None = None
+        self._cleaned: float | None = None  # when this handle's commits last cleaned up the log
 
     def __repr__(self) -> str:
         return f"Table({self.spec.name!r}, {self.path!r})"
@@ -265,32 +260,23 @@ class Table:
             self._depth += 1
             try:
                 if self._depth == 1 and "://" not in self.path and fcntl is not None:
-                    if snapshot:  # catch up before queueing: in the turn, only what lands meanwhile is read
-                        self._catch_up()
                     fd = os.open(os.path.join(self.path, COMMIT_LOCK), os.O_RDWR | os.O_CREAT, 0o644)
                     fcntl.flock(fd, fcntl.LOCK_EX)
                 if not snapshot:
                     yield None
                     return
-                if not self._current:  # once a turn, until a commit in it (a group's outer and inner turns)
-                    self._catch_up()
-                    self._current = fd is not None
+                if self._committer is None:
+                    self._committer = self.snapshot()
+                else:
+                    self._committer.update_incremental()
                 yield self._committer
             except BaseException:
-                self._committer, self._current = None, False  # whatever failed, the next turn starts from a fresh load
+                self._committer = None  # whatever failed, the next turn starts from a fresh load
                 raise
             finally:
                 self._depth -= 1
                 if fd is not None:
-                    self._current = False
                     os.close(fd)
-
-    def _catch_up(self) -> None:
-        """Bring the committer's snapshot to the newest version (loading it the first time)."""
-        if self._committer is None:
-            self._committer = self.snapshot()
-        else:
-            self._committer.update_incremental()
 
     def memo(self, name: str, build: Callable[[TableView], Any], view: TableView | None = None) -> Any:
         """``build(view)`` over the newest snapshot (or ``view``), computed once per table version (a warm cache).
@@ -475,36 +461,25 @@ class Table:
 
         Exactly one version is tried, so whatever the caller computed from ``dt`` (offsets,
         progress) is still true when the commit lands. On a conflict the files are deleted. Expired log
-        entries are cleaned up after at most one commit every :data:`LOG_CLEANUP_EVERY_S`, off the turn.
+        entries are cleaned up by at most one commit every :data:`LOG_CLEANUP_EVERY_S`.
         """
-        self._current = False  # whatever happens, the committer is behind now
         actions: list[AddAction | RemoveAction] = [f.add_action(data_change) for f in files]
         actions.extend(removes)
         txns = [Transaction(app, int(v)) for app, v in (markers or {}).items()]
         props = CommitProperties(max_commit_retries=15 if rebase else 0, app_transactions=txns or None,
                                  custom_metadata={"storelib.operation": operation, **(info or {})})
+        now = time.monotonic()
+        clean = self._cleaned is None or now - self._cleaned >= LOG_CLEANUP_EVERY_S
+        hooks = PostCommitHookProperties(cleanup_expired_logs=None if clean else False)  # None: as the table says
         try:
             dt.create_write_transaction(actions, mode="append", schema=dt.schema(), commit_properties=props,
-                                        post_commithook_properties=PostCommitHookProperties(cleanup_expired_logs=False))
+                                        post_commithook_properties=hooks)
         except CommitFailedError as e:
             self.discard(files)
             raise CommitConflict(str(e)) from None
-        now = time.monotonic()
-        if now - self._cleaned >= LOG_CLEANUP_EVERY_S and (self._cleaner is None or not self._cleaner.is_alive()):
+        if clean:
             self._cleaned = now
-            self._cleaner = threading.Thread(target=self._clean_up_log, name=f"storelib-log-cleanup-{self.spec.name}",
-                                             daemon=True)
-            self._cleaner.start()
         return dt.version() + 1
-
-    def _clean_up_log(self) -> None:
-        """Delete the log entries the table's retention let go (delta-rs's clean-up, as the table's properties say)."""
-        try:
-            dt = DeltaTable(self.path)
-            if dt.metadata().configuration.get("delta.enableExpiredLogCleanup", "true").lower() != "false":
-                dt.cleanup_metadata()
-        except Exception as e:  # noqa: BLE001  (the next one tries again; nothing depends on it)
-            log.warning("%s: cleaning up expired log entries failed: %s", self.spec.name, e)
 
     def discard(self, files: Iterable[WrittenFile]) -> None:
         """Delete files that were written but will never be committed."""

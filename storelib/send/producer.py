@@ -146,11 +146,10 @@ class Producer:
             return GroupCommitProducer(encode, None, submit=submit, in_flight=RELAY_IN_FLIGHT, linger_ms=linger_ms,
                                        max_batch=max_batch, on_close=relay.release)
         # Without a machine's committer, this producer's group waits for the commit turn, so that
-        # everything sent while other processes commit joins it (the turn catches up with their
-        # commits before it queues, and again once it is held).
+        # everything sent while other processes commit joins it.
         return GroupCommitProducer(encode, lambda group: results(relay.commit(commitlog.stage(group))),
                                    linger_ms=linger_ms, max_batch=max_batch, on_close=relay.release,
-                                   turn=commitlog.table.commit_turn)
+                                   turn=lambda: commitlog.table.commit_turn(snapshot=False))
 
     def send_dataframe(self, commitlog: CommitLog, topics: Mapping[str, TopicConfig], df: "DataFrame") -> AppendResult:
         """Check, complete and append a DataFrame of messages in one atomic commit (see :meth:`encode_dataframe`)."""
