@@ -41,11 +41,44 @@ from typing import Callable, ContextManager, Generic, Sequence, TypeVar
 
 from storelib.model.errors import ConfigError, StoreStateError, translate_external
 
-__all__ = ["GroupCommitProducer"]
+__all__ = ["GroupCommitProducer", "completed", "then"]
 
 M = TypeVar("M")
 E = TypeVar("E")
 R = TypeVar("R")
+T = TypeVar("T")
+
+
+def completed(call: Callable[[], R]) -> "Future[R]":
+    """A future already holding ``call()``'s result, or its error (a group committed where it was handed on).
+
+    >>> completed(lambda: 7).result(), type(completed(lambda: 1 / 0).exception()).__name__
+    (7, 'ZeroDivisionError')
+    """
+    future: Future = Future()
+    try:
+        future.set_result(call())
+    except Exception as e:  # noqa: BLE001  (the future carries it)
+        future.set_exception(e)
+    return future
+
+
+def then(future: "Future[T]", call: Callable[[T], R]) -> "Future[R]":
+    """A future of ``call(future.result())`` (or of ``future``'s error), done when ``future`` is.
+
+    >>> f = Future(); g = then(f, len); f.set_result("abc"); g.result()
+    3
+    """
+    out: Future = Future()
+
+    def done(f: Future) -> None:
+        try:
+            out.set_result(call(f.result()))
+        except Exception as e:  # noqa: BLE001  (the future carries it)
+            out.set_exception(e)
+
+    future.add_done_callback(done)
+    return out
 
 
 class GroupCommitProducer(Generic[M, E, R]):
@@ -172,7 +205,8 @@ class GroupCommitProducer(Generic[M, E, R]):
                     encoded = [e for e, _ in group]
                     if self._submit is not None:
                         handed = self._submit(encoded)
-                        handed.add_done_callback(lambda f, g=group, b=began: self._settle(g, b, f.exception(), f))
+                        handed.add_done_callback(lambda f, g=group, b=began: self._settle(
+                            g, b, f.exception(), None if f.exception() else f.result()))
                         continue
                     results = self._append(encoded)
             except Exception as e:  # noqa: BLE001  (every caller of the group gets the commit's error)
@@ -185,11 +219,9 @@ class GroupCommitProducer(Generic[M, E, R]):
             self._cond.wait_for(lambda: not self._busy)
 
     def _settle(self, group: list[tuple[E, Future]], began: float, error: BaseException | None,
-                results: "Sequence[R] | Future[Sequence[R]] | None") -> None:
+                results: "Sequence[R] | None") -> None:
         """Give each caller of ``group`` its result, or the commit's error."""
         landed = time.monotonic()
-        if error is None and isinstance(results, Future):
-            results = results.result()
         if error is None and (results is None or len(results) != len(group)):  # never leave a caller waiting
             error = StoreStateError("producer", f"a commit answered {len(results or ())} results for {len(group)} sends")
         for i, (_, future) in enumerate(group):

@@ -18,7 +18,7 @@ import random
 import time
 import uuid
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence, TypeVar
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 import pyarrow as pa
 
@@ -30,7 +30,7 @@ from storelib.model.topic import TopicConfig
 from storelib.model.validation import check_queue_id, check_send_topic, validate_message
 from storelib.send.arrow_frame import DATAFRAME_COLUMNS, NULL_VALUE, check_columns, spark_types
 from storelib.send.frame import NULL_KEY, EncodedFrame, UniqKeys
-from storelib.send.group_commit import GroupCommitProducer
+from storelib.send.group_commit import GroupCommitProducer, then
 from storelib.send.relay import RELAY_IN_FLIGHT, relay_for
 from storelib.send.schedule import plan_schedule, split_timer_properties, timer_deliver_ms
 from storelib.storage.commitlog import AppendResult, CommitLog, EncodedMessage, now_millis
@@ -38,28 +38,7 @@ from storelib.storage.commitlog import AppendResult, CommitLog, EncodedMessage, 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-A = TypeVar("A")
-B = TypeVar("B")
-
 __all__ = ["Producer", "DATAFRAME_COLUMNS"]
-
-
-def _then(future: "Future[A]", then: "Callable[[A], B]") -> "Future[B]":
-    """A future of ``then(future.result())`` (or of ``future``'s error), done when ``future`` is.
-
-    >>> f = Future(); g = _then(f, len); f.set_result("abc"); g.result()
-    3
-    """
-    out: Future = Future()
-
-    def done(f: Future) -> None:
-        try:
-            out.set_result(then(f.result()))
-        except Exception as e:  # noqa: BLE001  (the future carries it)
-            out.set_exception(e)
-
-    future.add_done_callback(done)
-    return out
 
 
 class Producer:
@@ -141,7 +120,7 @@ class Producer:
 
         if relay.enabled:  # groups handed on to the machine's committer, RELAY_IN_FLIGHT at a time
             def submit(group: Sequence[EncodedMessage]) -> "Future[list[SendResult]]":
-                return _then(relay.submit(commitlog.stage(group)), results)
+                return then(relay.submit(commitlog.stage(group)), results)
 
             return GroupCommitProducer(encode, None, submit=submit, in_flight=RELAY_IN_FLIGHT, linger_ms=linger_ms,
                                        max_batch=max_batch, on_close=relay.release)

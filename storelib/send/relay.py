@@ -59,14 +59,14 @@ import uuid
 import weakref
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from storelib.delta.log import entry_actions
 from storelib.model.errors import StoreError, StoreStateError, error_from_record
-from storelib.send.group_commit import GroupCommitProducer
+from storelib.send.group_commit import GroupCommitProducer, completed
 from storelib.storage.commitlog import LANDED, STAGED_SCHEMA, CommitLog
 from storelib.storage.schema import COMMITLOG
 
@@ -242,7 +242,7 @@ class Relay:
         (True, ['S1'])
         """
         if not self.enabled or not rows.num_rows:
-            return _done(lambda: self._direct(rows, None))
+            return completed(lambda: self._direct(rows, None))
         request_id = uuid.uuid4().hex
         with self._order:  # one group handed on at a time, after every earlier one is on its way or recovered
             for _ in range(3):
@@ -263,7 +263,7 @@ class Relay:
                     return handed
                 link.finished.wait()  # the groups it had under way are settled: then go elsewhere
                 self._link = None
-        return _done(lambda: self._direct(rows, request_id))
+        return completed(lambda: self._direct(rows, request_id))
 
     def _direct(self, rows: pa.Table, request_id: str | None) -> pa.Table:
         info = {REQUESTS_INFO: request_id} if request_id else None
@@ -409,16 +409,6 @@ class _Link:
         self.finished.set()
 
 
-def _done(call: Callable[[], pa.Table]) -> "Future[pa.Table]":
-    """A future already holding ``call()``'s result or error."""
-    future: Future = Future()
-    try:
-        future.set_result(call())
-    except Exception as e:  # noqa: BLE001  (the future carries it)
-        future.set_exception(e)
-    return future
-
-
 def _in_order(landed: pa.Table, rows: pa.Table) -> pa.Table:
     """``landed`` (found by uniq key) in the order of the staged ``rows``."""
     at = pc.index_in(rows.column("uniq_key"), landed.column("uniq_key"))
@@ -503,16 +493,17 @@ class _Leader:
         _, uid, _ = struct.unpack("3i", client.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
         trusted = uid == os.getuid()
         writing = threading.Lock()  # answers go out from the committer's thread as its commits land
+        unanswered = [0]  # this connection's groups taken and not yet answered: it closes once they are
 
-        def answer(request_id: str, kind: bytes, body: bytes) -> None:
+        def answer(request_id: str, error: BaseException | None, landed: "Future[pa.Table] | None") -> None:
             try:
-                with writing:
+                kind, body = _outcome(error, landed)
+                with contextlib.suppress(OSError), writing:  # OSError: the producer is gone
                     _send(client, kind, request_id, body)
-            except OSError:
-                pass  # the producer is gone
             finally:
                 with self._guard:
                     self._answering -= 1
+                    unanswered[0] -= 1
                     self._guard.notify_all()
 
         try:
@@ -523,19 +514,22 @@ class _Leader:
                 _, request_id, body = frame
                 with self._guard:
                     self._answering += 1
+                    unanswered[0] += 1
                 try:
                     if not trusted:
                         raise _NotTaken()
                     handed = self.committer.send_async(_Group(request_id, pa.ipc.open_stream(body).read_all()))
                 except Exception as e:  # noqa: BLE001  (not taken, or refused: the group's producer hears it)
-                    answer(request_id, *_outcome(e, None))
+                    answer(request_id, e, None)
                     continue
-                handed.add_done_callback(lambda f, r=request_id: answer(r, *_outcome(f.exception(), f)))
+                handed.add_done_callback(lambda f, r=request_id: answer(r, f.exception(), f))
         except OSError:
             return
         finally:
             with self._guard:
                 self._clients.discard(client)
+                self._guard.wait_for(lambda: not unanswered[0])
+            client.close()
 
     def close(self) -> None:
         """Stop taking groups, commit those taken, answer them, and give the role up."""
