@@ -250,7 +250,7 @@ def test_rows_of_another_layout_fail_alone_with_a_typed_error(store):
     import pyarrow as pa
 
     from storelib.model.errors import StoreStateError, error_from_record
-    from storelib.send import relay as relay_module
+    from storelib.send import relay_wire as wire
 
     with store.producer() as producer:
         producer.send(Message("TopicTest", body=b"lead"))
@@ -258,9 +258,9 @@ def test_rows_of_another_layout_fail_alone_with_a_typed_error(store):
         assert relay.leading
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.connect(relay.address)
-            relay_module._send(sock, relay_module._REQUEST, "c" * 32, relay_module._ipc(pa.table({"body": [b"x"]})))
-            kind, request_id, body = relay_module._receive(sock)
-        assert (kind, request_id) == (relay_module._FAILED, "c" * 32)
+            wire.send_frame(sock, wire.REQUEST, "c" * 32, wire.ipc(pa.table({"body": [b"x"]})))
+            kind, request_id, body = wire.receive_frame(sock)
+        assert (kind, request_id) == (wire.FAILED, "c" * 32)
         error = error_from_record(json.loads(body))
         assert isinstance(error, StoreStateError) and "another layout" in str(error)
         assert producer.send(Message("TopicTest", body=b"after")).send_status == "SEND_OK"

@@ -7,7 +7,7 @@ commit the other processes made since its last one: with four processes, about h
 So the first process on a machine to open a producer on a store becomes the machine's committer,
 its *leader*: it holds a lock file beside the commitlog's commit lock and listens on a Unix socket
 named after the table. The producers of the other processes send it their groups, encoded rows in
-Arrow's IPC format; its one committer appends every group that arrived during its last commit in one
+Arrow's IPC format (:mod:`storelib.send.relay_wire`); its one committer appends every group that arrived during its last commit in one
 commit (a second level of group commit), and answers each group with where its rows landed. A
 producer does not wait for that answer to send its next group (:data:`RELAY_IN_FLIGHT`
 are under way at once), so its next group is at the leader, ready to join the next commit, while the
@@ -48,7 +48,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import hashlib
-import json
 import os
 import socket
 import struct
@@ -58,15 +57,16 @@ import time
 import uuid
 import weakref
 from concurrent.futures import Future
-from dataclasses import dataclass
 from typing import Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from storelib.delta.log import entry_actions
-from storelib.model.errors import StoreError, StoreStateError, error_from_record
+from storelib.model.errors import StoreStateError
 from storelib.send.group_commit import GroupCommitProducer, completed
+from storelib.send.relay_wire import (NOT_TAKEN, PROTOCOL, REQUEST, Group, NotTaken, answer_of, ipc, receive_frame,
+                                      result_of, send_frame)
 from storelib.storage.commitlog import LANDED, STAGED_SCHEMA, CommitLog
 from storelib.storage.schema import COMMITLOG
 
@@ -88,52 +88,6 @@ LOOK_BACK_S = 5.0
 #: Groups a producer keeps handed on to the leader at once: one in its commit, one waiting to join the
 #: next (so a group never waits in its own process for the last one to land).
 RELAY_IN_FLIGHT = 2
-
-#: The wire protocol's version, part of the socket's name: producers of another storelib never meet.
-PROTOCOL = "v1"
-# Frames: a 4-byte length, a kind byte, a 16-byte request id, the body.
-_REQUEST, _LANDED_ROWS, _FAILED, _NOT_TAKEN = b"Q", b"K", b"E", b"N"
-_HEAD = struct.Struct(">I")
-
-
-@dataclass(frozen=True)
-class _Group:
-    request_id: str
-    rows: pa.Table
-
-
-def _ipc(table: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return sink.getvalue().to_pybytes()
-
-
-def _send(sock: socket.socket, kind: bytes, request_id: str, body: bytes) -> None:
-    payload = kind + bytes.fromhex(request_id) + body
-    sock.sendall(_HEAD.pack(len(payload)) + payload)
-
-
-def _receive(sock: socket.socket) -> tuple[bytes, str, bytes] | None:
-    """The next frame as (kind, request id, body); None when the other side closed."""
-    head = _exactly(sock, _HEAD.size)
-    if head is None:
-        return None
-    payload = _exactly(sock, _HEAD.unpack(head)[0])
-    if payload is None or len(payload) < 17:
-        return None
-    return payload[:1], payload[1:17].hex(), payload[17:]
-
-
-def _exactly(sock: socket.socket, n: int) -> bytes | None:
-    parts, left = [], n
-    while left:
-        chunk = sock.recv(min(left, 1 << 20))
-        if not chunk:
-            return None
-        parts.append(chunk)
-        left -= len(chunk)
-    return b"".join(parts)
 
 
 class Relay:
@@ -251,8 +205,8 @@ class Relay:
                     leader = self._lead()
                 if leader is not None:
                     try:
-                        return leader.committer.send_async(_Group(request_id, rows))
-                    except _NotTaken:  # leaving: the groups it took from us land first
+                        return leader.committer.send_async(Group(request_id, rows))
+                    except NotTaken:  # leaving: the groups it took from us land first
                         leader.committer.flush()
                         continue
                 link = self._link or self._connect()
@@ -352,7 +306,7 @@ class _Link:
             if not self.open:
                 return None
             try:
-                _send(self.sock, _REQUEST, request_id, _ipc(rows))
+                send_frame(self.sock, REQUEST, request_id, ipc(rows))
             except OSError:  # the leader is gone: this group is not taken, the others the reader settles
                 self.open = False
                 with contextlib.suppress(OSError):
@@ -368,7 +322,7 @@ class _Link:
                     if not self.open and set(self.pending) <= self.not_taken:
                         break  # every group under way is answered
                 try:
-                    reply = _receive(self.sock)
+                    reply = receive_frame(self.sock)
                 except OSError:
                     reply = None
                 if reply is None:
@@ -377,18 +331,16 @@ class _Link:
                 with self.lock:
                     if request_id not in self.pending:
                         break  # not an answer to us: treat the connection as lost
-                    if kind == _NOT_TAKEN:
+                    if kind == NOT_TAKEN:
                         self.not_taken.add(request_id)
                         self.open = False
                         continue
                     future = self.pending.pop(request_id)[0]
-                if kind == _LANDED_ROWS:
-                    future.set_result(pa.ipc.open_stream(body).read_all())
-                elif kind == _FAILED:
-                    future.set_exception(error_from_record(json.loads(body)))
+                result = result_of(kind, body)
+                if isinstance(result, pa.Table):
+                    future.set_result(result)
                 else:
-                    future.set_exception(StoreStateError("commitlog", "the machine's committer answered a group "
-                                                         f"with an unknown frame {kind!r}"))
+                    future.set_exception(result)
         finally:
             self._settle_rest()
 
@@ -417,10 +369,6 @@ def _in_order(landed: pa.Table, rows: pa.Table) -> pa.Table:
     return landed.take(at)
 
 
-class _NotTaken(Exception):
-    """The leader is closing: the group was not queued."""
-
-
 class _Leader:
     """The machine's committer: a lock, a listening socket, one thread per producer process, one committer."""
 
@@ -431,7 +379,7 @@ class _Leader:
         self._answering = 0  # requests taken and not yet answered
         self._closing = False
         table = relay.commitlog.table
-        self.committer: GroupCommitProducer[_Group, _Group, pa.Table] = GroupCommitProducer(
+        self.committer: GroupCommitProducer[Group, Group, pa.Table] = GroupCommitProducer(
             self._check, self._append, max_batch=64, name="storelib-relay-committer",
             turn=lambda: table.commit_turn(snapshot=False))
         threading.Thread(target=self._serve, name="storelib-relay-accept", daemon=True).start()
@@ -454,17 +402,17 @@ class _Leader:
             return None
         return cls(relay, fd, server)
 
-    def _check(self, group: _Group) -> _Group:
+    def _check(self, group: Group) -> Group:
         """A group is taken only while the leader is open, and only with the staged rows' columns (so
         a bad one fails alone, not the commit it would have joined)."""
         if self._closing:
-            raise _NotTaken()
+            raise NotTaken()
         if not group.rows.schema.equals(STAGED_SCHEMA):
             raise StoreStateError("commitlog", "a producer handed rows of another layout to the machine's committer",
                                   value=str(group.rows.schema.names))
         return group
 
-    def _append(self, groups: Sequence[_Group]) -> list[pa.Table]:
+    def _append(self, groups: Sequence[Group]) -> list[pa.Table]:
         rows = pa.concat_tables([g.rows for g in groups])
         info = {REQUESTS_INFO: ",".join(g.request_id for g in groups)}
         landed = self.relay.commitlog.append_arrow(rows, results="arrow", info=info).landed
@@ -497,9 +445,9 @@ class _Leader:
 
         def answer(request_id: str, error: BaseException | None, landed: "Future[pa.Table] | None") -> None:
             try:
-                kind, body = _outcome(error, landed)
+                kind, body = answer_of(error, landed)
                 with contextlib.suppress(OSError), writing:  # OSError: the producer is gone
-                    _send(client, kind, request_id, body)
+                    send_frame(client, kind, request_id, body)
             finally:
                 with self._guard:
                     self._answering -= 1
@@ -508,8 +456,8 @@ class _Leader:
 
         try:
             while True:
-                frame = _receive(client)
-                if frame is None or frame[0] != _REQUEST:
+                frame = receive_frame(client)
+                if frame is None or frame[0] != REQUEST:
                     return
                 _, request_id, body = frame
                 with self._guard:
@@ -517,8 +465,8 @@ class _Leader:
                     unanswered[0] += 1
                 try:
                     if not trusted:
-                        raise _NotTaken()
-                    handed = self.committer.send_async(_Group(request_id, pa.ipc.open_stream(body).read_all()))
+                        raise NotTaken()
+                    handed = self.committer.send_async(Group(request_id, pa.ipc.open_stream(body).read_all()))
                 except Exception as e:  # noqa: BLE001  (not taken, or refused: the group's producer hears it)
                     answer(request_id, e, None)
                     continue
@@ -549,17 +497,6 @@ class _Leader:
         with self.relay._lock:
             self.relay.commits += self.committer.commits
             self.relay.commit_seconds.extend(self.committer.commit_seconds)
-
-
-def _outcome(error: BaseException | None, landed: "Future[pa.Table] | None") -> tuple[bytes, bytes]:
-    """The answer to a group: its landed rows, ``not taken``, or its typed error as a record."""
-    if error is None:
-        return _LANDED_ROWS, _ipc(landed.result())
-    if isinstance(error, _NotTaken):
-        return _NOT_TAKEN, b""
-    if isinstance(error, StoreError):
-        return _FAILED, json.dumps(error.to_record(), default=str).encode()
-    return _FAILED, json.dumps({"error": "StoreError", "field": None, "reason": f"{type(error).__name__}: {error}"}).encode()
 
 
 _RELAYS: "weakref.WeakKeyDictionary[CommitLog, Relay]" = weakref.WeakKeyDictionary()
