@@ -7,11 +7,11 @@ commit the other processes made since its last one: with four processes, about h
 So the first process on a machine to open a producer on a store becomes the machine's committer,
 its *leader*: it holds a lock file beside the commitlog's commit lock and listens on a Unix socket
 named after the table. The producers of the other processes send it their groups, encoded rows in
-Arrow's IPC format (:mod:`storelib.send.relay_wire`); its one committer appends every group that arrived during its last commit in one
-commit (a second level of group commit), and answers each group with where its rows landed. A
-producer does not wait for that answer to send its next group (:data:`RELAY_IN_FLIGHT`
-are under way at once), so its next group is at the leader, ready to join the next commit, while the
-last one lands.
+Arrow's IPC format (the frames: :mod:`storelib.send.relay_wire`); its one committer appends every
+group that arrived during its last commit in one commit (a second level of group commit), and
+answers each group with where its rows landed. A producer does not wait for that answer to send its
+next group (:data:`RELAY_IN_FLIGHT` are under way at once), so its next group is at the leader,
+ready to join the next commit, while the last one lands.
 
 Nothing depends on the leader for safety:
 
