@@ -66,7 +66,7 @@ from storelib.delta.log import entry_actions
 from storelib.model.errors import StoreStateError
 from storelib.send.group_commit import GroupCommitProducer, completed
 from storelib.send.relay_wire import (NOT_TAKEN, PROTOCOL, REQUEST, Group, NotTaken, answer_of, ipc, receive_frame,
-                                      result_of, send_frame)
+                                      result_of, rows_of, send_frame)
 from storelib.storage.commitlog import LANDED, STAGED_SCHEMA, CommitLog
 from storelib.storage.schema import COMMITLOG
 
@@ -466,7 +466,7 @@ class _Leader:
                 try:
                     if not trusted:
                         raise NotTaken()
-                    handed = self.committer.send_async(Group(request_id, pa.ipc.open_stream(body).read_all()))
+                    handed = self.committer.send_async(Group(request_id, rows_of(body)))
                 except Exception as e:  # noqa: BLE001  (not taken, or refused: the group's producer hears it)
                     answer(request_id, e, None)
                     continue

@@ -5,14 +5,15 @@ process sends :data:`REQUEST` frames, a group's staged rows in Arrow's IPC strea
 answers each one, in the order its commits land, with one of three frames: :data:`LANDED_ROWS` (where
 the rows landed, as IPC), :data:`FAILED` (the commit's typed error as a record), or :data:`NOT_TAKEN`
 (the leader was leaving, and its producer commits the group itself). :func:`answer_of` builds the
-answer, and :func:`result_of` reads it back; they are each other's inverse.
+answer, and :func:`result_of` reads back any answer but ``not taken`` (which the producer acts on
+itself). Rows go both ways as :func:`ipc` bytes and come back with :func:`rows_of`.
 
 >>> import socket
 >>> a, b = socket.socketpair()
 >>> rows = pa.table({"x": [1, 2]})
 >>> send_frame(a, REQUEST, "ab" * 16, ipc(rows))
 >>> kind, request_id, body = receive_frame(b)
->>> kind == REQUEST, request_id == "ab" * 16, pa.ipc.open_stream(body).read_all().equals(rows)
+>>> kind == REQUEST, request_id == "ab" * 16, rows_of(body).equals(rows)
 (True, True, True)
 >>> a.close(); receive_frame(b) is None                 # the other side closed
 True
@@ -31,7 +32,7 @@ import pyarrow as pa
 from storelib.model.errors import StoreError, StoreStateError, error_from_record
 
 __all__ = ["Group", "NotTaken", "PROTOCOL", "REQUEST", "LANDED_ROWS", "FAILED", "NOT_TAKEN", "ipc", "send_frame",
-           "receive_frame", "answer_of", "result_of"]
+           "receive_frame", "answer_of", "result_of", "rows_of"]
 
 #: The wire protocol's version, part of the socket's name: producers of another storelib never meet.
 PROTOCOL = "v1"
@@ -54,15 +55,20 @@ class NotTaken(Exception):
 
 
 def ipc(table: pa.Table) -> bytes:
-    """``table`` in Arrow's IPC stream format.
+    """``table`` in Arrow's IPC stream format (:func:`rows_of` reads it back).
 
-    >>> pa.ipc.open_stream(ipc(pa.table({"x": [7]}))).read_all().column("x").to_pylist()
+    >>> rows_of(ipc(pa.table({"x": [7]}))).column("x").to_pylist()
     [7]
     """
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
     return sink.getvalue().to_pybytes()
+
+
+def rows_of(body: bytes) -> pa.Table:
+    """The table :func:`ipc` encoded (see its example)."""
+    return pa.ipc.open_stream(body).read_all()
 
 
 def send_frame(sock: socket.socket, kind: bytes, request_id: str, body: bytes) -> None:
@@ -121,7 +127,7 @@ def result_of(kind: bytes, body: bytes) -> pa.Table | StoreError:
     'ValueError: bad'
     """
     if kind == LANDED_ROWS:
-        return pa.ipc.open_stream(body).read_all()
+        return rows_of(body)
     if kind == FAILED:
         return error_from_record(json.loads(body))
     return StoreStateError("commitlog", f"the machine's committer answered a group with an unknown frame {kind!r}")
