@@ -3,6 +3,7 @@ nothing when it goes away (politely or killed)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -285,3 +286,52 @@ def test_a_forked_child_lets_go_of_the_role_and_the_leader_keeps_serving(store, 
         assert client.returncode == 0, client.stderr[-2000:]
         assert client.stdout.split() == ["0", "False", "20"]  # it committed nothing itself: the parent took its groups
     assert len(_check_offsets(store)) == 21
+
+
+def test_an_answer_to_no_group_under_way_is_skipped_and_the_group_lands_once(store, caplog):
+    """A leader (here written by hand, on the real socket and lock) answers first a request this
+    process never sent, then commits the group and answers it: the producer skips the stray answer,
+    with a warning naming it, and takes the real one. Settling its group on the stray answer, as if
+    the leader were gone, would have committed the group itself while the live leader committed it too."""
+    import fcntl
+    import logging
+    import socket
+
+    from storelib.send import relay_wire as wire
+    from storelib.send.relay import LEADER_LOCK
+
+    relay = relay_for(store.context.commitlog)
+    lock = os.open(os.path.join(store.context.tables.commitlog.path, LEADER_LOCK), os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the role is taken: this process's producer is a client
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(relay.address)
+    server.listen(1)
+    stray = "f" * 32
+
+    def lead() -> None:
+        client, _ = server.accept()
+        with client:
+            _, request_id, body = wire.receive_frame(client)
+            wire.send_frame(client, wire.LANDED_ROWS, stray, b"")
+            client.settimeout(0.5)  # a producer that took the stray answer as the leader's end closes now
+            with contextlib.suppress(socket.timeout):
+                assert client.recv(1) == b"", "the producer sent more than its one group"
+            landed = store.context.commitlog.append_arrow(wire.rows_of(body), results="arrow",
+                                                          info={REQUESTS_INFO: request_id}).landed
+            with contextlib.suppress(OSError):
+                wire.send_frame(client, wire.LANDED_ROWS, request_id, wire.ipc(landed))
+
+    leader = threading.Thread(target=lead)
+    leader.start()
+    relay.acquire()
+    try:
+        with caplog.at_level(logging.WARNING, logger="storelib.send.relay"):
+            landed = relay.submit(_rows(store, "s-1", "s-2")).result(timeout=60)
+        leader.join(timeout=60)
+    finally:
+        relay.release()
+        server.close()
+        os.close(lock)
+    assert landed.column("uniq_key").to_pylist() == ["s-1", "s-2"]
+    assert sorted(r["body"] for r in _check_offsets(store)) == [b"s-1", b"s-2"]
+    assert any(stray in r.getMessage() for r in caplog.records)

@@ -48,6 +48,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import hashlib
+import logging
 import os
 import socket
 import struct
@@ -76,6 +77,8 @@ except ImportError:  # pragma: no cover  (not POSIX: no leader)
     fcntl = None  # type: ignore[assignment]
 
 __all__ = ["Relay", "relay_for", "REQUESTS_INFO", "RELAY_IN_FLIGHT"]
+
+log = logging.getLogger(__name__)
 
 #: The hidden file whose ``flock`` makes its holder the machine's committer for a commitlog.
 LEADER_LOCK = "_storelib_leader.lock"
@@ -288,7 +291,8 @@ class _Link:
     thread reads the answers. When the leader leaves (answering ``not taken``) or dies, the link
     stops taking groups, and once every group under way is answered or the connection is gone, it
     settles the rest in the order they were sent (a group not taken is committed here; a lost one
-    is recovered, :meth:`Relay._recover`), then sets ``finished``."""
+    is recovered, :meth:`Relay._recover`), then sets ``finished``. An answer naming no group under way
+    here is skipped, with a warning: the leader is alive, so settling our groups then could land them twice."""
 
     def __init__(self, relay: Relay, sock: socket.socket):
         self.relay, self.sock = relay, sock
@@ -330,7 +334,11 @@ class _Link:
                 kind, request_id, body = reply
                 with self.lock:
                     if request_id not in self.pending:
-                        break  # not an answer to us: treat the connection as lost
+                        # Not a group under way here: skip it. Settling our groups now could commit them
+                        # twice, since the leader, alive, may still commit them; their answers follow.
+                        log.warning("relay: the leader answered request %s, which this process has not under way; "
+                                    "skipped", request_id)
+                        continue
                     if kind == NOT_TAKEN:
                         self.not_taken.add(request_id)
                         self.open = False
