@@ -288,13 +288,12 @@ def test_a_forked_child_lets_go_of_the_role_and_the_leader_keeps_serving(store, 
     assert len(_check_offsets(store)) == 21
 
 
-def test_an_answer_to_no_group_under_way_is_skipped_and_the_group_lands_once(store, caplog):
-    """A leader (here written by hand, on the real socket and lock) answers first a request this
-    process never sent, then commits the group and answers it: the producer skips the stray answer,
-    with a warning naming it, and takes the real one. Settling its group on the stray answer, as if
-    the leader were gone, would have committed the group itself while the live leader committed it too."""
+
+@contextlib.contextmanager
+def _hand_written_leader(store, answer):
+    """This test as the machine's leader, on the real lock and socket: ``answer(client, request_id, rows)``
+    runs, on a thread, for the first group handed on; the relay is acquired meanwhile."""
     import fcntl
-    import logging
     import socket
 
     from storelib.send import relay_wire as wire
@@ -306,32 +305,90 @@ def test_an_answer_to_no_group_under_way_is_skipped_and_the_group_lands_once(sto
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(relay.address)
     server.listen(1)
-    stray = "f" * 32
 
     def lead() -> None:
         client, _ = server.accept()
         with client:
             _, request_id, body = wire.receive_frame(client)
-            wire.send_frame(client, wire.LANDED_ROWS, stray, b"")
-            client.settimeout(0.5)  # a producer that took the stray answer as the leader's end closes now
-            with contextlib.suppress(socket.timeout):
-                assert client.recv(1) == b"", "the producer sent more than its one group"
-            landed = store.context.commitlog.append_arrow(wire.rows_of(body), results="arrow",
-                                                          info={REQUESTS_INFO: request_id}).landed
-            with contextlib.suppress(OSError):
-                wire.send_frame(client, wire.LANDED_ROWS, request_id, wire.ipc(landed))
+            answer(client, request_id, wire.rows_of(body))
 
     leader = threading.Thread(target=lead)
     leader.start()
     relay.acquire()
     try:
-        with caplog.at_level(logging.WARNING, logger="storelib.send.relay"):
-            landed = relay.submit(_rows(store, "s-1", "s-2")).result(timeout=60)
+        yield relay
         leader.join(timeout=60)
     finally:
         relay.release()
         server.close()
         os.close(lock)
+
+
+def _commit_as_leader(store, request_id: str, rows):
+    return store.context.commitlog.append_arrow(rows, results="arrow", info={REQUESTS_INFO: request_id}).landed
+
+
+def test_an_answer_to_no_group_under_way_is_skipped_and_the_group_lands_once(store, caplog):
+    """The leader answers first a request this process never sent, then commits the group and
+    answers it: the producer skips the stray answer, with a warning naming it, and takes the real one.
+    Settling its group on the stray answer, as if the leader were gone, would have committed the group
+    itself while the live leader committed it too."""
+    import logging
+    import socket
+
+    from storelib.send import relay_wire as wire
+
+    stray = "f" * 32
+
+    def answer(client, request_id, rows):
+        wire.send_frame(client, wire.LANDED_ROWS, stray, b"")
+        client.settimeout(0.5)  # a producer that took the stray answer as the leader's end closes now
+        with contextlib.suppress(socket.timeout):
+            assert client.recv(1) == b"", "the producer sent more than its one group"
+        landed = _commit_as_leader(store, request_id, rows)
+        with contextlib.suppress(OSError):
+            wire.send_frame(client, wire.LANDED_ROWS, request_id, wire.ipc(landed))
+
+    with caplog.at_level(logging.WARNING, logger="storelib.send.relay"), _hand_written_leader(store, answer) as relay:
+        landed = relay.submit(_rows(store, "s-1", "s-2")).result(timeout=60)
     assert landed.column("uniq_key").to_pylist() == ["s-1", "s-2"]
     assert sorted(r["body"] for r in _check_offsets(store)) == [b"s-1", b"s-2"]
     assert any(stray in r.getMessage() for r in caplog.records)
+
+
+
+def test_landed_rows_that_cannot_be_read_are_found_in_the_log(store, caplog):
+    """The leader commits the group and answers with rows that are not Arrow: the send neither hangs
+    nor fails, nor commits again. Its rows are read back from the leader's commit, found by request id."""
+    import logging
+
+    from storelib.send import relay_wire as wire
+
+    def answer(client, request_id, rows):
+        _commit_as_leader(store, request_id, rows)
+        wire.send_frame(client, wire.LANDED_ROWS, request_id, b"not Arrow")
+
+    version = store.context.tables.commitlog.view().version
+    with caplog.at_level(logging.WARNING, logger="storelib.send.relay"), _hand_written_leader(store, answer) as relay:
+        landed = relay.submit(_rows(store, "b-1", "b-2")).result(timeout=60)
+    assert landed.column("uniq_key").to_pylist() == ["b-1", "b-2"]
+    assert sorted(r["body"] for r in _check_offsets(store)) == [b"b-1", b"b-2"]
+    assert store.context.tables.commitlog.view().version == version + 1  # the leader's commit alone
+    assert any("could not be read" in r.getMessage() for r in caplog.records)
+
+
+def test_a_failure_whose_error_cannot_be_read_fails_the_group_with_a_typed_error(store):
+    """The leader fails the group and answers with an error record that is not JSON: the send fails
+    with StoreStateError saying so (rather than hanging), and nothing is written."""
+    from storelib.model.errors import StoreStateError
+    from storelib.send import relay_wire as wire
+
+    def answer(client, request_id, rows):
+        wire.send_frame(client, wire.FAILED, request_id, b"not JSON")
+
+    version = store.context.tables.commitlog.view().version
+    with _hand_written_leader(store, answer) as relay:
+        failed = relay.submit(_rows(store, "e-1"))
+        with pytest.raises(StoreStateError, match="failed the group; its error cannot be read"):
+            failed.result(timeout=60)
+    assert store.context.tables.commitlog.view().version == version

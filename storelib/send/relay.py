@@ -58,7 +58,7 @@ import time
 import uuid
 import weakref
 from concurrent.futures import Future
-from typing import Sequence
+from typing import Callable, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -292,7 +292,8 @@ class _Link:
     stops taking groups, and once every group under way is answered or the connection is gone, it
     settles the rest in the order they were sent (a group not taken is committed here; a lost one
     is recovered, :meth:`Relay._recover`), then sets ``finished``. An answer naming no group under way
-    here is skipped, with a warning: the leader is alive, so settling our groups then could land them twice."""
+    here is skipped, with a warning: the leader is alive, so settling our groups then could land them twice.
+    A group's landed rows that cannot be read are found in the log, as if the leader had died."""
 
     def __init__(self, relay: Relay, sock: socket.socket):
         self.relay, self.sock = relay, sock
@@ -343,8 +344,14 @@ class _Link:
                         self.not_taken.add(request_id)
                         self.open = False
                         continue
-                    future = self.pending.pop(request_id)[0]
-                result = result_of(kind, body)
+                    future, rows, sent_at = self.pending.pop(request_id)
+                try:
+                    result = result_of(kind, body)
+                except Exception as e:  # noqa: BLE001  (landed rows unreadable: the log says where the group landed)
+                    log.warning("relay: the rows the leader answered request %s with could not be read (%s); looking "
+                                "for the group in the log", request_id, e)
+                    _settle(future, lambda: self.relay._recover(request_id, rows, sent_at))
+                    continue
                 if isinstance(result, pa.Table):
                     future.set_result(result)
                 else:
@@ -359,14 +366,19 @@ class _Link:
             self.pending.clear()
         self.sock.close()
         for request_id, (future, rows, sent_at) in rest:  # in the order they were sent
-            try:
-                if request_id in self.not_taken:
-                    future.set_result(self.relay._direct(rows, request_id))
-                else:
-                    future.set_result(self.relay._recover(request_id, rows, sent_at))
-            except Exception as e:  # noqa: BLE001  (the group's senders get it)
-                future.set_exception(e)
+            if request_id in self.not_taken:
+                _settle(future, lambda: self.relay._direct(rows, request_id))
+            else:
+                _settle(future, lambda: self.relay._recover(request_id, rows, sent_at))
         self.finished.set()
+
+
+def _settle(future: Future, outcome: Callable[[], pa.Table]) -> None:
+    """Set ``future`` to what ``outcome()`` returns, or to the error it raises (the group's senders get it)."""
+    try:
+        future.set_result(outcome())
+    except Exception as e:  # noqa: BLE001
+        future.set_exception(e)
 
 
 def _in_order(landed: pa.Table, rows: pa.Table) -> pa.Table:

@@ -125,9 +125,17 @@ def result_of(kind: bytes, body: bytes) -> pa.Table | StoreError:
     [1]
     >>> result_of(*answer_of(ValueError("bad"), None)).reason
     'ValueError: bad'
+    >>> type(result_of(FAILED, b"not JSON")).__name__       # failed all the same: nothing of the group was written
+    'StoreStateError'
+
+    Landed rows that cannot be read raise (pyarrow's error): the group landed, and only the
+    commitlog's log can say where.
     """
     if kind == LANDED_ROWS:
         return rows_of(body)
     if kind == FAILED:
-        return error_from_record(json.loads(body))
+        try:
+            return error_from_record(json.loads(body))
+        except (ValueError, AttributeError, TypeError) as e:  # not a record of an error
+            return StoreStateError("commitlog", f"the machine's committer failed the group; its error cannot be read: {e}")
     return StoreStateError("commitlog", f"the machine's committer answered a group with an unknown frame {kind!r}")
