@@ -9,6 +9,7 @@
     spark-submit --properties-file spark-defaults.conf jobs/benchmark.py --suite admin --messages 1000000     # the storelib command
     python jobs/benchmark.py --suite online --seconds 60       # 4 producer processes x 16 threads, a follower, 4 consumers
     python jobs/benchmark.py --suite online --seconds 60 --relay   # the same, the producers handing groups to one committer
+    python jobs/benchmark.py --suite online --seconds 60 --consumer-nice 10   # the consumers yielding the CPU to the producers
     python jobs/benchmark.py --suite growth --commits 10000    # send, dispatch, pull: the first and last 1,000 commits
 
 Prints messages per second and the ratio to the baseline measured in the same run.
@@ -31,7 +32,7 @@ from jobs.benchmarks.pull import bench_pull  # noqa: E402
 from jobs.benchmarks.schedule import bench_schedule  # noqa: E402
 from jobs.benchmarks.sql import bench_sql  # noqa: E402
 from jobs.benchmarks.send import bench_key_lookup, bench_send_and_dispatch  # noqa: E402
-from storelib.cli import job_parser, positive_int  # noqa: E402
+from storelib.cli import job_parser, non_negative_int, positive_int  # noqa: E402
 from storelib.model.errors import StoreError  # noqa: E402
 from storelib.session import get_spark  # noqa: E402
 
@@ -81,6 +82,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="online suite: sends each thread keeps in flight (send_async); 1 sends one at a time")
     parser.add_argument("--relay", action="store_true",
                         help="online suite: the producer processes hand their groups to one committer (relay_sends)")
+    parser.add_argument("--consumer-nice", type=non_negative_int, default=0,
+                        help="online suite: niceness of the consumer processes (os.nice), to give the producers the CPU first")
+    parser.add_argument("--follower-nice", type=non_negative_int, default=0,
+                        help="online suite: niceness of the follower process (os.nice)")
     args = parser.parse_args(argv)
     suites = set(args.suite)
     out: dict = {}
@@ -106,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
             "sql": lambda: bench_sql(spark, args.messages, lookups=args.lookups, root=args.root, queues=args.queues,
                                      partitions=args.partitions),
             "online": lambda: bench_online(args.seconds, producers=args.producers, threads=args.threads, window=args.window,
-                                           consumers=args.consumers, root=args.root, relay=args.relay),
+                                           consumers=args.consumers, root=args.root, relay=args.relay,
+                                           consumer_nice=args.consumer_nice, follower_nice=args.follower_nice),
             "growth": lambda: bench_growth(args.commits, compact_every_s=args.compact_every_s, root=args.root),
             "admin": lambda: bench_admin(spark, args.messages, root=args.root, queues=args.queues,
                                          partitions=args.partitions),

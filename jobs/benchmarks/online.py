@@ -81,6 +81,7 @@ CONSUMER = textwrap.dedent("""
     import json, os, sys, threading, time
     from storelib import MessageStore
     root, seconds, queues, out = sys.argv[1], float(sys.argv[2]), [int(q) for q in sys.argv[3].split(",")], sys.argv[4]
+    os.nice(int(sys.argv[5]))
     store = MessageStore.open(root)
     until = ready(out) + seconds + 5
     latencies = []
@@ -94,7 +95,7 @@ CONSUMER = textwrap.dedent("""
         latencies.extend(mine)
     running = [threading.Thread(target=work, args=(q,)) for q in queues]
     [t.start() for t in running]; [t.join() for t in running]
-    json.dump({"latencies": latencies}, open(out, "w"))
+    json.dump({"latencies": latencies, "nice": os.nice(0)}, open(out, "w"))
 """)
 
 #: Both roles' scripts start with this: say "ready" (a file beside the figures), then wait for the
@@ -177,9 +178,12 @@ class OnlineFigures:
 
 
 def bench_online(seconds: float = 60, *, producers: int = 4, threads: int = 16, window: int = 16, consumers: int = 4,
-                 root: str | None = None, relay: bool = False) -> OnlineFigures:
+                 root: str | None = None, relay: bool = False, consumer_nice: int = 0,
+                 follower_nice: int = 0) -> OnlineFigures:
     """Run the online benchmark for ``seconds`` (see the module docstring); ``relay``: the producer
-    processes hand their groups to the machine's committer (``relay_sends``)."""
+    processes hand their groups to the machine's committer (``relay_sends``); ``consumer_nice`` and
+    ``follower_nice``: the consumer processes and the follower run at that niceness (``os.nice``), so
+    that on a saturated machine the producers' commits get the CPU first."""
     from storelib import Message, MessageStore
 
     work = root or tempfile.mkdtemp(prefix="storelib-bench-")
@@ -191,11 +195,13 @@ def bench_online(seconds: float = 60, *, producers: int = 4, threads: int = 16, 
         store.subscribe(GROUP, TOPIC, "*")
         with open(f"{work}/follower.out", "w") as out, open(f"{work}/follower.err", "w") as err:  # the child keeps its own
             follower = subprocess.Popen([sys.executable, "-m", "storelib", "dispatch", "--follow", "--interval-ms", "10",
-                                         "--store", store.root], env=env, stdout=out, stderr=err)
+                                         "--store", store.root], env=env, stdout=out, stderr=err,
+                                        preexec_fn=(lambda: os.nice(follower_nice)) if follower_nice else None)
         procs.append(follower)
         outs = [f"{work}/consumer{c}.json" for c in range(consumers)]
         pulling = [_started([sys.executable, "-c", READY + CONSUMER, store.root, str(seconds),
-                             ",".join(str(q) for q in range(QUEUES) if q % consumers == c), out], env, out)
+                             ",".join(str(q) for q in range(QUEUES) if q % consumers == c), out, str(consumer_nice)],
+                            env, out)
                    for c, out in enumerate(outs)]
         procs.extend(pulling)
         sends = [f"{work}/producer{p}.json" for p in range(producers)]
