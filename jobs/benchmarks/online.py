@@ -194,9 +194,9 @@ def bench_online(seconds: float = 60, *, producers: int = 4, threads: int = 16, 
         store.create_topic(TOPIC, queues=QUEUES)
         store.subscribe(GROUP, TOPIC, "*")
         with open(f"{work}/follower.out", "w") as out, open(f"{work}/follower.err", "w") as err:  # the child keeps its own
-            follower = subprocess.Popen([sys.executable, "-m", "storelib", "dispatch", "--follow", "--interval-ms", "10",
-                                         "--store", store.root], env=env, stdout=out, stderr=err,
-                                        preexec_fn=(lambda: os.nice(follower_nice)) if follower_nice else None)
+            lower = ["nice", "-n", str(follower_nice)] if follower_nice else []  # nice execs the follower: same pid
+            follower = subprocess.Popen([*lower, sys.executable, "-m", "storelib", "dispatch", "--follow", "--interval-ms", "10",
+                                         "--store", store.root], env=env, stdout=out, stderr=err)
         procs.append(follower)
         outs = [f"{work}/consumer{c}.json" for c in range(consumers)]
         pulling = [_started([sys.executable, "-c", READY + CONSUMER, store.root, str(seconds),

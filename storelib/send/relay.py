@@ -335,8 +335,7 @@ class _Link:
                 kind, request_id, body = reply
                 with self.lock:
                     if request_id not in self.pending:
-                        # Not a group under way here: skip it. Settling our groups now could commit them
-                        # twice, since the leader, alive, may still commit them; their answers follow.
+                        # skipped, not taken as the leader's end: alive, it may still commit our groups
                         log.warning("relay: the leader answered request %s, which this process has not under way; "
                                     "skipped", request_id)
                         continue
