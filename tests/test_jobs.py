@@ -145,15 +145,15 @@ def test_online_benchmark_starts_its_clock_once_every_process_is_ready(tmp_path)
 
 def test_online_benchmark_runs_consumers_and_the_follower_at_the_niceness_asked(tmp_path):
     """``--consumer-nice`` and ``--follower-nice``: the roles run lower, and every message is still pulled."""
-    import json
     import os
-    from pathlib import Path
 
     from jobs.benchmarks.online import bench_online
 
-    figures = bench_online(1.0, producers=1, threads=2, window=2, consumers=1, root=str(tmp_path), consumer_nice=4,
+    figures = bench_online(1.0, producers=1, threads=2, window=2, consumers=2, root=str(tmp_path), consumer_nice=4,
                            follower_nice=3)
-    assert json.loads(Path(tmp_path, "consumer0.json").read_text())["nice"] == min(19, os.nice(0) + 4)
+    here = os.nice(0)
+    assert figures.nice == {"consumers": [min(19, here + 4)] * 2, "follower": [min(19, here + 3)]}
+    assert figures.as_dict()["nice_follower"] == min(19, here + 3)
     assert figures.sent > 0 and len(figures.end_to_end) == figures.sent
 
 

@@ -17,9 +17,9 @@ figures count from then to the last producer's last ack (a process's start is no
 No Spark: every process works with pyarrow and deltalake.
 
 >>> figures = OnlineFigures(1000, 10.0, 5000.0, [0.01] * 10, [0.02] * 10, 0.01, 0.011, cpu={"producers": [0.1, 0.1]}, cores=2,
-...                         turn_held=9.0, in_flight=2)
+...                         turn_held=9.0, in_flight=2, nice={"consumers": [10], "follower": [0]})
 >>> figures.lines()[0].split()[:4], figures.lines()[-1]
-(['send', '100', 'msg/s', 'from'], 'CPU per message sent: producers 200 us (0.2 s); 1% of the 20 s 2 cores had while the producers sent')
+(['send', '100', 'msg/s', 'from'], 'CPU per message sent: producers 200 us (0.2 s); 1% of the 20 s 2 cores had while the producers sent (consumers at nice 10)')
 >>> figures.lines()[-2]
 "commit turn held 90% of the run by the producers' commits; 2 sends in flight: a mean ack of 20 ms at this throughput (Little's law), 10 ms measured"
 """
@@ -95,7 +95,7 @@ CONSUMER = textwrap.dedent("""
         latencies.extend(mine)
     running = [threading.Thread(target=work, args=(q,)) for q in queues]
     [t.start() for t in running]; [t.join() for t in running]
-    json.dump({"latencies": latencies, "nice": os.nice(0)}, open(out, "w"))
+    json.dump({"latencies": latencies}, open(out, "w"))
 """)
 
 #: Both roles' scripts start with this: say "ready" (a file beside the figures), then wait for the
@@ -136,6 +136,8 @@ class OnlineFigures:
     #: Seconds the producers' commits held the table's commit turn, summed, and the sends in flight at once.
     turn_held: float = 0.0
     in_flight: int = 0
+    #: The niceness each consumer and follower process ran at, by role (``--consumer-nice``, ``--follower-nice``).
+    nice: dict[str, list[int]] = field(default_factory=dict)
 
     def lines(self) -> list[str]:
         rate = self.sent / self.seconds
@@ -165,7 +167,9 @@ class OnlineFigures:
         had = self.cores * self.seconds
         spent = sum(sum(v) for v in self.cpu.values())
         roles = "; ".join(f"{role} {sum(v) / self.sent * 1e6:,.0f} us ({sum(v):.1f} s)" for role, v in self.cpu.items())
-        return [f"CPU per message sent: {roles}; {spent / had:.0%} of the {had:.0f} s {self.cores} cores had while the producers sent"]
+        lower = ", ".join(f"{role} at nice {max(v)}" for role, v in self.nice.items() if any(v))
+        return [f"CPU per message sent: {roles}; {spent / had:.0%} of the {had:.0f} s {self.cores} cores had while the producers sent"
+                + (f" ({lower})" if lower else "")]
 
     def as_dict(self) -> dict:
         return {"sent": self.sent, "msgs_per_s": round(self.sent / self.seconds), "ceiling_msgs_per_s": round(self.ceiling),
@@ -174,7 +178,8 @@ class OnlineFigures:
                 "e2e_p99_ms": round(_pct(self.end_to_end, .99) * 1000, 1), "pulled": len(self.end_to_end),
                 "flat_ratio": round(self.last_p50 / self.first_p50, 2), "commits": self.commits,
                 "turn_held_share": round(self.turn_held / self.seconds, 2), "in_flight": self.in_flight,
-                **{f"cpu_us_per_msg_{role}": round(sum(v) / self.sent * 1e6) for role, v in self.cpu.items()}}
+                **{f"cpu_us_per_msg_{role}": round(sum(v) / self.sent * 1e6) for role, v in self.cpu.items()},
+                **{f"nice_{role}": max(v) for role, v in self.nice.items() if v}}
 
 
 def bench_online(seconds: float = 60, *, producers: int = 4, threads: int = 16, window: int = 16, consumers: int = 4,
@@ -213,6 +218,7 @@ def bench_online(seconds: float = 60, *, producers: int = 4, threads: int = 16, 
         began = _go(work)
         others = {"consumers": pulling, "follower": [follower]}
         cpu_before = {role: [_cpu_seconds(p.pid) for p in ps] for role, ps in others.items()}
+        nice = {role: [os.getpriority(os.PRIO_PROCESS, p.pid) for p in ps] for role, ps in others.items()}
         for s, out in zip(senders, sends):
             _finished(s, seconds + 300, out)
         cpu_after = {role: [_cpu_seconds(p.pid) for p in ps] for role, ps in others.items()}
@@ -243,7 +249,7 @@ def bench_online(seconds: float = 60, *, producers: int = 4, threads: int = 16, 
                 cpu[role] = [after - before for before, after in zip(cpu_before[role], cpu_after[role])]
         return OnlineFigures(n, elapsed, ceiling, [a for _, a in acks], latencies, _pct(first, .5), _pct(last, .5),
                              len(commits), cpu, turn_held=sum(c for _, c in commits),
-                             in_flight=producers * threads * window)
+                             in_flight=producers * threads * window, nice=nice)
     finally:
         for p in procs:
             if p.poll() is None:
