@@ -288,7 +288,6 @@ def test_a_forked_child_lets_go_of_the_role_and_the_leader_keeps_serving(store, 
     assert len(_check_offsets(store)) == 21
 
 
-
 @contextlib.contextmanager
 def _hand_written_leader(store, answer):
     """This test as the machine's leader, on the real lock and socket: ``answer(client, request_id, rows)``
