@@ -327,20 +327,25 @@ def _commit_as_leader(store, request_id: str, rows):
     return store.context.commitlog.append_arrow(rows, results="arrow", info={REQUESTS_INFO: request_id}).landed
 
 
-def test_an_answer_to_no_group_under_way_is_skipped_and_the_group_lands_once(store, caplog):
-    """The leader answers first a request this process never sent, then commits the group and
-    answers it: the producer skips the stray answer, with a warning naming it, and takes the real one.
-    Settling its group on the stray answer, as if the leader were gone, would have committed the group
-    itself while the live leader committed it too."""
+@pytest.mark.parametrize("stray", ["a request never sent", "a frame too short to name one"])
+def test_an_answer_to_no_group_under_way_is_skipped_and_the_group_lands_once(store, caplog, stray):
+    """The leader answers first a request this process never sent (or sends a frame too short to name
+    one), then commits the group and answers it: the producer skips the stray frame, with a warning
+    naming it, and takes the real answer. Settling its group on the stray frame, as if the leader were
+    gone, would have committed the group itself while the live leader committed it too."""
     import logging
     import socket
+    import struct
 
     from storelib.send import relay_wire as wire
 
-    stray = "f" * 32
+    warning = "f" * 32 if stray == "a request never sent" else "a frame of 5 bytes is too short"
 
     def answer(client, request_id, rows):
-        wire.send_frame(client, wire.LANDED_ROWS, stray, b"")
+        if stray == "a request never sent":
+            wire.send_frame(client, wire.LANDED_ROWS, "f" * 32, b"")
+        else:
+            client.sendall(struct.pack(">I", 5) + wire.LANDED_ROWS + b"1234")
         client.settimeout(0.5)  # a producer that took the stray answer as the leader's end closes now
         with contextlib.suppress(socket.timeout):
             assert client.recv(1) == b"", "the producer sent more than its one group"
@@ -352,7 +357,7 @@ def test_an_answer_to_no_group_under_way_is_skipped_and_the_group_lands_once(sto
         landed = relay.submit(_rows(store, "s-1", "s-2")).result(timeout=60)
     assert landed.column("uniq_key").to_pylist() == ["s-1", "s-2"]
     assert sorted(r["body"] for r in _check_offsets(store)) == [b"s-1", b"s-2"]
-    assert any(stray in r.getMessage() for r in caplog.records)
+    assert any(warning in r.getMessage() for r in caplog.records)
 
 
 

@@ -292,7 +292,8 @@ class _Link:
     stops taking groups, and once every group under way is answered or the connection is gone, it
     settles the rest in the order they were sent (a group not taken is committed here; a lost one
     is recovered, :meth:`Relay._recover`), then sets ``finished``. An answer naming no group under way
-    here is skipped, with a warning: the leader is alive, so settling our groups then could land them twice.
+    here (or too short to name one) is skipped, with a warning: the leader is alive, so settling our groups
+    then could land them twice.
     A group's landed rows that cannot be read are found in the log, as if the leader had died."""
 
     def __init__(self, relay: Relay, sock: socket.socket):
@@ -330,6 +331,9 @@ class _Link:
                     reply = receive_frame(self.sock)
                 except OSError:
                     reply = None
+                except StoreStateError as e:  # a frame naming no request: skipped, as a stray answer is
+                    log.warning("relay: %s; skipped", e)
+                    continue
                 if reply is None:
                     break
                 kind, request_id, body = reply
@@ -490,7 +494,7 @@ class _Leader:
                     answer(request_id, e, None)
                     continue
                 handed.add_done_callback(lambda f, r=request_id: answer(r, f.exception(), f))
-        except OSError:
+        except (OSError, StoreStateError):  # gone, or not speaking the protocol: its groups taken are still answered
             return
         finally:
             with self._guard:

@@ -78,13 +78,26 @@ def send_frame(sock: socket.socket, kind: bytes, request_id: str, body: bytes) -
 
 
 def receive_frame(sock: socket.socket) -> tuple[bytes, str, bytes] | None:
-    """The next frame as (kind, request id, body); None when the other side closed (see the module docstring)."""
+    """The next frame as (kind, request id, body); None when the other side closed (see the module
+    docstring). A whole frame too short to hold a kind and a request id raises :class:`StoreStateError`;
+    the frames after it can still be read.
+
+    >>> import socket
+    >>> a, b = socket.socketpair()
+    >>> a.sendall(_HEAD.pack(3) + b"abc")
+    >>> receive_frame(b)
+    Traceback (most recent call last):
+    ...
+    storelib.model.errors.StoreStateError: relay: a frame of 3 bytes is too short for a kind and a request id
+    """
     head = _exactly(sock, _HEAD.size)
     if head is None:
         return None
     payload = _exactly(sock, _HEAD.unpack(head)[0])
-    if payload is None or len(payload) < 1 + _ID_BYTES:
+    if payload is None:
         return None
+    if len(payload) < 1 + _ID_BYTES:
+        raise StoreStateError("relay", f"a frame of {len(payload)} bytes is too short for a kind and a request id")
     return payload[:1], payload[1:1 + _ID_BYTES].hex(), payload[1 + _ID_BYTES:]
 
 
