@@ -83,9 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--relay", action="store_true",
                         help="online suite: the producer processes hand their groups to one committer (relay_sends)")
     parser.add_argument("--consumer-nice", type=non_negative_int, default=0,
-                        help="online suite: niceness of the consumer processes (os.nice), to give the producers the CPU first")
+                        help="online suite: niceness of the consumer processes (the nice command), to give the producers the CPU first")
     parser.add_argument("--follower-nice", type=non_negative_int, default=0,
-                        help="online suite: niceness of the follower process (os.nice)")
+                        help="online suite: niceness of the follower process (the nice command)")
     args = parser.parse_args(argv)
     suites = set(args.suite)
     out: dict = {}

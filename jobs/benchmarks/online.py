@@ -81,7 +81,6 @@ CONSUMER = textwrap.dedent("""
     import json, os, sys, threading, time
     from storelib import MessageStore
     root, seconds, queues, out = sys.argv[1], float(sys.argv[2]), [int(q) for q in sys.argv[3].split(",")], sys.argv[4]
-    os.nice(int(sys.argv[5]))
     store = MessageStore.open(root)
     until = ready(out) + seconds + 5
     latencies = []
@@ -187,7 +186,7 @@ def bench_online(seconds: float = 60, *, producers: int = 4, threads: int = 16, 
                  follower_nice: int = 0) -> OnlineFigures:
     """Run the online benchmark for ``seconds`` (see the module docstring); ``relay``: the producer
     processes hand their groups to the machine's committer (``relay_sends``); ``consumer_nice`` and
-    ``follower_nice``: the consumer processes and the follower run at that niceness (``os.nice``), so
+    ``follower_nice``: the consumer processes and the follower run at that niceness (the ``nice`` command), so
     that on a saturated machine the producers' commits get the CPU first."""
     from storelib import Message, MessageStore
 
@@ -199,13 +198,13 @@ def bench_online(seconds: float = 60, *, producers: int = 4, threads: int = 16, 
         store.create_topic(TOPIC, queues=QUEUES)
         store.subscribe(GROUP, TOPIC, "*")
         with open(f"{work}/follower.out", "w") as out, open(f"{work}/follower.err", "w") as err:  # the child keeps its own
-            lower = ["nice", "-n", str(follower_nice)] if follower_nice else []  # nice execs the follower: same pid
-            follower = subprocess.Popen([*lower, sys.executable, "-m", "storelib", "dispatch", "--follow", "--interval-ms", "10",
-                                         "--store", store.root], env=env, stdout=out, stderr=err)
+            follower = subprocess.Popen(_lowered(follower_nice, [sys.executable, "-m", "storelib", "dispatch", "--follow",
+                                                                 "--interval-ms", "10", "--store", store.root]),
+                                        env=env, stdout=out, stderr=err)
         procs.append(follower)
         outs = [f"{work}/consumer{c}.json" for c in range(consumers)]
-        pulling = [_started([sys.executable, "-c", READY + CONSUMER, store.root, str(seconds),
-                             ",".join(str(q) for q in range(QUEUES) if q % consumers == c), out, str(consumer_nice)],
+        pulling = [_started(_lowered(consumer_nice, [sys.executable, "-c", READY + CONSUMER, store.root, str(seconds),
+                                                     ",".join(str(q) for q in range(QUEUES) if q % consumers == c), out]),
                             env, out)
                    for c, out in enumerate(outs)]
         procs.extend(pulling)
@@ -291,6 +290,11 @@ def _cpu_seconds(pid: int) -> float | None:
     except OSError:
         return None
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _lowered(niceness: int, argv: list[str]) -> list[str]:
+    """``argv`` run at ``niceness`` through the ``nice`` command, which execs it (same pid); as it is for 0."""
+    return ["nice", "-n", str(niceness), *argv] if niceness else argv
 
 
 def _started(argv: list[str], env: dict[str, str], out: str) -> subprocess.Popen:

@@ -292,9 +292,9 @@ class _Link:
     stops taking groups, and once every group under way is answered or the connection is gone, it
     settles the rest in the order they were sent (a group not taken is committed here; a lost one
     is recovered, :meth:`Relay._recover`), then sets ``finished``. An answer naming no group under way
-    here (or too short to name one) is skipped, with a warning: the leader is alive, so settling our groups
-    then could land them twice.
-    A group's landed rows that cannot be read are found in the log, as if the leader had died."""
+    here (or too short to name one) is skipped, with a warning: the leader is alive, so settling our
+    groups then could land them twice. A group whose landed rows cannot be read is found in the log,
+    as if the leader had died."""
 
     def __init__(self, relay: Relay, sock: socket.socket):
         self.relay, self.sock = relay, sock
@@ -350,7 +350,7 @@ class _Link:
                     future, rows, sent_at = self.pending.pop(request_id)
                 try:
                     result = result_of(kind, body)
-                except Exception as e:  # noqa: BLE001  (landed rows unreadable: the log says where the group landed)
+                except pa.ArrowException as e:  # landed rows unreadable: the log says where the group landed
                     log.warning("relay: the rows the leader answered request %s with could not be read (%s); looking "
                                 "for the group in the log", request_id, e)
                     _settle(future, lambda: self.relay._recover(request_id, rows, sent_at))
