@@ -74,7 +74,7 @@ def _doctest_globals(request, doctest_namespace, tmp_path):
         seed, sent = request.getfixturevalue("_seeded_store")
         copy = str(tmp_path / "store")
         shutil.copytree(seed, copy)
-        doctest_namespace["store"] = MessageStore.open(copy, doctest_namespace["spark"])
+        doctest_namespace["store"] = MessageStore.open(copy, request.getfixturevalue("spark"))
         doctest_namespace["r"] = sent
     yield
     store = doctest_namespace.pop("store", None)

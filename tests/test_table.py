@@ -325,6 +325,20 @@ class TestPointReads:
             columns=["physical_offset", "body"], filter=test).sort_by("physical_offset")
         assert cached.num_rows == 6 and cached.equals(scanned)
 
+    def test_a_point_read_of_some_columns_decodes_and_keeps_only_those(self, store, monkeypatch):
+        import storelib.delta.files as files
+
+        monkeypatch.setattr(files, "_small", files.ByteLRU(files.SMALL_FILE_CACHE_BYTES))
+        fill(store, rounds=2)
+        t = store.context.tables.commitlog
+        paths = t.files(t.snapshot())
+        everything = t.read_keyed(paths, "physical_offset", between=(0, 1 << 40))
+        bodies = t.read_keyed(paths, "physical_offset", between=(0, 1 << 40), columns=["body"])
+        assert everything.num_rows == t.read_arrow().num_rows >= 16 and bodies.column_names == ["body"]
+        assert bodies.equals(everything.select(["body"]))
+        kept = {tuple(rows.column_names) for key, (rows, _) in files._small._values.items() if key.startswith(t.path)}
+        assert kept == {tuple(t.spec.columns), ("physical_offset", "body")}  # the key column, to find the rows
+
     @pytest.mark.parametrize("read_bytes", [4 << 20, 0])  # read whole into memory, or through the parsed footer
     def test_a_small_file_decodes_the_same_either_way(self, store, tmp_path, monkeypatch, read_bytes):
         import pyarrow.dataset as ds
@@ -335,13 +349,17 @@ class TestPointReads:
         monkeypatch.setattr(files, "_small", files.ByteLRU(files.SMALL_FILE_CACHE_BYTES))
         fill(store, rounds=2)
         t = store.context.tables.commitlog
+        some = pa.schema([t.spec.arrow.field(c) for c in ("physical_offset", "queue_id", "properties")])
         for p in t.files(t.snapshot()):
             assert files.small_file(p, t.spec.arrow).equals(ds.dataset(p, schema=t.spec.arrow).to_table())
+            assert files.small_file(p, some).equals(ds.dataset(p, schema=t.spec.arrow).to_table(columns=some.names))
         # a file written before a column was added: the column comes back null
         older = str(tmp_path / "older.parquet")
         pq.write_table(pa.table({"physical_offset": pa.array([7, 9], pa.int64())}), older)
-        rows = files.small_file(older, t.spec.arrow)
-        assert rows.column("physical_offset").to_pylist() == [7, 9] and rows.column("topic").null_count == 2
+        for schema in (t.spec.arrow, some):
+            rows = files.small_file(older, schema)
+            assert rows.schema.names == schema.names and rows.column("physical_offset").to_pylist() == [7, 9]
+            assert rows.column("queue_id").null_count == 2
         monkeypatch.setattr(files, "SMALL_FILE_ROWS", 1)  # too many rows: read by row groups instead
         monkeypatch.setattr(files, "_small", files.ByteLRU(files.SMALL_FILE_CACHE_BYTES))
         assert files.small_file(older, t.spec.arrow) is None

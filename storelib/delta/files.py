@@ -188,8 +188,9 @@ def _small_rows(path: str, schema: pa.Schema) -> tuple[pa.Table | None, int]:
         file = pq.ParquetFile(source)
         if file.metadata.num_rows > SMALL_FILE_ROWS:
             return None, 0
-        if file.schema_arrow.equals(schema, check_metadata=False):
-            rows = pa.Table.from_arrays(file.read(use_threads=False).columns, schema=schema)
+        read = file.read(columns=schema.names, use_threads=False)  # a column the file lacks is left out ...
+        if read.schema.equals(schema, check_metadata=False):  # ... so this says it has them all, typed alike
+            rows = pa.Table.from_arrays(read.columns, schema=schema)
             return rows, rows.nbytes
     found = fragment(path)
     return (None, 0) if found.metadata.num_rows > SMALL_FILE_ROWS else _decoded(found, path, schema)

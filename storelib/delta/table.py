@@ -398,7 +398,7 @@ class Table:
         1
         """
         wanted = list(columns or self.spec.columns)
-        small, large = self._decoded(paths)
+        small, large = self._decoded(paths, wanted if column in wanted else [*wanted, column])
         parts = [keyed_rows(rows, column, values, between).select(wanted) for rows in small]
         if large:
             key = pc.field(column)
@@ -409,10 +409,16 @@ class Table:
             return self.spec.arrow.empty_table().select(wanted)
         return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
 
-    def _decoded(self, paths: Sequence[str]) -> tuple[list[pa.Table], list[str]]:
-        small, large = [], []  # a point read's small files decoded (from this process's cache); the rest's paths
+    def _decoded(self, paths: Sequence[str], columns: Sequence[str] | None = None) -> tuple[list[pa.Table], list[str]]:
+        """A point read's small files decoded (from this process's cache), in ``columns`` (None: all), and
+        the rest's paths. A read that needs some columns decodes and keeps only those (a pull's consume
+        queue units: 4 of 7; its messages: 17 of 21, not the copies of their properties nor their cluster rank)."""
+        schema, keep = self.spec.arrow, set(columns or ())
+        if keep and len(keep) < len(schema):  # in the table's order, as in its files
+            schema = pa.schema([f for f in schema if f.name in keep])
+        small, large = [], []
         for path in paths:
-            rows = small_file(path, self.spec.arrow) if len(paths) <= POINT_READ_FILES else None
+            rows = small_file(path, schema) if len(paths) <= POINT_READ_FILES else None
             if rows is None:
                 large.append(path)
             else:

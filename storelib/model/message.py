@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["Message", "SendResult", "StoredMessage", "RESERVED_PROPERTIES", "MessageConst", "SysFlag",
+__all__ = ["Message", "SendResult", "StoredMessage", "MESSAGE_COLUMNS", "RESERVED_PROPERTIES", "MessageConst", "SysFlag",
            "NAME_VALUE_SEPARATOR", "PROPERTY_SEPARATOR"]
 
 
@@ -223,8 +223,9 @@ class StoredMessage:
 
     @classmethod
     def from_rows(cls, rows: "pa.Table") -> list["StoredMessage"]:
-        """The messages of commitlog rows (an Arrow table), as :meth:`from_row` of ``rows.to_pylist()``
-        but with the time columns converted from their integers (:func:`~storelib.model.timestamps.utc_datetimes`).
+        """The messages of commitlog rows (an Arrow table with at least the :data:`MESSAGE_COLUMNS`), as
+        :meth:`from_row` of ``rows.to_pylist()`` but with the time columns converted from their integers
+        (:func:`~storelib.model.timestamps.utc_datetimes`) and no dict made per row.
 
         >>> t = store.context.tables.commitlog.read_arrow()
         >>> StoredMessage.from_rows(t) == [StoredMessage.from_row(r) for r in t.to_pylist()]
@@ -234,20 +235,18 @@ class StoredMessage:
 
         from storelib.model.timestamps import utc_datetimes
 
-        columns = {name: utc_datetimes(col) if pa.types.is_timestamp(col.type) else col.to_pylist()
-                   for name, col in zip(rows.column_names, rows.columns) if name in _ROW_FIELDS}
-        return [cls.from_row(dict(zip(columns, values))) for values in zip(*columns.values())]
+        columns = [utc_datetimes(col) if pa.types.is_timestamp(col.type) else col.to_pylist()
+                   for col in map(rows.column, MESSAGE_COLUMNS)]
+        return [cls(*fields, dict(properties), bytes(body)) for *fields, properties, body in zip(*columns)]
 
     @classmethod
     def from_row(cls, row: dict) -> "StoredMessage":
-        """The message of one commitlog row (a dict by column; those :data:`_ROW_FIELDS` names are read)."""
-        return cls(row["msg_id"], row["topic"], row["queue_id"], row["queue_offset"], row["physical_offset"],
-                   row["size"], row["sysflag"], row["flag"], row["body_crc"], row["born_timestamp"], row["born_host"],
-                   row["store_timestamp"], row["store_host"], row["reconsume_times"],
-                   row["prepared_transaction_offset"], dict(row["properties"]), bytes(row["body"]))
+        """The message of one commitlog row (a dict by column; those :data:`MESSAGE_COLUMNS` names are read)."""
+        return cls(*(row[name] for name in MESSAGE_COLUMNS[:-2]), dict(row["properties"]), bytes(row["body"]))
 
 
-#: The commitlog columns a :class:`StoredMessage` is made of (``tags``, ``keys`` and ``uniq_key`` are its properties again).
-_ROW_FIELDS = frozenset({"msg_id", "topic", "queue_id", "queue_offset", "physical_offset", "size", "sysflag", "flag",
-                         "body_crc", "born_timestamp", "born_host", "store_timestamp", "store_host", "reconsume_times",
-                         "prepared_transaction_offset", "properties", "body"})
+#: The commitlog columns a :class:`StoredMessage` is made of, in the order of its fields (``physical_offset``
+#: is its ``commitlog_offset``; ``tags``, ``keys`` and ``uniq_key`` are its properties again).
+MESSAGE_COLUMNS = ("msg_id", "topic", "queue_id", "queue_offset", "physical_offset", "size", "sysflag", "flag",
+                   "body_crc", "born_timestamp", "born_host", "store_timestamp", "store_host", "reconsume_times",
+                   "prepared_transaction_offset", "properties", "body")

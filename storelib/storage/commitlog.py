@@ -40,7 +40,7 @@ from storelib.encoding.properties import properties_to_string
 from storelib.encoding.record import body_crc, message_length
 from storelib.model.config import StoreConfig
 from storelib.model.errors import ProgressMovedError
-from storelib.model.message import StoredMessage, SysFlag
+from storelib.model.message import MESSAGE_COLUMNS, StoredMessage, SysFlag
 from storelib.storage.schema import COMMITLOG
 
 if TYPE_CHECKING:
@@ -555,20 +555,23 @@ def read_messages(commitlog: Table, actions: pa.Table, offsets: Sequence[int],
     holding = commitlog.holding(ranges(actions, "physical_offset"), "physical_offset", wanted)
     if files_touched is not None:
         files_touched["commitlog"] = holding.num_rows
-    rows = read_rows(commitlog, commitlog.paths(holding), wanted)
+    rows = read_rows(commitlog, commitlog.paths(holding), wanted, columns=MESSAGE_COLUMNS)
     return {m.commitlog_offset: m for m in StoredMessage.from_rows(rows)}
 
 
-def read_rows(commitlog: Table, paths: Sequence[str], offsets: pa.Array) -> pa.Table:
-    """The commitlog rows at ``offsets`` (sorted int64) among the data files ``paths``, read with pyarrow;
-    in a clustered file only the row groups holding them are decoded.
+def read_rows(commitlog: Table, paths: Sequence[str], offsets: pa.Array, columns: Sequence[str] | None = None) -> pa.Table:
+    """The commitlog rows at ``offsets`` (sorted int64) among the data files ``paths``, in ``columns``
+    (None: all), read with pyarrow; in a clustered file only the row groups holding them are decoded.
 
     >>> t = store.context.tables.commitlog
     >>> read_rows(t, t.files(t.snapshot()), pa.array([0], pa.int64())).column("msg_id").to_pylist() == [r.msg_id]
     True
+    >>> read_rows(t, t.files(t.snapshot()), pa.array([0], pa.int64()), columns=["physical_offset"]).column_names
+    ['physical_offset']
     """
     wanted = offsets.to_numpy()
-    parts = [commitlog.read_keyed([p for p in paths if not is_clustered(p)], "physical_offset", values=wanted)]
+    parts = [commitlog.read_keyed([p for p in paths if not is_clustered(p)], "physical_offset", values=wanted,
+                                  columns=columns)]
     test = pc.field("physical_offset").isin(offsets)
     for path in filter(is_clustered, paths):  # rows are not in offset order: find their row groups first
         sorted_offsets, groups = _locator(path)
@@ -576,7 +579,8 @@ def read_rows(commitlog: Table, paths: Sequence[str], offsets: pa.Array) -> pa.T
         found = at < len(sorted_offsets)
         found[found] &= sorted_offsets[at[found]] == wanted[found]
         if found.any():
-            parts.append(commitlog.read_row_groups(path, sorted(set(groups[at[found]].tolist())), filter=test))
+            parts.append(commitlog.read_row_groups(path, sorted(set(groups[at[found]].tolist())), columns=columns,
+                                                   filter=test))
     return pa.concat_tables(parts)
 
 
