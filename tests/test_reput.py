@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
@@ -152,6 +153,22 @@ class TestDispatch:
 
         new = table.files(table.snapshot(), Prune(between={"physical_offset": (store.dispatch_progress()["index"], 2**62)}))
         assert len(new) == 1 < len(table.files(table.snapshot()))
+
+    @pytest.mark.parametrize("properties", [False, True])
+    def test_a_small_commitlog_file_reads_the_same_whole_or_through_a_scan(self, store, properties):
+        import pyarrow.dataset as ds
+
+        from storelib.dispatch.request import REQUEST_COLUMNS, CommitlogFiles
+
+        send_some(store, 5)
+        table = store.context.tables.commitlog
+        reader = CommitlogFiles(0, 2**62, properties, requests=None)
+        columns = list(REQUEST_COLUMNS) + (["properties"] if properties else [])
+        for path in table.files(table.snapshot()):
+            whole = pa.Table.from_batches(list(reader._read(path, whole=True)))  # read in one call
+            scanned = pa.Table.from_batches(list(reader._read(path, whole=False)))  # a filtered scan
+            assert whole.num_rows > 0 and whole.equals(scanned)
+            assert whole.equals(ds.dataset(path).to_table(columns=columns))
 
     @pytest.mark.parametrize("step,sql92", [(step, sql92) for sql92 in (False, True) for step in STEPS
                                             if sql92 or step != "consume_queue_ext.summarized"])  # no ext file to sum up

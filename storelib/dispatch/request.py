@@ -200,16 +200,24 @@ class CommitlogFiles:
         yield from self.requests(self._read(*item))
 
     def _read(self, path: str, whole: bool = False, properties: bool | None = None) -> Iterator[pa.RecordBatch]:
-        import pyarrow.dataset as ds
+        import pyarrow.parquet as pq
 
-        from storelib.delta.files import local_bytes
+        from storelib.delta.files import local_bytes, parquet_format
 
         wanted = self.properties if properties is None else properties
         columns = list(REQUEST_COLUMNS) + (["properties"] if wanted else [])
         offset = pc.field("physical_offset")
-        # pyarrow's dataset reader, also for a whole file: it decodes the properties map about twice as
-        # fast as ParquetFile.iter_batches (0.07 s against 0.14 s per 280k messages, measured)
-        batches = ds.ParquetFileFormat().make_fragment(*local_bytes(path)).to_batches(
+        source, fs = local_bytes(path)
+        if whole and isinstance(source, pa.BufferReader):  # a small file (a group commit's), already in memory:
+            # read in one call, without a dataset scan's set-up (0.28 against 0.71 ms for 256 messages)
+            rows = pq.ParquetFile(source).read(columns=columns, use_threads=False)
+            if rows.num_columns == len(columns):  # else a column is missing: the dataset reader says which
+                yield from coalesce(iter(rows.to_batches()), self.batch_rows)
+                return
+            source.seek(0)
+        # pyarrow's dataset reader for the rest: it decodes the properties map about twice as fast as
+        # ParquetFile.iter_batches (0.07 s against 0.14 s per 280k messages, measured)
+        batches = parquet_format().make_fragment(source, fs).to_batches(
             columns=columns, filter=None if whole else (offset >= self.low) & (offset < self.end),
             batch_size=self.batch_rows, use_threads=False)
         yield from coalesce(batches, self.batch_rows)
