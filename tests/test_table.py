@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import time
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -9,8 +12,10 @@ from chispa import assert_df_equality
 from deltalake import DeltaTable
 from pyspark.sql import functions as F
 
-from storelib import Message, StoreConfig
-from storelib.delta.table import Prune, Table
+from storelib import Message, MessageStore, StoreConfig
+from storelib.delta.compaction import compact_here
+from storelib.delta.orphans import orphan_files
+from storelib.delta.table import TOMBSTONE_RETENTION, Prune, Table, add_actions
 from storelib.delta.writer import contiguous_groups
 from storelib.model.errors import ConfigError, StoreStateError
 from storelib.query.lookup import MessageQuery
@@ -63,6 +68,36 @@ class TestDelta:
         DeltaTable.create(path, pa.schema([("x", pa.int64())]))
         with pytest.raises(StoreStateError):
             Table(path, CONSUME_QUEUE).ensure()
+
+
+class TestTombstones:
+    def test_local_tables_keep_tombstones_briefly_but_the_topic_configuration_a_week(self, store):
+        for name, table in store.context.tables.by_name().items():
+            conf = DeltaTable(table.path).metadata().configuration
+            expected = None if name == "topic_config" else TOMBSTONE_RETENTION  # None: Delta's week
+            assert conf.get("delta.deletedFileRetentionDuration") == expected, name
+
+    def test_a_removed_file_outlives_its_tombstone_by_the_orphan_window_from_its_removal(self, spark, store_path):
+        brief = StoreConfig(table_properties={"delta.deletedFileRetentionDuration": "interval 1 second"})
+        store = MessageStore.create(store_path, spark, config=brief)
+        store.create_topic("TopicTest", queues=4)
+        fill(store, rounds=3)
+        cq = store.context.tables.consume_queue
+        written = sorted(add_actions(cq.snapshot()).column("path").to_pylist())
+        two_days_ago = time.time() - 2 * 86400
+        for path in written:  # as if written long ago: their age must count from their removal
+            os.utime(f"{cq.path}/{path}", (two_days_ago, two_days_ago))
+        assert compact_here(cq) == (len(written), 4)
+        time.sleep(1.5)
+        cq.snapshot().create_checkpoint()  # drops the expired tombstones
+        assert cq.snapshot().vacuum(retention_hours=0, dry_run=True, enforce_retention_duration=False) == []
+        assert all(os.path.exists(f"{cq.path}/{path}") for path in written)
+        assert orphan_files(cq, min_age_s=3600) == []  # removed just now, though written two days ago
+        assert orphan_files(cq, min_age_s=0) == written
+        assert store.vacuum(retention_hours=0)["orphans"] == 0 and all(os.path.exists(f"{cq.path}/{p}") for p in written)
+        store.subscribe("G", "TopicTest", "*")
+        assert sorted(m.body for m in store.pull("G", "TopicTest", 0, 0, 32).messages) == [b"0-0", b"0-4", b"1-0", b"1-4", b"2-0", b"2-4"]
+        store.close()
 
 
 class TestFileSkipping:

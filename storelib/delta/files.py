@@ -24,7 +24,7 @@ from typing import Any, Callable
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["ByteLRU", "filesystem", "local_bytes", "parquet_format", "fragment", "small_file", "keyed_rows", "FOOTER_CACHE_BYTES",
+__all__ = ["ByteLRU", "filesystem", "is_local", "local_bytes", "parquet_format", "fragment", "small_file", "keyed_rows", "FOOTER_CACHE_BYTES",
            "SMALL_FILE_CACHE_BYTES", "SMALL_FILE_ROWS", "SMALL_FILE_READ_BYTES"]
 
 #: Parsed Parquet footers kept per process (the driver's point reads, an executor's row group reads), in
@@ -101,6 +101,15 @@ def filesystem(root: str):
 
         return fs.FileSystem.from_uri(root)
     return _local_filesystem(), root
+
+
+def is_local(root: str) -> bool:
+    """Whether a table's root is a folder on this machine (a plain path or a ``file://`` URI).
+
+    >>> is_local("/tmp/store"), is_local("file:///tmp/store"), is_local("s3://bucket/store")
+    (True, True, False)
+    """
+    return "://" not in root or root.startswith("file://")
 
 
 @functools.lru_cache(maxsize=1)

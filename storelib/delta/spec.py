@@ -33,6 +33,10 @@ class TableSpec:
     offsets), written with Parquet's ``DELTA_BINARY_PACKED`` encoding rather than plain values: consume
     queue files take half the bytes and ext files a fifth (10^6 messages, measured), and both write
     and read back faster, since the compressor has little left to do. Never a dictionary column.
+    ``brief_tombstones``: every file that leaves the table leaves it through :meth:`Table.commit
+    <storelib.delta.table.Table.commit>`, which stamps it with the time of its removal; so a local table keeps
+    its ``remove`` actions in the log only briefly (:data:`~storelib.delta.table.TOMBSTONE_RETENTION`).
+    False for a table that deltalake's own operations rewrite (the topic configuration's ``overwrite``).
 
     >>> TableSpec("events", pa.schema([("id", pa.int64()), ("at", pa.int64())])).columns
     ['id', 'at']
@@ -48,6 +52,7 @@ class TableSpec:
     statistics: tuple[str, ...] | None = None
     view_statistics: tuple[str, ...] | None = None
     delta_encoded: tuple[str, ...] = ()
+    brief_tombstones: bool = True
 
     @property
     def columns(self) -> list[str]:

@@ -66,7 +66,9 @@ def remove_all_orphans(ctx: StoreContext) -> int:
 def vacuum_store(ctx: StoreContext, retention_hours: int = 168) -> dict[str, int]:
     """Delete files no snapshot younger than ``retention_hours`` needs, in every table, staged
     files of dead DataFrame sends older than ``retention_hours`` (at least an hour), and orphan files
-    (written, never committed) older than ``orphan_file_min_age_hours``; returns counts.
+    (written, never committed) older than ``orphan_file_min_age_hours``; returns counts. A file
+    removed longer ago than the log keeps its tombstone (:data:`~storelib.delta.table.TOMBSTONE_RETENTION`)
+    is an orphan, deleted once ``orphan_file_min_age_hours`` past its removal, whatever ``retention_hours`` says.
 
     >>> vacuum_store(store.context)["staging"], vacuum_store(store.context)["orphans"]
     (0, 0)

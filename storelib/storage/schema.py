@@ -232,6 +232,7 @@ TOPIC_CONFIG = TableSpec(
                                        "milliseconds (null: only the store's file_reserved_time applies)"),
     ]),
     description="Topic configuration (RocketMQ's TopicConfigManager).",
+    brief_tombstones=False,  # put and delete are deltalake's overwrite and delete, which do not stamp what they remove
 )
 
 SUBSCRIPTION_GROUP = TableSpec(
