@@ -19,6 +19,7 @@ import statistics
 import tempfile
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 __all__ = ["GrowthFigures", "bench_growth"]
 
@@ -52,8 +53,10 @@ class GrowthFigures:
                 **{f"{stage}_p50_ms_per_{WINDOW}": [round(1000 * p, 2) for p in p50s] for stage, p50s in self.windows.items()}}
 
 
-def bench_growth(commits: int = 10_000, *, compact_every_s: float = 10.0, root: str | None = None) -> GrowthFigures:
-    """Run ``commits`` steps of send, dispatch, pull (see the module docstring)."""
+def bench_growth(commits: int = 10_000, *, compact_every_s: float = 10.0, root: str | None = None,
+                 progress: Callable[[str], object] | None = None) -> GrowthFigures:
+    """Run ``commits`` steps of send, dispatch, pull (see the module docstring); ``progress`` is handed a
+    line with each window's p50s as the window ends (a long run takes an hour or more)."""
     from storelib import Message, MessageStore
 
     work = root or tempfile.mkdtemp(prefix="storelib-bench-")
@@ -79,6 +82,9 @@ def bench_growth(commits: int = 10_000, *, compact_every_s: float = 10.0, root: 
             times["send"].append(sent_at - began)
             times["dispatch"].append(dispatched_at - sent_at)
             offsets[sent.queue_id] = pulled.next_begin_offset
+            if progress is not None and (i + 1) % WINDOW == 0:
+                progress(f"{i + 1:,} commits: " + ", ".join(f"{stage} {1000 * statistics.median(t[-WINDOW:]):.1f} ms"
+                                                              for stage, t in times.items()))
         store.close()
         edge = min(WINDOW, max(1, commits // 2))
         windows = {stage: [statistics.median(t[i:i + WINDOW]) for i in range(0, len(t) - WINDOW + 1, WINDOW)]
