@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 
@@ -15,8 +16,9 @@ from pyspark.sql import functions as F
 from storelib import Message, MessageStore, StoreConfig
 from storelib.delta.compaction import compact_here
 from storelib.delta.orphans import orphan_files
+from storelib.delta.spec import TableSpec
 from storelib.delta.table import TOMBSTONE_RETENTION, Prune, Table, add_actions
-from storelib.delta.writer import contiguous_groups
+from storelib.delta.writer import contiguous_groups, write_rows
 from storelib.model.errors import ConfigError, StoreStateError
 from storelib.query.lookup import MessageQuery
 from storelib.storage.schema import CONSUME_QUEUE, TABLES
@@ -98,6 +100,26 @@ class TestTombstones:
         store.subscribe("G", "TopicTest", "*")
         assert sorted(m.body for m in store.pull("G", "TopicTest", 0, 0, 32).messages) == [b"0-0", b"0-4", b"1-0", b"1-4", b"2-0", b"2-4"]
         store.close()
+
+
+    def test_a_table_made_with_a_week_of_tombstones_is_upgraded_when_opened_with_its_tombstones_stamped(self, tmp_path):
+        spec = TableSpec("events", pa.schema([("id", pa.int64())]))
+        old = Table(str(tmp_path / "events"), dataclasses.replace(spec, brief_tombstones=False)).ensure()
+        for i in range(3):
+            write_rows(old, old.snapshot(), pa.table({"id": [i]}), prefix="e")
+        assert compact_here(old) == (3, 1)
+        gone = sorted(old.snapshot().vacuum(retention_hours=0, dry_run=True, enforce_retention_duration=False))
+        two_days_ago = time.time() - 2 * 86400
+        for path in gone:  # removed before stamps existed
+            os.utime(f"{old.path}/{path}", (two_days_ago, two_days_ago))
+        assert "delta.deletedFileRetentionDuration" not in DeltaTable(old.path).metadata().configuration
+        Table(old.path, spec).ensure()
+        assert DeltaTable(old.path).metadata().configuration["delta.deletedFileRetentionDuration"] == TOMBSTONE_RETENTION
+        assert all(os.path.getmtime(f"{old.path}/{path}") > two_days_ago + 86400 for path in gone)
+        own = {"delta.deletedFileRetentionDuration": "interval 3 days"}  # a store's own setting is kept
+        Table(str(tmp_path / "own"), spec, own).ensure()
+        Table(str(tmp_path / "own"), spec).ensure()
+        assert DeltaTable(str(tmp_path / "own")).metadata().configuration["delta.deletedFileRetentionDuration"] == "interval 3 days"
 
 
 class TestFileSkipping:

@@ -185,7 +185,22 @@ class Table:
             have = [f.name for f in DeltaTable(self.path).schema().fields]
         if have != self.spec.columns:
             raise StoreStateError(self.spec.name, f"table at {self.path} has columns {have}, expected {self.spec.columns}")
+        self._shorten_tombstones(dt)
         return self
+
+    def _shorten_tombstones(self, dt: DeltaTable) -> None:
+        """A local table made before its tombstones were brief gets :data:`TOMBSTONE_RETENTION`, unless the
+        store's settings name a retention of its own; the files its tombstones name are stamped first, so
+        they too stay for the orphan window, counted from now."""
+        key = "delta.deletedFileRetentionDuration"
+        if not (self.spec.brief_tombstones and is_local(self.path)) or key in self.properties \
+                or key in dt.metadata().configuration:
+            return
+        self.stamp(dt.vacuum(retention_hours=0, dry_run=True, enforce_retention_duration=False))
+        try:
+            dt.alter.set_table_properties({key: TOMBSTONE_RETENTION})
+        except CommitFailedError as e:  # another process's commit won: the next open tries again
+            log.info("%s: tombstone retention left as it was for now (%s)", self.spec.name, e)
 
     def release(self) -> None:
         """Drop the warm snapshot, view and memos (native delta-rs and Arrow objects) this handle keeps."""
