@@ -125,6 +125,8 @@ def test_growth_benchmark_suite_runs(spark, tmp_path, capsys):
     figures = json.loads(out.strip().splitlines()[-1])["growth"]
     assert figures["commits"] == 40 and all(figures[f"{s}_ratio"] > 0 for s in ("send", "dispatch", "pull"))
     assert "pull p50: first 20 of 40 commits" in out
+    files, tombstones = figures["consume_queue_files_tombstones"]  # merged every 0.2 s: some files went
+    assert 0 < files < 40 and tombstones > 0 and f"consume_queue at the end: {files:,} files" in out
 
 
 def test_online_benchmark_starts_its_clock_once_every_process_is_ready(tmp_path):

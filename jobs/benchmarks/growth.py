@@ -36,6 +36,9 @@ class GrowthFigures:
     stages: dict[str, tuple[list[float], list[float]]]
     #: Per stage, the p50 of each window of :data:`WINDOW` steps, in order.
     windows: dict[str, list[float]] = field(default_factory=dict)
+    #: Per table, the files its newest snapshot holds and the tombstones (``remove`` actions) it still carries,
+    #: at the end: a table's log grows with what it keeps of either.
+    log_sizes: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def ratio(self, stage: str) -> float:
         first, last = self.stages[stage]
@@ -46,11 +49,13 @@ class GrowthFigures:
                f"last {len(last):,} {statistics.median(last) * 1000:.1f} ms ({self.ratio(stage):.2f}x)"
                for stage, (first, last) in self.stages.items()]
         return out + [f"{stage} p50 per {WINDOW:,} commits (ms): " + " ".join(f"{1000 * p:.1f}" for p in p50s)
-                      for stage, p50s in self.windows.items()]
+                      for stage, p50s in self.windows.items()] + \
+            [f"{name} at the end: {files:,} files, {tombstones:,} tombstones" for name, (files, tombstones) in self.log_sizes.items()]
 
     def as_dict(self) -> dict:
         return {"commits": self.commits, **{f"{stage}_ratio": round(self.ratio(stage), 2) for stage in self.stages},
-                **{f"{stage}_p50_ms_per_{WINDOW}": [round(1000 * p, 2) for p in p50s] for stage, p50s in self.windows.items()}}
+                **{f"{stage}_p50_ms_per_{WINDOW}": [round(1000 * p, 2) for p in p50s] for stage, p50s in self.windows.items()},
+                **{f"{name}_files_tombstones": list(sizes) for name, sizes in self.log_sizes.items()}}
 
 
 def bench_growth(commits: int = 10_000, *, compact_every_s: float = 10.0, root: str | None = None,
@@ -85,12 +90,20 @@ def bench_growth(commits: int = 10_000, *, compact_every_s: float = 10.0, root: 
             if progress is not None and (i + 1) % WINDOW == 0:
                 progress(f"{i + 1:,} commits: " + ", ".join(f"{stage} {1000 * statistics.median(t[-WINDOW:]):.1f} ms"
                                                               for stage, t in times.items()))
+        log_sizes = {name: _log_size(table) for name, table in store.context.tables.by_name().items()
+                     if name in ("commitlog", "consume_queue", "index")}
         store.close()
         edge = min(WINDOW, max(1, commits // 2))
         windows = {stage: [statistics.median(t[i:i + WINDOW]) for i in range(0, len(t) - WINDOW + 1, WINDOW)]
                    for stage, t in times.items()}
         return GrowthFigures(commits, {stage: (t[:edge], t[-edge:]) for stage, t in times.items()},
-                             {stage: p50s for stage, p50s in windows.items() if p50s})
+                             {stage: p50s for stage, p50s in windows.items() if p50s}, log_sizes)
     finally:
         if root is None:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def _log_size(table) -> tuple[int, int]:
+    """A table's live files and the tombstones its newest snapshot carries."""
+    dt = table.snapshot()
+    return len(dt.file_uris()), len(dt.vacuum(retention_hours=0, dry_run=True, enforce_retention_duration=False))
