@@ -67,6 +67,7 @@ TABLE_DEFAULTS = {"delta.checkpointInterval": "20", "delta.logRetentionDuration"
 #: :meth:`Table.commit` sets its modification time to its removal, and once its tombstone has gone it is an
 #: orphan (:mod:`storelib.delta.orphans`) that is deleted only ``orphan_file_min_age_hours`` after that.
 TOMBSTONE_RETENTION = "interval 1 minute"
+_TOMBSTONES = "delta.deletedFileRetentionDuration"
 
 #: A read of at most this many files is a point read: its small files are kept decoded (:func:`small_file`).
 POINT_READ_FILES = 32
@@ -171,7 +172,7 @@ class Table:
             if "://" not in self.path:
                 os.makedirs(self.path, exist_ok=True)
             brief = self.spec.brief_tombstones and is_local(self.path)
-            conf = {**TABLE_DEFAULTS, **({"delta.deletedFileRetentionDuration": TOMBSTONE_RETENTION} if brief else {}),
+            conf = {**TABLE_DEFAULTS, **({_TOMBSTONES: TOMBSTONE_RETENTION} if brief else {}),
                     **self.properties}
             DeltaTable.create(self.path, self.spec.arrow, mode="ignore", name=self.spec.name,
                               description=self.spec.description, configuration=conf)
@@ -192,13 +193,12 @@ class Table:
         """A local table made before its tombstones were brief gets :data:`TOMBSTONE_RETENTION`, unless the
         store's settings name a retention of its own; the files its tombstones name are stamped first, so
         they too stay for the orphan window, counted from now."""
-        key = "delta.deletedFileRetentionDuration"
-        if not (self.spec.brief_tombstones and is_local(self.path)) or key in self.properties \
-                or key in dt.metadata().configuration:
+        if not (self.spec.brief_tombstones and is_local(self.path)) or _TOMBSTONES in self.properties \
+                or _TOMBSTONES in dt.metadata().configuration:
             return
         self.stamp(dt.vacuum(retention_hours=0, dry_run=True, enforce_retention_duration=False))
         try:
-            dt.alter.set_table_properties({key: TOMBSTONE_RETENTION})
+            dt.alter.set_table_properties({_TOMBSTONES: TOMBSTONE_RETENTION})
         except CommitFailedError as e:  # another process's commit won: the next open tries again
             log.info("%s: tombstone retention left as it was for now (%s)", self.spec.name, e)
 
