@@ -31,7 +31,7 @@ from urllib.parse import unquote
 
 from pyarrow import fs as pafs
 
-from storelib.delta.table import Table, add_actions, filesystem
+from storelib.delta.table import Table, add_actions, filesystem, tombstones
 
 __all__ = ["orphan_files", "remove_orphans"]
 
@@ -40,10 +40,9 @@ def orphan_files(table: Table, min_age_s: float, now: float | None = None) -> li
     """Paths (relative to the table's folder) of files no commit references, older than ``min_age_s`` seconds."""
     dt = table.snapshot()
     known = {unquote(p) for p in add_actions(dt).column("path").to_pylist()}
-    tombstones = dt.vacuum(retention_hours=0, dry_run=True, enforce_retention_duration=False)
     filesys, base = filesystem(table.path)
     base = base.rstrip("/")
-    known.update(_relative(unquote(p), base) for p in tombstones)
+    known.update(_relative(unquote(p), base) for p in tombstones(dt))
     cutoff = (time.time() if now is None else now) - min_age_s
     out = []
     for info in filesys.get_file_info(pafs.FileSelector(base, recursive=True)):

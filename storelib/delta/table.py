@@ -41,8 +41,8 @@ if TYPE_CHECKING:
     import numpy as np
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["Table", "TableView", "WrittenFile", "Prune", "CommitConflict", "add_actions", "remove_actions", "TABLE_DEFAULTS",
-           "TOMBSTONE_RETENTION"]
+__all__ = ["Table", "TableView", "WrittenFile", "Prune", "CommitConflict", "add_actions", "remove_actions", "tombstones",
+           "TABLE_DEFAULTS", "TOMBSTONE_RETENTION"]
 
 try:
     import fcntl
@@ -171,8 +171,7 @@ class Table:
         except TableNotFoundError:
             if "://" not in self.path:
                 os.makedirs(self.path, exist_ok=True)
-            brief = self.spec.brief_tombstones and is_local(self.path)
-            conf = {**TABLE_DEFAULTS, **({_TOMBSTONES: TOMBSTONE_RETENTION} if brief else {}),
+            conf = {**TABLE_DEFAULTS, **({_TOMBSTONES: TOMBSTONE_RETENTION} if self._brief else {}),
                     **self.properties}
             DeltaTable.create(self.path, self.spec.arrow, mode="ignore", name=self.spec.name,
                               description=self.spec.description, configuration=conf)
@@ -189,14 +188,18 @@ class Table:
         self._shorten_tombstones(dt)
         return self
 
+    @property
+    def _brief(self) -> bool:
+        """Whether this table keeps tombstones only :data:`TOMBSTONE_RETENTION` (its spec allows it, and it is local)."""
+        return self.spec.brief_tombstones and is_local(self.path)
+
     def _shorten_tombstones(self, dt: DeltaTable) -> None:
         """A local table made before its tombstones were brief gets :data:`TOMBSTONE_RETENTION`, unless the
         store's settings name a retention of its own; the files its tombstones name are stamped first, so
         they too stay for the orphan window, counted from now."""
-        if not (self.spec.brief_tombstones and is_local(self.path)) or _TOMBSTONES in self.properties \
-                or _TOMBSTONES in dt.metadata().configuration:
+        if not self._brief or _TOMBSTONES in self.properties or _TOMBSTONES in dt.metadata().configuration:
             return
-        self.stamp(dt.vacuum(retention_hours=0, dry_run=True, enforce_retention_duration=False))
+        self.stamp(tombstones(dt))
         try:
             dt.alter.set_table_properties({_TOMBSTONES: TOMBSTONE_RETENTION})
         except CommitFailedError as e:  # another process's commit won: the next open tries again
@@ -561,6 +564,15 @@ def remove_actions(files: "pa.Table | Iterable[Mapping[str, Any]]", data_change:
     rows = files.select(["path", "size_bytes"]).to_pylist() if isinstance(files, pa.Table) else files
     now = int(time.time() * 1000)
     return [RemoveAction(r["path"], data_change, now, r["size_bytes"], {}) for r in rows]
+
+
+def tombstones(dt: DeltaTable) -> list[str]:
+    """The paths (relative to the table) of the files the snapshot's ``remove`` actions still name.
+
+    >>> tombstones(store.context.tables.commitlog.snapshot())
+    []
+    """
+    return dt.vacuum(retention_hours=0, dry_run=True, enforce_retention_duration=False)
 
 
 def add_actions(dt: DeltaTable) -> pa.Table:
