@@ -105,7 +105,7 @@ def bench_growth(commits: int = 10_000, *, compact_every_s: float = 10.0, root: 
 
 def _log_size(table) -> tuple[int, int]:
     """A table's live files and the tombstones its newest snapshot carries."""
-    from storelib.delta.table import tombstones
+    from storelib.delta.log import tombstones
 
     dt = table.snapshot()
     return len(dt.file_uris()), len(tombstones(dt))

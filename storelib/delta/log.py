@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -30,7 +30,10 @@ import pyarrow.compute as pc
 from storelib.delta.files import filesystem
 from storelib.delta.stats import STATS_KEYS
 
-__all__ = ["LogChanges", "entry_path", "entry_actions", "changes_since", "apply_changes"]
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
+
+__all__ = ["LogChanges", "entry_path", "entry_actions", "changes_since", "apply_changes", "tombstones"]
 
 
 def entry_path(table_path: str, version: int) -> str:
@@ -152,3 +155,12 @@ def _dig(stats: Any, dotted: str) -> Any:
             return None
         stats = stats.get(part)
     return stats
+
+
+def tombstones(dt: DeltaTable) -> list[str]:
+    """The paths (relative to the table) of the files the snapshot's ``remove`` actions still name.
+
+    >>> tombstones(store.context.tables.commitlog.snapshot())
+    []
+    """
+    return dt.vacuum(retention_hours=0, dry_run=True, enforce_retention_duration=False)

@@ -31,7 +31,8 @@ from urllib.parse import unquote
 
 from pyarrow import fs as pafs
 
-from storelib.delta.table import Table, add_actions, filesystem, tombstones
+from storelib.delta.log import tombstones
+from storelib.delta.table import Table, add_actions, filesystem
 
 __all__ = ["orphan_files", "remove_orphans"]
 

@@ -32,7 +32,7 @@ from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from deltalake.transaction import AddAction, PostCommitHookProperties, RemoveAction
 
 from storelib.delta.files import filesystem, fragment, is_local, keyed_rows, parquet_format, small_file
-from storelib.delta.log import apply_changes, changes_since
+from storelib.delta.log import apply_changes, changes_since, tombstones
 from storelib.delta.spec import TableSpec, spark_schema
 from storelib.delta.stats import Prune, clustered, holding, narrowed, only, prune_actions
 from storelib.model.errors import ConcurrentWriteError, StoreStateError
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     import numpy as np
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["Table", "TableView", "WrittenFile", "Prune", "CommitConflict", "add_actions", "remove_actions", "tombstones",
+__all__ = ["Table", "TableView", "WrittenFile", "Prune", "CommitConflict", "add_actions", "remove_actions",
            "TABLE_DEFAULTS", "TOMBSTONE_RETENTION"]
 
 try:
@@ -564,15 +564,6 @@ def remove_actions(files: "pa.Table | Iterable[Mapping[str, Any]]", data_change:
     rows = files.select(["path", "size_bytes"]).to_pylist() if isinstance(files, pa.Table) else files
     now = int(time.time() * 1000)
     return [RemoveAction(r["path"], data_change, now, r["size_bytes"], {}) for r in rows]
-
-
-def tombstones(dt: DeltaTable) -> list[str]:
-    """The paths (relative to the table) of the files the snapshot's ``remove`` actions still name.
-
-    >>> tombstones(store.context.tables.commitlog.snapshot())
-    []
-    """
-    return dt.vacuum(retention_hours=0, dry_run=True, enforce_retention_duration=False)
 
 
 def add_actions(dt: DeltaTable) -> pa.Table:
