@@ -46,12 +46,14 @@ import pyarrow.compute as pc
 from storelib.context import StoreContext
 from storelib.delta.table import Table, TableView
 from storelib.model.message import StoredMessage
-from storelib.storage.commitlog import COMMITLOG_MARKER, min_physical_offset, read_messages
+from storelib.storage.commitlog import COMMITLOG_MARKER
+from storelib.storage.commitlog_reads import min_physical_offset, read_messages
 from storelib.storage.consume_queue import (CQ_STORE_UNIT_SIZE, contiguous, min_queue_marker, queue_files,
                                             queue_offsets, read_units, roll_next_file)
 from storelib.storage.consume_queue_ext import ext_units_of
 
-__all__ = ["GetMessageStatus", "GetMessageResult", "ConsumeQueueFilter", "get_message", "passing_units"]
+__all__ = ["GetMessageStatus", "GetMessageResult", "ConsumeQueueFilter", "get_message", "passing_units", "scan_window",
+           "batch_full"]
 
 _MIN_LONG = -(1 << 63)
 
@@ -155,11 +157,7 @@ def get_message(ctx: StoreContext, group: str, topic: str, queue_id: int, offset
         return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, nxt, min_offset, max_offset)
 
     units_per_file = config.consume_queue_file_units
-    file_end = min(max_offset, roll_next_file(offset, units_per_file))
-    window_bytes = min((file_end - offset) * CQ_STORE_UNIT_SIZE, max(config.max_filter_message_size,
-                                                                     max_msgs * CQ_STORE_UNIT_SIZE))
-    window = -(-window_bytes // CQ_STORE_UNIT_SIZE)
-    chunks = _unit_chunks(cq, queue_actions, offset, offset + window, max_msgs)
+    chunks = _unit_chunks(cq, queue_actions, offset, offset + scan_window(config, offset, max_offset, max_msgs), max_msgs)
     first = next(chunks, None)
     if first is None:
         return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, roll_next_file(offset, units_per_file),
@@ -188,7 +186,7 @@ def get_message(ctx: StoreContext, group: str, topic: str, queue_id: int, offset
                 taken += 1
                 continue
             in_disk = (max_offset_py - offset_py) > memory
-            if _batch_full(config, size_py, max_msgs, result.buffer_total_size, result.message_count, in_disk):
+            if batch_full(config, size_py, max_msgs, result.buffer_total_size, result.message_count, in_disk):
                 full = True
                 break
             taken += 1
@@ -235,8 +233,25 @@ def _unit_chunks(cq: Table, queue_actions: pa.Table, offset: int, end: int, firs
         at, size = hi, size * 2
 
 
-def _batch_full(config, size_py: int, max_msgs: int, buffer_total: int, message_total: int, in_disk: bool) -> bool:
-    """``isTheBatchFull``: may one more message of ``size_py`` bytes join the batch?"""
+def scan_window(config, offset: int, max_offset: int, max_msgs: int) -> int:
+    """How many units from ``offset`` a pull scans: ``max(max_filter_message_size, max_msgs * 20)`` bytes
+    of units, never past the queue's end or the end of the queue file holding ``offset``.
+
+    >>> scan_window(store.config, 0, 10_000, 32), scan_window(store.config, 299_990, 10**6, 32)
+    (800, 10)
+    """
+    file_end = min(max_offset, roll_next_file(offset, config.consume_queue_file_units))
+    window_bytes = min((file_end - offset) * CQ_STORE_UNIT_SIZE, max(config.max_filter_message_size,
+                                                                     max_msgs * CQ_STORE_UNIT_SIZE))
+    return -(-window_bytes // CQ_STORE_UNIT_SIZE)
+
+
+def batch_full(config, size_py: int, max_msgs: int, buffer_total: int, message_total: int, in_disk: bool) -> bool:
+    """``isTheBatchFull``: may one more message of ``size_py`` bytes join the batch (no: True)?
+
+    >>> batch_full(store.config, 100, 32, 0, 0, False), batch_full(store.config, 100, 2, 200, 2, False)
+    (False, True)
+    """
     if buffer_total == 0 or message_total == 0:
         return False
     if max_msgs <= message_total:

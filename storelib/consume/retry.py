@@ -48,7 +48,8 @@ from storelib.model.errors import (MessageError, MessageNotFoundError, StorePerm
 from storelib.model.message import MessageConst, SendResult
 from storelib.model.topic import (PERM_READ, PERM_WRITE, SCHEDULE_TOPIC, TopicConfig, dlq_topic, retry_topic,
                                   validate_group)
-from storelib.storage.commitlog import EncodedMessage, read_messages
+from storelib.storage.commitlog import EncodedMessage
+from storelib.storage.commitlog_reads import read_messages
 
 if TYPE_CHECKING:
     from storelib.model.group import GroupConfig

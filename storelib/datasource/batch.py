@@ -50,7 +50,7 @@ from storelib.encoding.message_id import decode_message_id
 from storelib.model.errors import StoreError
 from storelib.model.message import MessageConst
 from storelib.model.timestamps import FAR_FUTURE_MS
-from storelib.storage.commitlog import read_rows
+from storelib.storage.commitlog_reads import read_rows
 from storelib.storage.consume_queue import read_units
 from storelib.storage.index_file import offsets_of
 

@@ -16,7 +16,7 @@ rewrites a table, while keeping every RocketMQ address:
   the row groups it wants as ``cluster_seq`` ranges that Spark pushes down to Parquet;
 * each row group is summed up in ``commitlog_summary`` (tag codes, OR of the bitmaps, groups no
   bitmap hits) before the files are committed, and a point read finds a row by offset through
-  the file's ``physical_offset`` column (:func:`storelib.storage.commitlog.read_messages`).
+  the file's ``physical_offset`` column (:func:`storelib.storage.commitlog_reads.read_messages`).
 
 The rewrite commits with ``dataChange=false`` in one Delta commit; producers and dispatch keep
 appending meanwhile (the commit lands after theirs unless they touched the same files). A crash

@@ -69,7 +69,7 @@ from storelib.delta.table import Table, add_actions, remove_actions, with_retrie
 from storelib.dispatch.reput import REPUT_MARKER, dispatch_targets
 from storelib.model.errors import ConfigError
 from storelib.model.timestamps import epoch_ms, now_ms
-from storelib.storage.commitlog import commitlog_min_offset
+from storelib.storage.commitlog_reads import commitlog_min_offset
 from storelib.storage.consume_queue import min_queue_marker
 
 if TYPE_CHECKING:

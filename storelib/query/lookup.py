@@ -25,7 +25,7 @@ from storelib.encoding.message_id import decode_message_id, ip_bytes
 from storelib.model.errors import MessageIdError, MessageNotFoundError, StoreError
 from storelib.model.message import StoredMessage
 from storelib.model.timestamps import FAR_FUTURE_MS, arrow_timestamp, epoch_ms
-from storelib.storage.commitlog import read_messages
+from storelib.storage.commitlog_reads import read_messages
 from storelib.storage.consume_queue import min_offset, queue_max_offset
 from storelib.storage.index_file import offsets_of
 

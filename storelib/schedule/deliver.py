@@ -66,7 +66,8 @@ from storelib.model.errors import MessageNotFoundError, ProgressMovedError, Stor
 from storelib.model.message import MessageConst, SysFlag
 from storelib.model.timestamps import epoch_ms, now_ms
 from storelib.model.topic import SCHEDULE_TOPIC, TIMER_TOPIC
-from storelib.storage.commitlog import STAGED_SCHEMA, EncodedMessage, Progress, now_millis, read_messages
+from storelib.storage.commitlog import STAGED_SCHEMA, EncodedMessage, Progress, now_millis
+from storelib.storage.commitlog_reads import read_messages
 from storelib.storage.consume_queue_ext import ext_units_of
 
 if TYPE_CHECKING:

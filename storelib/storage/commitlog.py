@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import functools
 import json
 import logging
 import uuid
@@ -31,8 +30,7 @@ import pyarrow.compute as pc
 from pyarrow import fs as pafs
 
 from storelib.delta.spec import spark_schema
-from storelib.delta.stats import ranges
-from storelib.delta.table import Table, add_actions, filesystem, with_retries
+from storelib.delta.table import Table, filesystem, with_retries
 from storelib.delta.writer import Target, write_items, write_rows
 from storelib.encoding.arrow import Distinct, queue_groups
 from storelib.encoding.message_id import message_id_prefix, message_ids
@@ -40,7 +38,7 @@ from storelib.encoding.properties import properties_to_string
 from storelib.encoding.record import body_crc, message_length
 from storelib.model.config import StoreConfig
 from storelib.model.errors import ProgressMovedError
-from storelib.model.message import MESSAGE_COLUMNS, StoredMessage, SysFlag
+from storelib.model.message import SysFlag
 from storelib.storage.schema import COMMITLOG
 
 if TYPE_CHECKING:
@@ -48,7 +46,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 
-__all__ = ["CommitLog", "EncodedMessage", "AppendResult", "Progress", "STAGED_SCHEMA", "staged_rows", "COMMITLOG_MARKER", "CLUSTERED_PREFIX", "queue_marker", "read_rows", "stage_partition",
+__all__ = ["CommitLog", "EncodedMessage", "AppendResult", "Progress", "STAGED_SCHEMA", "staged_rows", "COMMITLOG_MARKER", "CLUSTERED_PREFIX", "queue_marker", "stage_partition",
            "is_clustered"]
 
 log = logging.getLogger(__name__)
@@ -519,82 +517,3 @@ class _Place:
         cols["msg_id"] = message_ids(self.msg_id_prefix, offsets)
         cols["cluster_seq"] = pa.nulls(n, pa.int64())  # not clustered yet
         return pa.RecordBatch.from_arrays([cols[f.name] for f in COMMITLOG.arrow], schema=COMMITLOG.arrow)
-
-
-# ---- look-ups ------------------------------------------------------------------------
-def commitlog_min_offset(commitlog_snapshot: "DeltaTable") -> int:
-    """The smallest physical offset still in the commitlog (``getMinPhyOffset``); 0 when it is empty.
-
-    From the add actions' statistics alone. A file without statistics could hold anything, so
-    its presence gives 0 (nothing is then cleaned on its account).
-    """
-    return min_physical_offset(add_actions(commitlog_snapshot))
-
-
-def min_physical_offset(actions: pa.Table) -> int:
-    """:func:`commitlog_min_offset` from the commitlog's add actions."""
-    if actions.num_rows == 0 or "min.physical_offset" not in actions.column_names:
-        return 0
-    column = actions.column("min.physical_offset")
-    if column.null_count:
-        return 0
-    return int(pc.min(column).as_py())
-
-
-def read_messages(commitlog: Table, actions: pa.Table, offsets: Sequence[int],
-                  files_touched: dict[str, int] | None = None) -> dict[int, StoredMessage]:
-    """The messages at these commitlog offsets, by offset (missing ones left out): only the files and
-    row groups whose offset statistics hold one are read, with pyarrow on this process.
-
-    ``actions`` are the commitlog's add actions (a warm :meth:`Table.view`'s). ``files_touched``,
-    when given, gets how many data files were opened.
-    """
-    if not len(offsets):
-        return {}
-    wanted = pa.array(sorted(set(int(o) for o in offsets)), pa.int64())
-    holding = commitlog.holding(ranges(actions, "physical_offset"), "physical_offset", wanted)
-    if files_touched is not None:
-        files_touched["commitlog"] = holding.num_rows
-    rows = read_rows(commitlog, commitlog.paths(holding), wanted, columns=MESSAGE_COLUMNS)
-    return {m.commitlog_offset: m for m in StoredMessage.from_rows(rows)}
-
-
-def read_rows(commitlog: Table, paths: Sequence[str], offsets: pa.Array, columns: Sequence[str] | None = None) -> pa.Table:
-    """The commitlog rows at ``offsets`` (sorted int64) among the data files ``paths``, in ``columns``
-    (None: all), read with pyarrow; in a clustered file only the row groups holding them are decoded.
-
-    >>> t = store.context.tables.commitlog
-    >>> read_rows(t, t.files(t.snapshot()), pa.array([0], pa.int64())).column("msg_id").to_pylist() == [r.msg_id]
-    True
-    >>> read_rows(t, t.files(t.snapshot()), pa.array([0], pa.int64()), columns=["physical_offset"]).column_names
-    ['physical_offset']
-    """
-    wanted = offsets.to_numpy()
-    parts = [commitlog.read_keyed([p for p in paths if not is_clustered(p)], "physical_offset", values=wanted,
-                                  columns=columns)]
-    test = pc.field("physical_offset").isin(offsets)
-    for path in filter(is_clustered, paths):  # rows are not in offset order: find their row groups first
-        sorted_offsets, groups = _locator(path)
-        at = np.searchsorted(sorted_offsets, wanted)
-        found = at < len(sorted_offsets)
-        found[found] &= sorted_offsets[at[found]] == wanted[found]
-        if found.any():
-            parts.append(commitlog.read_row_groups(path, sorted(set(groups[at[found]].tolist())), columns=columns,
-                                                   filter=test))
-    return pa.concat_tables(parts)
-
-
-@functools.lru_cache(maxsize=64)
-def _locator(path: str) -> tuple[np.ndarray, np.ndarray]:
-    """A clustered file's physical offsets, sorted, and the row group of each: one column read,
-    once per process (data files never change)."""
-    import pyarrow.parquet as pq
-
-    fs, local = filesystem(path)
-    with fs.open_input_file(local) as f:
-        pf = pq.ParquetFile(f)
-        sizes = [pf.metadata.row_group(i).num_rows for i in range(pf.metadata.num_row_groups)]
-        offsets = pf.read(columns=["physical_offset"]).column(0).to_numpy()
-    groups = np.repeat(np.arange(len(sizes), dtype=np.int32), sizes)
-    order = np.argsort(offsets, kind="stable")
-    return offsets[order], groups[order]

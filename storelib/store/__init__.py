@@ -47,7 +47,8 @@ from storelib.schedule.deliver import DeliveryResult, deliver, recall
 from storelib.schedule.transaction import TransactionSendResult, TransactionState, end_transaction, send_in_transaction
 from storelib.send.group_commit import GroupCommitProducer
 from storelib.store.lookups import Lookups
-from storelib.storage.commitlog import AppendResult, min_physical_offset
+from storelib.storage.commitlog import AppendResult
+from storelib.storage.commitlog_reads import min_physical_offset
 from storelib.storage.consume_queue import min_offset as queue_min
 
 if TYPE_CHECKING:
