@@ -15,6 +15,7 @@ commitlog offsets [0, 171); 2 topics, 1 groups, 1 subscriptions
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 import threading
 
@@ -23,6 +24,7 @@ import pyarrow.compute as pc
 from storelib.admin.command import add_verb
 from storelib.admin.output import Output
 from storelib.cli import Progress, non_negative_int, positive_int
+from storelib.consume.tail import TailServer
 from storelib.dispatch.reput import ROUND_MS
 from storelib.maintenance.upkeep import delete_expired
 from storelib.model.errors import StoreCorruptedError
@@ -59,8 +61,11 @@ def _follow(store: MessageStore, args: argparse.Namespace, progress: Progress) -
         progress.say(f"dispatched commitlog [{r.from_offset}, {r.to_offset}): {r.consume_queue_rows} consume_queue rows")
 
     progress.say(f"following the commitlog from offset {min(store.dispatch_progress().values())}, every {args.interval_ms} ms")
-    total = store.dispatcher().run(follow=True, stop=stop, interval_ms=args.interval_ms, on_round=heard,
-                                   compact_every_ms=args.compact_every_ms, round_ms=args.round_ms)
+    with TailServer(store.context) if args.serve_pulls else contextlib.nullcontext() as server:
+        if server is not None:
+            progress.say(f"serving tail pulls: {'yes' if server.serving else 'no (another process does, or the store is not local)'}")
+        total = store.dispatcher().run(follow=True, stop=stop, interval_ms=args.interval_ms, on_round=heard,
+                                       compact_every_ms=args.compact_every_ms, round_ms=args.round_ms)
     return (f"stopped by {why[0] if why else 'request'} after {progress.elapsed:.1f}s: {len(rounds)} rounds dispatched "
             f"commitlog [{total.from_offset}, {total.to_offset}), {total.consume_queue_rows} consume_queue rows")
 
@@ -158,6 +163,8 @@ def register(sub: "argparse._SubParsersAction") -> None:
     p.add_argument("--round-ms", type=non_negative_int, default=ROUND_MS,
                    help="with --follow: start a round at most this often (0: as soon as the last one ends); longer "
                         "rounds cost consumers less CPU per message and add to each message's wait")
+    p.add_argument("--serve-pulls", action="store_true",
+                   help="with --follow: answer consumers' pulls of the queues' tails from memory (their tail_pulls setting)")
     p.add_argument("--compact-every-ms", type=non_negative_int, default=10_000,
                    help="with --follow: merge the fresh small files of the commitlog, consume queue and index this often (0: never)")
     for name, run, doc in (("deliver", _deliver, "Deliver the delayed, timer and sent-back messages that are due, "

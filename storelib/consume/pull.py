@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Callable
 
 from storelib.consume.get_message import GetMessageResult, GetMessageStatus, get_message
 from storelib.consume.long_polling import hold
+from storelib.consume.tail import tail_client
 from storelib.context import StoreContext
 from storelib.filter.class_filter import FilterFailures
 from storelib.filter.message_filter import MessageFilter
@@ -279,8 +280,16 @@ class PullMessageProcessor:
                           code, got.status, filter_errors=message_filter.filter_errors())
 
     def get(self, request: PullRequest, message_filter: PullFilter, offset: int | None = None) -> GetMessageResult:
-        return get_message(self.ctx, request.group, request.topic, request.queue_id,
-                           request.offset if offset is None else offset, request.max_msgs, message_filter)
+        """The store's ``getMessage`` for a checked request: from the follower's tail where it serves the
+        pull (:mod:`storelib.consume.tail`), else read from the tables here."""
+        offset = request.offset if offset is None else offset
+        selector = message_filter.filter.selector
+        if message_filter.retry is None and selector.is_tag and (tail := tail_client(self.ctx)) is not None:
+            got = tail.get(request.topic, request.queue_id, offset, request.max_msgs, selector.expression)
+            if got is not None:
+                return got
+        return get_message(self.ctx, request.group, request.topic, request.queue_id, offset, request.max_msgs,
+                           message_filter)
 
     # ---- the broker's checks, in PullMessageProcessor's order ------------------------------------
     def check(self, request: PullRequest) -> PullFilter:

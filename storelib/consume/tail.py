@@ -1,0 +1,410 @@
+"""Tail pulls: the follower answers pulls of what it has just dispatched, from memory.
+
+RocketMQ's broker answers a pull of fresh messages from its page cache: it wrote them a moment
+ago. Without a broker, every consumer process reads the tail itself: it brings its warm views of
+the consume queue and the commitlog forward, finds and decodes the new files, and takes its
+queues' units and messages out of them, every process the same files. A follower that serves
+pulls (``storelib dispatch --follow --serve-pulls``, :class:`TailServer`) instead reads each new
+consume queue version's units, and their messages, once, keeps the last :data:`TAIL_UNITS` units
+of every queue it was asked for, with their messages, and answers the pulls of that tail over a
+local socket. The consumer's processor still makes every check of the request and turns the
+answer into the client's result as before; only ``getMessage`` is asked of the follower.
+
+The follower answers only what it can answer exactly as :func:`~storelib.consume.get_message.get_message`
+would, from the newest consume queue version: a tag (or ``*``) subscription on a topic that is not
+a retry topic, an offset inside its tail, a tail that reaches the queue's end, no unit of the scan
+pointing at an ext unit, and every message still in the commitlog. Anything else, a follower that
+cannot be reached, or one that does not answer within :data:`TAIL_TIMEOUT_S`, and the pull reads
+the tables itself, as before: no answer depends on the follower being there.
+
+Consumers ask only with the ``tail_pulls`` setting on; local stores on Linux (the socket lives in
+Linux's abstract namespace); the follower answers only processes of its own user.
+
+>>> from storelib import MessageStore
+>>> asking = MessageStore.open(store.root, spark, tail_pulls=True)
+>>> with TailServer(store.context) as server:
+...     p = asking.pull("GroupA", "TopicTest", r.queue_id, 0)
+...     p.status, p.messages[0].msg_id == r.msg_id, server.answered
+(<PullStatus.FOUND: 'FOUND'>, True, 1)
+>>> asking.close()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import socket
+import struct
+import sys
+import threading
+import time
+import uuid
+import weakref
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from storelib.consume.get_message import (GetMessageResult, GetMessageStatus, batch_full, scan_window,
+                                          total_physical_memory)
+from storelib.context import StoreContext
+from storelib.encoding.ext_addr import MAX_EXT_ADDR
+from storelib.filter.message_filter import MessageFilter
+from storelib.filter.selector import MessageSelector
+from storelib.model.errors import StoreStateError
+from storelib.model.message import StoredMessage
+from storelib.send.relay_wire import ipc, receive_frame, rows_of, send_frame
+from storelib.storage.commitlog import COMMITLOG_MARKER
+from storelib.storage.commitlog_reads import message_rows, min_physical_offset
+from storelib.storage.consume_queue import min_queue_marker, queue_files, queue_offsets, read_units
+
+__all__ = ["TailServer", "TailClient", "tail_client", "tail_address", "TAIL_UNITS", "TAIL_TIMEOUT_S"]
+
+log = logging.getLogger(__name__)
+
+#: Units (with their messages) the follower keeps of each queue it was asked for (a quarter of them when
+#: first asked): a consumer further behind reads the tables itself.
+TAIL_UNITS = 4_096
+#: Seconds a queue's tail is kept after its last pull.
+TAIL_IDLE_S = 60.0
+#: Seconds a consumer waits for the follower's answer before it reads the tables itself.
+TAIL_TIMEOUT_S = 2.0
+#: Seconds a consumer waits, after finding no follower serving, before it looks again.
+_LOOK_AGAIN_S = 1.0
+#: The wire protocol's version, part of the socket's name.
+PROTOCOL = "v1"
+#: Frame kinds: a pull; its answer; "not mine: read the tables".
+PULL, ANSWER, NOT_HERE = b"P", b"A", b"N"
+_HEAD = struct.Struct(">I")
+_UNIT_COLUMNS = ["queue_offset", "commitlog_offset", "size", "tags_code"]
+
+
+def tail_address(ctx: StoreContext) -> str | None:
+    """The socket a store's follower serves pulls on (None where there can be none: not a local store on Linux).
+
+    >>> tail_address(store.context).startswith("\\0storelib-tail-")
+    True
+    """
+    path = ctx.tables.consume_queue.path
+    if "://" in path or not sys.platform.startswith("linux"):
+        return None
+    digest = hashlib.sha1(os.path.realpath(path).encode()).hexdigest()[:24]
+    return f"\0storelib-tail-{PROTOCOL}-{digest}"
+
+
+class _Tail:
+    """One queue's tail: its units from ``start`` on, contiguous (at least one), and the message of each, row by row."""
+
+    __slots__ = ("units", "messages")
+
+    def __init__(self, units: pa.Table, messages: pa.Table):
+        self.units, self.messages = units, messages
+
+    @property
+    def start(self) -> int:
+        return self.end - self.units.num_rows
+
+    @property
+    def end(self) -> int:
+        return self.units.column("queue_offset")[self.units.num_rows - 1].as_py() + 1
+
+    def extended(self, units: pa.Table, messages: pa.Table) -> "_Tail":
+        units, messages = pa.concat_tables([self.units, units]), pa.concat_tables([self.messages, messages])
+        cut = max(0, units.num_rows - TAIL_UNITS)
+        return _Tail(units.slice(cut).combine_chunks(), messages.slice(cut).combine_chunks())
+
+
+class TailServer:
+    """Answers tail pulls from memory, in the follower's process (see the module docstring).
+
+    Use it as a context manager, or :meth:`start` and :meth:`close`. Another process already serving
+    the store leaves this one idle (:attr:`serving` False).
+
+    >>> with TailServer(store.context) as server:
+    ...     server.serving, server.get("TopicTest", r.queue_id, 0, 32, "*")[0]["status"]
+    (True, <GetMessageStatus.FOUND: 'FOUND'>)
+    """
+
+    def __init__(self, ctx: StoreContext):
+        self.ctx = ctx
+        self.address = tail_address(ctx)
+        self.serving = False
+        #: Pulls answered from the tail (the others were handed back to read the tables).
+        self.answered = 0
+        self._lock = threading.Lock()
+        self._tails: dict[tuple[str, int], _Tail] = {}
+        self._asked: dict[tuple[str, int], float] = {}  # when each tail was last asked for
+        self._version = -1  # the consume queue version the tails are brought up to
+        self._known: set[str] = set()  # the consume queue's files at that version
+        self._filters: dict[tuple[str, str], MessageFilter] = {}
+        self._server: socket.socket | None = None
+        self._clients: set[socket.socket] = set()
+
+    def __enter__(self) -> "TailServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def start(self) -> "TailServer":
+        """Listen on :func:`tail_address`, unless another process does."""
+        if self.address is None:
+            return self
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            server.bind(self.address)
+            server.listen(64)
+        except OSError as e:
+            server.close()
+            log.info("tail pulls: not serving, another process does (%s)", e)
+            return self
+        self._server, self.serving = server, True
+        threading.Thread(target=self._accept, name="storelib-tail-accept", daemon=True).start()
+        return self
+
+    def close(self) -> None:
+        """Stop serving; consumers then read the tables themselves."""
+        server, self._server, self.serving = self._server, None, False
+        if server is not None:
+            with contextlib.suppress(OSError):
+                server.shutdown(socket.SHUT_RDWR)
+            server.close()
+        with self._lock:
+            for client in list(self._clients):
+                with contextlib.suppress(OSError):
+                    client.shutdown(socket.SHUT_RDWR)
+            self._tails.clear()
+
+    # ---- answering -------------------------------------------------------------------------------
+    def get(self, topic: str, queue_id: int, offset: int, max_msgs: int, expression: str) -> tuple[dict, pa.Table] | None:
+        """``getMessage`` of a tag subscription (``expression``) from the tail, as (header, message rows);
+        None when the tail cannot answer it exactly."""
+        with self._lock:
+            cq, config = self.ctx.tables.consume_queue, self.ctx.config
+            view = self._refresh(cq.view(markers=[min_queue_marker(topic, queue_id)]), (topic, queue_id))
+            tail = self._tails.get((topic, queue_id))
+            min_offset, max_offset = queue_offsets(cq, view, topic, queue_id)
+            if tail is None or tail.end != max_offset or not max(tail.start, min_offset) <= offset <= max_offset:
+                return None
+            head = {"min_offset": min_offset, "max_offset": max_offset, "queue_offsets": [], "buffer_total_size": 0,
+                    "suggest_pulling_from_slave": False}
+            if offset == max_offset:
+                self.answered += 1
+                return {**head, "status": GetMessageStatus.OFFSET_OVERFLOW_ONE, "next_begin_offset": offset}, None
+            at = offset - tail.start
+            window = tail.units.slice(at, scan_window(config, offset, max_offset, max_msgs))
+            codes = window.column("tags_code")
+            message_filter = self._filter(topic, expression)
+            if not message_filter.passes_every_unit and pc.min(codes).as_py() <= MAX_EXT_ADDR:
+                return None  # a unit points at its ext unit: the tables hold its real tag code
+            clog = self.ctx.tables.commitlog.view(markers=[COMMITLOG_MARKER])
+            physical = window.column("commitlog_offset").to_pylist()
+            if physical and physical[0] < min_physical_offset(clog.actions):
+                return None  # retention reached the tail: the tables say what was removed
+            passed = ([True] * window.num_rows if message_filter.passes_every_unit else message_filter.consume_queue_mask(
+                pa.table({"tags_code": codes, "filter_bitmap": pa.nulls(len(codes), pa.binary()),
+                          "filter_version": pa.nulls(len(codes), pa.int64())})).tolist())
+            memory = total_physical_memory() * config.access_message_in_memory_max_ratio // 100
+            end_py = clog.marker(COMMITLOG_MARKER)
+            status, taken, total, picked, last = GetMessageStatus.NO_MATCHED_MESSAGE, 0, 0, [], 0
+            sizes = window.column("size").to_pylist()
+            for i, (physical_py, size_py) in enumerate(zip(physical, sizes)):
+                last = physical_py  # the last unit looked at, taken or not (maxPhyOffsetPulling)
+                if batch_full(config, size_py, max_msgs, total, len(picked), (end_py - physical_py) > memory):
+                    break
+                taken += 1
+                if passed[i]:
+                    picked.append(at + i)
+                    total += size_py
+                    status = GetMessageStatus.FOUND
+            self.answered += 1
+            head.update(status=status, next_begin_offset=offset + taken, buffer_total_size=total,
+                        queue_offsets=[offset + i - at for i in picked], suggest_pulling_from_slave=(end_py - last) > memory)
+            return head, tail.messages.take(pa.array(picked, pa.int64())) if picked else None
+
+    def _filter(self, topic: str, expression: str) -> MessageFilter:
+        key = (topic, expression)
+        if key not in self._filters:
+            self._filters[key] = MessageFilter(topic, MessageSelector.by_tag(expression), config=self.ctx.config)
+        return self._filters[key]
+
+    # ---- keeping the tails -------------------------------------------------------------------------
+    def _refresh(self, view, wanted: tuple[str, int]):
+        """Bring every tail up to ``view`` (new files' units read once for all queues); start ``wanted``'s."""
+        cq = self.ctx.tables.consume_queue
+        if view.version != self._version:
+            paths = view.actions.column("path").to_pylist()
+            fresh = [p for p in paths if p not in self._known]
+            self._known, self._version = set(paths), view.version
+            if fresh and self._tails:
+                self._extend(cq.read_arrow(paths=[cq.path_of(p) for p in fresh], columns=["topic", "queue_id", *_UNIT_COLUMNS]))
+        now = self._asked[wanted] = time.monotonic()
+        for key in [k for k, at in self._asked.items() if now - at > TAIL_IDLE_S]:
+            self._tails.pop(key, None)
+            del self._asked[key]
+        if wanted not in self._tails:
+            topic, queue_id = wanted
+            top = queue_offsets(cq, view, topic, queue_id)[1]
+            units = read_units(cq, queue_files(cq, view, topic, queue_id), max(0, top - TAIL_UNITS // 4), top)
+            self._start(wanted, units, top)
+        return view
+
+    def _start(self, key: tuple[str, int], units: pa.Table, end: int) -> None:
+        got = units.column("queue_offset").to_numpy()
+        if not len(got) or got[-1] != end - 1 or (np.diff(got) != 1).any():
+            return  # a gap, or nothing yet: the next new units start it
+        messages = self._messages(units)
+        if messages is not None:
+            self._tails[key] = _Tail(units, messages)
+
+    def _extend(self, rows: pa.Table) -> None:
+        """Add each tail's new units, those past its end. A merged file's older units must be the tail's own:
+        others (a topic deleted and sent to again) drop the tail, started again when next asked for."""
+        for key, tail in list(self._tails.items()):
+            queue = rows.filter((pc.field("topic") == key[0]) & (pc.field("queue_id") == key[1]))
+            held = queue.filter((pc.field("queue_offset") >= tail.start) & (pc.field("queue_offset") < tail.end))
+            if held.num_rows and not tail.units.column("commitlog_offset").take(
+                    pc.subtract(held.column("queue_offset"), tail.start)).equals(held.column("commitlog_offset")):
+                del self._tails[key]
+                continue
+            mine = queue.filter(pc.field("queue_offset") >= tail.end).select(_UNIT_COLUMNS)
+            if not mine.num_rows:
+                continue
+            mine = mine.sort_by("queue_offset")
+            got = mine.column("queue_offset").to_numpy()
+            keep = np.concatenate([[True], got[1:] != got[:-1]])
+            mine = mine.filter(pa.array(keep)) if not keep.all() else mine
+            got = got[keep]
+            messages = self._messages(mine) if got[0] == tail.end and (np.diff(got) == 1).all() else None
+            if messages is None:
+                del self._tails[key]  # not contiguous with what it held
+                continue
+            self._tails[key] = tail.extended(mine, messages)
+
+    def _messages(self, units: pa.Table) -> pa.Table | None:
+        """The message of each unit, in the units' order (None: some are not in the commitlog)."""
+        commitlog = self.ctx.tables.commitlog
+        offsets = units.column("commitlog_offset")
+        rows = message_rows(commitlog, commitlog.view(markers=[COMMITLOG_MARKER]).actions, offsets.to_pylist())
+        at = pc.index_in(offsets, rows.column("physical_offset"))
+        if at.null_count:
+            return None
+        return rows.take(at)
+
+    # ---- the socket --------------------------------------------------------------------------------
+    def _accept(self) -> None:
+        while (server := self._server) is not None:
+            try:
+                client, _ = server.accept()
+            except OSError:
+                return
+            with self._lock:
+                self._clients.add(client)
+            threading.Thread(target=self._serve, args=(client,), name="storelib-tail-client", daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        _, uid, _ = struct.unpack("3i", client.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+        try:
+            while (frame := receive_frame(client)) is not None and frame[0] == PULL:
+                answer = None
+                if uid == os.getuid():
+                    try:
+                        answer = self.get(**json.loads(frame[2]))
+                    except Exception as e:  # noqa: BLE001  (the consumer reads the tables; the follower goes on)
+                        log.warning("tail pulls: a pull could not be answered from the tail: %s", e)
+                if answer is None:
+                    send_frame(client, NOT_HERE, frame[1], b"")
+                else:
+                    head = json.dumps(answer[0]).encode()
+                    send_frame(client, ANSWER, frame[1], _HEAD.pack(len(head)) + head + (ipc(answer[1]) if answer[1] else b""))
+        except (OSError, StoreStateError, ValueError):
+            pass
+        finally:
+            with self._lock:
+                self._clients.discard(client)
+            client.close()
+
+
+class TailClient:
+    """A consumer process's way to the follower's tail: one connection per thread.
+
+    >>> client = TailClient(tail_address(store.context))
+    >>> client.get("TopicTest", r.queue_id, 0, 32, "*") is None      # no follower serves: read the tables
+    True
+    """
+
+    def __init__(self, address: str | None):
+        self.address = address
+        #: Pulls the follower answered.
+        self.answered = 0
+        self._local = threading.local()
+        self._down_until = 0.0
+
+    def get(self, topic: str, queue_id: int, offset: int, max_msgs: int, expression: str) -> GetMessageResult | None:
+        """The follower's ``getMessage`` of a tag subscription; None: read the tables."""
+        sock = self._socket()
+        if sock is None:
+            return None
+        request = json.dumps({"topic": topic, "queue_id": queue_id, "offset": offset, "max_msgs": max_msgs,
+                              "expression": expression}).encode()
+        try:
+            send_frame(sock, PULL, uuid.uuid4().hex, request)
+            frame = receive_frame(sock)
+        except (OSError, StoreStateError):
+            frame = None
+        if frame is None:
+            self._drop()
+            return None
+        if frame[0] != ANSWER:
+            return None
+        body = frame[2]
+        n = _HEAD.unpack_from(body)[0]
+        head = json.loads(body[_HEAD.size:_HEAD.size + n])
+        rest = body[_HEAD.size + n:]
+        messages = StoredMessage.from_rows(rows_of(rest)) if rest else []
+        self.answered += 1
+        status = GetMessageStatus(head.pop("status"))
+        return GetMessageResult(status, head.pop("next_begin_offset"), head.pop("min_offset"), head.pop("max_offset"),
+                                messages, **head)
+
+    def _socket(self) -> socket.socket | None:
+        sock = getattr(self._local, "sock", None)
+        if sock is not None or self.address is None or time.monotonic() < self._down_until:
+            return sock
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(TAIL_TIMEOUT_S)
+        try:
+            sock.connect(self.address)
+        except OSError:
+            sock.close()
+            self._down_until = time.monotonic() + _LOOK_AGAIN_S
+            return None
+        self._local.sock = sock
+        return sock
+
+    def _drop(self) -> None:
+        sock, self._local.sock = getattr(self._local, "sock", None), None
+        if sock is not None:
+            sock.close()
+        self._down_until = time.monotonic() + _LOOK_AGAIN_S
+
+
+_CLIENTS: "weakref.WeakKeyDictionary[StoreContext, TailClient]" = weakref.WeakKeyDictionary()
+_CLIENTS_LOCK = threading.Lock()
+
+
+def tail_client(ctx: StoreContext) -> TailClient | None:
+    """The process's :class:`TailClient` for a store's context; None without the ``tail_pulls`` setting.
+
+    >>> tail_client(store.context) is None
+    True
+    """
+    if not ctx.config.tail_pulls:
+        return None
+    with _CLIENTS_LOCK:
+        if ctx not in _CLIENTS:
+            _CLIENTS[ctx] = TailClient(tail_address(ctx))
+        return _CLIENTS[ctx]

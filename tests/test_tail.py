@@ -1,0 +1,172 @@
+"""Tail pulls (storelib.consume.tail): the follower's answers are the tables' answers, and nothing depends on it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from storelib import Message, MessageSelector, MessageStore
+from storelib.consume.tail import TailServer, tail_client
+
+#: Small queue files and transfer limits, so scans stop at a file's end and batches fill by bytes or count.
+SETTINGS = {"consume_queue_file_units": 40, "max_transfer_count_on_message_in_memory": 7,
+            "max_transfer_bytes_on_message_in_memory": 2_000}
+SELECTORS = ["*", "TagA", "TagA || TagB", "TagZ"]
+
+
+def _send(store: MessageStore, n: int, start: int = 0) -> None:
+    store.send_batch([Message("TopicTest", body=b"x" * (7 * (i % 40)), tags=["TagA", "TagB", "TagC", None][i % 4],
+                              keys=[f"k{i}"], properties={"n": str(i)}, queue_id=i % 2) for i in range(start, start + n)])
+    store.dispatch()
+
+
+def _pulls(store: MessageStore) -> list:
+    """Every pull of the cases (each queue, offset, batch size and tag expression), with what it returned."""
+    out = []
+    for q in range(2):
+        top = store.get_message("GroupT", "TopicTest", q, 0).max_offset
+        for offset in sorted({0, 1, 39, 40, 41, top - 9, top - 1, top, top + 1}):
+            for max_msgs in (1, 3, 32):
+                for expression in SELECTORS:
+                    p = store.pull("GroupT", "TopicTest", q, offset, max_msgs, selector=expression)
+                    out.append(((q, offset, max_msgs, expression), p.status, p.get_status, p.response_code,
+                                p.next_begin_offset, p.min_offset, p.max_offset, p.messages))
+    return out
+
+
+@pytest.fixture
+def stores(spark, store_path):
+    """A store read three ways: by the follower's handle (``serving``), by a consumer that asks it
+    (``asking``) and by one that reads the tables (``reading``)."""
+    serving = MessageStore.create(store_path, spark, **SETTINGS)
+    serving.create_topic("TopicTest", queues=2)
+    serving.subscribe("GroupT", "TopicTest", "*")
+    asking = MessageStore.open(store_path, spark, tail_pulls=True, **SETTINGS)
+    reading = MessageStore.open(store_path, spark, **SETTINGS)
+    yield serving, asking, reading
+    for s in (serving, asking, reading):
+        s.close()
+
+
+def test_a_tail_pull_answers_what_the_tables_answer(stores):
+    serving, asking, reading = stores
+    _send(serving, 120)
+    client = tail_client(asking.context)
+    with TailServer(serving.context) as server:
+        assert server.serving
+        asked = _pulls(asking)
+        assert asked == _pulls(reading)
+        assert server.answered == client.answered
+        statuses = {a[2].value for a in asked}
+        assert {"FOUND", "NO_MATCHED_MESSAGE", "OFFSET_OVERFLOW_ONE"} <= statuses
+        # the tail begins a quarter of TAIL_UNITS behind each queue's end: here at 0, so all but the
+        # pulls past the end (OFFSET_OVERFLOW_BADLY) came from it
+        assert server.answered == sum(1 for a in asked if a[2].value != "OFFSET_OVERFLOW_BADLY")
+        assert any(len(a[-1]) == 7 for a in asked) and any(0 < len(a[-1]) < 7 and a[0][2] == 32 for a in asked)
+
+
+def test_the_tail_follows_new_rounds_and_merges(stores):
+    serving, asking, reading = stores
+    _send(serving, 30)
+    client = tail_client(asking.context)
+    with TailServer(serving.context) as server:
+        assert _pulls(asking) == _pulls(reading)
+        for start in (30, 50):  # new rounds, then the small files merged: the tail keeps each unit once
+            _send(serving, 20, start)
+            assert _pulls(asking) == _pulls(reading)
+        serving.dispatcher().compact_fresh()
+        _send(serving, 16, 70)
+        before = client.answered
+        assert _pulls(asking) == _pulls(reading)
+        assert client.answered > before
+        assert all(t.units.column("queue_offset").to_pylist() == list(range(t.start, t.end)) for t in server._tails.values())
+        assert {t.end for t in server._tails.values()} == {43}
+
+
+def test_pulls_the_tail_cannot_answer_read_the_tables(stores):
+    serving, asking, reading = stores
+    serving.subscribe("GroupSql", "TopicTest", MessageSelector.by_sql("n > 5"))
+    _send(serving, 40)
+    serving.send_back(serving.get_message("GroupT", "TopicTest", 0, 0).messages[0], "GroupT", delay_level=1)
+    serving.dispatch()
+    serving.deliver_delayed(now=int(time.time() * 1000) + 3_600_000)
+    serving.dispatch()
+    client = tail_client(asking.context)
+    with TailServer(serving.context):
+        for q in range(2):
+            for group, expression in (("GroupSql", None), ("GroupT", "TagA")):  # SQL92; tag codes behind ext units
+                a = asking.pull(group, "TopicTest", q, 0, 32, selector=expression)
+                b = reading.pull(group, "TopicTest", q, 0, 32, selector=expression)
+                assert (a.status, a.next_begin_offset, a.messages) == (b.status, b.next_begin_offset, b.messages)
+        a = asking.pull("GroupT", "%RETRY%GroupT", 0, 0)
+        assert a.messages == reading.pull("GroupT", "%RETRY%GroupT", 0, 0).messages and len(a.messages) == 1
+        assert client.answered == 0
+        serving.subscribe("GroupSql", "TopicTest", "TagA")  # no SQL92 subscription left: new units hold tag codes
+        _send(serving, 10, 40)
+        assert asking.pull("GroupT", "TopicTest", 0, 20, 32).messages == reading.pull("GroupT", "TopicTest", 0, 20, 32).messages
+        assert client.answered == 1
+
+
+def test_without_the_follower_pulls_read_the_tables(stores):
+    serving, asking, reading = stores
+    _send(serving, 40)
+    client = tail_client(asking.context)
+    server = TailServer(serving.context).start()
+    assert asking.pull("GroupT", "TopicTest", 0, 0).messages == reading.pull("GroupT", "TopicTest", 0, 0).messages
+    assert client.answered == 1
+    server.close()  # gone between two pulls, with the connection open
+    _send(serving, 10, 40)
+    assert _pulls(asking) == _pulls(reading)
+    assert client.answered == 1
+    other = TailServer(serving.context).start()
+    assert other.serving and not TailServer(serving.context).start().serving  # one per store
+    other.close()
+
+
+def test_a_killed_serving_follower_loses_and_repeats_nothing(store, python_env):
+    """``storelib dispatch --follow --serve-pulls`` in its own process; a consumer long-polls through it,
+    the follower is killed, the consumer goes on from the tables, and gets every message once, in order."""
+    store.subscribe("GroupT", "TopicTest", "*")
+    asking = MessageStore.open(store.root, store.context.spark, tail_pulls=True)
+    client = tail_client(asking.context)
+    command = [sys.executable, "-m", "storelib", "dispatch", "--follow", "--serve-pulls", "--interval-ms", "20",
+               "--store", store.root]
+    follower = subprocess.Popen(command, env=python_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    got, offset, sent = [], 0, 0
+
+    def send(n: int) -> None:
+        nonlocal sent
+        store.send_batch([Message("TopicTest", body=str(sent + i).encode(), queue_id=0) for i in range(n)])
+        sent += n
+
+    def consume(until: int, deadline_s: float = 120) -> None:
+        nonlocal offset
+        deadline = time.monotonic() + deadline_s
+        while len(got) < until and time.monotonic() < deadline:
+            p = asking.pull("GroupT", "TopicTest", 0, offset, 8, suspend_timeout_ms=200)
+            got.extend(int(m.body) for m in p.messages)
+            offset = p.next_begin_offset
+
+    try:
+        said = [follower.stderr.readline() for _ in range(2)]  # following ...; serving tail pulls: ...
+        assert "serving tail pulls: yes" in said[-1], said
+        for _ in range(5):
+            send(6)
+            consume(sent)
+        assert client.answered > 0
+        follower.kill()
+        follower.communicate(timeout=60)
+        answered = client.answered
+        send(9)
+        store.dispatch()  # no follower now: a one-off dispatch
+        consume(sent)
+        assert client.answered == answered
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+            follower.communicate(timeout=60)
+        asking.close()
+    assert got == list(range(sent))
