@@ -80,8 +80,9 @@ PRODUCER = textwrap.dedent("""
 CONSUMER = textwrap.dedent("""
     import json, os, sys, threading, time
     from storelib import MessageStore
+    from storelib.consume.tail import tail_client
     root, seconds, queues, out = sys.argv[1], float(sys.argv[2]), [int(q) for q in sys.argv[3].split(",")], sys.argv[4]
-    store = MessageStore.open(root)
+    store = MessageStore.open(root, tail_pulls=sys.argv[5] == "tail")
     until = ready(out) + seconds + 5
     latencies = []
     def work(q):  # a long poll per queue, as RocketMQ's PullMessageService holds one per queue
@@ -94,7 +95,8 @@ CONSUMER = textwrap.dedent("""
         latencies.extend(mine)
     running = [threading.Thread(target=work, args=(q,)) for q in queues]
     [t.start() for t in running]; [t.join() for t in running]
-    json.dump({"latencies": latencies}, open(out, "w"))
+    tail = tail_client(store.context)
+    json.dump({"latencies": latencies, "tail": tail.answered if tail else 0}, open(out, "w"))
 """)
 
 #: Both roles' scripts start with this: say "ready" (a file beside the figures), then wait for the
@@ -137,6 +139,8 @@ class OnlineFigures:
     in_flight: int = 0
     #: The niceness each consumer and follower process ran at, by role (``--consumer-nice``, ``--follower-nice``).
     nice: dict[str, list[int]] = field(default_factory=dict)
+    #: Pulls the follower answered from its tail (``tail_pulls``).
+    tail_answered: int = 0
 
     def lines(self) -> list[str]:
         rate = self.sent / self.seconds
@@ -168,7 +172,8 @@ class OnlineFigures:
         roles = "; ".join(f"{role} {sum(v) / self.sent * 1e6:,.0f} us ({sum(v):.1f} s)" for role, v in self.cpu.items())
         lower = ", ".join(f"{role} at nice {max(v)}" for role, v in self.nice.items() if any(v))
         return [f"CPU per message sent: {roles}; {spent / had:.0%} of the {had:.0f} s {self.cores} cores had while the producers sent"
-                + (f" ({lower})" if lower else "")]
+                + (f" ({lower})" if lower else "") + (f"; {self.tail_answered:,} pulls answered by the follower's tail"
+                                                      if self.tail_answered else "")]
 
     def as_dict(self) -> dict:
         return {"sent": self.sent, "msgs_per_s": round(self.sent / self.seconds), "ceiling_msgs_per_s": round(self.ceiling),
@@ -178,16 +183,17 @@ class OnlineFigures:
                 "flat_ratio": round(self.last_p50 / self.first_p50, 2), "commits": self.commits,
                 "turn_held_share": round(self.turn_held / self.seconds, 2), "in_flight": self.in_flight,
                 **{f"cpu_us_per_msg_{role}": round(sum(v) / self.sent * 1e6) for role, v in self.cpu.items()},
-                **{f"nice_{role}": max(v) for role, v in self.nice.items() if v}}
+                **{f"nice_{role}": max(v) for role, v in self.nice.items() if v}, "tail_answered": self.tail_answered}
 
 
 def bench_online(seconds: float = 60, *, producers: int = 4, threads: int = 16, window: int = 16, consumers: int = 4,
                  root: str | None = None, relay: bool = False, consumer_nice: int = 0,
-                 follower_nice: int = 0) -> OnlineFigures:
+                 follower_nice: int = 0, tail_pulls: bool = False) -> OnlineFigures:
     """Run the online benchmark for ``seconds`` (see the module docstring); ``relay``: the producer
     processes hand their groups to the machine's committer (``relay_sends``); ``consumer_nice`` and
     ``follower_nice``: the consumer processes and the follower run at that niceness (the ``nice`` command), so
-    that on a saturated machine the producers' commits get the CPU first."""
+    that on a saturated machine the producers' commits get the CPU first; ``tail_pulls``: the follower serves
+    the consumers' pulls of the queues' tails (``--serve-pulls``, :mod:`storelib.consume.tail`)."""
     from storelib import Message, MessageStore
 
     work = root or tempfile.mkdtemp(prefix="storelib-bench-")
@@ -199,12 +205,14 @@ def bench_online(seconds: float = 60, *, producers: int = 4, threads: int = 16, 
         store.subscribe(GROUP, TOPIC, "*")
         with open(f"{work}/follower.out", "w") as out, open(f"{work}/follower.err", "w") as err:  # the child keeps its own
             follower = subprocess.Popen(_lowered(follower_nice, [sys.executable, "-m", "storelib", "dispatch", "--follow",
-                                                                 "--interval-ms", "10", "--store", store.root]),
+                                                                 "--interval-ms", "10", "--store", store.root]
+                                                 + (["--serve-pulls"] if tail_pulls else [])),
                                         env=env, stdout=out, stderr=err)
         procs.append(follower)
         outs = [f"{work}/consumer{c}.json" for c in range(consumers)]
         pulling = [_started(_lowered(consumer_nice, [sys.executable, "-c", READY + CONSUMER, store.root, str(seconds),
-                                                     ",".join(str(q) for q in range(QUEUES) if q % consumers == c), out]),
+                                                     ",".join(str(q) for q in range(QUEUES) if q % consumers == c), out,
+                                                     "tail" if tail_pulls else "tables"]),
                             env, out)
                    for c, out in enumerate(outs)]
         procs.extend(pulling)
@@ -248,7 +256,8 @@ def bench_online(seconds: float = 60, *, producers: int = 4, threads: int = 16, 
                 cpu[role] = [after - before for before, after in zip(cpu_before[role], cpu_after[role])]
         return OnlineFigures(n, elapsed, ceiling, [a for _, a in acks], latencies, _pct(first, .5), _pct(last, .5),
                              len(commits), cpu, turn_held=sum(c for _, c in commits),
-                             in_flight=producers * threads * window, nice=nice)
+                             in_flight=producers * threads * window, nice=nice,
+                             tail_answered=sum(json.load(open(out))["tail"] for out in outs))
     finally:
         for p in procs:
             if p.poll() is None:
