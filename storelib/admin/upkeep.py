@@ -58,14 +58,21 @@ def _follow(store: MessageStore, args: argparse.Namespace, progress: Progress) -
 
     def heard(r) -> None:
         rounds.append(r)
+        if server is not None:
+            server.publish(r.units)
         progress.say(f"dispatched commitlog [{r.from_offset}, {r.to_offset}): {r.consume_queue_rows} consume_queue rows")
 
     progress.say(f"following the commitlog from offset {min(store.dispatch_progress().values())}, every {args.interval_ms} ms")
     with TailServer(store.context) if args.serve_pulls else contextlib.nullcontext() as server:
         if server is not None:
             progress.say(f"serving tail pulls: {'yes' if server.serving else 'no (another process does, or the store is not local)'}")
-        total = store.dispatcher().run(follow=True, stop=stop, interval_ms=args.interval_ms, on_round=heard,
-                                       compact_every_ms=args.compact_every_ms, round_ms=args.round_ms)
+        dispatcher = store.dispatcher()
+        dispatcher.keep_units = server is not None  # a round's units go to the tail without a read of their files
+        total = dispatcher.run(follow=True, stop=stop, interval_ms=args.interval_ms, on_round=heard,
+                               compact_every_ms=args.compact_every_ms, round_ms=args.round_ms)
+        if server is not None and server.serving:
+            declined = ", ".join(f"{why} {n}" for why, n in server.declined.most_common()) or "none"
+            progress.say(f"tail pulls answered: {server.answered}; handed back to read the tables: {declined}")
     return (f"stopped by {why[0] if why else 'request'} after {progress.elapsed:.1f}s: {len(rounds)} rounds dispatched "
             f"commitlog [{total.from_offset}, {total.to_offset}), {total.consume_queue_rows} consume_queue rows")
 

@@ -41,7 +41,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Mapping
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping
 
 import pyarrow as pa
 
@@ -86,6 +86,9 @@ class DispatchResult:
     rows: dict[str, int] = field(default_factory=dict)
     versions: dict[str, int] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
+    #: The consume queue units the run committed, when its dispatcher keeps them (:attr:`Dispatcher.keep_units`)
+    #: and dispatched in this process.
+    units: "pa.Table | None" = field(default=None, repr=False)
 
     @property
     def consume_queue_rows(self) -> int:
@@ -200,6 +203,9 @@ class Dispatcher:
         self._index_every_s, self._indexed_at = 0.0, 0.0
         self._unsummarized: list[WrittenFile] = []  # committed ext files whose summaries are not recorded yet
         self._summary_every_s, self._summarized_at = 0.0, 0.0
+        #: Hand each run's committed consume queue units back in its result (a follower serving tail pulls).
+        self.keep_units = False
+        self._kept: list[pa.RecordBatch] | None = None  # the units the last write made, when kept
 
     @property
     def spark(self) -> "SparkSession":
@@ -399,6 +405,8 @@ class Dispatcher:
                         return pending[i:]
                     if name == "consume_queue_ext" and self.summaries is not None:
                         summarize = written
+                if name == "consume_queue" and not left and self._kept:
+                    result.units = pa.Table.from_batches(self._kept)
                 result.rows[name] = sum(f.num_records for f in written)
                 result.versions[name] = version  # committed: its files are the table's now
                 result.seconds[name] = round(time.perf_counter() - began, 3)
@@ -438,6 +446,7 @@ class Dispatcher:
         """
         from storelib.model.topic import SCHEDULE_TOPIC, TIMER_TOPIC
 
+        self._kept = None
         writing = {n: s for n, s in starts.items() if n != "consume_queue_ext" or self.ext_enabled}
         if not writing:
             return {}
@@ -468,6 +477,9 @@ class Dispatcher:
                                       actions.column("max.physical_offset").to_pylist())]
         per_file = CommitlogFiles(low, end, False, requests)
         if end - low <= self.config.dispatch_local_max_bytes:  # a small increment: here, no Spark job
+            if self.keep_units:
+                self._kept = []
+                return write_items_here(files, targets, functools.partial(_keeping, per_file, self._kept))
             return write_items_here(files, targets, per_file)
         return write_items(self.spark, files, actions.column("size_bytes").to_pylist(), targets, per_file)
 
@@ -496,6 +508,14 @@ class Dispatcher:
                 subs = [s for s in self.registry.all() if s.is_sql92 and s.bloom is not None and bloom.is_valid(s.bloom)]
                 self._filters = (version, subs)
         return self._filters
+
+
+def _keeping(per_file: CommitlogFiles, kept: list, item) -> Iterator[dict[str, "pa.RecordBatch"]]:
+    """``per_file(item)``'s parts, the consume queue's kept in ``kept`` on their way to the writer."""
+    for parts in per_file(item):
+        if "consume_queue" in parts:
+            kept.append(parts["consume_queue"])
+        yield parts
 
 
 def _files_holding(actions: "pa.Table", topic: str) -> set[str]:
