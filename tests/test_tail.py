@@ -17,10 +17,19 @@ SETTINGS = {"consume_queue_file_units": 40, "max_transfer_count_on_message_in_me
 SELECTORS = ["*", "TagA", "TagA || TagB", "TagZ"]
 
 
-def _send(store: MessageStore, n: int, start: int = 0) -> None:
+def _send(store: MessageStore, n: int, start: int = 0, server: TailServer | None = None) -> None:
+    """Send ``n`` messages and dispatch them; with ``server``, as a serving follower does: the round's
+    units handed to it."""
     store.send_batch([Message("TopicTest", body=b"x" * (7 * (i % 40)), tags=["TagA", "TagB", "TagC", None][i % 4],
                               keys=[f"k{i}"], properties={"n": str(i)}, queue_id=i % 2) for i in range(start, start + n)])
-    store.dispatch()
+    if server is None:
+        store.dispatch()
+        return
+    dispatcher = store.dispatcher()
+    dispatcher.keep_units = True
+    units = dispatcher.run().units
+    assert units.num_rows == n
+    server.publish(units)
 
 
 def _pulls(store: MessageStore) -> list:
@@ -44,8 +53,8 @@ def stores(spark, store_path):
     serving = MessageStore.create(store_path, spark, **SETTINGS)
     serving.create_topic("TopicTest", queues=2)
     serving.subscribe("GroupT", "TopicTest", "*")
-    asking = MessageStore.open(store_path, spark, tail_pulls=True, **SETTINGS)
-    reading = MessageStore.open(store_path, spark, **SETTINGS)
+    asking = MessageStore.open(store_path, spark, **SETTINGS)  # tail_pulls: on by default
+    reading = MessageStore.open(store_path, spark, tail_pulls=False, **SETTINGS)
     yield serving, asking, reading
     for s in (serving, asking, reading):
         s.close()
@@ -74,8 +83,8 @@ def test_the_tail_follows_new_rounds_and_merges(stores):
     client = tail_client(asking.context)
     with TailServer(serving.context) as server:
         assert _pulls(asking) == _pulls(reading)
-        for start in (30, 50):  # new rounds, then the small files merged: the tail keeps each unit once
-            _send(serving, 20, start)
+        for start in (30, 50):  # new rounds, handed over or read, then the small files merged: each unit once
+            _send(serving, 20, start, server if start == 30 else None)
             assert _pulls(asking) == _pulls(reading)
         serving.dispatcher().compact_fresh()
         _send(serving, 16, 70)
@@ -130,7 +139,7 @@ def test_a_killed_serving_follower_loses_and_repeats_nothing(store, python_env):
     """``storelib dispatch --follow --serve-pulls`` in its own process; a consumer long-polls through it,
     the follower is killed, the consumer goes on from the tables, and gets every message once, in order."""
     store.subscribe("GroupT", "TopicTest", "*")
-    asking = MessageStore.open(store.root, store.context.spark, tail_pulls=True)
+    asking = MessageStore.open(store.root, store.context.spark)
     client = tail_client(asking.context)
     command = [sys.executable, "-m", "storelib", "dispatch", "--follow", "--serve-pulls", "--interval-ms", "20",
                "--store", store.root]
@@ -170,3 +179,24 @@ def test_a_killed_serving_follower_loses_and_repeats_nothing(store, python_env):
             follower.communicate(timeout=60)
         asking.close()
     assert got == list(range(sent))
+
+
+def test_a_held_pull_waits_at_the_follower_and_wakes_when_a_round_is_handed_over(stores):
+    import threading
+
+    serving, asking, reading = stores
+    _send(serving, 10)
+    client = tail_client(asking.context)
+    with TailServer(serving.context) as server:
+        p = asking.pull("GroupT", "TopicTest", 0, 5, suspend_timeout_ms=300)  # nothing arrives: held the whole time
+        q = reading.pull("GroupT", "TopicTest", 0, 5, suspend_timeout_ms=300)
+        assert (p.status, p.next_begin_offset, p.messages) == (q.status, q.next_begin_offset, q.messages)
+        assert p.status.value == "NO_NEW_MSG" and p.suspended_ms >= 300 and client.answered >= 3  # pull, wait(s), pull again
+        answered = client.answered
+        later = threading.Timer(0.5, _send, args=(serving, 4, 10, server))
+        later.start()
+        p = asking.pull("GroupT", "TopicTest", 0, 5, 32, suspend_timeout_ms=20_000)
+        later.join()
+        assert [int(m.properties["n"]) for m in p.messages] == [10, 12]
+        assert 400 <= p.suspended_ms < 10_000 and client.answered >= answered + 2  # the pull, the wait that woke
+        assert p.messages == reading.pull("GroupT", "TopicTest", 0, 5, 32).messages

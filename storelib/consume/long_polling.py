@@ -31,14 +31,17 @@ __all__ = ["hold"]
 
 
 def hold(config: StoreConfig, arrivals: MessageArrivals, offset: int, suspend_timeout_ms: int,
-         look: Callable[[int], GetMessageResult], moved: Callable[[int], bool] | None = None) -> int:
+         look: Callable[[int], GetMessageResult], moved: Callable[[int], bool] | None = None,
+         wait: Callable[[int, float], GetMessageResult | None] | None = None) -> int:
     """Hold a pull from ``offset`` that found nothing new, until ``look(offset)`` finds a message that
     passes its filter, or the time runs out; return the milliseconds it was held.
 
     ``look`` reads the queue again from the offset given (the pull's ``getMessage`` with its filter);
     units it scanned without a match are not looked at again. ``moved(offset)`` (cheap: has the queue
     units from that offset in a new consume queue version?) is asked first at each check, and the queue
-    is read only when it says yes: a dispatch to other queues wakes no pull of this one.
+    is read only when it says yes: a dispatch to other queues wakes no pull of this one. ``wait(offset,
+    seconds)``, where the follower serves the queue's tail (:mod:`storelib.consume.tail`), looks there,
+    waiting up to the time left for a unit past the offset; None: look here instead.
 
     >>> from storelib.context import MessageArrivals
     >>> empty = lambda offset: store.get_message("GroupA", "TopicTest", r.queue_id, offset)
@@ -54,10 +57,12 @@ def hold(config: StoreConfig, arrivals: MessageArrivals, offset: int, suspend_ti
         cursor = offset
         seen = arrivals.generation
         while (remaining := deadline - time.monotonic()) > 0:
-            seen = arrivals.wait(seen, min(remaining, interval))
-            if moved is not None and not moved(cursor):
-                continue
-            got = look(cursor)
+            got = wait(cursor, remaining) if wait is not None else None
+            if got is None:
+                seen = arrivals.wait(seen, min(remaining, interval))
+                if moved is not None and not moved(cursor):
+                    continue
+                got = look(cursor)
             if got.status is GetMessageStatus.FOUND:
                 break  # a matching message arrived: wake up
             if got.status is GetMessageStatus.NO_MATCHED_MESSAGE:

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Callable
 
 from storelib.consume.get_message import GetMessageResult, GetMessageStatus, get_message
 from storelib.consume.long_polling import hold
-from storelib.consume.tail import tail_client
+from storelib.consume.tail import TailClient, tail_client
 from storelib.context import StoreContext
 from storelib.filter.class_filter import FilterFailures
 from storelib.filter.message_filter import MessageFilter
@@ -250,13 +250,21 @@ class PullMessageProcessor:
 
             looked: list[GetMessageResult] = []
 
-            def look(offset: int) -> GetMessageResult:
-                got = self.get(request, message_filter, offset)
-                looked[:] = [got] if offset == request.offset and got.status is GetMessageStatus.FOUND else []
+            def kept(offset: int, got: GetMessageResult | None) -> GetMessageResult | None:
+                looked[:] = [got] if offset == request.offset and got and got.status is GetMessageStatus.FOUND else []
                 return got
 
+            def look(offset: int) -> GetMessageResult:
+                return kept(offset, self.get(request, message_filter, offset))
+
+            wait = None
+            if (tail := self._tail(message_filter)) is not None:
+                def wait(offset: int, seconds: float) -> GetMessageResult | None:  # the follower holds it
+                    return kept(offset, tail.get(request.topic, request.queue_id, offset, request.max_msgs,
+                                                 message_filter.filter.selector.expression, wait_ms=int(seconds * 1000)))
+
             suspended_ms = hold(self.ctx.config, self.ctx.arrivals, request.offset, request.suspend_timeout_ms,
-                                look, moved)
+                                look, moved, wait)
             woken = self.check(request)  # run again as the broker does on waking it, checks and all
             if looked and _same_filter(woken, message_filter):  # what woke it is the answer: not read twice
                 result = self.answer(request, message_filter, looked[0])
@@ -283,13 +291,18 @@ class PullMessageProcessor:
         """The store's ``getMessage`` for a checked request: from the follower's tail where it serves the
         pull (:mod:`storelib.consume.tail`), else read from the tables here."""
         offset = request.offset if offset is None else offset
-        selector = message_filter.filter.selector
-        if message_filter.retry is None and selector.is_tag and (tail := tail_client(self.ctx)) is not None:
-            got = tail.get(request.topic, request.queue_id, offset, request.max_msgs, selector.expression)
+        if (tail := self._tail(message_filter)) is not None:
+            got = tail.get(request.topic, request.queue_id, offset, request.max_msgs, message_filter.filter.selector.expression)
             if got is not None:
                 return got
         return get_message(self.ctx, request.group, request.topic, request.queue_id, offset, request.max_msgs,
                            message_filter)
+
+    def _tail(self, message_filter: PullFilter) -> "TailClient | None":
+        """Where the follower's tail may answer this filter's pulls (a tag subscription, not a retry topic)."""
+        if message_filter.retry is None and message_filter.filter.selector.is_tag:
+            return tail_client(self.ctx)
+        return None
 
     # ---- the broker's checks, in PullMessageProcessor's order ------------------------------------
     def check(self, request: PullRequest) -> PullFilter:

@@ -17,11 +17,12 @@ pointing at an ext unit, and every message still in the commitlog. Anything else
 cannot be reached, or one that does not answer within :data:`TAIL_TIMEOUT_S`, and the pull reads
 the tables itself, as before: no answer depends on the follower being there.
 
-Consumers ask only with the ``tail_pulls`` setting on; local stores on Linux (the socket lives in
-Linux's abstract namespace); the follower answers only processes of its own user.
+Consumers ask whenever a follower serves (the ``tail_pulls`` setting, on by default; a consumer that
+finds none looks again a second later); local stores on Linux (the socket lives in Linux's abstract
+namespace); the follower answers only processes of its own user.
 
 >>> from storelib import MessageStore
->>> asking = MessageStore.open(store.root, spark, tail_pulls=True)
+>>> asking = MessageStore.open(store.root, spark)
 >>> with TailServer(store.context) as server:
 ...     p = asking.pull("GroupA", "TopicTest", r.queue_id, 0)
 ...     p.status, p.messages[0].msg_id == r.msg_id, server.answered
@@ -31,6 +32,7 @@ Linux's abstract namespace); the follower answers only processes of its own user
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import hashlib
 import json
@@ -55,11 +57,12 @@ from storelib.encoding.ext_addr import MAX_EXT_ADDR
 from storelib.filter.message_filter import MessageFilter
 from storelib.filter.selector import MessageSelector
 from storelib.model.errors import StoreStateError
-from storelib.model.message import StoredMessage
-from storelib.send.relay_wire import ipc, receive_frame, rows_of, send_frame
+from storelib.model.message import MESSAGE_COLUMNS, StoredMessage
+from storelib.send.relay_wire import receive_frame, send_frame
 from storelib.storage.commitlog import COMMITLOG_MARKER
 from storelib.storage.commitlog_reads import message_rows, min_physical_offset
 from storelib.storage.consume_queue import min_queue_marker, queue_files, queue_offsets, read_units
+from storelib.storage.schema import COMMITLOG
 
 __all__ = ["TailServer", "TailClient", "tail_client", "tail_address", "TAIL_UNITS", "TAIL_TIMEOUT_S"]
 
@@ -72,6 +75,8 @@ TAIL_UNITS = 4_096
 TAIL_IDLE_S = 60.0
 #: Seconds a consumer waits for the follower's answer before it reads the tables itself.
 TAIL_TIMEOUT_S = 2.0
+#: Seconds a held pull waits at most, at the follower, before it looks at the consume queue's log again.
+_WAKE_S = 0.1
 #: Seconds a consumer waits, after finding no follower serving, before it looks again.
 _LOOK_AGAIN_S = 1.0
 #: The wire protocol's version, part of the socket's name.
@@ -80,6 +85,8 @@ PROTOCOL = "v1"
 PULL, ANSWER, NOT_HERE = b"P", b"A", b"N"
 _HEAD = struct.Struct(">I")
 _UNIT_COLUMNS = ["queue_offset", "commitlog_offset", "size", "tags_code"]
+#: The messages' columns as the tail keeps and sends them (Arrow IPC record batches, without the schema).
+MESSAGE_SCHEMA = pa.schema([COMMITLOG.arrow.field(c) for c in MESSAGE_COLUMNS])
 
 
 def tail_address(ctx: StoreContext) -> str | None:
@@ -112,9 +119,11 @@ class _Tail:
         return self.units.column("queue_offset")[self.units.num_rows - 1].as_py() + 1
 
     def extended(self, units: pa.Table, messages: pa.Table) -> "_Tail":
+        """The tail with these units and messages after its own, cut to :data:`TAIL_UNITS`; the messages are
+        not copied (a chunk per round: those wholly cut off are let go)."""
         units, messages = pa.concat_tables([self.units, units]), pa.concat_tables([self.messages, messages])
         cut = max(0, units.num_rows - TAIL_UNITS)
-        return _Tail(units.slice(cut).combine_chunks(), messages.slice(cut).combine_chunks())
+        return _Tail(units.slice(cut).combine_chunks(), messages.slice(cut))
 
 
 class TailServer:
@@ -132,14 +141,17 @@ class TailServer:
         self.ctx = ctx
         self.address = tail_address(ctx)
         self.serving = False
-        #: Pulls answered from the tail (the others were handed back to read the tables).
+        #: Pulls answered from the tail, and those handed back to read the tables, by why.
         self.answered = 0
+        self.declined: collections.Counter[str] = collections.Counter()
         self._lock = threading.Lock()
+        self._grown = threading.Condition(self._lock)  # notified when tails gain units
         self._tails: dict[tuple[str, int], _Tail] = {}
         self._asked: dict[tuple[str, int], float] = {}  # when each tail was last asked for
         self._version = -1  # the consume queue version the tails are brought up to
         self._known: set[str] = set()  # the consume queue's files at that version
-        self._filters: dict[tuple[str, str], MessageFilter] = {}
+        self._filters: dict[tuple[str, str], tuple[MessageFilter, bool]] = {}
+        self._memory = total_physical_memory()
         self._server: socket.socket | None = None
         self._clients: set[socket.socket] = set()
 
@@ -179,56 +191,79 @@ class TailServer:
             self._tails.clear()
 
     # ---- answering -------------------------------------------------------------------------------
-    def get(self, topic: str, queue_id: int, offset: int, max_msgs: int, expression: str) -> tuple[dict, pa.Table] | None:
+    def get(self, topic: str, queue_id: int, offset: int, max_msgs: int, expression: str,
+            wait_ms: int = 0) -> tuple[dict, pa.Table | None] | None:
         """``getMessage`` of a tag subscription (``expression``) from the tail, as (header, message rows);
-        None when the tail cannot answer it exactly."""
+        None when the tail cannot answer it exactly. A pull at the queue's end (``OFFSET_OVERFLOW_ONE``)
+        waits up to ``wait_ms`` for the tail to grow, then is answered again: a held pull's look."""
+        deadline = time.monotonic() + wait_ms / 1000
         with self._lock:
-            cq, config = self.ctx.tables.consume_queue, self.ctx.config
-            view = self._refresh(cq.view(markers=[min_queue_marker(topic, queue_id)]), (topic, queue_id))
-            tail = self._tails.get((topic, queue_id))
-            min_offset, max_offset = queue_offsets(cq, view, topic, queue_id)
-            if tail is None or tail.end != max_offset or not max(tail.start, min_offset) <= offset <= max_offset:
-                return None
-            head = {"min_offset": min_offset, "max_offset": max_offset, "queue_offsets": [], "buffer_total_size": 0,
-                    "suggest_pulling_from_slave": False}
-            if offset == max_offset:
-                self.answered += 1
-                return {**head, "status": GetMessageStatus.OFFSET_OVERFLOW_ONE, "next_begin_offset": offset}, None
-            at = offset - tail.start
-            window = tail.units.slice(at, scan_window(config, offset, max_offset, max_msgs))
-            codes = window.column("tags_code")
-            message_filter = self._filter(topic, expression)
-            if not message_filter.passes_every_unit and pc.min(codes).as_py() <= MAX_EXT_ADDR:
-                return None  # a unit points at its ext unit: the tables hold its real tag code
-            clog = self.ctx.tables.commitlog.view(markers=[COMMITLOG_MARKER])
-            physical = window.column("commitlog_offset").to_pylist()
-            if physical and physical[0] < min_physical_offset(clog.actions):
-                return None  # retention reached the tail: the tables say what was removed
-            passed = ([True] * window.num_rows if message_filter.passes_every_unit else message_filter.consume_queue_mask(
-                pa.table({"tags_code": codes, "filter_bitmap": pa.nulls(len(codes), pa.binary()),
-                          "filter_version": pa.nulls(len(codes), pa.int64())})).tolist())
-            memory = total_physical_memory() * config.access_message_in_memory_max_ratio // 100
-            end_py = clog.marker(COMMITLOG_MARKER)
-            status, taken, total, picked, last = GetMessageStatus.NO_MATCHED_MESSAGE, 0, 0, [], 0
-            sizes = window.column("size").to_pylist()
-            for i, (physical_py, size_py) in enumerate(zip(physical, sizes)):
-                last = physical_py  # the last unit looked at, taken or not (maxPhyOffsetPulling)
-                if batch_full(config, size_py, max_msgs, total, len(picked), (end_py - physical_py) > memory):
+            while True:
+                answer = self._answer(topic, queue_id, offset, max_msgs, expression)
+                left = deadline - time.monotonic()
+                if answer is None or answer[0]["status"] != GetMessageStatus.OFFSET_OVERFLOW_ONE or left <= 0:
                     break
-                taken += 1
-                if passed[i]:
-                    picked.append(at + i)
-                    total += size_py
-                    status = GetMessageStatus.FOUND
-            self.answered += 1
-            head.update(status=status, next_begin_offset=offset + taken, buffer_total_size=total,
-                        queue_offsets=[offset + i - at for i in picked], suggest_pulling_from_slave=(end_py - last) > memory)
-            return head, tail.messages.take(pa.array(picked, pa.int64())) if picked else None
+                self._grown.wait(min(left, _WAKE_S))  # a dispatcher elsewhere publishes nothing: look again now and then
+            self.answered += answer is not None
+            return answer
 
-    def _filter(self, topic: str, expression: str) -> MessageFilter:
+    def _answer(self, topic: str, queue_id: int, offset: int, max_msgs: int, expression: str) -> tuple[dict, pa.Table | None] | None:
+        """:meth:`get` without waiting, in the lock."""
+        cq, config = self.ctx.tables.consume_queue, self.ctx.config
+        view = self._refresh(cq.view(markers=[min_queue_marker(topic, queue_id)]), (topic, queue_id))
+        tail = self._tails.get((topic, queue_id))
+        min_offset, max_offset = queue_offsets(cq, view, topic, queue_id)
+        why = ("no tail" if tail is None else "tail behind" if tail.end != max_offset else
+               "offset outside" if not max(tail.start, min_offset) <= offset <= max_offset else None)
+        if why is not None:
+            self.declined[why] += 1
+            return None
+        head = {"min_offset": min_offset, "max_offset": max_offset, "queue_offsets": [], "buffer_total_size": 0,
+                "suggest_pulling_from_slave": False}
+        if offset == max_offset:
+            return {**head, "status": GetMessageStatus.OFFSET_OVERFLOW_ONE, "next_begin_offset": offset}, None
+        at = offset - tail.start
+        window = tail.units.slice(at, scan_window(config, offset, max_offset, max_msgs))
+        codes = window.column("tags_code")
+        message_filter, every = self._filter(topic, expression)
+        if not every and pc.min(codes).as_py() <= MAX_EXT_ADDR:
+            self.declined["ext unit"] += 1  # the tables hold its real tag code
+            return None
+        clog = self.ctx.tables.commitlog.view(markers=[COMMITLOG_MARKER])
+        physical = window.column("commitlog_offset").to_pylist()
+        if physical and physical[0] < self.ctx.tables.commitlog.memo("min_physical_offset",
+                                                                      lambda v: min_physical_offset(v.actions), view=clog):
+            self.declined["removed"] += 1  # retention reached the tail: the tables say what was removed
+            return None
+        passed = ([True] * window.num_rows if every else message_filter.consume_queue_mask(
+            pa.table({"tags_code": codes, "filter_bitmap": pa.nulls(len(codes), pa.binary()),
+                      "filter_version": pa.nulls(len(codes), pa.int64())})).tolist())
+        memory = self._memory * config.access_message_in_memory_max_ratio // 100
+        end_py = clog.marker(COMMITLOG_MARKER)
+        status, taken, total, picked, last = GetMessageStatus.NO_MATCHED_MESSAGE, 0, 0, [], 0
+        sizes = window.column("size").to_pylist()
+        for i, (physical_py, size_py) in enumerate(zip(physical, sizes)):
+            last = physical_py  # the last unit looked at, taken or not (maxPhyOffsetPulling)
+            if batch_full(config, size_py, max_msgs, total, len(picked), (end_py - physical_py) > memory):
+                break
+            taken += 1
+            if passed[i]:
+                picked.append(at + i)
+                total += size_py
+                status = GetMessageStatus.FOUND
+        head.update(status=status, next_begin_offset=offset + taken, buffer_total_size=total,
+                    queue_offsets=[offset + i - at for i in picked], suggest_pulling_from_slave=(end_py - last) > memory)
+        if not picked:
+            return head, None
+        rows = tail.messages.slice(picked[0], picked[-1] + 1 - picked[0]).combine_chunks()
+        return head, (rows if len(picked) == rows.num_rows else rows.take(np.asarray(picked) - picked[0]))
+
+    def _filter(self, topic: str, expression: str) -> tuple[MessageFilter, bool]:
+        """The tag filter of ``expression``, and whether it lets every unit through (``*``)."""
         key = (topic, expression)
         if key not in self._filters:
-            self._filters[key] = MessageFilter(topic, MessageSelector.by_tag(expression), config=self.ctx.config)
+            f = MessageFilter(topic, MessageSelector.by_tag(expression), config=self.ctx.config)
+            self._filters[key] = (f, f.passes_every_unit)
         return self._filters[key]
 
     # ---- keeping the tails -------------------------------------------------------------------------
@@ -237,10 +272,12 @@ class TailServer:
         cq = self.ctx.tables.consume_queue
         if view.version != self._version:
             paths = view.actions.column("path").to_pylist()
-            fresh = [p for p in paths if p not in self._known]
+            fresh = [i for i, p in enumerate(paths) if p not in self._known]
             self._known, self._version = set(paths), view.version
-            if fresh and self._tails:
-                self._extend(cq.read_arrow(paths=[cq.path_of(p) for p in fresh], columns=["topic", "queue_id", *_UNIT_COLUMNS]))
+            unread = self._unread(view.actions.take(fresh)) if fresh and self._tails else []
+            if unread:
+                self._grown.notify_all()
+                self._extend(cq.read_arrow(paths=[cq.path_of(p) for p in unread], columns=["topic", "queue_id", *_UNIT_COLUMNS]))
         now = self._asked[wanted] = time.monotonic()
         for key in [k for k, at in self._asked.items() if now - at > TAIL_IDLE_S]:
             self._tails.pop(key, None)
@@ -251,6 +288,38 @@ class TailServer:
             units = read_units(cq, queue_files(cq, view, topic, queue_id), max(0, top - TAIL_UNITS // 4), top)
             self._start(wanted, units, top)
         return view
+
+    def publish(self, units: pa.Table | None) -> None:
+        """Add the consume queue units a round of this process's dispatcher has just committed
+        (:attr:`~storelib.dispatch.reput.DispatchResult.units`), without reading their files.
+
+        >>> from storelib import Message
+        >>> with TailServer(store.context) as server:
+        ...     _ = server.get("TopicTest", r.queue_id, 0, 32, "*")
+        ...     _ = store.send(Message("TopicTest", queue_id=r.queue_id))
+        ...     dispatcher = store.dispatcher(); dispatcher.keep_units = True
+        ...     server.publish(dispatcher.run().units); server._tails[("TopicTest", r.queue_id)].end
+        2
+        """
+        if units is not None and units.num_rows:
+            with self._lock:
+                if self._tails:
+                    self._extend(units)
+                    self._grown.notify_all()
+
+    def _unread(self, actions: pa.Table) -> list[str]:
+        """Of the new files, those that may hold units a tail lacks: not a file of one queue whose units
+        are all before its tail's end (those published, or of a queue nobody asked for)."""
+        out = []
+        stats = {c: actions.column(c).to_pylist() if c in actions.column_names else [None] * actions.num_rows
+                 for c in ("min.topic", "max.topic", "min.queue_id", "max.queue_id", "max.queue_offset")}
+        for i, path in enumerate(actions.column("path").to_pylist()):
+            topic, queue_id, top = stats["min.topic"][i], stats["min.queue_id"][i], stats["max.queue_offset"][i]
+            if None in (topic, queue_id, top) or topic != stats["max.topic"][i] or queue_id != stats["max.queue_id"][i]:
+                out.append(path)  # several queues (a merged file), or no statistics
+            elif (tail := self._tails.get((topic, queue_id))) is not None and top >= tail.end:
+                out.append(path)
+        return out
 
     def _start(self, key: tuple[str, int], units: pa.Table, end: int) -> None:
         got = units.column("queue_offset").to_numpy()
@@ -263,26 +332,36 @@ class TailServer:
     def _extend(self, rows: pa.Table) -> None:
         """Add each tail's new units, those past its end. A merged file's older units must be the tail's own:
         others (a topic deleted and sent to again) drop the tail, started again when next asked for."""
+        news: dict[tuple[str, int], pa.Table] = {}
+        queue_ids, offsets = rows.column("queue_id").to_numpy(), rows.column("queue_offset").to_numpy()
+        of_topic = {t: pc.equal(rows.column("topic"), t).to_numpy(zero_copy_only=False) for t in {k[0] for k in self._tails}}
         for key, tail in list(self._tails.items()):
-            queue = rows.filter((pc.field("topic") == key[0]) & (pc.field("queue_id") == key[1]))
-            held = queue.filter((pc.field("queue_offset") >= tail.start) & (pc.field("queue_offset") < tail.end))
-            if held.num_rows and not tail.units.column("commitlog_offset").take(
-                    pc.subtract(held.column("queue_offset"), tail.start)).equals(held.column("commitlog_offset")):
+            queue = of_topic[key[0]] & (queue_ids == key[1])
+            held = np.flatnonzero(queue & (offsets >= tail.start) & (offsets < tail.end))
+            if len(held) and not np.array_equal(tail.units.column("commitlog_offset").to_numpy()[offsets[held] - tail.start],
+                                                rows.column("commitlog_offset").to_numpy()[held]):
                 del self._tails[key]
                 continue
-            mine = queue.filter(pc.field("queue_offset") >= tail.end).select(_UNIT_COLUMNS)
-            if not mine.num_rows:
+            fresh = np.flatnonzero(queue & (offsets >= tail.end))
+            if not len(fresh):
                 continue
-            mine = mine.sort_by("queue_offset")
+            mine = rows.take(fresh[np.argsort(offsets[fresh], kind="stable")]).select(_UNIT_COLUMNS)
             got = mine.column("queue_offset").to_numpy()
             keep = np.concatenate([[True], got[1:] != got[:-1]])
             mine = mine.filter(pa.array(keep)) if not keep.all() else mine
             got = got[keep]
-            messages = self._messages(mine) if got[0] == tail.end and (np.diff(got) == 1).all() else None
-            if messages is None:
+            if got[0] == tail.end and (np.diff(got) == 1).all():
+                news[key] = mine
+            else:
                 del self._tails[key]  # not contiguous with what it held
+        messages = self._messages(pa.concat_tables(list(news.values()))) if news else None
+        at = 0
+        for key, mine in news.items():  # one read of the commitlog for all of them
+            if messages is None:
+                del self._tails[key]
                 continue
-            self._tails[key] = tail.extended(mine, messages)
+            self._tails[key] = self._tails[key].extended(mine, messages.slice(at, mine.num_rows))
+            at += mine.num_rows
 
     def _messages(self, units: pa.Table) -> pa.Table | None:
         """The message of each unit, in the units' order (None: some are not in the commitlog)."""
@@ -292,7 +371,7 @@ class TailServer:
         at = pc.index_in(offsets, rows.column("physical_offset"))
         if at.null_count:
             return None
-        return rows.take(at)
+        return rows.take(at).cast(MESSAGE_SCHEMA)
 
     # ---- the socket --------------------------------------------------------------------------------
     def _accept(self) -> None:
@@ -319,7 +398,8 @@ class TailServer:
                     send_frame(client, NOT_HERE, frame[1], b"")
                 else:
                     head = json.dumps(answer[0]).encode()
-                    send_frame(client, ANSWER, frame[1], _HEAD.pack(len(head)) + head + (ipc(answer[1]) if answer[1] else b""))
+                    rows = answer[1].to_batches()[0].serialize().to_pybytes() if answer[1] is not None else b""
+                    send_frame(client, ANSWER, frame[1], _HEAD.pack(len(head)) + head + rows)
         except (OSError, StoreStateError, ValueError):
             pass
         finally:
@@ -343,14 +423,17 @@ class TailClient:
         self._local = threading.local()
         self._down_until = 0.0
 
-    def get(self, topic: str, queue_id: int, offset: int, max_msgs: int, expression: str) -> GetMessageResult | None:
-        """The follower's ``getMessage`` of a tag subscription; None: read the tables."""
+    def get(self, topic: str, queue_id: int, offset: int, max_msgs: int, expression: str,
+            wait_ms: int = 0) -> GetMessageResult | None:
+        """The follower's ``getMessage`` of a tag subscription (waiting up to ``wait_ms`` at the queue's
+        end for a message to arrive); None: read the tables."""
         sock = self._socket()
         if sock is None:
             return None
         request = json.dumps({"topic": topic, "queue_id": queue_id, "offset": offset, "max_msgs": max_msgs,
-                              "expression": expression}).encode()
+                              "expression": expression, "wait_ms": wait_ms}).encode()
         try:
+            sock.settimeout(TAIL_TIMEOUT_S + wait_ms / 1000)
             send_frame(sock, PULL, uuid.uuid4().hex, request)
             frame = receive_frame(sock)
         except (OSError, StoreStateError):
@@ -364,7 +447,8 @@ class TailClient:
         n = _HEAD.unpack_from(body)[0]
         head = json.loads(body[_HEAD.size:_HEAD.size + n])
         rest = body[_HEAD.size + n:]
-        messages = StoredMessage.from_rows(rows_of(rest)) if rest else []
+        messages = StoredMessage.from_rows(pa.Table.from_batches([pa.ipc.read_record_batch(
+            pa.py_buffer(rest), MESSAGE_SCHEMA)])) if rest else []
         self.answered += 1
         status = GetMessageStatus(head.pop("status"))
         return GetMessageResult(status, head.pop("next_begin_offset"), head.pop("min_offset"), head.pop("max_offset"),
@@ -397,12 +481,13 @@ _CLIENTS_LOCK = threading.Lock()
 
 
 def tail_client(ctx: StoreContext) -> TailClient | None:
-    """The process's :class:`TailClient` for a store's context; None without the ``tail_pulls`` setting.
+    """The process's :class:`TailClient` for a store's context; None without the ``tail_pulls`` setting,
+    or where no follower can serve (not a local store on Linux).
 
-    >>> tail_client(store.context) is None
+    >>> tail_client(store.context).get("TopicTest", r.queue_id, 0, 32, "*") is None     # no follower serves it
     True
     """
-    if not ctx.config.tail_pulls:
+    if not ctx.config.tail_pulls or tail_address(ctx) is None:
         return None
     with _CLIENTS_LOCK:
         if ctx not in _CLIENTS:
