@@ -84,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="online suite: the producer processes hand their groups to one committer (relay_sends)")
     parser.add_argument("--tail-pulls", action="store_true",
                         help="online suite: the follower answers the consumers' pulls of the queues' tails (tail_pulls)")
+    parser.add_argument("--round-ms", type=non_negative_int, default=None,
+                        help="online suite: the follower's --round-ms (default: the follower's own)")
     parser.add_argument("--consumer-nice", type=non_negative_int, default=0,
                         help="online suite: niceness of the consumer processes (the nice command), to give the producers the CPU first")
     parser.add_argument("--follower-nice", type=non_negative_int, default=0,
@@ -115,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             "online": lambda: bench_online(args.seconds, producers=args.producers, threads=args.threads, window=args.window,
                                            consumers=args.consumers, root=args.root, relay=args.relay,
                                            consumer_nice=args.consumer_nice, follower_nice=args.follower_nice,
-                                           tail_pulls=args.tail_pulls),
+                                           tail_pulls=args.tail_pulls, round_ms=args.round_ms),
             "growth": lambda: bench_growth(args.commits, compact_every_s=args.compact_every_s, root=args.root,
                                            progress=lambda line: print(line, file=sys.stderr, flush=True)),
             "admin": lambda: bench_admin(spark, args.messages, root=args.root, queues=args.queues,

@@ -78,10 +78,10 @@ class StoreConfig:
     #: ack, but a 1.2x end-to-end latency (the follower waited longer for a CPU).
     relay_sends: bool = False
     # ---- consuming (PullMessageProcessor, DefaultMessageStore.getMessage, PullRequestHoldService) ----
-    #: Pulls of a queue's tail ask the store's follower first (``storelib dispatch --follow --serve-pulls``),
-    #: which answers them from the rows it has just dispatched (:mod:`storelib.consume.tail`; local
-    #: stores on Linux); without a follower serving, or for anything else, the pull reads the tables.
-    tail_pulls: bool = False
+    #: Pulls of a queue's tail ask the store's follower first, when one serves them (``storelib dispatch
+    #: --follow --serve-pulls``): it answers from the rows it has just dispatched (:mod:`storelib.consume.tail`;
+    #: local stores on Linux). Without a follower serving, or for anything else, the pull reads the tables.
+    tail_pulls: bool = True
     #: Permission bits of the whole store (``brokerPermission``): 4 read, 2 write.
     broker_permission: int = 6
     #: Create a consumer group's configuration on first use (``autoCreateSubscriptionGroup``).
