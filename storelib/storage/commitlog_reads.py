@@ -34,12 +34,19 @@ def commitlog_min_offset(commitlog_snapshot: "DeltaTable") -> int:
 
     From the add actions' statistics alone. A file without statistics could hold anything, so
     its presence gives 0 (nothing is then cleaned on its account).
+
+    >>> commitlog_min_offset(store.context.tables.commitlog.snapshot())
+    0
     """
     return min_physical_offset(add_actions(commitlog_snapshot))
 
 
 def min_physical_offset(actions: pa.Table) -> int:
-    """:func:`commitlog_min_offset` from the commitlog's add actions."""
+    """:func:`commitlog_min_offset` from the commitlog's add actions.
+
+    >>> min_physical_offset(store.context.tables.commitlog.view().actions), min_physical_offset(pa.table({"path": []}))
+    (0, 0)
+    """
     if actions.num_rows == 0 or "min.physical_offset" not in actions.column_names:
         return 0
     column = actions.column("min.physical_offset")
