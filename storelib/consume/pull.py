@@ -254,14 +254,14 @@ class PullMessageProcessor:
                 looked[:] = [got] if offset == request.offset and got and got.status is GetMessageStatus.FOUND else []
                 return got
 
-            def look(offset: int) -> GetMessageResult:
-                return kept(offset, self.get(request, message_filter, offset))
-
             wait = None
             if (tail := self._tail(message_filter)) is not None:
                 def wait(offset: int, seconds: float) -> GetMessageResult | None:  # the follower holds it
                     return kept(offset, tail.get(request.topic, request.queue_id, offset, request.max_msgs,
                                                  message_filter.filter.selector.expression, wait_ms=int(seconds * 1000)))
+
+            def look(offset: int) -> GetMessageResult:  # the follower, if any, declined just before
+                return kept(offset, self.get(request, message_filter, offset, ask_tail=wait is None))
 
             suspended_ms = hold(self.ctx.config, self.ctx.arrivals, request.offset, request.suspend_timeout_ms,
                                 look, moved, wait)
@@ -287,11 +287,12 @@ class PullMessageProcessor:
         return PullResult(_CLIENT_STATUS[code], got.next_begin_offset, got.min_offset, got.max_offset, messages,
                           code, got.status, filter_errors=message_filter.filter_errors())
 
-    def get(self, request: PullRequest, message_filter: PullFilter, offset: int | None = None) -> GetMessageResult:
+    def get(self, request: PullRequest, message_filter: PullFilter, offset: int | None = None,
+            ask_tail: bool = True) -> GetMessageResult:
         """The store's ``getMessage`` for a checked request: from the follower's tail where it serves the
-        pull (:mod:`storelib.consume.tail`), else read from the tables here."""
+        pull (:mod:`storelib.consume.tail`; ``ask_tail``), else read from the tables here."""
         offset = request.offset if offset is None else offset
-        if (tail := self._tail(message_filter)) is not None:
+        if ask_tail and (tail := self._tail(message_filter)) is not None:
             got = tail.get(request.topic, request.queue_id, offset, request.max_msgs, message_filter.filter.selector.expression)
             if got is not None:
                 return got

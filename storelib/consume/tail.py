@@ -34,10 +34,8 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import hashlib
 import json
 import logging
-import os
 import socket
 import struct
 import sys
@@ -58,7 +56,7 @@ from storelib.filter.message_filter import MessageFilter
 from storelib.filter.selector import MessageSelector
 from storelib.model.errors import StoreStateError
 from storelib.model.message import MESSAGE_COLUMNS, StoredMessage
-from storelib.send.relay_wire import receive_frame, send_frame
+from storelib.send.relay_wire import abstract_address, receive_frame, same_user, send_frame
 from storelib.storage.commitlog import COMMITLOG_MARKER
 from storelib.storage.commitlog_reads import message_rows, min_physical_offset
 from storelib.storage.consume_queue import min_queue_marker, queue_files, queue_offsets, read_units
@@ -98,8 +96,7 @@ def tail_address(ctx: StoreContext) -> str | None:
     path = ctx.tables.consume_queue.path
     if "://" in path or not sys.platform.startswith("linux"):
         return None
-    digest = hashlib.sha1(os.path.realpath(path).encode()).hexdigest()[:24]
-    return f"\0storelib-tail-{PROTOCOL}-{digest}"
+    return abstract_address("tail", path, PROTOCOL)
 
 
 class _Tail:
@@ -385,11 +382,11 @@ class TailServer:
             threading.Thread(target=self._serve, args=(client,), name="storelib-tail-client", daemon=True).start()
 
     def _serve(self, client: socket.socket) -> None:
-        _, uid, _ = struct.unpack("3i", client.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+        trusted = same_user(client)
         try:
             while (frame := receive_frame(client)) is not None and frame[0] == PULL:
                 answer = None
-                if uid == os.getuid():
+                if trusted:
                     try:
                         answer = self.get(**json.loads(frame[2]))
                     except Exception as e:  # noqa: BLE001  (the consumer reads the tables; the follower goes on)

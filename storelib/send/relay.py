@@ -47,11 +47,9 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import hashlib
 import logging
 import os
 import socket
-import struct
 import sys
 import threading
 import time
@@ -66,8 +64,8 @@ import pyarrow.compute as pc
 from storelib.delta.log import entry_actions
 from storelib.model.errors import StoreStateError
 from storelib.send.group_commit import GroupCommitProducer, completed
-from storelib.send.relay_wire import (NOT_TAKEN, PROTOCOL, REQUEST, Group, NotTaken, answer_of, ipc, receive_frame,
-                                      result_of, rows_of, send_frame)
+from storelib.send.relay_wire import (NOT_TAKEN, REQUEST, Group, NotTaken, abstract_address, answer_of, ipc,
+                                      receive_frame, result_of, rows_of, same_user, send_frame)
 from storelib.storage.commitlog import LANDED, STAGED_SCHEMA, CommitLog
 from storelib.storage.schema import COMMITLOG
 
@@ -107,8 +105,7 @@ class Relay:
         path = commitlog.table.path
         local = "://" not in path and fcntl is not None and sys.platform.startswith("linux")
         self.enabled = local and commitlog.config.relay_sends
-        digest = hashlib.sha1(os.path.realpath(path).encode()).hexdigest()[:24]
-        self.address = f"\0storelib-commit-{PROTOCOL}-{digest}"
+        self.address = abstract_address("commit", path)
         self._lock = threading.Lock()
         self._users = 0
         self._leader: _Leader | None = None
@@ -461,8 +458,7 @@ class _Leader:
     def _answer(self, client: socket.socket) -> None:
         # Only processes of this user hand groups in (an abstract socket has no file permissions):
         # others' groups are refused untaken, and their producers commit themselves.
-        _, uid, _ = struct.unpack("3i", client.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
-        trusted = uid == os.getuid()
+        trusted = same_user(client)
         writing = threading.Lock()  # answers go out from the committer's thread as its commits land
         unanswered = [0]  # this connection's groups taken and not yet answered: it closes once they are
 

@@ -21,7 +21,9 @@ True
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import socket
 import struct
 from concurrent.futures import Future
@@ -31,7 +33,7 @@ import pyarrow as pa
 
 from storelib.model.errors import StoreError, StoreStateError, error_from_record
 
-__all__ = ["Group", "NotTaken", "PROTOCOL", "REQUEST", "LANDED_ROWS", "FAILED", "NOT_TAKEN", "ipc", "send_frame",
+__all__ = ["Group", "NotTaken", "PROTOCOL", "REQUEST", "LANDED_ROWS", "FAILED", "NOT_TAKEN", "abstract_address", "same_user", "ipc", "send_frame",
            "receive_frame", "answer_of", "result_of", "rows_of"]
 
 #: The wire protocol's version, part of the socket's name: producers of another storelib never meet.
@@ -52,6 +54,29 @@ class Group:
 
 class NotTaken(Exception):
     """The leader is closing: the group was not queued."""
+
+
+def abstract_address(role: str, path: str, protocol: str = PROTOCOL) -> str:
+    """The name of a store's local socket for ``role``, in Linux's abstract namespace: one per table
+    folder (``path``, however it is spelled) and wire protocol version.
+
+    >>> abstract_address("commit", "/data/store/commitlog").startswith("\\0storelib-commit-v1-")
+    True
+    """
+    digest = hashlib.sha1(os.path.realpath(path).encode()).hexdigest()[:24]
+    return f"\0storelib-{role}-{protocol}-{digest}"
+
+
+def same_user(sock: socket.socket) -> bool:
+    """Is the process at the other end of a Unix socket this process's user (an abstract socket has no
+    file permissions, so its server asks)?
+
+    >>> a, b = socket.socketpair()
+    >>> same_user(a)
+    True
+    """
+    _, uid, _ = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    return uid == os.getuid()
 
 
 def ipc(table: pa.Table) -> bytes:
