@@ -473,7 +473,7 @@ class TailClient:
         self._down_until = time.monotonic() + _LOOK_AGAIN_S
 
 
-_CLIENTS: "weakref.WeakKeyDictionary[StoreContext, TailClient]" = weakref.WeakKeyDictionary()
+_CLIENTS: "weakref.WeakKeyDictionary[StoreContext, TailClient | None]" = weakref.WeakKeyDictionary()
 _CLIENTS_LOCK = threading.Lock()
 
 
@@ -484,9 +484,10 @@ def tail_client(ctx: StoreContext) -> TailClient | None:
     >>> tail_client(store.context).get("TopicTest", r.queue_id, 0, 32, "*") is None     # no follower serves it
     True
     """
-    if not ctx.config.tail_pulls or tail_address(ctx) is None:
+    if not ctx.config.tail_pulls:
         return None
     with _CLIENTS_LOCK:
         if ctx not in _CLIENTS:
-            _CLIENTS[ctx] = TailClient(tail_address(ctx))
+            address = tail_address(ctx)
+            _CLIENTS[ctx] = TailClient(address) if address is not None else None
         return _CLIENTS[ctx]
