@@ -25,11 +25,11 @@ def _send(store: MessageStore, n: int, start: int = 0, server: TailServer | None
     if server is None:
         store.dispatch()
         return
+    handed: list[int] = []
     dispatcher = store.dispatcher()
-    dispatcher.keep_units = True
-    units = dispatcher.run().units
-    assert units.num_rows == n
-    server.publish(units)
+    dispatcher.on_units = lambda units: (handed.append(units.num_rows), server.publish(units))
+    dispatcher.run()
+    assert handed == [n]
 
 
 def _pulls(store: MessageStore) -> list:

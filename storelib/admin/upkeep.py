@@ -58,8 +58,6 @@ def _follow(store: MessageStore, args: argparse.Namespace, progress: Progress) -
 
     def heard(r) -> None:
         rounds.append(r)
-        if server is not None:
-            server.publish(r.units)
         progress.say(f"dispatched commitlog [{r.from_offset}, {r.to_offset}): {r.consume_queue_rows} consume_queue rows")
 
     progress.say(f"following the commitlog from offset {min(store.dispatch_progress().values())}, every {args.interval_ms} ms")
@@ -67,7 +65,8 @@ def _follow(store: MessageStore, args: argparse.Namespace, progress: Progress) -
         if server is not None:
             progress.say(f"serving tail pulls: {'yes' if server.serving else 'no (another process does, or the store is not local)'}")
         dispatcher = store.dispatcher()
-        dispatcher.keep_units = server is not None  # a round's units go to the tail without a read of their files
+        if server is not None:  # a round's units go to the tail as they are committed, without a read of their files
+            dispatcher.on_units = server.publish
         total = dispatcher.run(follow=True, stop=stop, interval_ms=args.interval_ms, on_round=heard,
                                compact_every_ms=args.compact_every_ms, round_ms=args.round_ms)
         if server is not None and server.serving:

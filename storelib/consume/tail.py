@@ -286,23 +286,29 @@ class TailServer:
             self._start(wanted, units, top)
         return view
 
-    def publish(self, units: pa.Table | None) -> None:
-        """Add the consume queue units a round of this process's dispatcher has just committed
-        (:attr:`~storelib.dispatch.reput.DispatchResult.units`), without reading their files.
+    def publish(self, units: pa.Table) -> None:
+        """Add the consume queue units a dispatcher of this process has just committed
+        (:attr:`~storelib.dispatch.reput.Dispatcher.on_units`), without reading their files, and wake the
+        pulls held for them. A failure here drops the tails (they start again from the tables) and is
+        logged: the dispatcher goes on.
 
         >>> from storelib import Message
         >>> with TailServer(store.context) as server:
         ...     _ = server.get("TopicTest", r.queue_id, 0, 32, "*")
         ...     _ = store.send(Message("TopicTest", queue_id=r.queue_id))
-        ...     dispatcher = store.dispatcher(); dispatcher.keep_units = True
-        ...     server.publish(dispatcher.run().units); server._tails[("TopicTest", r.queue_id)].end
+        ...     dispatcher = store.dispatcher(); dispatcher.on_units = server.publish
+        ...     _ = dispatcher.run(); server._tails[("TopicTest", r.queue_id)].end
         2
         """
-        if units is not None and units.num_rows:
-            with self._lock:
-                if self._tails:
-                    self._extend(units)
-                    self._grown.notify_all()
+        with self._lock:
+            if not self._tails or not units.num_rows:
+                return
+            try:
+                self._extend(units)
+            except Exception as e:  # noqa: BLE001  (the round has committed; only the tails are lost)
+                log.warning("tail pulls: a round's units could not be added; the tails start again: %s", e)
+                self._tails.clear()
+            self._grown.notify_all()
 
     def _unread(self, actions: pa.Table) -> list[str]:
         """Of the new files, those that may hold units a tail lacks: not a file of one queue whose units

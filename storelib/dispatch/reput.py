@@ -86,9 +86,6 @@ class DispatchResult:
     rows: dict[str, int] = field(default_factory=dict)
     versions: dict[str, int] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
-    #: The consume queue units the run committed, when its dispatcher keeps them (:attr:`Dispatcher.keep_units`)
-    #: and dispatched in this process.
-    units: "pa.Table | None" = field(default=None, repr=False)
 
     @property
     def consume_queue_rows(self) -> int:
@@ -203,8 +200,9 @@ class Dispatcher:
         self._index_every_s, self._indexed_at = 0.0, 0.0
         self._unsummarized: list[WrittenFile] = []  # committed ext files whose summaries are not recorded yet
         self._summary_every_s, self._summarized_at = 0.0, 0.0
-        #: Hand each run's committed consume queue units back in its result (a follower serving tail pulls).
-        self.keep_units = False
+        #: Called with a run's consume queue units the moment they are committed, before the run's later
+        #: tables, when it dispatched in this process (a follower serving tail pulls hands them to its server).
+        self.on_units: Callable[[pa.Table], None] | None = None
         self._kept: list[pa.RecordBatch] | None = None  # the units the last write made, when kept
 
     @property
@@ -405,8 +403,8 @@ class Dispatcher:
                         return pending[i:]
                     if name == "consume_queue_ext" and self.summaries is not None:
                         summarize = written
-                if name == "consume_queue" and not left and self._kept:
-                    result.units = pa.Table.from_batches(self._kept)
+                if name == "consume_queue" and not left and self._kept and self.on_units is not None:
+                    self.on_units(pa.Table.from_batches(self._kept))
                 result.rows[name] = sum(f.num_records for f in written)
                 result.versions[name] = version  # committed: its files are the table's now
                 result.seconds[name] = round(time.perf_counter() - began, 3)
@@ -477,7 +475,7 @@ class Dispatcher:
                                       actions.column("max.physical_offset").to_pylist())]
         per_file = CommitlogFiles(low, end, False, requests)
         if end - low <= self.config.dispatch_local_max_bytes:  # a small increment: here, no Spark job
-            if self.keep_units:
+            if self.on_units is not None:
                 self._kept = []
                 return write_items_here(files, targets, functools.partial(_keeping, per_file, self._kept))
             return write_items_here(files, targets, per_file)
