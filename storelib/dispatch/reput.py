@@ -403,7 +403,7 @@ class Dispatcher:
                         return pending[i:]
                     if name == "consume_queue_ext" and self.summaries is not None:
                         summarize = written
-                if name == "consume_queue" and not left and self._kept and self.on_units is not None:
+                if name == "consume_queue" and not left and self._kept:  # kept only for an on_units
                     self.on_units(pa.Table.from_batches(self._kept))
                 result.rows[name] = sum(f.num_records for f in written)
                 result.versions[name] = version  # committed: its files are the table's now
