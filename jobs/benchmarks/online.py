@@ -84,19 +84,21 @@ CONSUMER = textwrap.dedent("""
     root, seconds, queues, out = sys.argv[1], float(sys.argv[2]), [int(q) for q in sys.argv[3].split(",")], sys.argv[4]
     store = MessageStore.open(root, tail_pulls=sys.argv[5] == "tail")
     until = ready(out) + seconds + 5
-    latencies = []
+    latencies, stored = [], []
     def work(q):  # a long poll per queue, as RocketMQ's PullMessageService holds one per queue
-        offset, mine = 0, []
+        offset, mine, since_stored = 0, [], []
         while time.time() < until:
             r = store.pull("GroupOnline", "Online", q, offset, 32, suspend_timeout_ms=200)
             now = time.time_ns()
             mine.extend((now - int(m.properties["sent_ns"])) / 1e9 for m in r.messages)
+            since_stored.extend(now / 1e9 - m.store_timestamp.timestamp() for m in r.messages)
             offset = r.next_begin_offset
         latencies.extend(mine)
+        stored.extend(since_stored)
     running = [threading.Thread(target=work, args=(q,)) for q in queues]
     [t.start() for t in running]; [t.join() for t in running]
     tail = tail_client(store.context)
-    json.dump({"latencies": latencies, "tail": tail.answered if tail else 0}, open(out, "w"))
+    json.dump({"latencies": latencies, "stored": stored, "tail": tail.answered if tail else 0}, open(out, "w"))
 """)
 
 #: Both roles' scripts start with this: say "ready" (a file beside the figures), then wait for the
@@ -141,6 +143,9 @@ class OnlineFigures:
     nice: dict[str, list[int]] = field(default_factory=dict)
     #: Pulls the follower answered from its tail (``tail_pulls``).
     tail_answered: int = 0
+    #: Seconds from each message's store timestamp (set in its commit turn) to the pull that returned it:
+    #: the part of the end to end that the commit, the follower's rounds and the pulls take.
+    stored: list[float] = field(default_factory=list)
 
     def lines(self) -> list[str]:
         rate = self.sent / self.seconds
@@ -148,7 +153,9 @@ class OnlineFigures:
                 f"send_batch of 1,000s: {self.ceiling:,.0f} msg/s ({rate / self.ceiling:.2f}x the ceiling)",
                 f"send ack p50 {_pct(self.acks, .5) * 1000:.0f} ms, p99 {_pct(self.acks, .99) * 1000:.0f} ms; "
                 f"end to end p50 {_pct(self.end_to_end, .5) * 1000:.0f} ms, p99 {_pct(self.end_to_end, .99) * 1000:.0f} ms "
-                f"over {len(self.end_to_end):,} messages pulled",
+                f"over {len(self.end_to_end):,} messages pulled"
+                + (f"; store timestamp to pull p50 {_pct(self.stored, .5) * 1000:.0f} ms, p99 {_pct(self.stored, .99) * 1000:.0f} ms"
+                   if self.stored else ""),
                 f"flat: commit p50 of the last 1,000 of {self.commits:,} commits {self.last_p50 * 1000:.1f} ms against "
                 f"the first 1,000's {self.first_p50 * 1000:.1f} ms ({self.last_p50 / self.first_p50:.2f}x)"] \
             + self._turn_lines() + self._cpu_lines()
@@ -180,6 +187,8 @@ class OnlineFigures:
                 "ack_p50_ms": round(_pct(self.acks, .5) * 1000, 1), "ack_p99_ms": round(_pct(self.acks, .99) * 1000, 1),
                 "e2e_p50_ms": round(_pct(self.end_to_end, .5) * 1000, 1),
                 "e2e_p99_ms": round(_pct(self.end_to_end, .99) * 1000, 1), "pulled": len(self.end_to_end),
+                **({"stored_p50_ms": round(_pct(self.stored, .5) * 1000, 1),
+                    "stored_p99_ms": round(_pct(self.stored, .99) * 1000, 1)} if self.stored else {}),
                 "flat_ratio": round(self.last_p50 / self.first_p50, 2), "commits": self.commits,
                 "turn_held_share": round(self.turn_held / self.seconds, 2), "in_flight": self.in_flight,
                 **{f"cpu_us_per_msg_{role}": round(sum(v) / self.sent * 1e6) for role, v in self.cpu.items()},
@@ -259,7 +268,8 @@ def bench_online(seconds: float = 60, *, producers: int = 4, threads: int = 16, 
         return OnlineFigures(n, elapsed, ceiling, [a for _, a in acks], latencies, _pct(first, .5), _pct(last, .5),
                              len(commits), cpu, turn_held=sum(c for _, c in commits),
                              in_flight=producers * threads * window, nice=nice,
-                             tail_answered=sum(json.load(open(out))["tail"] for out in outs))
+                             tail_answered=sum(json.load(open(out))["tail"] for out in outs),
+                             stored=[x for out in outs for x in json.load(open(out))["stored"]])
     finally:
         for p in procs:
             if p.poll() is None:
