@@ -204,6 +204,7 @@ class Dispatcher:
         #: tables, when it dispatched in this process (a follower serving tail pulls hands them to its server).
         self.on_units: Callable[[pa.Table], None] | None = None
         self._kept: list[pa.RecordBatch] | None = None  # the units the last write made, when kept
+        self._apart: tuple[str, ...] = ()  # targets a thread of their own dispatches (a follower's index)
 
     @property
     def spark(self) -> "SparkSession":
@@ -240,9 +241,10 @@ class Dispatcher:
         snapshots. With ``follow``, it goes on round after round until ``stop`` is set: a round that
         found nothing new waits ``interval_ms``; ``on_round`` hears of each round that dispatched
         something; the result then covers every round. A round starts at most once every ``round_ms``
-        (0: as soon as the last one ends; see :data:`ROUND_MS`). Every ``compact_every_ms`` (0: never) a
-        thread of the follower also merges the small files the tables gained (:meth:`compact_fresh`),
-        so reads and commits stay as fast as the tables grow.
+        (0: as soon as the last one ends; see :data:`ROUND_MS`). A thread of the follower builds the
+        index, once every :data:`INDEX_EVERY_S`, so a round never waits for it; stopping brings it up to
+        the rest. Every ``compact_every_ms`` (0: never) another thread merges the small files the
+        tables gained (:meth:`compact_fresh`), so reads and commits stay as fast as the tables grow.
 
         >>> from storelib import Message
         >>> stop = threading.Event()
@@ -266,25 +268,69 @@ class Dispatcher:
             compactor = threading.Thread(target=self._compact_until, args=(stop, compact_every_ms / 1000),
                                          name="storelib-compact-fresh", daemon=True)
             compactor.start()
-        # a follower records summaries, and builds the index, once a second rather than every round
+        # a follower records summaries, and moves the ext marker alone, once a second rather than every round
         self._summary_every_s, self._index_every_s = SUMMARY_EVERY_S, INDEX_EVERY_S
-        while not stop.is_set():
-            began = time.monotonic()
-            r = self.run()
-            total = (total or DispatchResult(r.from_offset, r.to_offset)).then(r)
-            if r.to_offset > r.from_offset:
-                if on_round is not None:
-                    on_round(r)
-                stop.wait(max(0.0, round_ms / 1000 - (time.monotonic() - began)))
-            else:
-                self._summarize(force=True)  # idle: nothing to wait for
-                stop.wait(interval_ms / 1000)
+        indexing = self._index_apart(stop)
+        try:
+            while not stop.is_set():
+                began = time.monotonic()
+                r = self.run()
+                total = (total or DispatchResult(r.from_offset, r.to_offset)).then(r)
+                if r.to_offset > r.from_offset:
+                    if on_round is not None:
+                        on_round(r)
+                    stop.wait(max(0.0, round_ms / 1000 - (time.monotonic() - began)))
+                else:
+                    self._summarize(force=True)  # idle: nothing to wait for
+                    stop.wait(interval_ms / 1000)
+        except BaseException:
+            stop.set()  # the follower's other threads end with it
+            raise
         self._summary_every_s = self._index_every_s = 0.0
         self._summarize(force=True)
         if compactor is not None:
             compactor.join()
+        total = self._index_joined(indexing, total)
         last = self.run()  # the index brought up to where the rest is
         return (total or DispatchResult(last.from_offset, last.from_offset)).then(last)
+
+    def _index_apart(self, stop: threading.Event) -> tuple[threading.Thread, list] | None:
+        """Start a follower's index thread: a dispatcher of the index alone, a run every :data:`INDEX_EVERY_S`
+        until ``stop``; its rounds' results and its failure (which stops the follower) go into the list."""
+        if "index" not in self.targets:
+            return None
+        indexer = Dispatcher(self._spark, self.commitlog, {"index": self.targets["index"]}, self.config, fault=self._fault)
+        heard: list = []
+
+        def index_until() -> None:
+            while not stop.wait(INDEX_EVERY_S):
+                try:
+                    heard.append(indexer.run())
+                except BaseException as e:  # the follower stops, and raises it
+                    heard.append(e)
+                    stop.set()
+                    return
+
+        self._apart = ("index",)
+        thread = threading.Thread(target=index_until, name="storelib-index", daemon=True)
+        thread.start()
+        return thread, heard
+
+    def _index_joined(self, indexing: tuple[threading.Thread, list] | None,
+                      total: DispatchResult | None) -> DispatchResult | None:
+        """Wait for the index thread :meth:`_index_apart` started; ``total`` with the index rows it added.
+        Its failure is raised here."""
+        if indexing is None:
+            return total
+        thread, heard = indexing
+        thread.join()
+        self._apart, self._done_to = (), None  # done so far meant: but the index
+        for r in heard:
+            if isinstance(r, BaseException):
+                raise r
+            if total is not None:
+                total.rows["index"] = total.rows.get("index", 0) + r.index_rows
+        return total
 
     def _compact_until(self, stop: threading.Event, every_s: float) -> None:
         while not stop.wait(every_s):
@@ -327,9 +373,10 @@ class Dispatcher:
             return DispatchResult(known, known)  # nothing new for this dispatcher: no turn, no snapshot
         result: DispatchResult | None = None
         self._filters = None
-        pending = [name for name in self.targets if name != "index" or index_due]
-        everything = len(pending) == len(self.targets)
-        lazy = self._index_every_s > 0 and not index_due  # a follower's round between two index rounds
+        targets = [name for name in self.targets if name not in self._apart]
+        pending = [name for name in targets if name != "index" or index_due]
+        lazy = self._index_every_s > 0 and not index_due  # a follower's round between two full ones
+        everything = len(pending) == len(targets) and not lazy
         for attempt in range(1, self.config.max_commit_attempts + 1):
             with contextlib.ExitStack() as turns:  # the targets' turns, in one order: local dispatchers queue
                 snapshots = {name: turns.enter_context(self.targets[name].commit_turn()) for name in pending}
