@@ -26,8 +26,16 @@ def _send(store: MessageStore, n: int, start: int = 0, server: TailServer | None
         store.dispatch()
         return
     handed: list[int] = []
+
+    class Counted:
+        expect = server.expect
+
+        def publish(self, units):
+            handed.append(units.num_rows)
+            server.publish(units)
+
     dispatcher = store.dispatcher()
-    dispatcher.on_units = lambda units: (handed.append(units.num_rows), server.publish(units))
+    dispatcher.feed = Counted()
     dispatcher.run()
     assert handed == [n]
 

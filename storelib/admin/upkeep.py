@@ -66,7 +66,7 @@ def _follow(store: MessageStore, args: argparse.Namespace, progress: Progress) -
             progress.say(f"serving tail pulls: {'yes' if server.serving else 'no (another process does, or the store is not local)'}")
         dispatcher = store.dispatcher()
         if server is not None:  # a round's units go to the tail as they are committed, without a read of their files
-            dispatcher.on_units = server.publish
+            dispatcher.feed = server
         total = dispatcher.run(follow=True, stop=stop, interval_ms=args.interval_ms, on_round=heard,
                                compact_every_ms=args.compact_every_ms, round_ms=args.round_ms)
         if server is not None and server.serving:

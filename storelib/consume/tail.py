@@ -43,6 +43,7 @@ import threading
 import time
 import uuid
 import weakref
+from urllib.parse import unquote
 
 import numpy as np
 import pyarrow as pa
@@ -75,6 +76,9 @@ TAIL_IDLE_S = 60.0
 TAIL_TIMEOUT_S = 2.0
 #: Seconds a held pull waits at most, at the follower, before it looks at the consume queue's log again.
 _WAKE_S = 0.1
+#: Seconds a pull waits at most for the units of a consume queue version its dispatcher has committed
+#: but not yet handed over (:meth:`TailServer.publish`), before it reads that version's files.
+_PUBLISH_WAIT_S = 0.5
 #: Seconds a consumer waits, after finding no follower serving, before it looks again.
 _LOOK_AGAIN_S = 1.0
 #: The wire protocol's version, part of the socket's name.
@@ -82,6 +86,8 @@ PROTOCOL = "v1"
 #: Frame kinds: a pull; its answer; "not mine: read the tables".
 PULL, ANSWER, NOT_HERE = b"P", b"A", b"N"
 _HEAD = struct.Struct(">I")
+#: :meth:`TailServer._answer`'s "wait for the units a dispatcher here has committed".
+_HANDING = object()
 _UNIT_COLUMNS = ["queue_offset", "commitlog_offset", "size", "tags_code"]
 #: The messages' columns as the tail keeps and sends them (Arrow IPC record batches, without the schema).
 MESSAGE_SCHEMA = pa.schema([COMMITLOG.arrow.field(c) for c in MESSAGE_COLUMNS])
@@ -147,6 +153,8 @@ class TailServer:
         self._asked: dict[tuple[str, int], float] = {}  # when each tail was last asked for
         self._version = -1  # the consume queue version the tails are brought up to
         self._known: set[str] = set()  # the consume queue's files at that version
+        self._expected: set[str] = set()  # files a dispatcher here is committing: their units come by publish
+        self._handing = 0.0  # since when a version holds expected files whose units are not published yet
         self._filters: dict[tuple[str, str], tuple[MessageFilter, bool]] = {}
         self._memory = total_physical_memory()
         self._server: socket.socket | None = None
@@ -197,6 +205,9 @@ class TailServer:
         with self._lock:
             while True:
                 answer = self._answer(topic, queue_id, offset, max_msgs, expression)
+                if answer is _HANDING:  # committed here a moment ago: its units are on their way
+                    self._grown.wait(_WAKE_S)
+                    continue
                 left = deadline - time.monotonic()
                 if answer is None or answer[0]["status"] != GetMessageStatus.OFFSET_OVERFLOW_ONE or left <= 0:
                     break
@@ -205,13 +216,16 @@ class TailServer:
             return answer
 
     def _answer(self, topic: str, queue_id: int, offset: int, max_msgs: int, expression: str) -> tuple[dict, pa.Table | None] | None:
-        """:meth:`get` without waiting, in the lock."""
+        """:meth:`get` without waiting, in the lock; ``_HANDING`` while the units that would answer it are
+        on their way from a dispatcher here (:meth:`expect`)."""
         cq, config = self.ctx.tables.consume_queue, self.ctx.config
         view = self._refresh(cq.view(markers=[min_queue_marker(topic, queue_id)]), (topic, queue_id))
         tail = self._tails.get((topic, queue_id))
         min_offset, max_offset = queue_offsets(cq, view, topic, queue_id)
         why = ("no tail" if tail is None else "tail behind" if tail.end != max_offset else
                "offset outside" if not max(tail.start, min_offset) <= offset <= max_offset else None)
+        if why == "tail behind" and self._handing and time.monotonic() - self._handing < _PUBLISH_WAIT_S:
+            return _HANDING
         if why is not None:
             self.declined[why] += 1
             return None
@@ -267,9 +281,15 @@ class TailServer:
     def _refresh(self, view, wanted: tuple[str, int]):
         """Bring every tail up to ``view`` (new files' units read once for all queues); start ``wanted``'s."""
         cq = self.ctx.tables.consume_queue
+        if self._handing and time.monotonic() - self._handing >= _PUBLISH_WAIT_S:  # never handed over: read them
+            self._known = {p for p in self._known if unquote(p) not in self._expected}
+            self._expected, self._handing, self._version = set(), 0.0, -1
         if view.version != self._version:
             paths = view.actions.column("path").to_pylist()
             fresh = [i for i, p in enumerate(paths) if p not in self._known]
+            if self._expected and (handed := {i for i in fresh if unquote(paths[i]) in self._expected}):
+                fresh = [i for i in fresh if i not in handed]  # their units come by publish, without a read
+                self._handing = self._handing or time.monotonic()
             self._known, self._version = set(paths), view.version
             unread = self._unread(view.actions.take(fresh)) if fresh and self._tails else []
             if unread:
@@ -286,9 +306,20 @@ class TailServer:
             self._start(wanted, units, top)
         return view
 
+    def expect(self, paths: list[str]) -> None:
+        """Before a dispatcher of this process commits consume queue files (paths relative to the table):
+        their units come by :meth:`publish`, so a pull that finds the new version waits for that (up to
+        :data:`_PUBLISH_WAIT_S`) rather than reading the files.
+
+        >>> with TailServer(store.context) as server:
+        ...     server.expect(["part-x.parquet"])       # a commit of that file is under way here
+        """
+        with self._lock:
+            self._expected = set(paths)
+
     def publish(self, units: pa.Table) -> None:
         """Add the consume queue units a dispatcher of this process has just committed
-        (:attr:`~storelib.dispatch.reput.Dispatcher.on_units`), without reading their files, and wake the
+        (:attr:`~storelib.dispatch.reput.Dispatcher.feed`), without reading their files, and wake the
         pulls held for them. A failure here drops the tails (they start again from the tables) and is
         logged: the dispatcher goes on.
 
@@ -296,12 +327,14 @@ class TailServer:
         >>> with TailServer(store.context) as server:
         ...     _ = server.get("TopicTest", r.queue_id, 0, 32, "*")
         ...     _ = store.send(Message("TopicTest", queue_id=r.queue_id))
-        ...     dispatcher = store.dispatcher(); dispatcher.on_units = server.publish
+        ...     dispatcher = store.dispatcher(); dispatcher.feed = server
         ...     _ = dispatcher.run(); server._tails[("TopicTest", r.queue_id)].end
         2
         """
         with self._lock:
+            self._expected, self._handing = set(), 0.0
             if not self._tails or not units.num_rows:
+                self._grown.notify_all()
                 return
             try:
                 self._extend(units)

@@ -41,7 +41,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Protocol
 
 import pyarrow as pa
 
@@ -64,7 +64,7 @@ if TYPE_CHECKING:
 
     from storelib.filter.registry import Subscription, SubscriptionRegistry
 
-__all__ = ["Dispatcher", "DispatchResult", "queued", "dispatch_targets", "ahead_of_commitlog", "REPUT_MARKER"]
+__all__ = ["Dispatcher", "DispatchResult", "UnitFeed", "queued", "dispatch_targets", "ahead_of_commitlog", "REPUT_MARKER"]
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +107,29 @@ class DispatchResult:
                 self.rows[name] = self.rows.get(name, 0) + n
             self.versions.update(later.versions)
         return self
+
+
+class UnitFeed(Protocol):
+    """What a dispatcher hands each run's consume queue units to, when it dispatched in this process
+    (:attr:`Dispatcher.feed`; a follower serving tail pulls: :class:`~storelib.consume.tail.TailServer`).
+
+    >>> class Heard:
+    ...     def expect(self, paths): print("committing", len(paths), "file")
+    ...     def publish(self, units): print("committed", units.num_rows, "unit")
+    >>> from storelib import Message
+    >>> _ = store.send(Message("TopicTest", queue_id=0))
+    >>> dispatcher = store.dispatcher(); dispatcher.feed = Heard()
+    >>> _ = dispatcher.run()
+    committing 1 file
+    committed 1 unit
+    """
+
+    def expect(self, paths: list[str]) -> None:
+        """Just before the consume queue commits: the files (paths relative to the table) whose units
+        :meth:`publish` will bring, unless the commit fails."""
+
+    def publish(self, units: pa.Table) -> None:
+        """The moment the consume queue has committed, before the run's later tables: the units."""
 
 
 def queued(rows: "DataFrame") -> "DataFrame":
@@ -200,9 +223,9 @@ class Dispatcher:
         self._index_every_s, self._indexed_at = 0.0, 0.0
         self._unsummarized: list[WrittenFile] = []  # committed ext files whose summaries are not recorded yet
         self._summary_every_s, self._summarized_at = 0.0, 0.0
-        #: Called with a run's consume queue units the moment they are committed, before the run's later
-        #: tables, when it dispatched in this process (a follower serving tail pulls hands them to its server).
-        self.on_units: Callable[[pa.Table], None] | None = None
+        #: Handed each run's consume queue units when it dispatched in this process (a follower serving
+        #: tail pulls hands them to its server).
+        self.feed: UnitFeed | None = None
         self._kept: list[pa.RecordBatch] | None = None  # the units the last write made, when kept
         self._apart: tuple[str, ...] = ()  # targets a thread of their own dispatches (a follower's index)
 
@@ -440,6 +463,8 @@ class Dispatcher:
                     version = snapshots[name].version()
                 else:
                     self._step(f"{name}.written")
+                    if name == "consume_queue" and self._kept:  # kept only for a feed
+                        self.feed.expect([f.path for f in written])
                     try:
                         version = table.commit(snapshots[name], written, markers={REPUT_MARKER: end},
                                                operation="DISPATCH",
@@ -450,8 +475,8 @@ class Dispatcher:
                         return pending[i:]
                     if name == "consume_queue_ext" and self.summaries is not None:
                         summarize = written
-                if name == "consume_queue" and not left and self._kept:  # kept only for an on_units
-                    self.on_units(pa.Table.from_batches(self._kept))
+                if name == "consume_queue" and not left and self._kept:
+                    self.feed.publish(pa.Table.from_batches(self._kept))
                 result.rows[name] = sum(f.num_records for f in written)
                 result.versions[name] = version  # committed: its files are the table's now
                 result.seconds[name] = round(time.perf_counter() - began, 3)
@@ -522,7 +547,7 @@ class Dispatcher:
                                       actions.column("max.physical_offset").to_pylist())]
         per_file = CommitlogFiles(low, end, False, requests)
         if end - low <= self.config.dispatch_local_max_bytes:  # a small increment: here, no Spark job
-            if self.on_units is not None:
+            if self.feed is not None:
                 self._kept = []
                 return write_items_here(files, targets, functools.partial(_keeping, per_file, self._kept))
             return write_items_here(files, targets, per_file)
