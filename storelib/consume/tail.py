@@ -68,7 +68,7 @@ __all__ = ["TailServer", "TailClient", "tail_client", "tail_address", "TAIL_UNIT
 log = logging.getLogger(__name__)
 
 #: Units (with their messages) the follower keeps of each queue it was asked for (a quarter of them when
-#: first asked): a consumer further behind reads the tables itself.
+#: first asked; up to a quarter more between two cuts): a consumer further behind reads the tables itself.
 TAIL_UNITS = 4_096
 #: Seconds a queue's tail is kept after its last pull.
 TAIL_IDLE_S = 60.0
@@ -106,27 +106,51 @@ def tail_address(ctx: StoreContext) -> str | None:
 
 
 class _Tail:
-    """One queue's tail: its units from ``start`` on, contiguous (at least one), and the message of each, row by row."""
+    """One queue's tail: its units of queue offsets ``[start, end)``, contiguous (at least one), and the
+    message of each, row by row."""
 
-    __slots__ = ("units", "messages")
+    __slots__ = ("units", "messages", "start", "end")
 
     def __init__(self, units: pa.Table, messages: pa.Table):
         self.units, self.messages = units, messages
-
-    @property
-    def start(self) -> int:
-        return self.end - self.units.num_rows
-
-    @property
-    def end(self) -> int:
-        return self.units.column("queue_offset")[self.units.num_rows - 1].as_py() + 1
+        self.end = units.column("queue_offset")[units.num_rows - 1].as_py() + 1
+        self.start = self.end - units.num_rows
 
     def extended(self, units: pa.Table, messages: pa.Table) -> "_Tail":
-        """The tail with these units and messages after its own, cut to :data:`TAIL_UNITS`; the messages are
-        not copied (a chunk per round: those wholly cut off are let go)."""
+        """The tail with these units and messages after its own (a chunk more: nothing is copied). Past a
+        quarter more than :data:`TAIL_UNITS`, it is cut back to them, in one chunk (a slice costs per chunk)."""
         units, messages = pa.concat_tables([self.units, units]), pa.concat_tables([self.messages, messages])
-        cut = max(0, units.num_rows - TAIL_UNITS)
-        return _Tail(units.slice(cut).combine_chunks(), messages.slice(cut))
+        if units.num_rows > TAIL_UNITS * 5 // 4:
+            cut = units.num_rows - TAIL_UNITS
+            units, messages = units.slice(cut).combine_chunks(), messages.slice(cut).combine_chunks()
+        return _Tail(units, messages)
+
+
+def _by_queue(rows: pa.Table, queues) -> dict[tuple[str, int], tuple[pa.Table, np.ndarray]]:
+    """``rows`` (units with ``topic`` and ``queue_id``) of each queue among ``queues`` that has any, in queue
+    offset order (stable), with their offsets; one sort for all of them.
+
+    >>> rows = pa.table({"topic": ["T", "T", "U", "T"], "queue_id": [1, 0, 1, 1], "queue_offset": [5, 0, 9, 4]})
+    >>> {k: v[1].tolist() for k, v in sorted(_by_queue(rows, [("T", 1), ("U", 1), ("U", 2)]).items())}
+    {('T', 1): [4, 5], ('U', 1): [9]}
+    """
+    wanted = set(queues)
+    if not rows.num_rows or not wanted:
+        return {}
+    topics = pc.dictionary_encode(rows.column("topic")).combine_chunks()
+    names, codes = topics.dictionary.to_pylist(), topics.indices.to_numpy()
+    queue_ids, offsets = rows.column("queue_id").to_numpy(), rows.column("queue_offset").to_numpy()
+    order = np.lexsort((offsets, queue_ids, codes))  # stable: equal offsets keep their order
+    codes, queue_ids, offsets = codes[order], queue_ids[order], offsets[order]
+    starts = np.flatnonzero(np.concatenate([[True], (codes[1:] != codes[:-1]) | (queue_ids[1:] != queue_ids[:-1])]))
+    ends = np.append(starts[1:], len(order))
+    out, ordered = {}, None
+    for lo, hi in zip(starts.tolist(), ends.tolist()):
+        key = (names[codes[lo]], int(queue_ids[lo]))
+        if key in wanted:
+            ordered = rows.take(order) if ordered is None else ordered
+            out[key] = (ordered.slice(lo, hi - lo), offsets[lo:hi])
+    return out
 
 
 class TailServer:
@@ -369,25 +393,23 @@ class TailServer:
         """Add each tail's new units, those past its end. A merged file's older units must be the tail's own:
         others (a topic deleted and sent to again) drop the tail, started again when next asked for."""
         news: dict[tuple[str, int], pa.Table] = {}
-        queue_ids, offsets = rows.column("queue_id").to_numpy(), rows.column("queue_offset").to_numpy()
-        of_topic = {t: pc.equal(rows.column("topic"), t).to_numpy(zero_copy_only=False) for t in {k[0] for k in self._tails}}
-        for key, tail in list(self._tails.items()):
-            queue = of_topic[key[0]] & (queue_ids == key[1])
-            held = np.flatnonzero(queue & (offsets >= tail.start) & (offsets < tail.end))
-            if len(held) and not np.array_equal(tail.units.column("commitlog_offset").to_numpy()[offsets[held] - tail.start],
-                                                rows.column("commitlog_offset").to_numpy()[held]):
+        for key, (mine, offsets) in _by_queue(rows, self._tails).items():
+            tail = self._tails[key]
+            held = (offsets >= tail.start) & (offsets < tail.end)
+            if held.any() and not np.array_equal(tail.units.column("commitlog_offset").to_numpy()[offsets[held] - tail.start],
+                                                 mine.column("commitlog_offset").to_numpy()[held]):
                 del self._tails[key]
                 continue
-            fresh = np.flatnonzero(queue & (offsets >= tail.end))
-            if not len(fresh):
+            fresh = offsets >= tail.end
+            if not fresh.any():
                 continue
-            mine = rows.take(fresh[np.argsort(offsets[fresh], kind="stable")]).select(_UNIT_COLUMNS)
-            got = mine.column("queue_offset").to_numpy()
+            first = int(np.argmax(fresh))  # sorted: the fresh ones are the last
+            mine, got = mine.slice(first), offsets[first:]
             keep = np.concatenate([[True], got[1:] != got[:-1]])
             mine = mine.filter(pa.array(keep)) if not keep.all() else mine
             got = got[keep]
             if got[0] == tail.end and (np.diff(got) == 1).all():
-                news[key] = mine
+                news[key] = mine.select(_UNIT_COLUMNS)
             else:
                 del self._tails[key]  # not contiguous with what it held
         messages = self._messages(pa.concat_tables(list(news.values()))) if news else None
