@@ -19,8 +19,8 @@ executors, vectorized over each batch the job reads: see :mod:`storelib.dispatch
 sets the subscription's Bloom bits where it returns TRUE. Each ext row records the registry version
 its bitmap was computed with. Other messages have no ext row (there is no bitmap to keep), and their
 consume queue rows hold their real tag codes, as a stock broker's do. A one-off run moves the ext
-marker with the others; a follower's round only when it adds ext rows, or with the index (once a
-second): up to the consume queue's marker, no unit points past the ext marker.
+marker with the others; a follower's round only when it adds ext rows, or once a second: up to the
+consume queue's marker, no unit points past the ext marker.
 
 A follower (``Dispatcher.run(follow=True)``, ``storelib dispatch --follow``) runs dispatch as messages
 arrive, round after round, until it is told to stop; each round is one run like any other, so a
@@ -185,8 +185,9 @@ def dispatch_targets(ctx: StoreContext) -> dict[str, Table]:
 #: A follower records the summaries of the ext files it committed at most this often (one commit of the
 #: summary table a second instead of one a round); a filtered read reads files not yet summed up.
 SUMMARY_EVERY_S = 1.0
-#: ... and builds the index at most this often (one commit of it a second, of all that arrived since): a
-#: message's keys are found at most this long after its queue unit.
+#: ... and builds the index at most this often, on a thread of its own (one commit of it a second, of all
+#: that arrived since), and moves a lagging ext marker: a message's keys are found at most this long after
+#: its queue unit.
 INDEX_EVERY_S = 1.0
 #: A follower starts a round at most this often (ms) while messages keep coming: a round's commits, and the
 #: pulls it wakes in every consumer, cost per round, so back-to-back rounds of a few hundred messages cost
@@ -451,7 +452,7 @@ class Dispatcher:
         first conflict (its files are deleted) and return the targets still to do. The summaries of the
         ext files committed are recorded last, off the path to the consume queue's commit: until they
         are, a filtered read reads those files rather than skipping them. With ``lazy``, the ext table
-        gets no commit when it has no rows (its marker moves with the index, once a second): the consume
+        gets no commit when it has no rows (its marker moves once a second): the consume
         queue units of the range then hold real tag codes, so nothing points past the ext marker."""
         summarize: list[WrittenFile] = []
         try:
