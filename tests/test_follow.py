@@ -120,6 +120,65 @@ def test_a_follower_builds_the_index_once_a_second_and_all_of_it_when_stopped(st
     assert len(store.query_by_key("TopicTest", "last")) == 1
 
 
+def test_a_round_does_not_wait_for_the_index(store):
+    """The follower's index thread held at its commit: the rounds go on, and consumers see new messages; let
+    go, the index catches up, and stopping brings every table to the end."""
+    import threading
+
+    store.subscribe("GroupA", "TopicTest", "*")
+    release, held, stop = threading.Event(), threading.Event(), threading.Event()
+
+    def fault(step: str) -> None:
+        if step == "index.written":
+            held.set()
+            release.wait(60)
+
+    follower = threading.Thread(target=Dispatcher.of(store.context, fault=fault).run,
+                                kwargs={"follow": True, "stop": stop, "interval_ms": 20, "compact_every_ms": 0})
+    follower.start()
+    try:
+        store.send(Message("TopicTest", keys="first", body=b"x", queue_id=0))
+        assert held.wait(30)  # the index thread is at its commit, and stays there
+        store.send(Message("TopicTest", keys="second", body=b"x", queue_id=0))
+        deadline = time.monotonic() + 30
+        while store.max_queue_offset("TopicTest", 0) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert store.max_queue_offset("TopicTest", 0) == 2 and store.dispatch_progress()["index"] < store.max_offset()
+        assert [m.keys for m in store.pull("GroupA", "TopicTest", 0, 0).messages] == ["first", "second"]
+    finally:
+        release.set()
+        stop.set()
+        follower.join(timeout=60)
+    assert set(store.dispatch_progress().values()) == {store.max_offset()}
+    assert len(store.query_by_key("TopicTest", "second")) == 1
+
+
+def test_a_failed_index_stops_the_follower_with_its_error_and_loses_nothing(store):
+    import threading
+
+    def fault(step: str) -> None:
+        if step == "index.written":
+            raise OSError("disk full")
+
+    store.send(Message("TopicTest", keys="first", body=b"x", queue_id=0))
+    stop, raised = threading.Event(), []
+
+    def follow() -> None:
+        try:
+            Dispatcher.of(store.context, fault=fault).run(follow=True, stop=stop, interval_ms=20, compact_every_ms=0)
+        except OSError as e:
+            raised.append(e)
+
+    follower = threading.Thread(target=follow)
+    follower.start()
+    follower.join(timeout=60)  # it stops by itself
+    assert not follower.is_alive() and stop.is_set() and [str(e) for e in raised] == ["disk full"]
+    assert store.max_queue_offset("TopicTest", 0) == 1 and store.dispatch_progress()["index"] < store.max_offset()
+    store.dispatch()  # the next run builds what the failed one did not
+    assert set(store.dispatch_progress().values()) == {store.max_offset()}
+    assert len(store.query_by_key("TopicTest", "first")) == 1
+
+
 def test_a_follower_starts_a_round_at_most_once_every_round_ms(store):
     """Messages sent every 10 ms for 1.5 s: with round_ms=400 no more than one round per 400 ms, and every
     message dispatched once."""
