@@ -189,6 +189,48 @@ def test_a_killed_serving_follower_loses_and_repeats_nothing(store, python_env):
     assert got == list(range(sent))
 
 
+def test_a_pull_between_a_commit_and_its_hand_over_waits_for_the_units(stores):
+    """The dispatcher says which files it commits before it hands their units over. A pull that finds them
+    committed but not handed over waits for the hand-over rather than reading them; one never handed over
+    is read from the files after a while. Either way, the tables' answer."""
+    import threading
+
+    serving, asking, reading = stores
+    _send(serving, 20)
+    client = tail_client(asking.context)
+    with TailServer(serving.context) as server:
+        assert _pulls(asking) == _pulls(reading)  # every queue's tail started
+        for start, late in ((20, 0.3), (24, None)):  # handed over 0.3 s after the commit; never
+            committed = threading.Event()
+
+            class Late:
+                expect = server.expect
+
+                def publish(self, units):
+                    committed.set()
+                    if late is not None:
+                        time.sleep(late)
+                        server.publish(units)
+
+            serving.send_batch([Message("TopicTest", body=b"x", properties={"n": str(i)}, queue_id=i % 2)
+                                for i in range(start, start + 4)])
+            dispatcher = serving.dispatcher()
+            dispatcher.feed = Late()
+            running = threading.Thread(target=dispatcher.run)
+            running.start()
+            assert committed.wait(60)
+            began, answered = time.monotonic(), client.answered
+            p = asking.pull("GroupT", "TopicTest", 0, 10, 32)
+            waited = time.monotonic() - began
+            running.join()
+            assert [int(m.properties["n"]) for m in p.messages] == list(range(20, start + 4, 2))
+            assert p.messages == reading.pull("GroupT", "TopicTest", 0, 10, 32).messages
+            assert client.answered == answered + 1 and "tail behind" not in server.declined
+            assert waited >= 0.2  # it waited for the hand-over (0.3 s), or for the time it is given (0.5 s)
+        assert _pulls(asking) == _pulls(reading)
+        assert all(t.units.column("queue_offset").to_pylist() == list(range(t.start, t.end)) for t in server._tails.values())
+
+
 def test_a_held_pull_waits_at_the_follower_and_wakes_when_a_round_is_handed_over(stores):
     import threading
 
