@@ -221,7 +221,7 @@ class Dispatcher:
         self._filters: tuple[int, list["Subscription"]] | None = None
         self._done_to: int | None = None  # every target dispatched to this commitlog offset by this dispatcher
         self._queued_to: int | None = None  # every target but perhaps the index dispatched this far
-        self._index_every_s, self._indexed_at = 0.0, 0.0
+        self._full_every_s, self._full_at = 0.0, 0.0  # a round of every target (index, ext marker) at most this often
         self._unsummarized: list[WrittenFile] = []  # committed ext files whose summaries are not recorded yet
         self._summary_every_s, self._summarized_at = 0.0, 0.0
         #: Handed each run's consume queue units when it dispatched in this process (a follower serving
@@ -293,7 +293,7 @@ class Dispatcher:
                                          name="storelib-compact-fresh", daemon=True)
             compactor.start()
         # a follower records summaries, and moves the ext marker alone, once a second rather than every round
-        self._summary_every_s, self._index_every_s = SUMMARY_EVERY_S, INDEX_EVERY_S
+        self._summary_every_s, self._full_every_s = SUMMARY_EVERY_S, INDEX_EVERY_S
         indexing = self._index_apart(stop)
         try:
             while not stop.is_set():
@@ -310,7 +310,7 @@ class Dispatcher:
         except BaseException:
             stop.set()  # the follower's other threads end with it
             raise
-        self._summary_every_s = self._index_every_s = 0.0
+        self._summary_every_s = self._full_every_s = 0.0
         self._summarize(force=True)
         if compactor is not None:
             compactor.join()
@@ -392,14 +392,14 @@ class Dispatcher:
 
     def _run_once(self) -> DispatchResult:
         known = self.commitlog.view(markers=[COMMITLOG_MARKER]).marker(COMMITLOG_MARKER)
-        index_due = time.monotonic() - self._indexed_at >= self._index_every_s
-        if known == self._done_to or (known == self._queued_to and not index_due):
+        full_due = time.monotonic() - self._full_at >= self._full_every_s
+        if known == self._done_to or (known == self._queued_to and not full_due):
             return DispatchResult(known, known)  # nothing new for this dispatcher: no turn, no snapshot
         result: DispatchResult | None = None
         self._filters = None
         targets = [name for name in self.targets if name not in self._apart]
-        pending = [name for name in targets if name != "index" or index_due]
-        lazy = self._index_every_s > 0 and not index_due  # a follower's round between two full ones
+        pending = [name for name in targets if name != "index" or full_due]
+        lazy = self._full_every_s > 0 and not full_due  # a follower's round between two full ones
         everything = len(pending) == len(targets) and not lazy
         for attempt in range(1, self.config.max_commit_attempts + 1):
             with contextlib.ExitStack() as turns:  # the targets' turns, in one order: local dispatchers queue
@@ -412,7 +412,7 @@ class Dispatcher:
             if not pending:
                 self._queued_to = result.to_offset
                 if everything:
-                    self._done_to, self._indexed_at = result.to_offset, time.monotonic()
+                    self._done_to, self._full_at = result.to_offset, time.monotonic()
                 return result
             log.info("dispatch: commit conflict on %s, attempt %d", pending[0], attempt)
             time.sleep(min(0.5, 0.01 * attempt))
