@@ -190,12 +190,12 @@ class TestDispatch:
 
 
 def test_a_follower_round_moves_the_ext_marker_only_with_rows_or_with_the_index(spark, store):
-    """Between two index rounds a follower commits the ext table only when it has units to add; the ext units
+    """Between two full rounds a follower commits the ext table only when it has units to add; the ext units
     of a later round start at the consume queue's marker, since no unit below it points at one."""
     import time
 
     dispatcher = Dispatcher.of(store.context)
-    dispatcher._index_every_s, dispatcher._indexed_at = 3600.0, time.monotonic()  # a follower, the index just built
+    dispatcher._full_every_s, dispatcher._full_at = 3600.0, time.monotonic()  # a follower, a full round just made
     ext = store.context.tables.consume_queue_ext
     before = ext.snapshot().version()
     first = store.send(Message("TopicTest", tags="TagA", properties={"a": "7"}))
