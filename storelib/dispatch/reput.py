@@ -424,6 +424,7 @@ class Dispatcher:
         """One try at every pending target from ``snapshots``, up to commitlog offset ``end``; the targets still to do.
         With ``lazy``, an ext commit that would move the marker alone is left for a later round."""
         starts = {name: self.targets[name].markers_at(snapshots[name], [REPUT_MARKER])[REPUT_MARKER] for name in pending}
+        marked = dict(starts)  # where each target is: one behind ``end`` commits, with files or its marker alone
         ext_at = starts.get("consume_queue_ext")
         if ext_at is not None and "consume_queue" in starts and ext_at < starts["consume_queue"]:
             # behind the consume queue only by rounds that had no ext unit to write (the ext table commits first
@@ -438,14 +439,14 @@ class Dispatcher:
         files = self._write({n: s for n, s in starts.items() if s < end}, commitlog, end, ext_at)
         result.seconds["scan"] = round(result.seconds.get("scan", 0.0) + time.perf_counter() - began, 3)
         try:
-            return self._commit_in_order(pending, snapshots, starts, files, end, result, lazy)
+            return self._commit_in_order(pending, snapshots, marked, files, end, result, lazy)
         except BaseException:
             for name, written in files.items():
                 if name not in result.versions:
                     self.targets[name].discard(written)
             raise
 
-    def _commit_in_order(self, pending: list[str], snapshots: dict, starts: dict[str, int],
+    def _commit_in_order(self, pending: list[str], snapshots: dict, marked: dict[str, int],
                          files: dict[str, list[WrittenFile]], end: int, result: DispatchResult,
                          lazy: bool = False) -> list[str]:
         """Commit each pending target's files with its marker moved to ``end``, in order; stop at the
@@ -459,7 +460,7 @@ class Dispatcher:
             for i, name in enumerate(pending):
                 table, written = self.targets[name], files.get(name, [])
                 began = time.perf_counter()
-                left = starts[name] >= end or (lazy and name == "consume_queue_ext" and not written)
+                left = marked[name] >= end or (lazy and name == "consume_queue_ext" and not written)
                 if left:
                     version = snapshots[name].version()
                 else:
@@ -469,7 +470,7 @@ class Dispatcher:
                     try:
                         version = table.commit(snapshots[name], written, markers={REPUT_MARKER: end},
                                                operation="DISPATCH",
-                                               info={"storelib.from": str(starts[name]), "storelib.to": str(end)})
+                                               info={"storelib.from": str(marked[name]), "storelib.to": str(end)})
                     except CommitConflict:
                         for later in pending[i + 1:]:
                             self.targets[later].discard(files.get(later, []))
