@@ -248,7 +248,7 @@ class TailServer:
         min_offset, max_offset = queue_offsets(cq, view, topic, queue_id)
         why = ("no tail" if tail is None else "tail behind" if tail.end != max_offset else
                "offset outside" if not max(tail.start, min_offset) <= offset <= max_offset else None)
-        if why == "tail behind" and self._handing and time.monotonic() - self._handing < _PUBLISH_WAIT_S:
+        if why == "tail behind" and self._handing:  # _refresh has just let go of a hand-over waited for too long
             return _HANDING
         if why is not None:
             self.declined[why] += 1

@@ -220,7 +220,7 @@ class Dispatcher:
         self.summaries = summaries
         self._filters: tuple[int, list["Subscription"]] | None = None
         self._done_to: int | None = None  # every target dispatched to this commitlog offset by this dispatcher
-        self._queued_to: int | None = None  # every target but perhaps the index dispatched this far
+        self._queued_to: int | None = None  # every target dispatched this far, but perhaps the index and the ext marker
         self._full_every_s, self._full_at = 0.0, 0.0  # a round of every target (index, ext marker) at most this often
         self._unsummarized: list[WrittenFile] = []  # committed ext files whose summaries are not recorded yet
         self._summary_every_s, self._summarized_at = 0.0, 0.0
