@@ -143,6 +143,28 @@ def test_without_the_follower_pulls_read_the_tables(stores):
     other.close()
 
 
+def test_the_tails_stay_within_tail_pulls_max_mb_the_least_recently_pulled_going_first(spark, tmp_path):
+    serving = MessageStore.create(str(tmp_path / "small"), spark, tail_pulls_max_mb=1)
+    serving.create_topic("TopicTest", queues=2)
+    serving.subscribe("GroupT", "TopicTest", "*")
+    asking = MessageStore.open(serving.root, spark)
+    reading = MessageStore.open(serving.root, spark, tail_pulls=False)
+    serving.send_batch([Message("TopicTest", body=bytes([i]) * 60_000, queue_id=i % 2) for i in range(24)])  # 720 kB a queue
+    serving.dispatch()
+    try:
+        with TailServer(serving.context) as server:
+            got = [asking.pull("GroupT", "TopicTest", q, 0, 32) for q in (0, 1)]  # queue 0's tail, then queue 1's
+            assert server.answered == 2 and server.dropped == 1 and set(server._tails) == {("TopicTest", 1)}
+            assert 0 < server._tails.nbytes <= 1024 * 1024
+            assert [p.messages for p in got] == [reading.pull("GroupT", "TopicTest", q, 0, 32).messages for q in (0, 1)]
+            again = asking.pull("GroupT", "TopicTest", 0, 0, 32)  # asked again: back, and queue 1's goes
+            assert again.messages == got[0].messages and server.answered == 3
+            assert server.dropped == 2 and set(server._tails) == {("TopicTest", 0)}
+    finally:
+        for s in (serving, asking, reading):
+            s.close()
+
+
 def test_a_killed_serving_follower_loses_and_repeats_nothing(store, python_env):
     """``storelib dispatch --follow --serve-pulls`` in its own process; a consumer long-polls through it,
     the follower is killed, the consumer goes on from the tables, and gets every message once, in order."""

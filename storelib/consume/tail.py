@@ -4,9 +4,10 @@ RocketMQ's broker answers a pull of fresh messages from its page cache: it wrote
 ago. Without a broker, every consumer process reads the tail itself: it brings its warm views of
 the consume queue and the commitlog forward, finds and decodes the new files, and takes its
 queues' units and messages out of them, every process the same files. A follower that serves
-pulls (``storelib dispatch --follow --serve-pulls``, :class:`TailServer`) instead reads each new
-consume queue version's units, and their messages, once, keeps the last :data:`TAIL_UNITS` units
-of every queue it was asked for, with their messages, and answers the pulls of that tail over a
+pulls (``storelib dispatch --follow``, unless ``--no-serve-pulls``; :class:`TailServer`) instead reads each
+new consume queue version's units, and their messages, once, keeps the last :data:`TAIL_UNITS` units
+of every queue it was asked for, with their messages, within the ``tail_pulls_max_mb`` setting
+(:mod:`storelib.consume.tails`), and answers the pulls of that tail over a
 local socket. The consumer's processor still makes every check of the request and turns the
 answer into the client's result as before; only ``getMessage`` is asked of the follower.
 
@@ -51,6 +52,7 @@ import pyarrow.compute as pc
 
 from storelib.consume.get_message import (GetMessageResult, GetMessageStatus, batch_full, scan_window,
                                           total_physical_memory)
+from storelib.consume.tails import TAIL_UNITS, Tail, Tails, by_queue
 from storelib.context import StoreContext
 from storelib.encoding.ext_addr import MAX_EXT_ADDR
 from storelib.filter.message_filter import MessageFilter
@@ -67,9 +69,6 @@ __all__ = ["TailServer", "TailClient", "tail_client", "tail_address", "TAIL_UNIT
 
 log = logging.getLogger(__name__)
 
-#: Units (with their messages) the follower keeps of each queue it was asked for (a quarter of them when
-#: first asked; up to a quarter more between two cuts): a consumer further behind reads the tables itself.
-TAIL_UNITS = 4_096
 #: Seconds a queue's tail is kept after its last pull.
 TAIL_IDLE_S = 60.0
 #: Seconds a consumer waits for the follower's answer before it reads the tables itself.
@@ -105,54 +104,6 @@ def tail_address(ctx: StoreContext) -> str | None:
     return abstract_address("tail", path, PROTOCOL)
 
 
-class _Tail:
-    """One queue's tail: its units of queue offsets ``[start, end)``, contiguous (at least one), and the
-    message of each, row by row."""
-
-    __slots__ = ("units", "messages", "start", "end")
-
-    def __init__(self, units: pa.Table, messages: pa.Table):
-        self.units, self.messages = units, messages
-        self.end = units.column("queue_offset")[units.num_rows - 1].as_py() + 1
-        self.start = self.end - units.num_rows
-
-    def extended(self, units: pa.Table, messages: pa.Table) -> "_Tail":
-        """The tail with these units and messages after its own (a chunk more: nothing is copied). Past a
-        quarter more than :data:`TAIL_UNITS`, it is cut back to them, in one chunk (a slice costs per chunk)."""
-        units, messages = pa.concat_tables([self.units, units]), pa.concat_tables([self.messages, messages])
-        if units.num_rows > TAIL_UNITS * 5 // 4:
-            cut = units.num_rows - TAIL_UNITS
-            units, messages = units.slice(cut).combine_chunks(), messages.slice(cut).combine_chunks()
-        return _Tail(units, messages)
-
-
-def _by_queue(rows: pa.Table, queues) -> dict[tuple[str, int], tuple[pa.Table, np.ndarray]]:
-    """``rows`` (units with ``topic`` and ``queue_id``) of each queue among ``queues`` that has any, in queue
-    offset order (stable), with their offsets; one sort for all of them.
-
-    >>> rows = pa.table({"topic": ["T", "T", "U", "T"], "queue_id": [1, 0, 1, 1], "queue_offset": [5, 0, 9, 4]})
-    >>> {k: v[1].tolist() for k, v in sorted(_by_queue(rows, [("T", 1), ("U", 1), ("U", 2)]).items())}
-    {('T', 1): [4, 5], ('U', 1): [9]}
-    """
-    wanted = set(queues)
-    if not rows.num_rows or not wanted:
-        return {}
-    topics = pc.dictionary_encode(rows.column("topic")).combine_chunks()
-    names, codes = topics.dictionary.to_pylist(), topics.indices.to_numpy()
-    queue_ids, offsets = rows.column("queue_id").to_numpy(), rows.column("queue_offset").to_numpy()
-    order = np.lexsort((offsets, queue_ids, codes))  # stable: equal offsets keep their order
-    codes, queue_ids, offsets = codes[order], queue_ids[order], offsets[order]
-    starts = np.flatnonzero(np.concatenate([[True], (codes[1:] != codes[:-1]) | (queue_ids[1:] != queue_ids[:-1])]))
-    ends = np.append(starts[1:], len(order))
-    out, ordered = {}, None
-    for lo, hi in zip(starts.tolist(), ends.tolist()):
-        key = (names[codes[lo]], int(queue_ids[lo]))
-        if key in wanted:
-            ordered = rows.take(order) if ordered is None else ordered
-            out[key] = (ordered.slice(lo, hi - lo), offsets[lo:hi])
-    return out
-
-
 class TailServer:
     """Answers tail pulls from memory, in the follower's process (see the module docstring).
 
@@ -171,9 +122,11 @@ class TailServer:
         #: Pulls answered from the tail, and those handed back to read the tables, by why.
         self.answered = 0
         self.declined: collections.Counter[str] = collections.Counter()
+        #: Tails dropped to stay within the ``tail_pulls_max_mb`` setting.
+        self.dropped = 0
         self._lock = threading.Lock()
         self._grown = threading.Condition(self._lock)  # notified when tails gain units
-        self._tails: dict[tuple[str, int], _Tail] = {}
+        self._tails = Tails(ctx.config.tail_pulls_max_mb * 1024 * 1024)  # by queue, within the budget
         self._asked: dict[tuple[str, int], float] = {}  # when each tail was last asked for
         self._version = -1  # the consume queue version the tails are brought up to
         self._known: set[str] = set()  # the consume queue's files at that version
@@ -328,6 +281,7 @@ class TailServer:
             top = queue_offsets(cq, view, topic, queue_id)[1]
             units = read_units(cq, queue_files(cq, view, topic, queue_id), max(0, top - TAIL_UNITS // 4), top)
             self._start(wanted, units, top)
+        self._trim()
         return view
 
     def expect(self, paths: list[str]) -> None:
@@ -365,7 +319,14 @@ class TailServer:
             except Exception as e:  # noqa: BLE001  (the round has committed; only the tails are lost)
                 log.warning("tail pulls: a round's units could not be added; the tails start again: %s", e)
                 self._tails.clear()
+            self._trim()
             self._grown.notify_all()
+
+    def _trim(self) -> None:
+        """Keep the tails within ``tail_pulls_max_mb``: those of the queues pulled least recently go first."""
+        for key in self._tails.trim(lambda key: self._asked.get(key, 0.0)):
+            self.dropped += 1
+            log.debug("tail pulls: %s's tail dropped to stay within tail_pulls_max_mb", key)
 
     def _unread(self, actions: pa.Table) -> list[str]:
         """Of the new files, those that may hold units a tail lacks: not a file of one queue whose units
@@ -387,13 +348,13 @@ class TailServer:
             return  # a gap, or nothing yet: the next new units start it
         messages = self._messages(units)
         if messages is not None:
-            self._tails[key] = _Tail(units, messages)
+            self._tails[key] = Tail(units, messages)
 
     def _extend(self, rows: pa.Table) -> None:
         """Add each tail's new units, those past its end. A merged file's older units must be the tail's own:
         others (a topic deleted and sent to again) drop the tail, started again when next asked for."""
         news: dict[tuple[str, int], pa.Table] = {}
-        for key, (mine, offsets) in _by_queue(rows, self._tails).items():
+        for key, (mine, offsets) in by_queue(rows, self._tails).items():
             tail = self._tails[key]
             held = (offsets >= tail.start) & (offsets < tail.end)
             if held.any() and not np.array_equal(tail.units.column("commitlog_offset").to_numpy()[offsets[held] - tail.start],
