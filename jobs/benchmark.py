@@ -17,6 +17,7 @@ Prints messages per second and the ratio to the baseline measured in the same ru
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -82,8 +83,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="online suite: sends each thread keeps in flight (send_async); 1 sends one at a time")
     parser.add_argument("--relay", action="store_true",
                         help="online suite: the producer processes hand their groups to one committer (relay_sends)")
-    parser.add_argument("--tail-pulls", action="store_true",
-                        help="online suite: the follower answers the consumers' pulls of the queues' tails (tail_pulls)")
+    parser.add_argument("--tail-pulls", action=argparse.BooleanOptionalAction, default=True,
+                        help="online suite: the follower answers the consumers' pulls of the queues' tails (tail_pulls; "
+                             "default); --no-tail-pulls: the consumers read the tables")
     parser.add_argument("--round-ms", type=non_negative_int, default=None,
                         help="online suite: the follower's --round-ms (default: the follower's own)")
     parser.add_argument("--consumer-nice", type=non_negative_int, default=0,

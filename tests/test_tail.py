@@ -166,13 +166,13 @@ def test_the_tails_stay_within_tail_pulls_max_mb_the_least_recently_pulled_going
 
 
 def test_a_killed_serving_follower_loses_and_repeats_nothing(store, python_env):
-    """``storelib dispatch --follow --serve-pulls`` in its own process; a consumer long-polls through it,
-    the follower is killed, the consumer goes on from the tables, and gets every message once, in order."""
+    """``storelib dispatch --follow`` (which serves pulls unless told ``--no-serve-pulls``) in its own process;
+    a consumer long-polls through it, the follower is killed, the consumer goes on from the tables, and gets
+    every message once, in order."""
     store.subscribe("GroupT", "TopicTest", "*")
     asking = MessageStore.open(store.root, store.context.spark)
     client = tail_client(asking.context)
-    command = [sys.executable, "-m", "storelib", "dispatch", "--follow", "--serve-pulls", "--interval-ms", "20",
-               "--store", store.root]
+    command = [sys.executable, "-m", "storelib", "dispatch", "--follow", "--interval-ms", "20", "--store", store.root]
     follower = subprocess.Popen(command, env=python_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     got, offset, sent = [], 0, 0
 

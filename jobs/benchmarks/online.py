@@ -197,7 +197,7 @@ class OnlineFigures:
 
 def bench_online(seconds: float = 60, *, producers: int = 4, threads: int = 16, window: int = 16, consumers: int = 4,
                  root: str | None = None, relay: bool = False, consumer_nice: int = 0,
-                 follower_nice: int = 0, tail_pulls: bool = False, round_ms: int | None = None) -> OnlineFigures:
+                 follower_nice: int = 0, tail_pulls: bool = True, round_ms: int | None = None) -> OnlineFigures:
     """Run the online benchmark for ``seconds`` (see the module docstring); ``relay``: the producer
     processes hand their groups to the machine's committer (``relay_sends``); ``consumer_nice`` and
     ``follower_nice``: the consumer processes and the follower run at that niceness (the ``nice`` command), so
@@ -216,7 +216,7 @@ def bench_online(seconds: float = 60, *, producers: int = 4, threads: int = 16, 
         with open(f"{work}/follower.out", "w") as out, open(f"{work}/follower.err", "w") as err:  # the child keeps its own
             follower = subprocess.Popen(_lowered(follower_nice, [sys.executable, "-m", "storelib", "dispatch", "--follow",
                                                                  "--interval-ms", "10", "--store", store.root]
-                                                 + (["--serve-pulls"] if tail_pulls else [])
+                                                 + (["--serve-pulls"] if tail_pulls else ["--no-serve-pulls"])
                                                  + ([f"--round-ms={round_ms}"] if round_ms is not None else [])),
                                         env=env, stdout=out, stderr=err)
         procs.append(follower)

@@ -71,7 +71,8 @@ def _follow(store: MessageStore, args: argparse.Namespace, progress: Progress) -
                                compact_every_ms=args.compact_every_ms, round_ms=args.round_ms)
         if server is not None and server.serving:
             declined = ", ".join(f"{why} {n}" for why, n in server.declined.most_common()) or "none"
-            progress.say(f"tail pulls answered: {server.answered}; handed back to read the tables: {declined}")
+            progress.say(f"tail pulls answered: {server.answered}; handed back to read the tables: {declined}; "
+                         f"tails dropped to stay within tail_pulls_max_mb: {server.dropped}")
     return (f"stopped by {why[0] if why else 'request'} after {progress.elapsed:.1f}s: {len(rounds)} rounds dispatched "
             f"commitlog [{total.from_offset}, {total.to_offset}), {total.consume_queue_rows} consume_queue rows")
 
@@ -169,8 +170,9 @@ def register(sub: "argparse._SubParsersAction") -> None:
     p.add_argument("--round-ms", type=non_negative_int, default=ROUND_MS,
                    help="with --follow: start a round at most this often (0: as soon as the last one ends); longer "
                         "rounds cost consumers less CPU per message and add to each message's wait")
-    p.add_argument("--serve-pulls", action="store_true",
-                   help="with --follow: answer consumers' pulls of the queues' tails from memory (their tail_pulls setting)")
+    p.add_argument("--serve-pulls", action=argparse.BooleanOptionalAction, default=True,
+                   help="with --follow: answer consumers' pulls of the queues' tails from memory (their tail_pulls "
+                        "setting), within tail_pulls_max_mb (default); --no-serve-pulls: consumers read the tables")
     p.add_argument("--compact-every-ms", type=non_negative_int, default=10_000,
                    help="with --follow: merge the fresh small files of the commitlog, consume queue and index this often (0: never)")
     for name, run, doc in (("deliver", _deliver, "Deliver the delayed, timer and sent-back messages that are due, "
