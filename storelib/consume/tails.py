@@ -36,25 +36,28 @@ class Tail:
 
     __slots__ = ("units", "messages", "start", "end", "nbytes")
 
-    def __init__(self, units: pa.Table, messages: pa.Table):
+    def __init__(self, units: pa.Table, messages: pa.Table, nbytes: int | None = None):
         self.units, self.messages = units, messages
         self.end = units.column("queue_offset")[units.num_rows - 1].as_py() + 1
         self.start = self.end - units.num_rows
-        self.nbytes = units.nbytes + messages.nbytes
+        # counted once per piece: a table's nbytes costs per chunk (1.3 ms at a tail's 42 chunks, measured)
+        self.nbytes = units.nbytes + messages.nbytes if nbytes is None else nbytes
 
     def extended(self, units: pa.Table, messages: pa.Table) -> "Tail":
         """The tail with these units and messages after its own (a chunk more: nothing is copied). Past a
         quarter more than :data:`TAIL_UNITS`, it is cut back to them, in one chunk (a slice costs per chunk).
 
         >>> t = Tail(pa.table({"queue_offset": [1]}), pa.table({"body": [b"a"]}))
-        >>> t.extended(pa.table({"queue_offset": [2]}), pa.table({"body": [b"b"]})).messages.column(0).to_pylist()
-        [b'a', b'b']
+        >>> longer = t.extended(pa.table({"queue_offset": [2]}), pa.table({"body": [b"b"]}))
+        >>> longer.messages.column(0).to_pylist(), longer.nbytes == longer.units.nbytes + longer.messages.nbytes
+        ([b'a', b'b'], True)
         """
+        nbytes = self.nbytes + units.nbytes + messages.nbytes
         units, messages = pa.concat_tables([self.units, units]), pa.concat_tables([self.messages, messages])
         if units.num_rows > TAIL_UNITS * 5 // 4:
             cut = units.num_rows - TAIL_UNITS
-            units, messages = units.slice(cut).combine_chunks(), messages.slice(cut).combine_chunks()
-        return Tail(units, messages)
+            return Tail(units.slice(cut).combine_chunks(), messages.slice(cut).combine_chunks())
+        return Tail(units, messages, nbytes)
 
 
 class Tails(dict):
