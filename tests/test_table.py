@@ -120,9 +120,6 @@ class TestTombstones:
         Table(str(tmp_path / "own"), spec, own).ensure()
         Table(str(tmp_path / "own"), spec).ensure()
         assert DeltaTable(str(tmp_path / "own")).metadata().configuration["delta.deletedFileRetentionDuration"] == "interval 3 days"
-        former = Table(str(tmp_path / "former"), spec, {"delta.deletedFileRetentionDuration": "interval 1 minute"}).ensure()
-        Table(former.path, spec).ensure()  # made by an earlier store with its brief minute: brought to the current one
-        assert DeltaTable(former.path).metadata().configuration["delta.deletedFileRetentionDuration"] == TOMBSTONE_RETENTION
 
 
 class TestFileSkipping:

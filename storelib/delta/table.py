@@ -65,12 +65,9 @@ TABLE_DEFAULTS = {"delta.checkpointInterval": "20", "delta.logRetentionDuration"
 #: follower's rate of merges a week's worth made a table slower the longer it ran (send 1.70x, dispatch
 #: 1.80x, pull 1.89x after 3*10^4 commits, measured). A removed file stays on disk regardless:
 #: :meth:`Table.commit` sets its modification time to its removal, and once its tombstone has gone it is an
-#: orphan (:mod:`storelib.delta.orphans`) that is deleted only ``orphan_file_min_age_hours`` after that. Ten
-#: seconds rather than a minute: 0.92x the producers' and 0.90x the follower's CPU per message online (measured).
-TOMBSTONE_RETENTION = "interval 10 seconds"
+#: orphan (:mod:`storelib.delta.orphans`) that is deleted only ``orphan_file_min_age_hours`` after that.
+TOMBSTONE_RETENTION = "interval 1 minute"
 _TOMBSTONES = "delta.deletedFileRetentionDuration"
-#: The brief retention of stores made before, brought to :data:`TOMBSTONE_RETENTION` when they are opened.
-_FORMER_BRIEF = "interval 1 minute"
 
 #: A read of at most this many files is a point read: its small files are kept decoded (:func:`small_file`).
 POINT_READ_FILES = 32
@@ -197,11 +194,10 @@ class Table:
         return self.spec.brief_tombstones and is_local(self.path)
 
     def _shorten_tombstones(self, dt: DeltaTable) -> None:
-        """A local table made before its tombstones were brief (or as brief as now) gets :data:`TOMBSTONE_RETENTION`,
-        unless the store's settings name a retention of its own; the files its tombstones name are stamped
-        first, so they too stay for the orphan window, counted from now."""
-        if not self._brief or _TOMBSTONES in self.properties or dt.metadata().configuration.get(_TOMBSTONES) not in (
-                None, _FORMER_BRIEF):
+        """A local table made before its tombstones were brief gets :data:`TOMBSTONE_RETENTION`, unless the
+        store's settings name a retention of its own; the files its tombstones name are stamped first, so
+        they too stay for the orphan window, counted from now."""
+        if not self._brief or _TOMBSTONES in self.properties or _TOMBSTONES in dt.metadata().configuration:
             return
         self.stamp(tombstones(dt))
         try:
