@@ -79,12 +79,13 @@ class StoreConfig:
     relay_sends: bool = False
     # ---- consuming (PullMessageProcessor, DefaultMessageStore.getMessage, PullRequestHoldService) ----
     #: Pulls of a queue's tail ask the store's follower first, when one serves them (``storelib dispatch
-    #: --follow``, unless ``--no-serve-pulls``): it answers from the rows it has just dispatched (:mod:`storelib.consume.tail`;
-    #: local stores on Linux). Without a follower serving, or for anything else, the pull reads the tables.
+    #: --follow``, unless ``--no-serve-pulls``): it answers from the rows it has just dispatched
+    #: (:mod:`storelib.consume.tail`; local stores on Linux). Without a follower serving, or for anything else,
+    #: the pull reads the tables.
     tail_pulls: bool = True
     #: Memory (MiB, counting messages at their stored size) the tails a serving follower keeps may take (up to
-    #: 5,120 messages of each queue pulled in the last minute): past it, the tails of the queues pulled least recently are dropped, and their pulls
-    #: read the tables until asked again.
+    #: 5,120 messages of each queue pulled in the last minute): past it, the tails of the queues pulled least
+    #: recently are dropped, and their pulls read the tables until asked again.
     tail_pulls_max_mb: int = 256
     #: Permission bits of the whole store (``brokerPermission``): 4 read, 2 write.
     broker_permission: int = 6
