@@ -281,7 +281,6 @@ class TailServer:
             top = queue_offsets(cq, view, topic, queue_id)[1]
             units = read_units(cq, queue_files(cq, view, topic, queue_id), max(0, top - TAIL_UNITS // 4), top)
             self._start(wanted, units, top)
-        self._trim()
         return view
 
     def expect(self, paths: list[str]) -> None:
@@ -319,11 +318,11 @@ class TailServer:
             except Exception as e:  # noqa: BLE001  (the round has committed; only the tails are lost)
                 log.warning("tail pulls: a round's units could not be added; the tails start again: %s", e)
                 self._tails.clear()
-            self._trim()
             self._grown.notify_all()
 
     def _trim(self) -> None:
-        """Keep the tails within ``tail_pulls_max_mb``: those of the queues pulled least recently go first."""
+        """Keep the tails within ``tail_pulls_max_mb`` once they have grown (a tail started, or extended):
+        those of the queues pulled least recently go first."""
         for key in self._tails.trim(lambda key: self._asked.get(key, 0.0)):
             self.dropped += 1
             log.debug("tail pulls: %s's tail dropped to stay within tail_pulls_max_mb", key)
@@ -349,6 +348,7 @@ class TailServer:
         messages = self._messages(units)
         if messages is not None:
             self._tails[key] = Tail(units, messages)
+            self._trim()
 
     def _extend(self, rows: pa.Table) -> None:
         """Add each tail's new units, those past its end. A merged file's older units must be the tail's own:
@@ -381,6 +381,7 @@ class TailServer:
                 continue
             self._tails[key] = self._tails[key].extended(mine, messages.slice(at, mine.num_rows))
             at += mine.num_rows
+        self._trim()
 
     def _messages(self, units: pa.Table) -> pa.Table | None:
         """The message of each unit, in the units' order (None: some are not in the commitlog)."""
