@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import atexit
 import gc
-import os
 import threading
 import weakref
 from dataclasses import dataclass, field, fields
@@ -24,6 +23,7 @@ from typing import TYPE_CHECKING, Callable, Mapping, Union
 
 from deltalake import DeltaTable
 
+from storelib.delta import location
 from storelib.delta.health import table_problems
 from storelib.delta.table import Table
 from storelib.filter.registry import SubscriptionRegistry
@@ -84,7 +84,7 @@ class StoreTables:
         >>> StoreTables.at(tmp + "/nothing").exists()
         False
         """
-        return DeltaTable.is_deltatable(self.commitlog.path)
+        return DeltaTable.is_deltatable(self.commitlog.path, storage_options=self.commitlog.storage_options)
 
     def ensure(self) -> "StoreTables":
         """Create the tables where absent; check their columns where present."""
@@ -167,6 +167,7 @@ class StoreContext:
             with _LAZY:
                 if not self.spark_started:
                     self.session = self.session()
+                    location.ship(self.session)
         return self.session
 
     @property
@@ -176,7 +177,8 @@ class StoreContext:
 
     @classmethod
     def open(cls, root: str, spark: SessionSource, config: StoreConfig | None = None, *, create: bool = False,
-             spark_conf: Mapping[str, str] | None = None, **settings: object) -> "StoreContext":
+             spark_conf: Mapping[str, str] | None = None, storage_options: Mapping[str, str] | None = None,
+             **settings: object) -> "StoreContext":
         """The context of the store at ``root``, its tables created when ``create`` (else the store must
         exist: :class:`~storelib.model.errors.StoreNotFoundError`). Settings as ``MessageStore.open`` takes them;
         without ``config``, the ``spark.storelib.*`` entries of ``spark_conf`` (default: the session's) come first.
@@ -186,16 +188,17 @@ class StoreContext:
         >>> StoreContext.open(tmp + "/made", spark, create=True).tables.exists()
         True
         """
+        if spark_conf is None:
+            spark_conf = {} if callable(spark) else location.session_settings(spark)
         if config is None:
-            if spark_conf is None:
-                spark_conf = {} if callable(spark) else dict(spark.sparkContext.getConf().getAll())
-            config = StoreConfig.from_mapping({k: v for k, v in spark_conf.items() if k.startswith("spark.storelib.")},
-                                              **settings)
+            config = StoreConfig.from_mapping({k: v for k, v in spark_conf.items() if k.startswith("spark.storelib.")
+                                               and not k.startswith(location.CONF_PREFIX)}, **settings)
         elif settings:
             config = config.replace(**settings)
-        if "://" not in root:
-            root = os.path.abspath(root)
-        context = cls.build(root.rstrip("/"), spark, config)
+        root = location.attach(root, storage_options, spark_conf)
+        if not callable(spark):
+            location.ship(spark)
+        context = cls.build(root, spark, config)
         problems = [p for t in context.tables.by_name().values() for p in table_problems(t)]
         if problems:
             raise StoreCorruptedError(problems, root)

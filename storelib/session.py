@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping
 
 from storelib.datasource import register
-from storelib.delta.writer import parallelism
+from storelib.delta import location
+from storelib.delta.spark_read import parallelism
 from storelib.model.errors import JavaNotFoundError, SessionError
 
 if TYPE_CHECKING:
@@ -191,6 +192,10 @@ def ensure_session(spark: "SparkSession") -> "SparkSession":
         elif sc.pythonExec != sys.executable:
             _check_workers(spark)
         _CHECKED.add(sc.applicationId)
+        settings = location.settings_of(location.session_settings(spark))
+        if settings:
+            location.register(location.ANY_ROOT, settings)
+    location.ship(spark)  # before the source: its workers get the environment it is registered with
     register(spark)  # after pythonExec: the source's planning workers run the interpreter it names
     return spark
 

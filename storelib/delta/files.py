@@ -19,12 +19,14 @@ import functools
 import threading
 from collections import OrderedDict
 from concurrent.futures import Future
-from typing import Any, Callable
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["ByteLRU", "filesystem", "is_local", "local_bytes", "parquet_format", "fragment", "small_file", "keyed_rows", "FOOTER_CACHE_BYTES",
+from storelib.delta.location import filesystem, is_local
+
+__all__ = ["ByteLRU", "filesystem", "is_local", "local_bytes", "parquet_format", "fragment", "small_file", "scan_files", "keyed_rows", "FOOTER_CACHE_BYTES",
            "SMALL_FILE_CACHE_BYTES", "SMALL_FILE_ROWS", "SMALL_FILE_READ_BYTES"]
 
 #: Parsed Parquet footers kept per process (the driver's point reads, an executor's row group reads), in
@@ -90,36 +92,6 @@ class ByteLRU:
         return value
 
 
-def filesystem(root: str):
-    """The pyarrow filesystem and base path for a local folder or an object-store URI.
-
-    >>> type(filesystem("/tmp/store")[0]).__name__, filesystem("/tmp/store")[1]
-    ('LocalFileSystem', '/tmp/store')
-    """
-    if "://" in root:
-        from pyarrow import fs
-
-        return fs.FileSystem.from_uri(root)
-    return _local_filesystem(), root
-
-
-def is_local(root: str) -> bool:
-    """Whether a table's root is a folder on this machine (a plain path or a ``file://`` URI).
-
-    >>> is_local("/tmp/store"), is_local("file:///tmp/store"), is_local("s3://bucket/store")
-    (True, True, False)
-    """
-    return "://" not in root or root.startswith("file://")
-
-
-@functools.lru_cache(maxsize=1)
-def _local_filesystem():
-    """One pyarrow LocalFileSystem for the process: making one costs more than the small reads it serves."""
-    from pyarrow import fs
-
-    return fs.LocalFileSystem()
-
-
 @functools.lru_cache(maxsize=1)
 def parquet_format():
     """pyarrow's Parquet format, made once.
@@ -181,8 +153,8 @@ def local_bytes(path: str) -> tuple[Any, Any]:
     """
     import os
 
-    if "://" not in path and os.path.getsize(path) <= SMALL_FILE_READ_BYTES:
-        with open(path, "rb") as f:
+    if is_local(path) and os.path.getsize(path.removeprefix("file://")) <= SMALL_FILE_READ_BYTES:
+        with open(path.removeprefix("file://"), "rb") as f:
             return pa.BufferReader(f.read()), None
     fs, local = filesystem(path)
     return local, fs
@@ -221,6 +193,26 @@ def _decoded(found: Any, path: str, schema: pa.Schema) -> tuple[pa.Table, int]:
 
         rows = ds.FileSystemDataset([found], schema, parquet_format(), fs).to_table(use_threads=False)
     return rows, rows.nbytes
+
+
+def scan_files(paths: Sequence[str], schema: pa.Schema, filter: Any = None,
+               batch_size: int = 64 * 1024) -> Iterator[pa.RecordBatch]:
+    """The rows of data files (full paths or URIs, one table's) in ``schema`` that pass ``filter`` (a
+    pyarrow expression), streamed in Arrow batches on this thread; row groups whose statistics rule the
+    filter out are not decoded.
+
+    >>> t = store.context.tables.commitlog
+    >>> sum(b.num_rows for b in scan_files(t.files(t.snapshot()), t.spec.arrow))
+    1
+    """
+    import pyarrow.dataset as ds
+
+    if not paths:
+        return iter(())
+    dataset = ds.FileSystemDataset([fragment(p) for p in paths], schema, parquet_format(), filesystem(paths[0])[0])
+    # one thread: an executor task has one core (Spark schedules a task per core), and pyarrow's own
+    # pool would compete with the other tasks' Python
+    return dataset.to_batches(filter=filter, batch_size=batch_size, use_threads=False)
 
 
 def keyed_rows(rows: pa.Table, column: str, values: np.ndarray | None = None,

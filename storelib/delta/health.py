@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from urllib.parse import unquote
 
-from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 from pyarrow import fs as pafs
 
@@ -44,7 +43,7 @@ def table_problems(table: Table) -> list[str]:
         return [f"{name}: its folder cannot be listed ({e})"]
     data = sorted(f for f in files if f.endswith(".parquet"))
     try:
-        dt = DeltaTable(table.path)
+        dt = table.snapshot()
     except TableNotFoundError:
         if data:
             return [f"{name}: {len(data)} data file(s) but no Delta log (_delta_log is gone): restore it from a "

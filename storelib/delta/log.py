@@ -27,13 +27,13 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from storelib.delta.files import filesystem
+from storelib.delta.location import filesystem, is_local
 from storelib.delta.stats import STATS_KEYS
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
 
-__all__ = ["LogChanges", "entry_path", "entry_actions", "changes_since", "apply_changes", "tombstones"]
+__all__ = ["LogChanges", "entry_path", "entry_actions", "changes_since", "apply_changes", "committed_by", "tombstones"]
 
 
 def entry_path(table_path: str, version: int) -> str:
@@ -102,11 +102,33 @@ def entry_actions(table_path: str, version: int) -> list[dict[str, Any]]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
+def committed_by(table_path: str, base: int, key: str, commit_id: str) -> int | None:
+    """The version after ``base`` whose ``commitInfo`` has ``key`` = ``commit_id``, or None.
+
+    A commit whose answer was lost (a connection cut after the object store took the log entry) is
+    retried by the store's client and then refused as a conflict with itself; the entry says whose it
+    is, so its writer neither deletes the files it committed nor commits them again.
+
+    >>> t = store.context.tables.commitlog
+    >>> committed_by(t.path, t.view().version - 1, "storelib.commit", "nobody") is None
+    True
+    """
+    version = base + 1
+    while True:
+        try:
+            actions = entry_actions(table_path, version)
+        except (OSError, ValueError):
+            return None
+        if any(a.get("commitInfo", {}).get(key) == commit_id for a in actions):
+            return version
+        version += 1
+
+
 def _read_entry(path: str) -> str:
     """A log entry's text; a local one with Python's own ``open``, which refuses a missing file in
     about a tenth of the time pyarrow takes (most looks find no new entry)."""
-    if "://" not in path:
-        with open(path, "rb") as f:
+    if is_local(path):
+        with open(path.removeprefix("file://"), "rb") as f:
             return f.read().decode()
     fs, local = filesystem(path)
     with fs.open_input_stream(local) as f:

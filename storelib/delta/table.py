@@ -21,6 +21,7 @@ import os
 import random
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 from urllib.parse import unquote
@@ -31,9 +32,11 @@ from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from deltalake.transaction import AddAction, PostCommitHookProperties, RemoveAction
 
-from storelib.delta.files import filesystem, fragment, is_local, keyed_rows, parquet_format, small_file
-from storelib.delta.log import apply_changes, changes_since, tombstones
-from storelib.delta.spec import TableSpec, spark_schema
+from storelib.delta.files import filesystem, fragment, is_local, keyed_rows, parquet_format, scan_files, small_file
+from storelib.delta.location import options_for
+from storelib.delta.log import apply_changes, changes_since, committed_by, tombstones
+from storelib.delta.spark_read import read_paths
+from storelib.delta.spec import TableSpec
 from storelib.delta.stats import Prune, clustered, holding, narrowed, only, prune_actions
 from storelib.model.errors import ConcurrentWriteError, StoreStateError
 
@@ -75,6 +78,9 @@ POINT_READ_FILES = 32
 #: A warm view is brought forward from the log entries alone for at most this long; then delta-rs catches up
 #: (whatever the entries could not say). Below the log retention, so no entry a view still needs is cleaned up.
 VIEW_RELOAD_S = 5.0
+
+#: The ``commitInfo`` field holding the id each :meth:`Table.commit` gives its commit (:func:`committed_by`).
+COMMIT_ID = "storelib.commit"
 
 #: The hidden file whose ``flock`` is a table's :meth:`~Table.commit_turn` on this machine.
 COMMIT_LOCK = "_storelib_commit.lock"
@@ -167,14 +173,15 @@ class Table:
         """Create the table where absent; check its columns where present (nullable columns a newer
         storelib appended to the spec are added to the table, older rows reading them as null)."""
         try:
-            dt = DeltaTable(self.path)
+            dt = DeltaTable(self.path, storage_options=self.storage_options)
         except TableNotFoundError:
-            if "://" not in self.path:
-                os.makedirs(self.path, exist_ok=True)
+            if is_local(self.path):
+                os.makedirs(self.path.removeprefix("file://"), exist_ok=True)
             conf = {**TABLE_DEFAULTS, **({_TOMBSTONES: TOMBSTONE_RETENTION} if self._brief else {}),
                     **self.properties}
             DeltaTable.create(self.path, self.spec.arrow, mode="ignore", name=self.spec.name,
-                              description=self.spec.description, configuration=conf)
+                              description=self.spec.description, configuration=conf,
+                              storage_options=self.storage_options)
             return self
         have = [f.name for f in dt.schema().fields]
         added = [self.spec.arrow.field(i) for i in range(len(have), len(self.spec.columns))]
@@ -182,7 +189,7 @@ class Table:
             from deltalake.schema import Field  # columns a newer storelib added: nullable, at the end
 
             dt.alter.add_columns([Field.from_arrow(f) for f in added])
-            have = [f.name for f in DeltaTable(self.path).schema().fields]
+            have = [f.name for f in self.snapshot().schema().fields]
         if have != self.spec.columns:
             raise StoreStateError(self.spec.name, f"table at {self.path} has columns {have}, expected {self.spec.columns}")
         self._shorten_tombstones(dt)
@@ -215,7 +222,12 @@ class Table:
 
     def snapshot(self, version: int | None = None) -> DeltaTable:
         """The table's latest snapshot (or the given version)."""
-        return DeltaTable(self.path, version=version)
+        return DeltaTable(self.path, version=version, storage_options=self.storage_options)
+
+    @property
+    def storage_options(self) -> dict[str, str] | None:
+        """What reaches the table's object store (:func:`~storelib.delta.location.options_for`); None on local disk."""
+        return options_for(self.path)
 
     def view(self, markers: Iterable[str] = ()) -> TableView:
         """The newest snapshot as a :class:`TableView`, kept warm between calls.
@@ -289,8 +301,8 @@ class Table:
             fd = None
             self._depth += 1
             try:
-                if self._depth == 1 and "://" not in self.path and fcntl is not None:
-                    fd = os.open(os.path.join(self.path, COMMIT_LOCK), os.O_RDWR | os.O_CREAT, 0o644)
+                if self._depth == 1 and is_local(self.path) and fcntl is not None:
+                    fd = os.open(os.path.join(self.path.removeprefix("file://"), COMMIT_LOCK), os.O_RDWR | os.O_CREAT, 0o644)
                     fcntl.flock(fd, fcntl.LOCK_EX)
                 if not snapshot:
                     yield None
@@ -385,11 +397,7 @@ class Table:
 
     def read_files(self, spark: "SparkSession", actions: pa.Table) -> "DataFrame":
         """The rows of the files named by ``actions`` (add actions, e.g. from :meth:`actions`), as a Spark DataFrame."""
-        paths = self.paths(actions)
-        schema = spark_schema(self.spec.arrow)
-        if not paths:
-            return spark.createDataFrame([], schema)
-        return spark.read.schema(schema).parquet(*paths)
+        return read_paths(spark, self.spec.arrow, self.paths(actions), actions.column("size_bytes").to_pylist())
 
     def read_arrow(self, dt: DeltaTable | None = None, prune: Prune | None = None,
                    columns: Sequence[str] | None = None, filter: pc.Expression | None = None,
@@ -465,15 +473,7 @@ class Table:
         >>> [b.num_rows for b in t.scan(t.files(t.snapshot()), pc.field("topic") == "TopicTest")]
         [1]
         """
-        import pyarrow.dataset as ds
-
-        if not paths:
-            return iter(())
-        dataset = ds.FileSystemDataset([fragment(p) for p in paths], self.spec.arrow, parquet_format(),
-                                       filesystem(self.path)[0])
-        # one thread: an executor task has one core (Spark schedules a task per core), and pyarrow's own
-        # pool would compete with the other tasks' Python
-        return dataset.to_batches(filter=filter, batch_size=batch_size, use_threads=False)
+        return scan_files(paths, self.spec.arrow, filter, batch_size)
 
     def read_row_groups(self, path: str, row_groups: Sequence[int], columns: Sequence[str] | None = None,
                         filter: pc.Expression | None = None) -> pa.Table:
@@ -505,8 +505,10 @@ class Table:
         actions: list[AddAction | RemoveAction] = [f.add_action(data_change) for f in files]
         actions.extend(removes)
         txns = [Transaction(app, int(v)) for app, v in (markers or {}).items()]
+        commit_id = uuid.uuid4().hex
         props = CommitProperties(max_commit_retries=15 if rebase else 0, app_transactions=txns or None,
-                                 custom_metadata={"storelib.operation": operation, **(info or {})})
+                                 custom_metadata={"storelib.operation": operation, **(info or {}),
+                                                  COMMIT_ID: commit_id})
         now = time.monotonic()
         clean = self._cleaned is None or now - self._cleaned >= LOG_CLEANUP_EVERY_S
         hooks = PostCommitHookProperties(cleanup_expired_logs=None if clean else False)  # None: as the table says
@@ -514,8 +516,13 @@ class Table:
             dt.create_write_transaction(actions, mode="append", schema=dt.schema(), commit_properties=props,
                                         post_commithook_properties=hooks)
         except CommitFailedError as e:
-            self.discard(files)
-            raise CommitConflict(str(e)) from None
+            landed = committed_by(self.path, dt.version(), COMMIT_ID, commit_id)  # its answer lost, it landed
+            if landed is None:
+                self.discard(files)
+                raise CommitConflict(str(e)) from None
+            log.warning("%s: version %d was committed although its writer was told otherwise (%s)",
+                        self.spec.name, landed, str(e).splitlines()[0][:200])
+            return landed
         if clean:
             self._cleaned = now
         return dt.version() + 1

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.dataset as ds
 
 from storelib.context import StoreContext
 from storelib.delta.health import table_problems
@@ -106,7 +105,7 @@ def _commitlog_continuity(commitlog: Table, actions: pa.Table, end: int, runs: d
     if actions.num_rows == 0:
         return []
     paths = [commitlog.path_of(p) for p in actions.column("path").to_pylist()]
-    rows = ds.dataset(paths, format="parquet").to_table(columns=["physical_offset", "size"])
+    rows = commitlog.read_arrow(paths=paths, columns=["physical_offset", "size"])
     rows = rows.sort_by("physical_offset")
     offset = rows.column("physical_offset").to_numpy()
     size = rows.column("size").to_numpy().astype(np.int64)

@@ -29,6 +29,7 @@ __all__ = [
     "SessionError",
     "StoreNotFoundError",
     "StoreCorruptedError",
+    "StorageAccessError",
     "ExternalError",
     "StoreIOError",
     "translate_external",
@@ -192,6 +193,11 @@ class SessionError(StoreError, RuntimeError):
 
 class StoreNotFoundError(StoreError, FileNotFoundError):
     """No store at this path (open one that exists, or create it with ``MessageStore.create``)."""
+
+
+class StorageAccessError(StoreError, ConnectionError):
+    """The object store under a root cannot be used (it does not answer, refuses the credentials, or has no
+    such bucket); says which root and what to check. Raised before anything is read or written."""
 
 
 class StoreCorruptedError(StoreError, RuntimeError):

@@ -99,7 +99,7 @@ def record_runs(table: Table, starts: np.ndarray, ends: np.ndarray, counts: np.n
     now = dt.datetime.now(dt.timezone.utc)
     data = pa.Table.from_pylist([{"start_offset": s, "end_offset": e, "messages": c, "removed_at": now} for s, e, c in new],
                                 schema=COMMITLOG_EXPIRED.arrow)
-    write_deltalake(table.path, data, mode="append",
+    write_deltalake(table.path, data, mode="append", storage_options=table.storage_options,
                     commit_properties=CommitProperties(custom_metadata={"storelib.operation": operation}))
     return len(new)
 

@@ -10,7 +10,7 @@ import datetime as dt
 from typing import Sequence
 
 import pyarrow as pa
-from deltalake import CommitProperties, DeltaTable, write_deltalake
+from deltalake import CommitProperties, write_deltalake
 
 from storelib.delta.table import Table
 from storelib.model.errors import ConfigError, InvalidQueueIdError, ReservedTopicError, TopicNotFoundError, require_int
@@ -58,7 +58,7 @@ class TopicConfigTable:
         row = {**config.__dict__, "cluster_by": list(config.cluster_by), "updated_at": dt.datetime.now(dt.timezone.utc)}
         data = pa.Table.from_pylist([row], schema=TOPIC_CONFIG.arrow)
         write_deltalake(self.table.path, data, mode="overwrite", predicate=f"topic = '{config.topic}'",
-                        commit_properties=CommitProperties(custom_metadata={"storelib.operation": "CREATE_TOPIC"}))
+                        storage_options=self.table.storage_options, commit_properties=CommitProperties(custom_metadata={"storelib.operation": "CREATE_TOPIC"}))
 
     def delete(self, topic: str) -> TopicConfig:
         """Remove the topic's configuration (``deleteTopic``) in one commit and return what it was; a topic
@@ -73,7 +73,7 @@ class TopicConfigTable:
         if is_system_topic(topic):
             raise ReservedTopicError("topic", "is a system topic and cannot be deleted by users", value=topic)
         config = self.get(topic)
-        DeltaTable(self.table.path).delete(f"topic = '{topic}'", commit_properties=CommitProperties(
+        self.table.snapshot().delete(f"topic = '{topic}'", commit_properties=CommitProperties(
             custom_metadata={"storelib.operation": "DELETE_TOPIC"}))
         return config
 

@@ -27,6 +27,7 @@ from storelib.consume.pull import PullMessageProcessor, PullRequest, PullResult,
 from storelib.consume.retry import send_back
 from storelib.consume.subscription import subscribe
 from storelib.context import StoreContext
+from storelib.delta import location
 from storelib.dispatch.reput import Dispatcher, DispatchResult
 from storelib.filter.registry import Subscription
 from storelib.filter.selector import MessageSelector
@@ -75,9 +76,13 @@ class MessageStore(Lookups):
 
     @classmethod
     def open(cls, root: str, spark: "SparkSession | None" = None, config: StoreConfig | None = None, *,
-             create: bool = False, **settings: Any) -> "MessageStore":
+             create: bool = False, storage_options: "dict[str, str] | None" = None, **settings: Any) -> "MessageStore":
         """Open the store at ``root``; a path holding no store raises
         :class:`~storelib.model.errors.StoreNotFoundError` (``create=True``, or :meth:`create`, makes one).
+
+        ``root`` is a folder or an object-store URI (``s3://bucket/store``); ``storage_options`` (deltalake's
+        keys: ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ...) reach it, over ``spark.storelib.storage.*``
+        settings and the standard environment variables (:mod:`storelib.delta.location`).
 
         Settings come from ``config``, else from ``spark.storelib.*`` Spark settings, with
         ``settings`` keywords on top (``enable_consume_queue_ext=True``, ...); an unknown setting
@@ -90,15 +95,19 @@ class MessageStore(Lookups):
         Traceback (most recent call last):
         storelib.model.errors.StoreNotFoundError: root: no store at .../typo: ...
         """
-        from storelib.session import session_source
+        from storelib.session import ensure_session, session_source
 
         source, spark_conf = session_source(spark)
-        context = StoreContext.open(root, source, config, create=create, spark_conf=spark_conf, **settings)
+        context = StoreContext.open(root, source, config, create=create, spark_conf=spark_conf,
+                                    storage_options=storage_options, **settings)
+        if context.spark_started and not location.is_local(context.root):
+            ensure_session(context.spark)  # the data source's workers get the root's options too
         check_store(context)
         return cls(context)
 
     @staticmethod
-    def verify(root: str, spark: "SparkSession | None" = None, *, full: bool = False) -> list[str]:
+    def verify(root: str, spark: "SparkSession | None" = None, *, full: bool = False,
+               storage_options: "dict[str, str] | None" = None) -> list[str]:
         """Every problem of the store at ``root`` (``[]``: sound), also of one :meth:`open` refuses;
         ``full`` reads every commitlog offset too (:mod:`storelib.maintenance.integrity`).
 
@@ -107,17 +116,18 @@ class MessageStore(Lookups):
         """
         from storelib.session import get_spark
 
-        return store_problems(StoreContext.build(root.rstrip("/"), spark or get_spark, StoreConfig()), full=full)
+        root = location.attach(root, storage_options)
+        return store_problems(StoreContext.build(root, spark or get_spark, StoreConfig()), full=full)
 
     @classmethod
-    def create(cls, root: str, spark: "SparkSession | None" = None, config: StoreConfig | None = None,
-               **settings: Any) -> "MessageStore":
+    def create(cls, root: str, spark: "SparkSession | None" = None, config: StoreConfig | None = None, *,
+               storage_options: "dict[str, str] | None" = None, **settings: Any) -> "MessageStore":
         """Create the store at ``root`` (its tables), or open it where it exists.
 
         >>> MessageStore.create(tmp + "/new", spark).dispatch_progress()["commitlog"]
         0
         """
-        return cls.open(root, spark, config, create=True, **settings)
+        return cls.open(root, spark, config, create=True, storage_options=storage_options, **settings)
 
     def close(self) -> None:
         """Release what this handle holds (warm table snapshots, held pulls); the store stays on disk.
