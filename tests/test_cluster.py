@@ -153,11 +153,12 @@ class TestReadsOnClusteredData:
         plan = read.plan_read(filled.context, "TopicTest", "TagRare")
         [only] = plan.row_groups
         assert only.row_groups == (next(i for i, r in enumerate(_row_group_tags(only.path)) if "TagRare" in r),)
-        from storelib.query.row_groups import read_row_groups
+        from storelib.delta.spark_read import read_row_groups
+        from storelib.storage.schema import COMMITLOG
 
         import pyarrow.compute as pc
 
-        everything = read_row_groups(spark, filled.context.tables.commitlog.path, plan.row_groups, pc.scalar(True))
+        everything = read_row_groups(spark, COMMITLOG.arrow, plan.row_groups, pc.scalar(True))
         assert everything.count() == pq.ParquetFile(only.path).metadata.row_group(only.row_groups[0]).num_rows  # whole
 
     def test_group_pruned_by_its_bloom_bits(self, filled, reader):

@@ -18,7 +18,8 @@ from storelib.delta.compaction import compact_here
 from storelib.delta.orphans import orphan_files
 from storelib.delta.spec import TableSpec
 from storelib.delta.table import TOMBSTONE_RETENTION, Prune, Table, add_actions
-from storelib.delta.writer import contiguous_groups, write_rows
+from storelib.delta.spark_read import contiguous_groups
+from storelib.delta.writer import write_rows
 from storelib.model.errors import ConfigError, StoreStateError
 from storelib.query.lookup import MessageQuery
 from storelib.storage.schema import CONSUME_QUEUE, TABLES

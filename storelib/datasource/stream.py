@@ -42,7 +42,7 @@ from storelib.context import StoreContext
 from storelib.datasource.batch import MAX_SCAN_PARTITIONS, output_schema
 from storelib.datasource.options import MESSAGES, SourceOptions
 from storelib.delta.table import Prune, Table, add_actions
-from storelib.delta.writer import contiguous_groups
+from storelib.delta.spark_read import contiguous_groups
 from storelib.dispatch.reput import queued_expression
 from storelib.filter.message_filter import MessageFilter
 from storelib.filter.sql92_arrow import evaluate_batch

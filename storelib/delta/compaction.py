@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from storelib.delta.spec import spark_schema
+from storelib.delta.spark_read import read_paths
 from storelib.delta.table import CommitConflict, Table, WrittenFile, add_actions, remove_actions, with_retries
 from storelib.delta.writer import Summarizer, write_dataframe, write_files
 
@@ -110,7 +110,7 @@ def compact_table(spark: "SparkSession", table: Table, *, target_file_size: int,
         if not groups:
             return 0, 0
         paths = [table.path_of(r["path"]) for g in groups for r in g]
-        df = spark.read.schema(spark_schema(spec.arrow)).parquet(*paths)
+        df = read_paths(spark, spec.arrow, paths, [r["size_bytes"] for g in groups for r in g])
         if spec.cluster_by:
             df = df.repartition(max(1, len(groups)), *spec.cluster_by)
         elif order_by:

@@ -21,7 +21,6 @@ Committing the files is the caller's job (:meth:`Table.commit`).
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Protocol, Sequence, TypeVar
@@ -31,6 +30,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from storelib.delta.files import SMALL_FILE_ROWS
+from storelib.delta.spark_read import contiguous_groups, parallelism
 from storelib.delta.spec import spark_schema
 from storelib.delta.table import Table, WrittenFile, filesystem
 
@@ -475,27 +475,6 @@ def _iso(ts, up: bool) -> str:
     return ms.astimezone(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms.microsecond // 1000:03d}Z"
 
 
-def contiguous_groups(items: Sequence[T], sizes: Sequence[int], groups: int) -> list[list[T]]:
-    """``items`` (in order) cut into at most ``groups`` contiguous runs of about equal total size:
-    the work of each task of a job over files, keeping each task's files in order.
-
-    >>> contiguous_groups(["a", "b", "c", "d"], [10, 10, 10, 30], 2)
-    [['a', 'b', 'c'], ['d']]
-    >>> contiguous_groups(["a", "b", "c", "d"], [99, 99, 100, 100], 2)
-    [['a', 'b'], ['c', 'd']]
-    """
-    # Each item goes to the run its midpoint falls in: runs come out balanced and contiguous,
-    # whatever the sizes (cutting when the running total passes a share is off by one item
-    # whenever the first items are a little smaller than the rest).
-    total = max(1, sum(sizes))
-    out: dict[int, list[T]] = {}
-    done = 0
-    for item, size in zip(items, sizes):
-        out.setdefault(min(groups - 1, int((done + size / 2) * groups // total)), []).append(item)
-        done += size
-    return list(out.values())
-
-
 def write_files(table: Table, data: pa.Table, *, prefix: str = "part", target_file_size: int | None = None,
                 clustered: bool = True, row_group_rows: int | None = None,
                 summarize: Summarizer | None = None) -> list[WrittenFile]:
@@ -535,16 +514,3 @@ def write_rows(table: Table, snapshot: "DeltaTable", data: pa.Table, *, prefix: 
     return table.commit(snapshot, files, **commit), files
 
 
-def parallelism(spark: "SparkSession") -> int:
-    """How many tasks the cluster runs at once (``defaultParallelism``), for sizing jobs over files.
-
-    Spark Connect sessions have no SparkContext: there it is ``spark.default.parallelism``, else this
-    machine's cores.
-
-    >>> parallelism(spark)
-    2
-    """
-    try:
-        return max(1, spark.sparkContext.defaultParallelism)
-    except Exception:  # Spark Connect
-        return max(1, int(spark.conf.get("spark.default.parallelism", str(os.cpu_count() or 1))))

@@ -8,7 +8,7 @@ made on the driver from Delta statistics and summaries alone, without a Spark jo
   filter bitmaps, the groups no bitmap hits - rules it out or keeps it
   (:meth:`MessageFilter.may_skip_file`). When they are a small share of the scan
   (:data:`ROW_GROUP_LIMIT`), pyarrow tasks read the kept row groups and nothing else
-  (:mod:`storelib.query.row_groups`); else Spark reads the files, the kept row groups named by
+  (:mod:`storelib.delta.spark_read`); else Spark reads the files, the kept row groups named by
   ``cluster_seq`` ranges pushed down to Parquet (for a tag selector the pushed ``tags`` predicate
   skips the same row groups by their statistics, so no ranges are added);
 * **the fresh tail** (files still in append order): the topic's ``consume_queue_ext`` files whose
@@ -45,7 +45,7 @@ from storelib.filter.message_filter import MessageFilter
 from storelib.filter.selector import MessageSelector
 from storelib.filter.summary import read_row_group_summaries, read_summaries
 from storelib.model.message import SysFlag
-from storelib.query.row_groups import RowGroups, read_row_groups
+from storelib.delta.spark_read import RowGroups, read_paths, read_row_groups
 from storelib.storage.commitlog import is_clustered
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ __all__ = ["ReadPlan", "ReadExplain", "FilterStats", "plan_read", "read_topic", 
 
 #: Pruning pays when it reads at most this share of the plain scan's bytes; above it, the plain scan runs.
 PRUNE_LIMIT = 0.8
-#: Kept clustered row groups are read by pyarrow tasks of their own (:mod:`storelib.query.row_groups`) when
+#: Kept clustered row groups are read by pyarrow tasks of their own (:mod:`storelib.delta.spark_read`) when
 #: they are at most this share of the scan's bytes; above it Spark's vectorized reader, given the
 #: ``cluster_seq`` ranges, is cheaper per byte than handing rows from Python to Spark.
 ROW_GROUP_LIMIT = 0.05
@@ -171,15 +171,15 @@ class ReadPlan:
         schema = spark_schema(COMMITLOG.arrow)
         parts = []
         if self.row_groups is not None and self.clustered_actions.num_rows:  # already cut to the topic's rows
-            parts.append(read_row_groups(spark, self.commitlog.path, self.row_groups, self.arrow_rows())
+            parts.append(read_row_groups(spark, COMMITLOG.arrow, self.row_groups, self.arrow_rows())
                          .where(self.filter.commitlog_column()))
         elif self.clustered_actions.num_rows:
-            df = spark.read.schema(schema).parquet(*self.commitlog.paths(self.clustered_actions))
+            df = self.commitlog.read_files(spark, self.clustered_actions)
             if self.ranges is not None:
                 df = df.where(_any_between(F.col("cluster_seq"), self.ranges, F.lit))
             parts.append(self._of_topic(df, self.clustered_actions))
         if self.fresh_actions.num_rows:
-            df = spark.read.schema(schema).parquet(*self.commitlog.paths(self.fresh_actions))
+            df = self.commitlog.read_files(spark, self.fresh_actions)
             parts.append(self._of_topic(df, self.fresh_actions))
         if not parts:
             return spark.createDataFrame([], schema)
@@ -241,16 +241,14 @@ class ReadPlan:
         """Every unit of the topic's consume queue files with its real tag code, bitmap and filter version."""
         from pyspark.sql import functions as F
 
-        from storelib.delta.spec import spark_schema
         from storelib.encoding.ext_addr import is_ext_addr_column as is_ext_addr
         from storelib.storage.schema import CONSUME_QUEUE, CONSUME_QUEUE_EXT
 
         parts = []
         if self.ext_files:
-            parts.append(spark.read.schema(spark_schema(CONSUME_QUEUE_EXT.arrow)).parquet(*self.ext_files)
-                         .select(*_UNIT_COLUMNS))
+            parts.append(read_paths(spark, CONSUME_QUEUE_EXT.arrow, self.ext_files).select(*_UNIT_COLUMNS))
         if self.cq_files:
-            cq = spark.read.schema(spark_schema(CONSUME_QUEUE.arrow)).parquet(*self.cq_files)
+            cq = read_paths(spark, CONSUME_QUEUE.arrow, self.cq_files)
             parts.append(cq.where(~is_ext_addr(F.col("tags_code"))).select(
                 "topic", "queue_id", "queue_offset", "commitlog_offset", "tags_code",
                 F.lit(None).cast("binary").alias("filter_bitmap"), F.lit(None).cast("long").alias("filter_version")))
