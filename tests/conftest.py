@@ -43,3 +43,75 @@ def python_env() -> dict:
     env["PYSPARK_PYTHON"] = sys.executable
     env.setdefault("STORELIB_SPARK_LOG_LEVEL", "ERROR")
     return env
+
+
+class S3Server:
+    """A local S3 server (``moto_server``) for the run: its endpoint, the options that reach it, and buckets.
+
+    ``env`` is what a subprocess needs to reach it through the standard AWS variables alone.
+    """
+
+    def __init__(self, port: int, process):
+        self.port, self.process = port, process
+        self.endpoint = f"http://127.0.0.1:{port}"
+        self.options = {"AWS_ENDPOINT_URL": self.endpoint, "AWS_ALLOW_HTTP": "true", "AWS_ACCESS_KEY_ID": "testing",
+                        "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1"}
+        self._buckets = 0
+
+    @property
+    def env(self) -> dict:
+        return {**os.environ, **self.options}
+
+    def bucket(self, prefix: str = "store") -> str:
+        """A new, empty bucket; returns its ``s3://`` URI."""
+        import boto3
+
+        self._buckets += 1
+        name = f"{prefix.lower()}-{os.getpid()}-{self._buckets}"
+        boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id="testing", aws_secret_access_key="testing",
+                     region_name="us-east-1").create_bucket(Bucket=name)
+        return f"s3://{name}"
+
+
+def start_moto(extra_env: dict | None = None):
+    """``moto_server`` on a free port of the loopback, answering; returns ``(port, process)``."""
+    import socket
+    import subprocess
+    import time
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    process = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **(extra_env or {})})
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/moto-api/", timeout=1).read()
+            return port, process
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.kill()
+                raise RuntimeError("moto_server did not start (is moto[server] installed?)") from None
+            time.sleep(0.1)
+
+
+@pytest.fixture(scope="session")
+def s3():
+    """The run's local S3 server, stopped at the end."""
+    port, process = start_moto()
+    yield S3Server(port, process)
+    process.terminate()
+    process.wait(timeout=30)
+
+
+@pytest.fixture
+def s3_store(spark, s3):
+    """A fresh store in a new bucket of the local S3 server, with ``TopicTest`` (4 queues)."""
+    from storelib import MessageStore
+
+    s = MessageStore.create(s3.bucket() + "/store", spark, storage_options=s3.options)
+    s.create_topic("TopicTest", queues=4)
+    yield s
+    s.close()

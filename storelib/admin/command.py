@@ -39,8 +39,23 @@ def _common() -> argparse.ArgumentParser:
     env = os.environ.get("STORELIB_STORE")
     common.add_argument("--store", default=env, required=env is None,
                         help="root folder or URI of the store ($STORELIB_STORE when not given)")
+    common.add_argument("--storage-option", action="append", default=[], type=storage_option, metavar="KEY=VALUE",
+                        dest="storage_options", help="an option reaching an object-store root (deltalake's keys: "
+                        "AWS_ENDPOINT_URL=..., AWS_REGION=...), over the standard AWS_* variables; repeatable")
     common.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
     return common
+
+
+def storage_option(text: str) -> tuple[str, str]:
+    """An argparse type: ``KEY=VALUE``.
+
+    >>> storage_option("AWS_REGION=eu-west-1")
+    ('AWS_REGION', 'eu-west-1')
+    """
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"must be KEY=VALUE, got {text!r}")
+    return key.strip(), value
 
 
 def add_verb(sub: "argparse._SubParsersAction", name: str, run: Verb, doc: str, *, writes: bool = False,
@@ -95,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.opens:
             summary = args.run(None, args, out, progress)
         else:
-            with MessageStore.open(args.store, create=getattr(args, "create", False)) as store:
+            with MessageStore.open(args.store, create=getattr(args, "create", False),
+                                   storage_options=dict(args.storage_options) or None) as store:
                 summary = args.run(store, args, out, progress)
         if summary is not None:
             out.summary(summary)

@@ -150,7 +150,7 @@ def _inspect(store: MessageStore, args: argparse.Namespace, out: Output, progres
 
 
 def _verify(store: None, args: argparse.Namespace, out: Output, progress: Progress) -> str:
-    problems = MessageStore.verify(args.store, full=args.full)
+    problems = MessageStore.verify(args.store, full=args.full, storage_options=dict(args.storage_options) or None)
     if problems:
         raise StoreCorruptedError(problems, args.store)
     return "the store is sound" + (" (every commitlog offset read)" if args.full else "")

@@ -1,0 +1,200 @@
+"""The store on object storage: every area run against the suite's local S3 server (``moto_server``).
+
+Each test does on an ``s3://`` store what a user does on disk, and where the answer can be compared, the
+same calls on a local store give the same rows (chispa): offsets, ids and bodies do not depend on where
+the tables live.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from chispa import assert_df_equality
+
+from storelib import Message, MessageStore
+from storelib.delta import location
+from storelib.model.errors import ConfigError, StorageAccessError, StoreNotFoundError
+
+COLUMNS = ["topic", "queue_id", "queue_offset", "physical_offset", "size", "tags", "body", "msg_id"]
+
+
+def fill(store: MessageStore, spark) -> None:
+    """The same messages through every send path: single, group commit, batch and DataFrame."""
+    store.subscribe("GroupA", "TopicTest", "TagA || TagB")
+    store.send(Message("TopicTest", body=b"one", tags="TagA", keys=["order-1"], properties={"a": "1"}, queue_id=0))
+    with store.producer(linger_ms=5) as p:
+        futures = [p.send_async(Message("TopicTest", body=b"g%d" % i, tags="TagB", queue_id=1)) for i in range(5)]
+        [f.result() for f in futures]
+    store.send_batch([Message("TopicTest", body=b"b%d" % i, tags="TagC", keys=[f"k{i}"], queue_id=i % 4)
+                      for i in range(20)])
+    store.send_dataframe(spark.createDataFrame([("TopicTest", b"d%d" % i, "TagA", i % 4) for i in range(30)],
+                                               "topic string, body binary, tags string, queue_id int"))
+
+
+def rows(store: MessageStore, topic: str = "TopicTest"):
+    return store.messages(topic).select(*COLUMNS).orderBy("physical_offset")
+
+
+def test_a_store_on_s3_holds_what_a_local_one_does(spark, s3, tmp_path):
+    on_s3 = MessageStore.create(s3.bucket() + "/store", spark, storage_options=s3.options)
+    local = MessageStore.create(str(tmp_path / "store"), spark)
+    for store in (on_s3, local):
+        store.create_topic("TopicTest", queues=4)
+        fill(store, spark)
+        store.dispatch()
+    assert_df_equality(rows(on_s3), rows(local))
+    assert on_s3.max_offset() == local.max_offset() and on_s3.dispatch_progress() == local.dispatch_progress()
+    for queue in range(4):
+        pulled = [[(m.msg_id, m.queue_offset, m.body) for m in s.pull("GroupA", "TopicTest", queue, 0).messages]
+                  for s in (on_s3, local)]
+        assert pulled[0] == pulled[1] and pulled[0]
+    assert on_s3.query_by_key("TopicTest", "order-1")[0].body == local.query_by_key("TopicTest", "order-1")[0].body
+    first = local.query_by_key("TopicTest", "k3")[0]
+    assert on_s3.query_by_id(first.msg_id).body == first.body == b"b3"
+    assert_df_equality(on_s3.read("TopicTest", "TagA").select(*COLUMNS).orderBy("physical_offset"),
+                       local.read("TopicTest", "TagA").select(*COLUMNS).orderBy("physical_offset"))
+    source = spark.read.format("rocketmq").option("store", on_s3.root).load().select(*COLUMNS).orderBy("physical_offset")
+    assert_df_equality(source, rows(local))
+    assert MessageStore.verify(on_s3.root, spark, full=True) == []
+    on_s3.close()
+    local.close()
+
+
+def test_dispatch_by_spark_and_by_the_driver_agree_on_s3(spark, s3):
+    store = MessageStore.create(s3.bucket() + "/store", spark, storage_options=s3.options,
+                                dispatch_local_max_bytes=0)  # every round a Spark job
+    store.create_topic("TopicTest", queues=4)
+    fill(store, spark)
+    result = store.dispatch()
+    assert result.rows["consume_queue"] == 56 and result.to_offset == store.max_offset()
+    assert store.consume_queue("TopicTest", 2).count() == store.messages("TopicTest").where("queue_id = 2").count()
+    store.close()
+
+
+def test_a_long_polling_pull_on_s3_wakes_when_its_message_is_dispatched(s3_store):
+    s3_store.subscribe("GroupA", "TopicTest", "TagA")
+
+    def later():
+        time.sleep(1.0)
+        s3_store.send(Message("TopicTest", body=b"late", tags="TagA", queue_id=0))
+        s3_store.dispatch()
+
+    thread = threading.Thread(target=later)
+    thread.start()
+    r = s3_store.pull("GroupA", "TopicTest", 0, 0, suspend_timeout_ms=60_000)
+    thread.join()
+    assert [m.body for m in r.messages] == [b"late"] and r.suspended_ms < 30_000
+
+
+def test_delayed_and_transactional_messages_on_s3(s3_store):
+    from storelib.schedule.transaction import TransactionState
+
+    sent = s3_store.send(Message("TopicTest", body=b"later", tags="TagA", delay_level=1, queue_id=3))
+    s3_store.dispatch()
+    stored = s3_store.query_by_id(sent.msg_id).store_timestamp
+    due = int(stored.timestamp() * 1000) + s3_store.config.delay_levels_ms[0]
+    assert s3_store.deliver_delayed(now=due - 1).delivered == 0
+    assert s3_store.deliver_delayed(now=due).delivered == 1
+    r = s3_store.send_in_transaction(Message("TopicTest", body=b"order", queue_id=3), lambda m, a: "UNKNOW",
+                                     producer_group="PG")
+    s3_store.end_transaction(r.transaction_id, TransactionState.COMMIT)
+    s3_store.dispatch()
+    got = s3_store.pull("GroupA", "TopicTest", 3, 0, selector="*").messages
+    assert sorted(m.body for m in got) == [b"later", b"order"]
+
+
+def test_compaction_retention_and_vacuum_on_s3(s3_store, spark):
+    for i in range(6):
+        s3_store.send_batch([Message("TopicTest", body=b"m%d-%d" % (i, j), tags="TagA") for j in range(10)])
+    s3_store.dispatch()
+    before = s3_store.messages("TopicTest").select("physical_offset", "body").orderBy("physical_offset").collect()
+    compacted = s3_store.compact(full=True)
+    assert compacted["commitlog"][0] > 1  # files in, files out
+    assert s3_store.messages("TopicTest").select("physical_offset", "body").orderBy("physical_offset").collect() == before
+    assert s3_store.vacuum(retention_hours=0)["commitlog"] >= compacted["commitlog"][0]
+    assert MessageStore.verify(s3_store.root, spark, full=True) == []
+    removed = s3_store.clean_commitlog(reserved_hours=0, now=time.time() * 1000 + 3_600_000)
+    assert removed >= 0 and MessageStore.verify(s3_store.root, spark) == []
+
+
+def test_the_rocketmq_source_streams_and_writes_on_s3(s3_store, spark, tmp_path):
+    s3_store.subscribe("GroupS", "TopicTest", "*")
+    s3_store.send_batch([Message("TopicTest", body=b"s%d" % i, tags="TagA") for i in range(12)])
+    s3_store.dispatch()
+    out = str(tmp_path / "out")
+    query = (spark.readStream.format("rocketmq").option("store", s3_store.root).option("group", "GroupS")
+             .option("topic", "TopicTest").load().writeStream.format("parquet").option("path", out)
+             .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+    query.awaitTermination(300)
+    assert sorted(r.body for r in spark.read.parquet(out).collect()) == sorted(b"s%d" % i for i in range(12))
+    (spark.createDataFrame([("TopicTest", b"w%d" % i) for i in range(5)], "topic string, body binary")
+     .write.format("rocketmq").option("store", s3_store.root).mode("append").save())
+    assert s3_store.messages("TopicTest").where("body like 'w%'").count() == 5
+
+
+def test_options_come_from_spark_settings_and_reach_the_executors(spark, s3):
+    root = s3.bucket() + "/store"
+    for key, value in s3.options.items():
+        spark.conf.set(location.CONF_PREFIX + key, value)
+    try:
+        store = MessageStore.create(root, spark, storage_options=None)
+    finally:
+        for key in s3.options:
+            spark.conf.unset(location.CONF_PREFIX + key)
+    store.create_topic("TopicTest", queues=2)
+    store.send_dataframe(spark.createDataFrame([("TopicTest", b"x")], "topic string, body binary"))  # executors write
+    assert json.loads(spark.sparkContext.environment[location.ENV_KEY])[root]["AWS_ENDPOINT_URL"] == s3.endpoint
+    assert store.messages("TopicTest").count() == 1
+    store.close()
+
+
+def test_bad_roots_are_refused_by_name_before_anything_is_written(spark, s3):
+    with pytest.raises(ConfigError, match="ftp"):
+        MessageStore.create("ftp://host/store", spark)
+    with pytest.raises(StorageAccessError, match="does not exist"):
+        MessageStore.create("s3://no-such-bucket-here/store", spark, storage_options=s3.options)
+    with pytest.raises(StorageAccessError, match="did not answer"):
+        MessageStore.create("s3://bucket/store", spark, storage_options={**s3.options,
+                                                                        "AWS_ENDPOINT_URL": "http://127.0.0.1:9"})
+    bucket = s3.bucket()
+    with pytest.raises(StoreNotFoundError, match="no store at"):
+        MessageStore.open(bucket + "/nothing", spark, storage_options=s3.options)
+    import boto3
+
+    listed = boto3.client("s3", endpoint_url=s3.endpoint, aws_access_key_id="k", aws_secret_access_key="s",
+                          region_name="us-east-1").list_objects_v2(Bucket=bucket[len("s3://"):])
+    assert listed.get("KeyCount", 0) == 0  # nothing was written
+
+
+def test_wrong_credentials_are_refused_by_name(spark):
+    from conftest import start_moto
+
+    port, process = start_moto({"INITIAL_NO_AUTH_ACTION_COUNT": "0"})  # this server checks credentials
+    try:
+        options = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ALLOW_HTTP": "true",
+                   "AWS_ACCESS_KEY_ID": "wrong", "AWS_SECRET_ACCESS_KEY": "wrong", "AWS_REGION": "us-east-1"}
+        with pytest.raises(StorageAccessError, match="credentials were refused"):
+            MessageStore.create("s3://secured/store", spark, storage_options=options)
+    finally:
+        process.kill()
+
+
+def test_the_command_reaches_s3_from_the_environment(s3, python_env):
+    root = s3.bucket() + "/store"
+    env = {**python_env, **s3.options}
+    MessageStore  # the command makes and uses the store on its own
+    run = [sys.executable, "-m", "storelib"]
+    created = subprocess.run(run + ["topic", "create", "Orders", "--queues", "2", "--store", root, "--create"],
+                             env=env, capture_output=True, text=True, timeout=600)
+    assert created.returncode == 0, created.stderr
+    sent = subprocess.run(run + ["send", "Orders", "--tags", "TagA", "--keys", "o-1", "--body", "hi", "--store", root,
+                                 "--json"], env=env, capture_output=True, text=True, timeout=600)
+    assert sent.returncode == 0, sent.stderr
+    status = subprocess.run(run + ["verify", "--store", root, "--json"], env=env, capture_output=True, text=True,
+                            timeout=600)
+    assert status.returncode == 0, status.stderr
