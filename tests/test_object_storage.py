@@ -122,6 +122,49 @@ def test_compaction_retention_and_vacuum_on_s3(s3_store, spark):
     assert removed >= 0 and MessageStore.verify(s3_store.root, spark) == []
 
 
+def test_clustering_orphans_and_reads_after_clustering_on_s3(s3, spark):
+    from storelib.delta.orphans import orphan_files, remove_orphans
+
+    store = MessageStore.create(s3.bucket() + "/store", spark, storage_options=s3.options)
+    store.create_topic("TopicTest", queues=2)
+    for i in range(4):
+        store.send_batch([Message("TopicTest", body=b"c%d-%d" % (i, j), tags=f"Tag{j % 4}") for j in range(25)])
+    store.dispatch()
+    before = store.read("TopicTest", "Tag1").select("physical_offset", "body").orderBy("physical_offset").collect()
+    assert store.compact(full=True, settle_ms=0)["commitlog_clustered"][0] > 0
+    after = store.read("TopicTest", "Tag1").select("physical_offset", "body").orderBy("physical_offset").collect()
+    assert after == before and len(before) == 4 * len(range(1, 25, 4))
+    assert store.explain_read("TopicTest", "Tag1").files_read >= 1
+    table = store.context.tables.consume_queue
+    fs, base = location.filesystem(table.path)
+    with fs.open_output_stream(f"{base}/part-dead.parquet") as out:
+        out.write(b"not committed")
+    assert orphan_files(table, min_age_s=0) == ["part-dead.parquet"]
+    assert remove_orphans(table, min_age_s=0) == 1 and orphan_files(table, min_age_s=0) == []
+    assert MessageStore.verify(store.root, spark, full=True) == []
+    store.close()
+
+
+def test_a_notebook_and_its_sql_files_run_on_s3_from_the_environment(spark, s3, tmp_path, monkeypatch):
+    """The notebook's ``store`` parameter is a URI; credentials only in the driver's environment, where the
+    Python workers (started before) never saw them: they are shipped."""
+    import runpy
+    from pathlib import Path
+
+    from storelib.notebook import ENV_PREFIX
+
+    for key, value in s3.options.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv(ENV_PREFIX + "STORE", s3.bucket() + "/quickstart")
+    monkeypatch.setenv(ENV_PREFIX + "OUTPUT", str(tmp_path / "output"))
+    monkeypatch.setenv(ENV_PREFIX + "MESSAGES", "300")
+    monkeypatch.chdir(tmp_path)
+    path = Path(__file__).resolve().parents[1] / "notebooks" / "quickstart.py"
+    names = runpy.run_path(str(path), init_globals={"spark": spark}, run_name="__main__")
+    assert names["nb"].store.startswith("s3://")
+    assert (tmp_path / "output" / "messages_per_queue.png").exists()
+
+
 def test_the_rocketmq_source_streams_and_writes_on_s3(s3_store, spark, tmp_path):
     s3_store.subscribe("GroupS", "TopicTest", "*")
     s3_store.send_batch([Message("TopicTest", body=b"s%d" % i, tags="TagA") for i in range(12)])
@@ -198,3 +241,54 @@ def test_the_command_reaches_s3_from_the_environment(s3, python_env):
     status = subprocess.run(run + ["verify", "--store", root, "--json"], env=env, capture_output=True, text=True,
                             timeout=600)
     assert status.returncode == 0, status.stderr
+
+
+PRODUCER = """
+import sys
+from storelib import Message, MessageStore
+
+root, name, batches = sys.argv[1], sys.argv[2], int(sys.argv[3])
+with MessageStore.open(root) as store:               # the AWS_* variables alone reach the bucket; no Spark
+    for b in range(batches):
+        store.send_batch([Message("TopicTest", body=f"{name}-{b}-{i}".encode(), keys=[f"{name}-{b}-{i}"])
+                          for i in range(4)])
+"""
+
+
+@pytest.mark.slow
+def test_four_producers_and_a_follower_sharing_only_the_bucket_lose_and_repeat_nothing(spark, s3, python_env):
+    """Processes that share nothing but the bucket (no file lock, no local socket: the conditional put of each
+    log entry is the arbiter): RocketMQ's offsets stay exact, every message arrives once."""
+    store = MessageStore.create(s3.bucket() + "/store", spark, storage_options=s3.options)
+    store.create_topic("TopicTest", queues=4)
+    env = {**python_env, **s3.options, "JAVA_HOME": "/nonexistent"}  # none of them may need Spark
+    follower = subprocess.Popen([sys.executable, "-m", "storelib", "dispatch", "--follow", "--interval-ms", "50",
+                                 "--store", store.root], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+    names, batches = [f"p{i}" for i in range(4)], 8
+    producers = [subprocess.Popen([sys.executable, "-c", PRODUCER, store.root, name, str(batches)], env=env,
+                                  stderr=subprocess.PIPE, text=True) for name in names]
+    for p in producers:
+        _, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err[-2000:]
+    deadline = time.monotonic() + 120
+    while min(store.dispatch_progress().values()) < store.max_offset():
+        assert follower.poll() is None and time.monotonic() < deadline, follower.communicate()[1][-2000:]
+        time.sleep(0.2)
+    follower.terminate()
+    follower.communicate(timeout=60)
+
+    rows = store.context.tables.commitlog.read_arrow(columns=["physical_offset", "size", "queue_id", "queue_offset",
+                                                              "body"]).sort_by("physical_offset").to_pylist()
+    assert sorted(r["body"].decode() for r in rows) == sorted(f"{n}-{b}-{i}" for n in names for b in range(batches)
+                                                              for i in range(4))
+    assert rows[0]["physical_offset"] == 0
+    assert all(a["physical_offset"] + a["size"] == b["physical_offset"] for a, b in zip(rows, rows[1:]))
+    units = store.context.tables.consume_queue.read_arrow(columns=["queue_id", "queue_offset", "commitlog_offset"])
+    assert sorted(units.column("commitlog_offset").to_pylist()) == [r["physical_offset"] for r in rows]
+    for q in range(4):
+        mine = sorted(r["queue_offset"] for r in rows if r["queue_id"] == q)
+        assert mine == list(range(len(mine)))
+    assert [m.body for m in store.query_by_key("TopicTest", "p3-7-3")] == [b"p3-7-3"]
+    assert MessageStore.verify(store.root, spark, full=True) == []
+    store.close()
