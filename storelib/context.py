@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING, Callable, Mapping, Union
 from deltalake import DeltaTable
 
 from storelib.delta import location
-from storelib.delta.health import table_problems
+from storelib.delta.health import table_problems, unsafe_commits
 from storelib.delta.table import Table
 from storelib.filter.registry import SubscriptionRegistry
 from storelib.model.config import StoreConfig
-from storelib.model.errors import StoreCorruptedError, StoreNotFoundError
+from storelib.model.errors import StorageAccessError, StoreCorruptedError, StoreNotFoundError
 from storelib.send.producer import Producer
 from storelib.storage.commitlog import CommitLog
 from storelib.storage.consumer_offset import ConsumerOffsetTable
@@ -202,9 +202,14 @@ class StoreContext:
         problems = [p for t in context.tables.by_name().values() for p in table_problems(t)]
         if problems:
             raise StoreCorruptedError(problems, root)
-        if not create and not context.tables.exists():
-            raise StoreNotFoundError("root", f"no store at {root}: check the path, or make one with "
-                                             "MessageStore.create(path) (a job's --create)")
+        if not context.tables.exists():
+            if not create:
+                raise StoreNotFoundError("root", f"no store at {root}: check the path, or make one with "
+                                                 "MessageStore.create(path) (a job's --create)")
+            unsafe = unsafe_commits(root)
+            if unsafe:
+                raise StorageAccessError("root", f"the object store under {root} is not safe for a store: {unsafe}; "
+                                                 "use one that honours If-None-Match (AWS S3, MinIO, ...)", value=root)
         context.tables.ensure()
         _OPEN.add(context)
         return context

@@ -25,7 +25,7 @@ from storelib.model.errors import JavaNotFoundError, SessionError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["get_spark", "session_source", "default_settings", "ensure_session", "delta_available", "check_java", "read_properties_file", "parallelism", "delta_settings", "DEFAULTS_FILE"]
+__all__ = ["get_spark", "session_source", "default_settings", "ensure_session", "delta_available", "check_java", "read_properties_file", "parallelism", "delta_settings", "s3a_settings", "hadoop_version", "DEFAULTS_FILE"]
 
 DEFAULTS_FILE = Path(__file__).resolve().parents[1] / "spark-defaults.conf"
 #: Spark's logging for the store's sessions: warnings and errors only (no INFO lines before a job's output).
@@ -67,6 +67,52 @@ def delta_settings() -> dict[str, str]:
             # Delta's SQL parser drops Spark 4.2's parser-level parameter markers (named parameters come out
             # unbound); the analyzer-level binding of earlier Spark versions works with it.
             "spark.sql.legacy.parameterSubstitution.constantsOnly": "true"}
+
+
+def hadoop_version() -> str:
+    """The Hadoop version the installed PySpark ships (from its ``hadoop-client-api`` jar).
+
+    >>> hadoop_version().count(".")
+    2
+    """
+    import pyspark
+
+    jars = Path(pyspark.__file__).resolve().parent / "jars"
+    found = sorted(jars.glob("hadoop-client-api-*.jar"))
+    if not found:
+        raise SessionError("pyspark", f"no hadoop-client-api jar in {jars}: cannot tell which hadoop-aws matches")
+    return found[-1].name.removeprefix("hadoop-client-api-").removesuffix(".jar")
+
+
+def s3a_settings(options: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Spark settings that let Delta Spark's own ``format("delta")`` reads reach ``s3://`` and ``s3a://`` roots
+    through Hadoop's S3A connector: ``hadoop-aws`` of the Hadoop PySpark ships (it brings the AWS SDK bundle
+    it names, about 690 MB, from Maven Central) and the endpoint and keys of ``options`` (the standard
+    ``AWS_*`` variables where not given). The store's own reads never need them (:mod:`storelib.delta.spark_read`).
+    ``get_spark(s3a=True)`` (or ``STORELIB_S3A=1``) adds them.
+
+    >>> s = s3a_settings({"AWS_ENDPOINT_URL": "http://127.0.0.1:9000", "AWS_ACCESS_KEY_ID": "k"})
+    >>> s["spark.jars.packages"] == f"org.apache.hadoop:hadoop-aws:{hadoop_version()}"
+    True
+    >>> s["spark.hadoop.fs.s3a.endpoint"], s["spark.hadoop.fs.s3a.path.style.access"]
+    ('http://127.0.0.1:9000', 'true')
+    """
+    o = {**{k: v for k, v in os.environ.items() if k.startswith("AWS_")}, **(options or {})}
+    out = {"spark.jars.packages": f"org.apache.hadoop:hadoop-aws:{hadoop_version()}",
+           "spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem"}
+    endpoint = o.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        out.update({"spark.hadoop.fs.s3a.endpoint": endpoint, "spark.hadoop.fs.s3a.path.style.access": "true",
+                    "spark.hadoop.fs.s3a.connection.ssl.enabled": str(endpoint.startswith("https")).lower()})
+    if o.get("AWS_ACCESS_KEY_ID"):
+        out.update({"spark.hadoop.fs.s3a.access.key": o["AWS_ACCESS_KEY_ID"],
+                    "spark.hadoop.fs.s3a.secret.key": o.get("AWS_SECRET_ACCESS_KEY", ""),
+                    "spark.hadoop.fs.s3a.aws.credentials.provider":
+                        "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"})
+    region = o.get("AWS_REGION") or o.get("AWS_DEFAULT_REGION")
+    if region:
+        out["spark.hadoop.fs.s3a.endpoint.region"] = region
+    return out
 
 
 def check_java() -> str:
@@ -134,8 +180,10 @@ def session_source(spark: "SparkSession | None" = None) -> "tuple[SparkSession |
     return get_spark, default_settings()
 
 
-def get_spark(app_name: str = "storelib", conf: Mapping[str, str] | None = None) -> "SparkSession":
-    """The active Spark session, or a new one with the store's defaults plus ``conf``."""
+def get_spark(app_name: str = "storelib", conf: Mapping[str, str] | None = None, *, s3a: bool | None = None,
+              ) -> "SparkSession":
+    """The active Spark session, or a new one with the store's defaults plus ``conf`` (and, with ``s3a`` or
+    ``STORELIB_S3A=1``, :func:`s3a_settings`)."""
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()
@@ -151,6 +199,10 @@ def get_spark(app_name: str = "storelib", conf: Mapping[str, str] | None = None)
     if "log4j2.configurationFile" not in java_options or "storelib/log4j2.properties" in java_options:
         java_options = " ".join(o for o in java_options.split() if "log4j2.configurationFile" not in o)
         settings["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{LOG4J2_FILE} {java_options}".strip()
+    if s3a if s3a is not None else os.environ.get("STORELIB_S3A", "").lower() in ("1", "true", "yes"):
+        extra = s3a_settings()
+        settings["spark.jars.packages"] += "," + extra.pop("spark.jars.packages")
+        settings.update({k: v for k, v in extra.items() if k not in (conf or {})})
     given = [p for p in settings["spark.jars.packages"].split(",") if p and not p.startswith("io.delta:delta-spark")]
     settings["spark.jars.packages"] = ",".join([delta_settings()["spark.jars.packages"], *given])
     settings.update(REQUIRED)

@@ -16,14 +16,19 @@ log read per table, no data file is opened.
 
 from __future__ import annotations
 
+import uuid
 from urllib.parse import unquote
 
-from deltalake.exceptions import DeltaError, TableNotFoundError
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, Transaction
+
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from pyarrow import fs as pafs
 
+from storelib.delta.location import is_local, options_for
 from storelib.delta.table import Table, add_actions, filesystem
 
-__all__ = ["table_problems"]
+__all__ = ["table_problems", "unsafe_commits"]
 
 
 def table_problems(table: Table) -> list[str]:
@@ -60,3 +65,36 @@ def table_problems(table: Table) -> list[str]:
                 "or rebuild the table if it is derived (consume_queue, consume_queue_ext, index: move it away and "
                 "dispatch again)"]
     return []
+
+
+def unsafe_commits(root: str) -> str | None:
+    """Why the object store under ``root`` cannot arbitrate commits, or None where it can: two writers
+    commit the same version of a scratch table (under ``_storelib_probe``, removed after) and the second
+    must be refused. A server that accepts a conditional put it should refuse (If-None-Match ignored)
+    would let two machines' commits overwrite each other, losing messages. About ten requests: made when
+    a store is created, never on open. Local roots are not probed.
+
+    >>> unsafe_commits(tmp) is None
+    True
+    """
+    if is_local(root):
+        return None
+    probe = f"{root}/_storelib_probe/{uuid.uuid4().hex}"
+    options = options_for(probe)
+    try:
+        DeltaTable.create(probe, pa.schema([("x", pa.int64())]), storage_options=options)
+        first, second = DeltaTable(probe, storage_options=options), DeltaTable(probe, storage_options=options)
+        for i, dt in enumerate((first, second)):
+            props = CommitProperties(max_commit_retries=0, app_transactions=[Transaction(f"probe-{i}", 1)])
+            try:
+                dt.create_write_transaction([], mode="append", schema=dt.schema(), commit_properties=props)
+            except CommitFailedError:
+                return None if i == 1 else "the first of two commits was refused"
+        return ("it accepted a second commit of the same Delta log version (a conditional put it should have "
+                "refused): writers on two machines would overwrite each other's messages")
+    finally:
+        filesys, base = filesystem(probe)
+        try:
+            filesys.delete_dir(base)
+        except OSError:
+            pass
