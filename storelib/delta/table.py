@@ -224,10 +224,8 @@ class Table:
         """The table's latest snapshot (or the given version)."""
         return DeltaTable(self.path, version=version, storage_options=self.storage_options)
 
-    @property
-    def storage_options(self) -> dict[str, str] | None:
-        """What reaches the table's object store (:func:`~storelib.delta.location.options_for`); None on local disk."""
-        return options_for(self.path)
+    storage_options = property(lambda self: options_for(self.path), doc="What reaches the table's object store "
+                               "(:func:`~storelib.delta.location.options_for`); None on local disk.")
 
     def view(self, markers: Iterable[str] = ()) -> TableView:
         """The newest snapshot as a :class:`TableView`, kept warm between calls.
@@ -515,14 +513,16 @@ class Table:
         try:
             dt.create_write_transaction(actions, mode="append", schema=dt.schema(), commit_properties=props,
                                         post_commithook_properties=hooks)
-        except CommitFailedError as e:
+        except (CommitFailedError, OSError) as e:
             landed = committed_by(self.path, dt.version(), COMMIT_ID, commit_id)  # its answer lost, it landed
-            if landed is None:
+            if landed is not None:
+                log.warning("%s: version %d was committed although its writer was told otherwise (%s)",
+                            self.spec.name, landed, str(e).splitlines()[0][:200])
+                return landed
+            if isinstance(e, CommitFailedError):
                 self.discard(files)
                 raise CommitConflict(str(e)) from None
-            log.warning("%s: version %d was committed although its writer was told otherwise (%s)",
-                        self.spec.name, landed, str(e).splitlines()[0][:200])
-            return landed
+            raise  # it did not reach the store: nothing is committed (the files are orphans for the sweep)
         if clean:
             self._cleaned = now
         return dt.version() + 1

@@ -1,0 +1,127 @@
+"""The S3 proxy (:mod:`jobs.benchmarks.s3_proxy`) in a process of its own, driven from this one.
+
+A proxy thread inside a process that also calls deltalake can stall: some of deltalake's calls keep
+Python's interpreter lock while they wait for the network (``DeltaTable.is_deltatable`` waited 30 s for a
+listing the proxy thread could not answer). So tests and benchmarks run the proxy as a child process and
+steer it over its standard input: :class:`ProxyProcess` has the proxy's own methods.
+
+>>> ProxyProcess.__name__
+'ProxyProcess'
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Iterator
+
+ROOT = Path(__file__).resolve().parents[2]
+
+__all__ = ["ProxyProcess", "serve"]
+
+
+class ProxyProcess:
+    """A proxy in front of ``upstream_host:upstream_port``, in a child process; a context manager.
+
+    ``counts``, ``reset``, ``cut_next``, ``cut_responses_next`` and ``cancel_cuts`` are the proxy's;
+    ``latency_s`` may be set; ``counting()`` yields an object whose ``counts`` is what its block added.
+    """
+
+    def __init__(self, upstream_host: str, upstream_port: int, latency_s: float = 0.0):
+        self._args = [upstream_host, str(upstream_port), str(latency_s)]
+        self._latency_s = latency_s
+        self._lock = threading.Lock()
+        self._process: subprocess.Popen | None = None
+        self.endpoint = ""
+
+    def start(self) -> "ProxyProcess":
+        code = "import sys; from jobs.benchmarks.s3_proxy_process import serve; serve(*sys.argv[1:])"
+        self._process = subprocess.Popen([sys.executable, "-c", code, *self._args], cwd=ROOT, text=True,
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.endpoint = self._process.stdout.readline().strip()
+        if not self.endpoint.startswith("http://"):
+            raise RuntimeError(f"the proxy did not start (it said {self.endpoint!r})")
+        return self
+
+    def stop(self) -> None:
+        if self._process is not None and self._process.poll() is None:
+            self._process.stdin.close()
+            self._process.wait(timeout=30)
+
+    def __enter__(self) -> "ProxyProcess":
+        return self.start() if self._process is None else self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _call(self, name: str, **kwargs: Any) -> Any:
+        with self._lock:
+            self._process.stdin.write(json.dumps({"call": name, "kwargs": kwargs}) + "\n")
+            self._process.stdin.flush()
+            answer = json.loads(self._process.stdout.readline())
+        if "error" in answer:
+            raise RuntimeError(f"proxy: {answer['error']}")
+        return answer["result"]
+
+    def counts(self) -> dict[str, int]:
+        return self._call("counts")
+
+    def reset(self) -> None:
+        self._call("reset")
+
+    def cut_next(self, n: int = 1, kind: str | None = "PUT", after_bytes: int = 0,
+                 path_contains: str | None = None) -> None:
+        self._call("cut_next", n=n, kind=kind, after_bytes=after_bytes, path_contains=path_contains)
+
+    def cut_responses_next(self, n: int = 1, kind: str | None = "PUT", path_contains: str | None = None) -> None:
+        self._call("cut_responses_next", n=n, kind=kind, path_contains=path_contains)
+
+    def cancel_cuts(self) -> None:
+        self._call("cancel_cuts")
+
+    @property
+    def latency_s(self) -> float:
+        return self._latency_s
+
+    @latency_s.setter
+    def latency_s(self, value: float) -> None:
+        self._call("set_latency", seconds=value)
+        self._latency_s = value
+
+    @contextlib.contextmanager
+    def counting(self) -> Iterator[Any]:
+        class Window:
+            counts: dict[str, int] = {}
+
+        before = self.counts()
+        window = Window()
+        try:
+            yield window
+        finally:
+            after = self.counts()
+            window.counts = {k: v - before.get(k, 0) for k, v in after.items()}
+
+
+def serve(upstream_host: str, upstream_port: str, latency_s: str = "0") -> None:
+    """The child's side: start the proxy, print its endpoint, answer one JSON command per line of stdin
+    until it closes."""
+    from jobs.benchmarks.s3_proxy import S3Proxy
+
+    with S3Proxy(upstream_host, int(upstream_port), latency_s=float(latency_s)) as proxy:
+        print(proxy.endpoint, flush=True)
+        for line in sys.stdin:
+            request = json.loads(line)
+            name, kwargs = request["call"], request.get("kwargs", {})
+            try:
+                if name == "set_latency":
+                    proxy.latency_s = float(kwargs["seconds"])
+                    result = None
+                else:
+                    result = getattr(proxy, name)(**kwargs)
+                print(json.dumps({"result": result}), flush=True)
+            except Exception as e:  # said to the parent, which raises it
+                print(json.dumps({"error": f"{type(e).__name__}: {e}"}), flush=True)
