@@ -83,6 +83,10 @@ class ProxyProcess:
     def cancel_cuts(self) -> None:
         self._call("cancel_cuts")
 
+    def requests(self, last: int = 1000) -> list[tuple[str, str, str]]:
+        """The newest ``last`` requests: (method, kind, path)."""
+        return [tuple(r) for r in self._call("requests", last=last)]
+
     @property
     def latency_s(self) -> float:
         return self._latency_s
@@ -120,6 +124,8 @@ def serve(upstream_host: str, upstream_port: str, latency_s: str = "0") -> None:
                 if name == "set_latency":
                     proxy.latency_s = float(kwargs["seconds"])
                     result = None
+                elif name == "requests":  # the log's newest entries
+                    result = [list(r) for r in proxy.requests[-int(kwargs.get("last", 1000)):]]
                 else:
                     result = getattr(proxy, name)(**kwargs)
                 print(json.dumps({"result": result}), flush=True)

@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from storelib.delta.location import filesystem, is_local
 
-__all__ = ["ByteLRU", "filesystem", "is_local", "local_bytes", "parquet_format", "fragment", "small_file", "scan_files", "keyed_rows", "FOOTER_CACHE_BYTES",
+__all__ = ["ByteLRU", "filesystem", "is_local", "local_bytes", "parquet_format", "fragment", "remember_sizes", "small_file", "scan_files", "keyed_rows", "FOOTER_CACHE_BYTES",
            "SMALL_FILE_CACHE_BYTES", "SMALL_FILE_ROWS", "SMALL_FILE_READ_BYTES"]
 
 #: Parsed Parquet footers kept per process (the driver's point reads, an executor's row group reads), in
@@ -108,6 +108,24 @@ _footers = ByteLRU(FOOTER_CACHE_BYTES)
 _small = ByteLRU(SMALL_FILE_CACHE_BYTES)
 
 
+#: Sizes of data files (immutable) named by the add actions this process has seen: opening one on an object
+#: store then costs no HEAD request.
+_sizes: dict[str, int] = {}
+_SIZES_KEPT = 1_000_000
+
+
+def remember_sizes(paths: Sequence[str], sizes: Sequence[int]) -> None:
+    """Keep the sizes of data files (from their add actions), so that :func:`fragment` need not ask the
+    object store (a HEAD request per file).
+
+    >>> remember_sizes(["s3://b/t/part-1.parquet"], [1234]); _sizes["s3://b/t/part-1.parquet"]
+    1234
+    """
+    if len(_sizes) > _SIZES_KEPT:
+        _sizes.clear()
+    _sizes.update(zip(paths, sizes))
+
+
 def fragment(path: str):
     """A data file as a pyarrow fragment whose footer (row groups and their statistics) is already parsed,
     kept within :data:`FOOTER_CACHE_BYTES`.
@@ -118,7 +136,7 @@ def fragment(path: str):
     """
     def build():
         fs, local = filesystem(path)
-        made = parquet_format().make_fragment(local, fs)
+        made = parquet_format().make_fragment(local, fs, file_size=_sizes.get(path))
         made.ensure_complete_metadata()
         return made, made.metadata.serialized_size * _FOOTER_MEMORY_PER_BYTE
 

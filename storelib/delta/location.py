@@ -304,8 +304,9 @@ def _filesystem(kind: str, netloc: str, options_json: str):
             kwargs["region"] = region
         if o.get("AWS_VIRTUAL_HOSTED_STYLE_REQUEST", "").lower() == "true":
             kwargs["force_virtual_addressing"] = True
-        # a request that fails for the network is tried again a few times, then fails: never hangs
-        kwargs.update(connect_timeout=5, request_timeout=30,
+        # a request that fails for the network is tried again a few times, then fails: never hangs; a small
+        # file is one PUT when it closes (not a multipart upload: three requests)
+        kwargs.update(connect_timeout=5, request_timeout=30, allow_delayed_open=True,
                       retry_strategy=fs.AwsStandardS3RetryStrategy(max_attempts=4))
         return fs.S3FileSystem(**kwargs)
     if kind in ("abfs", "abfss", "az", "adl"):

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -33,7 +33,28 @@ from storelib.delta.stats import STATS_KEYS
 if TYPE_CHECKING:
     from deltalake import DeltaTable
 
-__all__ = ["LogChanges", "entry_path", "entry_actions", "changes_since", "apply_changes", "committed_by", "tombstones"]
+__all__ = ["TableView", "LogChanges", "entry_path", "entry_actions", "changes_since", "apply_changes", "committed_by", "tombstones"]
+
+
+@dataclass(frozen=True)
+class TableView:
+    """What point reads need of one snapshot, kept in memory: its version, add actions and ``txn`` markers.
+
+    Immutable, so many threads may use it while the table moves on.
+
+    >>> view = store.context.tables.commitlog.view(markers=["commitlog"])
+    >>> view.marker("commitlog") == store.max_offset(), view.marker("absent", default=-1)
+    (True, -1)
+    """
+
+    version: int
+    actions: pa.Table
+    markers: Mapping[str, int | None]
+
+    def marker(self, app_id: str, default: int = 0) -> int:
+        """The ``txn`` version under ``app_id`` (asked for when the view was made), or ``default``."""
+        value = self.markers.get(app_id)
+        return default if value is None else value
 
 
 def entry_path(table_path: str, version: int) -> str:

@@ -32,9 +32,10 @@ from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from deltalake.transaction import AddAction, PostCommitHookProperties, RemoveAction
 
-from storelib.delta.files import filesystem, fragment, is_local, keyed_rows, parquet_format, scan_files, small_file
+from storelib.delta.files import (filesystem, fragment, is_local, keyed_rows, parquet_format, remember_sizes, scan_files,
+                                  small_file)
 from storelib.delta.location import options_for
-from storelib.delta.log import apply_changes, changes_since, committed_by, tombstones
+from storelib.delta.log import TableView, apply_changes, changes_since, committed_by, tombstones
 from storelib.delta.spark_read import read_paths
 from storelib.delta.spec import TableSpec
 from storelib.delta.stats import Prune, clustered, holding, narrowed, only, prune_actions
@@ -79,6 +80,11 @@ POINT_READ_FILES = 32
 #: (whatever the entries could not say). Below the log retention, so no entry a view still needs is cleaned up.
 VIEW_RELOAD_S = 5.0
 
+#: On an object store, a warm view looks for new log entries at most this often (each look is a request).
+REMOTE_LOOK_S = 0.2
+
+_WRITTEN: dict[str, int] = {}  # commits this process made, by table path
+
 #: The ``commitInfo`` field holding the id each :meth:`Table.commit` gives its commit (:func:`committed_by`).
 COMMIT_ID = "storelib.commit"
 
@@ -117,27 +123,6 @@ class WrittenFile:
         return AddAction(self.path, self.size, {}, int(time.time() * 1000), data_change, self.stats)
 
 
-@dataclass(frozen=True)
-class TableView:
-    """What point reads need of one snapshot, kept in memory: its version, add actions and ``txn`` markers.
-
-    Immutable, so many threads may use it while the table moves on.
-
-    >>> view = store.context.tables.commitlog.view(markers=["commitlog"])
-    >>> view.marker("commitlog") == store.max_offset(), view.marker("absent", default=-1)
-    (True, -1)
-    """
-
-    version: int
-    actions: pa.Table
-    markers: Mapping[str, int | None]
-
-    def marker(self, app_id: str, default: int = 0) -> int:
-        """The ``txn`` version under ``app_id`` (asked for when the view was made), or ``default``."""
-        value = self.markers.get(app_id)
-        return default if value is None else value
-
-
 class Table:
     """One Delta table of the store, at ``path``, with the columns of ``spec``.
 
@@ -164,6 +149,7 @@ class Table:
         self._depth = 0
         self._committer: DeltaTable | None = None
         self._cleaned: float | None = None  # when this handle's commits last cleaned up the log
+        self._local, self._looked, self._seen = is_local(self.path), 0.0, 0
 
     def __repr__(self) -> str:
         return f"Table({self.spec.name!r}, {self.path!r})"
@@ -244,6 +230,10 @@ class Table:
         wanted = tuple(markers)
         with self._lock:
             view, now = self._view, time.monotonic()
+            written = _WRITTEN.get(self.path, 0)  # this process's own commits are seen at once
+            if view is not None and not self._local and now - self._looked < REMOTE_LOOK_S and written == self._seen:
+                return view
+            self._looked, self._seen = now, written
             if view is not None and now - self._checked < VIEW_RELOAD_S:
                 rolled = self._roll(view)
                 if rolled is not None and all(m in rolled.markers for m in wanted):
@@ -382,7 +372,10 @@ class Table:
         return self.paths(self.holding(add_actions(dt), col, values))
 
     def paths(self, actions: pa.Table) -> list[str]:
-        return [self.path_of(p) for p in actions.column("path").to_pylist()]
+        paths = [self.path_of(p) for p in actions.column("path").to_pylist()]
+        if not is_local(self.path) and "size_bytes" in actions.column_names:  # opened later without a HEAD
+            remember_sizes(paths, actions.column("size_bytes").to_pylist())
+        return paths
 
     def path_of(self, action_path: str) -> str:
         """Absolute path of a file named in an add action (there a URI-encoded relative path)."""
@@ -516,6 +509,7 @@ class Table:
         except (CommitFailedError, OSError) as e:
             landed = committed_by(self.path, dt.version(), COMMIT_ID, commit_id)  # its answer lost, it landed
             if landed is not None:
+                self.touched()
                 log.warning("%s: version %d was committed although its writer was told otherwise (%s)",
                             self.spec.name, landed, str(e).splitlines()[0][:200])
                 return landed
@@ -525,7 +519,12 @@ class Table:
             raise  # it did not reach the store: nothing is committed (the files are orphans for the sweep)
         if clean:
             self._cleaned = now
+        self.touched()
         return dt.version() + 1
+
+    def touched(self) -> None:
+        """Say this process committed to the table (views of it here look at the log at their next call)."""
+        _WRITTEN[self.path] = _WRITTEN.get(self.path, 0) + 1
 
     def stamp(self, paths: Iterable[str]) -> int:
         """Set the modification time of data files (paths relative to the table, as in its log) to now, so

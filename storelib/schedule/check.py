@@ -96,6 +96,7 @@ def register_checker(ctx: StoreContext, producer_group: str, checker: str) -> No
     row = {"producer_group": producer_group, "checker": checker, "updated_at": dt.datetime.now(dt.timezone.utc)}
     write_deltalake(ctx.tables.transaction_checker.path, pa.Table.from_pylist([row], schema=TRANSACTION_CHECKER.arrow),
                     mode="append", storage_options=ctx.tables.transaction_checker.storage_options)
+    ctx.tables.transaction_checker.touched()
 
 
 def _load(path: object) -> Callable[[StoredMessage], Any]:

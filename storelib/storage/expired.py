@@ -101,6 +101,7 @@ def record_runs(table: Table, starts: np.ndarray, ends: np.ndarray, counts: np.n
                                 schema=COMMITLOG_EXPIRED.arrow)
     write_deltalake(table.path, data, mode="append", storage_options=table.storage_options,
                     commit_properties=CommitProperties(custom_metadata={"storelib.operation": operation}))
+    table.touched()
     return len(new)
 
 

@@ -57,7 +57,7 @@ def offsets_of(table: Table, key_hash: int, begin_ms: int, end_ms: int) -> tuple
     >>> offsets_of(store.context.tables.index, index_key_hash("TopicTest#order-1"), 0, 2 ** 62)
     ([0], 1)
     """
-    paths = table.files(table.snapshot(), Prune(equal={"key_hash": key_hash}))
+    paths = table.paths(table.prune(table.view().actions, Prune(equal={"key_hash": key_hash})))
     stored = pc.field("store_timestamp")
     cond = ((pc.field("key_hash") == key_hash) & (stored >= arrow_timestamp(begin_ms)) & (stored <= arrow_timestamp(end_ms)))
     hits = table.read_arrow(paths=paths, columns=["commitlog_offset"], filter=cond).column("commitlog_offset").to_numpy()

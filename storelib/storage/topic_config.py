@@ -59,6 +59,7 @@ class TopicConfigTable:
         data = pa.Table.from_pylist([row], schema=TOPIC_CONFIG.arrow)
         write_deltalake(self.table.path, data, mode="overwrite", predicate=f"topic = '{config.topic}'",
                         storage_options=self.table.storage_options, commit_properties=CommitProperties(custom_metadata={"storelib.operation": "CREATE_TOPIC"}))
+        self.table.touched()
 
     def delete(self, topic: str) -> TopicConfig:
         """Remove the topic's configuration (``deleteTopic``) in one commit and return what it was; a topic
@@ -75,6 +76,7 @@ class TopicConfigTable:
         config = self.get(topic)
         self.table.snapshot().delete(f"topic = '{topic}'", commit_properties=CommitProperties(
             custom_metadata={"storelib.operation": "DELETE_TOPIC"}))
+        self.table.touched()
         return config
 
     def create(self, topic: str, read_queues: int, write_queues: int, perm: int = PERM_READ | PERM_WRITE,
