@@ -11,6 +11,7 @@
     python jobs/benchmark.py --suite online --seconds 60 --relay   # the same, the producers handing groups to one committer
     python jobs/benchmark.py --suite online --seconds 60 --consumer-nice 10   # the consumers yielding the CPU to the producers
     python jobs/benchmark.py --suite growth --commits 10000    # send, dispatch, pull: the first and last 1,000 commits
+    python jobs/benchmark.py --suite s3 --messages 10000 --latency-ms 20   # requests and latency on an S3 store
 
 Prints messages per second and the ratio to the baseline measured in the same run.
 """
@@ -27,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from jobs.benchmarks.admin import bench_admin  # noqa: E402
 from jobs.benchmarks.custom import bench_custom  # noqa: E402
 from jobs.benchmarks.growth import bench_growth  # noqa: E402
+from jobs.benchmarks.object_storage import bench_object_storage  # noqa: E402
 from jobs.benchmarks.online import bench_online  # noqa: E402
 from jobs.benchmarks.filter import bench_filtering  # noqa: E402
 from jobs.benchmarks.pull import bench_pull  # noqa: E402
@@ -38,7 +40,7 @@ from storelib.model.errors import StoreError  # noqa: E402
 from storelib.session import get_spark  # noqa: E402
 
 #: The suites ``--suite`` may name.
-SUITES = ("send", "lookup", "filter", "pull", "custom", "schedule", "sql", "admin", "online", "growth")
+SUITES = ("send", "lookup", "filter", "pull", "custom", "schedule", "sql", "admin", "online", "growth", "s3")
 
 
 def suite_list(text: str) -> list[str]:
@@ -66,7 +68,17 @@ def main(argv: list[str] | None = None) -> int:
                              "sql (key and id queries through SQL and the rocketmq source, group streams), "
                              "admin (the storelib command's look-ups, a new process each), "
                              "online (concurrent producers, a follower, long-polling consumers; --seconds), "
-                             "growth (send, dispatch, pull latency over --commits commits)")
+                             "growth (send, dispatch, pull latency over --commits commits), "
+                             "s3 (look-ups, pulls, group commits, follower rounds on an S3 store: requests and latency)")
+    parser.add_argument("--store-uri", default=None,
+                        help="s3 suite: an s3:// root to use (its endpoint and keys from the AWS_* variables); "
+                             "default: a local moto_server the suite starts")
+    parser.add_argument("--latency-ms", type=float, default=20.0, help="s3 suite: latency added to every request")
+    parser.add_argument("--online-seconds", type=non_negative_int, default=0,
+                        help="s3 suite: also run the online suite this long on an S3 store, through the latency proxy")
+    parser.add_argument("--delta-spark", action="store_true",
+                        help="s3 suite: also read the S3 store with Delta Spark over s3a (downloads hadoop-aws and "
+                             "the AWS SDK bundle, about 690 MB, on first use)")
     parser.add_argument("--distinct-keys", type=positive_int, default=None, help="keys for the lookup suite (None: N/10)")
     parser.add_argument("--lookups", type=positive_int, default=50, help="look-ups of each kind (lookup and sql suites)")
     parser.add_argument("--pulls", type=positive_int, default=200, help="pulls of each kind for the pull suite")
@@ -124,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
                                            progress=lambda line: print(line, file=sys.stderr, flush=True)),
             "admin": lambda: bench_admin(spark, args.messages, root=args.root, queues=args.queues,
                                          partitions=args.partitions),
+            "s3": lambda: bench_object_storage(spark, args.messages, latency_ms=args.latency_ms, queues=args.queues,
+                                               operations=args.lookups, root=args.root, store_uri=args.store_uri,
+                                               delta_spark=args.delta_spark, online_seconds=args.online_seconds),
             "schedule": lambda: bench_schedule(spark, args.messages, root=args.root, partitions=args.partitions,
                                                repeats=args.repeats),
         }

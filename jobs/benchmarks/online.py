@@ -197,20 +197,22 @@ class OnlineFigures:
 
 def bench_online(seconds: float = 60, *, producers: int = 4, threads: int = 16, window: int = 16, consumers: int = 4,
                  root: str | None = None, relay: bool = False, consumer_nice: int = 0,
-                 follower_nice: int = 0, tail_pulls: bool = True, round_ms: int | None = None) -> OnlineFigures:
+                 follower_nice: int = 0, tail_pulls: bool = True, round_ms: int | None = None,
+                 store_uri: str | None = None, storage_env: dict[str, str] | None = None) -> OnlineFigures:
     """Run the online benchmark for ``seconds`` (see the module docstring); ``relay``: the producer
     processes hand their groups to the machine's committer (``relay_sends``); ``consumer_nice`` and
     ``follower_nice``: the consumer processes and the follower run at that niceness (the ``nice`` command), so
     that on a saturated machine the producers' commits get the CPU first; ``tail_pulls``: the follower serves
     the consumers' pulls of the queues' tails (``--serve-pulls``, :mod:`storelib.consume.tail`); ``round_ms``:
-    the follower's ``--round-ms`` (None: its default)."""
+    the follower's ``--round-ms`` (None: its default); ``store_uri``: the store's root (an ``s3://`` URI, reached
+    with the ``AWS_*`` variables of ``storage_env`` in every process), else a folder of the run's."""
     from storelib import Message, MessageStore
 
     work = root or tempfile.mkdtemp(prefix="storelib-bench-")
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env = {**os.environ, **(storage_env or {}), "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     procs: list[subprocess.Popen] = []
     try:
-        store = MessageStore.create(f"{work}/online")
+        store = MessageStore.create(store_uri or f"{work}/online", storage_options=storage_env)
         store.create_topic(TOPIC, queues=QUEUES)
         store.subscribe(GROUP, TOPIC, "*")
         with open(f"{work}/follower.out", "w") as out, open(f"{work}/follower.err", "w") as err:  # the child keeps its own

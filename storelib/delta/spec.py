@@ -37,6 +37,8 @@ class TableSpec:
     <storelib.delta.table.Table.commit>`, which stamps it with the time of its removal; so a local table keeps
     its ``remove`` actions in the log only briefly (:data:`~storelib.delta.table.TOMBSTONE_RETENTION`).
     False for a table that deltalake's own operations rewrite (the topic configuration's ``overwrite``).
+    ``remote_look_s``: on an object store, how often at most a warm view of the table looks for new log
+    entries (a request each): often for the tables pulls follow, seldom for settings other processes change.
 
     >>> TableSpec("events", pa.schema([("id", pa.int64()), ("at", pa.int64())])).columns
     ['id', 'at']
@@ -53,6 +55,7 @@ class TableSpec:
     view_statistics: tuple[str, ...] | None = None
     delta_encoded: tuple[str, ...] = ()
     brief_tombstones: bool = True
+    remote_look_s: float = 0.2
 
     @property
     def columns(self) -> list[str]:

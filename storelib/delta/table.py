@@ -80,9 +80,6 @@ POINT_READ_FILES = 32
 #: (whatever the entries could not say). Below the log retention, so no entry a view still needs is cleaned up.
 VIEW_RELOAD_S = 5.0
 
-#: On an object store, a warm view looks for new log entries at most this often (each look is a request).
-REMOTE_LOOK_S = 0.2
-
 _WRITTEN: dict[str, int] = {}  # commits this process made, by table path
 
 #: The ``commitInfo`` field holding the id each :meth:`Table.commit` gives its commit (:func:`committed_by`).
@@ -231,7 +228,8 @@ class Table:
         with self._lock:
             view, now = self._view, time.monotonic()
             written = _WRITTEN.get(self.path, 0)  # this process's own commits are seen at once
-            if view is not None and not self._local and now - self._looked < REMOTE_LOOK_S and written == self._seen:
+            if view is not None and not self._local and now - self._looked < self.spec.remote_look_s \
+                    and written == self._seen:
                 return view
             self._looked, self._seen = now, written
             if view is not None and now - self._checked < VIEW_RELOAD_S:

@@ -46,6 +46,10 @@ def _f(name: str, kind: pa.DataType, comment: str, nullable: bool = True) -> pa.
     return pa.field(name, kind, nullable=nullable, metadata={"comment": comment})
 
 
+#: Settings tables (topics, groups, subscriptions, checkers) change seldom: on an object store their views look
+#: for other processes' changes once a second (this process's own are seen at once).
+CONFIG_LOOK_S = 1.0
+
 COMMITLOG = TableSpec(
     "commitlog",
     pa.schema([
@@ -199,7 +203,7 @@ SUBSCRIPTION = TableSpec(
     ]),
     cluster_by=("topic",),
     description="Subscriptions by (consumer group, topic), every registration kept (RocketMQ's ConsumerFilterManager).",
-)
+    remote_look_s=CONFIG_LOOK_S)
 
 INDEX = TableSpec(
     "index",
@@ -232,8 +236,8 @@ TOPIC_CONFIG = TableSpec(
                                        "milliseconds (null: only the store's file_reserved_time applies)"),
     ]),
     description="Topic configuration (RocketMQ's TopicConfigManager).",
-    brief_tombstones=False,  # put and delete are deltalake's overwrite and delete, which do not stamp what they remove
-)
+    brief_tombstones=False,  # put and delete are deltalake's overwrite and delete, which do not stamp what they remove,
+    remote_look_s=CONFIG_LOOK_S)
 
 SUBSCRIPTION_GROUP = TableSpec(
     "subscription_group",
@@ -249,7 +253,7 @@ SUBSCRIPTION_GROUP = TableSpec(
         _f("updated_at", TIMESTAMP, "When this configuration was last written", False),
     ]),
     description="Consumer group configuration (RocketMQ's SubscriptionGroupManager).",
-)
+    remote_look_s=CONFIG_LOOK_S)
 
 CONSUMER_OFFSET = TableSpec(
     "consumer_offset",
@@ -274,7 +278,7 @@ TRANSACTION_CHECKER = TableSpec(
         _f("updated_at", TIMESTAMP, "When the checker was registered: the latest registration wins", False),
     ]),
     description="Transaction check-back callables by producer group (RocketMQ asks a producer of the group).",
-)
+    remote_look_s=CONFIG_LOOK_S)
 
 COMMITLOG_EXPIRED = TableSpec(
     "commitlog_expired",

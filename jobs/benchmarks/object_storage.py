@@ -1,0 +1,267 @@
+"""Object storage: what each operation costs in requests and time on an S3 store, beside the same on local disk.
+
+The suite fills two stores with the same N messages (one on local disk, one on an S3-compatible server,
+``--store-uri``, or a local ``moto_server`` it starts), puts a counting proxy with ``--latency-ms`` added to
+every request in front of the S3 server (:mod:`jobs.benchmarks.s3_proxy`), and measures on both: a key
+look-up, a pull of 32, a group commit of 32 messages, and a follower's dispatch round of that commit.
+For each it reports p50 and p99 and the requests (GET, PUT, LIST, HEAD, DELETE) one operation makes on
+the S3 store, which must not grow with the store.
+
+>>> line = Op("pull of 32", [0.01, 0.02], [0.05, 0.06], {"GET": 4}, 2).line()
+>>> line.split()[:5]
+['pull', 'of', '32', 'local', 'p50']
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+from jobs.benchmarks.s3_proxy_process import ProxyProcess
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["Op", "S3Figures", "bench_object_storage"]
+
+TOPIC = "BenchTopic"
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+@dataclass(frozen=True)
+class Op:
+    """One operation's seconds on local disk and on the object store, and its requests there (per operation)."""
+
+    name: str
+    local: list[float]
+    remote: list[float]
+    requests: dict[str, int]
+    count: int
+
+    def line(self) -> str:
+        per = {k: round(v / max(1, self.count), 1) for k, v in sorted(self.requests.items()) if v}
+        return (f"{self.name:<18} local p50 {_pct(self.local, .5) * 1000:7.1f} ms p99 {_pct(self.local, .99) * 1000:7.1f} ms"
+                f" | s3 p50 {_pct(self.remote, .5) * 1000:7.1f} ms p99 {_pct(self.remote, .99) * 1000:7.1f} ms"
+                f" | requests per op {per}")
+
+    def record(self) -> dict:
+        return {"local_p50_ms": round(_pct(self.local, .5) * 1000, 2), "local_p99_ms": round(_pct(self.local, .99) * 1000, 2),
+                "s3_p50_ms": round(_pct(self.remote, .5) * 1000, 2), "s3_p99_ms": round(_pct(self.remote, .99) * 1000, 2),
+                "requests_per_op": {k: round(v / max(1, self.count), 2) for k, v in self.requests.items() if v}}
+
+
+@dataclass(frozen=True)
+class S3Figures:
+    """The suite's operations at ``messages`` with ``latency_ms`` added to each S3 request."""
+
+    messages: int
+    latency_ms: float
+    ops: list[Op]
+    delta_spark: dict | None = None
+    online: Any = None
+    reads: list = ()
+
+    def read_lines(self) -> list[str]:
+        out = []
+        for side, t_read, t_scan, planned, scanned in self.reads:
+            read, scan = _pct(t_read, .5), _pct(t_scan, .5)
+            line = (f"filtered read of 1% after clustering, {side}: {read:.3f} s against the plain scan's {scan:.3f} s "
+                    f"({scan / read:.1f}x)")
+            if side == "s3":
+                line += f"; requests {sum(planned.values())} against {sum(scanned.values())} " \
+                        f"({100 * sum(planned.values()) / max(1, sum(scanned.values())):.1f}%)"
+            out.append(line)
+        return out
+
+    def lines(self) -> list[str]:
+        head = f"object storage: {self.messages:,} msgs, {self.latency_ms:g} ms added to every S3 request"
+        tail = [*self.read_lines(), *([f"Delta Spark over s3a: {self.delta_spark}"] if self.delta_spark else [])]
+        if self.online is not None:
+            tail += ["online suite on the S3 store (with the added latency):", *self.online.lines()]
+        return [head, *(op.line() for op in self.ops), *tail]
+
+    def as_dict(self) -> dict:
+        return {"messages": self.messages, "latency_ms": self.latency_ms, **{op.name: op.record() for op in self.ops},
+                "filtered_reads": [{"side": side, "read_s": round(_pct(a, .5), 3), "scan_s": round(_pct(b, .5), 3),
+                                    "read_requests": c, "scan_requests": d} for side, a, b, c, d in self.reads],
+                "delta_spark": self.delta_spark, "online": self.online.as_dict() if self.online is not None else None}
+
+
+#: Run in a process of its own (a session with Hadoop's S3A connector): Delta Spark reads a store's commitlog.
+DELTA_SPARK_CHECK = """
+import json, sys
+from storelib.session import get_spark
+root, expected = sys.argv[1], int(sys.argv[2])
+spark = get_spark("storelib-s3a-check", {"spark.master": "local[2]"}, s3a=True)
+table = root + "/commitlog"
+out = {"count": spark.read.format("delta").load(table).count(), "expected": expected,
+       "versions": len(spark.sql(f"DESCRIBE HISTORY delta.`{table}`").collect()),
+       "version_1_rows": spark.read.format("delta").option("versionAsOf", 1).load(table).count()}
+print(json.dumps(out))
+sys.exit(0 if out["count"] == expected else 1)
+"""
+
+
+def delta_spark_reads(root: str, expected: int, options: dict) -> dict:
+    """Delta Spark (``format("delta")`` over ``s3a``) reads the store's commitlog: its count, history and a
+    version; downloads hadoop-aws and the AWS SDK bundle on first use (:func:`storelib.session.s3a_settings`)."""
+    import json
+
+    env = {**os.environ, **options}
+    done = subprocess.run([sys.executable, "-c", DELTA_SPARK_CHECK, root, str(expected)], env=env,
+                          capture_output=True, text=True, timeout=3600)
+    if done.returncode != 0:
+        raise RuntimeError(f"Delta Spark could not read {root}: {done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _moto() -> tuple[subprocess.Popen, int]:
+    """A local ``moto_server`` on a free port (the test extra installs it)."""
+    import socket
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(600):
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/moto-api/", timeout=1).read()
+            return proc, port
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("moto_server did not start: pip install 'moto[server]'")
+
+
+def _fill(spark: "SparkSession", store, messages: int, queues: int) -> None:
+    from pyspark.sql import functions as F
+
+    store.create_topic(TOPIC, queues=queues)
+    store.subscribe("GroupAll", TOPIC, "*")
+    df = spark.range(messages, numPartitions=max(1, min(64, messages // 50_000))).select(
+        F.lit(TOPIC).alias("topic"), F.concat(F.lit("body-"), F.col("id").cast("string")).cast("binary").alias("body"),
+        F.concat(F.lit("Tag"), (F.col("id") % 100).cast("string")).alias("tags"),  # a tag holds 1%
+        F.array(F.concat(F.lit("key-"), (F.col("id") % max(1, messages // 10)).cast("string"))).alias("keys"))
+    store.send_dataframe(df)
+    store.dispatch()
+    store.compact(full=True, settle_ms=0)  # clustered by tag
+
+
+def _scan(spark: "SparkSession", store, tag: str) -> int:
+    """The plain scan a user would run without the store's plan: every commitlog file, filtered."""
+    from pyspark.sql import functions as F
+
+    from storelib.delta.spark_read import read_paths
+
+    table = store.context.tables.commitlog
+    actions = table.view().actions
+    df = read_paths(spark, table.spec.arrow, table.paths(actions), actions.column("size_bytes").to_pylist())
+    return df.where((F.col("topic") == TOPIC) & (F.col("tags") == tag)).count()
+
+
+def _timed(fn: Callable[[], object], times: int) -> list[float]:
+    out = []
+    for _ in range(times):
+        began = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - began)
+    return out
+
+
+def bench_object_storage(spark: "SparkSession", messages: int, *, latency_ms: float = 20.0, queues: int = 8,
+                         operations: int = 50, root: str | None = None, store_uri: str | None = None,
+                         storage_options: dict | None = None, delta_spark: bool = False,
+                         online_seconds: float = 0) -> S3Figures:
+    """Fill a local and an S3 store with ``messages`` and measure look-ups, pulls, group commits and follower
+    rounds on both; the S3 side through a counting proxy adding ``latency_ms`` to each request."""
+    from storelib import Message, MessageStore
+
+    work = root or tempfile.mkdtemp(prefix="storelib-s3bench-")
+    moto = None
+    if store_uri is None:
+        import boto3
+
+        moto, port = _moto()
+        upstream = ("127.0.0.1", port)
+        bucket = f"bench-{os.getpid()}"
+        boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", aws_access_key_id="bench",
+                     aws_secret_access_key="bench", region_name="us-east-1").create_bucket(Bucket=bucket)
+        store_uri = f"s3://{bucket}/store"
+        storage_options = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_REGION": "us-east-1"}
+    else:
+        from urllib.parse import urlsplit
+
+        given = urlsplit((storage_options or {}).get("AWS_ENDPOINT_URL") or os.environ["AWS_ENDPOINT_URL"])
+        upstream = (given.hostname, given.port or 80)
+    proxy = ProxyProcess(*upstream).start()
+    options = {**(storage_options or {}), "AWS_ENDPOINT_URL": proxy.endpoint, "AWS_ALLOW_HTTP": "true"}
+    try:
+        local = MessageStore.create(f"{work}/local", spark)
+        remote = MessageStore.create(store_uri, spark, storage_options=options)
+        for store in (local, remote):
+            _fill(spark, store, messages, queues)
+        keys = [f"key-{random.randrange(max(1, messages // 10))}" for _ in range(operations)]
+        ends = {q: local.max_queue_offset(TOPIC, q) for q in range(queues)}
+        pulls = [(q, random.randrange(max(1, ends[q] - 32))) for q in (random.randrange(queues) for _ in range(operations))]
+        ops = []
+        proxy.latency_s = latency_ms / 1000
+        for name, run in (("key look-up", lambda s, i: s.query_by_key(TOPIC, keys[i])),
+                          ("pull of 32", lambda s, i: s.pull("GroupAll", TOPIC, pulls[i][0], pulls[i][1], 32)),
+                          ("group commit of 32", lambda s, i: s.send_batch(
+                              [Message(TOPIC, body=b"gc-%d-%d" % (i, j), tags="TagX") for j in range(32)])),
+                          ("follower round", lambda s, i: s.dispatch())):
+            before = (lambda s: s.send_batch([Message(TOPIC, body=b"f", tags="TagF")])) if name == "follower round" \
+                else (lambda s: None)  # a round has a commit to dispatch, sent outside the count
+            times: dict[str, list[float]] = {"local": [], "s3": []}
+            counts: dict[str, int] = {}
+            for side, store in (("local", local), ("s3", remote)):
+                before(store), run(store, 0)  # warm: views loaded, footers cached
+                for i in range(operations):
+                    before(store)
+                    with proxy.counting() as counted:
+                        times[side].extend(_timed(lambda: run(store, i), 1))
+                    if side == "s3":
+                        for k, v in counted.counts.items():
+                            counts[k] = counts.get(k, 0) + v
+            ops.append(Op(name, times["local"], times["s3"], counts, operations))
+        reads = []
+        for side, store in (("local", local), ("s3", remote)):
+            tag = "Tag37"
+            assert store.read(TOPIC, tag).count() == _scan(spark, store, tag)  # warm, and the same rows
+            with proxy.counting() as planned:
+                t_read = _timed(lambda: store.read(TOPIC, tag).count(), 3)
+            with proxy.counting() as scanned:
+                t_scan = _timed(lambda: _scan(spark, store, tag), 3)
+            reads.append((side, t_read, t_scan, planned.counts, scanned.counts))
+        online = None
+        if online_seconds:
+            from jobs.benchmarks.online import bench_online
+
+            online = bench_online(online_seconds, store_uri=store_uri.rsplit("/", 1)[0] + "/online",
+                                  storage_env={**options, "AWS_ENDPOINT_URL": proxy.endpoint}, root=f"{work}/online-work")
+        checked = None
+        if delta_spark:
+            proxy.latency_s = 0
+            checked = delta_spark_reads(remote.root, remote.messages().count(), options)
+        local.close()
+        remote.close()
+        return S3Figures(messages, latency_ms, ops, checked, online, reads)
+    finally:
+        proxy.stop()
+        if moto is not None:
+            moto.terminate()
+        if root is None:
+            shutil.rmtree(work, ignore_errors=True)
