@@ -114,6 +114,25 @@ def test_schedule_benchmark_suite_runs(spark, tmp_path, capsys):
     assert "200 delivered over 18 levels" in out and "100 committed, 100 rolled back" in out
 
 
+def test_object_storage_benchmark_suite_runs(spark, tmp_path, capsys):
+    """``--suite s3`` at a tiny size: every operation's requests counted on its own moto server, through the proxy;
+    a look-up and a group commit make a bounded number of requests, and so does a filtered read (the suite checks
+    that it returns the plain scan's rows)."""
+    import json
+
+    from jobs.benchmark import main
+
+    assert main(["--suite", "s3", "--messages", "400", "--lookups", "4", "--latency-ms", "0", "--queues", "2",
+                 "--root", str(tmp_path)]) == 0
+    figures = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["s3"]
+    for op in ("key look-up", "pull of 32", "group commit of 32", "follower round"):
+        assert figures[op]["s3_p50_ms"] > 0 and sum(figures[op]["requests_per_op"].values()) > 0, op
+    assert sum(figures["key look-up"]["requests_per_op"].values()) < 10
+    assert sum(figures["group commit of 32"]["requests_per_op"].get(k, 0) for k in ("PUT", "POST")) >= 2
+    s3_read = next(r for r in figures["filtered_reads"] if r["side"] == "s3")
+    assert 0 < sum(s3_read["read_requests"].values()) < 3 * 30  # three reads
+
+
 def test_growth_benchmark_suite_runs(spark, tmp_path, capsys):
     """``--suite growth`` at a tiny size, merging fresh files as it goes: a ratio per stage."""
     import json

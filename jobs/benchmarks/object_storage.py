@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
+from jobs.benchmarks import percentile
 from jobs.benchmarks.s3_proxy_process import ProxyProcess
 
 if TYPE_CHECKING:
@@ -32,11 +33,6 @@ if TYPE_CHECKING:
 __all__ = ["Op", "S3Figures", "bench_object_storage"]
 
 TOPIC = "BenchTopic"
-
-
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
 @dataclass(frozen=True)
@@ -51,13 +47,13 @@ class Op:
 
     def line(self) -> str:
         per = {k: round(v / max(1, self.count), 1) for k, v in sorted(self.requests.items()) if v}
-        return (f"{self.name:<18} local p50 {_pct(self.local, .5) * 1000:7.1f} ms p99 {_pct(self.local, .99) * 1000:7.1f} ms"
-                f" | s3 p50 {_pct(self.remote, .5) * 1000:7.1f} ms p99 {_pct(self.remote, .99) * 1000:7.1f} ms"
+        return (f"{self.name:<18} local p50 {percentile(self.local, .5) * 1000:7.1f} ms p99 {percentile(self.local, .99) * 1000:7.1f} ms"
+                f" | s3 p50 {percentile(self.remote, .5) * 1000:7.1f} ms p99 {percentile(self.remote, .99) * 1000:7.1f} ms"
                 f" | requests per op {per}")
 
     def record(self) -> dict:
-        return {"local_p50_ms": round(_pct(self.local, .5) * 1000, 2), "local_p99_ms": round(_pct(self.local, .99) * 1000, 2),
-                "s3_p50_ms": round(_pct(self.remote, .5) * 1000, 2), "s3_p99_ms": round(_pct(self.remote, .99) * 1000, 2),
+        return {"local_p50_ms": round(percentile(self.local, .5) * 1000, 2), "local_p99_ms": round(percentile(self.local, .99) * 1000, 2),
+                "s3_p50_ms": round(percentile(self.remote, .5) * 1000, 2), "s3_p99_ms": round(percentile(self.remote, .99) * 1000, 2),
                 "requests_per_op": {k: round(v / max(1, self.count), 2) for k, v in self.requests.items() if v}}
 
 
@@ -75,7 +71,7 @@ class S3Figures:
     def read_lines(self) -> list[str]:
         out = []
         for side, t_read, t_scan, planned, scanned in self.reads:
-            read, scan = _pct(t_read, .5), _pct(t_scan, .5)
+            read, scan = percentile(t_read, .5), percentile(t_scan, .5)
             line = (f"filtered read of 1% after clustering, {side}: {read:.3f} s against the plain scan's {scan:.3f} s "
                     f"({scan / read:.1f}x)")
             if side == "s3":
@@ -93,7 +89,7 @@ class S3Figures:
 
     def as_dict(self) -> dict:
         return {"messages": self.messages, "latency_ms": self.latency_ms, **{op.name: op.record() for op in self.ops},
-                "filtered_reads": [{"side": side, "read_s": round(_pct(a, .5), 3), "scan_s": round(_pct(b, .5), 3),
+                "filtered_reads": [{"side": side, "read_s": round(percentile(a, .5), 3), "scan_s": round(percentile(b, .5), 3),
                                     "read_requests": c, "scan_requests": d} for side, a, b, c, d in self.reads],
                 "delta_spark": self.delta_spark, "online": self.online.as_dict() if self.online is not None else None}
 

@@ -37,6 +37,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from jobs.benchmarks import percentile
+
 __all__ = ["OnlineFigures", "bench_online"]
 
 TOPIC, GROUP, QUEUES = "Online", "GroupOnline", 16
@@ -116,11 +118,6 @@ READY = textwrap.dedent("""
 """)
 
 
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
-
-
 @dataclass(frozen=True)
 class OnlineFigures:
     """Messages sent, seconds, the send_batch ceiling (msg/s), ack and end-to-end seconds, first/last ack p50."""
@@ -151,10 +148,10 @@ class OnlineFigures:
         rate = self.sent / self.seconds
         return [f"send {rate:,.0f} msg/s from all producers ({self.sent:,} in {self.seconds:.0f} s); "
                 f"send_batch of 1,000s: {self.ceiling:,.0f} msg/s ({rate / self.ceiling:.2f}x the ceiling)",
-                f"send ack p50 {_pct(self.acks, .5) * 1000:.0f} ms, p99 {_pct(self.acks, .99) * 1000:.0f} ms; "
-                f"end to end p50 {_pct(self.end_to_end, .5) * 1000:.0f} ms, p99 {_pct(self.end_to_end, .99) * 1000:.0f} ms "
+                f"send ack p50 {percentile(self.acks, .5) * 1000:.0f} ms, p99 {percentile(self.acks, .99) * 1000:.0f} ms; "
+                f"end to end p50 {percentile(self.end_to_end, .5) * 1000:.0f} ms, p99 {percentile(self.end_to_end, .99) * 1000:.0f} ms "
                 f"over {len(self.end_to_end):,} messages pulled"
-                + (f"; store timestamp to pull p50 {_pct(self.stored, .5) * 1000:.0f} ms, p99 {_pct(self.stored, .99) * 1000:.0f} ms"
+                + (f"; store timestamp to pull p50 {percentile(self.stored, .5) * 1000:.0f} ms, p99 {percentile(self.stored, .99) * 1000:.0f} ms"
                    if self.stored else ""),
                 f"flat: commit p50 of the last 1,000 of {self.commits:,} commits {self.last_p50 * 1000:.1f} ms against "
                 f"the first 1,000's {self.first_p50 * 1000:.1f} ms ({self.last_p50 / self.first_p50:.2f}x)"] \
@@ -184,11 +181,11 @@ class OnlineFigures:
 
     def as_dict(self) -> dict:
         return {"sent": self.sent, "msgs_per_s": round(self.sent / self.seconds), "ceiling_msgs_per_s": round(self.ceiling),
-                "ack_p50_ms": round(_pct(self.acks, .5) * 1000, 1), "ack_p99_ms": round(_pct(self.acks, .99) * 1000, 1),
-                "e2e_p50_ms": round(_pct(self.end_to_end, .5) * 1000, 1),
-                "e2e_p99_ms": round(_pct(self.end_to_end, .99) * 1000, 1), "pulled": len(self.end_to_end),
-                **({"stored_p50_ms": round(_pct(self.stored, .5) * 1000, 1),
-                    "stored_p99_ms": round(_pct(self.stored, .99) * 1000, 1)} if self.stored else {}),
+                "ack_p50_ms": round(percentile(self.acks, .5) * 1000, 1), "ack_p99_ms": round(percentile(self.acks, .99) * 1000, 1),
+                "e2e_p50_ms": round(percentile(self.end_to_end, .5) * 1000, 1),
+                "e2e_p99_ms": round(percentile(self.end_to_end, .99) * 1000, 1), "pulled": len(self.end_to_end),
+                **({"stored_p50_ms": round(percentile(self.stored, .5) * 1000, 1),
+                    "stored_p99_ms": round(percentile(self.stored, .99) * 1000, 1)} if self.stored else {}),
                 "flat_ratio": round(self.last_p50 / self.first_p50, 2), "commits": self.commits,
                 "turn_held_share": round(self.turn_held / self.seconds, 2), "in_flight": self.in_flight,
                 **{f"cpu_us_per_msg_{role}": round(sum(v) / self.sent * 1e6) for role, v in self.cpu.items()},
@@ -267,7 +264,7 @@ def bench_online(seconds: float = 60, *, producers: int = 4, threads: int = 16, 
         for role in others:
             if None not in cpu_before[role] + cpu_after[role]:
                 cpu[role] = [after - before for before, after in zip(cpu_before[role], cpu_after[role])]
-        return OnlineFigures(n, elapsed, ceiling, [a for _, a in acks], latencies, _pct(first, .5), _pct(last, .5),
+        return OnlineFigures(n, elapsed, ceiling, [a for _, a in acks], latencies, percentile(first, .5), percentile(last, .5),
                              len(commits), cpu, turn_held=sum(c for _, c in commits),
                              in_flight=producers * threads * window, nice=nice,
                              tail_answered=sum(json.load(open(out))["tail"] for out in outs),

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Iterator, Sequence, TypeVar
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from storelib.delta.files import fragment, scan_files
+from storelib.delta.files import fragment, remember_sizes, scan_files
 from storelib.delta.location import is_local
 from storelib.delta.spec import spark_schema
 
@@ -42,8 +42,9 @@ _BATCH_ROWS = 32 * 1024
 
 @dataclass(frozen=True)
 class RowGroups:
-    """Row groups to read from one data file (a full path): their indices, or None for every one, and
-    the bytes that is estimated to read.
+    """Row groups to read from one data file (a full path): their indices, or None for every one, the
+    bytes that is estimated to read, and the file's size where known (an executor then opens it on an
+    object store without a HEAD request).
 
     >>> RowGroups("/store/commitlog/clustered-1.parquet", (0, 7), 2048).row_groups
     (0, 7)
@@ -52,6 +53,7 @@ class RowGroups:
     path: str
     row_groups: tuple[int, ...] | None
     bytes: int
+    file_size: int | None = None
 
 
 def read_row_groups(spark: "SparkSession", schema: pa.Schema, reads: Sequence[RowGroups],
@@ -79,8 +81,9 @@ def read_paths(spark: "SparkSession", schema: pa.Schema, paths: Sequence[str],
         return spark.createDataFrame([], spark_schema(schema))
     if all(is_local(p) for p in paths):
         return spark.read.schema(spark_schema(schema)).parquet(*paths)
+    sizes_known = sizes is not None
     sizes = list(sizes) if sizes is not None else [1] * len(paths)
-    return read_row_groups(spark, schema, [RowGroups(p, None, s) for p, s in zip(paths, sizes)])
+    return read_row_groups(spark, schema, [RowGroups(p, None, s, s if sizes_known else None) for p, s in zip(paths, sizes)])
 
 
 def _read_shares(schema: pa.Schema, shares: list[list[RowGroups]], filter: pc.Expression | None,
@@ -88,6 +91,8 @@ def _read_shares(schema: pa.Schema, shares: list[list[RowGroups]], filter: pc.Ex
     """One executor task: the shares whose numbers ``tasks`` holds, read and filtered."""
     for task in tasks:
         for i in task.column(0).to_pylist():
+            known = [r for r in shares[i] if r.file_size is not None]
+            remember_sizes([r.path for r in known], [r.file_size for r in known])
             for read in shares[i]:
                 if read.row_groups is None:
                     yield from scan_files([read.path], schema, filter, _BATCH_ROWS)

@@ -369,7 +369,7 @@ def _plan_clustered(ctx: StoreContext, mf: MessageFilter, clustered: pa.Table, c
         summaries = groups.get(path)
         if not summaries or sum(g.num_records for g in summaries) != rows[path]:  # not summed up: read it whole
             keep_paths.add(path)
-            reads.append(RowGroups(ctx.tables.commitlog.path_of(path), None, sizes[path]))
+            reads.append(RowGroups(ctx.tables.commitlog.path_of(path), None, sizes[path], sizes[path]))
             estimate += sizes[path]
             lo, hi = seq_lo.get(path), seq_hi.get(path)
             if ranges is not None and lo is not None and hi is not None:
@@ -391,7 +391,7 @@ def _plan_clustered(ctx: StoreContext, mf: MessageFilter, clustered: pa.Table, c
         if kept_rows:
             keep_paths.add(path)
             cost = int(sizes[path] * kept_rows / max(1, rows[path]))
-            reads.append(RowGroups(ctx.tables.commitlog.path_of(path), tuple(kept_groups), cost))
+            reads.append(RowGroups(ctx.tables.commitlog.path_of(path), tuple(kept_groups), cost, sizes[path]))
             estimate += cost
     kept = clustered.filter(pa.array([p in keep_paths for p in paths], pa.bool_()))
     return (None if ranges is None else _cap(_merge(ranges), MAX_RANGES)), kept, estimate, reads

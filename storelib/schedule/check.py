@@ -38,6 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from storelib.context import StoreContext
+from storelib.delta.rows import append_rows
 from storelib.encoding.properties import edit_properties, property_array
 from storelib.filter.class_batch import message_views
 from storelib.model.errors import ProgressMovedError, TransactionError
@@ -89,14 +90,11 @@ def register_checker(ctx: StoreContext, producer_group: str, checker: str) -> No
     ...
     storelib.model.errors.TransactionError: checker: can not be imported: ModuleNotFoundError: No module named 'no' (got 'no.such.module:f')
     """
-    from deltalake import write_deltalake
-
     validate_group(producer_group, "producer_group")
     _load(checker)
     row = {"producer_group": producer_group, "checker": checker, "updated_at": dt.datetime.now(dt.timezone.utc)}
-    write_deltalake(ctx.tables.transaction_checker.path, pa.Table.from_pylist([row], schema=TRANSACTION_CHECKER.arrow),
-                    mode="append", storage_options=ctx.tables.transaction_checker.storage_options)
-    ctx.tables.transaction_checker.touched()
+    append_rows(ctx.tables.transaction_checker, pa.Table.from_pylist([row], schema=TRANSACTION_CHECKER.arrow),
+                "REGISTER_CHECKER")
 
 
 def _load(path: object) -> Callable[[StoredMessage], Any]:

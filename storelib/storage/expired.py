@@ -21,9 +21,9 @@ import datetime as dt
 
 import numpy as np
 import pyarrow as pa
-from deltalake import CommitProperties, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
+from storelib.delta.rows import append_rows
 from storelib.delta.table import Table
 from storelib.storage.schema import COMMITLOG_EXPIRED
 
@@ -99,9 +99,7 @@ def record_runs(table: Table, starts: np.ndarray, ends: np.ndarray, counts: np.n
     now = dt.datetime.now(dt.timezone.utc)
     data = pa.Table.from_pylist([{"start_offset": s, "end_offset": e, "messages": c, "removed_at": now} for s, e, c in new],
                                 schema=COMMITLOG_EXPIRED.arrow)
-    write_deltalake(table.path, data, mode="append", storage_options=table.storage_options,
-                    commit_properties=CommitProperties(custom_metadata={"storelib.operation": operation}))
-    table.touched()
+    append_rows(table, data, operation)
     return len(new)
 
 

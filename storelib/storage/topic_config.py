@@ -10,8 +10,8 @@ import datetime as dt
 from typing import Sequence
 
 import pyarrow as pa
-from deltalake import CommitProperties, write_deltalake
 
+from storelib.delta.rows import delete_rows, replace_rows
 from storelib.delta.table import Table
 from storelib.model.errors import ConfigError, InvalidQueueIdError, ReservedTopicError, TopicNotFoundError, require_int
 from storelib.model.topic import (PERM_INHERIT, PERM_PRIORITY, PERM_READ, PERM_WRITE, TAGS_KEY, UNCHANGED, TopicConfig, is_system_topic,
@@ -57,9 +57,7 @@ class TopicConfigTable:
         """Write ``config`` for its topic, replacing any earlier one, in one atomic commit."""
         row = {**config.__dict__, "cluster_by": list(config.cluster_by), "updated_at": dt.datetime.now(dt.timezone.utc)}
         data = pa.Table.from_pylist([row], schema=TOPIC_CONFIG.arrow)
-        write_deltalake(self.table.path, data, mode="overwrite", predicate=f"topic = '{config.topic}'",
-                        storage_options=self.table.storage_options, commit_properties=CommitProperties(custom_metadata={"storelib.operation": "CREATE_TOPIC"}))
-        self.table.touched()
+        replace_rows(self.table, data, {"topic": config.topic}, "CREATE_TOPIC")
 
     def delete(self, topic: str) -> TopicConfig:
         """Remove the topic's configuration (``deleteTopic``) in one commit and return what it was; a topic
@@ -74,9 +72,7 @@ class TopicConfigTable:
         if is_system_topic(topic):
             raise ReservedTopicError("topic", "is a system topic and cannot be deleted by users", value=topic)
         config = self.get(topic)
-        self.table.snapshot().delete(f"topic = '{topic}'", commit_properties=CommitProperties(
-            custom_metadata={"storelib.operation": "DELETE_TOPIC"}))
-        self.table.touched()
+        delete_rows(self.table, {"topic": topic}, "DELETE_TOPIC")
         return config
 
     def create(self, topic: str, read_queues: int, write_queues: int, perm: int = PERM_READ | PERM_WRITE,
