@@ -233,6 +233,7 @@ def bench_object_storage(spark: "SparkSession", messages: int, *, latency_ms: fl
                         for k, v in counted.counts.items():
                             counts[k] = counts.get(k, 0) + v
             ops.append(Op(name, times["local"], times["s3"], counts, operations))
+            print(ops[-1].line(), file=sys.stderr, flush=True)  # as it comes: the later steps take minutes
         reads = []
         for side, store in (("local", local), ("s3", remote)):
             tag = "Tag37"
@@ -246,6 +247,7 @@ def bench_object_storage(spark: "SparkSession", messages: int, *, latency_ms: fl
         if online_seconds:
             from jobs.benchmarks.online import bench_online
 
+            os.makedirs(f"{work}/online-work", exist_ok=True)
             online = bench_online(online_seconds, store_uri=store_uri.rsplit("/", 1)[0] + "/online",
                                   storage_env={**options, "AWS_ENDPOINT_URL": proxy.endpoint}, root=f"{work}/online-work")
         checked = None

@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from storelib.delta.location import filesystem, is_local
 
-__all__ = ["ByteLRU", "filesystem", "is_local", "local_bytes", "parquet_format", "fragment", "remember_sizes", "small_file", "scan_files", "keyed_rows", "FOOTER_CACHE_BYTES",
+__all__ = ["ByteLRU", "filesystem", "is_local", "local_bytes", "parquet_format", "fragment", "map_io", "remember_sizes", "small_file", "scan_files", "keyed_rows", "FOOTER_CACHE_BYTES",
            "SMALL_FILE_CACHE_BYTES", "SMALL_FILE_ROWS", "SMALL_FILE_READ_BYTES"]
 
 #: Parsed Parquet footers kept per process (the driver's point reads, an executor's row group reads), in
@@ -112,6 +112,26 @@ _small = ByteLRU(SMALL_FILE_CACHE_BYTES)
 #: store then costs no HEAD request.
 _sizes: dict[str, int] = {}
 _SIZES_KEPT = 1_000_000
+
+
+_io_pool: Any = None
+
+
+def map_io(fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
+    """``fn`` over ``items`` (reads of data files), in order: one after another for local files, at once on
+    a few threads for an object store's, where each read waits a round trip (pyarrow releases the GIL).
+
+    >>> map_io(len, ["s3://b/a", "s3://b/bc"]), map_io(len, ["/a"])
+    ([8, 9], [2])
+    """
+    global _io_pool
+    if len(items) < 2 or all(is_local(str(i)) for i in items):
+        return [fn(i) for i in items]
+    if _io_pool is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _io_pool = ThreadPoolExecutor(8, thread_name_prefix="storelib-io")
+    return list(_io_pool.map(fn, items))
 
 
 def remember_sizes(paths: Sequence[str], sizes: Sequence[int]) -> None:

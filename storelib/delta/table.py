@@ -32,8 +32,8 @@ from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from deltalake.transaction import AddAction, PostCommitHookProperties, RemoveAction
 
-from storelib.delta.files import (filesystem, fragment, is_local, keyed_rows, parquet_format, remember_sizes, scan_files,
-                                  small_file)
+from storelib.delta.files import (filesystem, fragment, is_local, keyed_rows, map_io, parquet_format, remember_sizes,
+                                  scan_files, small_file)
 from storelib.delta.location import options_for
 from storelib.delta.log import TableView, apply_changes, changes_since, committed_by, tombstones
 from storelib.delta.spark_read import read_paths
@@ -444,8 +444,8 @@ class Table:
         if keep and len(keep) < len(schema):  # in the table's order, as in its files
             schema = pa.schema([f for f in schema if f.name in keep])
         small, large = [], []
-        for path in paths:
-            rows = small_file(path, schema) if len(paths) <= POINT_READ_FILES else None
+        decoded = map_io(lambda p: small_file(p, schema), paths) if len(paths) <= POINT_READ_FILES else [None] * len(paths)
+        for path, rows in zip(paths, decoded):
             if rows is None:
                 large.append(path)
             else:

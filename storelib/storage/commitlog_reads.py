@@ -18,8 +18,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from storelib.delta.files import fragment, map_io
 from storelib.delta.stats import ranges
-from storelib.delta.table import Table, add_actions, filesystem
+from storelib.delta.table import Table, add_actions
 from storelib.model.message import MESSAGE_COLUMNS, StoredMessage
 from storelib.storage.commitlog import is_clustered
 
@@ -95,14 +96,17 @@ def read_rows(commitlog: Table, paths: Sequence[str], offsets: pa.Array, columns
     parts = [commitlog.read_keyed([p for p in paths if not is_clustered(p)], "physical_offset", values=wanted,
                                   columns=columns)]
     test = pc.field("physical_offset").isin(offsets)
-    for path in filter(is_clustered, paths):  # rows are not in offset order: find their row groups first
+
+    def clustered(path: str) -> pa.Table | None:  # rows are not in offset order: find their row groups first
         sorted_offsets, groups = _locator(path)
         at = np.searchsorted(sorted_offsets, wanted)
         found = at < len(sorted_offsets)
         found[found] &= sorted_offsets[at[found]] == wanted[found]
-        if found.any():
-            parts.append(commitlog.read_row_groups(path, sorted(set(groups[at[found]].tolist())), columns=columns,
-                                                   filter=test))
+        if not found.any():
+            return None
+        return commitlog.read_row_groups(path, sorted(set(groups[at[found]].tolist())), columns=columns, filter=test)
+
+    parts.extend(p for p in map_io(clustered, list(filter(is_clustered, paths))) if p is not None)
     return pa.concat_tables(parts)
 
 
@@ -110,13 +114,9 @@ def read_rows(commitlog: Table, paths: Sequence[str], offsets: pa.Array, columns
 def _locator(path: str) -> tuple[np.ndarray, np.ndarray]:
     """A clustered file's physical offsets, sorted, and the row group of each: one column read,
     once per process (data files never change)."""
-    import pyarrow.parquet as pq
-
-    fs, local = filesystem(path)
-    with fs.open_input_file(local) as f:
-        pf = pq.ParquetFile(f)
-        sizes = [pf.metadata.row_group(i).num_rows for i in range(pf.metadata.num_row_groups)]
-        offsets = pf.read(columns=["physical_offset"]).column(0).to_numpy()
+    found = fragment(path)  # its footer kept, opened without a HEAD where its size is known
+    sizes = [found.metadata.row_group(i).num_rows for i in range(found.metadata.num_row_groups)]
+    offsets = found.to_table(columns=["physical_offset"], use_threads=False).column(0).to_numpy()  # ranges read at once (pre-buffered)
     groups = np.repeat(np.arange(len(sizes), dtype=np.int32), sizes)
     order = np.argsort(offsets, kind="stable")
     return offsets[order], groups[order]
