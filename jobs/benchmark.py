@@ -138,7 +138,9 @@ def main(argv: list[str] | None = None) -> int:
                                          partitions=args.partitions),
             "s3": lambda: bench_object_storage(spark, args.messages, latency_ms=args.latency_ms, queues=args.queues,
                                                operations=args.lookups, root=args.root, store_uri=args.store_uri,
-                                               delta_spark=args.delta_spark, online_seconds=args.online_seconds),
+                                               delta_spark=args.delta_spark, online_seconds=args.online_seconds,
+                                               online={"producers": args.producers, "threads": args.threads,
+                                                       "window": args.window, "consumers": args.consumers}),
             "schedule": lambda: bench_schedule(spark, args.messages, root=args.root, partitions=args.partitions,
                                                repeats=args.repeats),
         }

@@ -180,7 +180,7 @@ def _timed(fn: Callable[[], object], times: int) -> list[float]:
 def bench_object_storage(spark: "SparkSession", messages: int, *, latency_ms: float = 20.0, queues: int = 8,
                          operations: int = 50, root: str | None = None, store_uri: str | None = None,
                          storage_options: dict | None = None, delta_spark: bool = False,
-                         online_seconds: float = 0) -> S3Figures:
+                         online_seconds: float = 0, online: dict | None = None) -> S3Figures:
     """Fill a local and an S3 store with ``messages`` and measure look-ups, pulls, group commits and follower
     rounds on both; the S3 side through a counting proxy adding ``latency_ms`` to each request."""
     from storelib import Message, MessageStore
@@ -243,20 +243,21 @@ def bench_object_storage(spark: "SparkSession", messages: int, *, latency_ms: fl
             with proxy.counting() as scanned:
                 t_scan = _timed(lambda: _scan(spark, store, tag), 3)
             reads.append((side, t_read, t_scan, planned.counts, scanned.counts))
-        online = None
+        online_figures = None
         if online_seconds:
             from jobs.benchmarks.online import bench_online
 
             os.makedirs(f"{work}/online-work", exist_ok=True)
-            online = bench_online(online_seconds, store_uri=store_uri.rsplit("/", 1)[0] + "/online",
-                                  storage_env={**options, "AWS_ENDPOINT_URL": proxy.endpoint}, root=f"{work}/online-work")
+            online_figures = bench_online(online_seconds, store_uri=store_uri.rsplit("/", 1)[0] + "/online",
+                                          storage_env={**options, "AWS_ENDPOINT_URL": proxy.endpoint},
+                                          root=f"{work}/online-work", **(online or {}))
         checked = None
         if delta_spark:
             proxy.latency_s = 0
             checked = delta_spark_reads(remote.root, remote.messages().count(), options)
         local.close()
         remote.close()
-        return S3Figures(messages, latency_ms, ops, checked, online, reads)
+        return S3Figures(messages, latency_ms, ops, checked, online_figures, reads)
     finally:
         proxy.stop()
         if moto is not None:
