@@ -229,7 +229,7 @@ class Table:
             view, now = self._view, time.monotonic()
             written = _WRITTEN.get(self.path, 0)  # this process's own commits are seen at once
             if view is not None and not self._local and now - self._looked < self.spec.remote_look_s \
-                    and written == self._seen:
+                    and written == self._seen and all(m in view.markers for m in wanted):
                 return view
             self._looked, self._seen = now, written
             if view is not None and now - self._checked < VIEW_RELOAD_S:
