@@ -167,7 +167,6 @@ class StoreContext:
             with _LAZY:
                 if not self.spark_started:
                     self.session = self.session()
-                    location.ship(self.session)
         return self.session
 
     @property
@@ -196,8 +195,6 @@ class StoreContext:
         elif settings:
             config = config.replace(**settings)
         root = location.attach(root, storage_options, spark_conf)
-        if not callable(spark):
-            location.ship(spark)
         context = cls.build(root, spark, config)
         problems = [p for t in context.tables.by_name().values() for p in table_problems(t)]
         if problems:

@@ -45,6 +45,9 @@ def python_env() -> dict:
     return env
 
 
+from jobs.benchmarks.s3_proxy_process import start_moto  # noqa: E402  (tests import it from here)
+
+
 class S3Server:
     """A local S3 server (``moto_server``) for the run: its endpoint, the options that reach it, and buckets.
 
@@ -71,30 +74,6 @@ class S3Server:
         boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id="testing", aws_secret_access_key="testing",
                      region_name="us-east-1").create_bucket(Bucket=name)
         return f"s3://{name}"
-
-
-def start_moto(extra_env: dict | None = None):
-    """``moto_server`` on a free port of the loopback, answering; returns ``(port, process)``."""
-    import socket
-    import subprocess
-    import time
-    import urllib.request
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    process = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **(extra_env or {})})
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/moto-api/", timeout=1).read()
-            return port, process
-        except OSError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                process.kill()
-                raise RuntimeError("moto_server did not start (is moto[server] installed?)") from None
-            time.sleep(0.1)
 
 
 @pytest.fixture(scope="session")

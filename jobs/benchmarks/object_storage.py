@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 from jobs.benchmarks import percentile
-from jobs.benchmarks.s3_proxy_process import ProxyProcess
+from jobs.benchmarks.s3_proxy_process import ProxyProcess, start_moto
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -122,26 +122,6 @@ def delta_spark_reads(root: str, expected: int, options: dict) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _moto() -> tuple[subprocess.Popen, int]:
-    """A local ``moto_server`` on a free port (the test extra installs it)."""
-    import socket
-    import urllib.request
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(600):
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/moto-api/", timeout=1).read()
-            return proc, port
-        except OSError:
-            time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("moto_server did not start: pip install 'moto[server]'")
-
-
 def _fill(spark: "SparkSession", store, messages: int, queues: int) -> None:
     from pyspark.sql import functions as F
 
@@ -190,7 +170,7 @@ def bench_object_storage(spark: "SparkSession", messages: int, *, latency_ms: fl
     if store_uri is None:
         import boto3
 
-        moto, port = _moto()
+        port, moto = start_moto()
         upstream = ("127.0.0.1", port)
         bucket = f"bench-{os.getpid()}"
         boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", aws_access_key_id="bench",

@@ -21,7 +21,33 @@ from typing import Any, Iterator
 
 ROOT = Path(__file__).resolve().parents[2]
 
-__all__ = ["ProxyProcess", "serve"]
+__all__ = ["ProxyProcess", "serve", "start_moto"]
+
+
+def start_moto(extra_env: dict[str, str] | None = None) -> tuple[int, subprocess.Popen]:
+    """``moto_server`` (the test extra installs it) on a free port of the loopback, answering; returns
+    ``(port, process)``. ``extra_env``: its environment's additions (``INITIAL_NO_AUTH_ACTION_COUNT=0``
+    makes it check credentials)."""
+    import os
+    import socket
+    import time
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    process = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **(extra_env or {})})
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/moto-api/", timeout=1).read()
+            return port, process
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.kill()
+                raise RuntimeError("moto_server did not start: pip install 'moto[server]'") from None
+            time.sleep(0.1)
 
 
 class ProxyProcess:

@@ -81,9 +81,8 @@ def read_paths(spark: "SparkSession", schema: pa.Schema, paths: Sequence[str],
         return spark.createDataFrame([], spark_schema(schema))
     if all(is_local(p) for p in paths):
         return spark.read.schema(spark_schema(schema)).parquet(*paths)
-    sizes_known = sizes is not None
-    sizes = list(sizes) if sizes is not None else [1] * len(paths)
-    return read_row_groups(spark, schema, [RowGroups(p, None, s, s if sizes_known else None) for p, s in zip(paths, sizes)])
+    known = list(sizes) if sizes is not None else [None] * len(paths)
+    return read_row_groups(spark, schema, [RowGroups(p, None, s or 1, s) for p, s in zip(paths, known)])
 
 
 def _read_shares(schema: pa.Schema, shares: list[list[RowGroups]], filter: pc.Expression | None,
