@@ -38,7 +38,7 @@ from storelib.encoding.tags import tags_code
 from storelib.filter.bloom import BloomFilter, BloomFilterData
 from storelib.filter.class_batch import FilterFailure
 from storelib.filter.class_filter import FilterContext
-from storelib.filter.registry import Subscription
+from storelib.filter.subscription import Subscription
 from storelib.filter.selector import MessageSelector
 from storelib.filter.sql92 import compile_sql92, parse_sql92
 from storelib.filter.tag import SubscriptionData, build_subscription

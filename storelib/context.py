@@ -18,22 +18,19 @@ import atexit
 import gc
 import threading
 import weakref
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Mapping, Union
-
-from deltalake import DeltaTable
 
 from storelib.delta import location
 from storelib.delta.health import table_problems, unsafe_commits
-from storelib.delta.table import Table
-from storelib.filter.registry import SubscriptionRegistry
+from storelib.storage.subscriptions import SubscriptionRegistry
 from storelib.model.config import StoreConfig
 from storelib.model.errors import StorageAccessError, StoreCorruptedError, StoreNotFoundError
 from storelib.send.producer import Producer
 from storelib.storage.commitlog import CommitLog
 from storelib.storage.consumer_offset import ConsumerOffsetTable
 from storelib.storage.group_config import GroupConfigTable
-from storelib.storage.schema import TABLES
+from storelib.storage.tables import StoreTables
 from storelib.storage.topic_config import TopicConfigTable
 
 if TYPE_CHECKING:
@@ -44,53 +41,7 @@ if TYPE_CHECKING:
 #: A session, or what starts one when the store first needs it (:attr:`StoreContext.spark`).
 SessionSource = Union["SparkSession", Callable[[], "SparkSession"]]
 
-__all__ = ["StoreContext", "StoreTables", "MessageArrivals"]
-
-
-@dataclass(frozen=True)
-class StoreTables:
-    """The store's Delta tables, one attribute each (folders under the store's root).
-
-    >>> tables = StoreTables.at(tmp + "/fresh").ensure()
-    >>> tables.index.spec.name, len(tables.by_name())
-    ('index', 12)
-    """
-
-    commitlog: Table
-    commitlog_summary: Table
-    consume_queue: Table
-    consume_queue_ext: Table
-    ext_summary: Table
-    index: Table
-    topic_config: Table
-    subscription: Table
-    subscription_group: Table
-    consumer_offset: Table
-    transaction_checker: Table
-    commitlog_expired: Table
-
-    @classmethod
-    def at(cls, root: str, properties: Mapping[str, str] | None = None) -> "StoreTables":
-        """The tables of the store at ``root`` (not created: see :meth:`ensure`)."""
-        return cls(*(Table(f"{root}/{spec.name}", spec, properties) for spec in TABLES.values()))  # the fields' order
-
-    def by_name(self) -> dict[str, Table]:
-        """Every table by its name (its folder), in dispatch order."""
-        return {t.spec.name: t for t in (getattr(self, f.name) for f in fields(self))}
-
-    def exists(self) -> bool:
-        """Whether a store is here: its commitlog is a Delta table.
-
-        >>> StoreTables.at(tmp + "/nothing").exists()
-        False
-        """
-        return DeltaTable.is_deltatable(self.commitlog.path, storage_options=self.commitlog.storage_options)
-
-    def ensure(self) -> "StoreTables":
-        """Create the tables where absent; check their columns where present."""
-        for table in self.by_name().values():
-            table.ensure()
-        return self
+__all__ = ["StoreContext", "MessageArrivals"]
 
 
 class MessageArrivals:

@@ -234,12 +234,14 @@ def _register_elsewhere(root: str, group: str, path: str, pkg_dir: Path) -> None
         import sys
         sys.path.insert(0, {str(pkg_dir)!r})
         from storelib.delta.table import Table
-        from storelib.filter.registry import SubscriptionRegistry
+        from storelib.storage.subscriptions import SubscriptionRegistry
         from storelib.filter.selector import MessageSelector
+        from storelib.filter.subscription import check_selector
         from storelib.model.config import StoreConfig
         from storelib.storage.schema import SUBSCRIPTION
         reg = SubscriptionRegistry(Table({root + '/subscription'!r}, SUBSCRIPTION), StoreConfig())
-        reg.register({group!r}, "TopicTest", MessageSelector.by_class({path!r}))
+        selector = check_selector("TopicTest", MessageSelector.by_class({path!r}), StoreConfig(), subscribing=True)
+        reg.register({group!r}, "TopicTest", selector)
     """)
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=str(ROOT))

@@ -14,7 +14,7 @@ from chispa import assert_df_equality
 
 from storelib import Message, MessageSelector, MessageStore
 from storelib.dispatch.reput import Dispatcher
-from storelib.filter.summary import compact_summaries, read_summaries
+from storelib.storage.summaries import compact_summaries, read_summaries
 
 TABLES = ("consume_queue", "consume_queue_ext", "index")
 
@@ -78,7 +78,7 @@ def test_a_follower_records_the_summaries_of_its_ext_files(store):
     import threading
 
     from storelib.delta.table import add_actions
-    from storelib.filter.summary import read_summaries
+    from storelib.storage.summaries import read_summaries
 
     store.subscribe("GroupS", "TopicTest", MessageSelector.by_sql("a > 5"))  # the topic's messages get ext units
     stop = threading.Event()

@@ -14,7 +14,7 @@ from storelib import Message, MessageSelector, MessageStore, StoreConfig
 from storelib.delta.orphans import orphan_files
 from storelib.delta.table import add_actions, remove_actions
 from storelib.dispatch.reput import Dispatcher
-from storelib.filter.summary import read_summaries
+from storelib.storage.summaries import read_summaries
 from storelib.maintenance.cluster import cluster_commitlog
 from storelib.model.errors import StoreCorruptedError, StoreError
 from storelib.schedule.check import check_transactions

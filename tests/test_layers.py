@@ -16,9 +16,10 @@ PACKAGE = Path(__file__).resolve().parents[1] / "storelib"
 LAYERS = [
     ["storelib.model"],
     ["storelib.encoding"],
+    ["storelib.filter"],
     ["storelib.delta"],
     ["storelib.storage"],
-    ["storelib.filter", "storelib.send"],
+    ["storelib.send"],
     ["storelib.context"],
     ["storelib.dispatch"],
     ["storelib.query"],

@@ -75,7 +75,7 @@ def _dispatch_with_every_unit_in_the_ext_table(store) -> None:
     """Dispatch as stores did before ext units were kept for bitmaps alone: every consume queue unit points at
     an ext unit holding its real tag code (a delayed message's deliver time)."""
     from storelib.delta.writer import Target, write_items_here
-    from storelib.dispatch.reput import REPUT_MARKER
+    from storelib.storage.dispatched import REPUT_MARKER
     from storelib.dispatch.request import CommitlogFiles, DispatchRequests
 
     tables, end = store.context.tables, store.max_offset()

@@ -40,21 +40,23 @@ from storelib.consume.get_message import GetMessageResult, GetMessageStatus, get
 from storelib.consume.long_polling import hold
 from storelib.consume.tail import TailClient, tail_client
 from storelib.context import StoreContext
-from storelib.filter.class_filter import FilterFailures
+from storelib.filter.class_batch import FilterFailures
 from storelib.filter.message_filter import MessageFilter
 from storelib.filter.selector import MessageSelector
+from storelib.filter.subscription import check_selector
 from storelib.model.errors import (ConsumeDisabledError, FilterNotSupportedError, InvalidQueueIdError, OffsetError,
                                    StoreError, StorePermissionError, SubscriptionNotLatestError, TopicPermissionError,
                                    require_int)
 from storelib.model.message import MessageConst, StoredMessage
 from storelib.model.topic import PERM_READ, RETRY_GROUP_TOPIC_PREFIX, retry_topic, validate_group
+from storelib.storage.commitlog_reads import message_batch
 from storelib.storage.consume_queue import queue_offsets
 
 if TYPE_CHECKING:
     import numpy as np
     import pyarrow as pa
 
-    from storelib.filter.registry import Subscription
+    from storelib.filter.subscription import Subscription
 
 __all__ = ["PullStatus", "PullResult", "PullRequest", "PullFilter", "PullMessageProcessor", "response_code",
            "get_message_by_selector"]
@@ -181,7 +183,8 @@ class PullFilter:
             return True
         if message_filter is self.filter and message.commitlog_offset in self._decided:
             return self._decided.pop(message.commitlog_offset)
-        return cf.matches(message, self.failures.setdefault(cf.name, FilterFailures(cf.name)))
+        failures = self.failures.setdefault(cf.name, FilterFailures(cf.name))
+        return bool(cf.match_rows(message_batch([message]), failures)[0])
 
     def prefetch(self, messages: list[StoredMessage]) -> None:
         """A class filter with ``match_batch`` decides the messages the pull reads as one Arrow batch
@@ -190,7 +193,9 @@ class PullFilter:
         if cf is None or self.retry is not None or not cf.load().has_batch:
             return
         subscribed = [m for m in messages if self.filter.data.matches_tag(m.tags)]
-        self._decided.update(cf.match_all(subscribed, self.failures.setdefault(cf.name, FilterFailures(cf.name))))
+        if subscribed:
+            keep = cf.match_rows(message_batch(subscribed), self.failures.setdefault(cf.name, FilterFailures(cf.name)))
+            self._decided.update((m.commitlog_offset, bool(k)) for m, k in zip(subscribed, keep))
 
     def filter_errors(self) -> tuple:
         """The class filters' failures so far (:class:`~storelib.filter.class_filter.FilterFailure`)."""
@@ -330,7 +335,7 @@ class PullMessageProcessor:
                                           "(enable_property_filter=false)", value=selector.expression,
                                           code="SYSTEM_ERROR")
         if selector.is_class:  # loads here, is the registered class, source allowed
-            ctx.registry.check(topic, selector, group)
+            selector = check_selector(topic, selector, ctx.config, group)
         message_filter = MessageFilter(topic, selector, subscription, ctx.registry.bloom_filter, config=ctx.config)
         if ctx.config.filter_support_retry and topic == retry_topic(group):
             return PullFilter(message_filter, retry=self._retry_filters(group))
@@ -340,12 +345,10 @@ class PullMessageProcessor:
         registered = self.ctx.registry.current().get((request.group, request.topic))
         if request.selector is not None:  # the pull carries its subscription (hasSubscriptionFlag)
             selector = request.selector
-            selector.parse(request.topic, self.ctx.config)  # FilterAPI.build of the pull's own subscription
-            if selector.is_class and selector.filter_class_crc is None:
-                from storelib.filter.class_filter import load_filter
-
-                self.ctx.registry.check(request.topic, selector, request.group)
-                selector = selector.with_crc(load_filter(selector.filter_class, selector.filter_class_source).crc)
+            if selector.is_class and selector.filter_class_crc is None:  # compared by CRC with the registered one
+                selector = check_selector(request.topic, selector, self.ctx.config, request.group)
+            else:
+                selector.parse(request.topic, self.ctx.config)  # FilterAPI.build of the pull's own subscription
             return selector, registered if registered is not None and registered.selector == selector else None
         if registered is None:
             if request.topic == retry_topic(request.group):  # consumers subscribe their retry topic to "*"

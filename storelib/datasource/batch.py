@@ -39,12 +39,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
 
-from storelib.context import StoreTables
+from storelib.storage.tables import StoreTables
 from storelib.datasource.options import MESSAGES, SourceOptions
 from storelib.datasource.pushdown import Pushdown
 from storelib.delta.table import Prune, Table, add_actions
 from storelib.delta.spark_read import contiguous_groups
-from storelib.dispatch.reput import REPUT_MARKER
+from storelib.storage.dispatched import REPUT_MARKER
 from storelib.encoding.index_key import build_index_key, index_key_hash
 from storelib.encoding.message_id import decode_message_id
 from storelib.model.errors import StoreError

@@ -43,12 +43,11 @@ from storelib.datasource.batch import MAX_SCAN_PARTITIONS, output_schema
 from storelib.datasource.options import MESSAGES, SourceOptions
 from storelib.delta.table import Prune, Table, add_actions
 from storelib.delta.spark_read import contiguous_groups
-from storelib.dispatch.reput import queued_expression
+from storelib.storage.dispatched import queued_expression
 from storelib.filter.message_filter import MessageFilter
 from storelib.filter.sql92_arrow import evaluate_batch
 from storelib.model.config import StoreConfig
 from storelib.model.errors import SubscriptionNotFoundError
-from storelib.model.message import StoredMessage
 from storelib.storage.consume_queue import max_offsets, min_queue_marker, queue_files, queue_min_offset, read_units
 
 __all__ = ["GroupStreamReader", "BatchFiles"]
@@ -209,8 +208,7 @@ def _exact(flt: MessageFilter, rows: pa.Table) -> pa.Array:
         keep = pc.fill_null(evaluate_batch(flt.sql.tree, rows.column("properties")), False)
     cf = flt.class_filter
     if cf is not None and n:
-        messages = StoredMessage.from_rows(rows.filter(keep))
-        decided = cf.match_all(messages)
-        keep = pc.and_(keep, pc.is_in(rows.column("physical_offset"),
-                                      pa.array([o for o, ok in decided.items() if ok], pa.int64())))
+        kept = rows.filter(keep)
+        decided = kept.column("physical_offset").filter(pa.array(cf.match_rows(kept), pa.bool_()))
+        keep = pc.and_(keep, pc.is_in(rows.column("physical_offset"), decided))
     return keep

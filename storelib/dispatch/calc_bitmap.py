@@ -32,7 +32,7 @@ from storelib.filter.sql92_arrow import ArrowSql92
 from storelib.filter.sql92_tree import Node
 
 if TYPE_CHECKING:
-    from storelib.filter.registry import Subscription
+    from storelib.filter.subscription import Subscription
 
 __all__ = ["FilterBitmaps"]
 

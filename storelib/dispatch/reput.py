@@ -41,7 +41,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Protocol
+from typing import TYPE_CHECKING, Callable, Iterator, Protocol
 
 import pyarrow as pa
 
@@ -51,25 +51,24 @@ from storelib.delta.table import CommitConflict, Prune, Table, WrittenFile
 from storelib.delta.writer import Target, write_items, write_items_here
 from storelib.dispatch.calc_bitmap import FilterBitmaps
 from storelib.dispatch.request import CommitlogFiles, DispatchRequests
-from storelib.filter.summary import compact_summaries, record_summaries, summarizer_for
+from storelib.filter.summary import summarizer_for
+from storelib.storage.summaries import compact_summaries, record_summaries
 from storelib.model.config import StoreConfig
 from storelib.model.errors import ConcurrentWriteError, StoreCorruptedError, StoreError
-from storelib.model.message import SysFlag
 from storelib.storage.commitlog import COMMITLOG_MARKER, is_clustered
+from storelib.storage.dispatched import REPUT_MARKER, ahead_of_commitlog, dispatch_targets
 from storelib.storage.schema import CLUSTERED_ROW_GROUP_ROWS
 from storelib.storage.index_file import hash_range_shift
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
-    from storelib.filter.registry import Subscription, SubscriptionRegistry
+    from storelib.filter.subscription import Subscription
+    from storelib.storage.subscriptions import SubscriptionRegistry
 
-__all__ = ["Dispatcher", "DispatchResult", "UnitFeed", "queued", "dispatch_targets", "ahead_of_commitlog", "REPUT_MARKER"]
+__all__ = ["Dispatcher", "DispatchResult", "UnitFeed"]
 
 log = logging.getLogger(__name__)
-
-REPUT_MARKER = "reput"
-
 
 @dataclass
 class DispatchResult:
@@ -132,56 +131,6 @@ class UnitFeed(Protocol):
         """The moment the consume queue has committed, before the run's later tables: the units."""
 
 
-def queued(rows: "DataFrame") -> "DataFrame":
-    """Messages that get a consume queue row: normal and committed ones (not prepared, not rolled back).
-
-    >>> queued(store.messages("TopicTest")).count()       # not prepared, not rolled back
-    1
-    """
-    from pyspark.sql import functions as F
-
-    kind = F.col("sysflag").bitwiseAND(F.lit(SysFlag.TRANSACTION_ROLLBACK_TYPE))
-    return rows.where(kind.isin(*SysFlag.QUEUED_TRANSACTION_TYPES))
-
-
-def queued_expression():
-    """:func:`queued` as a pyarrow expression over ``sysflag``, for rows read with pyarrow.
-
-    >>> import pyarrow as pa
-    >>> pa.table({"sysflag": [0, 4, 8, 12]}).filter(queued_expression()).column(0).to_pylist()
-    [0, 8]
-    """
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    kind = pc.bit_wise_and(pc.field("sysflag"), pa.scalar(SysFlag.TRANSACTION_ROLLBACK_TYPE, pa.int32()))
-    return kind.isin(list(SysFlag.QUEUED_TRANSACTION_TYPES))
-
-
-def ahead_of_commitlog(markers: Mapping[str, int], end: int) -> list[str]:
-    """The dispatched tables whose ``reput`` marker is past the commitlog's end ``end``: the commitlog lost
-    commits they point into, and sends would hand out those offsets and message ids again.
-
-    >>> ahead_of_commitlog({"consume_queue": 900, "index": 400}, 500)
-    ["consume_queue is dispatched to commitlog offset 900, past the commitlog's end 500"]
-    """
-    return [f"{name} is dispatched to commitlog offset {marker}, past the commitlog's end {end}"
-            for name, marker in markers.items() if marker > end]
-
-
-def dispatch_targets(ctx: StoreContext) -> dict[str, Table]:
-    """The tables dispatch writes, in commit order: the ext rows land before the consume queue rows
-    that point at them (putMessagePositionInfoWrapper), the index last (when ``message_index_enable``).
-
-    >>> list(dispatch_targets(store.context))
-    ['consume_queue_ext', 'consume_queue', 'index']
-    """
-    targets = {"consume_queue_ext": ctx.tables.consume_queue_ext, "consume_queue": ctx.tables.consume_queue}
-    if ctx.config.message_index_enable:
-        targets["index"] = ctx.tables.index
-    return targets
-
-
 #: A follower records the summaries of the ext files it committed at most this often (one commit of the
 #: summary table a second instead of one a round); a filtered read reads files not yet summed up.
 SUMMARY_EVERY_S = 1.0
@@ -241,7 +190,7 @@ class Dispatcher:
     def of(cls, ctx: StoreContext, fault: Callable[[str], None] | None = None) -> "Dispatcher":
         """The dispatcher of a store's context. ``fault`` (a test seam) is called with the name of
         each step it reaches (``<table>.written``, ``<table>.summarized``, ``<table>.committed``)."""
-        return cls(lambda: ctx.spark, ctx.tables.commitlog, dispatch_targets(ctx), ctx.config, fault=fault,
+        return cls(lambda: ctx.spark, ctx.tables.commitlog, dispatch_targets(ctx.tables, ctx.config), ctx.config, fault=fault,
                    registry=ctx.registry, summaries=ctx.tables.ext_summary, notify=ctx.arrivals.notify)
 
     def _step(self, name: str) -> None:

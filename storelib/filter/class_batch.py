@@ -22,7 +22,7 @@ from __future__ import annotations
 import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -30,10 +30,7 @@ import pyarrow.compute as pc
 
 from storelib.encoding.properties import property_array
 
-if TYPE_CHECKING:
-    from storelib.model.message import StoredMessage
-
-__all__ = ["FilterFailure", "FilterFailures", "MessageView", "message_views", "message_batch", "evaluate_batch",
+__all__ = ["FilterFailure", "FilterFailures", "MessageView", "message_views", "evaluate_batch",
            "error_line", "RAISED", "NOT_BOOL", "NOT_LOADED"]
 
 #: Failure kinds: the filter raised, returned something other than a bool, or could not be loaded.
@@ -172,7 +169,9 @@ class MessageView:
     """One commitlog row of an Arrow batch with :class:`~storelib.model.message.StoredMessage`'s
     attributes, each read from the batch when first asked for (what a filter's ``match`` gets on an executor).
 
-    >>> m = MessageView(_Columns(message_batch([store.query_by_id(r.msg_id)])), 0)
+    >>> batch = pa.table({"topic": ["TopicTest"], "tags": ["TagA"], "physical_offset": [0], "body": [b"hi"],
+    ...                   "properties": pa.array([[("a", "5")]], pa.map_(pa.string(), pa.string()))})
+    >>> m = MessageView(_Columns(batch), 0)
     >>> m.topic, m.tags, m.properties.get("a"), m.commitlog_offset, m.body
     ('TopicTest', 'TagA', '5', 0, b'hi')
     """
@@ -213,29 +212,11 @@ class MessageView:
 def message_views(batch: pa.RecordBatch | pa.Table) -> list[MessageView]:
     """A :class:`MessageView` of every row of a batch of commitlog rows, sharing the batch's lazily converted columns.
 
-    >>> [m.msg_id for m in message_views(message_batch([store.query_by_id(r.msg_id)]))] == [r.msg_id]
-    True
+    >>> [m.msg_id for m in message_views(pa.table({"msg_id": ["A", "B"]}))]
+    ['A', 'B']
     """
     columns = _Columns(batch)  # a table's chunked columns convert as they are: no copy into one batch
     return [MessageView(columns, i) for i in range(batch.num_rows)]
-
-
-def message_batch(messages: Sequence["StoredMessage"]) -> pa.RecordBatch:
-    """Stored messages as one Arrow batch of commitlog rows (what ``match_batch`` gets in a pull).
-
-    >>> message_batch([store.query_by_id(r.msg_id)]).column("tags").to_pylist()
-    ['TagA']
-    """
-    from storelib.storage.schema import COMMITLOG
-
-    rows = [{"physical_offset": m.commitlog_offset, "size": m.size, "topic": m.topic, "queue_id": m.queue_id,
-             "queue_offset": m.queue_offset, "sysflag": m.sysflag, "flag": m.flag, "body_crc": m.body_crc,
-             "born_timestamp": m.born_timestamp, "born_host": m.born_host, "store_timestamp": m.store_timestamp,
-             "store_host": m.store_host, "reconsume_times": m.reconsume_times,
-             "prepared_transaction_offset": m.prepared_transaction_offset, "properties": list(m.properties.items()),
-             "body": m.body, "msg_id": m.msg_id, "tags": m.tags, "keys": m.keys, "uniq_key": m.uniq_key,
-             "cluster_seq": None} for m in messages]
-    return pa.RecordBatch.from_pylist(rows, schema=COMMITLOG.arrow)
 
 
 # ---- evaluating ----------------------------------------------------------------------------------

@@ -14,8 +14,8 @@ Here Spark's executors take their place:
   then it is called once per batch;
 * reads run it on the executors over Arrow batches: each task of a ``mapInArrow`` job reads one
   commitlog file of the read's plan with pyarrow, runs the class over its batches and hands Spark
-  only the rows kept (:meth:`ClassFilter.read`); pulls, a few dozen messages on the driver, call it
-  in-process (:meth:`ClassFilter.match_all`, :meth:`ClassFilter.matches`);
+  only the rows kept (:mod:`storelib.query.class_scan`); pulls, a few dozen messages on the driver,
+  call it in-process (:meth:`ClassFilter.match_rows`);
 * a message on which the filter raises or returns anything but a bool does not match, and so does
   every message where the executor cannot import the class; each failure is counted by kind with
   the filter's name, one message id and one traceback line (:class:`FilterFailure`); the read goes on;
@@ -28,23 +28,22 @@ Here Spark's executors take their place:
 >>> f = load_filter("storelib.filter.class_filter:EveryTenth")
 >>> f.name, f.has_batch, f.crc == source_crc(open(sys.modules["storelib.filter.class_filter"].__file__).read())
 ('storelib.filter.class_filter:EveryTenth', False, True)
->>> import pyarrow as pa
->>> batch = message_batch([store.query_by_id(r.msg_id)])
+>>> batch = pa.RecordBatch.from_pydict({"msg_id": ["A", "B"], "properties": pa.array(
+...     [[("SequenceId", "110")], [("SequenceId", "7")]], pa.map_(pa.string(), pa.string()))})
 >>> failures = FilterFailures(f.name)
 >>> evaluate_batch(f, batch, FilterContext("GroupC", "TopicTest"), failures).tolist(), failures.report()
-([False], ())
+([True, False], ())
 """
 
 from __future__ import annotations
 
-import functools
 import importlib
 import logging
 import sys
 import threading
 import types
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -52,15 +51,12 @@ import pyarrow.compute as pc
 
 from storelib.encoding.properties import property_array
 from storelib.encoding.record import body_crc
-from storelib.filter.class_batch import (NOT_BOOL, RAISED, FilterFailure, FilterFailures, evaluate_batch,
-                                         message_batch)
+from storelib.filter.class_batch import FilterFailures, evaluate_batch
 from storelib.model.errors import FilterClassError, SubscriptionNotLatestError
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
 
     from storelib.filter.selector import MessageSelector
-    from storelib.model.message import StoredMessage
 
 __all__ = ["FilterContext", "LoadedFilter", "ClassFilter", "EveryTenth", "EveryTenthBatch", "Everything", "load_filter",
            "source_crc"]
@@ -232,17 +228,12 @@ def _build(name: str, module: types.ModuleType, cls_name: str, crc: int) -> Load
 @dataclass(frozen=True)
 class ClassFilter:
     """A class selector's filter for one (group, topic): loads the class, checks it is the registered
-    one, and runs it on a DataFrame's executors (:meth:`apply`, :meth:`stats`) or on a message here
-    (:meth:`matches`).
+    one, and runs it over commitlog rows (:meth:`match_rows`), here or on an executor (:meth:`load_here`).
 
     >>> from storelib.filter.selector import MessageSelector
     >>> cf = ClassFilter.of(MessageSelector.by_class("storelib.filter.class_filter:Everything"), "GroupC", "TopicTest")
-    >>> t = store.context.tables.commitlog
-    >>> files = t.files(t.snapshot())
-    >>> cf.read(spark, t.path, files, [pc.field("topic") == "TopicTest"]).count(), cf.matches(store.query_by_id(r.msg_id))
-    (1, True)
-    >>> cf.count(spark, t.path, files, [pc.field("topic") == "Elsewhere"])
-    (0, ())
+    >>> cf.match_rows(pa.table({"msg_id": ["A"]})).tolist(), cf.context.consumer_group
+    ([True], 'GroupC')
     """
 
     name: str
@@ -270,108 +261,37 @@ class ClassFilter:
                                 f"(crc {self.crc}); subscribe again to use the changed class", value=self.name)
         return loaded
 
-    def read(self, spark, table_root: str, files: Sequence[str], filters: Sequence[pc.Expression]) -> "DataFrame":
-        """The commitlog rows of ``files`` (under ``table_root``) that pass their ``filters`` (one pyarrow
-        expression per file) and this filter. One task per file reads it with pyarrow on an executor,
-        streams its Arrow batches through the filter and hands Spark only the rows kept, so no row is
-        converted between Spark and Python that the filter does not keep."""
-        from storelib.delta.spec import spark_schema
-        from storelib.storage.schema import COMMITLOG
-
-        self.load()
-        task = functools.partial(_scan_partition, self, table_root, list(files), list(filters), False)
-        return spark.range(len(files), numPartitions=max(1, len(files))).mapInArrow(task, spark_schema(COMMITLOG.arrow))
-
-    def count(self, spark, table_root: str, files: Sequence[str],
-              filters: Sequence[pc.Expression]) -> tuple[int, tuple[FilterFailure, ...]]:
-        """How many rows :meth:`read` keeps, and the filter's failures on the others (one Spark job; the
-        executors count them, the driver adds up one row per file and failure kind)."""
-        self.load()
-        task = functools.partial(_scan_partition, self, table_root, list(files), list(filters), True)
-        rows = spark.range(len(files), numPartitions=max(1, len(files))).mapInArrow(task, _STATS_DDL).collect()
-        tally, kept = FilterFailures(self.name), 0
-        for row in rows:
-            if row.kind == "kept":
-                kept += row["count"]
-            else:
-                tally.add(row.kind, row["count"], row.msg_id, row.line)
-        return kept, tally.report()
-
-    def match_all(self, messages: Sequence["StoredMessage"], failures: FilterFailures | None = None) -> dict[int, bool]:
-        """Whether the filter keeps each message, by commitlog offset: ``match_batch`` once over them all
-        as one Arrow batch, or ``match`` on each (pulls, in this process).
+    def match_rows(self, rows: pa.RecordBatch | pa.Table, failures: FilterFailures | None = None,
+                   loaded: LoadedFilter | None = None, why: str = "") -> np.ndarray:
+        """Whether the filter keeps each of ``rows`` (commitlog rows): ``match_batch`` once over them, or
+        ``match`` on a view of each row; failures go to ``failures``. ``loaded`` is the class if the caller
+        loaded it already (None with ``why``: it could not be loaded, and nothing matches).
 
         >>> from storelib.filter.selector import MessageSelector
         >>> cf = ClassFilter.of(MessageSelector.by_class("storelib.filter.class_filter:EveryTenth"), None, "TopicTest")
-        >>> cf.match_all([store.query_by_id(r.msg_id)])
-        {0: False}
+        >>> rows = pa.table({"msg_id": ["A", "B"], "properties": pa.array(
+        ...     [[("SequenceId", "110")], [("SequenceId", "7")]], pa.map_(pa.string(), pa.string()))})
+        >>> cf.match_rows(rows).tolist()
+        [True, False]
         """
-        loaded = self.load()
+        if loaded is None and not why:
+            loaded = self.load()
         failures = failures if failures is not None else FilterFailures(self.name)
-        if not messages:
-            return {}
-        if loaded.has_batch:
-            keep = evaluate_batch(loaded, message_batch(messages), self.context, failures)
-            return {m.commitlog_offset: bool(k) for m, k in zip(messages, keep)}
-        return {m.commitlog_offset: self.matches(m, failures) for m in messages}
+        return evaluate_batch(loaded, rows, self.context, failures, why)
 
-    def matches(self, message: "StoredMessage", failures: FilterFailures | None = None) -> bool:
-        """Whether the filter keeps one message, run in this process (pulls); failures go to ``failures``."""
-        loaded = self.load()
-        failures = failures if failures is not None else FilterFailures(self.name)
-        if loaded.has_batch:
-            return self.match_all([message], failures)[message.commitlog_offset]
+    def load_here(self) -> tuple[LoadedFilter | None, str]:
+        """The class where this runs (an executor): a changed module is reloaded once; a class that still
+        differs from the registered one raises :class:`SubscriptionNotLatestError`; one that cannot be
+        loaded here is None, with the reason.
+
+        >>> from storelib.filter.selector import MessageSelector
+        >>> ClassFilter.of(MessageSelector.by_class("nowhere_at_all:F"), None, "TopicTest").load_here()[0] is None
+        True
+        """
         try:
-            result = loaded.instance.match(message, self.context)
-        except Exception as e:
-            failures.add_error(RAISED, 1, message.msg_id, e)
-            return False
-        if type(result) in (bool, np.bool_):
-            return bool(result)
-        failures.add(NOT_BOOL, 1, message.msg_id, f"match returned {result!r} ({type(result).__name__}), not a bool")
-        return False
-
-
-def _executor_load(spec: ClassFilter) -> tuple[LoadedFilter | None, str]:
-    """The class on an executor: a changed module is reloaded once; a class that still differs from
-    the registered one fails the task (:class:`SubscriptionNotLatestError`); one that cannot be
-    loaded here is None, with the reason."""
-    try:
-        try:
-            return spec.load(), ""
-        except SubscriptionNotLatestError:
-            return spec.load(refresh=True), ""
-    except FilterClassError as e:
-        return None, f"{e} (on an executor, python {sys.version.split()[0]})"
-
-
-_STATS_DDL = "kind string, count long, msg_id string, line string"
-#: Rows per Arrow batch a filter gets on the executors.
-SCAN_BATCH_ROWS = 32 * 1024
-
-
-def _scan_partition(spec: ClassFilter, table_root: str, files: list[str], filters: list, stats: bool,
-                    tasks: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """One executor task: the files whose numbers ``tasks`` holds, read with pyarrow and filtered;
-    the rows kept (``stats`` False), or one row of counts per failure kind and one of rows kept."""
-    from storelib.delta.table import Table
-    from storelib.storage.schema import COMMITLOG
-
-    loaded, why = _executor_load(spec)
-    table = Table(table_root, COMMITLOG)
-    context, failures, kept = spec.context, FilterFailures(spec.name), 0
-    for task in tasks:
-        for i in task.column(0).to_pylist():
-            for batch in table.scan([files[i]], filters[i], SCAN_BATCH_ROWS):
-                keep = evaluate_batch(loaded, batch, context, failures, why)
-                if stats:
-                    kept += int(keep.sum())
-                elif keep.any():
-                    yield batch.filter(pa.array(keep))
-    if stats:
-        rows = [{"kind": "kept", "count": kept, "msg_id": None, "line": None}] + [
-            {"kind": f.kind, "count": f.count, "msg_id": f.msg_id, "line": f.line} for f in failures.report()]
-        yield pa.RecordBatch.from_pylist(rows, schema=pa.schema([("kind", pa.string()), ("count", pa.int64()),
-                                                                 ("msg_id", pa.string()), ("line", pa.string())]))
-    for f in failures.report():
-        _log.warning("class filter %s: %d messages failed (%s), e.g. %s: %s", f.filter, f.count, f.kind, f.msg_id, f.line)
+            try:
+                return self.load(), ""
+            except SubscriptionNotLatestError:
+                return self.load(refresh=True), ""
+        except FilterClassError as e:
+            return None, f"{e} (on an executor, python {sys.version.split()[0]})"

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
     from storelib.filter.bloom import BloomFilter, BloomFilterData
     from storelib.filter.class_filter import ClassFilter
-    from storelib.filter.registry import Subscription
+    from storelib.filter.subscription import Subscription
     from storelib.filter.summary import FileSummary
     from storelib.model.config import StoreConfig
 

@@ -44,8 +44,9 @@ from storelib.context import StoreContext
 from storelib.delta.compaction import bin_by_size
 from storelib.delta.table import Prune, Table, add_actions, remove_actions, with_retries
 from storelib.delta.writer import Target, write_items
-from storelib.dispatch.reput import REPUT_MARKER, dispatch_targets
-from storelib.filter.summary import RowGroupSummarizer, record_row_group_summaries, summarizer_for
+from storelib.storage.dispatched import REPUT_MARKER, dispatch_targets
+from storelib.filter.summary import RowGroupSummarizer, summarizer_for
+from storelib.storage.summaries import record_row_group_summaries
 from storelib.model.timestamps import now_ms
 from storelib.model.topic import TAGS_KEY, MAX_CLUSTER_KEYS
 from storelib.storage.commitlog import CLUSTERED_PREFIX, is_clustered
@@ -53,7 +54,7 @@ from storelib.storage.expired import expired_mask
 from storelib.storage.schema import CLUSTERED_ROW_GROUP_ROWS
 
 if TYPE_CHECKING:
-    from storelib.filter.registry import Subscription
+    from storelib.filter.subscription import Subscription
 
 __all__ = ["ClusterResult", "ClusterBin", "Clusterer", "cluster_commitlog", "plan_bins", "settled_end",
            "MAX_SORT_GROUPS"]
@@ -84,7 +85,7 @@ def settled_end(ctx: StoreContext) -> int:
     >>> settled_end(store.context) > 0
     True
     """
-    targets = dict(dispatch_targets(ctx))
+    targets = dict(dispatch_targets(ctx.tables, ctx.config))
     if not ctx.config.enable_consume_queue_ext:
         targets.pop("consume_queue_ext", None)
     return min(Table.marker(t.snapshot(), REPUT_MARKER) for t in targets.values())

@@ -27,7 +27,7 @@ import pyarrow as pa
 from storelib.context import StoreContext
 from storelib.delta.health import table_problems
 from storelib.delta.table import Table, add_actions
-from storelib.dispatch.reput import REPUT_MARKER, ahead_of_commitlog, dispatch_targets
+from storelib.storage.dispatched import REPUT_MARKER, ahead_of_commitlog, dispatch_targets
 from storelib.encoding.record import message_lengths
 from storelib.model.errors import StoreCorruptedError
 from storelib.storage.commitlog import COMMITLOG_MARKER
@@ -57,7 +57,7 @@ def store_problems(ctx: StoreContext, *, full: bool = False) -> list[str]:
 def _across_tables(ctx: StoreContext, full: bool) -> list[str]:
     commitlog = ctx.tables.commitlog.snapshot()
     end = Table.marker(commitlog, COMMITLOG_MARKER)
-    markers = {name: Table.marker(table.snapshot(), REPUT_MARKER) for name, table in dispatch_targets(ctx).items()}
+    markers = {name: Table.marker(table.snapshot(), REPUT_MARKER) for name, table in dispatch_targets(ctx.tables, ctx.config).items()}
     problems = [f"{p}: {_REBUILD}" for p in ahead_of_commitlog(markers, end)]
     actions = add_actions(commitlog)
     runs = read_runs(ctx.tables.commitlog_expired)

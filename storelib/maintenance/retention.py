@@ -66,7 +66,7 @@ import pyarrow.compute as pc
 
 from storelib.context import StoreContext
 from storelib.delta.table import Table, add_actions, remove_actions, with_retries
-from storelib.dispatch.reput import REPUT_MARKER, dispatch_targets
+from storelib.storage.dispatched import REPUT_MARKER, dispatch_targets
 from storelib.model.errors import ConfigError
 from storelib.model.timestamps import epoch_ms, now_ms
 from storelib.storage.commitlog_reads import commitlog_min_offset
@@ -140,7 +140,7 @@ def clean_commitlog(ctx: StoreContext, reserved_hours: float | None = None, now:
         raise ConfigError("reserved_hours", "must be a non-negative number of hours", value=reserved_hours)
     deadline = epoch_ms(now, "now", default=now_ms(), error=ConfigError) - round(hours * _HOUR_MS)
     table = ctx.tables.commitlog
-    targets = list(dispatch_targets(ctx).values())
+    targets = list(dispatch_targets(ctx.tables, ctx.config).values())
 
     def step(snapshot: "DeltaTable") -> int:
         dispatched = min(Table.marker(t.snapshot(), REPUT_MARKER) for t in targets)

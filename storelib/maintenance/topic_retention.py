@@ -54,7 +54,7 @@ import pyarrow.compute as pc
 from storelib.context import StoreContext
 from storelib.delta.compaction import bin_by_size
 from storelib.delta.table import Prune, Table, add_actions, remove_actions, with_retries
-from storelib.filter.summary import record_row_group_summaries
+from storelib.storage.summaries import record_row_group_summaries
 from storelib.maintenance.cluster import settled_end, write_bins
 from storelib.model.errors import ConfigError
 from storelib.model.timestamps import FAR_FUTURE_MS, epoch_ms, now_ms

@@ -13,7 +13,8 @@ from storelib.context import StoreContext
 from storelib.delta.compaction import compact_table
 from storelib.delta.orphans import remove_orphans
 from storelib.delta.table import add_actions
-from storelib.filter.summary import forget_summaries, record_summaries, summarizer_for
+from storelib.filter.summary import summarizer_for
+from storelib.storage.summaries import forget_summaries, record_summaries
 from storelib.maintenance.cluster import cluster_commitlog
 from storelib.maintenance.retention import clean_commitlog, clean_consume_queue
 from storelib.maintenance.topic_retention import expire_topics

@@ -42,8 +42,10 @@ from storelib.context import StoreContext
 from storelib.delta.table import Prune, Table
 from storelib.encoding.ext_addr import MAX_EXT_ADDR
 from storelib.filter.message_filter import MessageFilter
+from storelib.query.class_scan import count_kept, read_kept
 from storelib.filter.selector import MessageSelector
-from storelib.filter.summary import read_row_group_summaries, read_summaries
+from storelib.filter.subscription import check_selector
+from storelib.storage.summaries import read_row_group_summaries, read_summaries
 from storelib.model.message import SysFlag
 from storelib.delta.spark_read import RowGroups, read_paths, read_row_groups
 from storelib.storage.commitlog import is_clustered
@@ -167,7 +169,7 @@ class ReadPlan:
         from storelib.storage.schema import COMMITLOG
 
         if self.filter.class_filter is not None:
-            return self.filter.class_filter.read(spark, self.commitlog.path, *self.class_scan())
+            return read_kept(spark, self.filter.class_filter, self.commitlog.path, *self.class_scan())
         schema = spark_schema(COMMITLOG.arrow)
         parts = []
         if self.row_groups is not None and self.clustered_actions.num_rows:  # already cut to the topic's rows
@@ -194,7 +196,7 @@ class ReadPlan:
         should cost what the same query written by hand costs."""
         from pyspark.sql import functions as F
 
-        from storelib.dispatch.reput import queued
+        from storelib.storage.dispatched import queued
 
         topic, end = self.filter.topic, self.end
         df = df.where(self.filter.commitlog_column())
@@ -231,7 +233,7 @@ class ReadPlan:
         >>> rows.filter(plan_read(store.context, "TopicTest", "TagA").arrow_rows()).num_rows  # not: undispatched, other topic, TagB
         1
         """
-        from storelib.dispatch.reput import queued_expression
+        from storelib.storage.dispatched import queued_expression
 
         rows = (pc.field("topic") == self.filter.topic) & (pc.field("physical_offset") < self.end) & queued_expression()
         tags = None if self.filter.selector.is_sql92 else self.filter.commitlog_expression()
@@ -268,7 +270,7 @@ def plan_read(ctx: StoreContext, topic: str, selector: MessageSelector | str | N
     (1, False)
     """
     mf = _message_filter(ctx, topic, selector, group)
-    from storelib.dispatch.reput import REPUT_MARKER
+    from storelib.storage.dispatched import REPUT_MARKER
 
     ext, cq, clog = ctx.tables.consume_queue_ext, ctx.tables.consume_queue, ctx.tables.commitlog
     ext_view, cq_view = ext.view(markers=[REPUT_MARKER]), cq.view(markers=[REPUT_MARKER])
@@ -341,8 +343,7 @@ def _message_filter(ctx: StoreContext, topic: str, selector: MessageSelector | s
         selector = sub.selector
     else:
         sub = None
-    selector = MessageSelector.of(selector)
-    ctx.registry.check(topic, selector, group)
+    selector = check_selector(topic, selector, ctx.config, group)
     return MessageFilter(topic, selector, sub, ctx.registry.bloom_filter, config=ctx.config)
 
 
@@ -515,7 +516,7 @@ def filter_stats(ctx: StoreContext, topic: str, selector: MessageSelector | str 
                      F.count_if(F.col("_pass") & exact).alias("matched")).first()
     matched, failures = int(row["matched"]), ()
     if plan.filter.class_filter is not None:  # the rows the read gives the class, counted on the executors
-        matched, failures = plan.filter.class_filter.count(spark, plan.commitlog.path, *plan.class_scan())
+        matched, failures = count_kept(spark, plan.filter.class_filter, plan.commitlog.path, *plan.class_scan())
     e = plan.explain()
     return FilterStats(group, topic, plan.filter.selector.expression, plan.units_total, plan.units_skipped,
                        int(row["pruned"]), int(row["passed"]), matched, e.choice, e.row_groups_considered,

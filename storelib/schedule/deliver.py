@@ -56,7 +56,7 @@ import pyarrow.compute as pc
 
 from storelib.context import StoreContext
 from storelib.delta.table import Prune
-from storelib.dispatch.reput import REPUT_MARKER
+from storelib.storage.dispatched import REPUT_MARKER
 from storelib.dispatch.request import deliver_times, timer_out_times
 from storelib.encoding.arrow import Distinct
 from storelib.encoding.ext_addr import MAX_EXT_ADDR

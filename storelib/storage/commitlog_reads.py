@@ -23,11 +23,12 @@ from storelib.delta.stats import ranges
 from storelib.delta.table import Table, add_actions
 from storelib.model.message import MESSAGE_COLUMNS, StoredMessage
 from storelib.storage.commitlog import is_clustered
+from storelib.storage.schema import COMMITLOG
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
 
-__all__ = ["commitlog_min_offset", "min_physical_offset", "read_messages", "message_rows", "read_rows"]
+__all__ = ["commitlog_min_offset", "min_physical_offset", "read_messages", "message_rows", "read_rows", "message_batch"]
 
 
 def commitlog_min_offset(commitlog_snapshot: "DeltaTable") -> int:
@@ -120,3 +121,19 @@ def _locator(path: str) -> tuple[np.ndarray, np.ndarray]:
     groups = np.repeat(np.arange(len(sizes), dtype=np.int32), sizes)
     order = np.argsort(offsets, kind="stable")
     return offsets[order], groups[order]
+
+
+def message_batch(messages: Sequence["StoredMessage"]) -> pa.RecordBatch:
+    """Stored messages as one Arrow batch of commitlog rows (what ``match_batch`` gets in a pull).
+
+    >>> message_batch([store.query_by_id(r.msg_id)]).column("tags").to_pylist()
+    ['TagA']
+    """
+    rows = [{"physical_offset": m.commitlog_offset, "size": m.size, "topic": m.topic, "queue_id": m.queue_id,
+             "queue_offset": m.queue_offset, "sysflag": m.sysflag, "flag": m.flag, "body_crc": m.body_crc,
+             "born_timestamp": m.born_timestamp, "born_host": m.born_host, "store_timestamp": m.store_timestamp,
+             "store_host": m.store_host, "reconsume_times": m.reconsume_times,
+             "prepared_transaction_offset": m.prepared_transaction_offset, "properties": list(m.properties.items()),
+             "body": m.body, "msg_id": m.msg_id, "tags": m.tags, "keys": m.keys, "uniq_key": m.uniq_key,
+             "cluster_seq": None} for m in messages]
+    return pa.RecordBatch.from_pylist(rows, schema=COMMITLOG.arrow)

@@ -29,7 +29,7 @@ from storelib.consume.subscription import subscribe
 from storelib.context import StoreContext
 from storelib.delta import location
 from storelib.dispatch.reput import Dispatcher, DispatchResult
-from storelib.filter.registry import Subscription
+from storelib.filter.subscription import Subscription
 from storelib.filter.selector import MessageSelector
 from storelib.maintenance.integrity import check_store, store_problems
 from storelib.maintenance.retention import clean_commitlog, clean_consume_queue

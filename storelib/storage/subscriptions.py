@@ -15,9 +15,7 @@ it computed bitmaps with, so a bitmap is trusted for exactly the subscriptions i
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import logging
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable
 
 import pyarrow as pa
@@ -25,68 +23,22 @@ import pyarrow as pa
 from storelib.delta.table import Table, with_retries
 from storelib.delta.writer import write_rows
 from storelib.filter.bloom import BloomFilter, BloomFilterData
-from storelib.filter.selector import MessageSelector, sql92_limits
+from storelib.filter.selector import MessageSelector
+from storelib.filter.subscription import Subscription
 from storelib.model.config import StoreConfig
-from storelib.model.errors import FilterNotSupportedError, SubscriptionNotFoundError
+from storelib.model.errors import SubscriptionNotFoundError
 from storelib.model.topic import validate_group, validate_topic
 from storelib.storage.schema import SUBSCRIPTION
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
 
-    from storelib.filter.sql92 import Sql92Expression
-    from storelib.filter.tag import SubscriptionData
-
-__all__ = ["Subscription", "SubscriptionRegistry"]
+__all__ = ["SubscriptionRegistry"]
 
 log = logging.getLogger(__name__)
 
 #: ``(max_error_rate_of_bloom_filter, expect_consumer_num_use_filter)`` as :class:`StoreConfig` has them.
 _BLOOM_DEFAULTS = (StoreConfig.max_error_rate_of_bloom_filter, StoreConfig.expect_consumer_num_use_filter)
-
-
-@dataclass(frozen=True)
-class Subscription:
-    """A registered subscription of a consumer group to a topic (ConsumerFilterData + SubscriptionData).
-
-    >>> sub = store.subscription("GroupA", "TopicTest")
-    >>> sub.selector.expression, sub.is_sql92, sorted(sub.data.tags_set)
-    ('TagA || TagB', False, ['TagA', 'TagB'])
-    """
-
-    group: str
-    topic: str
-    selector: MessageSelector
-    version: int
-    sub_version: int
-    born_timestamp: dt.datetime
-    bloom: BloomFilterData | None = None
-    #: The settings of the registry it came from: :attr:`compiled` parses with their SQL92 limits.
-    config: StoreConfig | None = field(default=None, compare=False, repr=False)
-
-    @property
-    def is_sql92(self) -> bool:
-        return self.selector.is_sql92
-
-    @property
-    def is_class(self) -> bool:
-        return self.selector.is_class
-
-    @functools.cached_property
-    def data(self) -> "SubscriptionData":
-        """RocketMQ's SubscriptionData (``FilterAPI.build``): tags set and code set for tag subscriptions
-        (for a class subscription, those of its tag prefilter)."""
-        from storelib.filter.tag import ExpressionType, build_subscription
-
-        kind = ExpressionType.TAG if self.selector.is_class else self.selector.expression_type
-        return build_subscription(self.topic, self.selector.expression, kind)
-
-    @functools.cached_property
-    def compiled(self) -> "Sql92Expression | None":
-        """The SQL92 expression, parsed (``None`` for tag subscriptions)."""
-        from storelib.filter.sql92 import parse_sql92
-
-        return parse_sql92(self.selector.expression, **sql92_limits(self.config)) if self.is_sql92 else None
 
 
 class SubscriptionRegistry:
@@ -97,10 +49,6 @@ class SubscriptionRegistry:
     ([('GroupA', 'TopicTest')], [('GroupA', 'TopicTest')])
     >>> [s.group for s in reg.for_topic("TopicTest")], reg.snapshot().version() >= 1
     (['GroupA'], True)
-    >>> reg.check("TopicTest", MessageSelector.by_sql("a >"))
-    Traceback (most recent call last):
-    ...
-    storelib.model.errors.FilterExpressionError: expression: unexpected end of expression, expected a property, a literal, '(', NOT, '+' or '-' (got 'a >') [at line 1, column 4]
     >>> reg.unregister("GroupA", "TopicTest"), reg.unregister("GroupA", "TopicTest")
     (True, False)
     """
@@ -140,21 +88,14 @@ class SubscriptionRegistry:
     def register(self, group: str, topic: str, selector: "MessageSelector | str | None") -> Subscription:
         """Subscribe ``group`` to ``topic``; replaces the group's earlier expression for the topic.
 
-        The expression is checked first (a typed error, nothing written, if it is not valid).
-        Registering the same expression again changes nothing and returns the current subscription, unless
-        its Bloom bits were made by another filter (:attr:`bloom_filter`): it then gets this one's.
-        A class selector is registered with the CRC of its class's source as loaded now (a module
-        changed since this process loaded it is reloaded first), so a changed class is a new version.
+        The selector is stored as given: check it first (:func:`~storelib.filter.subscription.check_selector`,
+        which also gives a class selector its class's CRC). Registering the same expression again changes
+        nothing and returns the current subscription, unless its Bloom bits were made by another filter
+        (:attr:`bloom_filter`): it then gets this one's.
         """
         validate_group(group)
         validate_topic(topic)
         selector = MessageSelector.of(selector)
-        self.check(topic, selector)
-        if selector.is_class:
-            from storelib.filter.class_filter import load_filter
-
-            selector = selector.with_crc(load_filter(selector.filter_class, selector.filter_class_source,
-                                                     refresh=True).crc)
         bloom = self.bloom_filter.generate(f"{group}#{topic}") if selector.is_sql92 else None
 
         def step(snapshot: "DeltaTable") -> Subscription:
@@ -182,23 +123,6 @@ class SubscriptionRegistry:
             return True
 
         return with_retries(self.table, self.config.max_commit_attempts, step, what="unsubscribe")
-
-    def check(self, topic: str, selector: MessageSelector, group: str | None = None) -> None:
-        """Raise the typed error RocketMQ's broker would give for this selector, if any. A class selector
-        must load here (:class:`FilterClassError`) and, when it carries a CRC, be that class
-        (:class:`SubscriptionNotLatestError`); source text needs ``enable_filter_class_source``."""
-        if selector.is_sql92 and not self.config.enable_property_filter:
-            raise FilterNotSupportedError("expression_type", "SQL92 filtering is off in this store "
-                                          "(enable_property_filter=false)", value=selector.expression)
-        if selector.is_class and selector.filter_class_source is not None and not self.config.enable_filter_class_source:
-            raise FilterNotSupportedError("filter_class_source", "running uploaded filter class source is off in this "
-                                          "store (enable_filter_class_source=false); install the module and name it "
-                                          "by import path", value=selector.filter_class)
-        selector.parse(topic, self.config)
-        if selector.is_class:
-            from storelib.filter.class_filter import ClassFilter
-
-            ClassFilter.of(selector, group, topic).load()
 
     # ---- reading -----------------------------------------------------------------------------
     def snapshot(self) -> "DeltaTable":
