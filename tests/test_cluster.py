@@ -258,7 +258,7 @@ cluster_commitlog(store.context, settle_ms=0, fault=lambda step: os._exit(86) if
 
 
 def test_summaries_of_removed_files_are_forgotten(filled):
-    from storelib.delta.table import add_actions
+    from storelib.delta.log import add_actions
     from storelib.storage.summaries import forget_summaries
 
     summaries = filled.context.tables.commitlog_summary

@@ -77,7 +77,7 @@ def test_a_follower_records_the_summaries_of_its_ext_files(store):
     every ext file the follower committed has one."""
     import threading
 
-    from storelib.delta.table import add_actions
+    from storelib.delta.log import add_actions
     from storelib.storage.summaries import read_summaries
 
     store.subscribe("GroupS", "TopicTest", MessageSelector.by_sql("a > 5"))  # the topic's messages get ext units

@@ -12,7 +12,8 @@ import pytest
 
 from storelib import Message, MessageSelector, MessageStore, StoreConfig
 from storelib.delta.orphans import orphan_files
-from storelib.delta.table import add_actions, remove_actions
+from storelib.delta.commit import remove_actions
+from storelib.delta.log import add_actions
 from storelib.dispatch.reput import Dispatcher
 from storelib.storage.summaries import read_summaries
 from storelib.maintenance.cluster import cluster_commitlog

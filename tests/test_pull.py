@@ -95,7 +95,7 @@ def test_message_was_removing_then_offset_too_small(store):
 def test_offset_found_null_rolls_to_next_queue_file(spark, store_path):
     from deltalake.transaction import RemoveAction
 
-    from storelib.delta.table import add_actions
+    from storelib.delta.log import add_actions
     from storelib.storage.consume_queue import min_queue_marker
 
     store = MessageStore.create(store_path, spark, consume_queue_file_units=10)

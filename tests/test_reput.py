@@ -149,7 +149,7 @@ class TestDispatch:
         store.dispatch()
         send_some(store, 2, start=5)
         table = store.context.tables.commitlog
-        from storelib.delta.table import Prune
+        from storelib.delta.stats import Prune
 
         new = table.files(table.snapshot(), Prune(between={"physical_offset": (store.dispatch_progress()["index"], 2**62)}))
         assert len(new) == 1 < len(table.files(table.snapshot()))

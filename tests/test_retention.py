@@ -12,7 +12,8 @@ from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
 from storelib import Message, MessageSelector
-from storelib.delta.table import Table, add_actions
+from storelib.delta.log import add_actions
+from storelib.delta.table import Table
 from storelib.dispatch.reput import Dispatcher
 from storelib.maintenance.retention import DELETE_EXPIRED, clean_consume_queue
 from storelib.model.errors import ConfigError, MessageNotFoundError

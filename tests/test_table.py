@@ -17,7 +17,9 @@ from storelib import Message, MessageStore, StoreConfig
 from storelib.delta.compaction import compact_here
 from storelib.delta.orphans import orphan_files
 from storelib.delta.spec import TableSpec
-from storelib.delta.table import TOMBSTONE_RETENTION, Prune, Table, add_actions
+from storelib.delta.log import add_actions
+from storelib.delta.stats import Prune
+from storelib.delta.table import TOMBSTONE_RETENTION, Table
 from storelib.delta.spark_read import contiguous_groups
 from storelib.delta.writer import write_rows
 from storelib.model.errors import ConfigError, StoreStateError
@@ -276,7 +278,7 @@ class TestWarmViews:
         assert by_path(warm.actions).equals(by_path(expected.actions)), table.spec.name
 
     def test_a_commitlog_view_keeps_only_the_statistics_its_readers_ask_for(self, store):
-        from storelib.delta.table import add_actions
+        from storelib.delta.log import add_actions
 
         t = Table(store.context.tables.commitlog.path, store.context.tables.commitlog.spec)
         t.view()
@@ -424,7 +426,7 @@ class TestPointReads:
 
 
 def test_commits_clean_up_expired_log_entries_at_most_once_per_interval(tmp_path, monkeypatch):
-    from storelib.delta import table as delta_table
+    from storelib.delta import commit as delta_commit
     from storelib.storage.schema import TOPIC_CONFIG
 
     t = Table(str(tmp_path / "t"), TOPIC_CONFIG, properties={"delta.checkpointInterval": "2",
@@ -436,12 +438,12 @@ def test_commits_clean_up_expired_log_entries_at_most_once_per_interval(tmp_path
             with t.commit_turn() as dt:
                 t.commit(dt, [], markers={"m": i})
 
-    monkeypatch.setattr(delta_table, "LOG_CLEANUP_EVERY_S", 3600.0)
+    monkeypatch.setattr(delta_commit, "LOG_CLEANUP_EVERY_S", 3600.0)
     commit(1)                          # a handle's first commit cleans up; then none for the hour
     before = entries()
     commit(8)
     assert entries() == before + 8
-    monkeypatch.setattr(delta_table, "LOG_CLEANUP_EVERY_S", 0.0)
+    monkeypatch.setattr(delta_commit, "LOG_CLEANUP_EVERY_S", 0.0)
     commit(1)                          # due: everything before the newest checkpoint and past retention goes
     assert entries() <= 2
     assert Table.marker(t.snapshot(), "m") == 0 and t.snapshot().version() == 10   # created, then 10 commits

@@ -13,7 +13,8 @@ from pyspark.sql import functions as F
 
 from storelib import Message, MessageSelector, MessageStore
 from storelib.consume.get_message import GetMessageStatus
-from storelib.delta.table import Table, add_actions
+from storelib.delta.log import add_actions
+from storelib.delta.table import Table
 from storelib.consume.pull import PullStatus
 from storelib.maintenance.topic_retention import EXPIRE_TOPIC, expire_topics
 from storelib.model.errors import ConfigError, MessageNotFoundError

@@ -113,7 +113,7 @@ def _spark_pull(store: "MessageStore", queue_id: int, offset: int) -> list:
     """The same 32 messages with Spark: consume queue units joined with their commitlog rows, collected."""
     from pyspark.sql import functions as F
 
-    from storelib.delta.table import Prune
+    from storelib.delta.stats import Prune
 
     units = store.consume_queue(TOPIC, queue_id, offset, offset + 32)
     bounds = units.agg(F.min("commitlog_offset"), F.max("commitlog_offset")).collect()[0]

@@ -103,7 +103,7 @@ def _table_reads(spark: "SparkSession", store) -> dict[str, tuple[float, float]]
     the same reads through Delta Spark's data skipping; best of three each."""
     from pyspark.sql import functions as F
 
-    from storelib.delta.table import Prune
+    from storelib.delta.stats import Prune
 
     cl, cq = store.context.tables.commitlog, store.context.tables.consume_queue
     tail = store.max_offset() - store.max_offset() // 20

@@ -44,7 +44,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from storelib.context import StoreContext
-from storelib.delta.table import Table, TableView
+from storelib.delta.log import TableView
+from storelib.delta.table import Table
 from storelib.model.message import StoredMessage
 from storelib.storage.commitlog import COMMITLOG_MARKER
 from storelib.storage.commitlog_reads import min_physical_offset, read_messages

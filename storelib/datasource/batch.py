@@ -42,7 +42,9 @@ from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
 from storelib.storage.tables import StoreTables
 from storelib.datasource.options import MESSAGES, SourceOptions
 from storelib.datasource.pushdown import Pushdown
-from storelib.delta.table import Prune, Table, add_actions
+from storelib.delta.log import add_actions
+from storelib.delta.stats import Prune
+from storelib.delta.table import Table
 from storelib.delta.spark_read import contiguous_groups
 from storelib.storage.dispatched import REPUT_MARKER
 from storelib.encoding.index_key import build_index_key, index_key_hash

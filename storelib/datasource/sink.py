@@ -85,7 +85,7 @@ class MessageWriter(DataSourceArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedPart:
         from pyspark import TaskContext
 
-        from storelib.delta.table import filesystem
+        from storelib.delta.location import filesystem
 
         fs, base = filesystem(self._staging)
         fs.create_dir(base, recursive=True)
@@ -112,7 +112,7 @@ class MessageWriter(DataSourceArrowWriter):
         self._clean()
 
     def _clean(self) -> None:
-        from storelib.delta.table import filesystem
+        from storelib.delta.location import filesystem
 
         fs, base = filesystem(self._staging)
         try:

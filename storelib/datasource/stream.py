@@ -41,7 +41,9 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from storelib.context import StoreContext
 from storelib.datasource.batch import MAX_SCAN_PARTITIONS, output_schema
 from storelib.datasource.options import MESSAGES, SourceOptions
-from storelib.delta.table import Prune, Table, add_actions
+from storelib.delta.log import add_actions
+from storelib.delta.stats import Prune
+from storelib.delta.table import Table
 from storelib.delta.spark_read import contiguous_groups
 from storelib.storage.dispatched import queued_expression
 from storelib.filter.message_filter import MessageFilter

@@ -26,7 +26,9 @@ from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundErr
 from pyarrow import fs as pafs
 
 from storelib.delta.location import is_local, options_for
-from storelib.delta.table import Table, add_actions, filesystem
+from storelib.delta.log import add_actions
+from storelib.delta.location import filesystem
+from storelib.delta.table import Table
 
 __all__ = ["table_problems", "unsafe_commits"]
 

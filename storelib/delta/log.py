@@ -33,7 +33,7 @@ from storelib.delta.stats import STATS_KEYS
 if TYPE_CHECKING:
     from deltalake import DeltaTable
 
-__all__ = ["TableView", "LogChanges", "entry_path", "entry_actions", "changes_since", "apply_changes", "committed_by", "tombstones"]
+__all__ = ["TableView", "LogChanges", "add_actions", "entry_path", "entry_actions", "changes_since", "apply_changes", "committed_by", "tombstones"]
 
 
 @dataclass(frozen=True)
@@ -207,3 +207,12 @@ def tombstones(dt: DeltaTable) -> list[str]:
     []
     """
     return dt.vacuum(retention_hours=0, dry_run=True, enforce_retention_duration=False)
+
+
+def add_actions(dt: DeltaTable) -> pa.Table:
+    """The snapshot's add actions with flattened statistics (``min.<col>``, ``max.<col>``).
+
+    >>> add_actions(store.context.tables.commitlog.snapshot()).column("num_records").to_pylist()
+    [1]
+    """
+    return pa.table(dt.get_add_actions(flatten=True))

@@ -32,7 +32,9 @@ from urllib.parse import unquote
 from pyarrow import fs as pafs
 
 from storelib.delta.log import tombstones
-from storelib.delta.table import Table, add_actions, filesystem
+from storelib.delta.log import add_actions
+from storelib.delta.location import filesystem
+from storelib.delta.table import Table
 
 __all__ = ["orphan_files", "remove_orphans"]
 

@@ -32,7 +32,9 @@ import pyarrow.parquet as pq
 from storelib.delta.files import SMALL_FILE_ROWS
 from storelib.delta.spark_read import contiguous_groups, parallelism
 from storelib.delta.spec import spark_schema
-from storelib.delta.table import Table, WrittenFile, filesystem
+from storelib.delta.commit import WrittenFile
+from storelib.delta.location import filesystem
+from storelib.delta.table import Table
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable

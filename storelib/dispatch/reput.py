@@ -47,7 +47,9 @@ import pyarrow as pa
 
 from storelib.context import StoreContext
 from storelib.delta.compaction import compact_here
-from storelib.delta.table import CommitConflict, Prune, Table, WrittenFile
+from storelib.delta.commit import CommitConflict, WrittenFile
+from storelib.delta.stats import Prune
+from storelib.delta.table import Table
 from storelib.delta.writer import Target, write_items, write_items_here
 from storelib.dispatch.calc_bitmap import FilterBitmaps
 from storelib.dispatch.request import CommitlogFiles, DispatchRequests

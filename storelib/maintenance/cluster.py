@@ -42,7 +42,10 @@ import pyarrow.compute as pc
 
 from storelib.context import StoreContext
 from storelib.delta.compaction import bin_by_size
-from storelib.delta.table import Prune, Table, add_actions, remove_actions, with_retries
+from storelib.delta.commit import remove_actions, with_retries
+from storelib.delta.log import add_actions
+from storelib.delta.stats import Prune
+from storelib.delta.table import Table
 from storelib.delta.writer import Target, write_items
 from storelib.storage.dispatched import REPUT_MARKER, dispatch_targets
 from storelib.filter.summary import RowGroupSummarizer, summarizer_for
@@ -214,7 +217,7 @@ class Clusterer:
     def __call__(self, item: ClusterBin) -> Iterator[dict[str, pa.RecordBatch]]:
         import pyarrow.parquet as pq
 
-        from storelib.delta.table import filesystem
+        from storelib.delta.location import filesystem
 
         parts = []
         for path in item.paths:
@@ -243,7 +246,7 @@ class Clusterer:
             return pa.nulls(n, pa.binary()), pa.nulls(n, pa.int64())
         import pyarrow.dataset as ds
 
-        from storelib.delta.table import filesystem
+        from storelib.delta.location import filesystem
         from storelib.storage.schema import CONSUME_QUEUE_EXT
 
         fs = filesystem(item.ext_paths[0])[0]

@@ -26,7 +26,8 @@ import pyarrow as pa
 
 from storelib.context import StoreContext
 from storelib.delta.health import table_problems
-from storelib.delta.table import Table, add_actions
+from storelib.delta.log import add_actions
+from storelib.delta.table import Table
 from storelib.storage.dispatched import REPUT_MARKER, ahead_of_commitlog, dispatch_targets
 from storelib.encoding.record import message_lengths
 from storelib.model.errors import StoreCorruptedError

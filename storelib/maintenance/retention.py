@@ -65,7 +65,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from storelib.context import StoreContext
-from storelib.delta.table import Table, add_actions, remove_actions, with_retries
+from storelib.delta.commit import remove_actions, with_retries
+from storelib.delta.log import add_actions
+from storelib.delta.table import Table
 from storelib.storage.dispatched import REPUT_MARKER, dispatch_targets
 from storelib.model.errors import ConfigError
 from storelib.model.timestamps import epoch_ms, now_ms

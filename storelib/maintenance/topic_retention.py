@@ -53,7 +53,10 @@ import pyarrow.compute as pc
 
 from storelib.context import StoreContext
 from storelib.delta.compaction import bin_by_size
-from storelib.delta.table import Prune, Table, add_actions, remove_actions, with_retries
+from storelib.delta.commit import remove_actions, with_retries
+from storelib.delta.log import add_actions
+from storelib.delta.stats import Prune
+from storelib.delta.table import Table
 from storelib.storage.summaries import record_row_group_summaries
 from storelib.maintenance.cluster import settled_end, write_bins
 from storelib.model.errors import ConfigError

@@ -12,7 +12,7 @@ from __future__ import annotations
 from storelib.context import StoreContext
 from storelib.delta.compaction import compact_table
 from storelib.delta.orphans import remove_orphans
-from storelib.delta.table import add_actions
+from storelib.delta.log import add_actions
 from storelib.filter.summary import summarizer_for
 from storelib.storage.summaries import forget_summaries, record_summaries
 from storelib.maintenance.cluster import cluster_commitlog

@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING, Sequence
 import pyarrow.compute as pc
 
 from storelib.context import StoreContext
-from storelib.delta.table import Prune, Table, add_actions
+from storelib.delta.log import add_actions
+from storelib.delta.stats import Prune
+from storelib.delta.table import Table
 from storelib.encoding.index_key import build_index_key, index_key_hash
 from storelib.encoding.message_id import decode_message_id, ip_bytes
 from storelib.model.errors import MessageIdError, MessageNotFoundError, StoreError

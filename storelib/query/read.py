@@ -39,7 +39,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from storelib.context import StoreContext
-from storelib.delta.table import Prune, Table
+from storelib.delta.stats import Prune
+from storelib.delta.table import Table
 from storelib.encoding.ext_addr import MAX_EXT_ADDR
 from storelib.filter.message_filter import MessageFilter
 from storelib.query.class_scan import count_kept, read_kept

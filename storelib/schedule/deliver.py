@@ -55,7 +55,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from storelib.context import StoreContext
-from storelib.delta.table import Prune
+from storelib.delta.stats import Prune
 from storelib.storage.dispatched import REPUT_MARKER
 from storelib.dispatch.request import deliver_times, timer_out_times
 from storelib.encoding.arrow import Distinct

@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from storelib.context import StoreContext
-from storelib.delta.table import Prune
+from storelib.delta.stats import Prune
 from storelib.encoding.properties import edit_properties, property_array
 from storelib.encoding.record import body_crcs
 from storelib.model.errors import MessageError, ProgressMovedError, TransactionEndedError, TransactionNotFoundError

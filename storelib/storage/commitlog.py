@@ -30,7 +30,9 @@ import pyarrow.compute as pc
 from pyarrow import fs as pafs
 
 from storelib.delta.spec import spark_schema
-from storelib.delta.table import Table, filesystem, with_retries
+from storelib.delta.commit import with_retries
+from storelib.delta.location import filesystem
+from storelib.delta.table import Table
 from storelib.delta.writer import Target, write_items, write_rows
 from storelib.encoding.arrow import Distinct, queue_groups
 from storelib.encoding.message_id import message_id_prefix, message_ids

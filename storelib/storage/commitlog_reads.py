@@ -20,7 +20,8 @@ import pyarrow.compute as pc
 
 from storelib.delta.files import fragment, map_io
 from storelib.delta.stats import ranges
-from storelib.delta.table import Table, add_actions
+from storelib.delta.log import add_actions
+from storelib.delta.table import Table
 from storelib.model.message import MESSAGE_COLUMNS, StoredMessage
 from storelib.storage.commitlog import is_clustered
 from storelib.storage.schema import COMMITLOG

@@ -17,7 +17,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from storelib.delta.stats import ranges
-from storelib.delta.table import Prune, Table, TableView
+from storelib.delta.log import TableView
+from storelib.delta.stats import Prune
+from storelib.delta.table import Table
 from storelib.encoding.arrow import Distinct, queue_groups
 from storelib.storage.schema import CONSUME_QUEUE
 

@@ -10,7 +10,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from storelib.delta.table import Prune, Table
+from storelib.delta.stats import Prune
+from storelib.delta.table import Table
 from storelib.encoding.ext_addr import undecorate_ext_addrs
 from storelib.storage.consume_queue import queue_files
 from storelib.storage.schema import CONSUME_QUEUE_EXT

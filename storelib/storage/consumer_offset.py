@@ -45,7 +45,10 @@ from typing import TYPE_CHECKING, Callable, Mapping
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from storelib.delta.table import Prune, Table, add_actions, remove_actions, with_retries
+from storelib.delta.commit import remove_actions, with_retries
+from storelib.delta.log import add_actions
+from storelib.delta.stats import Prune
+from storelib.delta.table import Table
 from storelib.delta.writer import write_files
 from storelib.model.config import StoreConfig
 from storelib.model.errors import ConcurrentWriteError, OffsetError, require_int

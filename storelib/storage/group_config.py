@@ -12,7 +12,8 @@ from dataclasses import asdict, fields
 
 import pyarrow as pa
 
-from storelib.delta.table import Table, with_retries
+from storelib.delta.commit import with_retries
+from storelib.delta.table import Table
 from storelib.delta.writer import write_rows
 from storelib.model.config import StoreConfig
 from storelib.model.errors import SubscriptionGroupNotFoundError

@@ -18,7 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from storelib.delta.table import Prune, Table
+from storelib.delta.stats import Prune
+from storelib.delta.table import Table
 from storelib.encoding.index_key import index_key_hash, index_key_hashes, topic_key_prefixes  # noqa: F401  (doctest)
 from storelib.model.message import MessageConst
 from storelib.model.timestamps import arrow_timestamp

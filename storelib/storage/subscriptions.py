@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Iterable
 
 import pyarrow as pa
 
-from storelib.delta.table import Table, with_retries
+from storelib.delta.commit import with_retries
+from storelib.delta.table import Table
 from storelib.delta.writer import write_rows
 from storelib.filter.bloom import BloomFilter, BloomFilterData
 from storelib.filter.selector import MessageSelector

@@ -16,7 +16,10 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from storelib.delta.table import Prune, Table, WrittenFile, add_actions, remove_actions, with_retries
+from storelib.delta.commit import WrittenFile, remove_actions, with_retries
+from storelib.delta.log import add_actions
+from storelib.delta.stats import Prune
+from storelib.delta.table import Table
 from storelib.delta.writer import write_files, write_rows
 from storelib.filter.summary import FileSummary, RowGroupSummary
 

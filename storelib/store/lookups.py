@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from storelib.context import StoreContext
-from storelib.delta.table import Prune
+from storelib.delta.stats import Prune
 from storelib.model.errors import translate_methods
 from storelib.model.message import StoredMessage
 from storelib.model.timestamps import Timestamp

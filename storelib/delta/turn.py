@@ -1,0 +1,82 @@
+"""A table's turn to commit among the threads and processes of one machine.
+
+Writers on one machine queue for the next version instead of racing for it and retrying (RocketMQ's
+broker serializes its commitlog appends the same way). The turn is an ``flock`` on the table's hidden
+:data:`COMMIT_LOCK` file, released by the kernel if its process dies; on an object store only this
+process's threads queue, and the exactly-next-version commit refuses whoever did not take it.
+
+>>> t = store.context.tables.topic_config
+>>> with t.commit_turn(snapshot=False), t.commit_turn() as snapshot:
+...     snapshot.version() == t.snapshot().version()
+True
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from typing import Callable, Iterator
+
+from deltalake import DeltaTable
+
+from storelib.delta.location import is_local
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: only this process's threads take turns
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = ["CommitTurn", "COMMIT_LOCK"]
+
+#: The hidden file whose ``flock`` is a table's commit turn on this machine.
+COMMIT_LOCK = "_storelib_commit.lock"
+
+
+class CommitTurn:
+    """One table's turn (:meth:`hold`), and the snapshot its holders commit on, kept warm between turns.
+
+    >>> turn = CommitTurn(store.context.tables.topic_config.path, store.context.tables.topic_config.snapshot)
+    >>> with turn.hold() as snapshot:
+    ...     snapshot.version() >= 0
+    True
+    """
+
+    def __init__(self, path: str, load: Callable[[], DeltaTable]):
+        self.path, self._load = path, load
+        self._lock = threading.RLock()
+        self._depth = 0
+        self._committer: DeltaTable | None = None
+
+    def forget(self) -> None:
+        """Drop the warm snapshot (the next turn loads the table again)."""
+        with self._lock:
+            self._committer = None
+
+    @contextlib.contextmanager
+    def hold(self, snapshot: bool = True) -> Iterator[DeltaTable | None]:
+        """Hold the turn and yield the table's newest snapshot (only the log entries since the last turn are
+        read), or None with ``snapshot=False``. A thread holding the turn may take it again (a group commit
+        holds it while it gathers its group and appends)."""
+        with self._lock:
+            fd = None
+            self._depth += 1
+            try:
+                if self._depth == 1 and is_local(self.path) and fcntl is not None:
+                    fd = os.open(os.path.join(self.path.removeprefix("file://"), COMMIT_LOCK), os.O_RDWR | os.O_CREAT, 0o644)
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                if not snapshot:
+                    yield None
+                    return
+                if self._committer is None:
+                    self._committer = self._load()
+                else:
+                    self._committer.update_incremental()
+                yield self._committer
+            except BaseException:
+                self._committer = None  # whatever failed, the next turn starts from a fresh load
+                raise
+            finally:
+                self._depth -= 1
+                if fd is not None:
+                    os.close(fd)
