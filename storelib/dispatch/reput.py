@@ -36,23 +36,21 @@ follower killed anywhere is restarted with nothing lost or dispatched twice.
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterator, Protocol
+from typing import TYPE_CHECKING, Callable
 
 import pyarrow as pa
 
 from storelib.context import StoreContext
 from storelib.delta.compaction import compact_here
 from storelib.delta.commit import CommitConflict, WrittenFile
-from storelib.delta.stats import Prune
 from storelib.delta.table import Table
-from storelib.delta.writer import Target, write_items, write_items_here
-from storelib.dispatch.calc_bitmap import FilterBitmaps
-from storelib.dispatch.request import CommitlogFiles, DispatchRequests
+from storelib.dispatch.follow import ROUND_MS
+from storelib.dispatch.follow import follow as follow_rounds
+from storelib.dispatch.plan import plan_round
+from storelib.dispatch.result import DispatchResult, UnitFeed
 from storelib.filter.summary import summarizer_for
 from storelib.storage.summaries import compact_summaries, record_summaries
 from storelib.model.config import StoreConfig
@@ -60,7 +58,6 @@ from storelib.model.errors import ConcurrentWriteError, StoreCorruptedError, Sto
 from storelib.storage.commitlog import COMMITLOG_MARKER, is_clustered
 from storelib.storage.dispatched import REPUT_MARKER, ahead_of_commitlog, dispatch_targets
 from storelib.storage.schema import CLUSTERED_ROW_GROUP_ROWS
-from storelib.storage.index_file import hash_range_shift
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -68,83 +65,9 @@ if TYPE_CHECKING:
     from storelib.filter.subscription import Subscription
     from storelib.storage.subscriptions import SubscriptionRegistry
 
-__all__ = ["Dispatcher", "DispatchResult", "UnitFeed"]
+__all__ = ["Dispatcher"]
 
 log = logging.getLogger(__name__)
-
-@dataclass
-class DispatchResult:
-    """What one dispatch run did: the commitlog range it covered, the rows and version each table got,
-    and the seconds of the one job that read and wrote (``scan``) and of each table's commit.
-
-    >>> result = store.dispatch()                              # nothing new since the seed's dispatch
-    >>> result.from_offset == result.to_offset == store.max_offset(), result.consume_queue_rows, result.index_rows
-    (True, 0, 0)
-    """
-
-    from_offset: int
-    to_offset: int
-    rows: dict[str, int] = field(default_factory=dict)
-    versions: dict[str, int] = field(default_factory=dict)
-    seconds: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def consume_queue_rows(self) -> int:
-        return self.rows.get("consume_queue", 0)
-
-    @property
-    def index_rows(self) -> int:
-        return self.rows.get("index", 0)
-
-    def then(self, later: "DispatchResult | None") -> "DispatchResult":
-        """This run followed by ``later`` (a follower's rounds, added up), ``self`` updated.
-
-        >>> DispatchResult(0, 5, {"index": 2}).then(DispatchResult(5, 9, {"index": 1})).rows
-        {'index': 3}
-        """
-        if later is not None:
-            self.to_offset = later.to_offset
-            for name, n in later.rows.items():
-                self.rows[name] = self.rows.get(name, 0) + n
-            self.versions.update(later.versions)
-        return self
-
-
-class UnitFeed(Protocol):
-    """What a dispatcher hands each run's consume queue units to, when it dispatched in this process
-    (:attr:`Dispatcher.feed`; a follower serving tail pulls: :class:`~storelib.consume.tail.TailServer`).
-
-    >>> class Heard:
-    ...     def expect(self, paths): print("committing", len(paths), "file")
-    ...     def publish(self, units): print("committed", units.num_rows, "unit")
-    >>> from storelib import Message
-    >>> _ = store.send(Message("TopicTest", queue_id=0))
-    >>> dispatcher = store.dispatcher(); dispatcher.feed = Heard()
-    >>> _ = dispatcher.run()
-    committing 1 file
-    committed 1 unit
-    """
-
-    def expect(self, paths: list[str]) -> None:
-        """Just before the consume queue commits: the files (paths relative to the table) whose units
-        :meth:`publish` will bring, unless the commit fails."""
-
-    def publish(self, units: pa.Table) -> None:
-        """The moment the consume queue has committed, before the run's later tables: the units."""
-
-
-#: A follower records the summaries of the ext files it committed at most this often (one commit of the
-#: summary table a second instead of one a round); a filtered read reads files not yet summed up.
-SUMMARY_EVERY_S = 1.0
-#: ... and builds the index at most this often, on a thread of its own (one commit of it a second, of all
-#: that arrived since), and moves a lagging ext marker: a message's keys are found at most this long after
-#: its queue unit.
-INDEX_EVERY_S = 1.0
-#: A follower starts a round at most this often (ms) while messages keep coming: a round's commits, and the
-#: pulls it wakes in every consumer, cost per round, so back-to-back rounds of a few hundred messages cost
-#: more CPU than they save in wait on a busy machine (see the README's online figures).
-ROUND_MS = 120
-
 
 class Dispatcher:
     """Builds consume queue, ext and index rows for what is new in the commitlog.
@@ -213,106 +136,40 @@ class Dispatcher:
         One Spark job (or, for a small increment, this process) reads the commitlog range once and
         writes every target's files; the targets then commit one by one, in order. When another
         dispatcher took a target's next version, the targets not yet committed are redone from fresh
-        snapshots. With ``follow``, it goes on round after round until ``stop`` is set: a round that
-        found nothing new waits ``interval_ms``; ``on_round`` hears of each round that dispatched
-        something; the result then covers every round. A round starts at most once every ``round_ms``
-        (0: as soon as the last one ends; see :data:`ROUND_MS`). A thread of the follower builds the
-        index, once every :data:`INDEX_EVERY_S`, so a round never waits for it; stopping brings it up to
-        the rest. Every ``compact_every_ms`` (0: never) another thread merges the small files the
-        tables gained (:meth:`compact_fresh`), so reads and commits stay as fast as the tables grow.
+        snapshots. With ``follow``, it goes on round after round until ``stop`` is set
+        (:func:`~storelib.dispatch.follow.follow`, which takes the other arguments).
 
         >>> from storelib import Message
-        >>> stop = threading.Event()
-        >>> def heard(r):
-        ...     print("dispatched", r.consume_queue_rows); stop.set()
         >>> _ = store.send(Message("TopicTest"))
-        >>> Dispatcher.of(store.context).run(follow=True, stop=stop, on_round=heard).consume_queue_rows
-        dispatched 1
+        >>> Dispatcher.of(store.context).run().consume_queue_rows
         1
         """
-        if not follow:
-            try:
-                return self._run_once()
-            finally:
-                if self._notify is not None:
-                    self._notify()
-        stop = stop or threading.Event()
-        total: DispatchResult | None = None
-        compactor = None
-        if compact_every_ms:  # in the background: a round never waits for a merge, only for its commit turn
-            compactor = threading.Thread(target=self._compact_until, args=(stop, compact_every_ms / 1000),
-                                         name="storelib-compact-fresh", daemon=True)
-            compactor.start()
-        # a follower records summaries, and moves the ext marker alone, once a second rather than every round
-        self._summary_every_s, self._full_every_s = SUMMARY_EVERY_S, INDEX_EVERY_S
-        indexing = self._index_apart(stop)
+        if follow:
+            return follow_rounds(self, stop or threading.Event(), interval_ms, on_round, compact_every_ms, round_ms)
         try:
-            while not stop.is_set():
-                began = time.monotonic()
-                r = self.run()
-                total = (total or DispatchResult(r.from_offset, r.to_offset)).then(r)
-                if r.to_offset > r.from_offset:
-                    if on_round is not None:
-                        on_round(r)
-                    stop.wait(max(0.0, round_ms / 1000 - (time.monotonic() - began)))
-                else:
-                    self._summarize(force=True)  # idle: nothing to wait for
-                    stop.wait(interval_ms / 1000)
-        except BaseException:
-            stop.set()  # the follower's other threads end with it
-            raise
-        self._summary_every_s = self._full_every_s = 0.0
-        self._summarize(force=True)
-        if compactor is not None:
-            compactor.join()
-        total = self._index_joined(indexing, total)
-        last = self.run()  # the index brought up to where the rest is
-        return (total or DispatchResult(last.from_offset, last.from_offset)).then(last)
+            return self._run_once()
+        finally:
+            if self._notify is not None:
+                self._notify()
 
-    def _index_apart(self, stop: threading.Event) -> tuple[threading.Thread, list] | None:
-        """Start a follower's index thread: a dispatcher of the index alone, a run every :data:`INDEX_EVERY_S`
-        until ``stop``; its rounds' results and its failure (which stops the follower) go into the list."""
-        if "index" not in self.targets:
-            return None
-        indexer = Dispatcher(self._spark, self.commitlog, {"index": self.targets["index"]}, self.config, fault=self._fault)
-        heard: list = []
+    def alone(self, name: str) -> "Dispatcher":
+        """A dispatcher of the target ``name`` alone (a follower's index thread).
 
-        def index_until() -> None:
-            while not stop.wait(INDEX_EVERY_S):
-                try:
-                    heard.append(indexer.run())
-                except BaseException as e:  # the follower stops, and raises it
-                    heard.append(e)
-                    stop.set()
-                    return
+        >>> list(store.dispatcher().alone("index").targets)
+        ['index']
+        """
+        return Dispatcher(self._spark, self.commitlog, {name: self.targets[name]}, self.config, fault=self._fault)
 
-        self._apart = ("index",)
-        thread = threading.Thread(target=index_until, name="storelib-index", daemon=True)
-        thread.start()
-        return thread, heard
+    def pace(self, summary_every_s: float, full_every_s: float) -> None:
+        """Record ext summaries at most every ``summary_every_s`` and dispatch every target (the index, a
+        lagging ext marker) at most every ``full_every_s``; 0: every run (a follower paces its rounds)."""
+        self._summary_every_s, self._full_every_s = summary_every_s, full_every_s
 
-    def _index_joined(self, indexing: tuple[threading.Thread, list] | None,
-                      total: DispatchResult | None) -> DispatchResult | None:
-        """Wait for the index thread :meth:`_index_apart` started; ``total`` with the index rows it added.
-        Its failure is raised here."""
-        if indexing is None:
-            return total
-        thread, heard = indexing
-        thread.join()
-        self._apart, self._done_to = (), None  # done so far meant: but the index
-        for r in heard:
-            if isinstance(r, BaseException):
-                raise r
-            if total is not None:
-                total.rows["index"] = total.rows.get("index", 0) + r.index_rows
-        return total
-
-    def _compact_until(self, stop: threading.Event, every_s: float) -> None:
-        while not stop.wait(every_s):
-            try:
-                self.compact_fresh()
-            except StoreError as e:  # the next time tries again; dispatching goes on
-                log.warning("dispatch: compacting fresh files failed: %s", e)
+    def set_apart(self, names: tuple[str, ...]) -> None:
+        """Leave the targets ``names`` to another thread's dispatcher (none: this one does every target again)."""
+        self._apart = names
+        if not names:
+            self._done_to = None  # done so far meant: but those
 
     def compact_fresh(self) -> dict[str, tuple[int, int]]:
         """Merge the small files of the commitlog (in offset order, small row groups, clustered files
@@ -438,9 +295,9 @@ class Dispatcher:
             return []
         finally:
             self._unsummarized.extend(summarize)
-            self._summarize()
+            self.summarize()
 
-    def _summarize(self, force: bool = False) -> None:
+    def summarize(self, force: bool = False) -> None:
         """Record the summaries of the committed ext files not yet recorded (a follower: at most once
         every :data:`SUMMARY_EVERY_S`); a failure only leaves those files unskippable until compaction."""
         written = self._unsummarized
@@ -455,66 +312,19 @@ class Dispatcher:
             return
         self._step("consume_queue_ext.summarized")
 
-    def _write(self, starts: dict[str, int], commitlog, end: int, ext_at: int | None = None) -> dict[str, list[WrittenFile]]:
-        """Every target's rows for commitlog ``[its start, end)``, written in one Spark job over one read;
-        ``ext_at`` is the ext table's marker.
-
-        The executors read the commitlog files with pyarrow and cut the rows into each target's; when
-        SQL92 subscriptions of a topic in the range need filter bitmaps, they compute them on the same
-        batches (:class:`~storelib.dispatch.calc_bitmap.FilterBitmaps`). Only the messages of those
-        topics get ext units (the ext table holds what a bitmap was computed for); the others' consume
-        queue units keep their real tag codes. The ``properties`` map, the widest column, is read only
-        from the files that may hold a message needing it: a delayed or timer one (its tag code is its
-        deliver time) or one of a subscribed topic.
-        """
-        from storelib.model.topic import SCHEDULE_TOPIC, TIMER_TOPIC
-
+    def _write(self, starts: dict[str, int], commitlog: pa.Table, end: int,
+               ext_at: int | None = None) -> dict[str, list[WrittenFile]]:
+        """Every target's rows for commitlog ``[its start, end)`` (:func:`~storelib.dispatch.plan.plan_round`);
+        ``ext_at`` is the ext table's marker. A round written here keeps its consume queue units for a feed."""
         self._kept = None
         writing = {n: s for n, s in starts.items() if n != "consume_queue_ext" or self.ext_enabled}
         if not writing:
             return {}
-        low = min(writing.values())
-        actions = Table.prune(commitlog, Prune(between={"physical_offset": (low, end - 1)}))
-        holding = functools.partial(_files_holding, actions)
-        coded = "consume_queue_ext" in writing or "consume_queue" in writing  # real tag codes
-        version, live = self.filters()
-        subs = [s for s in live if holding(s.topic)] if coded and self.ext_enabled else []
-        bitmaps = FilterBitmaps.of(subs, version) if subs else None
-        with_properties = set().union(*(holding(t) for t in {s.topic for s in subs}),
-                                      holding(SCHEDULE_TOPIC) | holding(TIMER_TOPIC) if coded else set())
-        shift = hash_range_shift(self.config.index_hash_ranges)
-        ext_from, ext_had = 0, ()
-        if self.ext_enabled and "consume_queue" in writing and ext_at is not None and ext_at > writing["consume_queue"]:
-            ext_from, ext_had = ext_at, self._ext_units_between(writing["consume_queue"], min(ext_at, end))
-        requests = DispatchRequests(writing, self.ext_enabled, shift, tuple(self.config.delay_levels_ms), bitmaps,
-                                    ext_topics=bitmaps.topics if bitmaps else (), ext_from=ext_from, ext_had=ext_had)
-        targets = {}
-        for name in writing:
-            summarize = summarizer_for(live) if name == "consume_queue_ext" else None
-            targets[name] = Target.of(self.targets[name], target_file_size=self.config.target_file_size,
-                                      summarize=summarize)
-        actions = actions.sort_by("min.physical_offset")
-        files = [(self.commitlog.path_of(p), lo is not None and lo >= low and hi < end, p in with_properties)
-                 for p, lo, hi in zip(actions.column("path").to_pylist(),
-                                      actions.column("min.physical_offset").to_pylist(),
-                                      actions.column("max.physical_offset").to_pylist())]
-        per_file = CommitlogFiles(low, end, False, requests)
-        if end - low <= self.config.dispatch_local_max_bytes:  # a small increment: here, no Spark job
-            if self.feed is not None:
-                self._kept = []
-                return write_items_here(files, targets, functools.partial(_keeping, per_file, self._kept))
-            return write_items_here(files, targets, per_file)
-        return write_items(self.spark, files, actions.column("size_bytes").to_pylist(), targets, per_file)
-
-    def _ext_units_between(self, low: int, high: int) -> tuple[int, ...]:
-        """The commitlog offsets in ``[low, high)`` the ext table holds units for (committed by a run that
-        died before its consume queue commit: the consume queue units written again point at exactly those)."""
-        import pyarrow.compute as pc
-
-        ext = self.targets["consume_queue_ext"]
-        rows = ext.read_view(ext.view(), Prune(between={"commitlog_offset": (low, high - 1)}), columns=["commitlog_offset"],
-                             filter=(pc.field("commitlog_offset") >= low) & (pc.field("commitlog_offset") < high))
-        return tuple(sorted(rows.column("commitlog_offset").to_pylist()))
+        plan = plan_round(self.commitlog, self.targets, self.config, writing, commitlog, end, ext_at, self.filters(),
+                          self.ext_enabled)
+        if plan.local and self.feed is not None:
+            self._kept = []
+        return plan.write(lambda: self.spark, self._kept)
 
     @property
     def ext_enabled(self) -> bool:
@@ -531,16 +341,3 @@ class Dispatcher:
                 subs = [s for s in self.registry.all() if s.is_sql92 and s.bloom is not None and bloom.is_valid(s.bloom)]
                 self._filters = (version, subs)
         return self._filters
-
-
-def _keeping(per_file: CommitlogFiles, kept: list, item) -> Iterator[dict[str, "pa.RecordBatch"]]:
-    """``per_file(item)``'s parts, the consume queue's kept in ``kept`` on their way to the writer."""
-    for parts in per_file(item):
-        if "consume_queue" in parts:
-            kept.append(parts["consume_queue"])
-        yield parts
-
-
-def _files_holding(actions: "pa.Table", topic: str) -> set[str]:
-    """The paths of the commitlog files among ``actions`` that may hold a message of ``topic`` (by their statistics)."""
-    return set(Table.prune(actions, Prune(equal={"topic": topic})).column("path").to_pylist())

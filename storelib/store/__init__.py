@@ -28,7 +28,8 @@ from storelib.consume.retry import send_back
 from storelib.consume.subscription import subscribe
 from storelib.context import StoreContext
 from storelib.delta import location
-from storelib.dispatch.reput import Dispatcher, DispatchResult
+from storelib.dispatch.reput import Dispatcher
+from storelib.dispatch.result import DispatchResult
 from storelib.filter.subscription import Subscription
 from storelib.filter.selector import MessageSelector
 from storelib.maintenance.integrity import check_store, store_problems
