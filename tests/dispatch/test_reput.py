@@ -17,7 +17,7 @@ from storelib.encoding.ext_addr import decorate_ext_addr
 from storelib.encoding.index_key import index_key_hash
 from storelib.encoding.tags import tags_code
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 STEPS = ["consume_queue.written", "consume_queue.committed", "consume_queue_ext.written",
          "consume_queue_ext.summarized", "consume_queue_ext.committed", "index.written", "index.committed"]
 

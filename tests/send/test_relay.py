@@ -20,7 +20,7 @@ from storelib.delta.log import entry_actions
 from storelib.send.relay import REQUESTS_INFO, relay_for
 from storelib.storage.commitlog import EncodedMessage, now_millis
 
-from tests.test_group_commit import _check_offsets
+from tests.send.test_group_commit import _check_offsets
 
 
 @pytest.fixture

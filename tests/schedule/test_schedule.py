@@ -286,7 +286,7 @@ def test_deliver_job(store, python_env):
     from pathlib import Path
 
     now = _filled(store, 4)
-    job = Path(__file__).resolve().parents[1] / "jobs" / "deliver_delayed.py"
+    job = Path(__file__).resolve().parents[2] / "jobs" / "deliver_delayed.py"
     out = subprocess.run([sys.executable, str(job), "--store", store.root, "--now", str(now)], env=python_env,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]

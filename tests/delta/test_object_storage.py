@@ -159,7 +159,7 @@ def test_a_notebook_and_its_sql_files_run_on_s3_from_the_environment(spark, s3, 
     monkeypatch.setenv(ENV_PREFIX + "OUTPUT", str(tmp_path / "output"))
     monkeypatch.setenv(ENV_PREFIX + "MESSAGES", "300")
     monkeypatch.chdir(tmp_path)
-    path = Path(__file__).resolve().parents[1] / "notebooks" / "quickstart.py"
+    path = Path(__file__).resolve().parents[2] / "notebooks" / "quickstart.py"
     names = runpy.run_path(str(path), init_globals={"spark": spark}, run_name="__main__")
     assert names["nb"].store.startswith("s3://")
     assert (tmp_path / "output" / "messages_per_queue.png").exists()

@@ -20,7 +20,7 @@ from storelib.datasource.options import SourceOptions
 from storelib.datasource.pushdown import Pushdown
 from storelib.sql import register_views
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 COLUMNS = ["physical_offset", "topic", "queue_id", "queue_offset", "msg_id", "tags", "keys", "uniq_key", "body"]
 
 

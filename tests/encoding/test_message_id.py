@@ -7,7 +7,7 @@ import ipaddress
 import numpy as np
 import pytest
 
-from conformance import conformance_params
+from tests.conformance import conformance_params
 from storelib.encoding.arrow import hex_strings
 from storelib.encoding.message_id import create_message_id, decode_message_id
 from storelib.model.errors import MessageIdError

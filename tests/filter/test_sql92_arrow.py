@@ -17,7 +17,7 @@ from storelib.filter.sql92_eval import JavaEvaluationError, java_parse_double, j
 from storelib.filter.sql92_tree import JavaType
 from storelib.model.errors import FilterExpressionError
 from tests.conformance import utf8_cases
-from tests.test_sql92 import LITERAL_CASES, PROPERTY_VALUES, random_expression
+from tests.filter.test_sql92 import LITERAL_CASES, PROPERTY_VALUES, random_expression
 
 PROPS = pa.map_(pa.string(), pa.string())
 

@@ -164,7 +164,7 @@ def test_check_job(store, python_env):
 
     store.register_transaction_checker("PG", "storelib.schedule.check:commit_all")
     store.send_in_transaction(Message("TopicTest", body=b"x"), _unknown, producer_group="PG")
-    job = Path(__file__).resolve().parents[1] / "jobs" / "check_transactions.py"
+    job = Path(__file__).resolve().parents[2] / "jobs" / "check_transactions.py"
     out = subprocess.run([sys.executable, str(job), "--store", store.root, "--now", str(FAR)], env=python_env,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]

@@ -28,7 +28,7 @@ import pytest
 from jobs.benchmarks import s3_proxy
 from jobs.benchmarks.s3_proxy import RequestParser, S3Proxy
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BUCKET = "proxy-tests"
 ZERO = dict.fromkeys(s3_proxy.KINDS, 0)
 EMPTY_MD5 = hashlib.md5(b"").hexdigest()

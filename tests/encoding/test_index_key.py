@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
 
-from conformance import conformance_params, load_cases, utf8_cases
+from tests.conformance import conformance_params, load_cases, utf8_cases
 from storelib.encoding.hashcode import java_string_hash
 from storelib.encoding.index_key import (build_index_key, index_key_hash, index_key_hash_column, index_key_hashes,
                                          index_slot)

@@ -24,7 +24,7 @@ from storelib.model.errors import (FilterClassError, FilterError, FilterNotSuppo
                                    SubscriptionNotLatestError)
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
+ROOT = HERE.parents[1]
 MODULE = "storelib_test_filters"
 TAGS = ("TagA", "TagB", "TagC")
 N = 240

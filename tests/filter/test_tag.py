@@ -6,7 +6,7 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
-from conformance import load_cases
+from tests.conformance import load_cases
 from storelib.encoding.hashcode import java_string_hash
 from storelib.encoding.tags import tags_code
 from storelib.filter.tag import (SUB_ALL, ExpressionType, SubscriptionData, build_subscription, build_subscription_data,

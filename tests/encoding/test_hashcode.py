@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
 
-from conformance import conformance_params, utf8_cases
+from tests.conformance import conformance_params, utf8_cases
 from storelib.encoding.hashcode import java_hash_code_column, java_hash_codes, java_string_hash
 from storelib.encoding.tags import tags_code, tags_codes
 

@@ -1,4 +1,4 @@
-"""Filter classes for tests/test_class_filter.py: a real module, shipped to the executors with
+"""Filter classes for tests/filter/test_class_filter.py: a real module, shipped to the executors with
 ``SparkContext.addPyFile`` (see the ``filters`` fixture there)."""
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conformance import conformance_params
+from tests.conformance import conformance_params
 from storelib.encoding.ext_addr import MAX_EXT_ADDR, decorate_ext_addr, is_ext_addr, undecorate_ext_addr
 from storelib.model.errors import StoreError
 

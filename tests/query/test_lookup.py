@@ -18,7 +18,7 @@ from storelib.model.errors import MessageIdError, MessageNotFoundError, StoreErr
 from storelib.query.lookup import MessageQuery
 from storelib.sql import SqlParameterError, register_views, run_file
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SQL = ROOT / "sql"
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from storelib.notebook import ENV_PREFIX, EmptyResultError, setup
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted(p for p in (ROOT / "notebooks").glob("*.py") if not p.name.startswith("_"))
 PNG = b"\x89PNG\r\n\x1a\n"
 

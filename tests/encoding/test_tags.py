@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pyspark.sql import functions as F
 
-from conformance import load_cases
+from tests.conformance import load_cases
 from storelib.encoding.hashcode import java_string_hash
 from storelib.encoding.tags import tags_code, tags_code_column
 

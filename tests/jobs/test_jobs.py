@@ -11,7 +11,7 @@ import pytest
 from storelib.model.errors import JavaNotFoundError
 from storelib.session import check_java, read_properties_file
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_quickstart_job(tmp_path, python_env):

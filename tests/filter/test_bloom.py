@@ -8,7 +8,7 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
-from conformance import load_cases
+from tests.conformance import load_cases
 from storelib.filter.bloom import (BloomFilter, BloomFilterData, bitmap_column, bits_or, is_hit_column,
                                    may_match_column, murmur3_128_as_long)
 from storelib.model.errors import BloomFilterError, FilterError, StoreError
