@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from storelib.admin.output import Output
 from storelib.model.errors import StoreError
+from storelib.session import get_spark
 from storelib.storage.schema import TABLES
 
 if TYPE_CHECKING:
@@ -236,7 +237,6 @@ def setup(notebook_globals: Mapping[str, Any], name: str, **defaults: str) -> No
 
 def _local_spark(name: str) -> "SparkSession":
     """A session for a notebook run as a script; its Python workers import this checkout's storelib."""
-    from storelib.session import get_spark
 
     checkout = str(Path(__file__).resolve().parents[1])
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]

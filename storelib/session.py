@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+from importlib.metadata import version
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping
 
@@ -55,7 +56,6 @@ def delta_settings() -> dict[str, str]:
     >>> delta_settings()["spark.jars.packages"]
     'io.delta:delta-spark_4.2_2.13:4.4.0'
     """
-    from importlib.metadata import version
 
     import pyspark
 
@@ -267,8 +267,8 @@ def delta_available(spark: "SparkSession") -> bool:
 
 def _check_workers(spark: "SparkSession") -> None:
     """One task importing storelib on an executor, or :class:`SessionError` with the reason."""
-    from pyspark.errors import PySparkException
     from py4j.protocol import Py4JError
+    from pyspark.errors import PySparkException
 
     def probe(batches):
         import storelib.encoding.tags  # noqa: F401  (and through it pyarrow, numpy)

@@ -21,7 +21,11 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from storelib.model.errors import StoreError
+from storelib.datasource import register
+from storelib.model.errors import SessionError, StoreError
+from storelib.session import delta_available, delta_settings, get_spark
+from storelib.storage.consume_queue import moved_min_offsets
+from storelib.store import MessageStore
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -53,9 +57,6 @@ def register_views(spark: "SparkSession", store: "MessageStore", *, delta: bool 
     >>> spark.sql("SELECT kind FROM messages_by_key WHERE topic = 'TopicTest' AND key = 'order-1'").first().kind
     'KEYS'
     """
-    from storelib.datasource import register
-    from storelib.model.errors import SessionError
-    from storelib.session import delta_available, delta_settings
 
     if delta and not delta_available(spark):
         raise SessionError("spark.jars.packages", "this session has no Delta Spark; start it with storelib.session."
@@ -83,7 +84,6 @@ def _served(spark: "SparkSession", store: "MessageStore", units: "DataFrame") ->
     """Queue units at or above their queue's min offset (where retention moved it)."""
     from pyspark.sql import functions as F
 
-    from storelib.storage.consume_queue import moved_min_offsets
 
     queues = [(t, q) for t, c in store.context.topics.all().items() for q in range(max(c.read_queue_nums, c.write_queue_nums))]
     mins = moved_min_offsets(store.context.tables.consume_queue, queues)
@@ -145,8 +145,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("file", help="a .sql file, e.g. sql/messages_by_key.sql")
     parser.add_argument("params", nargs="*", help="name=value for each parameter in the file's header")
     args = parser.parse_args(argv)
-    from storelib.session import get_spark
-    from storelib.store import MessageStore
 
     try:
         params = dict(p.split("=", 1) for p in args.params)

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import argparse
 import os
+from importlib import import_module
 from typing import Any, Callable
 
+from storelib.admin.output import Output
 from storelib.cli import Progress, run_job
 from storelib.store import MessageStore
 
@@ -78,7 +80,6 @@ def add_verb(sub: "argparse._SubParsersAction", name: str, run: Verb, doc: str, 
 
 def build_parser() -> argparse.ArgumentParser:
     """The command's parser: every verb of :data:`VERB_MODULES`, each with ``--help`` showing its defaults."""
-    from importlib import import_module
 
     parser = argparse.ArgumentParser(
         prog="storelib", formatter_class=_Help,
@@ -101,7 +102,6 @@ def main(argv: list[str] | None = None) -> int:
     TopicTest            4             4  RW-   false  TAGS
     0
     """
-    from storelib.admin.output import Output
 
     args = build_parser().parse_args(argv)
     out = Output(as_json=args.json)

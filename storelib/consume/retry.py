@@ -43,17 +43,28 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from storelib.context import StoreContext
-from storelib.model.errors import (MessageError, MessageNotFoundError, StorePermissionError, TopicPermissionError,
-                                   require_int)
-from storelib.model.message import MessageConst, SendResult
-from storelib.model.topic import (PERM_READ, PERM_WRITE, SCHEDULE_TOPIC, TopicConfig, dlq_topic, retry_topic,
-                                  validate_group)
+from storelib.model.errors import (
+    MessageError,
+    MessageNotFoundError,
+    StorePermissionError,
+    TopicPermissionError,
+    require_int,
+)
+from storelib.model.message import MessageConst, SendResult, StoredMessage
+from storelib.model.topic import (
+    PERM_READ,
+    PERM_WRITE,
+    SCHEDULE_TOPIC,
+    TopicConfig,
+    dlq_topic,
+    retry_topic,
+    validate_group,
+)
 from storelib.storage.commitlog import EncodedMessage
 from storelib.storage.commitlog_reads import read_messages
 
 if TYPE_CHECKING:
     from storelib.model.group import GroupConfig
-    from storelib.model.message import StoredMessage
 
 __all__ = ["send_back", "plan_send_back", "SendBackPlan", "NOT_STORED", "DLQ_NUMS_PER_GROUP", "FIRST_RETRY_LEVEL"]
 
@@ -83,7 +94,6 @@ class SendBackPlan:
 
 def _check_input(ctx: StoreContext, msg: object, group: object, delay_level: object,
                  max_reconsume_times: object) -> None:
-    from storelib.model.message import StoredMessage
 
     if not isinstance(msg, StoredMessage):
         raise MessageError("msg", "must be a storelib.StoredMessage (a message read from this store)",

@@ -21,10 +21,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, DataSourceWriter
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceWriter,
+)
 from pyspark.sql.types import StructType
 
+from storelib.datasource.batch import MessageReader
 from storelib.datasource.options import SourceOptions
+from storelib.datasource.sink import MessageStreamWriter, MessageWriter
+from storelib.datasource.stream import GroupStreamReader
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -50,22 +58,18 @@ class RocketMQDataSource(DataSource):
         return SourceOptions.parse(self.options).schema()
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        from storelib.datasource.batch import MessageReader
 
         return MessageReader(SourceOptions.parse(self.options), schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        from storelib.datasource.stream import GroupStreamReader
 
         return GroupStreamReader(SourceOptions.parse(self.options, streaming=True), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        from storelib.datasource.sink import MessageWriter
 
         return MessageWriter(SourceOptions.parse(self.options, writing=True), schema, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool):
-        from storelib.datasource.sink import MessageStreamWriter
 
         return MessageStreamWriter(SourceOptions.parse(self.options, writing=True), schema, overwrite)
 

@@ -31,6 +31,7 @@ True
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
@@ -39,14 +40,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
 
-from storelib.storage.tables import StoreTables
 from storelib.datasource.options import MESSAGES, SourceOptions
 from storelib.datasource.pushdown import Pushdown
 from storelib.delta.log import add_actions
+from storelib.delta.spark_read import contiguous_groups
 from storelib.delta.stats import Prune
 from storelib.delta.table import Table
-from storelib.delta.spark_read import contiguous_groups
-from storelib.storage.dispatched import REPUT_MARKER
 from storelib.encoding.index_key import build_index_key, index_key_hash
 from storelib.encoding.message_id import decode_message_id
 from storelib.model.errors import StoreError
@@ -54,7 +53,9 @@ from storelib.model.message import MessageConst
 from storelib.model.timestamps import FAR_FUTURE_MS
 from storelib.storage.commitlog_reads import read_rows
 from storelib.storage.consume_queue import read_units
+from storelib.storage.dispatched import REPUT_MARKER
 from storelib.storage.index_file import offsets_of
+from storelib.storage.tables import StoreTables
 
 __all__ = ["MessageReader", "ReadPartition", "plan", "by_key_rows", "MAX_SCAN_PARTITIONS"]
 
@@ -252,7 +253,6 @@ def _scan(options: SourceOptions, commitlog: Table, actions: pa.Table, pushdown:
 
 def _closed(column: str, bounds: tuple) -> tuple:
     """Open ends of a range closed at the column's extremes (for file statistics)."""
-    import datetime as dt
 
     lo, hi = bounds
     if column == "store_timestamp":

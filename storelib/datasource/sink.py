@@ -25,14 +25,19 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
 
 from storelib.context import StoreContext
 from storelib.datasource.options import SourceOptions
+from storelib.delta.location import filesystem
 from storelib.delta.table import Table
 from storelib.delta.writer import write_items_here
 from storelib.model.config import StoreConfig
-from storelib.model.errors import DataSourceOptionError
+from storelib.model.errors import DataSourceOptionError, StoreNotFoundError
 from storelib.send.arrow_frame import check_columns, encode_batch, spark_types
 from storelib.send.producer import Producer
 from storelib.storage.commitlog import Progress, stage_partition
@@ -73,7 +78,6 @@ class MessageWriter(DataSourceArrowWriter):
     def _context(self) -> StoreContext:
         ctx = StoreContext.build(self.options.store, None, StoreConfig())  # type: ignore[arg-type]  (no Spark here)
         if not ctx.tables.exists():
-            from storelib.model.errors import StoreNotFoundError
 
             raise StoreNotFoundError("store", f"no store at {self.options.store}: create it with MessageStore.create")
         return ctx
@@ -85,7 +89,6 @@ class MessageWriter(DataSourceArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedPart:
         from pyspark import TaskContext
 
-        from storelib.delta.location import filesystem
 
         fs, base = filesystem(self._staging)
         fs.create_dir(base, recursive=True)
@@ -112,7 +115,6 @@ class MessageWriter(DataSourceArrowWriter):
         self._clean()
 
     def _clean(self) -> None:
-        from storelib.delta.location import filesystem
 
         fs, base = filesystem(self._staging)
         try:

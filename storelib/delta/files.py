@@ -16,13 +16,16 @@ decoded. Both are least-recently-used caches bounded in bytes of memory.
 from __future__ import annotations
 
 import functools
+import os
 import threading
 from collections import OrderedDict
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 
 from storelib.delta.location import filesystem, is_local
 
@@ -99,7 +102,6 @@ def parquet_format():
     >>> parquet_format().default_extname
     'parquet'
     """
-    import pyarrow.dataset as ds
 
     return ds.ParquetFileFormat()
 
@@ -128,7 +130,6 @@ def map_io(fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
     if len(items) < 2 or all(is_local(str(i)) for i in items):
         return [fn(i) for i in items]
     if _io_pool is None:
-        from concurrent.futures import ThreadPoolExecutor
 
         _io_pool = ThreadPoolExecutor(8, thread_name_prefix="storelib-io")
     return list(_io_pool.map(fn, items))
@@ -189,7 +190,6 @@ def local_bytes(path: str) -> tuple[Any, Any]:
     >>> type(local_bytes(t.files(t.snapshot())[0])[0]).__name__
     'BufferReader'
     """
-    import os
 
     if is_local(path) and os.path.getsize(path.removeprefix("file://")) <= SMALL_FILE_READ_BYTES:
         with open(path.removeprefix("file://"), "rb") as f:
@@ -200,7 +200,6 @@ def local_bytes(path: str) -> tuple[Any, Any]:
 
 def _small_rows(path: str, schema: pa.Schema) -> tuple[pa.Table | None, int]:
     """:func:`small_file`'s rows and their cost (None for a file with too many rows: kept, costing nothing)."""
-    import pyarrow.parquet as pq
 
     source, _ = local_bytes(path)
     if isinstance(source, pa.BufferReader):
@@ -222,12 +221,10 @@ def _decoded(found: Any, path: str, schema: pa.Schema) -> tuple[pa.Table, int]:
         # the file's own columns are the table's (the usual case): read them without a dataset
         # scan's set-up, which is most of a small file's cost (this whole call: 0.61 against 0.72 ms
         # for a 256-message commitlog file, 0.20 against 0.38 ms for a 64-unit consume queue one)
-        import pyarrow.parquet as pq
 
         with pq.ParquetFile(local, metadata=found.metadata, filesystem=fs) as file:
             rows = pa.Table.from_arrays(file.read(use_threads=False).columns, schema=schema)
     else:
-        import pyarrow.dataset as ds
 
         rows = ds.FileSystemDataset([found], schema, parquet_format(), fs).to_table(use_threads=False)
     return rows, rows.nbytes
@@ -243,7 +240,6 @@ def scan_files(paths: Sequence[str], schema: pa.Schema, filter: Any = None,
     >>> sum(b.num_rows for b in scan_files(t.files(t.snapshot()), t.spec.arrow))
     1
     """
-    import pyarrow.dataset as ds
 
     if not paths:
         return iter(())

@@ -25,6 +25,8 @@ import threading
 from typing import Any, Mapping
 from urllib.parse import urlsplit
 
+from pyarrow import fs
+
 from storelib.model.errors import ConfigError, StorageAccessError
 
 __all__ = ["register", "forget", "normalize", "attach", "check_reachable", "options_for", "resolve", "is_local", "scheme", "filesystem", "ship", "settings_of", "session_settings",
@@ -276,7 +278,6 @@ def filesystem(path: str) -> tuple[Any, str]:
 @functools.lru_cache(maxsize=1)
 def _local():
     """One pyarrow LocalFileSystem for the process: making one costs more than the small reads it serves."""
-    from pyarrow import fs
 
     return fs.LocalFileSystem()
 
@@ -284,7 +285,6 @@ def _local():
 @functools.lru_cache(maxsize=64)
 def _filesystem(kind: str, netloc: str, options_json: str):
     """A pyarrow filesystem per object store and options, made once (its client and connections are reused)."""
-    from pyarrow import fs
 
     o = json.loads(options_json)
     if kind in ("s3", "s3a"):

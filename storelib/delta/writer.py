@@ -20,20 +20,31 @@ Committing the files is the caller's job (:meth:`Table.commit`).
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Protocol, Sequence, TypeVar
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Protocol,
+    Sequence,
+    TypeVar,
+)
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from storelib.delta.commit import WrittenFile
 from storelib.delta.files import SMALL_FILE_ROWS
+from storelib.delta.location import filesystem
 from storelib.delta.spark_read import contiguous_groups, parallelism
 from storelib.delta.spec import spark_schema
-from storelib.delta.commit import WrittenFile
-from storelib.delta.location import filesystem
 from storelib.delta.table import Table
 
 if TYPE_CHECKING:
@@ -469,7 +480,6 @@ def _has_stats(kind: pa.DataType) -> bool:
 
 def _iso(ts, up: bool) -> str:
     """Delta writes timestamp statistics in milliseconds; round outward so bounds stay bounds."""
-    import datetime as _dt
 
     ms = ts.replace(microsecond=(ts.microsecond // 1000) * 1000)
     if up and ms != ts:

@@ -23,7 +23,9 @@ from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
+from storelib.delta.files import local_bytes, parquet_format
 from storelib.encoding.ext_addr import decorate_ext_addrs
 from storelib.encoding.tags import tags_codes
 from storelib.model.message import MessageConst, SysFlag
@@ -200,9 +202,7 @@ class CommitlogFiles:
         yield from self.requests(self._read(*item))
 
     def _read(self, path: str, whole: bool = False, properties: bool | None = None) -> Iterator[pa.RecordBatch]:
-        import pyarrow.parquet as pq
 
-        from storelib.delta.files import local_bytes, parquet_format
 
         wanted = self.properties if properties is None else properties
         columns = list(REQUEST_COLUMNS) + (["properties"] if wanted else [])

@@ -10,13 +10,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from storelib.model.message import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
-
-if TYPE_CHECKING:
-    import numpy as np
-    import pyarrow as pa
 
 __all__ = ["NAME_VALUE_SEPARATOR", "PROPERTY_SEPARATOR", "properties_to_string", "string_to_properties",
            "edit_properties", "properties_lengths", "property_array"]
@@ -67,9 +66,6 @@ def edit_properties(maps: "pa.Array", drop: "Sequence[str]" = (), put: "Mapping[
     >>> edit_properties(m, ["DELAY"], {"b": pa.array(["x", None])}).to_pylist()
     [[('a', '1'), ('b', 'x')], []]
     """
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
 
     if isinstance(maps, pa.ChunkedArray):
         maps = maps.combine_chunks()
@@ -106,9 +102,6 @@ def properties_lengths(maps: "pa.Array") -> "np.ndarray":
     >>> properties_lengths(pa.array([[("a", "1"), ("bb", "é")], []], pa.map_(pa.string(), pa.string()))).tolist()
     [10, 0]
     """
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
 
     if isinstance(maps, pa.ChunkedArray):
         maps = maps.combine_chunks()
@@ -132,9 +125,6 @@ def property_array(properties: "pa.Array | pa.ChunkedArray", key: str) -> pa.Arr
     >>> property_array(props, "SequenceId").to_pylist(), property_array(props.slice(1), "a").to_pylist()
     (['110', None, None, '7'], [None, None, None])
     """
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
 
     if isinstance(properties, pa.ChunkedArray):
         properties = properties.combine_chunks()

@@ -27,11 +27,18 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Mapping
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from storelib.filter.bloom import BloomFilter, may_match_column
+from storelib.filter.class_filter import ClassFilter
 from storelib.filter.selector import MessageSelector, sql92_limits
+from storelib.filter.sql92 import parse_sql92
+from storelib.filter.summary import bitmap_hits, subscription_key
+from storelib.filter.tag import build_subscription, code_match_column, tag_match_column
 
 if TYPE_CHECKING:
-    import numpy as np
-    import pyarrow as pa
     from pyspark.sql import Column
 
     from storelib.filter.bloom import BloomFilter, BloomFilterData
@@ -86,7 +93,6 @@ class MessageFilter:
     @functools.cached_property
     def data(self):
         """RocketMQ's SubscriptionData (tags set and code set; none for SQL92)."""
-        from storelib.filter.tag import build_subscription
 
         kind = "TAG" if self.selector.is_class else self.selector.expression_type
         return build_subscription(self.topic, self.selector.expression, kind)
@@ -98,7 +104,6 @@ class MessageFilter:
         >>> MessageFilter("TopicTest", MessageSelector.by_class("m:F", tags="TagA")).class_filter.name
         'm:F'
         """
-        from storelib.filter.class_filter import ClassFilter
 
         group = self.subscription.group if self.subscription is not None else None
         return ClassFilter.of(self.selector, group, self.topic) if self.selector.is_class else None
@@ -106,7 +111,6 @@ class MessageFilter:
     @functools.cached_property
     def sql(self):
         """The SQL92 expression, parsed with the store's limits (the registered subscription's, if it is this selector)."""
-        from storelib.filter.sql92 import parse_sql92
 
         if not self.selector.is_sql92:
             return None
@@ -139,7 +143,6 @@ class MessageFilter:
         from pyspark.sql import functions as F
 
         if self.selector.by_tags:
-            from storelib.filter.tag import code_match_column
 
             return code_match_column(self.data, F.col("tags_code"))
         if self.bloom is None:
@@ -155,7 +158,6 @@ class MessageFilter:
     def bitmap_hit(self) -> "Column":
         from pyspark.sql import functions as F
 
-        from storelib.filter.bloom import may_match_column
 
         return F.coalesce(may_match_column(F.col("filter_bitmap"), self.bloom), F.lit(True))
 
@@ -165,7 +167,6 @@ class MessageFilter:
         from pyspark.sql import functions as F
 
         if self.selector.by_tags:
-            from storelib.filter.tag import tag_match_column
 
             return tag_match_column(self.data, F.col("tags"))
         return self.sql.to_column("properties")
@@ -179,8 +180,6 @@ class MessageFilter:
           "TagA"
         ], null_matching_behavior=MATCH})>
         """
-        import pyarrow as pa
-        import pyarrow.compute as pc
 
         if not self.selector.by_tags:
             raise NotImplementedError("SQL92 is checked by Spark columns")
@@ -197,7 +196,6 @@ class MessageFilter:
             return not any(self.data.matches_code(c) for c in summary.codes)
         if self.bloom is None:
             return False
-        from storelib.filter.summary import subscription_key
 
         if subscription_key(self.subscription.group, self.version) in summary.no_hit:
             return True
@@ -210,8 +208,6 @@ class MessageFilter:
     # ---- Arrow, for units read on the driver --------------------------------------------------------
     def consume_queue_mask(self, units: "pa.Table") -> "np.ndarray":
         """Step 1 for a table of units (``tags_code``, ``filter_bitmap``, ``filter_version``), vectorized."""
-        import numpy as np
-        import pyarrow.compute as pc
 
         n = units.num_rows
         if self.selector.by_tags:
@@ -223,7 +219,6 @@ class MessageFilter:
                 pc.is_null(codes).to_numpy(zero_copy_only=False)
         if self.bloom is None:
             return np.ones(n, dtype=bool)
-        from storelib.filter.summary import bitmap_hits
 
         versions = pc.fill_null(units.column("filter_version"), -1).to_numpy()
         width = self.bloom.bit_num // 8 if self.bloom.bit_num % 8 == 0 else -1
@@ -250,7 +245,6 @@ class MessageFilter:
         return self._hit(filter_bitmap)
 
     def _hit(self, bitmap: bytes) -> bool:
-        from storelib.filter.bloom import BloomFilter
 
         return (self.bloom_filter or BloomFilter()).is_hit(self.bloom, bytearray(bitmap))
 

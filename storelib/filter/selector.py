@@ -16,8 +16,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from storelib.filter.tag import ExpressionType
-from storelib.model.errors import FilterClassError, FilterExpressionError, FilterNotSupportedError
+from storelib.filter.sql92 import parse_sql92
+from storelib.filter.tag import ExpressionType, build_subscription
+from storelib.model.errors import (
+    FilterClassError,
+    FilterExpressionError,
+    FilterNotSupportedError,
+)
 
 if TYPE_CHECKING:
     from storelib.model.config import StoreConfig
@@ -133,11 +138,9 @@ class MessageSelector:
         storelib.model.errors.FilterExpressionError: expression: expression longer than 8 characters (max_filter_expression_length) ...
         """
         if self.is_sql92:
-            from storelib.filter.sql92 import parse_sql92
 
             parse_sql92(self.expression, **sql92_limits(config))
         elif self.by_tags:
-            from storelib.filter.tag import build_subscription
 
             build_subscription(topic, self.expression, TAG if self.is_class else self.expression_type)
             if self.is_class:

@@ -39,22 +39,25 @@ from typing import TYPE_CHECKING, Callable, Iterator, Mapping
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 
 from storelib.context import StoreContext
-from storelib.delta.compaction import bin_by_size
 from storelib.delta.commit import remove_actions, with_retries
+from storelib.delta.compaction import bin_by_size
+from storelib.delta.location import filesystem
 from storelib.delta.log import add_actions
 from storelib.delta.stats import Prune
 from storelib.delta.table import Table
 from storelib.delta.writer import Target, write_items
-from storelib.storage.dispatched import REPUT_MARKER, dispatch_targets
-from storelib.filter.summary import RowGroupSummarizer, summarizer_for
-from storelib.storage.summaries import record_row_group_summaries
+from storelib.filter.summary import RowGroupSummarizer, bitmap_hits, summarizer_for
 from storelib.model.timestamps import now_ms
-from storelib.model.topic import TAGS_KEY, MAX_CLUSTER_KEYS
+from storelib.model.topic import MAX_CLUSTER_KEYS, TAGS_KEY
 from storelib.storage.commitlog import CLUSTERED_PREFIX, is_clustered
+from storelib.storage.dispatched import REPUT_MARKER, dispatch_targets
 from storelib.storage.expired import expired_mask
-from storelib.storage.schema import CLUSTERED_ROW_GROUP_ROWS
+from storelib.storage.schema import CLUSTERED_ROW_GROUP_ROWS, CONSUME_QUEUE_EXT
+from storelib.storage.summaries import record_row_group_summaries
 
 if TYPE_CHECKING:
     from storelib.filter.subscription import Subscription
@@ -215,9 +218,7 @@ class Clusterer:
     drop: Mapping[str, Mapping[int, int]] = field(default_factory=dict)
 
     def __call__(self, item: ClusterBin) -> Iterator[dict[str, pa.RecordBatch]]:
-        import pyarrow.parquet as pq
 
-        from storelib.delta.location import filesystem
 
         parts = []
         for path in item.paths:
@@ -244,10 +245,7 @@ class Clusterer:
         n = len(offsets)
         if not item.ext_paths:
             return pa.nulls(n, pa.binary()), pa.nulls(n, pa.int64())
-        import pyarrow.dataset as ds
 
-        from storelib.delta.location import filesystem
-        from storelib.storage.schema import CONSUME_QUEUE_EXT
 
         fs = filesystem(item.ext_paths[0])[0]
         units = ds.dataset([filesystem(p)[1] for p in item.ext_paths], schema=CONSUME_QUEUE_EXT.arrow,
@@ -265,7 +263,6 @@ class Clusterer:
 
     def order(self, rows: pa.Table, bitmaps: pa.Array, versions: pa.Array) -> np.ndarray:
         """The clustered order: topic, the topic's clustering keys, rare groups' hits first, offset."""
-        from storelib.filter.summary import bitmap_hits
 
         topic = rows.column("topic")
         columns: dict[str, pa.Array] = {"topic": topic}

@@ -22,6 +22,7 @@ MESSAGE_ILLEGAL | topic: contains illegal characters (got 'a b')
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 __all__ = [
@@ -240,7 +241,6 @@ def translate_external(func: Any) -> Any:
     ...
     storelib.model.errors.StoreIOError: FileNotFoundError: [Errno 2] No such file or directory: '/no/such/file' [at read]
     """
-    import functools
 
     @functools.wraps(func)
     def translated(*args: Any, **kwargs: Any) -> Any:

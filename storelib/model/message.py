@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import Mapping, Sequence
 
-if TYPE_CHECKING:
-    import pyarrow as pa
+import pyarrow as pa
+
+from storelib.model.timestamps import utc_datetimes
 
 __all__ = ["Message", "SendResult", "StoredMessage", "MESSAGE_COLUMNS", "RESERVED_PROPERTIES", "MessageConst", "SysFlag",
            "NAME_VALUE_SEPARATOR", "PROPERTY_SEPARATOR"]
@@ -231,9 +232,7 @@ class StoredMessage:
         >>> StoredMessage.from_rows(t) == [StoredMessage.from_row(r) for r in t.to_pylist()]
         True
         """
-        import pyarrow as pa
 
-        from storelib.model.timestamps import utc_datetimes
 
         columns = [utc_datetimes(col) if pa.types.is_timestamp(col.type) else col.to_pylist()
                    for col in map(rows.column, MESSAGE_COLUMNS)]

@@ -16,12 +16,11 @@ import datetime as dt
 import math
 import time
 import zoneinfo
-from typing import TYPE_CHECKING, Union
+from typing import Union
+
+import pyarrow as pa
 
 from storelib.model.errors import StoreError
-
-if TYPE_CHECKING:
-    import pyarrow as pa
 
 __all__ = ["Timestamp", "epoch_ms", "now_ms", "FAR_FUTURE_MS", "arrow_timestamp", "utc_datetimes"]
 
@@ -63,7 +62,6 @@ def arrow_timestamp(ms: int) -> "pa.Scalar":
     >>> arrow_timestamp(1709251200000).as_py().isoformat()
     '2024-03-01T00:00:00+00:00'
     """
-    import pyarrow as pa
 
     return pa.scalar(min(ms, FAR_FUTURE_MS) * 1000, pa.timestamp("us", tz="UTC"))
 
@@ -81,7 +79,6 @@ def utc_datetimes(column: "pa.Array | pa.ChunkedArray") -> list[dt.datetime | No
     >>> utc_datetimes(col) == col.to_pylist(), utc_datetimes(col)[0].isoformat()
     (True, '2024-03-01T00:00:00.000001+00:00')
     """
-    import pyarrow as pa
 
     if column.type != pa.timestamp("us", tz="UTC"):
         column = column.cast(pa.timestamp("us", tz="UTC"))

@@ -39,17 +39,22 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from storelib.context import StoreContext
+from storelib.delta.spark_read import RowGroups, read_paths, read_row_groups
+from storelib.delta.spec import spark_schema
 from storelib.delta.stats import Prune
 from storelib.delta.table import Table
 from storelib.encoding.ext_addr import MAX_EXT_ADDR
+from storelib.encoding.ext_addr import is_ext_addr_column as is_ext_addr
 from storelib.filter.message_filter import MessageFilter
-from storelib.query.class_scan import count_kept, read_kept
 from storelib.filter.selector import MessageSelector
 from storelib.filter.subscription import check_selector
-from storelib.storage.summaries import read_row_group_summaries, read_summaries
+from storelib.model.errors import FilterError
 from storelib.model.message import SysFlag
-from storelib.delta.spark_read import RowGroups, read_paths, read_row_groups
+from storelib.query.class_scan import count_kept, read_kept
 from storelib.storage.commitlog import is_clustered
+from storelib.storage.dispatched import REPUT_MARKER, queued, queued_expression
+from storelib.storage.schema import COMMITLOG, CONSUME_QUEUE, CONSUME_QUEUE_EXT
+from storelib.storage.summaries import read_row_group_summaries, read_summaries
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -166,8 +171,6 @@ class ReadPlan:
         selector's class runs on the executors over the same rows (:meth:`class_scan`)."""
         from pyspark.sql import functions as F
 
-        from storelib.delta.spec import spark_schema
-        from storelib.storage.schema import COMMITLOG
 
         if self.filter.class_filter is not None:
             return read_kept(spark, self.filter.class_filter, self.commitlog.path, *self.class_scan())
@@ -197,7 +200,6 @@ class ReadPlan:
         should cost what the same query written by hand costs."""
         from pyspark.sql import functions as F
 
-        from storelib.storage.dispatched import queued
 
         topic, end = self.filter.topic, self.end
         df = df.where(self.filter.commitlog_column())
@@ -234,7 +236,6 @@ class ReadPlan:
         >>> rows.filter(plan_read(store.context, "TopicTest", "TagA").arrow_rows()).num_rows  # not: undispatched, other topic, TagB
         1
         """
-        from storelib.storage.dispatched import queued_expression
 
         rows = (pc.field("topic") == self.filter.topic) & (pc.field("physical_offset") < self.end) & queued_expression()
         tags = None if self.filter.selector.is_sql92 else self.filter.commitlog_expression()
@@ -244,8 +245,6 @@ class ReadPlan:
         """Every unit of the topic's consume queue files with its real tag code, bitmap and filter version."""
         from pyspark.sql import functions as F
 
-        from storelib.encoding.ext_addr import is_ext_addr_column as is_ext_addr
-        from storelib.storage.schema import CONSUME_QUEUE, CONSUME_QUEUE_EXT
 
         parts = []
         if self.ext_files:
@@ -271,7 +270,6 @@ def plan_read(ctx: StoreContext, topic: str, selector: MessageSelector | str | N
     (1, False)
     """
     mf = _message_filter(ctx, topic, selector, group)
-    from storelib.storage.dispatched import REPUT_MARKER
 
     ext, cq, clog = ctx.tables.consume_queue_ext, ctx.tables.consume_queue, ctx.tables.commitlog
     ext_view, cq_view = ext.view(markers=[REPUT_MARKER]), cq.view(markers=[REPUT_MARKER])
@@ -337,7 +335,6 @@ def _message_filter(ctx: StoreContext, topic: str, selector: MessageSelector | s
     if group is not None:
         sub = ctx.registry.get(group, topic)
         if selector is not None and MessageSelector.of(selector) != sub.selector:
-            from storelib.model.errors import FilterError
 
             raise FilterError("selector", "give a selector or a group, not both: the group's subscription is "
                               f"{sub.selector.expression!r}", value=MessageSelector.of(selector).expression)

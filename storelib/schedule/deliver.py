@@ -56,19 +56,30 @@ import pyarrow.compute as pc
 
 from storelib.context import StoreContext
 from storelib.delta.stats import Prune
-from storelib.storage.dispatched import REPUT_MARKER
 from storelib.dispatch.request import deliver_times, timer_out_times
 from storelib.encoding.arrow import Distinct
 from storelib.encoding.ext_addr import MAX_EXT_ADDR
+from storelib.encoding.message_id import decode_message_id
 from storelib.encoding.properties import edit_properties, properties_lengths
 from storelib.encoding.record import message_lengths
-from storelib.model.errors import MessageNotFoundError, ProgressMovedError, StoreError, TimerMessageError
+from storelib.model.errors import (
+    MessageNotFoundError,
+    ProgressMovedError,
+    StoreError,
+    TimerMessageError,
+)
 from storelib.model.message import MessageConst, SysFlag
 from storelib.model.timestamps import epoch_ms, now_ms
 from storelib.model.topic import SCHEDULE_TOPIC, TIMER_TOPIC
-from storelib.storage.commitlog import STAGED_SCHEMA, EncodedMessage, Progress, now_millis
+from storelib.storage.commitlog import (
+    STAGED_SCHEMA,
+    EncodedMessage,
+    Progress,
+    now_millis,
+)
 from storelib.storage.commitlog_reads import read_messages
 from storelib.storage.consume_queue_ext import ext_units_of
+from storelib.storage.dispatched import REPUT_MARKER
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -452,7 +463,6 @@ def recall(ctx: StoreContext, msg_id: str) -> int:
     >>> deliver(store.context, now=later).recalled
     1
     """
-    from storelib.encoding.message_id import decode_message_id
 
     _, _, offset = decode_message_id(msg_id)
     log = ctx.tables.commitlog

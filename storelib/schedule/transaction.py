@@ -43,11 +43,18 @@ from storelib.context import StoreContext
 from storelib.delta.stats import Prune
 from storelib.encoding.properties import edit_properties, property_array
 from storelib.encoding.record import body_crcs
-from storelib.model.errors import MessageError, ProgressMovedError, TransactionEndedError, TransactionNotFoundError
+from storelib.model.errors import (
+    MessageError,
+    ProgressMovedError,
+    TransactionEndedError,
+    TransactionError,
+    TransactionNotFoundError,
+)
 from storelib.model.message import Message, MessageConst, SendResult, SysFlag
 from storelib.model.topic import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, validate_group
+from storelib.query.lookup import MessageQuery
 from storelib.schedule.deliver import restaged
-from storelib.storage.commitlog import Progress, queue_marker
+from storelib.storage.commitlog import STAGED_SCHEMA, Progress, now_millis, queue_marker
 
 __all__ = ["TransactionState", "TransactionSendResult", "send_half", "send_in_transaction", "end_transaction", "keep",
            "pending_halves", "ended_rows", "CHECK_MARKER", "REMOVE_TAG"]
@@ -78,7 +85,6 @@ class TransactionState(enum.Enum):
     @classmethod
     def of(cls, value: object) -> "TransactionState":
         """The state ``value`` names (a state, or its name as text); else :class:`TransactionError`."""
-        from storelib.model.errors import TransactionError
 
         if isinstance(value, cls):
             return value
@@ -220,7 +226,6 @@ def ended_rows(rows: pa.Table, states: list[TransactionState], born_host: str) -
                                SysFlag.TRANSACTION_COMMIT_TYPE)
         parts.append(restaged(real, topic, qid, edit_properties(props, _HALF_CLEARED), sysflag=flags))
     if len(states):
-        from storelib.storage.commitlog import STAGED_SCHEMA, now_millis
 
         n = rows.num_rows
         offsets = pc.cast(rows.column("queue_offset"), pa.string()).combine_chunks()
@@ -239,7 +244,6 @@ def ended_rows(rows: pa.Table, states: list[TransactionState], born_host: str) -
         parts.append(restaged(base, pa.repeat(pa.scalar(TRANS_OP_HALF_TOPIC), n), pa.repeat(pa.scalar(0, pa.int32()), n),
                               props, body=body))
     if not parts:
-        from storelib.storage.commitlog import STAGED_SCHEMA
 
         return STAGED_SCHEMA.empty_table()
     return pa.concat_tables(parts)
@@ -286,7 +290,6 @@ def end_transaction(ctx: StoreContext, transaction_id: str, state: TransactionSt
 
 def _ever_sent(ctx: StoreContext, transaction_id: str) -> bool:
     """Whether a half message with this transaction id was stored (dispatched: by the index; else the commitlog tail)."""
-    from storelib.query.lookup import MessageQuery
 
     try:
         MessageQuery(ctx).by_unique_key(TRANS_HALF_TOPIC, transaction_id)

@@ -20,6 +20,7 @@ import dataclasses
 import datetime as dt
 import json
 import logging
+import time
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol, Sequence
@@ -29,9 +30,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyarrow import fs as pafs
 
-from storelib.delta.spec import spark_schema
 from storelib.delta.commit import with_retries
 from storelib.delta.location import filesystem
+from storelib.delta.spec import spark_schema
 from storelib.delta.table import Table
 from storelib.delta.writer import Target, write_items, write_rows
 from storelib.encoding.arrow import Distinct, queue_groups
@@ -341,7 +342,6 @@ class CommitLog:
 
     def clean_staging(self, older_than_hours: float) -> int:
         """Delete staged partitions of DataFrame sends that died (folders older than the given hours)."""
-        import time
 
         fs, base = filesystem(f"{self.table.path}/_staging")
         if fs.get_file_info(base).type == pafs.FileType.NotFound:

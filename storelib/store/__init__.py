@@ -23,15 +23,20 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from storelib.consume.get_message import GetMessageResult
 from storelib.consume.offsets import commit_offset, consumer_lag
-from storelib.consume.pull import PullMessageProcessor, PullRequest, PullResult, get_message_by_selector
+from storelib.consume.pull import (
+    PullMessageProcessor,
+    PullRequest,
+    PullResult,
+    get_message_by_selector,
+)
 from storelib.consume.retry import send_back
 from storelib.consume.subscription import subscribe
 from storelib.context import StoreContext
 from storelib.delta import location
 from storelib.dispatch.reput import Dispatcher
 from storelib.dispatch.result import DispatchResult
-from storelib.filter.subscription import Subscription
 from storelib.filter.selector import MessageSelector
+from storelib.filter.subscription import Subscription
 from storelib.maintenance.integrity import check_store, store_problems
 from storelib.maintenance.retention import clean_commitlog, clean_consume_queue
 from storelib.maintenance.topic_retention import expire_topics
@@ -43,15 +48,27 @@ from storelib.model.message import Message, SendResult, StoredMessage
 from storelib.model.timestamps import Timestamp
 from storelib.model.topic import PERM_READ, PERM_WRITE, UNCHANGED, TopicConfig
 from storelib.query.lookup import MessageQuery
-from storelib.query.read import FilterStats, ReadExplain, explain_read, filter_stats, read_topic
+from storelib.query.read import (
+    FilterStats,
+    ReadExplain,
+    explain_read,
+    filter_stats,
+    read_topic,
+)
 from storelib.schedule.check import CheckResult, check_transactions, register_checker
 from storelib.schedule.deliver import DeliveryResult, deliver, recall
-from storelib.schedule.transaction import TransactionSendResult, TransactionState, end_transaction, send_in_transaction
+from storelib.schedule.transaction import (
+    TransactionSendResult,
+    TransactionState,
+    end_transaction,
+    send_in_transaction,
+)
 from storelib.send.group_commit import GroupCommitProducer
-from storelib.store.lookups import Lookups
+from storelib.session import ensure_session, get_spark, session_source
 from storelib.storage.commitlog import AppendResult
 from storelib.storage.commitlog_reads import min_physical_offset
 from storelib.storage.consume_queue import min_offset as queue_min
+from storelib.store.lookups import Lookups
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -96,7 +113,6 @@ class MessageStore(Lookups):
         Traceback (most recent call last):
         storelib.model.errors.StoreNotFoundError: root: no store at .../typo: ...
         """
-        from storelib.session import ensure_session, session_source
 
         source, spark_conf = session_source(spark)
         context = StoreContext.open(root, source, config, create=create, spark_conf=spark_conf,
@@ -115,7 +131,6 @@ class MessageStore(Lookups):
         >>> MessageStore.verify(store.root, spark, full=True)
         []
         """
-        from storelib.session import get_spark
 
         root = location.attach(root, storage_options)
         return store_problems(StoreContext.build(root, spark or get_spark, StoreConfig()), full=full)
