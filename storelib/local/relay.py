@@ -27,9 +27,8 @@ Nothing depends on the leader for safety:
 The leader hands the role on when its process closes its last producer. Only local stores on Linux
 with the setting ``relay_sends`` on (in every producer process; off by default) have a leader (the
 socket lives in Linux's abstract namespace, so nothing is left on disk); elsewhere every producer
-commits itself. An abstract socket has no
-file permissions, so the leader takes groups only from processes of its own user (the peer's
-credentials); others' producers commit themselves.
+commits itself. An abstract socket has no file permissions, so the leader takes groups only from
+processes of its own user (the peer's credentials); others' producers commit themselves.
 
 >>> from storelib import MessageStore
 >>> from storelib.storage.commitlog import EncodedMessage, now_millis
@@ -337,7 +336,8 @@ class _Link:
                     "commitlog", f"the machine's committer failed the group; its error cannot be read: {e.reason}"))
             return
         if kind != ANSWER:
-            future.set_exception(StoreStateError("commitlog", f"the machine's committer answered a group with an unknown frame {kind!r}"))
+            future.set_exception(StoreStateError("commitlog", f"the machine's committer answered a group with a frame "
+                                                              f"of unknown kind {kind!r}"))
             return
         try:
             landed = unpack(body)[1]

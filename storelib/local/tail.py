@@ -100,7 +100,8 @@ class Tail:
     """One queue's tail: its units of queue offsets ``[start, end)``, contiguous (at least one), and the
     message of each, row by row; ``nbytes`` they count for (:func:`_held`).
 
-    >>> tail = Tail(pa.table({"queue_offset": [7, 8, 9], "size": [100, 100, 100]}), pa.table({"body": [b"a", b"b", b"c"]}))
+    >>> units = pa.table({"queue_offset": [7, 8, 9], "size": [100, 100, 100]})
+    >>> tail = Tail(units, pa.table({"body": [b"a", b"b", b"c"]}))
     >>> tail.start, tail.end, tail.nbytes
     (7, 10, 396)
     """
@@ -525,8 +526,9 @@ class TailClient:
         client = self._client()
         if client is None:
             return None
-        reply = client.call(*pack({"topic": topic, "queue_id": queue_id, "offset": offset, "max_msgs": max_msgs,
-                                   "expression": expression, "wait_ms": wait_ms}), timeout=TAIL_TIMEOUT_S + wait_ms / 1000)
+        pull = {"topic": topic, "queue_id": queue_id, "offset": offset, "max_msgs": max_msgs, "expression": expression,
+                "wait_ms": wait_ms}
+        reply = client.call(*pack(pull), timeout=TAIL_TIMEOUT_S + wait_ms / 1000)
         if reply is None:  # the follower is gone, or too slow: read the tables, and look again later
             self._drop()
             return None

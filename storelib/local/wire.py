@@ -199,7 +199,7 @@ def error_of(body: bytes | memoryview) -> StoreError:
 
 class Request:
     """One request a :class:`Server` took: its id and body; :meth:`answer` it once, now or later, from
-    any thread (see :class:`Server`)."""
+    any thread (see :class:`Server`'s example)."""
 
     __slots__ = ("request_id", "body", "_server", "_connection", "_answered")
 
@@ -242,7 +242,7 @@ class Server:
     (an abstract socket has no file permissions), and those arriving once the server is closing, are
     declined without being handed on.
 
-    >>> server = Server.bind(local_address("echo", "/tmp/doctest-echo"), "storelib-echo")
+    >>> server = Server.bind(local_address("echo", f"/tmp/echo-{os.getpid()}"), "storelib-echo")
     >>> server.serve(lambda request: request.answer(ANSWER, *pack({"got": unpack(request.body)[0]})))
     >>> client = Client.connect(server.address, "storelib-echo")
     >>> kind, body = client.request(*pack({"n": 1})).result(timeout=10)
@@ -355,7 +355,7 @@ class Client:
     threads: a round trip costs half as much). Either way, an answer naming no request under way here (or
     a frame too short to name one) is skipped, with a warning.
 
-    >>> Client.connect(local_address("echo", "/tmp/doctest-nobody"), "storelib-echo") is None  # nobody serves
+    >>> Client.connect(local_address("echo", f"/tmp/nobody-{os.getpid()}"), "storelib-echo") is None  # nobody serves
     True
     """
 
@@ -399,7 +399,8 @@ class Client:
         self.sock.close()
         return None
 
-    def request(self, *body: bytes | pa.Buffer, request_id: str | None = None) -> "Future[tuple[bytes, memoryview] | None] | None":
+    def request(self, *body: bytes | pa.Buffer,
+                request_id: str | None = None) -> "Future[tuple[bytes, memoryview] | None] | None":
         """Send a request (``body``'s parts, under ``request_id`` or a fresh one); a future of its answer as
         (kind, body), None when it went unanswered; None rather than a future when this client takes no
         more requests (stopped, or the server is gone)."""
