@@ -549,7 +549,8 @@ class TailClient:
         client = getattr(self._local, "client", None)
         if client is not None or self.address is None or time.monotonic() < self._down_until:
             return client
-        client = self._local.client = Client.connect(self.address, "storelib-tail", reading=False)
+        client = self._local.client = Client.connect(self.address, "storelib-tail", reading=False,
+                                                     timeout=TAIL_TIMEOUT_S)
         if client is None:
             self._down_until = time.monotonic() + _LOOK_AGAIN_S
         return client

@@ -370,16 +370,19 @@ class Client:
 
     @classmethod
     def connect(cls, address: str | None, name: str, ended: Callable[[], None] | None = None,
-                reading: bool = True) -> "Client | None":
-        """A connection to the server at ``address``; None when nobody serves there (see :class:`Client`)."""
+                reading: bool = True, timeout: float | None = None) -> "Client | None":
+        """A connection to the server at ``address``; None when nobody serves there, or (within ``timeout``
+        seconds) nobody takes the connection (see :class:`Client`)."""
         if address is None:
             return None
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(timeout)  # a server too busy to accept leaves a connection waiting
         try:
             sock.connect(address)
         except OSError:
             sock.close()
             return None
+        sock.settimeout(None)
         return cls(sock, name, ended, reading)
 
     def call(self, *body: bytes | pa.Buffer, timeout: float) -> tuple[bytes, memoryview] | None:
