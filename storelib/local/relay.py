@@ -246,12 +246,8 @@ class Relay:
 
     def _connect(self) -> "_Link | None":
         """A connection to the leader of another process; None when there is none."""
-        link = _Link(self)
-        link.client = Client.connect(self.address, "storelib-relay", ended=link.settle_rest)
-        if link.client is None:
-            return None
-        self._link = link
-        return link
+        self._link = _Link.connect(self)
+        return self._link
 
     def _recover(self, request_id: str, rows: pa.Table, sent_at: float) -> pa.Table:
         """After the leader died holding our group: where its rows landed, or commit them now."""
@@ -296,12 +292,23 @@ class _Link:
     :meth:`Relay._recover`), then the client's ``finished`` is set. A group whose landed rows cannot be
     read is found in the log, as if the leader had died."""
 
+    client: Client
+
     def __init__(self, relay: Relay):
         self.relay = relay
-        self.client: Client | None = None
         self.lock = threading.Lock()
         self.pending: "collections.OrderedDict[str, tuple[Future, pa.Table, float]]" = collections.OrderedDict()
         self.declined: set[str] = set()
+
+    @classmethod
+    def connect(cls, relay: Relay) -> "_Link | None":
+        """A link to the leader of another process; None when there is none."""
+        link = cls(relay)
+        client = Client.connect(relay.address, "storelib-relay", ended=link.settle_rest)
+        if client is None:
+            return None
+        link.client = client
+        return link
 
     @property
     def finished(self) -> threading.Event:
@@ -398,7 +405,7 @@ class _Leader:
         except OSError:
             os.close(fd)
             return None  # another process leads
-        server = Server.bind(relay.address, "storelib-relay")
+        server = Server.bind(relay.address, "storelib-relay") if relay.address is not None else None
         if server is None:  # the old leader's socket is not gone yet: lead next time
             os.close(fd)
             return None
@@ -432,7 +439,7 @@ class _Leader:
         except Exception as e:  # noqa: BLE001  (not taken, or refused: the group's producer hears it)
             _answer(request, e, None)
             return
-        handed.add_done_callback(lambda f: _answer(request, f.exception(), f))
+        handed.add_done_callback(lambda f: _answer(request, f.exception(), None if f.exception() else f.result()))
 
     def close(self) -> None:
         """Stop taking groups, commit those taken, answer them, and give the role up."""
@@ -445,14 +452,14 @@ class _Leader:
             self.relay.commit_seconds.extend(self.committer.commit_seconds)
 
 
-def _answer(request: Request, error: BaseException | None, landed: "Future[pa.Table] | None") -> None:
+def _answer(request: Request, error: BaseException | None, landed: pa.Table | None) -> None:
     """Answer a group: its landed rows, declined, or its typed error as a record."""
-    if error is None:
-        request.answer(ANSWER, *pack(rows=landed.result()))
-    elif isinstance(error, NotTaken):
+    if isinstance(error, NotTaken):
         request.decline()
-    else:
+    elif error is not None:
         request.answer(FAILED, *error_body(error))
+    else:
+        request.answer(ANSWER, *pack(rows=landed))
 
 
 _RELAYS: "weakref.WeakKeyDictionary[CommitLog, Relay]" = weakref.WeakKeyDictionary()

@@ -495,8 +495,8 @@ class TailServer:
     def _take(self, request: Request) -> None:
         """A consumer's pull: the tail's answer (a JSON head and the messages' rows), or declined (read the
         tables); answered before the connection's next pull is read (a held pull holds its connection)."""
-        args, _ = unpack(request.body)
-        answer = self.get(**args)
+        pull, _ = unpack(request.body)
+        answer = self.get(**pull) if pull is not None else None
         if answer is None:
             request.decline()
         else:
@@ -536,6 +536,8 @@ class TailClient:
             return None
         try:
             head, rows = unpack(reply[1])
+            if head is None:
+                raise StoreStateError("wire", "an answer without its head")
         except StoreStateError as e:
             log.warning("tail pulls: the follower's answer could not be read (%s); reading the tables", e)
             return None

@@ -191,6 +191,8 @@ def error_of(body: bytes | memoryview) -> StoreError:
     storelib.model.errors.StoreStateError: wire: a body of 8 bytes that cannot be read: its head's length is 1852797984
     """
     head, _ = unpack(body)
+    if head is None:
+        raise StoreStateError("wire", "a body that holds no error record: no head")
     try:
         return error_from_record(head)
     except (ValueError, AttributeError, TypeError, KeyError) as e:  # not a record of an error
@@ -257,7 +259,7 @@ class Server:
 
     def __init__(self, address: str, listener: socket.socket, name: str):
         self.address, self.name, self._listener = address, name, listener
-        self._handle: Callable[[Request], None] | None = None
+        self._handle: Callable[[Request], None] = Request.decline  # until it serves
         self._guard = threading.Condition()
         self._connections: set[socket.socket] = set()
         self._answering = 0  # requests taken and not yet answered
