@@ -32,7 +32,7 @@ def store(spark, store_path):
     s = MessageStore.create(store_path, spark)
     s.create_topic("TopicTest", queues=4)
     yield s
-    s.close()  # its producers, and the machine's committer role with them (storelib.send.relay)
+    s.close()  # its producers, and the machine's committer role with them (storelib.local.relay)
 
 
 @pytest.fixture

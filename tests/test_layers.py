@@ -15,15 +15,15 @@ PACKAGE = Path(__file__).resolve().parents[1] / "storelib"
 #: Each layer, bottom first; a module may import from its own layer and the layers before it.
 LAYERS = [
     ["storelib.model"],
-    ["storelib.encoding"],
+    ["storelib.encoding", "storelib.local.wire"],  # the machine-local servers' wire: frames and payloads
     ["storelib.filter"],
     ["storelib.delta"],
     ["storelib.storage"],
-    ["storelib.send"],
+    ["storelib.send", "storelib.local.relay"],  # the relay: the producers' committer
     ["storelib.context"],
     ["storelib.dispatch"],
     ["storelib.query"],
-    ["storelib.consume"],
+    ["storelib.consume", "storelib.local"],  # the tail server answers getMessage
     ["storelib.maintenance"],
     ["storelib.schedule"],
     ["storelib.datasource"],

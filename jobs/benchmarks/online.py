@@ -7,7 +7,7 @@ pull that returned it (a ``sent_ns`` property). Reported: send throughput, the s
 to end p50/p99, and whether commits stay as fast (the last 1,000 commits against the first 1,000), each
 against ``send_batch`` of the same messages in batches of 1,000 in the same run (the throughput ceiling);
 how long the producers' commits held the table's commit turn (the writers of one machine take turns;
-counted by the process that committed, the machine's committer for the others, :mod:`storelib.send.relay`),
+counted by the process that committed, the machine's committer for the others, :mod:`storelib.local.relay`),
 and the sends in flight, whose ratio to the throughput is the mean ack (Little's law); and the CPU
 each role spent per message sent (every thread of the process, delta-rs's own included), against the
 CPU the machine had over the run.
@@ -47,7 +47,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PRODUCER = textwrap.dedent("""
     import collections, json, os, sys, threading, time
     from storelib import Message, MessageStore
-    from storelib.send.relay import relay_for
+    from storelib.local.relay import relay_for
     root, seconds, threads, window, out = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
     store = MessageStore.open(root, relay_sends=sys.argv[6] == "relay")
     store.context.sends  # the producer made before the clock starts
@@ -82,7 +82,7 @@ PRODUCER = textwrap.dedent("""
 CONSUMER = textwrap.dedent("""
     import json, os, sys, threading, time
     from storelib import MessageStore
-    from storelib.consume.tail import tail_client
+    from storelib.local.tail import tail_client
     root, seconds, queues, out = sys.argv[1], float(sys.argv[2]), [int(q) for q in sys.argv[3].split(",")], sys.argv[4]
     store = MessageStore.open(root, tail_pulls=sys.argv[5] == "tail")
     until = ready(out) + seconds + 5
@@ -200,7 +200,7 @@ def bench_online(seconds: float = 60, *, producers: int = 4, threads: int = 16, 
     processes hand their groups to the machine's committer (``relay_sends``); ``consumer_nice`` and
     ``follower_nice``: the consumer processes and the follower run at that niceness (the ``nice`` command), so
     that on a saturated machine the producers' commits get the CPU first; ``tail_pulls``: the follower serves
-    the consumers' pulls of the queues' tails (``--serve-pulls``, :mod:`storelib.consume.tail`); ``round_ms``:
+    the consumers' pulls of the queues' tails (``--serve-pulls``, :mod:`storelib.local.tail`); ``round_ms``:
     the follower's ``--round-ms`` (None: its default); ``store_uri``: the store's root (an ``s3://`` URI, reached
     with the ``AWS_*`` variables of ``storage_env`` in every process), else a folder of the run's."""
     from storelib import Message, MessageStore

@@ -24,8 +24,8 @@ import pyarrow.compute as pc
 from storelib.admin.command import add_verb
 from storelib.admin.output import Output
 from storelib.cli import Progress, non_negative_int, positive_int
-from storelib.consume.tail import TailServer
 from storelib.dispatch.follow import ROUND_MS
+from storelib.local.tail import TailServer
 from storelib.maintenance.upkeep import delete_expired
 from storelib.model.errors import StoreCorruptedError
 from storelib.store import MessageStore

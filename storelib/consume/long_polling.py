@@ -40,7 +40,7 @@ def hold(config: StoreConfig, arrivals: MessageArrivals, offset: int, suspend_ti
     units it scanned without a match are not looked at again. ``moved(offset)`` (cheap: has the queue
     units from that offset in a new consume queue version?) is asked first at each check, and the queue
     is read only when it says yes: a dispatch to other queues wakes no pull of this one. ``wait(offset,
-    seconds)``, where the follower serves the queue's tail (:mod:`storelib.consume.tail`), looks there,
+    seconds)``, where the follower serves the queue's tail (:mod:`storelib.local.tail`), looks there,
     waiting up to the time left for a unit past the offset; None: look here instead.
 
     >>> from storelib.context import MessageArrivals

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Callable
 
 from storelib.consume.get_message import GetMessageResult, GetMessageStatus, get_message
 from storelib.consume.long_polling import hold
-from storelib.consume.tail import TailClient, tail_client
+from storelib.local.tail import TailClient, tail_client
 from storelib.context import StoreContext
 from storelib.filter.class_batch import FilterFailures
 from storelib.filter.message_filter import MessageFilter
@@ -295,7 +295,7 @@ class PullMessageProcessor:
     def get(self, request: PullRequest, message_filter: PullFilter, offset: int | None = None,
             ask_tail: bool = True) -> GetMessageResult:
         """The store's ``getMessage`` for a checked request: from the follower's tail where it serves the
-        pull (:mod:`storelib.consume.tail`; ``ask_tail``), else read from the tables here."""
+        pull (:mod:`storelib.local.tail`; ``ask_tail``), else read from the tables here."""
         offset = request.offset if offset is None else offset
         if ask_tail and (tail := self._tail(message_filter)) is not None:
             got = tail.get(request.topic, request.queue_id, offset, request.max_msgs, message_filter.filter.selector.expression)

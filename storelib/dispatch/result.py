@@ -54,7 +54,7 @@ class DispatchResult:
 
 class UnitFeed(Protocol):
     """What a dispatcher hands each run's consume queue units to, when it dispatched in this process
-    (:attr:`Dispatcher.feed`; a follower serving tail pulls: :class:`~storelib.consume.tail.TailServer`).
+    (:attr:`Dispatcher.feed`; a follower serving tail pulls: :class:`~storelib.local.tail.TailServer`).
 
     >>> class Heard:
     ...     def expect(self, paths): print("committing", len(paths), "file")

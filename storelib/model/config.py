@@ -73,14 +73,14 @@ class StoreConfig:
     #: How many times a write retries when another writer committed first.
     max_commit_attempts: int = 50
     #: The producer processes of one machine hand their groups to one of them, which commits them
-    #: together (:mod:`storelib.send.relay`; local stores on Linux; set it in every producer process).
+    #: together (:mod:`storelib.local.relay`; local stores on Linux; set it in every producer process).
     #: Off by default: on a saturated 2-core machine it gave 1.16x the send throughput and a lower
     #: ack, but a 1.2x end-to-end latency (the follower waited longer for a CPU).
     relay_sends: bool = False
     # ---- consuming (PullMessageProcessor, DefaultMessageStore.getMessage, PullRequestHoldService) ----
     #: Pulls of a queue's tail ask the store's follower first, when one serves them (``storelib dispatch
     #: --follow``, unless ``--no-serve-pulls``): it answers from the rows it has just dispatched
-    #: (:mod:`storelib.consume.tail`; local stores on Linux). Without a follower serving, or for anything else,
+    #: (:mod:`storelib.local.tail`; local stores on Linux). Without a follower serving, or for anything else,
     #: the pull reads the tables.
     tail_pulls: bool = True
     #: Memory (MiB, counting messages at their stored size) the tails a serving follower keeps may take (up to

@@ -14,7 +14,7 @@ Order: messages are committed in the order they were queued, so the sends of one
 order in every queue. Across processes nothing changes: each commit is still exactly the version after
 the one it read, or starts over (:func:`storelib.delta.table.with_retries`).
 
-Where someone else commits (the machine's committer, :mod:`storelib.send.relay`), the committer need not
+Where someone else commits (the machine's committer, :mod:`storelib.local.relay`), the committer need not
 wait for one group to land before handing on the next: with ``submit`` (a group in, a future of its
 results out, groups landing in the order they were handed on) it keeps up to ``in_flight`` groups
 handed on at once, so a group waits at the machine's committer to join its next commit instead of in

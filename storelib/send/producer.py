@@ -31,7 +31,7 @@ from storelib.model.validation import check_queue_id, check_send_topic, validate
 from storelib.send.arrow_frame import DATAFRAME_COLUMNS, NULL_VALUE, check_columns, spark_types
 from storelib.send.frame import NULL_KEY, EncodedFrame, UniqKeys
 from storelib.send.group_commit import GroupCommitProducer, then
-from storelib.send.relay import RELAY_IN_FLIGHT, relay_for
+from storelib.local.relay import RELAY_IN_FLIGHT, relay_for
 from storelib.send.schedule import plan_schedule, split_timer_properties, timer_deliver_ms
 from storelib.storage.commitlog import AppendResult, CommitLog, EncodedMessage, now_millis
 
@@ -96,7 +96,7 @@ class Producer:
         each message is checked and encoded in its caller's thread, and each group appended to
         ``commitlog`` in one atomic commit: by this process, in the commit turn, or (with the setting
         ``relay_sends``) by the machine's committer, often with other processes' groups
-        (:mod:`storelib.send.relay`). The topics' configuration is read (``topics()``, a look at the topic table's log) once per
+        (:mod:`storelib.local.relay`). The topics' configuration is read (``topics()``, a look at the topic table's log) once per
         commit, not once per message, and again at once for a topic it does not know yet, as a broker
         keeps its topic table in memory.
 

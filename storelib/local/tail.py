@@ -7,9 +7,10 @@ queues' units and messages out of them, every process the same files. A follower
 pulls (``storelib dispatch --follow``, unless ``--no-serve-pulls``; :class:`TailServer`) instead reads each
 new consume queue version's units, and their messages, once, keeps the last :data:`TAIL_UNITS` units
 of every queue it was asked for, with their messages, within the ``tail_pulls_max_mb`` setting
-(:mod:`storelib.consume.tails`), and answers the pulls of that tail over a
-local socket. The consumer's processor still makes every check of the request and turns the
-answer into the client's result as before; only ``getMessage`` is asked of the follower.
+(:class:`Tails`: past it, the tails of the queues pulled least recently go first), and answers the
+pulls of that tail over a local socket (:mod:`storelib.local.wire`). The consumer's processor still
+makes every check of the request and turns the answer into the client's result as before; only
+``getMessage`` is asked of the follower.
 
 The follower answers only what it can answer exactly as :func:`~storelib.consume.get_message.get_message`
 would, from the newest consume queue version: a tag (or ``*``) subscription on a topic that is not
@@ -34,16 +35,11 @@ namespace); the follower answers only processes of its own user.
 from __future__ import annotations
 
 import collections
-import contextlib
-import json
 import logging
-import socket
-import struct
-import sys
 import threading
 import time
-import uuid
 import weakref
+from typing import Callable, Iterable
 from urllib.parse import unquote
 
 import numpy as np
@@ -52,20 +48,20 @@ import pyarrow.compute as pc
 
 from storelib.consume.get_message import (GetMessageResult, GetMessageStatus, batch_full, scan_window,
                                           total_physical_memory)
-from storelib.consume.tails import TAIL_UNITS, Tail, Tails, by_queue
 from storelib.context import StoreContext
 from storelib.encoding.ext_addr import MAX_EXT_ADDR
 from storelib.filter.message_filter import MessageFilter
 from storelib.filter.selector import MessageSelector
+from storelib.local.wire import ANSWER, Client, Request, Server, local_address, pack, unpack
 from storelib.model.errors import StoreStateError
 from storelib.model.message import MESSAGE_COLUMNS, StoredMessage
-from storelib.send.relay_wire import abstract_address, receive_frame, same_user, send_frame
 from storelib.storage.commitlog import COMMITLOG_MARKER
 from storelib.storage.commitlog_reads import message_rows, min_physical_offset
 from storelib.storage.consume_queue import min_queue_marker, queue_files, queue_offsets, read_units
 from storelib.storage.schema import COMMITLOG
 
-__all__ = ["TailServer", "TailClient", "tail_client", "tail_address", "TAIL_UNITS", "TAIL_TIMEOUT_S"]
+__all__ = ["TailServer", "TailClient", "tail_client", "tail_address", "Tail", "Tails", "by_queue", "TAIL_UNITS",
+           "TAIL_TIMEOUT_S", "UNIT_BYTES"]
 
 log = logging.getLogger(__name__)
 
@@ -80,16 +76,135 @@ _WAKE_S = 0.1
 _PUBLISH_WAIT_S = 0.5
 #: Seconds a consumer waits, after finding no follower serving, before it looks again.
 _LOOK_AGAIN_S = 1.0
-#: The wire protocol's version, part of the socket's name.
-PROTOCOL = "v1"
-#: Frame kinds: a pull; its answer; "not mine: read the tables".
-PULL, ANSWER, NOT_HERE = b"P", b"A", b"N"
-_HEAD = struct.Struct(">I")
+#: Units (with their messages) the follower keeps of each queue it was asked for (a quarter of them when
+#: first asked; up to a quarter more between two cuts): a consumer further behind reads the tables itself.
+TAIL_UNITS = 4_096
+#: Bytes a tail counts for a unit beyond its message's stored size: its four columns.
+UNIT_BYTES = 32
 #: :meth:`TailServer._answer`'s "wait for the units a dispatcher here has committed".
 _HANDING = object()
 _UNIT_COLUMNS = ["queue_offset", "commitlog_offset", "size", "tags_code"]
-#: The messages' columns as the tail keeps and sends them (Arrow IPC record batches, without the schema).
+#: The messages' columns as the tail keeps and sends them.
 MESSAGE_SCHEMA = pa.schema([COMMITLOG.arrow.field(c) for c in MESSAGE_COLUMNS])
+
+
+
+# ---- the tails kept -------------------------------------------------------------------------------
+def _held(units: pa.Table) -> int:
+    """The bytes a tail counts for ``units`` (a table's own ``nbytes`` costs per chunk and per column: 1.3 ms
+    for a tail of 42 chunks, measured; a sum of the stored sizes costs a few microseconds)."""
+    return int(pc.sum(units.column("size")).as_py() or 0) + UNIT_BYTES * units.num_rows
+
+
+class Tail:
+    """One queue's tail: its units of queue offsets ``[start, end)``, contiguous (at least one), and the
+    message of each, row by row; ``nbytes`` they count for (:func:`_held`).
+
+    >>> units = pa.table({"queue_offset": [7, 8, 9], "size": [100, 100, 100]})
+    >>> tail = Tail(units, pa.table({"body": [b"a", b"b", b"c"]}))
+    >>> tail.start, tail.end, tail.nbytes
+    (7, 10, 396)
+    """
+
+    __slots__ = ("units", "messages", "start", "end", "nbytes")
+
+    def __init__(self, units: pa.Table, messages: pa.Table, nbytes: int | None = None):
+        self.units, self.messages = units, messages
+        self.end = units.column("queue_offset")[units.num_rows - 1].as_py() + 1
+        self.start = self.end - units.num_rows
+        self.nbytes = _held(units) if nbytes is None else nbytes
+
+    def extended(self, units: pa.Table, messages: pa.Table) -> "Tail":
+        """The tail with these units and messages after its own (a chunk more: nothing is copied). Past a
+        quarter more than :data:`TAIL_UNITS`, it is cut back to them, in one chunk (a slice costs per chunk).
+
+        >>> t = Tail(pa.table({"queue_offset": [1], "size": [100]}), pa.table({"body": [b"a"]}))
+        >>> longer = t.extended(pa.table({"queue_offset": [2], "size": [150]}), pa.table({"body": [b"b"]}))
+        >>> longer.messages.column(0).to_pylist(), longer.nbytes
+        ([b'a', b'b'], 314)
+        """
+        nbytes = self.nbytes + _held(units)
+        units, messages = pa.concat_tables([self.units, units]), pa.concat_tables([self.messages, messages])
+        if units.num_rows > TAIL_UNITS * 5 // 4:
+            cut = units.num_rows - TAIL_UNITS
+            return Tail(units.slice(cut).combine_chunks(), messages.slice(cut).combine_chunks())
+        return Tail(units, messages, nbytes)
+
+
+class Tails(dict):
+    """Tails by ``(topic, queue_id)``, with the bytes they hold (``nbytes``); :meth:`trim` keeps them within
+    ``budget`` bytes.
+
+    >>> tails = Tails(budget=1)
+    >>> tails[("T", 0)] = Tail(pa.table({"queue_offset": [0], "size": [90]}), pa.table({"body": [b"x"]}))
+    >>> tails.trim(lambda key: 0.0), len(tails), tails.nbytes
+    ([('T', 0)], 0, 0)
+    """
+
+    def __init__(self, budget: int):
+        super().__init__()
+        self.budget = budget
+        self.nbytes = 0
+
+    def __setitem__(self, key: tuple[str, int], tail: Tail) -> None:
+        old = self.get(key)
+        self.nbytes += tail.nbytes - (old.nbytes if old is not None else 0)
+        super().__setitem__(key, tail)
+
+    def __delitem__(self, key: tuple[str, int]) -> None:
+        self.nbytes -= self[key].nbytes
+        super().__delitem__(key)
+
+    def pop(self, key: tuple[str, int], *default):  # type: ignore[override]
+        if key not in self:
+            return default[0] if default else super().pop(key)
+        tail = self[key]
+        del self[key]
+        return tail
+
+    def clear(self) -> None:
+        super().clear()
+        self.nbytes = 0
+
+    def trim(self, asked: Callable[[tuple[str, int]], float]) -> list[tuple[str, int]]:
+        """Drop the tails asked for least recently (``asked(key)``: when) until the rest fit the budget;
+        return the queues dropped."""
+        dropped: list[tuple[str, int]] = []
+        if self.nbytes <= self.budget:  # the common case, looked at on every pull: no sort
+            return dropped
+        for key in sorted(self, key=asked):
+            if self.nbytes <= self.budget:
+                break
+            del self[key]
+            dropped.append(key)
+        return dropped
+
+
+def by_queue(rows: pa.Table, queues: Iterable[tuple[str, int]]) -> dict[tuple[str, int], tuple[pa.Table, np.ndarray]]:
+    """``rows`` (units with ``topic`` and ``queue_id``) of each queue among ``queues`` that has any, in queue
+    offset order (stable), with their offsets; one sort for all of them.
+
+    >>> rows = pa.table({"topic": ["T", "T", "U", "T"], "queue_id": [1, 0, 1, 1], "queue_offset": [5, 0, 9, 4]})
+    >>> {k: v[1].tolist() for k, v in sorted(by_queue(rows, [("T", 1), ("U", 1), ("U", 2)]).items())}
+    {('T', 1): [4, 5], ('U', 1): [9]}
+    """
+    wanted = set(queues)
+    if not rows.num_rows or not wanted:
+        return {}
+    topics = pc.dictionary_encode(rows.column("topic")).combine_chunks()
+    names, codes = topics.dictionary.to_pylist(), topics.indices.to_numpy()
+    queue_ids, offsets = rows.column("queue_id").to_numpy(), rows.column("queue_offset").to_numpy()
+    order = np.lexsort((offsets, queue_ids, codes))  # stable: equal offsets keep their order
+    codes, queue_ids, offsets = codes[order], queue_ids[order], offsets[order]
+    starts = np.flatnonzero(np.concatenate([[True], (codes[1:] != codes[:-1]) | (queue_ids[1:] != queue_ids[:-1])]))
+    ends = np.append(starts[1:], len(order))
+    out, ordered = {}, None
+    for lo, hi in zip(starts.tolist(), ends.tolist()):
+        key = (names[codes[lo]], int(queue_ids[lo]))
+        if key in wanted:
+            ordered = rows.take(order) if ordered is None else ordered
+            out[key] = (ordered.slice(lo, hi - lo), offsets[lo:hi])
+    return out
 
 
 def tail_address(ctx: StoreContext) -> str | None:
@@ -98,10 +213,7 @@ def tail_address(ctx: StoreContext) -> str | None:
     >>> tail_address(store.context).startswith("\\0storelib-tail-")
     True
     """
-    path = ctx.tables.consume_queue.path
-    if "://" in path or not sys.platform.startswith("linux"):
-        return None
-    return abstract_address("tail", path, PROTOCOL)
+    return local_address("tail", ctx.tables.consume_queue.path)
 
 
 class TailServer:
@@ -134,8 +246,7 @@ class TailServer:
         self._handing = 0.0  # since when a version holds expected files whose units are not published yet
         self._filters: dict[tuple[str, str], tuple[MessageFilter, bool]] = {}
         self._memory = total_physical_memory()
-        self._server: socket.socket | None = None
-        self._clients: set[socket.socket] = set()
+        self._server: Server | None = None
 
     def __enter__(self) -> "TailServer":
         return self.start()
@@ -145,31 +256,18 @@ class TailServer:
 
     def start(self) -> "TailServer":
         """Listen on :func:`tail_address`, unless another process does."""
-        if self.address is None:
-            return self
-        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            server.bind(self.address)
-            server.listen(64)
-        except OSError as e:
-            server.close()
-            log.info("tail pulls: not serving, another process does (%s)", e)
-            return self
-        self._server, self.serving = server, True
-        threading.Thread(target=self._accept, name="storelib-tail-accept", daemon=True).start()
+        server = Server.bind(self.address, "storelib-tail") if self.address is not None else None
+        if server is not None:
+            self._server, self.serving = server, True
+            server.serve(self._take)
         return self
 
     def close(self) -> None:
         """Stop serving; consumers then read the tables themselves."""
         server, self._server, self.serving = self._server, None, False
         if server is not None:
-            with contextlib.suppress(OSError):
-                server.shutdown(socket.SHUT_RDWR)
             server.close()
         with self._lock:
-            for client in list(self._clients):
-                with contextlib.suppress(OSError):
-                    client.shutdown(socket.SHUT_RDWR)
             self._tails.clear()
 
     # ---- answering -------------------------------------------------------------------------------
@@ -393,43 +491,21 @@ class TailServer:
             return None
         return rows.take(at).cast(MESSAGE_SCHEMA)
 
-    # ---- the socket --------------------------------------------------------------------------------
-    def _accept(self) -> None:
-        while (server := self._server) is not None:
-            try:
-                client, _ = server.accept()
-            except OSError:
-                return
-            with self._lock:
-                self._clients.add(client)
-            threading.Thread(target=self._serve, args=(client,), name="storelib-tail-client", daemon=True).start()
-
-    def _serve(self, client: socket.socket) -> None:
-        trusted = same_user(client)
-        try:
-            while (frame := receive_frame(client)) is not None and frame[0] == PULL:
-                answer = None
-                if trusted:
-                    try:
-                        answer = self.get(**json.loads(frame[2]))
-                    except Exception as e:  # noqa: BLE001  (the consumer reads the tables; the follower goes on)
-                        log.warning("tail pulls: a pull could not be answered from the tail: %s", e)
-                if answer is None:
-                    send_frame(client, NOT_HERE, frame[1], b"")
-                else:
-                    head = json.dumps(answer[0]).encode()
-                    rows = answer[1].to_batches()[0].serialize().to_pybytes() if answer[1] is not None else b""
-                    send_frame(client, ANSWER, frame[1], _HEAD.pack(len(head)) + head + rows)
-        except (OSError, StoreStateError, ValueError):
-            pass
-        finally:
-            with self._lock:
-                self._clients.discard(client)
-            client.close()
+    # ---- the wire ----------------------------------------------------------------------------------
+    def _take(self, request: Request) -> None:
+        """A consumer's pull: the tail's answer (a JSON head and the messages' rows), or declined (read the
+        tables); answered before the connection's next pull is read (a held pull holds its connection)."""
+        pull, _ = unpack(request.body)
+        answer = self.get(**pull) if pull is not None else None
+        if answer is None:
+            request.decline()
+        else:
+            request.answer(ANSWER, *pack(answer[0], answer[1]))
 
 
 class TailClient:
-    """A consumer process's way to the follower's tail: one connection per thread.
+    """A consumer process's way to the follower's tail: one connection per thread (the follower answers
+    a connection's pulls one after another), looked for again a second after none answered.
 
     >>> client = TailClient(tail_address(store.context))
     >>> client.get("TopicTest", r.queue_id, 0, 32, "*") is None      # no follower serves: read the tables
@@ -447,52 +523,43 @@ class TailClient:
             wait_ms: int = 0) -> GetMessageResult | None:
         """The follower's ``getMessage`` of a tag subscription (waiting up to ``wait_ms`` at the queue's
         end for a message to arrive); None: read the tables."""
-        sock = self._socket()
-        if sock is None:
+        client = self._client()
+        if client is None:
             return None
-        request = json.dumps({"topic": topic, "queue_id": queue_id, "offset": offset, "max_msgs": max_msgs,
-                              "expression": expression, "wait_ms": wait_ms}).encode()
-        try:
-            sock.settimeout(TAIL_TIMEOUT_S + wait_ms / 1000)
-            send_frame(sock, PULL, uuid.uuid4().hex, request)
-            frame = receive_frame(sock)
-        except (OSError, StoreStateError):
-            frame = None
-        if frame is None:
+        pull = {"topic": topic, "queue_id": queue_id, "offset": offset, "max_msgs": max_msgs, "expression": expression,
+                "wait_ms": wait_ms}
+        reply = client.call(*pack(pull), timeout=TAIL_TIMEOUT_S + wait_ms / 1000)
+        if reply is None:  # the follower is gone, or too slow: read the tables, and look again later
             self._drop()
             return None
-        if frame[0] != ANSWER:
+        if reply[0] != ANSWER:
             return None
-        body = frame[2]
-        n = _HEAD.unpack_from(body)[0]
-        head = json.loads(body[_HEAD.size:_HEAD.size + n])
-        rest = body[_HEAD.size + n:]
-        messages = StoredMessage.from_rows(pa.Table.from_batches([pa.ipc.read_record_batch(
-            pa.py_buffer(rest), MESSAGE_SCHEMA)])) if rest else []
+        try:
+            head, rows = unpack(reply[1])
+            if head is None:
+                raise StoreStateError("wire", "an answer without its head")
+        except StoreStateError as e:
+            log.warning("tail pulls: the follower's answer could not be read (%s); reading the tables", e)
+            return None
+        messages = StoredMessage.from_rows(rows) if rows is not None else []
         self.answered += 1
         status = GetMessageStatus(head.pop("status"))
         return GetMessageResult(status, head.pop("next_begin_offset"), head.pop("min_offset"), head.pop("max_offset"),
                                 messages, **head)
 
-    def _socket(self) -> socket.socket | None:
-        sock = getattr(self._local, "sock", None)
-        if sock is not None or self.address is None or time.monotonic() < self._down_until:
-            return sock
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(TAIL_TIMEOUT_S)
-        try:
-            sock.connect(self.address)
-        except OSError:
-            sock.close()
+    def _client(self) -> Client | None:
+        client = getattr(self._local, "client", None)
+        if client is not None or self.address is None or time.monotonic() < self._down_until:
+            return client
+        client = self._local.client = Client.connect(self.address, "storelib-tail", reading=False,
+                                                     timeout=TAIL_TIMEOUT_S)
+        if client is None:
             self._down_until = time.monotonic() + _LOOK_AGAIN_S
-            return None
-        self._local.sock = sock
-        return sock
+        return client
 
     def _drop(self) -> None:
-        sock, self._local.sock = getattr(self._local, "sock", None), None
-        if sock is not None:
-            sock.close()
+        """Forget this thread's client (its call closed the connection), and look again later."""
+        self._local.client = None
         self._down_until = time.monotonic() + _LOOK_AGAIN_S
 
 

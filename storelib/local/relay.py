@@ -7,7 +7,7 @@ commit the other processes made since its last one: with four processes, about h
 So the first process on a machine to open a producer on a store becomes the machine's committer,
 its *leader*: it holds a lock file beside the commitlog's commit lock and listens on a Unix socket
 named after the table. The producers of the other processes send it their groups, encoded rows in
-Arrow's IPC format (the frames: :mod:`storelib.send.relay_wire`); its one committer appends every
+Arrow's IPC format (the wire: :mod:`storelib.local.wire`); its one committer appends every
 group that arrived during its last commit in one commit (a second level of group commit), and
 answers each group with where its rows landed. A producer does not wait for that answer to send its
 next group (:data:`RELAY_IN_FLIGHT` are under way at once), so its next group is at the leader,
@@ -27,9 +27,8 @@ Nothing depends on the leader for safety:
 The leader hands the role on when its process closes its last producer. Only local stores on Linux
 with the setting ``relay_sends`` on (in every producer process; off by default) have a leader (the
 socket lives in Linux's abstract namespace, so nothing is left on disk); elsewhere every producer
-commits itself. An abstract socket has no
-file permissions, so the leader takes groups only from processes of its own user (the peer's
-credentials); others' producers commit themselves.
+commits itself. An abstract socket has no file permissions, so the leader takes groups only from
+processes of its own user (the peer's credentials); others' producers commit themselves.
 
 >>> from storelib import MessageStore
 >>> from storelib.storage.commitlog import EncodedMessage, now_millis
@@ -46,26 +45,24 @@ credentials); others' producers commit themselves.
 from __future__ import annotations
 
 import collections
-import contextlib
 import logging
 import os
-import socket
-import sys
 import threading
 import time
 import uuid
 import weakref
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from storelib.delta.log import entry_actions
+from storelib.local.wire import (ANSWER, DECLINED, FAILED, Client, Request, Server, error_body, error_of,
+                                 local_address, pack, unpack)
 from storelib.model.errors import StoreStateError
 from storelib.send.group_commit import GroupCommitProducer, completed
-from storelib.send.relay_wire import (NOT_TAKEN, REQUEST, Group, NotTaken, abstract_address, answer_of, ipc,
-                                      receive_frame, result_of, rows_of, same_user, send_frame)
 from storelib.storage.commitlog import LANDED, STAGED_SCHEMA, CommitLog
 from storelib.storage.schema import COMMITLOG
 
@@ -91,6 +88,18 @@ LOOK_BACK_S = 5.0
 RELAY_IN_FLIGHT = 2
 
 
+@dataclass(frozen=True)
+class Group:
+    """A group handed on to the leader: its request id (32 hex digits) and its staged rows."""
+
+    request_id: str
+    rows: pa.Table
+
+
+class NotTaken(Exception):
+    """The leader is closing: the group was not queued (its producer commits it itself)."""
+
+
 class Relay:
     """Where this process's producers commit their groups for one commitlog (see the module docstring).
 
@@ -102,10 +111,8 @@ class Relay:
 
     def __init__(self, commitlog: CommitLog):
         self.commitlog = commitlog
-        path = commitlog.table.path
-        local = "://" not in path and fcntl is not None and sys.platform.startswith("linux")
-        self.enabled = local and commitlog.config.relay_sends
-        self.address = abstract_address("commit", path)
+        self.address = local_address("commit", commitlog.table.path)
+        self.enabled = self.address is not None and fcntl is not None and commitlog.config.relay_sends
         self._lock = threading.Lock()
         self._users = 0
         self._leader: _Leader | None = None
@@ -239,13 +246,7 @@ class Relay:
 
     def _connect(self) -> "_Link | None":
         """A connection to the leader of another process; None when there is none."""
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.connect(self.address)
-        except OSError:
-            sock.close()
-            return None
-        self._link = _Link(self, sock)
+        self._link = _Link.connect(self)
         return self._link
 
     def _recover(self, request_id: str, rows: pa.Table, sent_at: float) -> pa.Table:
@@ -284,93 +285,88 @@ class Relay:
 
 
 class _Link:
-    """This process's connection to the leader: groups go out in order, several at a time, and a
-    thread reads the answers. When the leader leaves (answering ``not taken``) or dies, the link
-    stops taking groups, and once every group under way is answered or the connection is gone, it
-    settles the rest in the order they were sent (a group not taken is committed here; a lost one
-    is recovered, :meth:`Relay._recover`), then sets ``finished``. An answer naming no group under way
-    here (or too short to name one) is skipped, with a warning: the leader is alive, so settling our
-    groups then could land them twice. A group whose landed rows cannot be read is found in the log,
-    as if the leader had died."""
+    """This process's connection to the leader (a :class:`~storelib.local.wire.Client`): groups go out in
+    order, several at a time. When the leader leaves (declining a group) or dies, the link stops taking
+    groups, and once every group under way is answered or the connection is gone, it settles the rest
+    in the order they were sent (a group declined is committed here; a lost one is recovered,
+    :meth:`Relay._recover`), then the client's ``finished`` is set. A group whose landed rows cannot be
+    read is found in the log, as if the leader had died."""
 
-    def __init__(self, relay: Relay, sock: socket.socket):
-        self.relay, self.sock = relay, sock
+    client: Client
+
+    def __init__(self, relay: Relay):
+        self.relay = relay
         self.lock = threading.Lock()
         self.pending: "collections.OrderedDict[str, tuple[Future, pa.Table, float]]" = collections.OrderedDict()
-        self.not_taken: set[str] = set()
-        self.open = True
-        self.finished = threading.Event()
-        threading.Thread(target=self._read, name="storelib-relay-answers", daemon=True).start()
+        self.declined: set[str] = set()
+
+    @classmethod
+    def connect(cls, relay: Relay) -> "_Link | None":
+        """A link to the leader of another process; None when there is none."""
+        link = cls(relay)
+        client = Client.connect(relay.address, "storelib-relay", ended=link.settle_rest)
+        if client is None:
+            return None
+        link.client = client
+        return link
+
+    @property
+    def finished(self) -> threading.Event:
+        return self.client.finished
 
     def send(self, request_id: str, rows: pa.Table) -> "Future[pa.Table] | None":
         """Send a group; a future of its landed rows, or None when this link takes no more groups."""
         future: Future = Future()
-        with self.lock:
-            if not self.open:
-                return None
-            try:
-                send_frame(self.sock, REQUEST, request_id, ipc(rows))
-            except OSError:  # the leader is gone: this group is not taken, the others the reader settles
-                self.open = False
-                with contextlib.suppress(OSError):
-                    self.sock.shutdown(socket.SHUT_RDWR)
+        with self.lock:  # registered before its answer can be read
+            answer = self.client.request(*pack(rows=rows), request_id=request_id)
+            if answer is None:
                 return None
             self.pending[request_id] = (future, rows, time.time())
+        answer.add_done_callback(lambda a: self._answered(request_id, a.result()))
         return future
 
-    def _read(self) -> None:
-        try:
-            while True:
-                with self.lock:
-                    if not self.open and set(self.pending) <= self.not_taken:
-                        break  # every group under way is answered
-                try:
-                    reply = receive_frame(self.sock)
-                except OSError:
-                    reply = None
-                except StoreStateError as e:  # a frame naming no request: skipped, as a stray answer is
-                    log.warning("relay: %s; skipped", e)
-                    continue
-                if reply is None:
-                    break
-                kind, request_id, body = reply
-                with self.lock:
-                    if request_id not in self.pending:
-                        # skipped, not taken as the leader's end: alive, it may still commit our groups
-                        log.warning("relay: the leader answered request %s, which this process has not under way; "
-                                    "skipped", request_id)
-                        continue
-                    if kind == NOT_TAKEN:
-                        self.not_taken.add(request_id)
-                        self.open = False
-                        continue
-                    future, rows, sent_at = self.pending.pop(request_id)
-                try:
-                    result = result_of(kind, body)
-                except pa.ArrowException as e:  # landed rows unreadable: the log says where the group landed
-                    log.warning("relay: the rows the leader answered request %s with could not be read (%s); looking "
-                                "for the group in the log", request_id, e)
-                    _settle(future, lambda: self.relay._recover(request_id, rows, sent_at))
-                    continue
-                if isinstance(result, pa.Table):
-                    future.set_result(result)
-                else:
-                    future.set_exception(result)
-        finally:
-            self._settle_rest()
-
-    def _settle_rest(self) -> None:
+    def _answered(self, request_id: str, answer: "tuple[bytes, memoryview] | None") -> None:
+        if answer is None:
+            return  # unanswered: settled with the rest when the connection ends
+        kind, body = answer
         with self.lock:
-            self.open = False
+            if kind == DECLINED:  # the leader is leaving: no more groups to it
+                self.declined.add(request_id)
+                self.client.stop()
+                return
+            future, rows, sent_at = self.pending.pop(request_id)
+        if kind == FAILED:
+            try:
+                future.set_exception(error_of(body))
+            except StoreStateError as e:  # failed all the same: nothing of the group was written
+                future.set_exception(StoreStateError(
+                    "commitlog", f"the machine's committer failed the group; its error cannot be read: {e.reason}"))
+            return
+        if kind != ANSWER:
+            future.set_exception(StoreStateError("commitlog", f"the machine's committer answered a group with a frame "
+                                                              f"of unknown kind {kind!r}"))
+            return
+        try:
+            landed = unpack(body)[1]
+            if landed is None:
+                raise StoreStateError("commitlog", "the machine's committer answered a group without its rows")
+        except StoreStateError as e:  # landed rows unreadable: the log says where the group landed
+            log.warning("relay: the rows the leader answered request %s with could not be read (%s); looking "
+                        "for the group in the log", request_id, e)
+            _settle(future, lambda: self.relay._recover(request_id, rows, sent_at))
+            return
+        future.set_result(landed)
+
+    def settle_rest(self) -> None:
+        """The connection has ended: settle the groups still here, in the order they were sent."""
+        with self.lock:
             rest = list(self.pending.items())
             self.pending.clear()
-        self.sock.close()
-        for request_id, (future, rows, sent_at) in rest:  # in the order they were sent
-            if request_id in self.not_taken:
+        for request_id, (future, rows, sent_at) in rest:
+            if request_id in self.declined:
                 _settle(future, lambda: self.relay._direct(rows, request_id))
             else:
                 _settle(future, lambda: self.relay._recover(request_id, rows, sent_at))
-        self.finished.set()
 
 
 def _settle(future: Future, outcome: Callable[[], pa.Table]) -> None:
@@ -390,19 +386,16 @@ def _in_order(landed: pa.Table, rows: pa.Table) -> pa.Table:
 
 
 class _Leader:
-    """The machine's committer: a lock, a listening socket, one thread per producer process, one committer."""
+    """The machine's committer: a lock, a :class:`~storelib.local.wire.Server` (one thread per producer
+    process), one committer."""
 
-    def __init__(self, relay: Relay, lock_fd: int, server: socket.socket):
-        self.relay, self._lock_fd, self._server = relay, lock_fd, server
-        self._clients: set[socket.socket] = set()
-        self._guard = threading.Condition()
-        self._answering = 0  # requests taken and not yet answered
-        self._closing = False
+    def __init__(self, relay: Relay, lock_fd: int, server: Server):
+        self.relay, self._lock_fd, self.server = relay, lock_fd, server
         table = relay.commitlog.table
         self.committer: GroupCommitProducer[Group, Group, pa.Table] = GroupCommitProducer(
             self._check, self._append, max_batch=64, name="storelib-relay-committer",
             turn=lambda: table.commit_turn(snapshot=False))
-        threading.Thread(target=self._serve, name="storelib-relay-accept", daemon=True).start()
+        server.serve(self._take)
 
     @classmethod
     def take(cls, relay: Relay) -> "_Leader | None":
@@ -412,12 +405,8 @@ class _Leader:
         except OSError:
             os.close(fd)
             return None  # another process leads
-        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            server.bind(relay.address)
-            server.listen(64)
-        except OSError:  # the old leader's socket is not gone yet: lead next time
-            server.close()
+        server = Server.bind(relay.address, "storelib-relay") if relay.address is not None else None
+        if server is None:  # the old leader's socket is not gone yet: lead next time
             os.close(fd)
             return None
         return cls(relay, fd, server)
@@ -425,11 +414,11 @@ class _Leader:
     def _check(self, group: Group) -> Group:
         """A group is taken only while the leader is open, and only with the staged rows' columns (so
         a bad one fails alone, not the commit it would have joined)."""
-        if self._closing:
+        if self.server.closing:
             raise NotTaken()
-        if not group.rows.schema.equals(STAGED_SCHEMA):
+        if group.rows is None or not group.rows.schema.equals(STAGED_SCHEMA):
             raise StoreStateError("commitlog", "a producer handed rows of another layout to the machine's committer",
-                                  value=str(group.rows.schema.names))
+                                  value=str(group.rows.schema.names if group.rows is not None else None))
         return group
 
     def _append(self, groups: Sequence[Group]) -> list[pa.Table]:
@@ -442,80 +431,35 @@ class _Leader:
             at += g.rows.num_rows
         return out
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                client, _ = self._server.accept()
-            except OSError:
-                return  # closed
-            with self._guard:
-                if self._closing:
-                    client.close()
-                    return
-                self._clients.add(client)
-            threading.Thread(target=self._answer, args=(client,), name="storelib-relay-client", daemon=True).start()
-
-    def _answer(self, client: socket.socket) -> None:
-        # Only processes of this user hand groups in (an abstract socket has no file permissions):
-        # others' groups are refused untaken, and their producers commit themselves.
-        trusted = same_user(client)
-        writing = threading.Lock()  # answers go out from the committer's thread as its commits land
-        unanswered = [0]  # this connection's groups taken and not yet answered: it closes once they are
-
-        def answer(request_id: str, error: BaseException | None, landed: "Future[pa.Table] | None") -> None:
-            try:
-                kind, body = answer_of(error, landed)
-                with contextlib.suppress(OSError), writing:  # OSError: the producer is gone
-                    send_frame(client, kind, request_id, body)
-            finally:
-                with self._guard:
-                    self._answering -= 1
-                    unanswered[0] -= 1
-                    self._guard.notify_all()
-
+    def _take(self, request: Request) -> None:
+        """A group from another process: answered, as its commit lands, with where its rows landed, its
+        typed error, or declined (the leader is leaving: its producer commits it itself)."""
         try:
-            while True:
-                frame = receive_frame(client)
-                if frame is None or frame[0] != REQUEST:
-                    return
-                _, request_id, body = frame
-                with self._guard:
-                    self._answering += 1
-                    unanswered[0] += 1
-                try:
-                    if not trusted:
-                        raise NotTaken()
-                    handed = self.committer.send_async(Group(request_id, rows_of(body)))
-                except Exception as e:  # noqa: BLE001  (not taken, or refused: the group's producer hears it)
-                    answer(request_id, e, None)
-                    continue
-                handed.add_done_callback(lambda f, r=request_id: answer(r, f.exception(), f))
-        except (OSError, StoreStateError):  # gone, or not speaking the protocol: its groups taken are still answered
+            handed = self.committer.send_async(Group(request.request_id, unpack(request.body)[1]))
+        except Exception as e:  # noqa: BLE001  (not taken, or refused: the group's producer hears it)
+            _answer(request, e, None)
             return
-        finally:
-            with self._guard:
-                self._clients.discard(client)
-                self._guard.wait_for(lambda: not unanswered[0])
-            client.close()
+        handed.add_done_callback(lambda f: _answer(request, f.exception(), None if f.exception() else f.result()))
 
     def close(self) -> None:
         """Stop taking groups, commit those taken, answer them, and give the role up."""
-        with self._guard:
-            self._closing = True
-            clients = list(self._clients)
-        with contextlib.suppress(OSError):
-            self._server.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread, so the name is free at once
-        self._server.close()  # no new producer connects
+        self.server.stop()  # no new producer connects; groups are declined from now on
         self.committer.close()
-        with self._guard:  # the groups committed are answered before their connections close
-            self._guard.wait_for(lambda: not self._answering, timeout=30)
-        for client in clients:  # idle connections: their producers find no leader next time
-            with contextlib.suppress(OSError):
-                client.shutdown(socket.SHUT_RDWR)
+        self.server.close(wait_s=30)  # the groups committed are answered before their connections end
         os.close(self._lock_fd)
         with self.relay._lock:
             self.relay.commits += self.committer.commits
             self.relay.commit_seconds.extend(self.committer.commit_seconds)
+
+
+def _answer(request: Request, error: BaseException | None, landed: pa.Table | None) -> None:
+    """Answer a group: its landed rows, declined, or its typed error as a record."""
+    if isinstance(error, NotTaken):
+        request.decline()
+    elif error is not None:
+        request.answer(FAILED, *error_body(error))
+    else:
+        request.answer(ANSWER, *pack(rows=landed))
 
 
 _RELAYS: "weakref.WeakKeyDictionary[CommitLog, Relay]" = weakref.WeakKeyDictionary()
@@ -528,7 +472,7 @@ def _forget_in_child() -> None:
         leader, relay._leader, relay._link = relay._leader, None, None
         relay._lock, relay._order = threading.Lock(), threading.Lock()
         if leader is not None:
-            leader._server.close()
+            leader.server.forget()
             os.close(leader._lock_fd)
 
 

@@ -4,7 +4,6 @@ nothing when it goes away (politely or killed)."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -17,7 +16,7 @@ import pytest
 
 from storelib import Message, MessageStore
 from storelib.delta.log import entry_actions
-from storelib.send.relay import REQUESTS_INFO, relay_for
+from storelib.local.relay import REQUESTS_INFO, relay_for
 from storelib.storage.commitlog import EncodedMessage, now_millis
 
 from tests.send.test_group_commit import _check_offsets
@@ -49,7 +48,7 @@ def _commit_infos(store, since: int) -> list[dict]:
 CLIENT = textwrap.dedent("""
     import sys, threading
     from storelib import Message, MessageStore
-    from storelib.send.relay import relay_for
+    from storelib.local.relay import relay_for
     store = MessageStore.open(sys.argv[1], relay_sends=True)
     name, each = sys.argv[2], int(sys.argv[3])
     with store.producer() as producer:
@@ -108,7 +107,7 @@ def test_a_group_the_dead_leader_committed_is_found_not_written_again(store):
 def test_a_group_is_found_by_its_rows_when_the_log_no_longer_reaches_back(store, monkeypatch):
     """With the log entries since the send cleaned up, recovery looks for the group's rows in the files
     written since: found, they come back; absent, the group is committed once."""
-    from storelib.send import relay as relay_module
+    from storelib.local import relay as relay_module
 
     relay = relay_for(store.context.commitlog)
     rows = _rows(store, "gone-1", "gone-2")
@@ -130,7 +129,7 @@ def test_a_group_is_found_by_its_rows_when_the_log_no_longer_reaches_back(store,
 LEADER = textwrap.dedent("""
     import sys, threading, time
     from storelib import Message, MessageStore
-    from storelib.send.relay import relay_for
+    from storelib.local.relay import relay_for
     store = MessageStore.open(sys.argv[1], relay_sends=True)
     producer = store.producer()
     producer.send(Message("TopicTest", body=b"leader-0"))
@@ -250,8 +249,8 @@ def test_rows_of_another_layout_fail_alone_with_a_typed_error(store):
 
     import pyarrow as pa
 
-    from storelib.model.errors import StoreStateError, error_from_record
-    from storelib.send import relay_wire as wire
+    from storelib.model.errors import StoreStateError
+    from storelib.local import wire
 
     with store.producer() as producer:
         producer.send(Message("TopicTest", body=b"lead"))
@@ -259,10 +258,10 @@ def test_rows_of_another_layout_fail_alone_with_a_typed_error(store):
         assert relay.leading
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.connect(relay.address)
-            wire.send_frame(sock, wire.REQUEST, "c" * 32, wire.ipc(pa.table({"body": [b"x"]})))
+            wire.send_frame(sock, wire.REQUEST, "c" * 32, *wire.pack(rows=pa.table({"body": [b"x"]})))
             kind, request_id, body = wire.receive_frame(sock)
         assert (kind, request_id) == (wire.FAILED, "c" * 32)
-        error = error_from_record(json.loads(body))
+        error = wire.error_of(body)
         assert isinstance(error, StoreStateError) and "another layout" in str(error)
         assert producer.send(Message("TopicTest", body=b"after")).send_status == "SEND_OK"
     assert sorted(r["body"] for r in _check_offsets(store)) == [b"after", b"lead"]
@@ -295,8 +294,8 @@ def _hand_written_leader(store, answer):
     import fcntl
     import socket
 
-    from storelib.send import relay_wire as wire
-    from storelib.send.relay import LEADER_LOCK
+    from storelib.local import wire
+    from storelib.local.relay import LEADER_LOCK
 
     relay = relay_for(store.context.commitlog)
     lock = os.open(os.path.join(store.context.tables.commitlog.path, LEADER_LOCK), os.O_RDWR | os.O_CREAT, 0o644)
@@ -309,7 +308,7 @@ def _hand_written_leader(store, answer):
         client, _ = server.accept()
         with client:
             _, request_id, body = wire.receive_frame(client)
-            answer(client, request_id, wire.rows_of(body))
+            answer(client, request_id, wire.unpack(body)[1])
 
     leader = threading.Thread(target=lead)
     leader.start()
@@ -337,23 +336,23 @@ def test_an_answer_to_no_group_under_way_is_skipped_and_the_group_lands_once(sto
     import socket
     import struct
 
-    from storelib.send import relay_wire as wire
+    from storelib.local import wire
 
     warning = "f" * 32 if stray == "a request never sent" else "a frame of 5 bytes is too short"
 
     def answer(client, request_id, rows):
         if stray == "a request never sent":
-            wire.send_frame(client, wire.LANDED_ROWS, "f" * 32, b"")
+            wire.send_frame(client, wire.ANSWER, "f" * 32)
         else:
-            client.sendall(struct.pack(">I", 5) + wire.LANDED_ROWS + b"1234")
+            client.sendall(struct.pack(">I", 5) + wire.ANSWER + b"1234")
         client.settimeout(0.5)  # a producer that took the stray answer as the leader's end closes now
         with contextlib.suppress(socket.timeout):
             assert client.recv(1) == b"", "the producer sent more than its one group"
         landed = _commit_as_leader(store, request_id, rows)
         with contextlib.suppress(OSError):
-            wire.send_frame(client, wire.LANDED_ROWS, request_id, wire.ipc(landed))
+            wire.send_frame(client, wire.ANSWER, request_id, *wire.pack(rows=landed))
 
-    with caplog.at_level(logging.WARNING, logger="storelib.send.relay"), _hand_written_leader(store, answer) as relay:
+    with caplog.at_level(logging.WARNING, logger="storelib.local"), _hand_written_leader(store, answer) as relay:
         landed = relay.submit(_rows(store, "s-1", "s-2")).result(timeout=60)
     assert landed.column("uniq_key").to_pylist() == ["s-1", "s-2"]
     assert sorted(r["body"] for r in _check_offsets(store)) == [b"s-1", b"s-2"]
@@ -366,14 +365,14 @@ def test_landed_rows_that_cannot_be_read_are_found_in_the_log(store, caplog):
     nor fails, nor commits again. Its rows are read back from the leader's commit, found by request id."""
     import logging
 
-    from storelib.send import relay_wire as wire
+    from storelib.local import wire
 
     def answer(client, request_id, rows):
         _commit_as_leader(store, request_id, rows)
-        wire.send_frame(client, wire.LANDED_ROWS, request_id, b"not Arrow")
+        wire.send_frame(client, wire.ANSWER, request_id, b"not Arrow")
 
     version = store.context.tables.commitlog.view().version
-    with caplog.at_level(logging.WARNING, logger="storelib.send.relay"), _hand_written_leader(store, answer) as relay:
+    with caplog.at_level(logging.WARNING, logger="storelib.local.relay"), _hand_written_leader(store, answer) as relay:
         landed = relay.submit(_rows(store, "b-1", "b-2")).result(timeout=60)
     assert landed.column("uniq_key").to_pylist() == ["b-1", "b-2"]
     assert sorted(r["body"] for r in _check_offsets(store)) == [b"b-1", b"b-2"]
@@ -385,7 +384,7 @@ def test_a_failure_whose_error_cannot_be_read_fails_the_group_with_a_typed_error
     """The leader fails the group and answers with an error record that is not JSON: the send fails
     with StoreStateError saying so (rather than hanging), and nothing is written."""
     from storelib.model.errors import StoreStateError
-    from storelib.send import relay_wire as wire
+    from storelib.local import wire
 
     def answer(client, request_id, rows):
         wire.send_frame(client, wire.FAILED, request_id, b"not JSON")

@@ -1,4 +1,4 @@
-"""Tail pulls (storelib.consume.tail): the follower's answers are the tables' answers, and nothing depends on it."""
+"""Tail pulls (storelib.local.tail): the follower's answers are the tables' answers, and nothing depends on it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 import pytest
 
 from storelib import Message, MessageSelector, MessageStore
-from storelib.consume.tail import TailServer, tail_client
+from storelib.local.tail import TailServer, tail_client
 
 #: Small queue files and transfer limits, so scans stop at a file's end and batches fill by bytes or count.
 SETTINGS = {"consume_queue_file_units": 40, "max_transfer_count_on_message_in_memory": 7,
