@@ -126,3 +126,20 @@ def test_import_storelib_loads_no_module_through_a_cycle():
 def test_no_module_is_too_long():
     long = {name: n for name, path in modules().items() if (n := len(path.read_text().splitlines())) > 600}
     assert not long, f"modules over 600 lines: {long}"
+
+
+def test_only_the_delta_layer_writes_delta_tables():
+    """One commit path: nothing outside ``storelib.delta`` calls deltalake's writers or builds a predicate as text."""
+    writers = {"write_deltalake", "create_write_transaction", "delete", "merge", "update"}
+    found = []
+    for name, path in modules().items():
+        if name.startswith("storelib.delta"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("deltalake"):
+                found += [f"{name} imports {a.name}" for a in node.names if a.name in writers]
+            if isinstance(node, ast.keyword) and node.arg == "predicate":
+                found.append(f"{name}:{node.value.lineno} passes a predicate")
+            if isinstance(node, ast.Attribute) and node.attr in {"write_deltalake", "create_write_transaction"}:
+                found.append(f"{name}:{node.lineno} calls {node.attr}")
+    assert found == []
