@@ -356,7 +356,10 @@ class _Connection:
             return False
         if cut is not None and not cut.response and (cut.after_bytes <= 0 or segment.final):
             return self._cut()
-        self.upstream.sendall(segment.data)
+        data = segment.data
+        if self.proxy.ignore_conditions:
+            data = re.sub(rb"\r\nif-none-match:[^\r]*", b"", data, flags=re.IGNORECASE)
+        self.upstream.sendall(data)
         if cut is not None and not cut.response:
             self._budget = cut.after_bytes
         self._cut_response = cut is not None and cut.response
@@ -431,6 +434,9 @@ class S3Proxy:
         self.host, self.port = host, port
         #: Seconds each request's head waits before it is forwarded.
         self.latency_s = latency_s
+        #: Strip ``If-None-Match`` from requests, making the server an unsafe one that accepts every
+        #: conditional put (a commit of a Delta log version that exists then overwrites it).
+        self.ignore_conditions = False
         #: The latest requests, oldest first (at most ``max_log``; the oldest tenth goes when it is full).
         self.requests: list[Request] = []
         self.max_log = max_log

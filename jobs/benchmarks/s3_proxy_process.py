@@ -96,6 +96,10 @@ class ProxyProcess:
     def counts(self) -> dict[str, int]:
         return self._call("counts")
 
+    def ignore_conditions(self, on: bool = True) -> None:
+        """Make the server behind an unsafe one: conditional puts lose their condition."""
+        self._call("ignore_conditions", on=on)
+
     def reset(self) -> None:
         self._call("reset")
 
@@ -149,6 +153,9 @@ def serve(upstream_host: str, upstream_port: str, latency_s: str = "0") -> None:
             try:
                 if name == "set_latency":
                     proxy.latency_s = float(kwargs["seconds"])
+                    result = None
+                elif name == "ignore_conditions":
+                    proxy.ignore_conditions = bool(kwargs["on"])
                     result = None
                 elif name == "requests":  # the log's newest entries
                     result = [list(r) for r in proxy.requests[-int(kwargs.get("last", 1000)):]]

@@ -16,6 +16,7 @@ log read per table, no data file is opened.
 
 from __future__ import annotations
 
+import threading
 import uuid
 from urllib.parse import unquote
 
@@ -70,11 +71,13 @@ def table_problems(table: Table) -> list[str]:
 
 
 def unsafe_commits(root: str) -> str | None:
-    """Why the object store under ``root`` cannot arbitrate commits, or None where it can: two writers
-    commit the same version of a scratch table (under ``_storelib_probe``, removed after) and the second
-    must be refused. A server that accepts a conditional put it should refuse (If-None-Match ignored)
-    would let two machines' commits overwrite each other, losing messages. About ten requests: made when
-    a store is created, never on open. Local roots are not probed.
+    """Why the object store under ``root`` cannot arbitrate commits, or None where it can: two writers race
+    to commit the same version of a scratch table (under ``_storelib_probe``, removed after), and one must be
+    refused. A server that accepts a conditional put it should refuse (If-None-Match ignored) would let two
+    machines' commits overwrite each other, losing messages. The two commits run on two threads released
+    at once: deltalake lists the log before it puts, so commits one after the other would never reach the
+    server's arbitration. About ten requests: made when a store is created, never on open. Local roots are
+    not probed.
 
     >>> unsafe_commits(tmp) is None
     True
@@ -85,15 +88,28 @@ def unsafe_commits(root: str) -> str | None:
     options = options_for(probe)
     try:
         DeltaTable.create(probe, pa.schema([("x", pa.int64())]), storage_options=options)
-        first, second = DeltaTable(probe, storage_options=options), DeltaTable(probe, storage_options=options)
-        for i, dt in enumerate((first, second)):
+        writers = [DeltaTable(probe, storage_options=options) for _ in range(2)]
+        start, landed = threading.Barrier(2), [False, False]
+
+        def commit(i: int) -> None:
             props = CommitProperties(max_commit_retries=0, app_transactions=[Transaction(f"probe-{i}", 1)])
+            start.wait()
             try:
-                dt.create_write_transaction([], mode="append", schema=dt.schema(), commit_properties=props)
+                writers[i].create_write_transaction([], mode="append", schema=writers[i].schema(),
+                                                    commit_properties=props)
+                landed[i] = True
             except CommitFailedError:
-                return None if i == 1 else "the first of two commits was refused"
-        return ("it accepted a second commit of the same Delta log version (a conditional put it should have "
-                "refused): writers on two machines would overwrite each other's messages")
+                pass
+
+        racers = [threading.Thread(target=commit, args=(i,), name=f"storelib-probe-{i}") for i in range(2)]
+        for racer in racers:
+            racer.start()
+        for racer in racers:
+            racer.join()
+        if all(landed):
+            return ("it accepted two commits of the same Delta log version (a conditional put it should have "
+                    "refused): writers on two machines would overwrite each other's messages")
+        return None if any(landed) else "both of two racing commits were refused"
     finally:
         filesys, base = filesystem(probe)
         try:

@@ -214,6 +214,27 @@ def test_bad_roots_are_refused_by_name_before_anything_is_written(spark, s3):
     assert listed.get("KeyCount", 0) == 0  # nothing was written
 
 
+def test_a_server_that_ignores_conditional_puts_is_refused_at_create(spark, s3):
+    from jobs.benchmarks.s3_proxy_process import ProxyProcess
+
+    bucket = s3.bucket()
+    with ProxyProcess("127.0.0.1", s3.port) as proxy:
+        options = {**s3.options, "AWS_ENDPOINT_URL": proxy.endpoint}
+        proxy.ignore_conditions()  # a server that overwrites a log version instead of refusing the second commit
+        with pytest.raises(StorageAccessError, match="not safe for a store: it accepted two commits"):
+            MessageStore.create(bucket + "/unsafe", spark, storage_options=options)
+        proxy.ignore_conditions(False)  # the same server, honouring If-None-Match: the store is made
+        MessageStore.create(bucket + "/safe", spark, storage_options=options).close()
+    import boto3
+
+    keys = [o["Key"] for o in boto3.client("s3", endpoint_url=s3.endpoint, aws_access_key_id="k",
+                                           aws_secret_access_key="s", region_name="us-east-1")
+            .list_objects_v2(Bucket=bucket[len("s3://"):]).get("Contents", [])]
+    # refused before any of the store was written (pyarrow leaves an empty marker of the probe's folder)
+    assert [k for k in keys if k.startswith("unsafe/")] == ["unsafe/_storelib_probe/"]
+    assert [k for k in keys if k.startswith("safe/commitlog/")]
+
+
 def test_wrong_credentials_are_refused_by_name(spark):
     from conftest import start_moto
 
