@@ -45,7 +45,7 @@ from storelib.delta.table import Prune, Table, add_actions
 from storelib.delta.spark_read import contiguous_groups
 from storelib.dispatch.reput import queued_expression
 from storelib.filter.message_filter import MessageFilter
-from storelib.filter.sql92_arrow import evaluate_batch
+from storelib.filter.sql92.arrow import evaluate_batch
 from storelib.model.config import StoreConfig
 from storelib.model.errors import SubscriptionNotFoundError
 from storelib.model.message import StoredMessage
