@@ -21,7 +21,7 @@ from sqlglot import exp
 from storelib.filter.selector import MessageSelector
 from storelib.filter.sql92 import (MAX_EXPRESSION_LENGTH, MAX_NESTING, RocketMQSQL92, Sql92Expression, Sql92Parser,
                                    compile_sql92, parse_sql92)
-from storelib.filter.sql92.dialect import MATCH_TOKENS, spark_sql, to_sqlglot
+from storelib.filter.sql92.dialect import MATCH_TOKENS, PRECEDENCE_DIFFERENCES, spark_sql, to_sqlglot
 from storelib.filter.sql92.lexer import tokenize_sql92
 from storelib.filter.sql92.java import JavaEvaluationError, java_parse_double, java_parse_int, java_parse_long
 from storelib.filter.sql92.spark import to_columns
@@ -492,6 +492,21 @@ def test_dialect_builds_sqlglot_expressions():
         == list(MATCH_TOKENS.values())
     with pytest.raises(sqlglot.TokenError, match="unterminated string literal"):
         RocketMQSQL92().tokenize("a = 'x")
+
+
+@pytest.mark.parametrize("text, rocketmq, sqlglot_reading", PRECEDENCE_DIFFERENCES)
+def test_where_the_dialect_reads_not_otherwise_than_rocketmq(text, rocketmq, sqlglot_reading):
+    assert str(parse_sql92(text)) == rocketmq
+    assert sqlglot.transpile(text, read=RocketMQSQL92, write=RocketMQSQL92) == [sqlglot_reading]
+    assert parse_sql92(sqlglot_reading).tree != parse_sql92(text).tree  # a different expression, not just text
+
+
+def test_dialect_reads_levels_as_rocketmq_does():
+    """Every level but NOT's is RocketMQ's: IS NULL with =, ordering with BETWEEN/IN/CONTAINS, left to right."""
+    for text in ("a > 1 CONTAINS 'x'", "a = 1 IS NULL", "a IS NULL = TRUE", "a IN ('x') CONTAINS 'y'",
+                 "a CONTAINS 'x' IS NULL", "a > 1 = TRUE", "a = 1 = TRUE", "a BETWEEN 1 AND 2 AND b",
+                 "a NOT BETWEEN -1 AND 2 OR c < -b", "NOT (a = 1) AND b NOT IN ('x', 'y')"):
+        assert sqlglot.transpile(text, read=RocketMQSQL92, write=RocketMQSQL92) == [str(parse_sql92(text))], text
 
 
 def test_dialect_round_trips_every_tree():

@@ -23,7 +23,22 @@ from sqlglot.tokens import Token, TokenType
 from storelib.filter.sql92.lexer import KEYWORDS, OPERATORS, Sql92Lexer
 from storelib.filter.sql92.tree import Node
 
-__all__ = ["RocketMQSQL92", "MATCH_TOKENS", "to_sqlglot", "spark_sql"]
+__all__ = ["RocketMQSQL92", "MATCH_TOKENS", "PRECEDENCE_DIFFERENCES", "to_sqlglot", "spark_sql"]
+
+#: Where sqlglot's grammar, configured through its public extension points, reads a text otherwise than
+#: RocketMQ: ``(text, RocketMQ's reading, sqlglot's reading)``. RocketMQ's NOT takes one operand, sqlglot's
+#: a whole comparison (its unary parser for NOT calls the parser's private equality method, and a
+#: replacement would have to call a private method too); and sqlglot builds one tree for ``NOT a
+#: CONTAINS 'x'`` and ``a NOT CONTAINS 'x'`` (likewise IN, BETWEEN, IS NULL), so no pass over its tree can
+#: tell them apart. This is why the store's parser of record is its own
+#: (:class:`~storelib.filter.sql92.parser.Sql92Parser`) and the dialect reads canonical text only, where
+#: every operand that is not atomic is in parentheses and the two readings agree.
+PRECEDENCE_DIFFERENCES = (
+    ("NOT a = 1", "(NOT a) = 1", "NOT (a = 1)"),
+    ("NOT a IS NULL", "(NOT a) IS NULL", "a IS NOT NULL"),
+    ("NOT a CONTAINS 'x'", "(NOT a) CONTAINS 'x'", "a NOT CONTAINS 'x'"),
+    ("NOT NOT a = TRUE", "(NOT (NOT a)) = TRUE", "NOT (NOT (a = TRUE))"),
+)
 
 #: The token type each pattern operator is tokenized as. sqlglot's TokenType has no member of its own
 #: for them, and RANGE_PARSERS are keyed by token type: these three LIKE-family types are free here,
@@ -32,36 +47,50 @@ MATCH_TOKENS = {"CONTAINS": TokenType.LIKE, "STARTSWITH": TokenType.ILIKE, "ENDS
 _MATCH_EXPRESSIONS = {"CONTAINS": exp.Contains, "STARTSWITH": exp.StartsWith, "ENDSWITH": exp.EndsWith}
 
 
-def _infix(keyword: str):
-    """A generator transform writing ``this KEYWORD expression`` (RocketMQ's infix pattern operators)."""
-    def render(self: generator.Generator, expression: exp.Expr) -> str:
-        return f"{self.sql(expression, 'this')} {keyword} {self.sql(expression, 'expression')}"
-    return render
+#: Operands written bare; anything else is parenthesized, so RocketMQ's grammar reads the text as the
+#: tree it came from whatever the two grammars' precedences (as the typed tree's canonical text does).
+_ATOMS = (exp.Column, exp.Literal, exp.Boolean, exp.Null, exp.Paren)
+_COMPARISONS = {exp.EQ: "=", exp.NEQ: "<>", exp.GT: ">", exp.GTE: ">=", exp.LT: "<", exp.LTE: "<="}
 
 
-#: What RocketMQ's NOT may be written before bare: its operand is a unary expression.
-_ATOMS = (exp.Column, exp.Literal, exp.Boolean, exp.Null, exp.Paren, exp.Not, exp.Neg)
+def _operand(self: generator.Generator, node: exp.Expr) -> str:
+    """An operand as RocketMQ reads it: bare if atomic (a negated atom too), else in parentheses."""
+    text = self.sql(node)
+    atomic = isinstance(node, _ATOMS) or (isinstance(node, exp.Neg) and isinstance(node.this, _ATOMS))
+    return text if atomic else f"({text})"
+
+
+def _predicate(self: generator.Generator, node: exp.Expr, negated: bool) -> str:
+    """A comparison, IS NULL, BETWEEN, IN or pattern test, with its own NOT when ``negated``."""
+    this, neg = _operand(self, node.this), " NOT" if negated else ""
+    if isinstance(node, exp.Is):
+        return f"{this} IS{neg} {self.sql(node, 'expression')}"
+    if isinstance(node, exp.In):
+        return f"{this}{neg} IN ({', '.join(self.sql(e) for e in node.expressions)})"
+    if isinstance(node, exp.Between):
+        return f"{this}{neg} BETWEEN {_operand(self, node.args['low'])} AND {_operand(self, node.args['high'])}"
+    for name, kind in _MATCH_EXPRESSIONS.items():
+        if isinstance(node, kind):
+            return f"{this}{neg} {name} {self.sql(node, 'expression')}"
+    return f"{this} {_COMPARISONS[type(node)]} {_operand(self, node.expression)}"
+
+
+_PREDICATES = (exp.Is, exp.In, exp.Between, *_MATCH_EXPRESSIONS.values(), *_COMPARISONS)
 
 
 def _not(self: generator.Generator, expression: exp.Not) -> str:
     """``NOT``, written as RocketMQ reads it. sqlglot's NOT takes a whole comparison (``NOT a = 1`` is
-    ``NOT (a = 1)``) where RocketMQ's takes one operand (``(NOT a) = 1``), so a negated predicate is
-    written with its own ``NOT`` (``a NOT IN (...)``, ``a IS NOT NULL``) and anything else that is
-    not atomic is parenthesized."""
+    ``NOT (a = 1)``) where RocketMQ's takes one operand (``(NOT a) = 1``), so a negated IS NULL, IN,
+    BETWEEN or pattern test is written with its own ``NOT`` (``a NOT IN (...)``, ``a IS NOT NULL``)
+    and any other operand that is not atomic is parenthesized."""
     inner = expression.this
-    if isinstance(inner, _ATOMS):
-        return f"NOT {self.sql(inner)}"
-    this = self.sql(inner, "this")
-    if isinstance(inner, exp.Is):
-        return f"{this} IS NOT {self.sql(inner, 'expression')}"
-    if isinstance(inner, exp.In):
-        return f"{this} NOT IN ({', '.join(self.sql(e) for e in inner.expressions)})"
-    if isinstance(inner, exp.Between):
-        return f"{this} NOT BETWEEN {self.sql(inner, 'low')} AND {self.sql(inner, 'high')}"
-    for name, kind in _MATCH_EXPRESSIONS.items():
-        if isinstance(inner, kind):
-            return f"{this} NOT {name} {self.sql(inner, 'expression')}"
-    return f"NOT ({self.sql(inner)})"
+    if isinstance(inner, _PREDICATES) and not isinstance(inner, tuple(_COMPARISONS)):
+        return _predicate(self, inner, True)
+    return f"NOT {_operand(self, inner)}"
+
+
+def _neg(self: generator.Generator, expression: exp.Neg) -> str:
+    return f"-{_operand(self, expression.this)}"
 
 
 class RocketMQSQL92(Dialect):
@@ -106,10 +135,14 @@ class RocketMQSQL92(Dialect):
             return out
 
     class Parser(parser.Parser):
-        """sqlglot's expression grammar with RocketMQ's pattern operators and no functions.
+        """sqlglot's expression grammar with RocketMQ's levels for its operators, and no functions.
 
-        ``IS [NOT] NULL`` is parsed at the level of ``=`` (as RocketMQ does, so ``a = 1 IS NULL`` is
-        ``(a = 1) IS NULL``); BETWEEN, IN and NOT before them are sqlglot's own range parsers.
+        As in RocketMQ, ``IS [NOT] NULL`` is parsed at the level of ``=`` (``a = 1 IS NULL`` is
+        ``(a = 1) IS NULL``), and ``> >= < <=`` at the level of BETWEEN, IN and the pattern operators,
+        all left-associative (``a > 1 CONTAINS 'x'`` is ``(a > 1) CONTAINS 'x'``): they are range
+        parsers here, and sqlglot's comparison level is left empty. BETWEEN, IN, IS and the NOT before
+        them are sqlglot's own range parsers. The one level no public extension point can set is
+        NOT's: see :data:`PRECEDENCE_DIFFERENCES`.
 
         >>> repr(sqlglot.parse_one("a STARTSWITH 'x'", read=RocketMQSQL92).args["expression"])
         "Literal(this='x', is_string=True)"
@@ -117,21 +150,24 @@ class RocketMQSQL92(Dialect):
 
         IS_PREDICATE_PRECEDENCE = IsPredicatePrecedence.EQUALITY
         FUNCTIONS: dict = {}
+        COMPARISON: dict = {}
         RANGE_PARSERS = {
+            **{token: binary_range_parser(kind) for token, kind in parser.Parser.COMPARISON.items()},
             **{k: v for k, v in parser.Parser.RANGE_PARSERS.items()
                if k in (TokenType.BETWEEN, TokenType.IN, TokenType.IS)},
             **{MATCH_TOKENS[name]: binary_range_parser(kind) for name, kind in _MATCH_EXPRESSIONS.items()},
         }
 
     class Generator(generator.Generator):
-        """Writes the pattern operators in RocketMQ's infix form, and NOT as RocketMQ reads it.
+        """Writes text RocketMQ's grammar reads as the tree written: the pattern operators infix, NOT as
+        RocketMQ reads it, and every operand that is not atomic in parentheses.
 
         >>> RocketMQSQL92().generate(exp.Contains(this=exp.column("a"), expression=exp.Literal.string("x")))
         "a CONTAINS 'x'"
         """
 
-        TRANSFORMS = {**generator.Generator.TRANSFORMS, exp.Not: _not,
-                      **{kind: _infix(name) for name, kind in _MATCH_EXPRESSIONS.items()}}
+        TRANSFORMS = {**generator.Generator.TRANSFORMS, exp.Not: _not, exp.Neg: _neg,
+                      **{kind: lambda self, e: _predicate(self, e, False) for kind in _PREDICATES}}
 
 
 def to_sqlglot(tree: Node) -> exp.Expr:
