@@ -509,6 +509,23 @@ def test_dialect_reads_levels_as_rocketmq_does():
         assert sqlglot.transpile(text, read=RocketMQSQL92, write=RocketMQSQL92) == [str(parse_sql92(text))], text
 
 
+def test_expressions_built_with_sqlglot_are_checked_as_text_is():
+    a, b = exp.column("a"), exp.column("b")
+    built = exp.Or(this=exp.Not(this=exp.In(this=a, expressions=[exp.Literal.string("x")])),
+                   expression=exp.Between(this=b, low=exp.Literal.number(1), high=exp.Literal.number("10L")))
+    e = Sql92Expression.from_sqlglot(built)
+    assert e.tree == Logic("OR", (InList(Property("a"), ("x",), negated=True),
+                                  Between(Property("b"), Literal(1, INT), Literal(10, INT))))
+    assert e.evaluate({"a": "x", "b": "5"}) and not e.evaluate({"a": "x", "b": "50"})
+    for refused, reason in [(a.eq(exp.Null()), "NULL cannot be compared"), (a > exp.Literal.string("x"), "cannot be ordered"),
+                            (exp.Anonymous(this="f", expressions=[a]), "function calls"),
+                            (exp.Add(this=a, expression=b).eq(1), "arithmetic")]:
+        with pytest.raises(FilterExpressionError, match=reason):
+            Sql92Expression.from_sqlglot(refused)
+    with pytest.raises(FilterExpressionError, match="nested more than 1 deep"):
+        Sql92Expression.from_sqlglot(exp.Not(this=exp.Not(this=a)), max_nesting=1)
+
+
 def test_dialect_round_trips_every_tree():
     """The dialect reads every canonical text and writes it back as text RocketMQ's grammar reads as the same tree."""
     texts = [t for t, _, _ in LITERAL_CASES] + [c["expr"] for c in _conformance() if c["expected"] != "parse_error"]
@@ -524,6 +541,7 @@ def test_dialect_round_trips_every_tree():
         written = to_sqlglot(tree).sql(dialect=RocketMQSQL92)
         assert parse_sql92(written).tree == tree, (text, written)
         assert spark_sql(tree) == parse_sql92(text).spark_sql
+        assert Sql92Expression.from_sqlglot(parse_sql92(text).sqlglot).tree == tree
     assert checked > len(LITERAL_CASES) + 200
 
 

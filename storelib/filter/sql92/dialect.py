@@ -1,12 +1,14 @@
 """RocketMQ's SQL92 selector language as a sqlglot dialect, built from sqlglot's public extension points only.
 
 The dialect's tokenizer, parser and generator are sqlglot's, configured by their documented class
-attributes (``KEYWORDS``, ``QUOTES``, ``STRING_ESCAPES``, ``COMMENTS``, ``RANGE_PARSERS``,
-``FUNCTIONS``, ``IS_PREDICATE_PRECEDENCE``, ``TRANSFORMS``); ``CONTAINS``, ``STARTSWITH`` and
-``ENDSWITH`` parse into sqlglot's own ``Contains``, ``StartsWith`` and ``EndsWith``, so
-``sqlglot.transpile(text, read=RocketMQSQL92, write="spark")`` gives Spark SQL. It serves display
-(:attr:`~storelib.filter.sql92.expression.Sql92Expression.spark_sql`): the store's Columns are built
-by walking the typed tree, never from text.
+attributes (``KEYWORDS``, ``QUOTES``, ``STRING_ESCAPES``, ``COMMENTS``, ``COMPARISON``,
+``RANGE_PARSERS``, ``FUNCTIONS``, ``IS_PREDICATE_PRECEDENCE``, ``TRANSFORMS``); ``CONTAINS``,
+``STARTSWITH`` and ``ENDSWITH`` parse into sqlglot's own ``Contains``, ``StartsWith`` and ``EndsWith``,
+so ``sqlglot.transpile(text, read=RocketMQSQL92, write="spark")`` gives Spark SQL, and the generator
+writes any such expression as text RocketMQ's grammar reads as that expression. The store's parse
+is its own parser's typed tree (see :data:`PRECEDENCE_DIFFERENCES` for why); the dialect reads that
+tree's canonical text for display (:attr:`~storelib.filter.sql92.expression.Sql92Expression.spark_sql`),
+and Columns are built by walking the typed tree, never from text.
 
 >>> sqlglot.transpile("a BETWEEN 1 AND 2 AND b NOT CONTAINS 'x'", read=RocketMQSQL92, write="spark")
 ["a BETWEEN 1 AND 2 AND NOT CONTAINS(b, 'x')"]
@@ -124,7 +126,11 @@ class RocketMQSQL92(Dialect):
         SINGLE_TOKENS = {k: v for k, v in OPERATORS.items() if len(k) == 1}
 
         def tokenize(self, sql: str) -> list[Token]:
-            """The tokens of ``sql``, the pattern operators typed as :data:`MATCH_TOKENS` says."""
+            """The tokens of ``sql``, the pattern operators typed as :data:`MATCH_TOKENS` says.
+
+            >>> [t.token_type.name for t in RocketMQSQL92.Tokenizer().tokenize("a ENDSWITH 'x' AND b <> 1L")]
+            ['VAR', 'RLIKE', 'STRING', 'AND', 'VAR', 'NEQ', 'NUMBER']
+            """
             out = []
             for token in Sql92Lexer(sql):
                 if token.token_type == TokenType.UNKNOWN:

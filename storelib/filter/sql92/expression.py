@@ -16,8 +16,9 @@ from functools import lru_cache
 from typing import Mapping
 
 from pyspark.sql import Column
+from sqlglot import exp
 
-from storelib.filter.sql92.dialect import spark_sql
+from storelib.filter.sql92.dialect import RocketMQSQL92, spark_sql, to_sqlglot
 from storelib.filter.sql92.java import evaluate
 from storelib.filter.sql92.parser import MAX_EXPRESSION_LENGTH, MAX_NESTING, Sql92Parser
 from storelib.filter.sql92.spark import to_column
@@ -52,6 +53,28 @@ class Sql92Expression:
         ['TAGS', 'a', 'b']
         """
         return property_names(self.tree)
+
+    @property
+    def sqlglot(self) -> exp.Expr:
+        """The expression as a sqlglot expression of the :class:`RocketMQSQL92` dialect.
+
+        >>> type(parse_sql92("a NOT IN ('x') OR b").sqlglot).__name__
+        'Or'
+        """
+        return to_sqlglot(self.tree)
+
+    @classmethod
+    def from_sqlglot(cls, expression: exp.Expr, **limits: int) -> Sql92Expression:
+        """The expression a sqlglot expression stands for, checked as a subscription is (the
+        :class:`RocketMQSQL92` generator writes text RocketMQ's grammar reads as that expression;
+        ``limits`` are :func:`parse_sql92`'s).
+
+        >>> from sqlglot import exp
+        >>> e = Sql92Expression.from_sqlglot(exp.Not(this=exp.column("a").eq(1)))
+        >>> str(e), e.evaluate({"a": "2"})
+        ('NOT (a = 1)', True)
+        """
+        return parse_sql92(expression.sql(dialect=RocketMQSQL92), **limits)
 
     @property
     def spark_sql(self) -> str:

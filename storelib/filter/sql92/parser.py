@@ -22,7 +22,7 @@ from typing import Iterable, Iterator, NoReturn
 from sqlglot.tokens import Token, TokenType
 
 from storelib.filter.sql92.java import java_compare
-from storelib.filter.sql92.lexer import Sql92Lexer, tokenize_sql92
+from storelib.filter.sql92.lexer import Sql92Lexer
 from storelib.filter.sql92.tree import (Between, Comparison, InList, IsNull, JavaType, Literal, Logic, Match, Negate,
                                         Node, Not, Property, Truth)
 from storelib.model.errors import FilterExpressionError
@@ -65,14 +65,19 @@ class Sql92Parser:
         self._max_nesting, self._depth = MAX_NESTING, 0
 
     def parse_text(self, sql: str, max_nesting: int = MAX_NESTING) -> Node:
-        """The tree of ``sql``, lexed as it is parsed; ``lexer`` keeps the lexer (and its steps)."""
+        """The tree of ``sql``, lexed as it is parsed; ``lexer`` keeps the lexer (and its steps).
+
+        >>> parser = Sql92Parser()
+        >>> str(parser.parse_text("a IS NULL = TRUE")), parser.consumed
+        ('(a IS NULL) = TRUE', 5)
+        """
         self.lexer = Sql92Lexer(sql)
         return self.parse_selector(self.lexer, sql, max_nesting)
 
     def parse_selector(self, tokens: Iterable[Token], sql: str, max_nesting: int = MAX_NESTING) -> Node:
         """The tree of one whole selector, or :class:`FilterExpressionError`.
 
-        >>> str(Sql92Parser().parse_selector(tokenize_sql92("NOT a = 1")[0], "NOT a = 1"))
+        >>> str(Sql92Parser().parse_selector(Sql92Lexer("NOT a = 1"), "NOT a = 1"))
         '(NOT a) = 1'
         """
         self.sql, self._stream, self.consumed = sql, iter(tokens), 0
