@@ -21,7 +21,7 @@ from sqlglot import exp
 from storelib.filter.selector import MessageSelector
 from storelib.filter.sql92 import (MAX_EXPRESSION_LENGTH, MAX_NESTING, RocketMQSQL92, Sql92Expression, Sql92Parser,
                                    compile_sql92, parse_sql92)
-from storelib.filter.sql92.dialect import MATCH_TOKENS, PRECEDENCE_DIFFERENCES, spark_sql, to_sqlglot
+from storelib.filter.sql92.dialect import DISPLAY_MAX_DEPTH, MATCH_TOKENS, PRECEDENCE_DIFFERENCES, spark_sql, to_sqlglot
 from storelib.filter.sql92.lexer import tokenize_sql92
 from storelib.filter.sql92.java import JavaEvaluationError, java_parse_double, java_parse_int, java_parse_long
 from storelib.filter.sql92.spark import to_columns
@@ -524,6 +524,23 @@ def test_expressions_built_with_sqlglot_are_checked_as_text_is():
             Sql92Expression.from_sqlglot(refused)
     with pytest.raises(FilterExpressionError, match="nested more than 1 deep"):
         Sql92Expression.from_sqlglot(exp.Not(this=exp.Not(this=a)), max_nesting=1)
+
+
+def test_spark_sql_of_deep_trees_within_the_display_depth_and_none_beyond():
+    shapes = [lambda k: "NOT " * k + "a", lambda k: "NOT (" * k + "a" + ")" * k, lambda k: "-" * k + "1 < a",
+              lambda k: "a" + " IS NULL" * k, lambda k: "(" * k + "a" + ") CONTAINS 'x' AND b" * k]
+    for make in shapes:
+        deepest = 1
+        while parse_sql92(make(deepest + 1)).tree.depth <= DISPLAY_MAX_DEPTH:
+            deepest += 1
+        e = parse_sql92(make(deepest))
+        assert e.spark_sql and Sql92Expression.from_sqlglot(e.sqlglot) == e
+        deeper = parse_sql92(make(deepest + 1))
+        assert deeper.tree.depth > DISPLAY_MAX_DEPTH and deeper.spark_sql is None
+        with pytest.raises(ValueError, match="DISPLAY_MAX_DEPTH"):
+            _ = deeper.sqlglot
+    long = parse_sql92("a = 1" + " OR b IN ('x')" * 4000)  # long chains are loops in sqlglot too
+    assert long.spark_sql.count(" OR ") == 4000  # type: ignore[union-attr]
 
 
 def test_dialect_round_trips_every_tree():

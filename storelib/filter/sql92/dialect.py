@@ -25,7 +25,13 @@ from sqlglot.tokens import Token, TokenType
 from storelib.filter.sql92.lexer import KEYWORDS, OPERATORS, Sql92Lexer
 from storelib.filter.sql92.tree import Node
 
-__all__ = ["RocketMQSQL92", "MATCH_TOKENS", "PRECEDENCE_DIFFERENCES", "to_sqlglot", "spark_sql"]
+__all__ = ["RocketMQSQL92", "MATCH_TOKENS", "PRECEDENCE_DIFFERENCES", "DISPLAY_MAX_DEPTH", "to_sqlglot", "spark_sql"]
+
+#: The deepest tree the dialect reads (:attr:`~storelib.filter.sql92.tree.Node.depth`). sqlglot's parser
+#: recurses through some thirty frames per level of nesting, so under Python's default recursion limit
+#: it reads about 35 levels of NOT; the store's own parser allows ``MAX_NESTING`` (100). Deeper trees
+#: have no sqlglot form and no Spark SQL for display; they are filtered all the same.
+DISPLAY_MAX_DEPTH = 24
 
 #: Where sqlglot's grammar, configured through its public extension points, reads a text otherwise than
 #: RocketMQ: ``(text, RocketMQ's reading, sqlglot's reading)``. RocketMQ's NOT takes one operand, sqlglot's
@@ -183,15 +189,25 @@ def to_sqlglot(tree: Node) -> exp.Expr:
     >>> from storelib.filter.sql92 import parse_sql92
     >>> to_sqlglot(parse_sql92("NOT a = 1").tree).sql(dialect=RocketMQSQL92)
     '(NOT a) = 1'
+    >>> to_sqlglot(parse_sql92("NOT " * 30 + "a").tree)
+    Traceback (most recent call last):
+    ...
+    ValueError: the tree nests 30 deep, more than the dialect reads (DISPLAY_MAX_DEPTH = 24)
     """
+    if tree.depth > DISPLAY_MAX_DEPTH:
+        raise ValueError(f"the tree nests {tree.depth} deep, more than the dialect reads "
+                         f"(DISPLAY_MAX_DEPTH = {DISPLAY_MAX_DEPTH})")
     return sqlglot.parse_one(str(tree), read=RocketMQSQL92)
 
 
-def spark_sql(tree: Node) -> str:
-    """Spark SQL for a typed tree (display only: property names stand for the properties' values).
+def spark_sql(tree: Node) -> str | None:
+    """Spark SQL for a typed tree (display only: property names stand for the properties' values), or
+    None for a tree deeper than :data:`DISPLAY_MAX_DEPTH`.
 
     >>> from storelib.filter.sql92 import parse_sql92
     >>> spark_sql(parse_sql92("a STARTSWITH 'x' OR b NOT IN ('y')").tree)
     "STARTSWITH(a, 'x') OR NOT b IN ('y')"
     """
-    return sqlglot.transpile(str(tree), read=RocketMQSQL92, write="spark")[0]
+    if tree.depth > DISPLAY_MAX_DEPTH:
+        return None
+    return to_sqlglot(tree).sql(dialect="spark")

@@ -56,7 +56,8 @@ class Sql92Expression:
 
     @property
     def sqlglot(self) -> exp.Expr:
-        """The expression as a sqlglot expression of the :class:`RocketMQSQL92` dialect.
+        """The expression as a sqlglot expression of the :class:`RocketMQSQL92` dialect (ValueError for a
+        tree deeper than :data:`~storelib.filter.sql92.dialect.DISPLAY_MAX_DEPTH`).
 
         >>> type(parse_sql92("a NOT IN ('x') OR b").sqlglot).__name__
         'Or'
@@ -77,8 +78,9 @@ class Sql92Expression:
         return parse_sql92(expression.sql(dialect=RocketMQSQL92), **limits)
 
     @property
-    def spark_sql(self) -> str:
-        """The expression as Spark SQL, from the sqlglot dialect (for display: Columns come from the tree).
+    def spark_sql(self) -> str | None:
+        """The expression as Spark SQL, from the sqlglot dialect (for display: Columns come from the tree);
+        None for a tree deeper than :data:`~storelib.filter.sql92.dialect.DISPLAY_MAX_DEPTH`.
 
         >>> parse_sql92("NOT a CONTAINS 'x' AND b IS NOT NULL").spark_sql
         "CONTAINS((NOT a), 'x') AND NOT b IS NULL"
