@@ -192,7 +192,7 @@ def to_sqlglot(tree: Node) -> exp.Expr:
     >>> to_sqlglot(parse_sql92("NOT " * 30 + "a").tree)
     Traceback (most recent call last):
     ...
-    ValueError: the tree nests 30 deep, more than the dialect reads (DISPLAY_MAX_DEPTH = 24)
+    ValueError: the tree nests 31 deep, more than the dialect reads (DISPLAY_MAX_DEPTH = 24)
     """
     if tree.depth > DISPLAY_MAX_DEPTH:
         raise ValueError(f"the tree nests {tree.depth} deep, more than the dialect reads "
