@@ -21,7 +21,8 @@ from sqlglot import exp
 from storelib.filter.selector import MessageSelector
 from storelib.filter.sql92 import (MAX_EXPRESSION_LENGTH, MAX_NESTING, RocketMQSQL92, Sql92Expression, Sql92Parser,
                                    compile_sql92, parse_sql92)
-from storelib.filter.sql92.dialect import DISPLAY_MAX_DEPTH, MATCH_TOKENS, PRECEDENCE_DIFFERENCES, spark_sql, to_sqlglot
+from storelib.filter.sql92.dialect import (DISPLAY_MAX_DEPTH, MATCH_TOKENS, PRECEDENCE_CASES, spark_sql, to_sqlglot,
+                                           typed_tree)
 from storelib.filter.sql92.lexer import tokenize_sql92
 from storelib.filter.sql92.java import JavaEvaluationError, java_parse_double, java_parse_int, java_parse_long
 from storelib.filter.sql92.spark import to_columns
@@ -494,15 +495,49 @@ def test_dialect_builds_sqlglot_expressions():
         RocketMQSQL92().tokenize("a = 'x")
 
 
-@pytest.mark.parametrize("text, rocketmq, sqlglot_reading", PRECEDENCE_DIFFERENCES)
-def test_where_the_dialect_reads_not_otherwise_than_rocketmq(text, rocketmq, sqlglot_reading):
+@pytest.mark.parametrize("text, rocketmq", PRECEDENCE_CASES)
+def test_dialect_reads_not_and_levels_as_rocketmq_not_as_sqlglot_does(text, rocketmq):
     assert str(parse_sql92(text)) == rocketmq
-    assert sqlglot.transpile(text, read=RocketMQSQL92, write=RocketMQSQL92) == [sqlglot_reading]
-    assert parse_sql92(sqlglot_reading).tree != parse_sql92(text).tree  # a different expression, not just text
+    assert sqlglot.transpile(text, read=RocketMQSQL92, write=RocketMQSQL92) == [rocketmq]
+    assert typed_tree(sqlglot.parse_one(text, read=RocketMQSQL92)) == parse_sql92(text).tree
+    try:  # sqlglot's own grammar reads it otherwise, or not at all (it has no CONTAINS operator)
+        own: list[str] | None = sqlglot.transpile(text, write=RocketMQSQL92)
+    except sqlglot.ParseError:
+        own = None
+    assert own != [rocketmq]
+
+
+def _parentheses_depth(text: str) -> int:
+    """The deepest nesting of parentheses in a text: sqlglot's parser recurses on each, the tree keeps none."""
+    depth = deepest = 0
+    for token in tokenize_sql92(text)[0]:
+        depth += {"L_PAREN": 1, "R_PAREN": -1}.get(token.token_type.name, 0)
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def test_dialect_reads_every_valid_selector_as_the_parser_of_record():
+    """sqlglot's reading of the text itself, through the dialect, is the store's parser's tree: on the
+    literal cases, RocketMQ's cases, random expressions and fuzzed ones that stay valid."""
+    rng = random.Random(5)
+    texts = ([t for t, _, _ in LITERAL_CASES] + [c["expr"] for c in _conformance() if c["expected"] != "parse_error"]
+             + [random_expression(rng) for _ in range(1000)] + mutations(rng, 2000)
+             + ["a = 1" + " AND b IN ('x')" * 3000, "a = 1" + " OR b = 2 AND c" * 2000])
+    checked = 0
+    for text in texts:
+        try:
+            tree = parse_sql92(text).tree
+        except FilterExpressionError:
+            continue
+        if tree.depth + _parentheses_depth(text) > DISPLAY_MAX_DEPTH:  # deeper than sqlglot's recursion reaches
+            continue
+        assert typed_tree(sqlglot.parse_one(text, read=RocketMQSQL92)) == tree, text
+        checked += 1
+    assert checked > 1000
 
 
 def test_dialect_reads_levels_as_rocketmq_does():
-    """Every level but NOT's is RocketMQ's: IS NULL with =, ordering with BETWEEN/IN/CONTAINS, left to right."""
+    """IS NULL with =, ordering with BETWEEN/IN/CONTAINS, left to right, NOT on one operand."""
     for text in ("a > 1 CONTAINS 'x'", "a = 1 IS NULL", "a IS NULL = TRUE", "a IN ('x') CONTAINS 'y'",
                  "a CONTAINS 'x' IS NULL", "a > 1 = TRUE", "a = 1 = TRUE", "a BETWEEN 1 AND 2 AND b",
                  "a NOT BETWEEN -1 AND 2 OR c < -b", "NOT (a = 1) AND b NOT IN ('x', 'y')"):

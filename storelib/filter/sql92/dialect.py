@@ -2,13 +2,15 @@
 
 The dialect's tokenizer, parser and generator are sqlglot's, configured by their documented class
 attributes (``KEYWORDS``, ``QUOTES``, ``STRING_ESCAPES``, ``COMMENTS``, ``COMPARISON``,
-``RANGE_PARSERS``, ``FUNCTIONS``, ``IS_PREDICATE_PRECEDENCE``, ``TRANSFORMS``); ``CONTAINS``,
-``STARTSWITH`` and ``ENDSWITH`` parse into sqlglot's own ``Contains``, ``StartsWith`` and ``EndsWith``,
-so ``sqlglot.transpile(text, read=RocketMQSQL92, write="spark")`` gives Spark SQL, and the generator
-writes any such expression as text RocketMQ's grammar reads as that expression. The store's parse
-is its own parser's typed tree (see :data:`PRECEDENCE_DIFFERENCES` for why); the dialect reads that
-tree's canonical text for display (:attr:`~storelib.filter.sql92.expression.Sql92Expression.spark_sql`),
-and Columns are built by walking the typed tree, never from text.
+``UNARY_PARSERS``, ``RANGE_PARSERS``, ``FUNCTIONS``, ``IS_PREDICATE_PRECEDENCE``, ``TRANSFORMS``), and
+read every valid selector as RocketMQ does (:func:`typed_tree` of the dialect's expression is the
+store's parser's tree; tests check it on every case). ``CONTAINS``, ``STARTSWITH`` and ``ENDSWITH``
+parse into sqlglot's own ``Contains``, ``StartsWith`` and ``EndsWith``, so
+``sqlglot.transpile(text, read=RocketMQSQL92, write="spark")`` gives Spark SQL, and the generator
+writes any such expression as text RocketMQ's grammar reads as that expression. The store's parser of
+record is its own (see :data:`DISPLAY_MAX_DEPTH` for why); the dialect serves display
+(:attr:`~storelib.filter.sql92.expression.Sql92Expression.spark_sql`), and Columns are built by walking
+the typed tree, never from text.
 
 >>> sqlglot.transpile("a BETWEEN 1 AND 2 AND b NOT CONTAINS 'x'", read=RocketMQSQL92, write="spark")
 ["a BETWEEN 1 AND 2 AND NOT CONTAINS(b, 'x')"]
@@ -23,29 +25,27 @@ from sqlglot.parser import IsPredicatePrecedence, binary_range_parser
 from sqlglot.tokens import Token, TokenType
 
 from storelib.filter.sql92.lexer import KEYWORDS, OPERATORS, Sql92Lexer
-from storelib.filter.sql92.tree import Node
+from storelib.filter.sql92.parser import number_literal
+from storelib.filter.sql92.tree import (Between, Comparison, InList, IsNull, JavaType, Literal, Logic, Match, Negate,
+                                        Node, Not, Property, Truth)
 
-__all__ = ["RocketMQSQL92", "MATCH_TOKENS", "PRECEDENCE_DIFFERENCES", "DISPLAY_MAX_DEPTH", "to_sqlglot", "spark_sql"]
+__all__ = ["RocketMQSQL92", "MATCH_TOKENS", "PRECEDENCE_CASES", "DISPLAY_MAX_DEPTH", "to_sqlglot", "typed_tree", "spark_sql"]
 
 #: The deepest tree the dialect reads (:attr:`~storelib.filter.sql92.tree.Node.depth`). sqlglot's parser
 #: recurses through some thirty frames per level of nesting, so under Python's default recursion limit
-#: it reads about 35 levels of NOT; the store's own parser allows ``MAX_NESTING`` (100). Deeper trees
-#: have no sqlglot form and no Spark SQL for display; they are filtered all the same.
+#: it reads about 35 levels of NOT, where RocketMQ allows ``MAX_NESTING`` (100): this is one reason the
+#: store's parser of record is its own (:class:`~storelib.filter.sql92.parser.Sql92Parser`, which also
+#: names the first offending token of a refused text and stops reading there). Deeper trees have no
+#: sqlglot form and no Spark SQL for display; they are filtered all the same.
 DISPLAY_MAX_DEPTH = 24
 
-#: Where sqlglot's grammar, configured through its public extension points, reads a text otherwise than
-#: RocketMQ: ``(text, RocketMQ's reading, sqlglot's reading)``. RocketMQ's NOT takes one operand, sqlglot's
-#: a whole comparison (its unary parser for NOT calls the parser's private equality method, and a
-#: replacement would have to call a private method too); and sqlglot builds one tree for ``NOT a
-#: CONTAINS 'x'`` and ``a NOT CONTAINS 'x'`` (likewise IN, BETWEEN, IS NULL), so no pass over its tree can
-#: tell them apart. This is why the store's parser of record is its own
-#: (:class:`~storelib.filter.sql92.parser.Sql92Parser`) and the dialect reads canonical text only, where
-#: every operand that is not atomic is in parentheses and the two readings agree.
-PRECEDENCE_DIFFERENCES = (
-    ("NOT a = 1", "(NOT a) = 1", "NOT (a = 1)"),
-    ("NOT a IS NULL", "(NOT a) IS NULL", "a IS NOT NULL"),
-    ("NOT a CONTAINS 'x'", "(NOT a) CONTAINS 'x'", "a NOT CONTAINS 'x'"),
-    ("NOT NOT a = TRUE", "(NOT (NOT a)) = TRUE", "NOT (NOT (a = TRUE))"),
+#: Texts that read differently with sqlglot's own precedence, and RocketMQ's reading, which the dialect's
+#: is too: RocketMQ's NOT takes one operand where sqlglot's takes a comparison, its ordering operators
+#: share a level with BETWEEN/IN/CONTAINS, and IS NULL shares ``=``'s.
+PRECEDENCE_CASES = (
+    ("NOT a = 1", "(NOT a) = 1"), ("NOT a IS NULL", "(NOT a) IS NULL"),
+    ("NOT a CONTAINS 'x'", "(NOT a) CONTAINS 'x'"), ("NOT NOT a = TRUE", "(NOT (NOT a)) = TRUE"),
+    ("a > 1 CONTAINS 'x'", "(a > 1) CONTAINS 'x'"), ("a = 1 IS NULL", "(a = 1) IS NULL"),
 )
 
 #: The token type each pattern operator is tokenized as. sqlglot's TokenType has no member of its own
@@ -101,6 +101,26 @@ def _neg(self: generator.Generator, expression: exp.Neg) -> str:
     return f"-{_operand(self, expression.this)}"
 
 
+class UnaryOperand(exp.Expression):
+    """The operand sqlglot's public :func:`~sqlglot.parser.binary_range_parser` reads after an operator
+    (a unary expression here, where there is no arithmetic), with no left side: how the dialect's
+    NOT reads one operand, as RocketMQ's does. Never part of a finished tree.
+
+    >>> UnaryOperand(expression=exp.column("a")).expression.sql()
+    'a'
+    """
+
+    arg_types = {"this": False, "expression": True}
+
+
+_read_operand = binary_range_parser(UnaryOperand)
+
+
+def _not_operand(self: parser.Parser) -> exp.Expr:
+    """RocketMQ's unary NOT: the operand after it is one unary expression (``NOT a = 1`` is ``(NOT a) = 1``)."""
+    return self.expression(exp.Not(this=_read_operand(self, None).expression))
+
+
 class RocketMQSQL92(Dialect):
     """The sqlglot dialect of RocketMQ's SQL92 selectors (``SelectorParser.jj``).
 
@@ -153,14 +173,16 @@ class RocketMQSQL92(Dialect):
         ``(a = 1) IS NULL``), and ``> >= < <=`` at the level of BETWEEN, IN and the pattern operators,
         all left-associative (``a > 1 CONTAINS 'x'`` is ``(a > 1) CONTAINS 'x'``): they are range
         parsers here, and sqlglot's comparison level is left empty. BETWEEN, IN, IS and the NOT before
-        them are sqlglot's own range parsers. The one level no public extension point can set is
-        NOT's: see :data:`PRECEDENCE_DIFFERENCES`.
+        them are sqlglot's own range parsers. A leading NOT takes one unary operand (``NOT a = 1`` is
+        ``(NOT a) = 1``), read by sqlglot's public ``binary_range_parser`` (see :class:`UnaryOperand`).
+        So the dialect reads every valid selector as RocketMQ does (:data:`PRECEDENCE_CASES`).
 
         >>> repr(sqlglot.parse_one("a STARTSWITH 'x'", read=RocketMQSQL92).args["expression"])
         "Literal(this='x', is_string=True)"
         """
 
         IS_PREDICATE_PRECEDENCE = IsPredicatePrecedence.EQUALITY
+        UNARY_PARSERS = {**parser.Parser.UNARY_PARSERS, TokenType.NOT: _not_operand}
         FUNCTIONS: dict = {}
         COMPARISON: dict = {}
         RANGE_PARSERS = {
@@ -183,8 +205,7 @@ class RocketMQSQL92(Dialect):
 
 
 def to_sqlglot(tree: Node) -> exp.Expr:
-    """The sqlglot expression of a typed tree: its canonical text (which parenthesizes every operand
-    that is not atomic, so the two grammars' precedences never come into play) read by the dialect.
+    """The sqlglot expression of a typed tree: its canonical text read by the dialect.
 
     >>> from storelib.filter.sql92 import parse_sql92
     >>> to_sqlglot(parse_sql92("NOT a = 1").tree).sql(dialect=RocketMQSQL92)
@@ -211,3 +232,77 @@ def spark_sql(tree: Node) -> str | None:
     if tree.depth > DISPLAY_MAX_DEPTH:
         return None
     return to_sqlglot(tree).sql(dialect="spark")
+
+
+_CONNECTORS = {exp.And: "AND", exp.Or: "OR"}
+_MATCH_NAMES = {kind: name for name, kind in _MATCH_EXPRESSIONS.items()}
+
+
+def typed_tree(expression: exp.Expr) -> Node:
+    """The typed tree of a sqlglot expression the dialect read from a valid selector: the tree
+    :class:`~storelib.filter.sql92.parser.Sql92Parser` builds from the same text (a bare property
+    where a boolean is needed becomes a :class:`~storelib.filter.sql92.tree.Truth`, a chain of one
+    connector one :class:`~storelib.filter.sql92.tree.Logic`). It checks shapes, not RocketMQ's rules:
+    ValueError for what has no typed form.
+
+    >>> typed_tree(sqlglot.parse_one("NOT a = 1 OR b IN ('x')", read=RocketMQSQL92))
+    Logic(op='OR', terms=(Comparison(op='=', left=Not(operand=Truth(operand=Property(name='a'))), right=Literal(value=1, java_type=<JavaType.INT: 'Integer'>)), InList(operand=Property(name='b'), values=('x',), negated=False)))
+    """
+    return _boolean(_typed(expression))
+
+
+def _boolean(node: Node) -> Node:
+    """asBooleanExpression: a bare property read as a boolean."""
+    return Truth(node) if isinstance(node, Property) else node
+
+
+def _unparen(node: exp.Expr) -> exp.Expr:
+    while isinstance(node, exp.Paren):
+        node = node.this
+    return node
+
+
+def _typed(e: exp.Expr) -> Node:
+    e = _unparen(e)
+    if type(e) in _CONNECTORS:
+        # A chain of one connector is left-deep in sqlglot (parenthesized on the left or not), one
+        # flat Logic in the typed tree: walked as a loop, since a chain can be thousands long.
+        kind, rights = type(e), []
+        while type(e) is kind:
+            rights.append(e.expression)
+            e = _unparen(e.this)
+        terms = [_boolean(_typed(e))] + [_boolean(_typed(r)) for r in reversed(rights)]
+        return Logic(_CONNECTORS[kind], tuple(terms))
+    if isinstance(e, exp.Column):
+        return Property(e.name)
+    if isinstance(e, exp.Literal):
+        return Literal(e.this, JavaType.STRING) if e.is_string else number_literal(e.this)
+    if isinstance(e, exp.Boolean):
+        return Literal(bool(e.this), JavaType.BOOLEAN)
+    if isinstance(e, exp.Null):
+        return Literal(None, JavaType.NULL)
+    if isinstance(e, exp.Neg):
+        return Negate(_typed(e.this))
+    if isinstance(e, exp.Not):
+        inner = e.this  # a predicate right under NOT, not in parentheses, is a negated predicate
+        if isinstance(inner, (exp.Is, exp.In, exp.Between, *_MATCH_NAMES)):
+            return _predicate_node(inner, True)
+        return Not(_boolean(_typed(inner)))
+    if isinstance(e, (*_COMPARISONS, exp.Is, exp.In, exp.Between, *_MATCH_NAMES)):
+        return _predicate_node(e, False)
+    raise ValueError(f"no SQL92 form for {e.sql()!r}")
+
+
+def _predicate_node(e: exp.Expr, negated: bool) -> Node:
+    if isinstance(e, exp.Is) and isinstance(e.expression, exp.Null):
+        return IsNull(_typed(e.this), negated)
+    if isinstance(e, exp.In) and isinstance(operand := _typed(e.this), Property) and \
+            all(isinstance(v, exp.Literal) and v.is_string for v in e.expressions):
+        return InList(operand, tuple(v.this for v in e.expressions), negated)
+    if isinstance(e, exp.Between):
+        return Between(_typed(e.this), _typed(e.args["low"]), _typed(e.args["high"]), negated)
+    if type(e) in _MATCH_NAMES and isinstance(e.expression, exp.Literal) and e.expression.is_string:
+        return Match(_MATCH_NAMES[type(e)], _typed(e.this), e.expression.this, negated)
+    if type(e) in _COMPARISONS and not negated:
+        return Comparison(_COMPARISONS[type(e)], _typed(e.this), _typed(e.expression))
+    raise ValueError(f"no SQL92 form for {e.sql()!r}")

@@ -27,7 +27,7 @@ from storelib.filter.sql92.tree import (Between, Comparison, InList, IsNull, Jav
                                         Node, Not, Property, Truth)
 from storelib.model.errors import FilterExpressionError
 
-__all__ = ["Sql92Parser", "MAX_NESTING", "MAX_EXPRESSION_LENGTH"]
+__all__ = ["Sql92Parser", "number_literal", "MAX_NESTING", "MAX_EXPRESSION_LENGTH"]
 
 #: Parentheses, NOT and unary signs nested deeper than this are refused (RocketMQ's limit is its stack),
 #: and so are operators applied to other operators' results deeper than this (``a IS NULL IS NULL ...``).
@@ -287,19 +287,10 @@ class Sql92Parser:
         self._unexpected("a property, a literal, '(', NOT, '+' or '-'")
 
     def _number(self, tok: Token) -> Literal:
-        """ConstantExpression.createFromDecimal / createFloat: Long range, then Integer if it fits;
-        a float must be a finite double of at least Double.MIN_VALUE (so ``0.0`` is refused)."""
-        m = _DECIMAL.fullmatch(tok.text)
-        if m:
-            # more digits than a long has is out of range; Python also refuses int() of > 4300 digits
-            value = int(m.group(1)) if len(m.group(1)) <= 19 else _LONG_MAX + 1
-            if value > _LONG_MAX:
-                self._fail(f"{tok.text} is out of the range of a long", tok)
-            return Literal(value, JavaType.INT if value <= _INT_MAX else JavaType.LONG, pos=tok.start)
-        number = float(tok.text)
-        if number == 0.0 or number == float("inf"):
-            self._fail(f"{tok.text} is outside RocketMQ's float range [4.9E-324, 1.8E308]", tok)
-        return Literal(number, JavaType.DOUBLE, pos=tok.start)
+        try:
+            return number_literal(tok.text, tok.start)
+        except ValueError as e:
+            self._fail(str(e), tok)
 
     # -- RocketMQ's construction checks -----------------------------------------------------------
 
@@ -329,3 +320,24 @@ def _show(node: Node) -> str:
 
 def _is_boolean_literal(node: Node) -> bool:
     return isinstance(node, Literal) and node.type is JavaType.BOOLEAN
+
+
+def number_literal(text: str, pos: int = 0) -> Literal:
+    """The literal of a number token, as ConstantExpression.createFromDecimal / createFloat make it:
+    Long range, then Integer if it fits; a float must be a finite double of at least Double.MIN_VALUE
+    (so ``0.0`` is refused, with ValueError).
+
+    >>> number_literal("10L"), number_literal("2147483648").type, number_literal(".5").type
+    (Literal(value=10, java_type=<JavaType.INT: 'Integer'>), <JavaType.LONG: 'Long'>, <JavaType.DOUBLE: 'Double'>)
+    """
+    m = _DECIMAL.fullmatch(text)
+    if m:
+        # more digits than a long has is out of range; Python also refuses int() of > 4300 digits
+        value = int(m.group(1)) if len(m.group(1)) <= 19 else _LONG_MAX + 1
+        if value > _LONG_MAX:
+            raise ValueError(f"{text} is out of the range of a long")
+        return Literal(value, JavaType.INT if value <= _INT_MAX else JavaType.LONG, pos=pos)
+    number = float(text)
+    if number == 0.0 or number == float("inf"):
+        raise ValueError(f"{text} is outside RocketMQ's float range [4.9E-324, 1.8E308]")
+    return Literal(number, JavaType.DOUBLE, pos=pos)
