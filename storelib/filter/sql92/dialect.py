@@ -29,7 +29,8 @@ from storelib.filter.sql92.parser import number_literal
 from storelib.filter.sql92.tree import (Between, Comparison, InList, IsNull, JavaType, Literal, Logic, Match, Negate,
                                         Node, Not, Property, Truth)
 
-__all__ = ["RocketMQSQL92", "MATCH_TOKENS", "PRECEDENCE_CASES", "DISPLAY_MAX_DEPTH", "to_sqlglot", "typed_tree", "spark_sql"]
+__all__ = ["RocketMQSQL92", "UnaryOperand", "MATCH_TOKENS", "PRECEDENCE_CASES", "DISPLAY_MAX_DEPTH", "to_sqlglot",
+           "typed_tree", "spark_sql"]
 
 #: The deepest tree the dialect reads (:attr:`~storelib.filter.sql92.tree.Node.depth`). sqlglot's parser
 #: recurses through some thirty frames per level of nesting, so under Python's default recursion limit
@@ -245,8 +246,10 @@ def typed_tree(expression: exp.Expr) -> Node:
     connector one :class:`~storelib.filter.sql92.tree.Logic`). It checks shapes, not RocketMQ's rules:
     ValueError for what has no typed form.
 
-    >>> typed_tree(sqlglot.parse_one("NOT a = 1 OR b IN ('x')", read=RocketMQSQL92))
-    Logic(op='OR', terms=(Comparison(op='=', left=Not(operand=Truth(operand=Property(name='a'))), right=Literal(value=1, java_type=<JavaType.INT: 'Integer'>)), InList(operand=Property(name='b'), values=('x',), negated=False)))
+    >>> from storelib.filter.sql92 import parse_sql92
+    >>> tree = typed_tree(sqlglot.parse_one("NOT a = 1 OR b IN ('x')", read=RocketMQSQL92))
+    >>> str(tree), tree == parse_sql92("NOT a = 1 OR b IN ('x')").tree
+    ("(NOT a) = 1 OR b IN ('x')", True)
     """
     return _boolean(_typed(expression))
 
