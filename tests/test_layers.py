@@ -143,3 +143,65 @@ def test_only_the_delta_layer_writes_delta_tables():
             if isinstance(node, ast.Attribute) and node.attr in {"write_deltalake", "create_write_transaction"}:
                 found.append(f"{name}:{node.lineno} calls {node.attr}")
     assert found == []
+
+
+def _sqlglot_private_names() -> set[str]:
+    """Names starting with ``_`` (dunders aside) that sqlglot's extension classes and modules define."""
+    import sqlglot
+    from sqlglot import exp, generator, parser, tokens
+    from sqlglot.dialects import dialect
+
+    owners = [parser.Parser, tokens.Tokenizer, tokens.Token, generator.Generator, dialect.Dialect, exp.Expr,
+              sqlglot, parser, tokens, generator, dialect, exp]
+    return {name for owner in owners for name in dir(owner)
+            if name.startswith("_") and not (name.startswith("__") and name.endswith("__"))}
+
+
+def private_sqlglot_uses(source: str) -> list[str]:
+    """Where ``source`` imports a private name from sqlglot, names sqlglot's end-of-input shim, or (in a
+    module that imports sqlglot) reaches for a private member of sqlglot's classes, by attribute or getattr.
+
+    >>> private_sqlglot_uses("from sqlglot.parser import _foo\\nimport sqlglot\\nx = p._curr")
+    ['line 1: from sqlglot.parser import _foo', 'line 3: ._curr']
+    """
+    tree = ast.parse(source)
+    found = []
+    uses_sqlglot = False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "sqlglot":
+            uses_sqlglot = True
+            names = [a.name for a in node.names]
+            if any(part.startswith("_") for part in node.module.split(".") + names):  # type: ignore[union-attr]
+                found.append(f"line {node.lineno}: from {node.module} import {', '.join(names)}")
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "sqlglot":
+                    uses_sqlglot = True
+                    if any(part.startswith("_") for part in alias.name.split(".")):
+                        found.append(f"line {node.lineno}: import {alias.name}")
+    if not uses_sqlglot:
+        return found
+    private = _sqlglot_private_names()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and (node.attr in private or node.attr == "SENTINEL_NONE"):
+            found.append(f"line {node.lineno}: .{node.attr}")
+        elif isinstance(node, ast.Constant) and node.value in private | {"SENTINEL_NONE"}:
+            found.append(f"line {node.lineno}: {node.value!r}")
+        elif isinstance(node, ast.Name) and node.id == "SENTINEL_NONE":
+            found.append(f"line {node.lineno}: SENTINEL_NONE")
+    return found
+
+
+def test_private_sqlglot_uses_are_caught():
+    assert private_sqlglot_uses("from sqlglot import parser\nclass P(parser.Parser):\n    def f(self):\n"
+                                "        return self._match(1) or self._curr")
+    assert private_sqlglot_uses("import sqlglot.parser\nE = getattr(sqlglot.parser, 'SENTINEL_NONE', None)")
+    assert private_sqlglot_uses("from sqlglot.tokens import _ALL_TOKENS")
+    assert not private_sqlglot_uses("from sqlglot import exp\nclass P:\n    def f(self):\n        return self.RANGE_PARSERS")
+
+
+def test_no_private_sqlglot_member_is_used():
+    """sqlglot is used through its public extension points only: documented class attributes,
+    public functions and classes, subclasses of its expressions."""
+    found = {name: uses for name, path in modules().items() if (uses := private_sqlglot_uses(path.read_text()))}
+    assert not found

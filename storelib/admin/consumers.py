@@ -61,7 +61,8 @@ def _subscriptions(store: MessageStore, args: argparse.Namespace, out: Output, p
             progress.say(f"counting what {s.group}'s filter does on {s.topic}")
             f = store.filter_stats(s.group, s.topic)
             row.update(checked=f.checked, skipped_by_file=f.skipped_by_file, pruned_by_bitmap=f.pruned_by_bitmap,
-                       passed=f.passed_consume_queue, matched=f.matched, false_positives=f.false_positives)
+                       passed=f.passed_consume_queue, matched=f.matched, false_positives=f.false_positives,
+                       spark_sql=f.spark_sql)
         rows.append(row)
     which = " ".join(filter(None, [f"of group {args.group}" if args.group else "",
                                    f"to topic {args.topic}" if args.topic else ""]))

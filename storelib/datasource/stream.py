@@ -47,7 +47,7 @@ from storelib.delta.table import Table
 from storelib.delta.spark_read import contiguous_groups
 from storelib.storage.dispatched import queued_expression
 from storelib.filter.message_filter import MessageFilter
-from storelib.filter.sql92_arrow import evaluate_batch
+from storelib.filter.sql92.arrow import evaluate_batch
 from storelib.model.config import StoreConfig
 from storelib.model.errors import SubscriptionNotFoundError
 from storelib.storage.consume_queue import max_offsets, min_queue_marker, queue_files, queue_min_offset, read_units

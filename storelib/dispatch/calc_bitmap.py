@@ -5,7 +5,7 @@ returns TRUE.
 
 Here it runs on the executors, on each Arrow batch of commitlog rows the dispatch job reads
 (:class:`~storelib.dispatch.request.DispatchRequests`): all subscriptions of a topic are evaluated at
-once over the properties of the batch's rows of that topic (:mod:`storelib.filter.sql92_arrow`: each
+once over the properties of the batch's rows of that topic (:mod:`storelib.filter.sql92.arrow`: each
 property look-up and number parse done once for all of them, vectorized), and the bits are set
 with numpy over the whole batch (:func:`storelib.filter.bloom.bitmap_array`).
 
@@ -28,8 +28,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from storelib.filter.bloom import BloomFilter, BloomFilterData, bitmap_array  # noqa: F401  (BloomFilter: the doctest)
-from storelib.filter.sql92_arrow import ArrowSql92
-from storelib.filter.sql92_tree import Node
+from storelib.filter.sql92.arrow import ArrowSql92
+from storelib.filter.sql92.tree import Node
 
 if TYPE_CHECKING:
     from storelib.filter.subscription import Subscription

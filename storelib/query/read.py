@@ -108,11 +108,14 @@ class ReadExplain:
     #: How clustered files are read: ``spark`` (Spark's Parquet reader) or ``row groups`` (only the kept
     #: row groups, by pyarrow tasks).
     reader: str = "spark"
+    #: A SQL92 expression as Spark SQL (:attr:`~storelib.filter.sql92.Sql92Expression.spark_sql`), for display.
+    spark_sql: str | None = None
 
     def __str__(self) -> str:
         pct = 100 * self.estimated_bytes / max(1, self.scan_bytes)
         return "\n".join([
             f"read {self.topic} where {self.expression}: {self.choice.upper()} ({self.reason})",
+            *([f"  spark sql   {self.spark_sql}"] if self.spark_sql is not None else []),
             f"  files       {self.files_considered} considered, {self.files_skipped_by_summary} skipped by "
             f"consume_queue_ext summaries, {self.files_read} read",
             f"  row groups  {self.row_groups_considered} clustered, {self.row_groups_skipped_by_statistics} skipped by "
@@ -164,7 +167,8 @@ class ReadPlan:
                            c["files_considered"], len(self.commitlog_files()), c.get("fresh_skipped", 0),
                            c["row_groups"], c["skipped_by_statistics"], c["skipped_by_bitmap"], c["row_groups_read"],
                            0 if self.row_groups is not None else len(self.ranges or ()), c["estimated_bytes"],
-                           c["scan_bytes"], "spark" if self.row_groups is None else "row groups")
+                           c["scan_bytes"], "spark" if self.row_groups is None else "row groups",
+                           None if self.filter.sql is None else self.filter.sql.spark_sql)
 
     def dataframe(self, spark) -> "DataFrame":
         """The rows the plan reads, with the exact check (every message read is tested); a class
@@ -489,6 +493,8 @@ class FilterStats:
     #: A class filter's failures by kind, each with a count, the filter's name, a message id and a
     #: traceback line (:class:`~storelib.filter.class_filter.FilterFailure`); empty for other filters.
     filter_errors: tuple = ()
+    #: A SQL92 expression as Spark SQL (:attr:`ReadExplain.spark_sql`), for display.
+    spark_sql: str | None = None
 
     @property
     def false_positives(self) -> int:
@@ -519,7 +525,7 @@ def filter_stats(ctx: StoreContext, topic: str, selector: MessageSelector | str 
     return FilterStats(group, topic, plan.filter.selector.expression, plan.units_total, plan.units_skipped,
                        int(row["pruned"]), int(row["passed"]), matched, e.choice, e.row_groups_considered,
                        e.row_groups_skipped_by_statistics, e.row_groups_skipped_by_bitmap, e.files_skipped_by_summary,
-                       e.reader, failures)
+                       e.reader, failures, e.spark_sql)
 
 
 def _stat(actions: pa.Table, name: str) -> list:

@@ -158,8 +158,8 @@ def test_subscriptions_with_filter_statistics(filled, capsys):
     assert code == 2 and "n >=" in err and err.count("\n") == 1
     store.dispatch()
     subs = run_json(capsys, "subscriptions", "--group", "GroupS", "--stats", "--store", store.root)
-    assert [(s["topic"], s["type"], s["expression"], s["checked"], s["matched"]) for s in subs] == [
-        ("TopicTest", "SQL92", "n >= 10", 20, 10)]
+    assert [(s["topic"], s["type"], s["expression"], s["checked"], s["matched"], s["spark_sql"]) for s in subs] == [
+        ("TopicTest", "SQL92", "n >= 10", 20, 10, "n >= 10")]
     code, _, err = run(capsys, "unsubscribe", "GroupS", "TopicTest", "--store", store.root)
     assert code == 0
     code, _, err = run(capsys, "unsubscribe", "GroupS", "TopicTest", "--store", store.root)

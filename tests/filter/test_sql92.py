@@ -14,15 +14,19 @@ from pathlib import Path
 
 import pytest
 from chispa import assert_df_equality
+import sqlglot
 from pyspark.sql import functions as F
+from sqlglot import exp
 
 from storelib.filter.selector import MessageSelector
 from storelib.filter.sql92 import (MAX_EXPRESSION_LENGTH, MAX_NESTING, RocketMQSQL92, Sql92Expression, Sql92Parser,
                                    compile_sql92, parse_sql92)
-from storelib.filter.sql92_lexer import tokenize_sql92
-from storelib.filter.sql92_eval import JavaEvaluationError, java_parse_double, java_parse_int, java_parse_long
-from storelib.filter.sql92_spark import to_columns
-from storelib.filter.sql92_tree import (Between, Comparison, InList, IsNull, JavaType, Literal, Logic, Match, Negate,
+from storelib.filter.sql92.dialect import (DISPLAY_MAX_DEPTH, MATCH_TOKENS, PRECEDENCE_CASES, spark_sql, to_sqlglot,
+                                           typed_tree)
+from storelib.filter.sql92.lexer import tokenize_sql92
+from storelib.filter.sql92.java import JavaEvaluationError, java_parse_double, java_parse_int, java_parse_long
+from storelib.filter.sql92.spark import to_columns
+from storelib.filter.sql92.tree import (Between, Comparison, InList, IsNull, JavaType, Literal, Logic, Match, Negate,
                                         Not, Property, Truth)
 from storelib.model.config import StoreConfig
 from storelib.model.errors import FilterExpressionError
@@ -325,7 +329,7 @@ def mutations(rng: random.Random, count: int) -> list[str]:
 def checked_parse(text: str) -> tuple[Sql92Expression | None, int, int]:
     """parse_sql92's answer (None when refused) and the work of a parse: lexer steps, tokens consumed.
     Only FilterExpressionError may escape, from the parser itself too (no safety net)."""
-    parser = Sql92Parser(dialect=RocketMQSQL92())
+    parser = Sql92Parser()
     try:
         parser.parse_text(text)
     except FilterExpressionError:
@@ -464,6 +468,135 @@ def test_canonical_text_and_expression_object():
         assert parse_sql92(str(tree)).tree == tree, text
 
 
+# -- the sqlglot dialect ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, spark_text", [
+    ("a BETWEEN 1 AND 2", "a BETWEEN 1 AND 2"), ("a NOT BETWEEN 1 AND 2", "NOT a BETWEEN 1 AND 2"),
+    ("a IN ('x', 'y''z')", "a IN ('x', 'y\\'z')"), ("a NOT IN ('x')", "NOT a IN ('x')"),
+    ("a IS NULL", "a IS NULL"), ("a IS NOT NULL", "NOT a IS NULL"), ("a CONTAINS 'x'", "CONTAINS(a, 'x')"),
+    ("a NOT STARTSWITH 'x'", "NOT STARTSWITH(a, 'x')"), ("a ENDSWITH 'x'", "ENDSWITH(a, 'x')"),
+    ("(NOT a) = 1", "(NOT a) = 1"), ("a <> 10L", "a <> 10L"), ("a = 1 IS NULL", "(a = 1) IS NULL"),
+    ("a > -b OR TRUE AND c = .5", "a > -b OR TRUE AND c = .5"),
+])
+def test_dialect_transpiles_to_spark(text, spark_text):
+    assert sqlglot.transpile(text, read=RocketMQSQL92, write="spark") == [spark_text]
+
+
+def test_dialect_builds_sqlglot_expressions():
+    tree = sqlglot.parse_one("a NOT CONTAINS 'x' AND b IS NOT NULL OR c BETWEEN 1 AND 2", read=RocketMQSQL92)
+    contains = exp.Not(this=exp.Contains(this=exp.column("a"), expression=exp.Literal.string("x")))
+    not_null = exp.Not(this=exp.Is(this=exp.column("b"), expression=exp.Null()))
+    between = exp.Between(this=exp.column("c"), low=exp.Literal.number(1), high=exp.Literal.number(2))
+    assert tree == exp.Or(this=exp.And(this=contains, expression=not_null), expression=between)
+    assert [t.token_type for t in RocketMQSQL92().tokenize("a contains 'x' startswith 'y' endswith 'z'")][1::2] \
+        == list(MATCH_TOKENS.values())
+    with pytest.raises(sqlglot.TokenError, match="unterminated string literal"):
+        RocketMQSQL92().tokenize("a = 'x")
+
+
+@pytest.mark.parametrize("text, rocketmq", PRECEDENCE_CASES)
+def test_dialect_reads_not_and_levels_as_rocketmq_not_as_sqlglot_does(text, rocketmq):
+    assert str(parse_sql92(text)) == rocketmq
+    assert sqlglot.transpile(text, read=RocketMQSQL92, write=RocketMQSQL92) == [rocketmq]
+    assert typed_tree(sqlglot.parse_one(text, read=RocketMQSQL92)) == parse_sql92(text).tree
+    try:  # sqlglot's own grammar reads it otherwise, or not at all (it has no CONTAINS operator)
+        own: list[str] | None = sqlglot.transpile(text, write=RocketMQSQL92)
+    except sqlglot.ParseError:
+        own = None
+    assert own != [rocketmq]
+
+
+def _parentheses_depth(text: str) -> int:
+    """The deepest nesting of parentheses in a text: sqlglot's parser recurses on each, the tree keeps none."""
+    depth = deepest = 0
+    for token in tokenize_sql92(text)[0]:
+        depth += {"L_PAREN": 1, "R_PAREN": -1}.get(token.token_type.name, 0)
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def test_dialect_reads_every_valid_selector_as_the_parser_of_record():
+    """sqlglot's reading of the text itself, through the dialect, is the store's parser's tree: on the
+    literal cases, RocketMQ's cases, random expressions and fuzzed ones that stay valid."""
+    rng = random.Random(5)
+    texts = ([t for t, _, _ in LITERAL_CASES] + [c["expr"] for c in _conformance() if c["expected"] != "parse_error"]
+             + [random_expression(rng) for _ in range(1000)] + mutations(rng, 2000)
+             + ["a = 1" + " AND b IN ('x')" * 3000, "a = 1" + " OR b = 2 AND c" * 2000])
+    checked = 0
+    for text in texts:
+        try:
+            tree = parse_sql92(text).tree
+        except FilterExpressionError:
+            continue
+        if tree.depth + _parentheses_depth(text) > DISPLAY_MAX_DEPTH:  # deeper than sqlglot's recursion reaches
+            continue
+        assert typed_tree(sqlglot.parse_one(text, read=RocketMQSQL92)) == tree, text
+        checked += 1
+    assert checked > 1000
+
+
+def test_dialect_reads_levels_as_rocketmq_does():
+    """IS NULL with =, ordering with BETWEEN/IN/CONTAINS, left to right, NOT on one operand."""
+    for text in ("a > 1 CONTAINS 'x'", "a = 1 IS NULL", "a IS NULL = TRUE", "a IN ('x') CONTAINS 'y'",
+                 "a CONTAINS 'x' IS NULL", "a > 1 = TRUE", "a = 1 = TRUE", "a BETWEEN 1 AND 2 AND b",
+                 "a NOT BETWEEN -1 AND 2 OR c < -b", "NOT (a = 1) AND b NOT IN ('x', 'y')"):
+        assert sqlglot.transpile(text, read=RocketMQSQL92, write=RocketMQSQL92) == [str(parse_sql92(text))], text
+
+
+def test_expressions_built_with_sqlglot_are_checked_as_text_is():
+    a, b = exp.column("a"), exp.column("b")
+    built = exp.Or(this=exp.Not(this=exp.In(this=a, expressions=[exp.Literal.string("x")])),
+                   expression=exp.Between(this=b, low=exp.Literal.number(1), high=exp.Literal.number("10L")))
+    e = Sql92Expression.from_sqlglot(built)
+    assert e.tree == Logic("OR", (InList(Property("a"), ("x",), negated=True),
+                                  Between(Property("b"), Literal(1, INT), Literal(10, INT))))
+    assert e.evaluate({"a": "x", "b": "5"}) and not e.evaluate({"a": "x", "b": "50"})
+    for refused, reason in [(a.eq(exp.Null()), "NULL cannot be compared"), (a > exp.Literal.string("x"), "cannot be ordered"),
+                            (exp.Anonymous(this="f", expressions=[a]), "function calls"),
+                            (exp.Add(this=a, expression=b).eq(1), "arithmetic")]:
+        with pytest.raises(FilterExpressionError, match=reason):
+            Sql92Expression.from_sqlglot(refused)
+    with pytest.raises(FilterExpressionError, match="nested more than 1 deep"):
+        Sql92Expression.from_sqlglot(exp.Not(this=exp.Not(this=a)), max_nesting=1)
+
+
+def test_spark_sql_of_deep_trees_within_the_display_depth_and_none_beyond():
+    shapes = [lambda k: "NOT " * k + "a", lambda k: "NOT (" * k + "a" + ")" * k, lambda k: "-" * k + "1 < a",
+              lambda k: "a" + " IS NULL" * k, lambda k: "(" * k + "a" + ") CONTAINS 'x' AND b" * k]
+    for make in shapes:
+        deepest = 1
+        while parse_sql92(make(deepest + 1)).tree.depth <= DISPLAY_MAX_DEPTH:
+            deepest += 1
+        e = parse_sql92(make(deepest))
+        assert e.spark_sql and Sql92Expression.from_sqlglot(e.sqlglot) == e
+        deeper = parse_sql92(make(deepest + 1))
+        assert deeper.tree.depth > DISPLAY_MAX_DEPTH and deeper.spark_sql is None
+        with pytest.raises(ValueError, match="DISPLAY_MAX_DEPTH"):
+            _ = deeper.sqlglot
+    long = parse_sql92("a = 1" + " OR b IN ('x')" * 4000)  # long chains are loops in sqlglot too
+    assert long.spark_sql.count(" OR ") == 4000  # type: ignore[union-attr]
+
+
+def test_dialect_round_trips_every_tree():
+    """The dialect reads every canonical text and writes it back as text RocketMQ's grammar reads as the same tree."""
+    texts = [t for t, _, _ in LITERAL_CASES] + [c["expr"] for c in _conformance() if c["expected"] != "parse_error"]
+    rng = random.Random(3)
+    texts += [random_expression(rng) for _ in range(300)]
+    checked = 0
+    for text in texts:
+        try:
+            tree = parse_sql92(text).tree
+        except FilterExpressionError:  # some random expressions are refused
+            continue
+        checked += 1
+        written = to_sqlglot(tree).sql(dialect=RocketMQSQL92)
+        assert parse_sql92(written).tree == tree, (text, written)
+        assert spark_sql(tree) == parse_sql92(text).spark_sql
+        assert Sql92Expression.from_sqlglot(parse_sql92(text).sqlglot).tree == tree
+    assert checked > len(LITERAL_CASES) + 200
+
+
 # -- Java's number parsers ---------------------------------------------------------------------------
 
 
@@ -541,7 +674,7 @@ def test_compile_takes_a_column_or_a_name(spark):
 
 
 def test_columns_are_built_from_functions_only():
-    source = (Path(__file__).parents[2] / "storelib" / "filter" / "sql92_spark.py").read_text()
+    source = (Path(__file__).parents[2] / "storelib" / "filter" / "sql92" / "spark.py").read_text()
     for forbidden in ("F.expr(", "selectExpr", ".sql(", "udf", "pandas_udf"):
         assert forbidden not in source
 

@@ -1,4 +1,4 @@
-"""SQL92 evaluated over Arrow arrays (storelib.filter.sql92_arrow) against RocketMQ's own answers and
+"""SQL92 evaluated over Arrow arrays (storelib.filter.sql92.arrow) against RocketMQ's own answers and
 the pure-Python reference evaluator: literal cases, the conformance file, the Java number parsers,
 and randomized expressions over randomized property maps."""
 
@@ -12,9 +12,9 @@ import pyarrow as pa
 import pytest
 
 from storelib.filter.sql92 import parse_sql92
-from storelib.filter.sql92_arrow import ArrowSql92, _parse_double, _parse_int, evaluate_batch
-from storelib.filter.sql92_eval import JavaEvaluationError, java_parse_double, java_parse_int
-from storelib.filter.sql92_tree import JavaType
+from storelib.filter.sql92.arrow import ArrowSql92, _parse_double, _parse_int, evaluate_batch
+from storelib.filter.sql92.java import JavaEvaluationError, java_parse_double, java_parse_int
+from storelib.filter.sql92.tree import JavaType
 from storelib.model.errors import FilterExpressionError
 from tests.conformance import utf8_cases
 from tests.filter.test_sql92 import LITERAL_CASES, PROPERTY_VALUES, random_expression
@@ -230,7 +230,7 @@ def test_random_expressions_one_tree_at_a_time():
 
 def test_no_python_per_row(monkeypatch):
     """Hex doubles are parsed once per distinct value, nothing else calls the reference parser."""
-    import storelib.filter.sql92_arrow as module
+    import storelib.filter.sql92.arrow as module
 
     calls: list[str] = []
     monkeypatch.setattr(module, "java_parse_double", lambda t: calls.append(t) or java_parse_double(t))

@@ -300,6 +300,13 @@ class TestSql92Reads:
         store.dispatch()
         got = store.read("TopicTest", MessageSelector.by_sql("b = 'x' AND a <> 3"))
         assert bodies(got) == expected_bodies(store, lambda t, p: p["b"] == "x" and p["a"] != "3")
+        explain = store.explain_read("TopicTest", MessageSelector.by_sql("b = 'x' AND a NOT IN ('3')"))
+        assert explain.spark_sql == "b = 'x' AND NOT a IN ('3')" and "  spark sql   b = 'x'" in str(explain)
+        assert store.explain_read("TopicTest", MessageSelector.by_tag("TagA")).spark_sql is None
+        from storelib.query.read import filter_stats
+
+        assert filter_stats(store.context, "TopicTest", MessageSelector.by_sql("b CONTAINS 'x'")).spark_sql \
+            == "CONTAINS(b, 'x')"
 
     def test_read_equals_exact_filter_over_every_message(self, spark, store):
         store.subscribe("GroupB", "TopicTest", MessageSelector.by_sql(SQL_B))

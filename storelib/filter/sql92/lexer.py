@@ -18,12 +18,11 @@ from __future__ import annotations
 import re
 from typing import Iterator
 
-from sqlglot import tokens as sqlglot_tokens
 from sqlglot.tokens import Token, TokenType
 
 from storelib.model.validation import lone_surrogate
 
-__all__ = ["Sql92Lexer", "Sql92Tokenizer", "tokenize_sql92"]
+__all__ = ["Sql92Lexer", "tokenize_sql92", "KEYWORDS", "OPERATORS", "surrogate_reason"]
 
 KEYWORDS = {"NOT": TokenType.NOT, "AND": TokenType.AND, "OR": TokenType.OR, "BETWEEN": TokenType.BETWEEN,
             "IN": TokenType.IN, "TRUE": TokenType.TRUE, "FALSE": TokenType.FALSE, "NULL": TokenType.NULL,
@@ -236,29 +235,3 @@ def tokenize_sql92(text: str) -> tuple[list[Token], int]:
     lexer = Sql92Lexer(text)
     tokens = list(lexer)
     return tokens, lexer.steps
-
-
-class Sql92Tokenizer(sqlglot_tokens.Tokenizer):
-    """The dialect's tokenizer for sqlglot: :meth:`tokenize` is :class:`Sql92Lexer` run to the end.
-
-    sqlglot's generic scanner is close but not exact for this grammar (``.5`` and ``10L`` are one
-    token, ``1e`` two, a ``--`` comment must end with a line break, ``\\v`` is not white space), so
-    the scanning is :class:`Sql92Lexer`'s; ``steps`` holds its count after :meth:`tokenize`.
-
-    >>> tokenizer = Sql92Tokenizer()
-    >>> [t.token_type.name for t in tokenizer.tokenize("NOT a <> 1L")], tokenizer.steps <= 4 * 11 + 4
-    (['NOT', 'VAR', 'NEQ', 'NUMBER'], True)
-    """
-
-    QUOTES = ["'"]
-    STRING_ESCAPES = ["'"]
-    COMMENTS = ["--", ("/*", "*/")]
-    KEYWORDS = {**KEYWORDS, **{k: v for k, v in OPERATORS.items() if len(k) == 2}}
-    SINGLE_TOKENS = {k: v for k, v in OPERATORS.items() if len(k) == 1}
-
-    steps = 0
-
-    def tokenize(self, sql: str) -> list[Token]:
-        """The tokens of ``sql``; see :class:`Sql92Lexer`."""
-        tokens, self.steps = tokenize_sql92(sql)
-        return tokens

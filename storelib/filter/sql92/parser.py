@@ -1,39 +1,33 @@
-"""RocketMQ's SQL92 message selector: a sqlglot dialect of its own and a small typed tree.
+"""RocketMQ's SQL92 selector grammar: a recursive-descent parser building the typed tree, with RocketMQ's checks.
 
 The grammar is RocketMQ's ``SelectorParser.jj`` (ActiveMQ's JMS selector without LIKE, arithmetic,
 hex and octal): ``OR`` < ``AND`` < ``= <> IS [NOT] NULL`` < ``> >= < <= [NOT] BETWEEN / IN /
 CONTAINS / STARTSWITH / ENDSWITH`` < unary ``+ - NOT``. ``NOT`` binds tighter than every comparison,
 so ``NOT a = 1`` means ``(NOT a) = 1``. The checks RocketMQ makes while building its tree (only
 numbers and properties can be ordered, ``IN`` needs a property, ``BETWEEN`` bounds in order, no
-``= NULL``, literal ranges) are made here too, so every text RocketMQ refuses is refused here with a
-:class:`~storelib.model.errors.FilterExpressionError` naming the first offending token. Unlike RocketMQ,
-text left over after a complete expression is an error, not silently ignored.
+``= NULL``, literal ranges) are made as the tree is built, so every text RocketMQ refuses is refused
+with a :class:`~storelib.model.errors.FilterExpressionError` naming the first offending token. Unlike
+RocketMQ, text left over after a complete expression is an error, not silently ignored.
 
->>> str(parse_sql92("a between 1 and 5 and TAGS in ('TagA','TagB')"))
+>>> str(Sql92Parser().parse_text("a between 1 and 5 and TAGS in ('TagA','TagB')"))
 "a BETWEEN 1 AND 5 AND TAGS IN ('TagA', 'TagB')"
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
-from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, NoReturn
+from dataclasses import replace
+from typing import Iterable, Iterator, NoReturn
 
-from sqlglot import parser as sqlglot_parser
-from sqlglot.dialects.dialect import Dialect
 from sqlglot.tokens import Token, TokenType
 
-from storelib.filter.sql92_eval import java_compare
-from storelib.filter.sql92_lexer import Sql92Lexer, Sql92Tokenizer, tokenize_sql92  # noqa: F401 (re-exported)
-from storelib.filter.sql92_tree import (Between, Comparison, InList, IsNull, JavaType, Literal, Logic, Match, Negate,
-                                        Node, Not, Property, Truth, property_names)
+from storelib.filter.sql92.java import java_compare
+from storelib.filter.sql92.lexer import Sql92Lexer
+from storelib.filter.sql92.tree import (Between, Comparison, InList, IsNull, JavaType, Literal, Logic, Match, Negate,
+                                        Node, Not, Property, Truth)
 from storelib.model.errors import FilterExpressionError
 
-if TYPE_CHECKING:
-    from pyspark.sql import Column
-
-__all__ = ["parse_sql92", "compile_sql92", "Sql92Expression", "RocketMQSQL92", "MAX_NESTING", "MAX_EXPRESSION_LENGTH"]
+__all__ = ["Sql92Parser", "number_literal", "MAX_NESTING", "MAX_EXPRESSION_LENGTH"]
 
 #: Parentheses, NOT and unary signs nested deeper than this are refused (RocketMQ's limit is its stack),
 #: and so are operators applied to other operators' results deeper than this (``a IS NULL IS NULL ...``).
@@ -47,60 +41,79 @@ _INT_MAX, _LONG_MAX = 2**31 - 1, 2**63 - 1
 _LOGIC_LEVELS = ((TokenType.OR, "OR"), (TokenType.AND, "AND"))
 _OPERAND_ENDS = {TokenType.VAR, TokenType.NUMBER, TokenType.STRING, TokenType.R_PAREN, TokenType.TRUE,
                  TokenType.FALSE, TokenType.NULL}
-#: The parser's end of input: sqlglot's sentinel token where it has one (older versions use None).
-_END: Any = getattr(sqlglot_parser, "SENTINEL_NONE", None)
+class Sql92Parser:
+    """RocketMQ's selector grammar over :class:`~storelib.filter.sql92.lexer.Sql92Lexer` tokens, building the typed tree.
 
+    A recursive-descent parser with a one-token cursor of its own. Tokens are pulled one at a time as
+    the grammar needs them (no lookahead), so a text refused at a token is not lexed past it;
+    ``consumed`` counts the tokens taken, and every token costs the parser a bounded amount of work.
+    Every error is a :class:`FilterExpressionError` naming the first offending token.
 
-class Sql92Parser(sqlglot_parser.Parser):
-    """RocketMQ's selector grammar over :class:`Sql92Tokenizer` tokens, building the typed tree.
-
-    It uses sqlglot's token cursor (``_curr``, ``_match``, ``_advance``) and nothing of sqlglot's
-    SQL grammar. Tokens are pulled one at a time as the grammar needs them (no lookahead), so a text
-    refused at a token is not lexed past it; ``consumed`` counts the tokens taken, and every token
-    costs the parser a bounded amount of work. Every error is a :class:`FilterExpressionError`.
-
-    >>> parser = Sql92Parser(dialect=RocketMQSQL92())
+    >>> parser = Sql92Parser()
     >>> str(parser.parse_text("a = 1 OR b")), parser.consumed, parser.lexer.steps <= 4 * 10 + 4
     ('a = 1 OR b', 5, True)
     """
 
-    consumed = 0
-    lexer: Sql92Lexer | None = None
-
-    def parse(self, raw_tokens: Iterable[Token], sql: str) -> list[Any]:  # type: ignore[override]
-        """``[tree]``: this dialect has one statement kind, the selector."""
-        return [self.parse_selector(raw_tokens, sql)]
+    def __init__(self) -> None:
+        self.sql = ""
+        self.consumed = 0
+        self.lexer: Sql92Lexer | None = None
+        #: The token under the cursor (None at the end of the text) and the one taken before it.
+        self.current: Token | None = None
+        self.previous: Token | None = None
+        self._stream: Iterator[Token] = iter(())
+        self._max_nesting, self._depth = MAX_NESTING, 0
 
     def parse_text(self, sql: str, max_nesting: int = MAX_NESTING) -> Node:
-        """The tree of ``sql``, lexed as it is parsed; ``lexer`` keeps the lexer (and its steps)."""
+        """The tree of ``sql``, lexed as it is parsed; ``lexer`` keeps the lexer (and its steps).
+
+        >>> parser = Sql92Parser()
+        >>> str(parser.parse_text("a IS NULL = TRUE")), parser.consumed
+        ('(a IS NULL) = TRUE', 5)
+        """
         self.lexer = Sql92Lexer(sql)
         return self.parse_selector(self.lexer, sql, max_nesting)
 
-    def parse_selector(self, raw_tokens: Iterable[Token], sql: str, max_nesting: int = MAX_NESTING) -> Node:
-        """The tree of one whole selector, or :class:`FilterExpressionError`."""
-        self.reset()
-        self.sql, self._stream, self._index, self.consumed = sql, iter(raw_tokens), -1, 0
-        self._curr = self._prev = _END
+    def parse_selector(self, tokens: Iterable[Token], sql: str, max_nesting: int = MAX_NESTING) -> Node:
+        """The tree of one whole selector, or :class:`FilterExpressionError`.
+
+        >>> str(Sql92Parser().parse_selector(Sql92Lexer("NOT a = 1"), "NOT a = 1"))
+        '(NOT a) = 1'
+        """
+        self.sql, self._stream, self.consumed = sql, iter(tokens), 0
+        self.current = self.previous = None
         self._max_nesting, self._depth = max_nesting, 0
-        self._advance()
-        if not self._curr:
+        self._step()
+        if not self.current:
             raise FilterExpressionError("empty expression", sql, len(sql))
         tree = self._as_boolean(self._or(), None)
-        if self._curr:
+        if self.current:
             self._unexpected("AND, OR or the end of the expression")
         return tree
 
-    def _advance(self, times: int = 1) -> None:
-        """Take the next token from the stream (sqlglot's cursor over a list, made lazy)."""
-        stream: Iterator[Token] = self._stream
-        for _ in range(times):
-            if self._curr:
-                self._prev = self._curr
-            self._index += 1
-            self._curr = next(stream, _END)
-            if self._curr:
-                self.consumed += 1
-        self._next = _END  # this grammar needs no lookahead
+    # -- the cursor -------------------------------------------------------------------------------
+
+    def _step(self) -> None:
+        """Take the next token from the stream."""
+        if self.current:
+            self.previous = self.current
+        self.current = next(self._stream, None)
+        if self.current:
+            self.consumed += 1
+
+    def _take(self, kind: TokenType) -> bool:
+        """Step past the current token if it is a ``kind``."""
+        if self.current and self.current.token_type == kind:
+            self._step()
+            return True
+        return False
+
+    def _take_any(self, kinds: tuple[TokenType, ...]) -> bool:
+        """Step past the current token if it is one of ``kinds``."""
+        if self.current and self.current.token_type in kinds:
+            self._step()
+            return True
+        return False
 
     def _nest(self, tok: Token | None) -> None:
         """One level deeper into parentheses, NOT or a sign; refused past the limit at ``tok``, the level's first token."""
@@ -125,17 +138,17 @@ class Sql92Parser(sqlglot_parser.Parser):
         raise FilterExpressionError(reason, self.sql, pos)
 
     def _unexpected(self, expected: str) -> NoReturn:
-        tok = self._curr
+        tok = self.current
         if not tok:
             self._fail(f"unexpected end of expression, expected {expected}", None)
         if tok.token_type == TokenType.UNKNOWN:
             self._fail(tok.text, tok)
         shown = self.sql[tok.start:tok.end + 1]
         shown = repr(shown if len(shown) <= 20 else shown[:20] + "...")
-        after_operand = bool(self._prev) and self._prev.token_type in _OPERAND_ENDS
+        after_operand = bool(self.previous) and self.previous.token_type in _OPERAND_ENDS
         if tok.token_type == TokenType.DASH and self.sql.startswith("--", tok.start):
             self._fail(f"a '--' comment must end with a line break: unexpected {shown}", tok)
-        if tok.token_type == TokenType.L_PAREN and after_operand and self._prev.token_type == TokenType.VAR:
+        if tok.token_type == TokenType.L_PAREN and after_operand and self.previous.token_type == TokenType.VAR:
             self._fail(f"function calls are not supported: unexpected {shown}", tok)
         if tok.token_type in (TokenType.PLUS, TokenType.DASH) and after_operand:
             self._fail(f"arithmetic is not supported: unexpected {shown}", tok)
@@ -144,9 +157,9 @@ class Sql92Parser(sqlglot_parser.Parser):
         self._fail(f"unexpected {shown}, expected {expected}", tok)
 
     def _expect(self, kind: TokenType, expected: str) -> Token:
-        if not self._match(kind):
+        if not self._take(kind):
             self._unexpected(expected)
-        return self._prev
+        return self.previous
 
     # -- grammar (a method per production of SelectorParser.jj; OR and AND share one) ---------------
 
@@ -156,9 +169,9 @@ class Sql92Parser(sqlglot_parser.Parser):
         parentheses is merged into it). One method for both keeps the stack shallow per nesting level."""
         token, name = _LOGIC_LEVELS[level]
         left = self._or(1) if level == 0 else self._equality()
-        if not self._match(token):
+        if not self._take(token):
             return left
-        op = self._prev
+        op = self.previous
         first = self._as_boolean(left, op)
         merged = isinstance(first, Logic) and first.op == name
         terms, depth = (list(first.terms), first.depth - 1) if merged else ([first], first.depth)
@@ -169,15 +182,15 @@ class Sql92Parser(sqlglot_parser.Parser):
             depth = max(depth, terms[-1].depth)
             if depth >= self._max_nesting:
                 self._too_deep(op)
-            if not self._match(token):
+            if not self._take(token):
                 return Logic(name, tuple(terms), pos=first.pos)
-            op = self._prev
+            op = self.previous
 
     def _equality(self) -> Node:
         left = self._comparison()
         while True:
-            if self._match_set((TokenType.EQ, TokenType.NEQ)):
-                op = self._prev
+            if self._take_any((TokenType.EQ, TokenType.NEQ)):
+                op = self.previous
                 right = self._comparison()
                 for side, at in ((left, op), (right, right)):
                     if isinstance(side, Literal) and side.type is JavaType.NULL:
@@ -185,9 +198,9 @@ class Sql92Parser(sqlglot_parser.Parser):
                 if _is_boolean_literal(left) and isinstance(right, Literal) and not _is_boolean_literal(right):
                     self._fail(f"{_show(left)} cannot be compared with {_show(right)}", right)
                 left = self._built(Comparison(op.text, left, right, pos=left.pos), op)
-            elif self._match(TokenType.IS):
-                op = self._prev
-                negated = self._match(TokenType.NOT)
+            elif self._take(TokenType.IS):
+                op = self.previous
+                negated = self._take(TokenType.NOT)
                 self._expect(TokenType.NULL, "NULL" if negated else "NULL or NOT NULL")
                 left = self._built(IsNull(left, negated, pos=left.pos), op)
             else:
@@ -196,29 +209,29 @@ class Sql92Parser(sqlglot_parser.Parser):
     def _comparison(self) -> Node:
         left = self._unary()
         while True:
-            tok = self._curr
+            tok = self.current
             kind = tok.token_type if tok else None
             if kind in (TokenType.GT, TokenType.GTE, TokenType.LT, TokenType.LTE):
-                self._advance()
+                self._step()
                 self._orderable(left, tok)
                 right = self._unary()
                 left = self._built(Comparison(tok.text, left, self._orderable(right, None), pos=left.pos), tok)
                 continue
             negated = kind == TokenType.NOT
             if negated:
-                self._advance()
-                nxt = self._curr.token_type if self._curr else None
+                self._step()
+                nxt = self.current.token_type if self.current else None
                 if nxt not in (TokenType.OPERATOR, TokenType.BETWEEN, TokenType.IN):
                     self._fail("NOT after an operand must be followed by CONTAINS, STARTSWITH, ENDSWITH, "
                                "BETWEEN or IN", tok)
                 kind = nxt
             if kind == TokenType.OPERATOR:
-                op = self._curr.text
-                self._advance()
+                op = self.current.text
+                self._step()
                 pattern = self._expect(TokenType.STRING, f"a string literal after {op}").text
                 left = self._built(Match(op, left, pattern, negated, pos=left.pos), tok)
             elif kind == TokenType.BETWEEN:
-                self._advance()
+                self._step()
                 self._orderable(left, tok)
                 low = self._orderable(self._unary(), None)
                 self._expect(TokenType.AND, "AND of BETWEEN")
@@ -228,12 +241,12 @@ class Sql92Parser(sqlglot_parser.Parser):
                     self._fail(f"BETWEEN bounds out of order: {low} is greater than {high}", high)
                 left = self._built(Between(left, low, high, negated, pos=left.pos), tok)
             elif kind == TokenType.IN:
-                self._advance()
+                self._step()
                 if not isinstance(left, Property):
                     self._fail("IN needs a property on its left", tok)
                 self._expect(TokenType.L_PAREN, "'(' after IN")
                 values = [self._expect(TokenType.STRING, "a string literal in the IN list").text]
-                while self._match(TokenType.COMMA):
+                while self._take(TokenType.COMMA):
                     values.append(self._expect(TokenType.STRING, "a string literal in the IN list").text)
                 self._expect(TokenType.R_PAREN, "',' or ')' in the IN list")
                 left = InList(left, tuple(values), negated, pos=left.pos)  # depth 1: its operand is a property
@@ -241,14 +254,14 @@ class Sql92Parser(sqlglot_parser.Parser):
                 return left
 
     def _unary(self) -> Node:
-        tok = self._curr
+        tok = self.current
         self._nest(tok)
         try:
-            if self._match(TokenType.PLUS):
+            if self._take(TokenType.PLUS):
                 return replace(self._unary(), pos=tok.start)
-            if self._match(TokenType.DASH):
+            if self._take(TokenType.DASH):
                 return self._built(Negate(self._unary(), pos=tok.start), tok)
-            if self._match(TokenType.NOT):
+            if self._take(TokenType.NOT):
                 operand = self._unary()
                 return self._built(Not(self._as_boolean(operand, None), pos=tok.start), tok)
             return self._primary()
@@ -256,37 +269,28 @@ class Sql92Parser(sqlglot_parser.Parser):
             self._depth -= 1
 
     def _primary(self) -> Node:
-        tok = self._curr
-        if self._match(TokenType.L_PAREN):
+        tok = self.current
+        if self._take(TokenType.L_PAREN):
             inner = self._or()
             self._expect(TokenType.R_PAREN, "')'")
             return replace(inner, pos=tok.start)
-        if self._match(TokenType.VAR):
+        if self._take(TokenType.VAR):
             return Property(tok.text, pos=tok.start)
-        if self._match(TokenType.STRING):
+        if self._take(TokenType.STRING):
             return Literal(tok.text, JavaType.STRING, pos=tok.start)
-        if self._match_set((TokenType.TRUE, TokenType.FALSE)):
+        if self._take_any((TokenType.TRUE, TokenType.FALSE)):
             return Literal(tok.token_type == TokenType.TRUE, JavaType.BOOLEAN, pos=tok.start)
-        if self._match(TokenType.NULL):
+        if self._take(TokenType.NULL):
             return Literal(None, JavaType.NULL, pos=tok.start)
-        if self._match(TokenType.NUMBER):
+        if self._take(TokenType.NUMBER):
             return self._number(tok)
         self._unexpected("a property, a literal, '(', NOT, '+' or '-'")
 
     def _number(self, tok: Token) -> Literal:
-        """ConstantExpression.createFromDecimal / createFloat: Long range, then Integer if it fits;
-        a float must be a finite double of at least Double.MIN_VALUE (so ``0.0`` is refused)."""
-        m = _DECIMAL.fullmatch(tok.text)
-        if m:
-            # more digits than a long has is out of range; Python also refuses int() of > 4300 digits
-            value = int(m.group(1)) if len(m.group(1)) <= 19 else _LONG_MAX + 1
-            if value > _LONG_MAX:
-                self._fail(f"{tok.text} is out of the range of a long", tok)
-            return Literal(value, JavaType.INT if value <= _INT_MAX else JavaType.LONG, pos=tok.start)
-        number = float(tok.text)
-        if number == 0.0 or number == float("inf"):
-            self._fail(f"{tok.text} is outside RocketMQ's float range [4.9E-324, 1.8E308]", tok)
-        return Literal(number, JavaType.DOUBLE, pos=tok.start)
+        try:
+            return number_literal(tok.text, tok.start)
+        except ValueError as e:
+            self._fail(str(e), tok)
 
     # -- RocketMQ's construction checks -----------------------------------------------------------
 
@@ -318,104 +322,22 @@ def _is_boolean_literal(node: Node) -> bool:
     return isinstance(node, Literal) and node.type is JavaType.BOOLEAN
 
 
-class RocketMQSQL92(Dialect):
-    """The sqlglot dialect of RocketMQ's SQL92 selectors (``SelectorParser.jj``)."""
+def number_literal(text: str, pos: int = 0) -> Literal:
+    """The literal of a number token, as ConstantExpression.createFromDecimal / createFloat make it:
+    Long range, then Integer if it fits; a float must be a finite double of at least Double.MIN_VALUE
+    (so ``0.0`` is refused, with ValueError).
 
-    Tokenizer = Sql92Tokenizer
-    Parser = Sql92Parser
-
-
-_DIALECT = RocketMQSQL92()
-
-
-@dataclass(frozen=True)
-class Sql92Expression:
-    """A parsed, validated SQL92 subscription expression.
-
-    ``text`` is what the subscriber sent, ``tree`` the typed tree, ``properties`` the property
-    names it reads; ``str()`` is a canonical text that parses back to the same tree.
-
-    >>> e = parse_sql92("a BETWEEN 1 AND 9 AND TAGS IS NOT NULL")
-    >>> sorted(e.properties), e.evaluate({"a": "5", "TAGS": "x"}), e.evaluate({"a": "5"})
-    (['TAGS', 'a'], True, False)
-    >>> spark.createDataFrame([({"a": "5", "TAGS": "x"},)], "properties map<string,string>").where(e.to_column()).count()
-    1
+    >>> number_literal("10L"), number_literal("2147483648").type, number_literal(".5").type
+    (Literal(value=10, java_type=<JavaType.INT: 'Integer'>), <JavaType.LONG: 'Long'>, <JavaType.DOUBLE: 'Double'>)
     """
-
-    text: str = field(compare=False)
-    tree: Node
-
-    @property
-    def properties(self) -> frozenset[str]:
-        """Names of the message properties the expression reads (``TAGS`` included)."""
-        return property_names(self.tree)
-
-    def evaluate(self, properties: Mapping[str, str]) -> bool:
-        """True where RocketMQ's evaluator returns Boolean TRUE for these properties."""
-        from storelib.filter.sql92_eval import evaluate
-
-        return evaluate(self.tree, properties)
-
-    def to_column(self, properties: "Column | str" = "properties") -> "Column":
-        """Boolean Column (never NULL) over a ``map<string,string>`` column of properties."""
-        from storelib.filter.sql92_spark import to_column
-
-        return to_column(self.tree, properties)
-
-    def __str__(self) -> str:
-        return str(self.tree)
-
-    def __repr__(self) -> str:
-        return f"Sql92Expression({str(self.tree)!r})"
-
-
-def parse_sql92(text: str, *, max_length: int = MAX_EXPRESSION_LENGTH, max_nesting: int = MAX_NESTING) -> Sql92Expression:
-    """Parse and validate a SQL92 subscription expression; :class:`FilterExpressionError` if invalid.
-
-    A text longer than ``max_length`` characters is refused before it is read (at offset
-    ``max_length``); deeper nesting than ``max_nesting`` where it goes too deep. A store passes its
-    ``max_filter_expression_length`` and ``max_filter_expression_nesting`` settings.
-
-    >>> e = parse_sql92("TAGS = 'TagA' AND price > 100")
-    >>> sorted(e.properties), e.evaluate({"TAGS": "TagA", "price": "250"})
-    (['TAGS', 'price'], True)
-    >>> parse_sql92("a = 'x' OR b = 'y'", max_length=10)
-    Traceback (most recent call last):
-    ...
-    storelib.model.errors.FilterExpressionError: expression: expression longer than 10 characters (max_filter_expression_length) (got "a = 'x' OR b = 'y'") [at line 1, column 11]
-    >>> parse_sql92("NOT NOT NOT a", max_nesting=3).text
-    Traceback (most recent call last):
-    ...
-    storelib.model.errors.FilterExpressionError: expression: expression nested more than 3 deep (max_filter_expression_nesting) (got 'NOT NOT NOT a') [at line 1, column 13]
-    """
-    if not isinstance(text, str):
-        raise FilterExpressionError(f"expression must be a string, not {type(text).__name__}", repr(text), 0)
-    if len(text) > max_length:
-        raise FilterExpressionError(f"expression longer than {max_length} characters (max_filter_expression_length)",
-                                    text, max_length)
-    return _parse(text, max_nesting)
-
-
-@lru_cache(maxsize=256)
-def _parse(text: str, max_nesting: int) -> Sql92Expression:
-    try:
-        tree = Sql92Parser(dialect=_DIALECT).parse_text(text, max_nesting)
-    except FilterExpressionError:
-        raise
-    except RecursionError:
-        raise FilterExpressionError("expression nested too deeply", text, 0) from None
-    except Exception as e:  # never let a sqlglot or Python error escape as anything else
-        raise FilterExpressionError(f"invalid expression ({type(e).__name__}: {e})", text, 0) from None
-    return Sql92Expression(text, tree)
-
-
-def compile_sql92(text: str, properties: "Column | str" = "properties", *, max_length: int = MAX_EXPRESSION_LENGTH,
-                  max_nesting: int = MAX_NESTING) -> "Column":
-    """Parse ``text`` and compile it to a boolean Column over a ``map<string,string>`` properties column
-    (the limits are :func:`parse_sql92`'s).
-
-    >>> df = spark.createDataFrame([({"a": "7"},), ({"TAGS": "TagA"},), ({"a": "1"},)], "properties map<string,string>")
-    >>> df.where(compile_sql92("a > 5 OR TAGS IN ('TagA')")).count()
-    2
-    """
-    return parse_sql92(text, max_length=max_length, max_nesting=max_nesting).to_column(properties)
+    m = _DECIMAL.fullmatch(text)
+    if m:
+        # more digits than a long has is out of range; Python also refuses int() of > 4300 digits
+        value = int(m.group(1)) if len(m.group(1)) <= 19 else _LONG_MAX + 1
+        if value > _LONG_MAX:
+            raise ValueError(f"{text} is out of the range of a long")
+        return Literal(value, JavaType.INT if value <= _INT_MAX else JavaType.LONG, pos=pos)
+    number = float(text)
+    if number == 0.0 or number == float("inf"):
+        raise ValueError(f"{text} is outside RocketMQ's float range [4.9E-324, 1.8E308]")
+    return Literal(number, JavaType.DOUBLE, pos=pos)

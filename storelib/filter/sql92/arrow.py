@@ -1,10 +1,10 @@
 """SQL92 trees evaluated over Arrow arrays of properties, vectorized: pyarrow.compute and numpy.
 
-The Arrow counterpart of :mod:`~storelib.filter.sql92_spark`, for work on whole record batches
+The Arrow counterpart of :mod:`~storelib.filter.sql92.spark`, for work on whole record batches
 (dispatch's CalcBitMap on the executors): every boolean node gives a numpy array of *states*
-(:mod:`~storelib.filter.sql92_states`: FALSE, TRUE, null, an exception) with one entry per row, and a
+(:mod:`~storelib.filter.sql92.states`: FALSE, TRUE, null, an exception) with one entry per row, and a
 parent combines its children's states through the tables the reference evaluator
-(:mod:`~storelib.filter.sql92_eval`) fills in, so three-valued logic, left-to-right short-circuit and
+(:mod:`~storelib.filter.sql92.java`) fills in, so three-valued logic, left-to-right short-circuit and
 exceptions are RocketMQ's by construction. The trees are compiled once into a list of steps
 (common subtrees shared), so a batch costs only its array operations. Only what depends on property
 text is computed by hand, once per array for all trees: each property's values (by position when
@@ -35,10 +35,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from storelib.encoding.properties import property_array
-from storelib.filter.sql92_eval import ASCII_DIGITS, JAVA_DOUBLE_SYNTAX, UNICODE_DIGITS, java_parse_double
-from storelib.filter.sql92_states import (ERROR, FALSE, LOGIC_TABLES, NULL, TRUE, ConstantComparison,
+from storelib.filter.sql92.java import ASCII_DIGITS, JAVA_DOUBLE_SYNTAX, UNICODE_DIGITS, java_parse_double
+from storelib.filter.sql92.states import (ERROR, FALSE, LOGIC_TABLES, NULL, TRUE, ConstantComparison,
                                           constant_comparison, outcome_table, outcomes, reads_text, state_of)
-from storelib.filter.sql92_tree import (Between, Comparison, InList, IsNull, JavaType, Logic, Match, Negate, Node,
+from storelib.filter.sql92.tree import (Between, Comparison, InList, IsNull, JavaType, Logic, Match, Negate, Node,
                                         Property, Truth, property_names)
 
 __all__ = ["ArrowSql92", "evaluate_batch"]

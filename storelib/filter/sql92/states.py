@@ -1,10 +1,10 @@
 """States of SQL92 nodes, and the tables that combine them, for compilations of the tree.
 
-A compiled SQL92 tree (a Spark Column in :mod:`~storelib.filter.sql92_spark`, numpy arrays over
-Arrow batches in :mod:`~storelib.filter.sql92_arrow`) gives each boolean node a *state* per row, its
+A compiled SQL92 tree (a Spark Column in :mod:`~storelib.filter.sql92.spark`, numpy arrays over
+Arrow batches in :mod:`~storelib.filter.sql92.arrow`) gives each boolean node a *state* per row, its
 outcome in RocketMQ's evaluator: :data:`FALSE`, :data:`TRUE`, :data:`NULL` or :data:`ERROR` (an
 exception, which means no match). A parent reads each child's state through a table that the
-reference evaluator (:mod:`~storelib.filter.sql92_eval`) fills in, by evaluating the parent over
+reference evaluator (:mod:`~storelib.filter.sql92.java`) fills in, by evaluating the parent over
 stand-in children that have each state; so AND/OR short-circuit, ``NOT null`` and the like are
 RocketMQ's by construction, in every compilation alike. Only what depends on property text (null
 tests, string equality, number parsing) is compiled by hand; :func:`constant_comparison` says what
@@ -24,8 +24,8 @@ import operator
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
-from storelib.filter.sql92_eval import JavaEvaluationError, node_value
-from storelib.filter.sql92_tree import (Comparison, IsNull, JavaType, JavaValue, Literal, Logic, Match, Negate, Node,
+from storelib.filter.sql92.java import JavaEvaluationError, node_value
+from storelib.filter.sql92.tree import (Comparison, IsNull, JavaType, JavaValue, Literal, Logic, Match, Negate, Node,
                                         Not, Property, property_names)
 
 __all__ = ["FALSE", "TRUE", "NULL", "ERROR", "state_of", "LOGIC_TABLES", "outcome_table", "reads_text",

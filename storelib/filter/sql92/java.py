@@ -18,7 +18,7 @@ import re
 import unicodedata
 from typing import Callable, Mapping
 
-from storelib.filter.sql92_tree import (Between, Comparison, InList, IsNull, JavaType, JavaValue, Literal, Logic, Match,
+from storelib.filter.sql92.tree import (Between, Comparison, InList, IsNull, JavaType, JavaValue, Literal, Logic, Match,
                                         Negate, Node, Not, Property, Truth)
 
 __all__ = ["JavaEvaluationError", "evaluate", "node_value", "java_compare", "java_parse_int",

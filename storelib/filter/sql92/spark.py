@@ -1,7 +1,7 @@
 """SQL92 trees compiled to a pyspark Column over a ``map<string,string>`` column of properties.
 
 Every boolean node becomes one non-null int Column, its *state* in RocketMQ's evaluator (0 FALSE,
-1 TRUE, 2 null, 3 an exception; :mod:`~storelib.filter.sql92_states`). A parent reads each child's
+1 TRUE, 2 null, 3 an exception; :mod:`~storelib.filter.sql92.states`). A parent reads each child's
 state once, through a small lookup table that the Python reference evaluator fills in (so AND/OR
 short-circuit, ``NOT null`` and the like are RocketMQ's by construction), which keeps the plan
 linear in the size of the expression.
@@ -26,10 +26,10 @@ from typing import Callable, Sequence
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
-from storelib.filter.sql92_eval import ASCII_DIGITS, JAVA_DOUBLE_SYNTAX, JAVA_INT_SYNTAX, UNICODE_DIGITS
-from storelib.filter.sql92_states import (ERROR, FALSE, LOGIC_TABLES, NULL, TRUE, constant_comparison, outcome_table,
+from storelib.filter.sql92.java import ASCII_DIGITS, JAVA_DOUBLE_SYNTAX, JAVA_INT_SYNTAX, UNICODE_DIGITS
+from storelib.filter.sql92.states import (ERROR, FALSE, LOGIC_TABLES, NULL, TRUE, constant_comparison, outcome_table,
                                           outcomes, reads_text, state_of)
-from storelib.filter.sql92_tree import (Between, Comparison, InList, IsNull, JavaType, Logic, Match, Negate, Node,
+from storelib.filter.sql92.tree import (Between, Comparison, InList, IsNull, JavaType, Logic, Match, Negate, Node,
                                         Property, Truth, property_names)
 
 __all__ = ["to_column", "to_columns"]
