@@ -90,7 +90,18 @@ class WrittenFile:
 
 class Committing:
     """What a :class:`~storelib.delta.table.Table` does to commit: the commit itself, the turn writers on one
-    machine take, and the bookkeeping of the files it writes, removes or gives up."""
+    machine take, and the bookkeeping of the files it writes, removes or gives up.
+
+    >>> from storelib.delta.spec import TableSpec
+    >>> from storelib.delta.table import Table
+    >>> t = Table(tmp + "/turns", TableSpec("turns", pa.schema([("id", pa.int64())]))).ensure()
+    >>> with t.commit_turn() as snapshot:
+    ...     t.commit(snapshot, [], markers={"m": 1})
+    1
+    >>> seen = commits_here(t.path); t.touched(); commits_here(t.path) - seen
+    1
+    >>> t.discard([WrittenFile("part-never.parquet", 0, 0, "{}")])      # written, never to be committed
+    """
 
     path: str
     spec: "TableSpec"
@@ -212,6 +223,10 @@ def with_retries(table: Committing, attempts: int, step: Callable[[DeltaTable], 
 
     ``serial`` runs each attempt in the table's :meth:`~Table.commit_turn`: for short steps (a
     send's append), whose writers then queue rather than conflict.
+
+    >>> t = store.context.tables.topic_config
+    >>> with_retries(t, 3, lambda snapshot: snapshot.version(), what="look", serial=True) == t.snapshot().version()
+    True
     """
     for attempt in range(1, attempts + 1):
         try:

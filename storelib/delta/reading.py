@@ -34,7 +34,15 @@ __all__ = ["Reading", "POINT_READ_FILES"]
 POINT_READ_FILES = 32
 
 class Reading:
-    """What a :class:`~storelib.delta.table.Table` does to read: prune its files on their statistics and read them."""
+    """What a :class:`~storelib.delta.table.Table` does to read: prune its files on their statistics and read them.
+
+    >>> t = store.context.tables.commitlog
+    >>> actions = t.actions(t.snapshot(), Prune(equal={"topic": "TopicTest"}))
+    >>> t.paths(actions) == t.files(t.snapshot()) == [t.path_of(p) for p in actions.column("path").to_pylist()]
+    True
+    >>> t.read_files(spark, actions).count(), len(t.files_holding(t.snapshot(), "physical_offset", pa.array([0])))
+    (1, 1)
+    """
 
     path: str
     spec: "TableSpec"

@@ -42,7 +42,15 @@ ROUND_MS = 120
 
 
 class Rounds(Protocol):
-    """What a follower drives: a dispatcher (:class:`~storelib.dispatch.reput.Dispatcher`)."""
+    """What a follower drives: a dispatcher (:class:`~storelib.dispatch.reput.Dispatcher`).
+
+    >>> rounds = store.dispatcher()
+    >>> rounds.pace(0.0, 0.0); rounds.set_apart(())
+    >>> rounds.run().to_offset == rounds.alone("index").run().to_offset == store.max_offset()
+    True
+    >>> rounds.summarize(force=True); sorted(rounds.compact_fresh())[:2]
+    ['commitlog', 'consume_queue']
+    """
 
     targets: Mapping[str, object]
 

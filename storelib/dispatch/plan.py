@@ -41,7 +41,16 @@ __all__ = ["RoundPlan", "plan_round"]
 @dataclass(frozen=True)
 class RoundPlan:
     """One round's writes: the commitlog files to read (path, wholly in range, properties needed), their sizes,
-    each target's writer, the per-file work, and whether it runs here (``local``) or as a Spark job."""
+    each target's writer, the per-file work, and whether it runs here (``local``) or as a Spark job.
+
+    >>> from storelib import Message
+    >>> _ = store.send(Message("TopicTest"))
+    >>> d = store.dispatcher(); start = d.progress()["consume_queue"]
+    >>> plan = plan_round(d.commitlog, d.targets, d.config, {"consume_queue": start}, d.commitlog.view().actions,
+    ...                   store.max_offset(), None, (0, []), False)
+    >>> [f.num_records for f in plan.write(lambda: spark)["consume_queue"]]      # written, not committed
+    [1]
+    """
 
     files: list[tuple[str, bool, bool]]
     sizes: list[int]

@@ -201,7 +201,14 @@ def error_of(body: bytes | memoryview) -> StoreError:
 
 class Request:
     """One request a :class:`Server` took: its id and body; :meth:`answer` it once, now or later, from
-    any thread (see :class:`Server`'s example)."""
+    any thread (see :class:`Server`'s example), or :meth:`decline` it.
+
+    >>> server = Server.bind(local_address("no", f"/tmp/no-{os.getpid()}"), "storelib-no")
+    >>> server.serve(lambda request: request.decline())
+    >>> Client.connect(server.address, "storelib-no").request(*pack({"n": 1})).result(timeout=10)[0] == DECLINED
+    True
+    >>> server.close()
+    """
 
     __slots__ = ("request_id", "body", "_server", "_connection", "_answered")
 

@@ -50,7 +50,11 @@ _TWO_CHAR_OPERATORS = frozenset(k for k in OPERATORS if len(k) == 2)
 
 
 def surrogate_reason(char: str) -> str:
-    """The reason given for a lone surrogate: text that is no valid Unicode cannot be stored or sent to Spark."""
+    """The reason given for a lone surrogate: text that is no valid Unicode cannot be stored or sent to Spark.
+
+    >>> surrogate_reason(chr(0xD800)).endswith("(a lone surrogate: the expression is not valid Unicode text)")
+    True
+    """
     return f"unexpected character {char!r} (a lone surrogate: the expression is not valid Unicode text)"
 
 
