@@ -27,14 +27,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from jobs.benchmarks.admin import bench_admin  # noqa: E402
 from jobs.benchmarks.custom import bench_custom  # noqa: E402
+from jobs.benchmarks.filter import bench_filtering  # noqa: E402
 from jobs.benchmarks.growth import bench_growth  # noqa: E402
 from jobs.benchmarks.object_storage import bench_object_storage  # noqa: E402
 from jobs.benchmarks.online import bench_online  # noqa: E402
-from jobs.benchmarks.filter import bench_filtering  # noqa: E402
 from jobs.benchmarks.pull import bench_pull  # noqa: E402
 from jobs.benchmarks.schedule import bench_schedule  # noqa: E402
-from jobs.benchmarks.sql import bench_sql  # noqa: E402
 from jobs.benchmarks.send import bench_key_lookup, bench_send_and_dispatch  # noqa: E402
+from jobs.benchmarks.sql import bench_sql  # noqa: E402
 from storelib.cli import job_parser, non_negative_int, positive_int  # noqa: E402
 from storelib.model.errors import StoreError  # noqa: E402
 from storelib.session import get_spark  # noqa: E402
@@ -50,7 +50,9 @@ def suite_list(text: str) -> list[str]:
     names = [n.strip() for n in text.split(",") if n.strip()]
     unknown = [n for n in names if n not in SUITES]
     if unknown or not names:
-        raise argparse.ArgumentTypeError(f"unknown suite {', '.join(unknown) or repr(text)}; the suites are {', '.join(SUITES)}")
+        raise argparse.ArgumentTypeError(
+            f"unknown suite {', '.join(unknown) or repr(text)}; the suites are {', '.join(SUITES)}"
+        )
     return names
 
 
@@ -59,51 +61,107 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=positive_int, default=10_000_000, help="messages to send")
     parser.add_argument("--topics", type=positive_int, default=4, help="topics the messages spread over")
     parser.add_argument("--queues", type=positive_int, default=8, help="queues per topic")
-    parser.add_argument("--partitions", type=positive_int, default=None, help="Spark partitions of the generated messages")
+    parser.add_argument(
+        "--partitions", type=positive_int, default=None, help="Spark partitions of the generated messages"
+    )
     parser.add_argument("--root", default=None, help="keep the benchmark's tables here (default: a temp dir, removed)")
-    parser.add_argument("--repeats", type=positive_int, default=2, help="runs of each side of the send suite; the best counts")
-    parser.add_argument("--suite", type=suite_list, default="send,lookup", help="comma-separated: send (send+dispatch), lookup (keys), filter (filtered reads), "
-                             "pull (pull latency), custom (class filters against a Spark Column), "
-                             "schedule (N delayed messages delivered, N half messages checked back), "
-                             "sql (key and id queries through SQL and the rocketmq source, group streams), "
-                             "admin (the storelib command's look-ups, a new process each), "
-                             "online (concurrent producers, a follower, long-polling consumers; --seconds), "
-                             "growth (send, dispatch, pull latency over --commits commits), "
-                             "s3 (look-ups, pulls, group commits, follower rounds on an S3 store: requests and latency)")
-    parser.add_argument("--store-uri", default=None,
-                        help="s3 suite: an s3:// root to use (its endpoint and keys from the AWS_* variables); "
-                             "default: a local moto_server the suite starts")
+    parser.add_argument(
+        "--repeats", type=positive_int, default=2, help="runs of each side of the send suite; the best counts"
+    )
+    parser.add_argument(
+        "--suite",
+        type=suite_list,
+        default="send,lookup",
+        help="comma-separated: send (send+dispatch), lookup (keys), filter (filtered reads), "
+        "pull (pull latency), custom (class filters against a Spark Column), "
+        "schedule (N delayed messages delivered, N half messages checked back), "
+        "sql (key and id queries through SQL and the rocketmq source, group streams), "
+        "admin (the storelib command's look-ups, a new process each), "
+        "online (concurrent producers, a follower, long-polling consumers; --seconds), "
+        "growth (send, dispatch, pull latency over --commits commits), "
+        "s3 (look-ups, pulls, group commits, follower rounds on an S3 store: requests and latency)",
+    )
+    parser.add_argument(
+        "--store-uri",
+        default=None,
+        help="s3 suite: an s3:// root to use (its endpoint and keys from the AWS_* variables); "
+        "default: a local moto_server the suite starts",
+    )
     parser.add_argument("--latency-ms", type=float, default=20.0, help="s3 suite: latency added to every request")
-    parser.add_argument("--online-seconds", type=non_negative_int, default=0,
-                        help="s3 suite: also run the online suite this long on an S3 store, through the latency proxy")
-    parser.add_argument("--delta-spark", action="store_true",
-                        help="s3 suite: also read the S3 store with Delta Spark over s3a (downloads hadoop-aws and "
-                             "the AWS SDK bundle, about 690 MB, on first use)")
-    parser.add_argument("--distinct-keys", type=positive_int, default=None, help="keys for the lookup suite (None: N/10)")
-    parser.add_argument("--lookups", type=positive_int, default=50, help="look-ups of each kind (lookup and sql suites)")
+    parser.add_argument(
+        "--online-seconds",
+        type=non_negative_int,
+        default=0,
+        help="s3 suite: also run the online suite this long on an S3 store, through the latency proxy",
+    )
+    parser.add_argument(
+        "--delta-spark",
+        action="store_true",
+        help="s3 suite: also read the S3 store with Delta Spark over s3a (downloads hadoop-aws and "
+        "the AWS SDK bundle, about 690 MB, on first use)",
+    )
+    parser.add_argument(
+        "--distinct-keys", type=positive_int, default=None, help="keys for the lookup suite (None: N/10)"
+    )
+    parser.add_argument(
+        "--lookups", type=positive_int, default=50, help="look-ups of each kind (lookup and sql suites)"
+    )
     parser.add_argument("--pulls", type=positive_int, default=200, help="pulls of each kind for the pull suite")
-    parser.add_argument("--bloom-consumers", type=positive_int, default=None,
-                        help="filter suite: Bloom filter sizing (expect_consumer_num_use_filter; RocketMQ's 32 by default)")
+    parser.add_argument(
+        "--bloom-consumers",
+        type=positive_int,
+        default=None,
+        help="filter suite: Bloom filter sizing (expect_consumer_num_use_filter; RocketMQ's 32 by default)",
+    )
     parser.add_argument("--commits", type=positive_int, default=10_000, help="growth suite: commits each table takes")
-    parser.add_argument("--compact-every-s", type=float, default=10.0,
-                        help="growth suite: merge fresh small files this often, as the follower does (0: never)")
+    parser.add_argument(
+        "--compact-every-s",
+        type=float,
+        default=10.0,
+        help="growth suite: merge fresh small files this often, as the follower does (0: never)",
+    )
     parser.add_argument("--seconds", type=positive_int, default=60, help="online suite: how long the producers send")
     parser.add_argument("--producers", type=positive_int, default=4, help="online suite: producer processes")
     parser.add_argument("--threads", type=positive_int, default=16, help="online suite: sending threads per producer")
-    parser.add_argument("--consumers", type=positive_int, default=4, help="online suite: long-polling consumer processes")
-    parser.add_argument("--window", type=positive_int, default=16,
-                        help="online suite: sends each thread keeps in flight (send_async); 1 sends one at a time")
-    parser.add_argument("--relay", action="store_true",
-                        help="online suite: the producer processes hand their groups to one committer (relay_sends)")
-    parser.add_argument("--tail-pulls", action=argparse.BooleanOptionalAction, default=True,
-                        help="online suite: the follower answers the consumers' pulls of the queues' tails (tail_pulls; "
-                             "default); --no-tail-pulls: the consumers read the tables")
-    parser.add_argument("--round-ms", type=non_negative_int, default=None,
-                        help="online suite: the follower's --round-ms (default: the follower's own)")
-    parser.add_argument("--consumer-nice", type=non_negative_int, default=0,
-                        help="online suite: niceness of the consumer processes (the nice command), to give the producers the CPU first")
-    parser.add_argument("--follower-nice", type=non_negative_int, default=0,
-                        help="online suite: niceness of the follower process (the nice command)")
+    parser.add_argument(
+        "--consumers", type=positive_int, default=4, help="online suite: long-polling consumer processes"
+    )
+    parser.add_argument(
+        "--window",
+        type=positive_int,
+        default=16,
+        help="online suite: sends each thread keeps in flight (send_async); 1 sends one at a time",
+    )
+    parser.add_argument(
+        "--relay",
+        action="store_true",
+        help="online suite: the producer processes hand their groups to one committer (relay_sends)",
+    )
+    parser.add_argument(
+        "--tail-pulls",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="online suite: the follower answers the consumers' pulls of the queues' tails (tail_pulls; "
+        "default); --no-tail-pulls: the consumers read the tables",
+    )
+    parser.add_argument(
+        "--round-ms",
+        type=non_negative_int,
+        default=None,
+        help="online suite: the follower's --round-ms (default: the follower's own)",
+    )
+    parser.add_argument(
+        "--consumer-nice",
+        type=non_negative_int,
+        default=0,
+        help="online suite: niceness of the consumer processes (the nice command), to give the producers the CPU first",
+    )
+    parser.add_argument(
+        "--follower-nice",
+        type=non_negative_int,
+        default=0,
+        help="online suite: niceness of the follower process (the nice command)",
+    )
     args = parser.parse_args(argv)
     suites = set(args.suite)
     out: dict = {}
@@ -111,38 +169,102 @@ def main(argv: list[str] | None = None) -> int:
         # the online and growth suites run no Spark job: a JVM starting beside them would take their CPU
         spark = get_spark("storelib-benchmark") if suites - {"online", "growth"} else None
         if "send" in suites:
-            figures = bench_send_and_dispatch(spark, args.messages, root=args.root, topics=args.topics,
-                                              queues=args.queues, partitions=args.partitions, repeats=args.repeats)
+            figures = bench_send_and_dispatch(
+                spark,
+                args.messages,
+                root=args.root,
+                topics=args.topics,
+                queues=args.queues,
+                partitions=args.partitions,
+                repeats=args.repeats,
+            )
             for f in figures:
                 print(f.line() + (" (slower than the baseline)" if f.ratio > 1 else ""), flush=True)
-                out[f.name.strip()] = {"messages": f.messages, "seconds": round(f.seconds, 3), "msgs_per_s": round(f.rate),
-                                       "baseline_seconds": round(f.baseline_seconds, 3), "ratio": round(f.ratio, 3)}
+                out[f.name.strip()] = {
+                    "messages": f.messages,
+                    "seconds": round(f.seconds, 3),
+                    "msgs_per_s": round(f.rate),
+                    "baseline_seconds": round(f.baseline_seconds, 3),
+                    "ratio": round(f.ratio, 3),
+                }
         runs = {
-            "lookup": lambda: bench_key_lookup(spark, args.messages, args.distinct_keys or max(1, args.messages // 10),
-                                               lookups=args.lookups, root=args.root, partitions=args.partitions),
-            "filter": lambda: bench_filtering(spark, args.messages, root=args.root, queues=args.queues,
-                                              partitions=args.partitions, bloom_consumers=args.bloom_consumers),
-            "pull": lambda: bench_pull(spark, args.messages, pulls=args.pulls, root=args.root, queues=args.queues,
-                                       partitions=args.partitions),
-            "custom": lambda: bench_custom(spark, args.messages, root=args.root, queues=args.queues,
-                                           partitions=args.partitions, repeats=args.repeats),
-            "sql": lambda: bench_sql(spark, args.messages, lookups=args.lookups, root=args.root, queues=args.queues,
-                                     partitions=args.partitions),
-            "online": lambda: bench_online(args.seconds, producers=args.producers, threads=args.threads, window=args.window,
-                                           consumers=args.consumers, root=args.root, relay=args.relay,
-                                           consumer_nice=args.consumer_nice, follower_nice=args.follower_nice,
-                                           tail_pulls=args.tail_pulls, round_ms=args.round_ms),
-            "growth": lambda: bench_growth(args.commits, compact_every_s=args.compact_every_s, root=args.root,
-                                           progress=lambda line: print(line, file=sys.stderr, flush=True)),
-            "admin": lambda: bench_admin(spark, args.messages, root=args.root, queues=args.queues,
-                                         partitions=args.partitions),
-            "s3": lambda: bench_object_storage(spark, args.messages, latency_ms=args.latency_ms, queues=args.queues,
-                                               operations=args.lookups, root=args.root, store_uri=args.store_uri,
-                                               delta_spark=args.delta_spark, online_seconds=args.online_seconds,
-                                               online={"producers": args.producers, "threads": args.threads,
-                                                       "window": args.window, "consumers": args.consumers}),
-            "schedule": lambda: bench_schedule(spark, args.messages, root=args.root, partitions=args.partitions,
-                                               repeats=args.repeats),
+            "lookup": lambda: bench_key_lookup(
+                spark,
+                args.messages,
+                args.distinct_keys or max(1, args.messages // 10),
+                lookups=args.lookups,
+                root=args.root,
+                partitions=args.partitions,
+            ),
+            "filter": lambda: bench_filtering(
+                spark,
+                args.messages,
+                root=args.root,
+                queues=args.queues,
+                partitions=args.partitions,
+                bloom_consumers=args.bloom_consumers,
+            ),
+            "pull": lambda: bench_pull(
+                spark, args.messages, pulls=args.pulls, root=args.root, queues=args.queues, partitions=args.partitions
+            ),
+            "custom": lambda: bench_custom(
+                spark,
+                args.messages,
+                root=args.root,
+                queues=args.queues,
+                partitions=args.partitions,
+                repeats=args.repeats,
+            ),
+            "sql": lambda: bench_sql(
+                spark,
+                args.messages,
+                lookups=args.lookups,
+                root=args.root,
+                queues=args.queues,
+                partitions=args.partitions,
+            ),
+            "online": lambda: bench_online(
+                args.seconds,
+                producers=args.producers,
+                threads=args.threads,
+                window=args.window,
+                consumers=args.consumers,
+                root=args.root,
+                relay=args.relay,
+                consumer_nice=args.consumer_nice,
+                follower_nice=args.follower_nice,
+                tail_pulls=args.tail_pulls,
+                round_ms=args.round_ms,
+            ),
+            "growth": lambda: bench_growth(
+                args.commits,
+                compact_every_s=args.compact_every_s,
+                root=args.root,
+                progress=lambda line: print(line, file=sys.stderr, flush=True),
+            ),
+            "admin": lambda: bench_admin(
+                spark, args.messages, root=args.root, queues=args.queues, partitions=args.partitions
+            ),
+            "s3": lambda: bench_object_storage(
+                spark,
+                args.messages,
+                latency_ms=args.latency_ms,
+                queues=args.queues,
+                operations=args.lookups,
+                root=args.root,
+                store_uri=args.store_uri,
+                delta_spark=args.delta_spark,
+                online_seconds=args.online_seconds,
+                online={
+                    "producers": args.producers,
+                    "threads": args.threads,
+                    "window": args.window,
+                    "consumers": args.consumers,
+                },
+            ),
+            "schedule": lambda: bench_schedule(
+                spark, args.messages, root=args.root, partitions=args.partitions, repeats=args.repeats
+            ),
         }
         for suite, run in runs.items():
             if suite in suites:

@@ -43,16 +43,23 @@ class QuickstartSummary:
     lag: list[tuple[str, int, int, int, int]] = field(default_factory=list)
 
     def text(self) -> str:
-        lines = [f"store: {self.root}",
-                 f"sent: {self.sent_one_by_one} messages one by one (send_batch), "
-                 f"{self.sent_as_dataframe} as a DataFrame (send_dataframe)",
-                 f"dispatched commitlog [{self.dispatched_from}, {self.dispatched_to}) into consume_queue and index",
-                 "", f"{'topic':<16}{'queue':>6}{'messages':>10}{'max offset':>12}"]
+        lines = [
+            f"store: {self.root}",
+            f"sent: {self.sent_one_by_one} messages one by one (send_batch), "
+            f"{self.sent_as_dataframe} as a DataFrame (send_dataframe)",
+            f"dispatched commitlog [{self.dispatched_from}, {self.dispatched_to}) into consume_queue and index",
+            "",
+            f"{'topic':<16}{'queue':>6}{'messages':>10}{'max offset':>12}",
+        ]
         lines += [f"{t:<16}{q:>6}{n:>10}{m:>12}" for t, q, n, m in self.per_queue]
-        lines += ["", f"index rows (KEYS and UNIQ_KEY): {self.index_rows}",
-                  f"messages with key {self.lookup_key!r}: "
-                  + ", ".join(f"{t} @ commitlog offset {o} ({msg_id})" for t, o, msg_id in self.lookup_hits),
-                  "", "filtered reads of OrderEvents (consume queue first, then the exact check):"]
+        lines += [
+            "",
+            f"index rows (KEYS and UNIQ_KEY): {self.index_rows}",
+            f"messages with key {self.lookup_key!r}: "
+            + ", ".join(f"{t} @ commitlog offset {o} ({msg_id})" for t, o, msg_id in self.lookup_hits),
+            "",
+            "filtered reads of OrderEvents (consume queue first, then the exact check):",
+        ]
         lines += [f"  {who:<10} {expression:<44} {n:>5} messages" for who, expression, n in self.filtered]
         lines += ["", "group Shipping pulls OrderEvents queue 0, 32 at a time, committing as it goes:"]
         lines += [f"  offset {o:>5}: {status:<14} {n:>3} messages, next {nxt}" for o, status, n, nxt in self.pulls]
@@ -75,9 +82,16 @@ def quickstart(spark: "SparkSession", root: str, messages: int = 3000) -> Quicks
     store.subscribe("Billing", "OrderEvents", MessageSelector.by_sql("region = 'eu' AND amount BETWEEN 100 AND 199"))
     names = list(TOPICS)
     few = max(1, messages // 10)
-    batch = [Message(names[i % len(names)], body=f'{{"order": {i}}}'.encode(), tags=TAGS[i % len(TAGS)],
-                     keys=[f"order-{i}"], properties={"region": ["eu", "us", "apac"][i % 3], "amount": str(i % 500)})
-             for i in range(few)]
+    batch = [
+        Message(
+            names[i % len(names)],
+            body=f'{{"order": {i}}}'.encode(),
+            tags=TAGS[i % len(TAGS)],
+            keys=[f"order-{i}"],
+            properties={"region": ["eu", "us", "apac"][i % 3], "amount": str(i % 500)},
+        )
+        for i in range(few)
+    ]
     store.send_batch(batch)
     i = F.col("id")
     frame = spark.range(few, messages).select(
@@ -85,23 +99,44 @@ def quickstart(spark: "SparkSession", root: str, messages: int = 3000) -> Quicks
         F.concat(F.lit('{"order": '), i.cast("string"), F.lit("}")).alias("body"),
         F.element_at(F.array(*[F.lit(t) for t in TAGS]), (F.pmod(i, len(TAGS)) + 1).cast("int")).alias("tags"),
         F.array(F.concat(F.lit("order-"), i.cast("string"))).alias("keys"),
-        F.create_map(F.lit("region"), F.element_at(F.array(F.lit("eu"), F.lit("us"), F.lit("apac")), (F.pmod(i, 3) + 1).cast("int")),
-                     F.lit("amount"), F.pmod(i, 500).cast("string")).alias("properties"))
+        F.create_map(
+            F.lit("region"),
+            F.element_at(F.array(F.lit("eu"), F.lit("us"), F.lit("apac")), (F.pmod(i, 3) + 1).cast("int")),
+            F.lit("amount"),
+            F.pmod(i, 500).cast("string"),
+        ).alias("properties"),
+    )
     sent = store.send_dataframe(frame)
     result = store.dispatch()
 
     cq = store.table("consume_queue")
-    per_queue = [(r.topic, r.queue_id, r.n, r.m) for r in cq.groupBy("topic", "queue_id").agg(
-        F.count(F.lit(1)).alias("n"), F.max("queue_offset").alias("m")).orderBy("topic", "queue_id").collect()]
+    per_queue = [
+        (r.topic, r.queue_id, r.n, r.m)
+        for r in cq.groupBy("topic", "queue_id")
+        .agg(F.count(F.lit(1)).alias("n"), F.max("queue_offset").alias("m"))
+        .orderBy("topic", "queue_id")
+        .collect()
+    ]
     key = f"order-{messages // 2}"
     topic = names[(messages // 2) % len(names)]
     hits = store.query_by_key(topic, key)
     first = store.messages().orderBy("physical_offset").limit(1).collect()[0]
-    sample = {"msg_id": first.msg_id, "topic": first.topic, "queue": f"{first.queue_id} @ {first.queue_offset}",
-              "commitlog": f"{first.physical_offset} (+{first.size} bytes)", "properties": dict(first.properties),
-              "body": bytes(first.body).decode()}
-    filtered = [(f"group {g}", store.subscription(g, "OrderEvents").selector.expression,
-                 store.read("OrderEvents", group=g).count()) for g in ("Shipping", "Billing")]
+    sample = {
+        "msg_id": first.msg_id,
+        "topic": first.topic,
+        "queue": f"{first.queue_id} @ {first.queue_offset}",
+        "commitlog": f"{first.physical_offset} (+{first.size} bytes)",
+        "properties": dict(first.properties),
+        "body": bytes(first.body).decode(),
+    }
+    filtered = [
+        (
+            f"group {g}",
+            store.subscription(g, "OrderEvents").selector.expression,
+            store.read("OrderEvents", group=g).count(),
+        )
+        for g in ("Shipping", "Billing")
+    ]
     filtered.append(("ad hoc", "tag cancelled", store.read("OrderEvents", MessageSelector.by_tag("cancelled")).count()))
     pulls, offset = [], 0
     for _ in range(4):
@@ -110,6 +145,18 @@ def quickstart(spark: "SparkSession", root: str, messages: int = 3000) -> Quicks
         offset = r.next_begin_offset
     store.commit_offset("Shipping", "OrderEvents", 0, offset)
     lag = [tuple(row) for row in store.consumer_lag("Shipping").collect()]
-    return QuickstartSummary(store.root, len(batch), sent.count, result.from_offset, result.to_offset, per_queue,
-                             store.table("index").count(), key, [(h.topic, h.commitlog_offset, h.msg_id) for h in hits],
-                             sample, filtered, pulls, lag)
+    return QuickstartSummary(
+        store.root,
+        len(batch),
+        sent.count,
+        result.from_offset,
+        result.to_offset,
+        per_queue,
+        store.table("index").count(),
+        key,
+        [(h.topic, h.commitlog_offset, h.msg_id) for h in hits],
+        sample,
+        filtered,
+        pulls,
+        lag,
+    )

@@ -1,6 +1,6 @@
 """Quick start: send a few thousand messages to a local store, dispatch them, and read them back.
 
-    spark-submit --properties-file spark-defaults.conf jobs/quickstart.py --store ./data/quickstart
+spark-submit --properties-file spark-defaults.conf jobs/quickstart.py --store ./data/quickstart
 """
 
 from __future__ import annotations

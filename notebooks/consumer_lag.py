@@ -34,17 +34,22 @@ N = nb.int_param("messages")
 store = MessageStore.create(nb.fresh_store(), spark)
 store.create_topic("Orders", queues=8)
 store.create_topic("Payments", queues=4)
-store.subscribe("Shipping", "Orders", "paid || shipped")   # consumes every queue, some further than others
-store.subscribe("Billing", "Payments", "*")                # has caught up on half its queues
-store.subscribe("Analytics", "Orders", "*")                # has not consumed anything yet
+store.subscribe("Shipping", "Orders", "paid || shipped")  # consumes every queue, some further than others
+store.subscribe("Billing", "Payments", "*")  # has caught up on half its queues
+store.subscribe("Analytics", "Orders", "*")  # has not consumed anything yet
 
 TAGS = ["created", "paid", "shipped", "cancelled"]
 for topic in ("Orders", "Payments"):
     i = F.col("id")
-    store.send_dataframe(spark.range(N).select(
-        F.lit(topic).alias("topic"),
-        F.concat(F.lit(topic + " "), i.cast("string")).cast("binary").alias("body"),
-        F.element_at(F.array(*[F.lit(t) for t in TAGS]), (F.pmod(F.hash(i), len(TAGS)) + 1).cast("int")).alias("tags")))
+    store.send_dataframe(
+        spark.range(N).select(
+            F.lit(topic).alias("topic"),
+            F.concat(F.lit(topic + " "), i.cast("string")).cast("binary").alias("body"),
+            F.element_at(F.array(*[F.lit(t) for t in TAGS]), (F.pmod(F.hash(i), len(TAGS)) + 1).cast("int")).alias(
+                "tags"
+            ),
+        )
+    )
 print(store.dispatch())
 
 # COMMAND ----------
@@ -108,9 +113,9 @@ assert delivered.delivered == 1
 # COMMAND ----------
 
 GROUPS = ["Shipping", "Billing", "Analytics"]
-lag = reduce(lambda a, b: a.unionByName(b),
-             [store.consumer_lag(g).withColumn("group", F.lit(g)) for g in GROUPS]).select(
-    "group", "topic", "queue_id", "max_offset", "committed_offset", "lag")
+lag = reduce(
+    lambda a, b: a.unionByName(b), [store.consumer_lag(g).withColumn("group", F.lit(g)) for g in GROUPS]
+).select("group", "topic", "queue_id", "max_offset", "committed_offset", "lag")
 rows = nb.show(lag.orderBy("group", "topic", "queue_id"), 40, title="consumer_lag, every group")
 by_group = {g: [r for r in rows if r.group == g] for g in GROUPS}
 
@@ -121,10 +126,14 @@ for r in rows:
 assert all(r.committed_offset == shipping[r.queue_id] for r in by_group["Shipping"] if r.topic == "Orders")
 assert [r.lag for r in by_group["Billing"] if r.topic == "Payments"][:2] == [0, 0]
 assert all(r.committed_offset == 0 and r.lag == r.max_offset for r in by_group["Analytics"] if r.topic == "Orders")
-assert [(r.topic, r.lag) for r in by_group["Shipping"] if r.topic.startswith("%RETRY%") and r.lag] == [("%RETRY%Shipping", 1)]
+assert [(r.topic, r.lag) for r in by_group["Shipping"] if r.topic.startswith("%RETRY%") and r.lag] == [
+    ("%RETRY%Shipping", 1)
+]
 
-totals = nb.show(lag.groupBy("group").agg(F.sum("lag").alias("total_lag"), F.count("*").alias("queues")).orderBy("group"),
-                 title="total lag per group")
+totals = nb.show(
+    lag.groupBy("group").agg(F.sum("lag").alias("total_lag"), F.count("*").alias("queues")).orderBy("group"),
+    title="total lag per group",
+)
 assert {r.group: r.total_lag for r in totals}["Analytics"] == N
 
 # COMMAND ----------
@@ -139,7 +148,9 @@ for ax, group in zip(axes, GROUPS):
     queues = [r for r in by_group[group] if r.max_offset or not r.topic.startswith("%RETRY%")]
     labels = [f"{'%RETRY%' if r.topic.startswith('%RETRY%') else r.topic} {r.queue_id}" for r in queues]
     ax.bar(labels, [r.committed_offset for r in queues], label="consumed (committed offset)", color="tab:blue")
-    behind = ax.bar(labels, [r.lag for r in queues], bottom=[r.committed_offset for r in queues], label="lag", color="tab:orange")
+    behind = ax.bar(
+        labels, [r.lag for r in queues], bottom=[r.committed_offset for r in queues], label="lag", color="tab:orange"
+    )
     ax.bar_label(behind, labels=[str(r.lag) if r.lag else "" for r in queues], fontsize="x-small")
     ax.set_title(f"{group}: lag {sum(r.lag for r in queues)}")
     ax.tick_params(axis="x", labelrotation=60, labelsize="small")

@@ -45,6 +45,7 @@ def visible() -> int:
     store.dispatch()
     return sum(store.max_queue_offset("Orders", q) for q in range(4))
 
+
 # COMMAND ----------
 
 # MAGIC %md ## Send delayed and timer messages
@@ -55,22 +56,47 @@ def visible() -> int:
 # COMMAND ----------
 
 LEVELS = [1, 2, 3, 4]
-delayed = store.send_batch([Message("Orders", tags="reminder", keys=[f"level-{lvl}-{n}"], body=f"level {lvl} #{n}".encode(),
-                                    delay_level=lvl) for lvl in LEVELS for n in range(PER_LEVEL)])
+delayed = store.send_batch(
+    [
+        Message(
+            "Orders", tags="reminder", keys=[f"level-{lvl}-{n}"], body=f"level {lvl} #{n}".encode(), delay_level=lvl
+        )
+        for lvl in LEVELS
+        for n in range(PER_LEVEL)
+    ]
+)
 HOUR = 3_600_000
 clock = int(time.time() * 1000)  # timer deliver times must lie ahead of the real clock when sent
-timers = [store.send(Message("Orders", tags="timer", keys=[f"timer-{k}"], body=f"timer +{k}0 min".encode(),
-                             deliver_time_ms=clock + HOUR + k * 600_000)) for k in (1, 2, 3)]
-by_property = store.send(Message("Orders", tags="timer", keys=["timer-90"], body=b"timer +90 min",
-                                 properties={"TIMER_DELAY_SEC": "5400"}))
+timers = [
+    store.send(
+        Message(
+            "Orders",
+            tags="timer",
+            keys=[f"timer-{k}"],
+            body=f"timer +{k}0 min".encode(),
+            deliver_time_ms=clock + HOUR + k * 600_000,
+        )
+    )
+    for k in (1, 2, 3)
+]
+by_property = store.send(
+    Message("Orders", tags="timer", keys=["timer-90"], body=b"timer +90 min", properties={"TIMER_DELAY_SEC": "5400"})
+)
 recalled_at = store.recall(timers[2].msg_id)
 print(f"recalled {timers[2].msg_id}, which was due at {recalled_at}")
 
-waiting = (store.messages().groupBy("topic", "queue_id").agg(F.count("*").alias("messages"))
-           .where("topic IN ('SCHEDULE_TOPIC_XXXX', 'rmq_sys_wheel_timer')").orderBy("topic", "queue_id"))
+waiting = (
+    store.messages()
+    .groupBy("topic", "queue_id")
+    .agg(F.count("*").alias("messages"))
+    .where("topic IN ('SCHEDULE_TOPIC_XXXX', 'rmq_sys_wheel_timer')")
+    .orderBy("topic", "queue_id")
+)
 rows = nb.show(waiting, title="waiting under the system topics (the recall is a marker message in the timer topic)")
 assert {r.topic for r in rows} == {"SCHEDULE_TOPIC_XXXX", "rmq_sys_wheel_timer"}
-assert {r.queue_id: r.messages for r in rows if r.topic == "SCHEDULE_TOPIC_XXXX"} == {lvl - 1: PER_LEVEL for lvl in LEVELS}
+assert {r.queue_id: r.messages for r in rows if r.topic == "SCHEDULE_TOPIC_XXXX"} == {
+    lvl - 1: PER_LEVEL for lvl in LEVELS
+}
 assert visible() == 0  # nothing reaches Orders before its time
 
 # COMMAND ----------
@@ -89,15 +115,26 @@ for label, now in runs:
     results.append((label, result, visible()))
     print(f"{label}: {result}")
     assert again.delivered == 0  # exactly once
-nb.show([(label, r.levels, r.timer, r.recalled, seen) for label, r, seen in results],
-        title="run: delivered per level, from the timer, recalled, messages visible in Orders")
+nb.show(
+    [(label, r.levels, r.timer, r.recalled, seen) for label, r, seen in results],
+    title="run: delivered per level, from the timer, recalled, messages visible in Orders",
+)
 assert [r.levels for _, r, _ in results] == [{1: PER_LEVEL, 2: PER_LEVEL, 3: PER_LEVEL}, {4: PER_LEVEL}, {}]
 assert (results[2][1].timer, results[2][1].recalled) == (3, 1)
 assert results[-1][2] == len(LEVELS) * PER_LEVEL + 3
 
 arrived = store.query_by_key("Orders", "timer-1")[0]
-nb.show([(arrived.topic, arrived.queue_id, arrived.properties.get("TIMER_OUT_MS"), arrived.properties.get("TIMER_DEQUEUE_MS"))],
-        title="a timer message in Orders: topic, queue, TIMER_OUT_MS, TIMER_DEQUEUE_MS")
+nb.show(
+    [
+        (
+            arrived.topic,
+            arrived.queue_id,
+            arrived.properties.get("TIMER_OUT_MS"),
+            arrived.properties.get("TIMER_DEQUEUE_MS"),
+        )
+    ],
+    title="a timer message in Orders: topic, queue, TIMER_OUT_MS, TIMER_DEQUEUE_MS",
+)
 assert store.query_by_key("Orders", "timer-3") == []  # recalled: never delivered
 
 plt = nb.pyplot()
@@ -128,25 +165,36 @@ nb.figure(fig, "delivered_per_run.png")
 
 def check_order(half) -> TransactionState:
     """The check-back of producer group OrderProducers: commit an order that was paid, roll back the rest."""
-    return TransactionState.COMMIT_MESSAGE if half.properties.get("paid") == "true" else TransactionState.ROLLBACK_MESSAGE
+    return (
+        TransactionState.COMMIT_MESSAGE if half.properties.get("paid") == "true" else TransactionState.ROLLBACK_MESSAGE
+    )
 
 
 store.register_transaction_checker("OrderProducers", f"{__name__}:check_order")
 
 
 def place(n: int, answer: TransactionState, paid: bool):
-    msg = Message("Orders", tags="placed", keys=[f"tx-order-{n}"], body=f"order {n}".encode(),
-                  properties={"paid": str(paid).lower()})
+    msg = Message(
+        "Orders",
+        tags="placed",
+        keys=[f"tx-order-{n}"],
+        body=f"order {n}".encode(),
+        properties={"paid": str(paid).lower()},
+    )
     return store.send_in_transaction(msg, lambda m, arg: answer, producer_group="OrderProducers")
 
 
-tx = {1: place(1, TransactionState.COMMIT_MESSAGE, True),     # committed by the local transaction
-      2: place(2, TransactionState.ROLLBACK_MESSAGE, False),  # rolled back by it
-      3: place(3, TransactionState.UNKNOW, True),             # the producer answers later, by hand
-      4: place(4, TransactionState.UNKNOW, True),             # left to the check-back: paid
-      5: place(5, TransactionState.UNKNOW, False)}            # left to the check-back: not paid
-nb.show([(n, r.transaction_id, r.topic, r.local_state.value) for n, r in tx.items()],
-        title="send_in_transaction: order, transaction id, half message topic, local answer")
+tx = {
+    1: place(1, TransactionState.COMMIT_MESSAGE, True),  # committed by the local transaction
+    2: place(2, TransactionState.ROLLBACK_MESSAGE, False),  # rolled back by it
+    3: place(3, TransactionState.UNKNOW, True),  # the producer answers later, by hand
+    4: place(4, TransactionState.UNKNOW, True),  # left to the check-back: paid
+    5: place(5, TransactionState.UNKNOW, False),
+}  # left to the check-back: not paid
+nb.show(
+    [(n, r.transaction_id, r.topic, r.local_state.value) for n, r in tx.items()],
+    title="send_in_transaction: order, transaction id, half message topic, local answer",
+)
 store.end_transaction(tx[3].transaction_id, TransactionState.COMMIT)
 
 born = max(ms(store.query_by_id(r.msg_id).born_timestamp) for r in tx.values())
@@ -157,12 +205,17 @@ assert early.checked == 0
 assert (checked.checked, checked.committed, checked.rolled_back, checked.unknown) == (2, 1, 1, 0), checked
 
 store.dispatch()
-placed = (store.read("Orders").where("tags = 'placed'")
-          .select("keys", "body", F.col("properties")["paid"].alias("paid"), F.col("properties")["TRAN_MSG"].alias("TRAN_MSG"))
-          .orderBy("keys"))
+placed = (
+    store.read("Orders")
+    .where("tags = 'placed'")
+    .select(
+        "keys", "body", F.col("properties")["paid"].alias("paid"), F.col("properties")["TRAN_MSG"].alias("TRAN_MSG")
+    )
+    .orderBy("keys")
+)
 rows = nb.show(placed, title="what consumers of Orders see: the committed orders")
 assert [r["keys"] for r in rows] == ["tx-order-1", "tx-order-3", "tx-order-4"]
 
-system = (store.messages().where("topic LIKE 'RMQ_SYS_TRANS%'").groupBy("topic").count().orderBy("topic"))
+system = store.messages().where("topic LIKE 'RMQ_SYS_TRANS%'").groupBy("topic").count().orderBy("topic")
 rows = nb.show(system, title="the transaction system topics: half messages and op (end) markers")
 assert {r.topic for r in rows} == {"RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC"}

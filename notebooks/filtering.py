@@ -60,9 +60,14 @@ def orders(lo: int, hi: int):
         F.concat(F.lit('{"order": '), i.cast("string"), F.lit("}")).cast("binary").alias("body"),
         F.when((i >= 2 * N // 3) & (F.pmod(i, 7) == 5), "refunded").otherwise(tag).alias("tags"),
         F.array(F.concat(F.lit("order-"), i.cast("string"))).alias("keys"),
-        F.create_map(F.lit("region"), F.element_at(F.array(F.lit("eu"), F.lit("us"), F.lit("apac")), (F.pmod(i, 3) + 1).cast("int")),
-                     F.lit("amount"), F.pmod(i * 7, 1000).cast("string")).alias("properties"),
-        (F.lit(START) + i * 3600.0 / N).cast("timestamp").alias("born_timestamp"))
+        F.create_map(
+            F.lit("region"),
+            F.element_at(F.array(F.lit("eu"), F.lit("us"), F.lit("apac")), (F.pmod(i, 3) + 1).cast("int")),
+            F.lit("amount"),
+            F.pmod(i * 7, 1000).cast("string"),
+        ).alias("properties"),
+        (F.lit(START) + i * 3600.0 / N).cast("timestamp").alias("born_timestamp"),
+    )
 
 
 for b in range(3):
@@ -70,8 +75,10 @@ for b in range(3):
     store.dispatch()
     print(f"batch {b + 1}: {sent.count} messages sent and dispatched")
 
-expected = {"refunded": [n for n in range(2 * N // 3, N) if n % 7 == 5],
-            "BigEU": [n for n in range(N) if n % 3 == 0 and (n * 7) % 1000 >= 990]}
+expected = {
+    "refunded": [n for n in range(2 * N // 3, N) if n % 7 == 5],
+    "BigEU": [n for n in range(N) if n % 3 == 0 and (n * 7) % 1000 >= 990],
+}
 assert store.dispatch_progress()["consume_queue"] == store.max_offset()
 
 # COMMAND ----------
@@ -81,9 +88,12 @@ assert store.dispatch_progress()["consume_queue"] == store.max_offset()
 
 # COMMAND ----------
 
-per_minute = (store.messages("Orders")
-              .groupBy(F.date_trunc("minute", "born_timestamp").alias("minute"), "tags").count()
-              .orderBy("minute", "tags"))
+per_minute = (
+    store.messages("Orders")
+    .groupBy(F.date_trunc("minute", "born_timestamp").alias("minute"), "tags")
+    .count()
+    .orderBy("minute", "tags")
+)
 rows = nb.show(per_minute, 8, title="messages per minute and tag (first rows)")
 counts = {}
 for row in per_minute.collect():
@@ -95,8 +105,12 @@ assert sum(counts["refunded"].values()) == len(expected["refunded"]) and min(cou
 plt = nb.pyplot()
 fig, ax = plt.subplots(figsize=(8, 3.5))
 for tag in [*TAGS, "refunded"]:
-    ax.plot([m.strftime("%H:%M") for m in minutes], [counts[tag].get(m, 0) for m in minutes], label=tag,
-            marker="." if tag == "refunded" else None)
+    ax.plot(
+        [m.strftime("%H:%M") for m in minutes],
+        [counts[tag].get(m, 0) for m in minutes],
+        label=tag,
+        marker="." if tag == "refunded" else None,
+    )
 ax.set_xticks(range(0, len(minutes), 10))
 ax.set_title("Orders: messages per minute (born time), per tag")
 ax.set_ylabel("messages")
@@ -114,7 +128,11 @@ nb.figure(fig, "messages_per_minute_per_tag.png")
 by_tag = store.read("Orders", MessageSelector.by_tag("refunded"))
 nb.show(by_tag.select("msg_id", "tags", "keys", "born_timestamp"), 5, title="read by tag: refunded")
 by_group = store.read("Orders", group="BigEU")
-nb.show(by_group.select("msg_id", "tags", "properties", "body"), 5, title="read by group BigEU: region = 'eu' AND amount >= 990")
+nb.show(
+    by_group.select("msg_id", "tags", "properties", "body"),
+    5,
+    title="read by group BigEU: region = 'eu' AND amount >= 990",
+)
 ad_hoc = store.messages("Orders").where(compile_sql92("region = 'eu' AND amount >= 990"))
 
 
@@ -134,10 +152,12 @@ assert order_numbers(by_group) == order_numbers(ad_hoc) == expected["BigEU"]
 
 # COMMAND ----------
 
-READS = {"tag refunded": dict(selector=MessageSelector.by_tag("refunded")),
-         "group BigEU (SQL92)": dict(group="BigEU"),
-         "tag paid": dict(selector=MessageSelector.by_tag("paid")),
-         "SQL92 region = 'apac'": dict(selector=MessageSelector.by_sql("region = 'apac'"))}
+READS = {
+    "tag refunded": dict(selector=MessageSelector.by_tag("refunded")),
+    "group BigEU (SQL92)": dict(group="BigEU"),
+    "tag paid": dict(selector=MessageSelector.by_tag("paid")),
+    "SQL92 region = 'apac'": dict(selector=MessageSelector.by_sql("region = 'apac'")),
+}
 fresh = {name: store.explain_read("Orders", **how) for name, how in READS.items()}
 for e in fresh.values():
     print(e)
@@ -160,16 +180,35 @@ for e in clustered.values():
     print(e)
 stats = [store.filter_stats(g, "Orders") for g in ("Refunds", "BigEU", "Audit")]
 table = spark.createDataFrame(
-    [(s.group, s.expression, s.checked, s.pruned_by_bitmap, s.matched, s.choice, s.row_groups,
-      s.row_groups_skipped_by_statistics, s.row_groups_skipped_by_bitmap) for s in stats],
+    [
+        (
+            s.group,
+            s.expression,
+            s.checked,
+            s.pruned_by_bitmap,
+            s.matched,
+            s.choice,
+            s.row_groups,
+            s.row_groups_skipped_by_statistics,
+            s.row_groups_skipped_by_bitmap,
+        )
+        for s in stats
+    ],
     "group string, expression string, units long, pruned_in_consume_queue long, matched long, choice string, "
-    "row_groups long, skipped_by_tag_codes long, skipped_by_bitmap long")
+    "row_groups long, skipped_by_tag_codes long, skipped_by_bitmap long",
+)
 nb.show(table, title="filter_stats per group, after compaction")
 
 assert clustered["tag refunded"].choice == "prune" and clustered["tag refunded"].row_groups_skipped_by_statistics >= 1
-assert clustered["group BigEU (SQL92)"].row_groups_skipped_by_bitmap >= 1 and clustered["group BigEU (SQL92)"].choice == "prune"
-assert all(e.row_groups_read == e.row_groups_considered - e.row_groups_skipped_by_statistics - e.row_groups_skipped_by_bitmap
-           for e in clustered.values() if e.choice == "prune")  # the figure's skipped row groups are never read
+assert (
+    clustered["group BigEU (SQL92)"].row_groups_skipped_by_bitmap >= 1
+    and clustered["group BigEU (SQL92)"].choice == "prune"
+)
+assert all(
+    e.row_groups_read == e.row_groups_considered - e.row_groups_skipped_by_statistics - e.row_groups_skipped_by_bitmap
+    for e in clustered.values()
+    if e.choice == "prune"
+)  # the figure's skipped row groups are never read
 assert clustered["SQL92 region = 'apac'"].choice == "scan"  # no group registered it: no bitmap to prune with
 assert [s.matched for s in stats] == [len(expected["refunded"]), len(expected["BigEU"]), N]
 assert order_numbers(store.read("Orders", group="BigEU")) == expected["BigEU"]  # the same answer, fewer bytes read
@@ -184,8 +223,13 @@ names = list(READS)
 fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
 y = range(len(names))
 left.barh([v + 0.2 for v in y], [fresh[n].files_considered for n in names], 0.4, label="considered", color="lightgray")
-left.barh([v - 0.2 for v in y], [fresh[n].files_skipped_by_summary for n in names], 0.4,
-          label="skipped by ext summaries", color="tab:green")
+left.barh(
+    [v - 0.2 for v in y],
+    [fresh[n].files_skipped_by_summary for n in names],
+    0.4,
+    label="skipped by ext summaries",
+    color="tab:green",
+)
 left.set_title("fresh data: commitlog files")
 left.set_yticks(list(y), names)
 left.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2)

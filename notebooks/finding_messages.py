@@ -41,9 +41,13 @@ store.create_topic("Orders", queues=4)
 
 def order(n: int, day: str) -> Message:
     customer = n % CUSTOMERS
-    return Message("Orders", tags="created", keys=[f"order-{n}", f"customer-{customer}"],
-                   body=f'{{"order": {n}, "customer": {customer}, "day": "{day}"}}'.encode(),
-                   properties={"customer": str(customer)})
+    return Message(
+        "Orders",
+        tags="created",
+        keys=[f"order-{n}", f"customer-{customer}"],
+        body=f'{{"order": {n}, "customer": {customer}, "day": "{day}"}}'.encode(),
+        properties={"customer": str(customer)},
+    )
 
 
 first = store.send_batch([order(n, "monday") for n in range(5 * CUSTOMERS)])
@@ -62,19 +66,32 @@ assert len(sent) == 8 * CUSTOMERS
 
 target = second[5]
 m = store.query_by_id(target.msg_id)
-nb.show([(m.msg_id, m.topic, m.queue_id, m.queue_offset, m.commitlog_offset, m.keys, bytes(m.body))],
-        title=f"query_by_id({target.msg_id!r})")
-assert (m.queue_id, m.queue_offset, m.commitlog_offset) == (target.queue_id, target.queue_offset, target.commitlog_offset)
+nb.show(
+    [(m.msg_id, m.topic, m.queue_id, m.queue_offset, m.commitlog_offset, m.keys, bytes(m.body))],
+    title=f"query_by_id({target.msg_id!r})",
+)
+assert (m.queue_id, m.queue_offset, m.commitlog_offset) == (
+    target.queue_id,
+    target.queue_offset,
+    target.commitlog_offset,
+)
 
 register_views(spark, store)  # commitlog, consume_queue, ..., messages, messages_by_key
-by_sql = spark.sql("SELECT msg_id, topic, queue_id, queue_offset, keys, body FROM messages WHERE msg_id = :id",
-                   args={"id": target.msg_id})
+by_sql = spark.sql(
+    "SELECT msg_id, topic, queue_id, queue_offset, keys, body FROM messages WHERE msg_id = :id",
+    args={"id": target.msg_id},
+)
 assert nb.show(by_sql, title="SELECT ... FROM messages WHERE msg_id = :id")[0].queue_offset == m.queue_offset
 
 sql_dir = nb.path("../sql")  # the repository's sql/ folder, from this notebook's folder (any working directory)
 by_file = run_file(spark, sql_dir / "message_by_id.sql", {"msg_id": target.msg_id.lower()})
-assert nb.show(by_file.select("msg_id", "commitlog_offset", "size", "store_timestamp", "tags", "keys"),
-               title="sql/message_by_id.sql (ids are matched case-insensitively)")[0].commitlog_offset == m.commitlog_offset
+assert (
+    nb.show(
+        by_file.select("msg_id", "commitlog_offset", "size", "store_timestamp", "tags", "keys"),
+        title="sql/message_by_id.sql (ids are matched case-insensitively)",
+    )[0].commitlog_offset
+    == m.commitlog_offset
+)
 
 past_the_end = target.msg_id[:-16] + f"{store.max_offset() + 4096:016X}"  # this store's host, an offset never written
 try:
@@ -91,17 +108,28 @@ except MessageNotFoundError as e:
 # COMMAND ----------
 
 hits = store.query_by_key("Orders", "customer-7")
-nb.show([(h.msg_id, h.queue_offset, str(h.store_timestamp), bytes(h.body)) for h in hits], 8, title="query_by_key('customer-7')")
+nb.show(
+    [(h.msg_id, h.queue_offset, str(h.store_timestamp), bytes(h.body)) for h in hits],
+    8,
+    title="query_by_key('customer-7')",
+)
 assert len(hits) == 8 and [h.commitlog_offset for h in hits] == sorted((h.commitlog_offset for h in hits), reverse=True)
 assert all(h.properties["customer"] == "7" for h in hits)
 
 since = hits[0].store_timestamp  # the newest order's store time: only tuesday's orders are at or after it
 recent = store.query_by_key("Orders", "customer-7", begin=since)
-nb.show([(h.msg_id, str(h.store_timestamp), bytes(h.body)) for h in recent], title=f"query_by_key('customer-7', begin={since})")
-assert recent[0].msg_id == hits[0].msg_id and len(recent) < len(hits) and all(h.store_timestamp >= since for h in recent)
+nb.show(
+    [(h.msg_id, str(h.store_timestamp), bytes(h.body)) for h in recent],
+    title=f"query_by_key('customer-7', begin={since})",
+)
+assert (
+    recent[0].msg_id == hits[0].msg_id and len(recent) < len(hits) and all(h.store_timestamp >= since for h in recent)
+)
 
-by_key_view = spark.sql("SELECT msg_id, kind, queue_id, queue_offset FROM messages_by_key "
-                        "WHERE topic = 'Orders' AND key = 'customer-7' ORDER BY queue_offset")
+by_key_view = spark.sql(
+    "SELECT msg_id, kind, queue_id, queue_offset FROM messages_by_key "
+    "WHERE topic = 'Orders' AND key = 'customer-7' ORDER BY queue_offset"
+)
 nb.show(by_key_view, title="SELECT ... FROM messages_by_key WHERE topic = 'Orders' AND key = 'customer-7'")
 by_key_file = run_file(spark, sql_dir / "messages_by_key.sql", {"topic": "Orders", "key": "customer-7", "max_num": 3})
 rows = nb.show(by_key_file, title="sql/messages_by_key.sql, max_num = 3: the three newest")
@@ -120,8 +148,10 @@ assert u.msg_id == target.msg_id
 
 tuesday = store.query_by_id(second[0].msg_id)
 offset = store.search_offset("Orders", tuesday.queue_id, tuesday.store_timestamp)
-nb.show([(tuesday.queue_id, str(tuesday.store_timestamp), offset)],
-        title="search_offset: queue, store time, first queue offset stored at or after it")
+nb.show(
+    [(tuesday.queue_id, str(tuesday.store_timestamp), offset)],
+    title="search_offset: queue, store time, first queue offset stored at or after it",
+)
 assert offset <= tuesday.queue_offset
 
 span = store.messages("Orders").selectExpr("min(store_timestamp) AS lo", "max(store_timestamp) AS hi").first()
@@ -137,10 +167,14 @@ assert by_time.count() == 8 * CUSTOMERS
 # COMMAND ----------
 
 by_key_source = spark.read.format("rocketmq").option("store", store.root).option("table", "messages_by_key").load()
-rows = nb.show(by_key_source.where("topic = 'Orders' AND key = 'customer-7'").select("msg_id", "key", "kind", "queue_offset"),
-               title="spark.read.format('rocketmq').option('table', 'messages_by_key') ... WHERE key = 'customer-7'")
+rows = nb.show(
+    by_key_source.where("topic = 'Orders' AND key = 'customer-7'").select("msg_id", "key", "kind", "queue_offset"),
+    title="spark.read.format('rocketmq').option('table', 'messages_by_key') ... WHERE key = 'customer-7'",
+)
 assert sorted(r.msg_id for r in rows) == sorted(h.msg_id for h in hits)
 source = spark.read.format("rocketmq").option("store", store.root).load()  # load() per query: each is planned afresh
-rows = nb.show(source.where(f"msg_id = '{target.msg_id}'").select("msg_id", "queue_id", "queue_offset", "keys"),
-               title="spark.read.format('rocketmq') ... WHERE msg_id = ...")
+rows = nb.show(
+    source.where(f"msg_id = '{target.msg_id}'").select("msg_id", "queue_id", "queue_offset", "keys"),
+    title="spark.read.format('rocketmq') ... WHERE msg_id = ...",
+)
 assert rows[0].queue_offset == target.queue_offset

@@ -50,8 +50,15 @@ print(f"store at {store.root}")
 
 # COMMAND ----------
 
-r = store.send(Message("OrderEvents", tags="created", keys=["order-1"], body=b'{"order": 1}',
-                       properties={"region": "eu", "amount": "150"}))
+r = store.send(
+    Message(
+        "OrderEvents",
+        tags="created",
+        keys=["order-1"],
+        body=b'{"order": 1}',
+        properties={"region": "eu", "amount": "150"},
+    )
+)
 nb.show(r, title="one message sent")
 
 TAGS = ["created", "paid", "shipped", "cancelled"]
@@ -61,8 +68,13 @@ orders = spark.range(2, N + 1).select(
     F.concat(F.lit('{"order": '), i.cast("string"), F.lit("}")).alias("body"),
     F.element_at(F.array(*[F.lit(t) for t in TAGS]), (F.pmod(F.hash(i), len(TAGS)) + 1).cast("int")).alias("tags"),
     F.array(F.concat(F.lit("order-"), i.cast("string"))).alias("keys"),
-    F.create_map(F.lit("region"), F.element_at(F.array(F.lit("eu"), F.lit("us"), F.lit("apac")), (F.pmod(i, 3) + 1).cast("int")),
-                 F.lit("amount"), F.pmod(i, 500).cast("string")).alias("properties"))
+    F.create_map(
+        F.lit("region"),
+        F.element_at(F.array(F.lit("eu"), F.lit("us"), F.lit("apac")), (F.pmod(i, 3) + 1).cast("int")),
+        F.lit("amount"),
+        F.pmod(i, 500).cast("string"),
+    ).alias("properties"),
+)
 sent = store.send_dataframe(orders)
 print(f"sent {sent.count} messages as a DataFrame, in one commit")
 assert sent.count == N - 1
@@ -79,14 +91,19 @@ result = store.dispatch()
 print(result)
 assert result.consume_queue_rows == N and result.index_rows == 2 * N  # a KEYS and a UNIQ_KEY entry each
 
-per_queue = (store.table("consume_queue").groupBy("topic", "queue_id")
-             .agg(F.count("*").alias("messages"), (F.max("queue_offset") + 1).alias("max_offset"))
-             .orderBy("topic", "queue_id"))
+per_queue = (
+    store.table("consume_queue")
+    .groupBy("topic", "queue_id")
+    .agg(F.count("*").alias("messages"), (F.max("queue_offset") + 1).alias("max_offset"))
+    .orderBy("topic", "queue_id")
+)
 rows = nb.show(per_queue, title="messages per queue")
 assert sum(row.messages for row in rows) == N and len(rows) == 4
 
-by_tag = {(row.queue_id, row.tags): row["count"]
-          for row in store.messages("OrderEvents").groupBy("queue_id", "tags").count().collect()}
+by_tag = {
+    (row.queue_id, row.tags): row["count"]
+    for row in store.messages("OrderEvents").groupBy("queue_id", "tags").count().collect()
+}
 plt = nb.pyplot()
 fig, ax = plt.subplots(figsize=(6, 3))
 bottom = [0] * len(rows)
@@ -108,13 +125,17 @@ nb.figure(fig, "messages_per_queue.png")
 
 # COMMAND ----------
 
-paid = store.read("OrderEvents", MessageSelector.by_tag("paid || shipped")).select("msg_id", "tags", "keys", "properties")
+paid = store.read("OrderEvents", MessageSelector.by_tag("paid || shipped")).select(
+    "msg_id", "tags", "keys", "properties"
+)
 nb.show(paid, 5, title="read by tag: paid || shipped")
 billing = store.read("OrderEvents", group="Billing").select("msg_id", "tags", "properties", "body")
 nb.show(billing, 5, title="read by group Billing: region = 'eu' AND amount BETWEEN 100 AND 199")
 stats = store.filter_stats("Billing", "OrderEvents")
 nb.show(stats, title="how Billing's subscription filters the topic")
-want = sum(1 for n in range(1, N + 1) if n % 3 == 0 and 100 <= n % 500 <= 199) + 1  # + the single eu order 1 (amount 150)
+want = (
+    sum(1 for n in range(1, N + 1) if n % 3 == 0 and 100 <= n % 500 <= 199) + 1
+)  # + the single eu order 1 (amount 150)
 assert stats.matched == billing.count() == want, (stats, want)
 
 # COMMAND ----------
@@ -125,8 +146,10 @@ assert stats.matched == billing.count() == want, (stats, want)
 # COMMAND ----------
 
 m = store.query_by_id(r.msg_id)
-nb.show([(m.msg_id, m.topic, m.queue_id, m.queue_offset, m.keys, m.properties, bytes(m.body))],
-        title=f"query_by_id({r.msg_id!r}): id, topic, queue, offset, keys, properties, body")
+nb.show(
+    [(m.msg_id, m.topic, m.queue_id, m.queue_offset, m.keys, m.properties, bytes(m.body))],
+    title=f"query_by_id({r.msg_id!r}): id, topic, queue, offset, keys, properties, body",
+)
 hits = store.query_by_key("OrderEvents", "order-42")
 nb.show([(h.msg_id, h.queue_id, h.queue_offset, bytes(h.body)) for h in hits], title="query_by_key('order-42')")
 assert m.keys == "order-1" and bytes(hits[0].body) == b'{"order": 42}'
@@ -143,11 +166,15 @@ assert nb.show(by_key, title="sql/messages_by_key.sql")[0].msg_id == hits[0].msg
 # COMMAND ----------
 
 p = store.pull("Shipping", "OrderEvents", queue_id=0, offset=0, max_msgs=32)
-nb.show([(p.status.value, p.get_status.value, p.next_begin_offset, p.min_offset, p.max_offset, len(p.messages))],
-        title="pull: status, store status, next offset, min, max, messages")
+nb.show(
+    [(p.status.value, p.get_status.value, p.next_begin_offset, p.min_offset, p.max_offset, len(p.messages))],
+    title="pull: status, store status, next offset, min, max, messages",
+)
 assert p.messages and all(x.tags in ("paid", "shipped") for x in p.messages)
 store.commit_offset("Shipping", "OrderEvents", 0, p.next_begin_offset)
-lag = nb.show(store.consumer_lag("Shipping").where("topic = 'OrderEvents'").orderBy("queue_id"), title="consumer lag of Shipping")
+lag = nb.show(
+    store.consumer_lag("Shipping").where("topic = 'OrderEvents'").orderBy("queue_id"), title="consumer lag of Shipping"
+)
 assert lag[0].committed_offset == p.next_begin_offset and lag[0].lag == lag[0].max_offset - p.next_begin_offset
 
 back = store.send_back(p.messages[0], group="Shipping")

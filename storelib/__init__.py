@@ -38,9 +38,9 @@ from storelib.encoding.tags import tags_code
 from storelib.filter.bloom import BloomFilter, BloomFilterData
 from storelib.filter.class_batch import FilterFailure
 from storelib.filter.class_filter import FilterContext
-from storelib.filter.subscription import Subscription
 from storelib.filter.selector import MessageSelector
 from storelib.filter.sql92 import compile_sql92, parse_sql92
+from storelib.filter.subscription import Subscription
 from storelib.filter.tag import SubscriptionData, build_subscription
 from storelib.model.config import StoreConfig
 from storelib.model.errors import *  # noqa: F401,F403  (the whole hierarchy, rooted in StoreError)
@@ -57,14 +57,46 @@ from storelib.storage.commitlog import AppendResult
 from storelib.store import MessageStore
 
 __all__ = [
-    "MessageStore", "StoreConfig", "StoreContext", "StoreError",
-    "Message", "SendResult", "AppendResult", "StoredMessage", "DispatchResult",
-    "PullResult", "PullStatus", "GetMessageResult", "GetMessageStatus", "FilterStats",
-    "TopicConfig", "GroupConfig", "Subscription", "Prune", "Timestamp", "PERM_READ", "PERM_WRITE",
-    "tags_code", "create_message_id", "decode_message_id", "decorate_ext_addr", "undecorate_ext_addr",
-    "is_ext_addr", "index_key_hash",
-    "MessageSelector", "compile_sql92", "parse_sql92", "build_subscription", "SubscriptionData", "BloomFilter",
-    "BloomFilterData", "FilterContext", "FilterFailure", "DeliveryResult", "TransactionState",
-    "TransactionSendResult", "CheckResult",
+    "MessageStore",
+    "StoreConfig",
+    "StoreContext",
+    "StoreError",
+    "Message",
+    "SendResult",
+    "AppendResult",
+    "StoredMessage",
+    "DispatchResult",
+    "PullResult",
+    "PullStatus",
+    "GetMessageResult",
+    "GetMessageStatus",
+    "FilterStats",
+    "TopicConfig",
+    "GroupConfig",
+    "Subscription",
+    "Prune",
+    "Timestamp",
+    "PERM_READ",
+    "PERM_WRITE",
+    "tags_code",
+    "create_message_id",
+    "decode_message_id",
+    "decorate_ext_addr",
+    "undecorate_ext_addr",
+    "is_ext_addr",
+    "index_key_hash",
+    "MessageSelector",
+    "compile_sql92",
+    "parse_sql92",
+    "build_subscription",
+    "SubscriptionData",
+    "BloomFilter",
+    "BloomFilterData",
+    "FilterContext",
+    "FilterFailure",
+    "DeliveryResult",
+    "TransactionState",
+    "TransactionSendResult",
+    "CheckResult",
 ]
 __version__ = "0.1.0"

@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING, Callable, Mapping, Union
 
 from storelib.delta import location
 from storelib.delta.health import table_problems, unsafe_commits
-from storelib.storage.subscriptions import SubscriptionRegistry
 from storelib.model.config import StoreConfig
 from storelib.model.errors import StorageAccessError, StoreCorruptedError, StoreNotFoundError
 from storelib.send.producer import Producer
 from storelib.storage.commitlog import CommitLog
 from storelib.storage.consumer_offset import ConsumerOffsetTable
 from storelib.storage.group_config import GroupConfigTable
+from storelib.storage.subscriptions import SubscriptionRegistry
 from storelib.storage.tables import StoreTables
 from storelib.storage.topic_config import TopicConfigTable
 
@@ -126,9 +126,17 @@ class StoreContext:
         return not callable(self.session)
 
     @classmethod
-    def open(cls, root: str, spark: SessionSource, config: StoreConfig | None = None, *, create: bool = False,
-             spark_conf: Mapping[str, str] | None = None, storage_options: Mapping[str, str] | None = None,
-             **settings: object) -> "StoreContext":
+    def open(
+        cls,
+        root: str,
+        spark: SessionSource,
+        config: StoreConfig | None = None,
+        *,
+        create: bool = False,
+        spark_conf: Mapping[str, str] | None = None,
+        storage_options: Mapping[str, str] | None = None,
+        **settings: object,
+    ) -> "StoreContext":
         """The context of the store at ``root``, its tables created when ``create`` (else the store must
         exist: :class:`~storelib.model.errors.StoreNotFoundError`). Settings as ``MessageStore.open`` takes them;
         without ``config``, the ``spark.storelib.*`` entries of ``spark_conf`` (default: the session's) come first.
@@ -141,8 +149,14 @@ class StoreContext:
         if spark_conf is None:
             spark_conf = {} if callable(spark) else location.session_settings(spark)
         if config is None:
-            config = StoreConfig.from_mapping({k: v for k, v in spark_conf.items() if k.startswith("spark.storelib.")
-                                               and not k.startswith(location.CONF_PREFIX)}, **settings)
+            config = StoreConfig.from_mapping(
+                {
+                    k: v
+                    for k, v in spark_conf.items()
+                    if k.startswith("spark.storelib.") and not k.startswith(location.CONF_PREFIX)
+                },
+                **settings,
+            )
         elif settings:
             config = config.replace(**settings)
         root = location.attach(root, storage_options, spark_conf)
@@ -152,12 +166,19 @@ class StoreContext:
             raise StoreCorruptedError(problems, root)
         if not context.tables.exists():
             if not create:
-                raise StoreNotFoundError("root", f"no store at {root}: check the path, or make one with "
-                                                 "MessageStore.create(path) (a job's --create)")
+                raise StoreNotFoundError(
+                    "root",
+                    f"no store at {root}: check the path, or make one with "
+                    "MessageStore.create(path) (a job's --create)",
+                )
             unsafe = unsafe_commits(root)
             if unsafe:
-                raise StorageAccessError("root", f"the object store under {root} is not safe for a store: {unsafe}; "
-                                                 "use one that honours If-None-Match (AWS S3, MinIO, ...)", value=root)
+                raise StorageAccessError(
+                    "root",
+                    f"the object store under {root} is not safe for a store: {unsafe}; "
+                    "use one that honours If-None-Match (AWS S3, MinIO, ...)",
+                    value=root,
+                )
         context.tables.ensure()
         _OPEN.add(context)
         return context
@@ -176,9 +197,19 @@ class StoreContext:
     def build(cls, root: str, spark: SessionSource, config: StoreConfig) -> "StoreContext":
         """The context of the store at ``root``, its tables not yet created."""
         tables = StoreTables.at(root, dict(config.table_properties))
-        return cls(root, spark, config, tables, CommitLog(tables.commitlog, config), TopicConfigTable(tables.topic_config),
-                   GroupConfigTable(tables.subscription_group, config), ConsumerOffsetTable(tables.consumer_offset, config),
-                   SubscriptionRegistry(tables.subscription, config), Producer(config), MessageArrivals())
+        return cls(
+            root,
+            spark,
+            config,
+            tables,
+            CommitLog(tables.commitlog, config),
+            TopicConfigTable(tables.topic_config),
+            GroupConfigTable(tables.subscription_group, config),
+            ConsumerOffsetTable(tables.consumer_offset, config),
+            SubscriptionRegistry(tables.subscription, config),
+            Producer(config),
+            MessageArrivals(),
+        )
 
 
 #: Guards what a context makes on first use (its session, its default producer).

@@ -136,8 +136,9 @@ class Notebook:
         if folder.is_dir():
             foreign = sorted(p.name for p in folder.iterdir() if p.name not in TABLES and p.name not in _STORE_EXTRAS)
             if foreign:
-                raise StoreError("store", f"holds more than a store ({', '.join(foreign[:3])}); choose an empty folder",
-                                 value=root)
+                raise StoreError(
+                    "store", f"holds more than a store ({', '.join(foreign[:3])}); choose an empty folder", value=root
+                )
             shutil.rmtree(folder)
         return root
 
@@ -220,7 +221,10 @@ def setup(notebook_globals: Mapping[str, Any], name: str, **defaults: str) -> No
         base = Path("/tmp/storelib/notebooks") / name
         standard = {"store": str(base / "store"), "output": str(base / "output")}
     else:
-        standard = {"store": str(directory.parent / "data" / "notebooks" / name), "output": str(directory / "output" / name)}
+        standard = {
+            "store": str(directory.parent / "data" / "notebooks" / name),
+            "output": str(directory / "output" / name),
+        }
     wanted = {**standard, **{k: str(v) for k, v in defaults.items()}}
     params = {}
     for key, default in wanted.items():

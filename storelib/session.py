@@ -26,7 +26,20 @@ from storelib.model.errors import JavaNotFoundError, SessionError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["get_spark", "session_source", "default_settings", "ensure_session", "delta_available", "check_java", "read_properties_file", "parallelism", "delta_settings", "s3a_settings", "hadoop_version", "DEFAULTS_FILE"]
+__all__ = [
+    "get_spark",
+    "session_source",
+    "default_settings",
+    "ensure_session",
+    "delta_available",
+    "check_java",
+    "read_properties_file",
+    "parallelism",
+    "delta_settings",
+    "s3a_settings",
+    "hadoop_version",
+    "DEFAULTS_FILE",
+]
 
 DEFAULTS_FILE = Path(__file__).resolve().parents[1] / "spark-defaults.conf"
 #: Spark's logging for the store's sessions: warnings and errors only (no INFO lines before a job's output).
@@ -36,12 +49,20 @@ LOG4J2_FILE = Path(__file__).resolve().parent / "log4j2.properties"
 REQUIRED = {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"}
 
 #: Transitive dependencies of delta-spark's jar that Spark already ships (newer): left out of the download.
-_SHIPPED_BY_SPARK = ("org.apache.hadoop:hadoop-client-runtime", "org.apache.hadoop:hadoop-client-api",
-                     "org.apache.parquet:parquet-hadoop", "org.slf4j:slf4j-api", "org.apache.logging.log4j:log4j-slf4j2-impl",
-                     "org.apache.logging.log4j:log4j-api", "org.apache.logging.log4j:log4j-core",
-                     "com.fasterxml.jackson.core:jackson-databind", "com.fasterxml.jackson.core:jackson-core",
-                     "com.fasterxml.jackson.core:jackson-annotations", "org.roaringbitmap:RoaringBitmap",
-                     "com.google.code.findbugs:jsr305")
+_SHIPPED_BY_SPARK = (
+    "org.apache.hadoop:hadoop-client-runtime",
+    "org.apache.hadoop:hadoop-client-api",
+    "org.apache.parquet:parquet-hadoop",
+    "org.slf4j:slf4j-api",
+    "org.apache.logging.log4j:log4j-slf4j2-impl",
+    "org.apache.logging.log4j:log4j-api",
+    "org.apache.logging.log4j:log4j-core",
+    "com.fasterxml.jackson.core:jackson-databind",
+    "com.fasterxml.jackson.core:jackson-core",
+    "com.fasterxml.jackson.core:jackson-annotations",
+    "org.roaringbitmap:RoaringBitmap",
+    "com.google.code.findbugs:jsr305",
+)
 
 
 def delta_settings() -> dict[str, str]:
@@ -60,13 +81,15 @@ def delta_settings() -> dict[str, str]:
     import pyspark
 
     spark_minor = ".".join(pyspark.__version__.split(".")[:2])
-    return {"spark.jars.packages": f"io.delta:delta-spark_{spark_minor}_2.13:{version('delta-spark')}",
-            "spark.jars.excludes": ",".join(_SHIPPED_BY_SPARK),
-            "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
-            "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
-            # Delta's SQL parser drops Spark 4.2's parser-level parameter markers (named parameters come out
-            # unbound); the analyzer-level binding of earlier Spark versions works with it.
-            "spark.sql.legacy.parameterSubstitution.constantsOnly": "true"}
+    return {
+        "spark.jars.packages": f"io.delta:delta-spark_{spark_minor}_2.13:{version('delta-spark')}",
+        "spark.jars.excludes": ",".join(_SHIPPED_BY_SPARK),
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        # Delta's SQL parser drops Spark 4.2's parser-level parameter markers (named parameters come out
+        # unbound); the analyzer-level binding of earlier Spark versions works with it.
+        "spark.sql.legacy.parameterSubstitution.constantsOnly": "true",
+    }
 
 
 def hadoop_version() -> str:
@@ -98,17 +121,27 @@ def s3a_settings(options: Mapping[str, str] | None = None) -> dict[str, str]:
     ('http://127.0.0.1:9000', 'true')
     """
     o = {**{k: v for k, v in os.environ.items() if k.startswith("AWS_")}, **(options or {})}
-    out = {"spark.jars.packages": f"org.apache.hadoop:hadoop-aws:{hadoop_version()}",
-           "spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem"}
+    out = {
+        "spark.jars.packages": f"org.apache.hadoop:hadoop-aws:{hadoop_version()}",
+        "spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+    }
     endpoint = o.get("AWS_ENDPOINT_URL")
     if endpoint:
-        out.update({"spark.hadoop.fs.s3a.endpoint": endpoint, "spark.hadoop.fs.s3a.path.style.access": "true",
-                    "spark.hadoop.fs.s3a.connection.ssl.enabled": str(endpoint.startswith("https")).lower()})
+        out.update(
+            {
+                "spark.hadoop.fs.s3a.endpoint": endpoint,
+                "spark.hadoop.fs.s3a.path.style.access": "true",
+                "spark.hadoop.fs.s3a.connection.ssl.enabled": str(endpoint.startswith("https")).lower(),
+            }
+        )
     if o.get("AWS_ACCESS_KEY_ID"):
-        out.update({"spark.hadoop.fs.s3a.access.key": o["AWS_ACCESS_KEY_ID"],
-                    "spark.hadoop.fs.s3a.secret.key": o.get("AWS_SECRET_ACCESS_KEY", ""),
-                    "spark.hadoop.fs.s3a.aws.credentials.provider":
-                        "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"})
+        out.update(
+            {
+                "spark.hadoop.fs.s3a.access.key": o["AWS_ACCESS_KEY_ID"],
+                "spark.hadoop.fs.s3a.secret.key": o.get("AWS_SECRET_ACCESS_KEY", ""),
+                "spark.hadoop.fs.s3a.aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
+            }
+        )
     region = o.get("AWS_REGION") or o.get("AWS_DEFAULT_REGION")
     if region:
         out["spark.hadoop.fs.s3a.endpoint.region"] = region
@@ -125,8 +158,11 @@ def check_java() -> str:
     java = str(Path(home) / "bin" / "java") if home else shutil.which("java")
     if not java or not os.access(java, os.X_OK):
         where = f"JAVA_HOME={home} has no bin/java" if home else "no 'java' on PATH and JAVA_HOME is not set"
-        raise JavaNotFoundError(None, f"Spark needs Java 17 or newer, but {where}. Install a JDK 17 "
-                                      "(e.g. 'apt-get install openjdk-17-jre-headless') or set JAVA_HOME.")
+        raise JavaNotFoundError(
+            None,
+            f"Spark needs Java 17 or newer, but {where}. Install a JDK 17 "
+            "(e.g. 'apt-get install openjdk-17-jre-headless') or set JAVA_HOME.",
+        )
     try:
         out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as e:
@@ -163,7 +199,9 @@ def default_settings() -> dict[str, str]:
     return read_properties_file(defaults) if defaults.exists() else {}
 
 
-def session_source(spark: "SparkSession | None" = None) -> "tuple[SparkSession | Callable[[], SparkSession], dict[str, str] | None]":
+def session_source(
+    spark: "SparkSession | None" = None,
+) -> "tuple[SparkSession | Callable[[], SparkSession], dict[str, str] | None]":
     """What a store opened with ``spark`` works with, and the settings it reads ``spark.storelib.*`` from:
     the session given, else the active one (both made ready by :func:`ensure_session`, their own
     settings), else :func:`get_spark` itself, called when the store first needs Spark, with the
@@ -180,8 +218,12 @@ def session_source(spark: "SparkSession | None" = None) -> "tuple[SparkSession |
     return get_spark, default_settings()
 
 
-def get_spark(app_name: str = "storelib", conf: Mapping[str, str] | None = None, *, s3a: bool | None = None,
-              ) -> "SparkSession":
+def get_spark(
+    app_name: str = "storelib",
+    conf: Mapping[str, str] | None = None,
+    *,
+    s3a: bool | None = None,
+) -> "SparkSession":
     """The active Spark session, or a new one with the store's defaults plus ``conf`` (and, with ``s3a`` or
     ``STORELIB_S3A=1``, :func:`s3a_settings`)."""
     from pyspark.sql import SparkSession
@@ -198,7 +240,9 @@ def get_spark(app_name: str = "storelib", conf: Mapping[str, str] | None = None,
     java_options = settings.get("spark.driver.extraJavaOptions", "")
     if "log4j2.configurationFile" not in java_options or "storelib/log4j2.properties" in java_options:
         java_options = " ".join(o for o in java_options.split() if "log4j2.configurationFile" not in o)
-        settings["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{LOG4J2_FILE} {java_options}".strip()
+        settings["spark.driver.extraJavaOptions"] = (
+            f"-Dlog4j2.configurationFile=file:{LOG4J2_FILE} {java_options}".strip()
+        )
     if s3a if s3a is not None else os.environ.get("STORELIB_S3A", "").lower() in ("1", "true", "yes"):
         extra = s3a_settings()
         settings["spark.jars.packages"] += "," + extra.pop("spark.jars.packages")
@@ -216,8 +260,11 @@ def get_spark(app_name: str = "storelib", conf: Mapping[str, str] | None = None,
 
 
 #: Runtime SQL settings the store relies on, set on any session it is given.
-RUNTIME = {**REQUIRED, "spark.sql.python.filterPushdown.enabled": "true",
-           "spark.sql.legacy.parameterSubstitution.constantsOnly": "true"}
+RUNTIME = {
+    **REQUIRED,
+    "spark.sql.python.filterPushdown.enabled": "true",
+    "spark.sql.legacy.parameterSubstitution.constantsOnly": "true",
+}
 _CHECKED: set[str] = set()
 
 
@@ -279,8 +326,13 @@ def _check_workers(spark: "SparkSession") -> None:
         spark.range(1, numPartitions=1).mapInArrow(probe, "id long").collect()
     except (PySparkException, Py4JError) as e:
         text = str(e)
-        reason = next((line.strip() for line in text.splitlines() if "Error:" in line and "Traceback" not in line),
-                      text.splitlines()[0] if text else type(e).__name__)
-        raise SessionError("spark.pyspark.python", f"Spark's Python workers cannot import storelib ({reason[:200]}); "
-                           "set PYSPARK_PYTHON or spark.pyspark.python to an interpreter with storelib installed, "
-                           "or start the session with storelib.session.get_spark()") from None
+        reason = next(
+            (line.strip() for line in text.splitlines() if "Error:" in line and "Traceback" not in line),
+            text.splitlines()[0] if text else type(e).__name__,
+        )
+        raise SessionError(
+            "spark.pyspark.python",
+            f"Spark's Python workers cannot import storelib ({reason[:200]}); "
+            "set PYSPARK_PYTHON or spark.pyspark.python to an interpreter with storelib installed, "
+            "or start the session with storelib.session.get_spark()",
+        ) from None

@@ -59,8 +59,11 @@ def register_views(spark: "SparkSession", store: "MessageStore", *, delta: bool 
     """
 
     if delta and not delta_available(spark):
-        raise SessionError("spark.jars.packages", "this session has no Delta Spark; start it with storelib.session."
-                                                  f"get_spark() or with {delta_settings()['spark.jars.packages']!r}")
+        raise SessionError(
+            "spark.jars.packages",
+            "this session has no Delta Spark; start it with storelib.session."
+            f"get_spark() or with {delta_settings()['spark.jars.packages']!r}",
+        )
     names = []
     for name in ("commitlog", "consume_queue", "consume_queue_ext", "index", "topic_config"):
         table = store.context.tables.by_name()[name]
@@ -84,14 +87,18 @@ def _served(spark: "SparkSession", store: "MessageStore", units: "DataFrame") ->
     """Queue units at or above their queue's min offset (where retention moved it)."""
     from pyspark.sql import functions as F
 
-
-    queues = [(t, q) for t, c in store.context.topics.all().items() for q in range(max(c.read_queue_nums, c.write_queue_nums))]
+    queues = [
+        (t, q) for t, c in store.context.topics.all().items() for q in range(max(c.read_queue_nums, c.write_queue_nums))
+    ]
     mins = moved_min_offsets(store.context.tables.consume_queue, queues)
     if not mins:
         return units
     floor = spark.createDataFrame([(t, q, m) for (t, q), m in mins.items()], "topic string, queue_id int, _min bigint")
-    return (units.join(F.broadcast(floor), ["topic", "queue_id"], "left")
-            .where(F.col("_min").isNull() | (F.col("queue_offset") >= F.col("_min"))).select(*units.columns))
+    return (
+        units.join(F.broadcast(floor), ["topic", "queue_id"], "left")
+        .where(F.col("_min").isNull() | (F.col("queue_offset") >= F.col("_min")))
+        .select(*units.columns)
+    )
 
 
 def parse_parameters(text: str) -> dict[str, tuple[str, str | None]]:

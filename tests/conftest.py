@@ -11,6 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+
 @pytest.fixture
 def ansi(spark):
     """The session with ANSI mode on (Spark 4's default), restored afterwards."""
@@ -57,8 +58,13 @@ class S3Server:
     def __init__(self, port: int, process):
         self.port, self.process = port, process
         self.endpoint = f"http://127.0.0.1:{port}"
-        self.options = {"AWS_ENDPOINT_URL": self.endpoint, "AWS_ALLOW_HTTP": "true", "AWS_ACCESS_KEY_ID": "testing",
-                        "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1"}
+        self.options = {
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ALLOW_HTTP": "true",
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_REGION": "us-east-1",
+        }
         self._buckets = 0
 
     @property
@@ -71,8 +77,13 @@ class S3Server:
 
         self._buckets += 1
         name = f"{prefix.lower()}-{os.getpid()}-{self._buckets}"
-        boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id="testing", aws_secret_access_key="testing",
-                     region_name="us-east-1").create_bucket(Bucket=name)
+        boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+            region_name="us-east-1",
+        ).create_bucket(Bucket=name)
         return f"s3://{name}"
 
 

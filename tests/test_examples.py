@@ -19,8 +19,12 @@ def has_example(obj) -> bool:
     return ">>>" in doc
 
 
-@pytest.mark.parametrize("name", sorted(n for n in storelib.__all__ if inspect.isclass(getattr(storelib, n))
-                                        or inspect.isfunction(getattr(storelib, n))))
+@pytest.mark.parametrize(
+    "name",
+    sorted(
+        n for n in storelib.__all__ if inspect.isclass(getattr(storelib, n)) or inspect.isfunction(getattr(storelib, n))
+    ),
+)
 def test_exported_names_have_examples(name):
     obj = getattr(storelib, name)
     module = inspect.getmodule(obj)
@@ -60,8 +64,11 @@ def _callables_without_examples() -> list[str]:
             class_doc = ast.get_docstring(node) or ""
             for member in node.body:
                 if isinstance(member, ast.FunctionDef) and not member.name.startswith("_"):
-                    if (">>>" not in (ast.get_docstring(member) or "") and ">>>" not in class_doc
-                            and f".{member.name}" not in module_doc):
+                    if (
+                        ">>>" not in (ast.get_docstring(member) or "")
+                        and ">>>" not in class_doc
+                        and f".{member.name}" not in module_doc
+                    ):
                         missing.append(f"{path.name}:{node.name}.{member.name}")
     return missing
 

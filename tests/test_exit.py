@@ -37,18 +37,37 @@ print("finished")
 def test_twenty_four_runs_all_exit_zero(tmp_path, python_env):
     """Twenty runs without Spark (the native teardown races of deltalake and pyarrow threads show there, at
     about 1.5 s a run) and four with a Spark session (its JVM and worker daemon at exit, at about 15 s a run)."""
+
     def run(i: int) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / f"s{i}"), "close" if i % 2 else "leave",
-                               "spark" if i < 4 else "none"],
-                              env=python_env, capture_output=True, text=True, timeout=600)
+        return subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                SCRIPT,
+                str(tmp_path / f"s{i}"),
+                "close" if i % 2 else "leave",
+                "spark" if i < 4 else "none",
+            ],
+            env=python_env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
 
     with ThreadPoolExecutor(2) as pool:  # two at a time: the machine has two cores
         runs = list(pool.map(run, range(24)))
-    bad = [(i, r.returncode, r.stderr[-600:]) for i, r in enumerate(runs) if r.returncode != 0 or "finished" not in r.stdout]
+    bad = [
+        (i, r.returncode, r.stderr[-600:])
+        for i, r in enumerate(runs)
+        if r.returncode != 0 or "finished" not in r.stdout
+    ]
     assert bad == []
     # Spark's Python worker daemon sometimes reports a worker's BrokenPipeError (a socket the JVM closed,
     # cut short when the JVM goes): that is Spark's process, not this one, and the exit code is 0. A
     # traceback of this process would name the script ("<string>") or storelib.
-    ours = [(i, r.stderr[-1500:]) for i, r in enumerate(runs)
-            if "terminate called" in r.stderr or 'File "<string>"' in r.stderr or "/storelib/" in r.stderr]
+    ours = [
+        (i, r.stderr[-1500:])
+        for i, r in enumerate(runs)
+        if "terminate called" in r.stderr or 'File "<string>"' in r.stderr or "/storelib/" in r.stderr
+    ]
     assert ours == []

@@ -53,7 +53,7 @@ def imports(name: str, path: Path, known: set[str]) -> set[str]:
             base = node.module or ""
             if node.level:
                 parts = package.split(".")
-                base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
             targets = [f"{base}.{a.name}" for a in node.names] + [base]
         for target in targets:
             while target and target not in known:
@@ -96,7 +96,7 @@ def test_no_import_cycles():
         state[node] = 1
         for nxt in sorted(GRAPH[node]):
             if state.get(nxt) == 1:
-                cycles.append(path[path.index(nxt):] + [nxt])
+                cycles.append(path[path.index(nxt) :] + [nxt])
             elif nxt not in state:
                 visit(nxt, path + [nxt])
         state[node] = 2
@@ -109,16 +109,20 @@ def test_no_import_cycles():
 
 def test_nothing_below_the_handle_imports_it():
     top = tuple(LAYERS[-1])  # the handle's users: the package, SQL views, the command
-    users = sorted(n for n, targets in GRAPH.items() if "storelib.store" in targets
-                   and not any(n == t or n.startswith(t + ".") for t in top))
+    users = sorted(
+        n
+        for n, targets in GRAPH.items()
+        if "storelib.store" in targets and not any(n == t or n.startswith(t + ".") for t in top)
+    )
     assert not users
 
 
 def test_import_storelib_loads_no_module_through_a_cycle():
     """``import storelib`` in a fresh interpreter: every module it loads is in the acyclic graph above."""
     code = "import sys, storelib; print('\\n'.join(m for m in sys.modules if m.startswith('storelib')))"
-    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                            cwd=PACKAGE.parent).stdout.split()
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=PACKAGE.parent
+    ).stdout.split()
     assert "storelib.store" in loaded
     assert set(loaded) <= set(GRAPH)
 
@@ -151,10 +155,26 @@ def _sqlglot_private_names() -> set[str]:
     from sqlglot import exp, generator, parser, tokens
     from sqlglot.dialects import dialect
 
-    owners = [parser.Parser, tokens.Tokenizer, tokens.Token, generator.Generator, dialect.Dialect, exp.Expr,
-              sqlglot, parser, tokens, generator, dialect, exp]
-    return {name for owner in owners for name in dir(owner)
-            if name.startswith("_") and not (name.startswith("__") and name.endswith("__"))}
+    owners = [
+        parser.Parser,
+        tokens.Tokenizer,
+        tokens.Token,
+        generator.Generator,
+        dialect.Dialect,
+        exp.Expr,
+        sqlglot,
+        parser,
+        tokens,
+        generator,
+        dialect,
+        exp,
+    ]
+    return {
+        name
+        for owner in owners
+        for name in dir(owner)
+        if name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+    }
 
 
 def private_sqlglot_uses(source: str) -> list[str]:
@@ -193,11 +213,15 @@ def private_sqlglot_uses(source: str) -> list[str]:
 
 
 def test_private_sqlglot_uses_are_caught():
-    assert private_sqlglot_uses("from sqlglot import parser\nclass P(parser.Parser):\n    def f(self):\n"
-                                "        return self._match(1) or self._curr")
+    assert private_sqlglot_uses(
+        "from sqlglot import parser\nclass P(parser.Parser):\n    def f(self):\n"
+        "        return self._match(1) or self._curr"
+    )
     assert private_sqlglot_uses("import sqlglot.parser\nE = getattr(sqlglot.parser, 'SENTINEL_NONE', None)")
     assert private_sqlglot_uses("from sqlglot.tokens import _ALL_TOKENS")
-    assert not private_sqlglot_uses("from sqlglot import exp\nclass P:\n    def f(self):\n        return self.RANGE_PARSERS")
+    assert not private_sqlglot_uses(
+        "from sqlglot import exp\nclass P:\n    def f(self):\n        return self.RANGE_PARSERS"
+    )
 
 
 def test_no_private_sqlglot_member_is_used():

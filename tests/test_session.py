@@ -31,16 +31,26 @@ def test_open_refuses_a_path_without_a_store(spark, tmp_path):
 @pytest.mark.parametrize("job", ["dispatch.py", "deliver_delayed.py", "check_transactions.py"])
 def test_jobs_refuse_a_mistyped_store_and_create_when_asked(tmp_path, python_env, job):
     missing = tmp_path / "typo"
-    out = subprocess.run([sys.executable, str(ROOT / "jobs" / job), "--store", str(missing)],
-                         capture_output=True, text=True, env=python_env, timeout=300)
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "jobs" / job), "--store", str(missing)],
+        capture_output=True,
+        text=True,
+        env=python_env,
+        timeout=300,
+    )
     assert out.returncode == 2, out.stderr[-2000:]
     errors = [line for line in out.stderr.splitlines() if "failed:" in line]
     assert len(errors) == 1 and "no store at" in errors[0]
     # no traceback of the job's own (PySpark's worker daemon may still log a BrokenPipeError at teardown)
     assert not re.search(r'File ".*(storelib|jobs)/', out.stderr), out.stderr[-2000:]
     assert not missing.exists()
-    made = subprocess.run([sys.executable, str(ROOT / "jobs" / job), "--store", str(missing), "--create"],
-                          capture_output=True, text=True, env=python_env, timeout=300)
+    made = subprocess.run(
+        [sys.executable, str(ROOT / "jobs" / job), "--store", str(missing), "--create"],
+        capture_output=True,
+        text=True,
+        env=python_env,
+        timeout=300,
+    )
     assert made.returncode == 0, made.stderr[-2000:]
     assert (missing / "commitlog" / "_delta_log").is_dir()
 
@@ -77,13 +87,16 @@ FOREIGN = textwrap.dedent("""
 def test_a_plain_session_from_a_venv_works(tmp_path, python_env):
     """``SparkSession.builder.getOrCreate()`` with no PYSPARK_PYTHON: Spark would start ``python3`` from PATH,
     which lacks the project's packages (sqlglot); the store points the workers at this interpreter."""
-    assert subprocess.run(["python3", "-c", "import sqlglot"], capture_output=True, env={"PATH": "/usr/bin:/bin"}).returncode
+    assert subprocess.run(
+        ["python3", "-c", "import sqlglot"], capture_output=True, env={"PATH": "/usr/bin:/bin"}
+    ).returncode
     env = {k: v for k, v in python_env.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
     env["PATH"] = "/usr/bin:/bin"  # python3 there has no sqlglot
     script = tmp_path / "foreign.py"
     script.write_text(FOREIGN)
-    out = subprocess.run([sys.executable, str(script), str(tmp_path / "store")], capture_output=True, text=True,
-                         env=env, timeout=600)
+    out = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "store")], capture_output=True, text=True, env=env, timeout=600
+    )
     assert out.returncode == 0 and out.stdout.strip().endswith("OK"), out.stdout[-1000:] + out.stderr[-3000:]
 
 
@@ -92,8 +105,13 @@ def test_workers_that_cannot_import_storelib_are_named(tmp_path, python_env):
     """PYSPARK_PYTHON names an interpreter without the project's packages: one clear error, not a worker traceback."""
     script = tmp_path / "foreign.py"
     script.write_text(FOREIGN)
-    out = subprocess.run([sys.executable, str(script), str(tmp_path / "store")], capture_output=True, text=True,
-                         env={**python_env, "PYSPARK_PYTHON": "/usr/bin/python3"}, timeout=600)
+    out = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "store")],
+        capture_output=True,
+        text=True,
+        env={**python_env, "PYSPARK_PYTHON": "/usr/bin/python3"},
+        timeout=600,
+    )
     assert out.returncode == 2, out.stdout[-1000:] + out.stderr[-3000:]
     line = out.stdout.strip().splitlines()[-1]
     assert line.startswith("SessionError spark.pyspark.python: Spark's Python workers cannot import storelib")

@@ -48,17 +48,27 @@ class AdminFigures:
 
     def lines(self) -> list[str]:
         base = _p50(self.baseline)
-        out = [f"storelib command, new process each run, store of {self.messages:,} msgs; "
-               f"baseline (import pyarrow.dataset + deltalake) p50 {base * 1000:.0f} ms"]
+        out = [
+            f"storelib command, new process each run, store of {self.messages:,} msgs; "
+            f"baseline (import pyarrow.dataset + deltalake) p50 {base * 1000:.0f} ms"
+        ]
         for name, times in self.runs.items():
             p50 = _p50(times)
-            out.append(f"{name:<18} p50 {p50 * 1000:5.0f} ms  max {max(times) * 1000:5.0f} ms  "
-                       f"{p50 / base:4.2f}x the baseline" + ("  (over 1 s)" if p50 > 1 else ""))
+            out.append(
+                f"{name:<18} p50 {p50 * 1000:5.0f} ms  max {max(times) * 1000:5.0f} ms  "
+                f"{p50 / base:4.2f}x the baseline" + ("  (over 1 s)" if p50 > 1 else "")
+            )
         return out
 
     def as_dict(self) -> dict:
-        out = {name: {"p50_ms": round(_p50(t) * 1000), "max_ms": round(max(t) * 1000),
-                      "ratio_to_baseline": round(_p50(t) / _p50(self.baseline), 2)} for name, t in self.runs.items()}
+        out = {
+            name: {
+                "p50_ms": round(_p50(t) * 1000),
+                "max_ms": round(max(t) * 1000),
+                "ratio_to_baseline": round(_p50(t) / _p50(self.baseline), 2),
+            }
+            for name, t in self.runs.items()
+        }
         out["baseline"] = {"p50_ms": round(_p50(self.baseline) * 1000)}
         return out
 
@@ -72,8 +82,15 @@ def _timed(argv: list[str], env: dict) -> float:
     return seconds
 
 
-def bench_admin(spark: "SparkSession", n: int, *, runs: int = 7, root: str | None = None, queues: int = 8,
-                partitions: int | None = None) -> AdminFigures:
+def bench_admin(
+    spark: "SparkSession",
+    n: int,
+    *,
+    runs: int = 7,
+    root: str | None = None,
+    queues: int = 8,
+    partitions: int | None = None,
+) -> AdminFigures:
     """Send and dispatch ``n`` messages to one topic; time each command ``runs`` times in a new process."""
     from jobs.benchmarks.send import filled_store
 
@@ -100,8 +117,11 @@ def bench_admin(spark: "SparkSession", n: int, *, runs: int = 7, root: str | Non
             baseline.append(_timed(baseline_argv, env))
             for name, argv in commands.items():
                 times[name].append(_timed(python + argv + ["--json"], env))
-        found = json.loads(subprocess.run(python + commands["query key"] + ["--json"], env=env, capture_output=True,
-                                          text=True, timeout=300).stdout)
+        found = json.loads(
+            subprocess.run(
+                python + commands["query key"] + ["--json"], env=env, capture_output=True, text=True, timeout=300
+            ).stdout
+        )
         assert [m["OffsetID"] for m in found] == [middle.msg_id], found
         return AdminFigures(n, times, baseline)
     finally:

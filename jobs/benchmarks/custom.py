@@ -39,8 +39,10 @@ __all__ = ["CustomFigures", "bench_custom", "TARGETS"]
 TOPIC = "CustomBench"
 #: The issue's targets: throughput at least this share of the Column's.
 TARGETS = {"match": 0.3, "match_batch": 0.8}
-GROUPS = {"match": ("G_MATCH", "storelib.filter.class_filter:EveryTenth"),
-          "match_batch": ("G_BATCH", "storelib.filter.class_filter:EveryTenthBatch")}
+GROUPS = {
+    "match": ("G_MATCH", "storelib.filter.class_filter:EveryTenth"),
+    "match_batch": ("G_BATCH", "storelib.filter.class_filter:EveryTenthBatch"),
+}
 
 
 @dataclass(frozen=True)
@@ -56,18 +58,29 @@ class CustomFigures:
         out = []
         for name, seconds in self.seconds.items():
             rate = self.messages / seconds
-            out.append(f"{name:<12} {rate:>12,.0f} msgs/s ({seconds:.2f} s) vs Column {base:,.0f} msgs/s "
-                       f"({self.baseline_seconds:.2f} s) = {speedup(self.baseline_seconds, seconds)} (target >= {TARGETS[name]}x)")
+            out.append(
+                f"{name:<12} {rate:>12,.0f} msgs/s ({seconds:.2f} s) vs Column {base:,.0f} msgs/s "
+                f"({self.baseline_seconds:.2f} s) = {speedup(self.baseline_seconds, seconds)} (target >= {TARGETS[name]}x)"
+            )
         out.append(f"matched      {self.matched:,} of {self.messages:,} messages, the same on every side")
         return out
 
     def as_dict(self) -> dict:
-        return {"messages": self.messages, "matched": self.matched,
-                "baseline_seconds": round(self.baseline_seconds, 3),
-                "baseline_msgs_per_s": round(self.messages / self.baseline_seconds),
-                **{name: {"seconds": round(s, 3), "msgs_per_s": round(self.messages / s),
-                          "ratio": round(self.baseline_seconds / s, 3), "target": TARGETS[name]}
-                   for name, s in self.seconds.items()}}
+        return {
+            "messages": self.messages,
+            "matched": self.matched,
+            "baseline_seconds": round(self.baseline_seconds, 3),
+            "baseline_msgs_per_s": round(self.messages / self.baseline_seconds),
+            **{
+                name: {
+                    "seconds": round(s, 3),
+                    "msgs_per_s": round(self.messages / s),
+                    "ratio": round(self.baseline_seconds / s, 3),
+                    "target": TARGETS[name],
+                }
+                for name, s in self.seconds.items()
+            },
+        }
 
 
 def custom_frame(spark: "SparkSession", n: int, partitions: int) -> "DataFrame":
@@ -75,15 +88,31 @@ def custom_frame(spark: "SparkSession", n: int, partitions: int) -> "DataFrame":
     from pyspark.sql import functions as F
 
     i = F.col("id")
-    props = F.create_map(F.lit("SequenceId"), i.cast("string"), F.lit("a"), F.pmod(i, 7).cast("string"),
-                         F.lit("b"), F.when(F.pmod(i, 2) == 0, F.lit("x")).otherwise(F.lit("y")),
-                         F.lit("region"), F.concat(F.lit("r"), F.pmod(F.hash(i), 100).cast("string")),
-                         F.lit("amount"), F.pmod(i * 7919, 1000).cast("string"))
+    props = F.create_map(
+        F.lit("SequenceId"),
+        i.cast("string"),
+        F.lit("a"),
+        F.pmod(i, 7).cast("string"),
+        F.lit("b"),
+        F.when(F.pmod(i, 2) == 0, F.lit("x")).otherwise(F.lit("y")),
+        F.lit("region"),
+        F.concat(F.lit("r"), F.pmod(F.hash(i), 100).cast("string")),
+        F.lit("amount"),
+        F.pmod(i * 7919, 1000).cast("string"),
+    )
     return spark.range(0, n, 1, partitions).select(
-        F.lit(TOPIC).alias("topic"), F.concat(F.lit("Tag"), F.pmod(i, 8).cast("string")).alias("tags"),
-        F.array(F.concat(F.lit("order-"), i.cast("string"))).alias("keys"), props.alias("properties"),
-        F.unhex(F.concat(F.sha2(i.cast("string"), 256), F.sha2(F.concat(i.cast("string"), F.lit("b")), 256),
-                         F.sha2(F.concat(i.cast("string"), F.lit("c")), 256))).alias("body"))
+        F.lit(TOPIC).alias("topic"),
+        F.concat(F.lit("Tag"), F.pmod(i, 8).cast("string")).alias("tags"),
+        F.array(F.concat(F.lit("order-"), i.cast("string"))).alias("keys"),
+        props.alias("properties"),
+        F.unhex(
+            F.concat(
+                F.sha2(i.cast("string"), 256),
+                F.sha2(F.concat(i.cast("string"), F.lit("b")), 256),
+                F.sha2(F.concat(i.cast("string"), F.lit("c")), 256),
+            )
+        ).alias("body"),
+    )
 
 
 def seed_column() -> "Column":
@@ -94,8 +123,15 @@ def seed_column() -> "Column":
     return F.coalesce((seq % 10 == 0) & (seq > 100), F.lit(False))
 
 
-def bench_custom(spark: "SparkSession", n: int, *, root: str | None = None, queues: int = 8,
-                 partitions: int | None = None, repeats: int = 2) -> CustomFigures:
+def bench_custom(
+    spark: "SparkSession",
+    n: int,
+    *,
+    root: str | None = None,
+    queues: int = 8,
+    partitions: int | None = None,
+    repeats: int = 2,
+) -> CustomFigures:
     """Run the class filter benchmark on ``n`` messages (see the module docstring)."""
     from jobs.benchmarks.filter import _measure_pair
     from storelib.store import MessageStore
@@ -115,8 +151,9 @@ def bench_custom(spark: "SparkSession", n: int, *, root: str | None = None, queu
 
         seconds, base = {}, []
         for name, (group, _) in GROUPS.items():
-            (ours, _), (theirs, _) = _measure_pair(spark, lambda g=group: store.read(TOPIC, group=g), baseline,
-                                                   repeats=repeats)
+            (ours, _), (theirs, _) = _measure_pair(
+                spark, lambda g=group: store.read(TOPIC, group=g), baseline, repeats=repeats
+            )
             seconds[name] = ours
             base.append(theirs)
         matched = {g: store.read(TOPIC, group=g).count() for g, _ in GROUPS.values()}
@@ -126,4 +163,3 @@ def bench_custom(spark: "SparkSession", n: int, *, root: str | None = None, queu
     finally:
         if root is None:
             shutil.rmtree(work, ignore_errors=True)
-

@@ -65,18 +65,36 @@ def filter_frame(spark: "SparkSession", n: int, partitions: int) -> "DataFrame":
     i = F.col("id")
     burst = F.pmod(F.floor(i / BURST_RUN), 100) == 7
     u = F.pmod(i, 100)
-    tags = (F.when(burst, F.lit("TagBurst")).when(u == 42, F.lit("TagU"))
-            .otherwise(F.concat(F.lit("Tag"), F.pmod(i, 8).cast("string"))))
-    props = F.create_map(F.lit("u"), u.cast("string"), F.lit("campaign"),
-                         F.when(burst, F.lit("spring")).otherwise(F.lit("none")),
-                         F.lit("amount"), F.pmod(i * 7919, 1000).cast("string"),
-                         F.lit("region"), F.concat(F.lit("r"), F.pmod(F.hash(i, F.lit(1)), 100).cast("string")),
-                         F.lit("v"), F.pmod(F.hash(i, F.lit(2)), 100).cast("string"))
+    tags = (
+        F.when(burst, F.lit("TagBurst"))
+        .when(u == 42, F.lit("TagU"))
+        .otherwise(F.concat(F.lit("Tag"), F.pmod(i, 8).cast("string")))
+    )
+    props = F.create_map(
+        F.lit("u"),
+        u.cast("string"),
+        F.lit("campaign"),
+        F.when(burst, F.lit("spring")).otherwise(F.lit("none")),
+        F.lit("amount"),
+        F.pmod(i * 7919, 1000).cast("string"),
+        F.lit("region"),
+        F.concat(F.lit("r"), F.pmod(F.hash(i, F.lit(1)), 100).cast("string")),
+        F.lit("v"),
+        F.pmod(F.hash(i, F.lit(2)), 100).cast("string"),
+    )
     return spark.range(0, n, 1, partitions).select(
-        F.lit(TOPIC).alias("topic"), tags.alias("tags"),
-        F.array(F.concat(F.lit("order-"), i.cast("string"))).alias("keys"), props.alias("properties"),
-        F.unhex(F.concat(F.sha2(i.cast("string"), 256), F.sha2(F.concat(i.cast("string"), F.lit("b")), 256),
-                         F.sha2(F.concat(i.cast("string"), F.lit("c")), 256))).alias("body"))
+        F.lit(TOPIC).alias("topic"),
+        tags.alias("tags"),
+        F.array(F.concat(F.lit("order-"), i.cast("string"))).alias("keys"),
+        props.alias("properties"),
+        F.unhex(
+            F.concat(
+                F.sha2(i.cast("string"), 256),
+                F.sha2(F.concat(i.cast("string"), F.lit("b")), 256),
+                F.sha2(F.concat(i.cast("string"), F.lit("c")), 256),
+            )
+        ).alias("body"),
+    )
 
 
 def subscriptions() -> dict[str, str]:
@@ -88,8 +106,13 @@ def subscriptions() -> dict[str, str]:
 
 
 #: The measured reads: (name, group or tag, the exact test of the baseline scan).
-CASES = [("tag uniform", "TagU", None), ("tag burst", "TagBurst", None), ("sql key", "G_R", "region = 'r42'"),
-         ("sql burst", "G_B", "campaign = 'spring'"), ("sql other", "G_V", "v = 7")]
+CASES = [
+    ("tag uniform", "TagU", None),
+    ("tag burst", "TagBurst", None),
+    ("sql key", "G_R", "region = 'r42'"),
+    ("sql burst", "G_B", "campaign = 'spring'"),
+    ("sql other", "G_V", "v = 7"),
+]
 
 
 @dataclass(frozen=True)
@@ -107,12 +130,16 @@ class ReadFigure:
     fresh_scan_bytes: int | None = None
 
     def line(self) -> str:
-        out = (f"{self.name:<22} {self.rows:>8,} rows {self.choice:<5} {self.seconds:6.2f} s vs scan "
-               f"{self.baseline_seconds:6.2f} s = {speedup(self.baseline_seconds, self.seconds, 1)}; bytes "
-               f"{self.bytes_read / 2**20:7.1f} MiB = {100 * self.bytes_read / max(1, self.baseline_bytes):5.1f}%")
+        out = (
+            f"{self.name:<22} {self.rows:>8,} rows {self.choice:<5} {self.seconds:6.2f} s vs scan "
+            f"{self.baseline_seconds:6.2f} s = {speedup(self.baseline_seconds, self.seconds, 1)}; bytes "
+            f"{self.bytes_read / 2**20:7.1f} MiB = {100 * self.bytes_read / max(1, self.baseline_bytes):5.1f}%"
+        )
         if self.fresh_scan_seconds is not None:
-            out += (f" | vs fresh scan {speedup(self.fresh_scan_seconds, self.seconds, 1)}, "
-                    f"{100 * self.bytes_read / max(1, self.fresh_scan_bytes or 0):5.1f}% of its bytes")
+            out += (
+                f" | vs fresh scan {speedup(self.fresh_scan_seconds, self.seconds, 1)}, "
+                f"{100 * self.bytes_read / max(1, self.fresh_scan_bytes or 0):5.1f}% of its bytes"
+            )
         return out
 
 
@@ -138,44 +165,74 @@ class FilterFigures:
         out = [r.line() for r in self.reads]
         if rates:
             worst = max(self.false_positive_rates, key=self.false_positive_rates.get)
-            out.append(f"bloom fpr    groups {len(rates)}: min {100 * rates[0]:.2f}%  median "
-                       f"{100 * statistics.median(rates):.2f}%  max {100 * rates[-1]:.2f}% ({worst})  (configured 20%)")
+            out.append(
+                f"bloom fpr    groups {len(rates)}: min {100 * rates[0]:.2f}%  median "
+                f"{100 * statistics.median(rates):.2f}%  max {100 * rates[-1]:.2f}% ({worst})  (configured 20%)"
+            )
         if self.dispatch_no_bitmap_seconds:
-            out.append(f"bitmaps      dispatch {self.dispatch_seconds:.2f} s with 32 SQL92 subscriptions vs "
-                       f"{self.dispatch_no_bitmap_seconds:.2f} s without = "
-                       f"{self.dispatch_seconds / self.dispatch_no_bitmap_seconds:.2f}x; "
-                       f"scan+write part {self.ext_seconds:.2f} s vs {self.ext_no_bitmap_seconds:.2f} s")
+            out.append(
+                f"bitmaps      dispatch {self.dispatch_seconds:.2f} s with 32 SQL92 subscriptions vs "
+                f"{self.dispatch_no_bitmap_seconds:.2f} s without = "
+                f"{self.dispatch_seconds / self.dispatch_no_bitmap_seconds:.2f}x; "
+                f"scan+write part {self.ext_seconds:.2f} s vs {self.ext_no_bitmap_seconds:.2f} s"
+            )
         if self.bare_sort_seconds:
-            out.append(f"clustering   {self.compact_seconds:.2f} s vs bare read-sort-write {self.bare_sort_seconds:.2f} s "
-                       f"= {self.compact_seconds / self.bare_sort_seconds:.2f}x")
+            out.append(
+                f"clustering   {self.compact_seconds:.2f} s vs bare read-sort-write {self.bare_sort_seconds:.2f} s "
+                f"= {self.compact_seconds / self.bare_sort_seconds:.2f}x"
+            )
         for kind, times in self.point_reads.items():
-            out.append(f"{kind:<30} p50 {1000 * _pct(times, 0.5):7.1f} ms  p99 {1000 * _pct(times, 0.99):7.1f} ms"
-                       + (f"  commitlog files {self.lookup_files[kind]}" if kind in self.lookup_files else ""))
+            out.append(
+                f"{kind:<30} p50 {1000 * _pct(times, 0.5):7.1f} ms  p99 {1000 * _pct(times, 0.99):7.1f} ms"
+                + (f"  commitlog files {self.lookup_files[kind]}" if kind in self.lookup_files else "")
+            )
         if self.spark_floor_seconds:
             floor = self.spark_floor_seconds
             below = [r.name for r in self.reads if r.baseline_seconds < 10 * floor]
-            out.append(f"spark floor  {floor:.3f} s (the smallest Spark job): no read is 10x faster than a scan under "
-                       f"{10 * floor:.2f} s: {', '.join(below) or 'no case'}")
+            out.append(
+                f"spark floor  {floor:.3f} s (the smallest Spark job): no read is 10x faster than a scan under "
+                f"{10 * floor:.2f} s: {', '.join(below) or 'no case'}"
+            )
         return out
 
     def as_dict(self) -> dict:
-        return {"reads": {r.name: {"seconds": round(r.seconds, 3), "baseline_seconds": round(r.baseline_seconds, 3),
-                                   "speedup": round(r.baseline_seconds / r.seconds, 2), "bytes": r.bytes_read,
-                                   "baseline_bytes": r.baseline_bytes, "choice": r.choice,
-                                   "bytes_pct": round(100 * r.bytes_read / max(1, r.baseline_bytes), 2),
-                                   "speedup_vs_fresh_scan": None if r.fresh_scan_seconds is None
-                                   else round(r.fresh_scan_seconds / r.seconds, 2),
-                                   "bytes_pct_of_fresh_scan": None if r.fresh_scan_bytes is None
-                                   else round(100 * r.bytes_read / max(1, r.fresh_scan_bytes), 2),
-                                   "rows": r.rows} for r in self.reads},
-                "false_positive_rates": {g: round(v, 4) for g, v in sorted(self.false_positive_rates.items())},
-                "dispatch_seconds": round(self.dispatch_seconds, 3),
-                "dispatch_no_bitmap_seconds": round(self.dispatch_no_bitmap_seconds, 3),
-                "ext_seconds": round(self.ext_seconds, 3), "ext_no_bitmap_seconds": round(self.ext_no_bitmap_seconds, 3),
-                "compact_seconds": round(self.compact_seconds, 3), "bare_sort_seconds": round(self.bare_sort_seconds, 3),
-                "point_reads": {k: {"p50_ms": round(1000 * _pct(t, 0.5), 1), "p99_ms": round(1000 * _pct(t, 0.99), 1),
-                                    "commitlog_files": self.lookup_files.get(k)} for k, t in self.point_reads.items()},
-                "spark_floor_seconds": round(self.spark_floor_seconds, 3)}
+        return {
+            "reads": {
+                r.name: {
+                    "seconds": round(r.seconds, 3),
+                    "baseline_seconds": round(r.baseline_seconds, 3),
+                    "speedup": round(r.baseline_seconds / r.seconds, 2),
+                    "bytes": r.bytes_read,
+                    "baseline_bytes": r.baseline_bytes,
+                    "choice": r.choice,
+                    "bytes_pct": round(100 * r.bytes_read / max(1, r.baseline_bytes), 2),
+                    "speedup_vs_fresh_scan": None
+                    if r.fresh_scan_seconds is None
+                    else round(r.fresh_scan_seconds / r.seconds, 2),
+                    "bytes_pct_of_fresh_scan": None
+                    if r.fresh_scan_bytes is None
+                    else round(100 * r.bytes_read / max(1, r.fresh_scan_bytes), 2),
+                    "rows": r.rows,
+                }
+                for r in self.reads
+            },
+            "false_positive_rates": {g: round(v, 4) for g, v in sorted(self.false_positive_rates.items())},
+            "dispatch_seconds": round(self.dispatch_seconds, 3),
+            "dispatch_no_bitmap_seconds": round(self.dispatch_no_bitmap_seconds, 3),
+            "ext_seconds": round(self.ext_seconds, 3),
+            "ext_no_bitmap_seconds": round(self.ext_no_bitmap_seconds, 3),
+            "compact_seconds": round(self.compact_seconds, 3),
+            "bare_sort_seconds": round(self.bare_sort_seconds, 3),
+            "point_reads": {
+                k: {
+                    "p50_ms": round(1000 * _pct(t, 0.5), 1),
+                    "p99_ms": round(1000 * _pct(t, 0.99), 1),
+                    "commitlog_files": self.lookup_files.get(k),
+                }
+                for k, t in self.point_reads.items()
+            },
+            "spark_floor_seconds": round(self.spark_floor_seconds, 3),
+        }
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -234,8 +291,9 @@ def _descendants(pid: int) -> list[int]:
     return out
 
 
-def _measure_pair(spark: "SparkSession", ours: Callable[[], "DataFrame"], baseline: Callable[[], "DataFrame"] | None,
-                  repeats: int = 3) -> list[tuple[float, int]]:
+def _measure_pair(
+    spark: "SparkSession", ours: Callable[[], "DataFrame"], baseline: Callable[[], "DataFrame"] | None, repeats: int = 3
+) -> list[tuple[float, int]]:
     """Best time of ``repeats`` materializations of each side (after one warm-up each) and the fewest
     bytes one of them read, the runs alternating (ours, baseline, ours, ...) so that neither
     side gains from running later (a warmer JIT, page cache). The fewest, as the best time: when a
@@ -256,9 +314,17 @@ def _measure_pair(spark: "SparkSession", ours: Callable[[], "DataFrame"], baseli
     return [(min(t), min(r)) for t, r in zip(times, read)]
 
 
-def bench_filtering(spark: "SparkSession", n: int, *, root: str | None = None, queues: int = 8,
-                    partitions: int | None = None, bitmap_cost: bool = True, pulls: int = 100,
-                    bloom_consumers: int | None = None) -> FilterFigures:
+def bench_filtering(
+    spark: "SparkSession",
+    n: int,
+    *,
+    root: str | None = None,
+    queues: int = 8,
+    partitions: int | None = None,
+    bitmap_cost: bool = True,
+    pulls: int = 100,
+    bloom_consumers: int | None = None,
+) -> FilterFigures:
     """Run the filtering benchmark on ``n`` messages (see the module docstring). ``bloom_consumers``
     sizes the Bloom filter (``expect_consumer_num_use_filter``; RocketMQ's 32 by default)."""
     from storelib.maintenance.cluster import cluster_commitlog
@@ -300,9 +366,19 @@ def bench_filtering(spark: "SparkSession", n: int, *, root: str | None = None, q
         figures.compact_seconds = time.perf_counter() - began
         store.compact(settle_ms=0)  # the other tables
         for figure, before in zip(_measure_cases(spark, store, "clustered"), fresh):
-            figures.reads.append(ReadFigure(figure.name, figure.seconds, figure.baseline_seconds, figure.bytes_read,
-                                            figure.baseline_bytes, figure.rows, figure.choice, before.baseline_seconds,
-                                            before.baseline_bytes))
+            figures.reads.append(
+                ReadFigure(
+                    figure.name,
+                    figure.seconds,
+                    figure.baseline_seconds,
+                    figure.bytes_read,
+                    figure.baseline_bytes,
+                    figure.rows,
+                    figure.choice,
+                    before.baseline_seconds,
+                    before.baseline_bytes,
+                )
+            )
         _point_reads(store, figures, "clustered", queues, pulls)
         figures.false_positive_rates = _false_positive_rates(store, list(subscriptions()))
         return figures
@@ -325,21 +401,29 @@ def _measure_cases(spark: "SparkSession", store, label: str) -> list[ReadFigure]
     out = []
     for name, what, sql in CASES:
         if sql is None:
+
             def ours(tag=what):
                 return store.read(TOPIC, MessageSelector.by_tag(tag))
 
             def scan(tag=what):
                 return store.messages(TOPIC).where(F.col("tags") == tag)
         else:
+
             def ours(group=what):
                 return store.read(TOPIC, group=group)
 
             def scan(expression=sql):
                 return store.messages(TOPIC).where(compile_sql92(expression))
+
         (seconds, read), (base_seconds, base_read) = _measure_pair(spark, ours, scan)
-        choice = store.explain_read(TOPIC, MessageSelector.by_tag(what)) if sql is None else \
-            store.explain_read(TOPIC, group=what)
-        out.append(ReadFigure(f"{name} ({label})", seconds, base_seconds, read, base_read, ours().count(), choice.choice))
+        choice = (
+            store.explain_read(TOPIC, MessageSelector.by_tag(what))
+            if sql is None
+            else store.explain_read(TOPIC, group=what)
+        )
+        out.append(
+            ReadFigure(f"{name} ({label})", seconds, base_seconds, read, base_read, ours().count(), choice.choice)
+        )
     return out
 
 

@@ -45,21 +45,42 @@ class GrowthFigures:
         return statistics.median(last) / statistics.median(first)
 
     def lines(self) -> list[str]:
-        out = [f"{stage} p50: first {len(first):,} of {self.commits:,} commits {statistics.median(first) * 1000:.1f} ms, "
-               f"last {len(last):,} {statistics.median(last) * 1000:.1f} ms ({self.ratio(stage):.2f}x)"
-               for stage, (first, last) in self.stages.items()]
-        return out + [f"{stage} p50 per {WINDOW:,} commits (ms): " + " ".join(f"{1000 * p:.1f}" for p in p50s)
-                      for stage, p50s in self.windows.items()] + \
-            [f"{name} at the end: {files:,} files, {tombstones:,} tombstones" for name, (files, tombstones) in self.log_sizes.items()]
+        out = [
+            f"{stage} p50: first {len(first):,} of {self.commits:,} commits {statistics.median(first) * 1000:.1f} ms, "
+            f"last {len(last):,} {statistics.median(last) * 1000:.1f} ms ({self.ratio(stage):.2f}x)"
+            for stage, (first, last) in self.stages.items()
+        ]
+        return (
+            out
+            + [
+                f"{stage} p50 per {WINDOW:,} commits (ms): " + " ".join(f"{1000 * p:.1f}" for p in p50s)
+                for stage, p50s in self.windows.items()
+            ]
+            + [
+                f"{name} at the end: {files:,} files, {tombstones:,} tombstones"
+                for name, (files, tombstones) in self.log_sizes.items()
+            ]
+        )
 
     def as_dict(self) -> dict:
-        return {"commits": self.commits, **{f"{stage}_ratio": round(self.ratio(stage), 2) for stage in self.stages},
-                **{f"{stage}_p50_ms_per_{WINDOW}": [round(1000 * p, 2) for p in p50s] for stage, p50s in self.windows.items()},
-                **{f"{name}_files_tombstones": list(sizes) for name, sizes in self.log_sizes.items()}}
+        return {
+            "commits": self.commits,
+            **{f"{stage}_ratio": round(self.ratio(stage), 2) for stage in self.stages},
+            **{
+                f"{stage}_p50_ms_per_{WINDOW}": [round(1000 * p, 2) for p in p50s]
+                for stage, p50s in self.windows.items()
+            },
+            **{f"{name}_files_tombstones": list(sizes) for name, sizes in self.log_sizes.items()},
+        }
 
 
-def bench_growth(commits: int = 10_000, *, compact_every_s: float = 10.0, root: str | None = None,
-                 progress: Callable[[str], object] | None = None) -> GrowthFigures:
+def bench_growth(
+    commits: int = 10_000,
+    *,
+    compact_every_s: float = 10.0,
+    root: str | None = None,
+    progress: Callable[[str], object] | None = None,
+) -> GrowthFigures:
     """Run ``commits`` steps of send, dispatch, pull (see the module docstring); ``progress`` is handed a
     line with each window's p50s as the window ends (a long run takes an hour or more)."""
     from storelib import Message, MessageStore
@@ -88,16 +109,27 @@ def bench_growth(commits: int = 10_000, *, compact_every_s: float = 10.0, root: 
             times["dispatch"].append(dispatched_at - sent_at)
             offsets[sent.queue_id] = pulled.next_begin_offset
             if progress is not None and (i + 1) % WINDOW == 0:
-                progress(f"{i + 1:,} commits: " + ", ".join(f"{stage} {1000 * statistics.median(t[-WINDOW:]):.1f} ms"
-                                                              for stage, t in times.items()))
-        log_sizes = {name: _log_size(table) for name, table in store.context.tables.by_name().items()
-                     if name in ("commitlog", "consume_queue", "index")}
+                progress(
+                    f"{i + 1:,} commits: "
+                    + ", ".join(f"{stage} {1000 * statistics.median(t[-WINDOW:]):.1f} ms" for stage, t in times.items())
+                )
+        log_sizes = {
+            name: _log_size(table)
+            for name, table in store.context.tables.by_name().items()
+            if name in ("commitlog", "consume_queue", "index")
+        }
         store.close()
         edge = min(WINDOW, max(1, commits // 2))
-        windows = {stage: [statistics.median(t[i:i + WINDOW]) for i in range(0, len(t) - WINDOW + 1, WINDOW)]
-                   for stage, t in times.items()}
-        return GrowthFigures(commits, {stage: (t[:edge], t[-edge:]) for stage, t in times.items()},
-                             {stage: p50s for stage, p50s in windows.items() if p50s}, log_sizes)
+        windows = {
+            stage: [statistics.median(t[i : i + WINDOW]) for i in range(0, len(t) - WINDOW + 1, WINDOW)]
+            for stage, t in times.items()
+        }
+        return GrowthFigures(
+            commits,
+            {stage: (t[:edge], t[-edge:]) for stage, t in times.items()},
+            {stage: p50s for stage, p50s in windows.items() if p50s},
+            log_sizes,
+        )
     finally:
         if root is None:
             shutil.rmtree(work, ignore_errors=True)

@@ -47,14 +47,20 @@ class Op:
 
     def line(self) -> str:
         per = {k: round(v / max(1, self.count), 1) for k, v in sorted(self.requests.items()) if v}
-        return (f"{self.name:<18} local p50 {percentile(self.local, .5) * 1000:7.1f} ms p99 {percentile(self.local, .99) * 1000:7.1f} ms"
-                f" | s3 p50 {percentile(self.remote, .5) * 1000:7.1f} ms p99 {percentile(self.remote, .99) * 1000:7.1f} ms"
-                f" | requests per op {per}")
+        return (
+            f"{self.name:<18} local p50 {percentile(self.local, 0.5) * 1000:7.1f} ms p99 {percentile(self.local, 0.99) * 1000:7.1f} ms"
+            f" | s3 p50 {percentile(self.remote, 0.5) * 1000:7.1f} ms p99 {percentile(self.remote, 0.99) * 1000:7.1f} ms"
+            f" | requests per op {per}"
+        )
 
     def record(self) -> dict:
-        return {"local_p50_ms": round(percentile(self.local, .5) * 1000, 2), "local_p99_ms": round(percentile(self.local, .99) * 1000, 2),
-                "s3_p50_ms": round(percentile(self.remote, .5) * 1000, 2), "s3_p99_ms": round(percentile(self.remote, .99) * 1000, 2),
-                "requests_per_op": {k: round(v / max(1, self.count), 2) for k, v in self.requests.items() if v}}
+        return {
+            "local_p50_ms": round(percentile(self.local, 0.5) * 1000, 2),
+            "local_p99_ms": round(percentile(self.local, 0.99) * 1000, 2),
+            "s3_p50_ms": round(percentile(self.remote, 0.5) * 1000, 2),
+            "s3_p99_ms": round(percentile(self.remote, 0.99) * 1000, 2),
+            "requests_per_op": {k: round(v / max(1, self.count), 2) for k, v in self.requests.items() if v},
+        }
 
 
 @dataclass(frozen=True)
@@ -71,12 +77,16 @@ class S3Figures:
     def read_lines(self) -> list[str]:
         out = []
         for side, t_read, t_scan, planned, scanned in self.reads:
-            read, scan = percentile(t_read, .5), percentile(t_scan, .5)
-            line = (f"filtered read of 1% after clustering, {side}: {read:.3f} s against the plain scan's {scan:.3f} s "
-                    f"({scan / read:.1f}x)")
+            read, scan = percentile(t_read, 0.5), percentile(t_scan, 0.5)
+            line = (
+                f"filtered read of 1% after clustering, {side}: {read:.3f} s against the plain scan's {scan:.3f} s "
+                f"({scan / read:.1f}x)"
+            )
             if side == "s3":
-                line += f"; requests {sum(planned.values())} against {sum(scanned.values())} " \
-                        f"({100 * sum(planned.values()) / max(1, sum(scanned.values())):.1f}%)"
+                line += (
+                    f"; requests {sum(planned.values())} against {sum(scanned.values())} "
+                    f"({100 * sum(planned.values()) / max(1, sum(scanned.values())):.1f}%)"
+                )
             out.append(line)
         return out
 
@@ -88,10 +98,23 @@ class S3Figures:
         return [head, *(op.line() for op in self.ops), *tail]
 
     def as_dict(self) -> dict:
-        return {"messages": self.messages, "latency_ms": self.latency_ms, **{op.name: op.record() for op in self.ops},
-                "filtered_reads": [{"side": side, "read_s": round(percentile(a, .5), 3), "scan_s": round(percentile(b, .5), 3),
-                                    "read_requests": c, "scan_requests": d} for side, a, b, c, d in self.reads],
-                "delta_spark": self.delta_spark, "online": self.online.as_dict() if self.online is not None else None}
+        return {
+            "messages": self.messages,
+            "latency_ms": self.latency_ms,
+            **{op.name: op.record() for op in self.ops},
+            "filtered_reads": [
+                {
+                    "side": side,
+                    "read_s": round(percentile(a, 0.5), 3),
+                    "scan_s": round(percentile(b, 0.5), 3),
+                    "read_requests": c,
+                    "scan_requests": d,
+                }
+                for side, a, b, c, d in self.reads
+            ],
+            "delta_spark": self.delta_spark,
+            "online": self.online.as_dict() if self.online is not None else None,
+        }
 
 
 #: Run in a process of its own (a session with Hadoop's S3A connector): Delta Spark reads a store's commitlog.
@@ -115,8 +138,13 @@ def delta_spark_reads(root: str, expected: int, options: dict) -> dict:
     import json
 
     env = {**os.environ, **options}
-    done = subprocess.run([sys.executable, "-c", DELTA_SPARK_CHECK, root, str(expected)], env=env,
-                          capture_output=True, text=True, timeout=3600)
+    done = subprocess.run(
+        [sys.executable, "-c", DELTA_SPARK_CHECK, root, str(expected)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
     if done.returncode != 0:
         raise RuntimeError(f"Delta Spark could not read {root}: {done.stderr[-2000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -128,9 +156,11 @@ def _fill(spark: "SparkSession", store, messages: int, queues: int) -> None:
     store.create_topic(TOPIC, queues=queues)
     store.subscribe("GroupAll", TOPIC, "*")
     df = spark.range(messages, numPartitions=max(1, min(64, messages // 50_000))).select(
-        F.lit(TOPIC).alias("topic"), F.concat(F.lit("body-"), F.col("id").cast("string")).cast("binary").alias("body"),
+        F.lit(TOPIC).alias("topic"),
+        F.concat(F.lit("body-"), F.col("id").cast("string")).cast("binary").alias("body"),
         F.concat(F.lit("Tag"), (F.col("id") % 100).cast("string")).alias("tags"),  # a tag holds 1%
-        F.array(F.concat(F.lit("key-"), (F.col("id") % max(1, messages // 10)).cast("string"))).alias("keys"))
+        F.array(F.concat(F.lit("key-"), (F.col("id") % max(1, messages // 10)).cast("string"))).alias("keys"),
+    )
     store.send_dataframe(df)
     store.dispatch()
     store.compact(full=True, settle_ms=0)  # clustered by tag
@@ -157,10 +187,20 @@ def _timed(fn: Callable[[], object], times: int) -> list[float]:
     return out
 
 
-def bench_object_storage(spark: "SparkSession", messages: int, *, latency_ms: float = 20.0, queues: int = 8,
-                         operations: int = 50, root: str | None = None, store_uri: str | None = None,
-                         storage_options: dict | None = None, delta_spark: bool = False,
-                         online_seconds: float = 0, online: dict | None = None) -> S3Figures:
+def bench_object_storage(
+    spark: "SparkSession",
+    messages: int,
+    *,
+    latency_ms: float = 20.0,
+    queues: int = 8,
+    operations: int = 50,
+    root: str | None = None,
+    store_uri: str | None = None,
+    storage_options: dict | None = None,
+    delta_spark: bool = False,
+    online_seconds: float = 0,
+    online: dict | None = None,
+) -> S3Figures:
     """Fill a local and an S3 store with ``messages`` and measure look-ups, pulls, group commits and follower
     rounds on both; the S3 side through a counting proxy adding ``latency_ms`` to each request."""
     from storelib import Message, MessageStore
@@ -173,8 +213,13 @@ def bench_object_storage(spark: "SparkSession", messages: int, *, latency_ms: fl
         port, moto = start_moto()
         upstream = ("127.0.0.1", port)
         bucket = f"bench-{os.getpid()}"
-        boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", aws_access_key_id="bench",
-                     aws_secret_access_key="bench", region_name="us-east-1").create_bucket(Bucket=bucket)
+        boto3.client(
+            "s3",
+            endpoint_url=f"http://127.0.0.1:{port}",
+            aws_access_key_id="bench",
+            aws_secret_access_key="bench",
+            region_name="us-east-1",
+        ).create_bucket(Bucket=bucket)
         store_uri = f"s3://{bucket}/store"
         storage_options = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_REGION": "us-east-1"}
     else:
@@ -191,16 +236,25 @@ def bench_object_storage(spark: "SparkSession", messages: int, *, latency_ms: fl
             _fill(spark, store, messages, queues)
         keys = [f"key-{random.randrange(max(1, messages // 10))}" for _ in range(operations)]
         ends = {q: local.max_queue_offset(TOPIC, q) for q in range(queues)}
-        pulls = [(q, random.randrange(max(1, ends[q] - 32))) for q in (random.randrange(queues) for _ in range(operations))]
+        pulls = [
+            (q, random.randrange(max(1, ends[q] - 32))) for q in (random.randrange(queues) for _ in range(operations))
+        ]
         ops = []
         proxy.latency_s = latency_ms / 1000
-        for name, run in (("key look-up", lambda s, i: s.query_by_key(TOPIC, keys[i])),
-                          ("pull of 32", lambda s, i: s.pull("GroupAll", TOPIC, pulls[i][0], pulls[i][1], 32)),
-                          ("group commit of 32", lambda s, i: s.send_batch(
-                              [Message(TOPIC, body=b"gc-%d-%d" % (i, j), tags="TagX") for j in range(32)])),
-                          ("follower round", lambda s, i: s.dispatch())):
-            before = (lambda s: s.send_batch([Message(TOPIC, body=b"f", tags="TagF")])) if name == "follower round" \
-                else (lambda s: None)  # a round has a commit to dispatch, sent outside the count
+        for name, run in (
+            ("key look-up", lambda s, i: s.query_by_key(TOPIC, keys[i])),
+            ("pull of 32", lambda s, i: s.pull("GroupAll", TOPIC, pulls[i][0], pulls[i][1], 32)),
+            (
+                "group commit of 32",
+                lambda s, i: s.send_batch([Message(TOPIC, body=b"gc-%d-%d" % (i, j), tags="TagX") for j in range(32)]),
+            ),
+            ("follower round", lambda s, i: s.dispatch()),
+        ):
+            before = (
+                (lambda s: s.send_batch([Message(TOPIC, body=b"f", tags="TagF")]))
+                if name == "follower round"
+                else (lambda s: None)
+            )  # a round has a commit to dispatch, sent outside the count
             times: dict[str, list[float]] = {"local": [], "s3": []}
             counts: dict[str, int] = {}
             for side, store in (("local", local), ("s3", remote)):
@@ -228,9 +282,13 @@ def bench_object_storage(spark: "SparkSession", messages: int, *, latency_ms: fl
             from jobs.benchmarks.online import bench_online
 
             os.makedirs(f"{work}/online-work", exist_ok=True)
-            online_figures = bench_online(online_seconds, store_uri=store_uri.rsplit("/", 1)[0] + "/online",
-                                          storage_env={**options, "AWS_ENDPOINT_URL": proxy.endpoint},
-                                          root=f"{work}/online-work", **(online or {}))
+            online_figures = bench_online(
+                online_seconds,
+                store_uri=store_uri.rsplit("/", 1)[0] + "/online",
+                storage_env={**options, "AWS_ENDPOINT_URL": proxy.endpoint},
+                root=f"{work}/online-work",
+                **(online or {}),
+            )
         checked = None
         if delta_spark:
             proxy.latency_s = 0

@@ -146,16 +146,24 @@ class OnlineFigures:
 
     def lines(self) -> list[str]:
         rate = self.sent / self.seconds
-        return [f"send {rate:,.0f} msg/s from all producers ({self.sent:,} in {self.seconds:.0f} s); "
+        return (
+            [
+                f"send {rate:,.0f} msg/s from all producers ({self.sent:,} in {self.seconds:.0f} s); "
                 f"send_batch of 1,000s: {self.ceiling:,.0f} msg/s ({rate / self.ceiling:.2f}x the ceiling)",
-                f"send ack p50 {percentile(self.acks, .5) * 1000:.0f} ms, p99 {percentile(self.acks, .99) * 1000:.0f} ms; "
-                f"end to end p50 {percentile(self.end_to_end, .5) * 1000:.0f} ms, p99 {percentile(self.end_to_end, .99) * 1000:.0f} ms "
+                f"send ack p50 {percentile(self.acks, 0.5) * 1000:.0f} ms, p99 {percentile(self.acks, 0.99) * 1000:.0f} ms; "
+                f"end to end p50 {percentile(self.end_to_end, 0.5) * 1000:.0f} ms, p99 {percentile(self.end_to_end, 0.99) * 1000:.0f} ms "
                 f"over {len(self.end_to_end):,} messages pulled"
-                + (f"; store timestamp to pull p50 {percentile(self.stored, .5) * 1000:.0f} ms, p99 {percentile(self.stored, .99) * 1000:.0f} ms"
-                   if self.stored else ""),
+                + (
+                    f"; store timestamp to pull p50 {percentile(self.stored, 0.5) * 1000:.0f} ms, p99 {percentile(self.stored, 0.99) * 1000:.0f} ms"
+                    if self.stored
+                    else ""
+                ),
                 f"flat: commit p50 of the last 1,000 of {self.commits:,} commits {self.last_p50 * 1000:.1f} ms against "
-                f"the first 1,000's {self.first_p50 * 1000:.1f} ms ({self.last_p50 / self.first_p50:.2f}x)"] \
-            + self._turn_lines() + self._cpu_lines()
+                f"the first 1,000's {self.first_p50 * 1000:.1f} ms ({self.last_p50 / self.first_p50:.2f}x)",
+            ]
+            + self._turn_lines()
+            + self._cpu_lines()
+        )
 
     def _turn_lines(self) -> list[str]:
         """Why the ack is what it is: writers of one machine take turns to commit, and the sends in flight
@@ -164,9 +172,11 @@ class OnlineFigures:
             return []
         rate = self.sent / self.seconds
         mean = sum(self.acks) / len(self.acks) if self.acks else float("nan")
-        return [f"commit turn held {self.turn_held / self.seconds:.0%} of the run by the producers' commits; "
-                f"{self.in_flight:,} sends in flight: a mean ack of {self.in_flight / rate * 1000:.0f} ms at this throughput "
-                f"(Little's law), {mean * 1000:.0f} ms measured"]
+        return [
+            f"commit turn held {self.turn_held / self.seconds:.0%} of the run by the producers' commits; "
+            f"{self.in_flight:,} sends in flight: a mean ack of {self.in_flight / rate * 1000:.0f} ms at this throughput "
+            f"(Little's law), {mean * 1000:.0f} ms measured"
+        ]
 
     def _cpu_lines(self) -> list[str]:
         if not self.cpu:
@@ -175,27 +185,56 @@ class OnlineFigures:
         spent = sum(sum(v) for v in self.cpu.values())
         roles = "; ".join(f"{role} {sum(v) / self.sent * 1e6:,.0f} us ({sum(v):.1f} s)" for role, v in self.cpu.items())
         lower = ", ".join(f"{role} at nice {max(v)}" for role, v in self.nice.items() if any(v))
-        return [f"CPU per message sent: {roles}; {spent / had:.0%} of the {had:.0f} s {self.cores} cores had while the producers sent"
-                + (f" ({lower})" if lower else "") + (f"; {self.tail_answered:,} pulls answered by the follower's tail"
-                                                      if self.tail_answered else "")]
+        return [
+            f"CPU per message sent: {roles}; {spent / had:.0%} of the {had:.0f} s {self.cores} cores had while the producers sent"
+            + (f" ({lower})" if lower else "")
+            + (f"; {self.tail_answered:,} pulls answered by the follower's tail" if self.tail_answered else "")
+        ]
 
     def as_dict(self) -> dict:
-        return {"sent": self.sent, "msgs_per_s": round(self.sent / self.seconds), "ceiling_msgs_per_s": round(self.ceiling),
-                "ack_p50_ms": round(percentile(self.acks, .5) * 1000, 1), "ack_p99_ms": round(percentile(self.acks, .99) * 1000, 1),
-                "e2e_p50_ms": round(percentile(self.end_to_end, .5) * 1000, 1),
-                "e2e_p99_ms": round(percentile(self.end_to_end, .99) * 1000, 1), "pulled": len(self.end_to_end),
-                **({"stored_p50_ms": round(percentile(self.stored, .5) * 1000, 1),
-                    "stored_p99_ms": round(percentile(self.stored, .99) * 1000, 1)} if self.stored else {}),
-                "flat_ratio": round(self.last_p50 / self.first_p50, 2), "commits": self.commits,
-                "turn_held_share": round(self.turn_held / self.seconds, 2), "in_flight": self.in_flight,
-                **{f"cpu_us_per_msg_{role}": round(sum(v) / self.sent * 1e6) for role, v in self.cpu.items()},
-                **{f"nice_{role}": max(v) for role, v in self.nice.items() if v}, "tail_answered": self.tail_answered}
+        return {
+            "sent": self.sent,
+            "msgs_per_s": round(self.sent / self.seconds),
+            "ceiling_msgs_per_s": round(self.ceiling),
+            "ack_p50_ms": round(percentile(self.acks, 0.5) * 1000, 1),
+            "ack_p99_ms": round(percentile(self.acks, 0.99) * 1000, 1),
+            "e2e_p50_ms": round(percentile(self.end_to_end, 0.5) * 1000, 1),
+            "e2e_p99_ms": round(percentile(self.end_to_end, 0.99) * 1000, 1),
+            "pulled": len(self.end_to_end),
+            **(
+                {
+                    "stored_p50_ms": round(percentile(self.stored, 0.5) * 1000, 1),
+                    "stored_p99_ms": round(percentile(self.stored, 0.99) * 1000, 1),
+                }
+                if self.stored
+                else {}
+            ),
+            "flat_ratio": round(self.last_p50 / self.first_p50, 2),
+            "commits": self.commits,
+            "turn_held_share": round(self.turn_held / self.seconds, 2),
+            "in_flight": self.in_flight,
+            **{f"cpu_us_per_msg_{role}": round(sum(v) / self.sent * 1e6) for role, v in self.cpu.items()},
+            **{f"nice_{role}": max(v) for role, v in self.nice.items() if v},
+            "tail_answered": self.tail_answered,
+        }
 
 
-def bench_online(seconds: float = 60, *, producers: int = 4, threads: int = 16, window: int = 16, consumers: int = 4,
-                 root: str | None = None, relay: bool = False, consumer_nice: int = 0,
-                 follower_nice: int = 0, tail_pulls: bool = True, round_ms: int | None = None,
-                 store_uri: str | None = None, storage_env: dict[str, str] | None = None) -> OnlineFigures:
+def bench_online(
+    seconds: float = 60,
+    *,
+    producers: int = 4,
+    threads: int = 16,
+    window: int = 16,
+    consumers: int = 4,
+    root: str | None = None,
+    relay: bool = False,
+    consumer_nice: int = 0,
+    follower_nice: int = 0,
+    tail_pulls: bool = True,
+    round_ms: int | None = None,
+    store_uri: str | None = None,
+    storage_env: dict[str, str] | None = None,
+) -> OnlineFigures:
     """Run the online benchmark for ``seconds`` (see the module docstring); ``relay``: the producer
     processes hand their groups to the machine's committer (``relay_sends``); ``consumer_nice`` and
     ``follower_nice``: the consumer processes and the follower run at that niceness (the ``nice`` command), so
@@ -212,24 +251,73 @@ def bench_online(seconds: float = 60, *, producers: int = 4, threads: int = 16, 
         store = MessageStore.create(store_uri or f"{work}/online", storage_options=storage_env)
         store.create_topic(TOPIC, queues=QUEUES)
         store.subscribe(GROUP, TOPIC, "*")
-        with open(f"{work}/follower.out", "w") as out, open(f"{work}/follower.err", "w") as err:  # the child keeps its own
-            follower = subprocess.Popen(_lowered(follower_nice, [sys.executable, "-m", "storelib", "dispatch", "--follow",
-                                                                 "--interval-ms", "10", "--store", store.root]
-                                                 + (["--serve-pulls"] if tail_pulls else ["--no-serve-pulls"])
-                                                 + ([f"--round-ms={round_ms}"] if round_ms is not None else [])),
-                                        env=env, stdout=out, stderr=err)
+        with (
+            open(f"{work}/follower.out", "w") as out,
+            open(f"{work}/follower.err", "w") as err,
+        ):  # the child keeps its own
+            follower = subprocess.Popen(
+                _lowered(
+                    follower_nice,
+                    [
+                        sys.executable,
+                        "-m",
+                        "storelib",
+                        "dispatch",
+                        "--follow",
+                        "--interval-ms",
+                        "10",
+                        "--store",
+                        store.root,
+                    ]
+                    + (["--serve-pulls"] if tail_pulls else ["--no-serve-pulls"])
+                    + ([f"--round-ms={round_ms}"] if round_ms is not None else []),
+                ),
+                env=env,
+                stdout=out,
+                stderr=err,
+            )
         procs.append(follower)
         outs = [f"{work}/consumer{c}.json" for c in range(consumers)]
-        pulling = [_started(_lowered(consumer_nice, [sys.executable, "-c", READY + CONSUMER, store.root, str(seconds),
-                                                     ",".join(str(q) for q in range(QUEUES) if q % consumers == c), out,
-                                                     "tail" if tail_pulls else "tables"]),
-                            env, out)
-                   for c, out in enumerate(outs)]
+        pulling = [
+            _started(
+                _lowered(
+                    consumer_nice,
+                    [
+                        sys.executable,
+                        "-c",
+                        READY + CONSUMER,
+                        store.root,
+                        str(seconds),
+                        ",".join(str(q) for q in range(QUEUES) if q % consumers == c),
+                        out,
+                        "tail" if tail_pulls else "tables",
+                    ],
+                ),
+                env,
+                out,
+            )
+            for c, out in enumerate(outs)
+        ]
         procs.extend(pulling)
         sends = [f"{work}/producer{p}.json" for p in range(producers)]
-        senders = [_started([sys.executable, "-c", READY + PRODUCER, store.root, str(seconds), str(threads), str(window),
-                             out, "relay" if relay else "own"], env, out)
-                   for out in sends]
+        senders = [
+            _started(
+                [
+                    sys.executable,
+                    "-c",
+                    READY + PRODUCER,
+                    store.root,
+                    str(seconds),
+                    str(threads),
+                    str(window),
+                    out,
+                    "relay" if relay else "own",
+                ],
+                env,
+                out,
+            )
+            for out in sends
+        ]
         procs.extend(senders)
         _all_ready(dict(zip(outs + sends, pulling + senders)), follower, f"{work}/follower.err")
         began = _go(work)
@@ -248,7 +336,9 @@ def bench_online(seconds: float = 60, *, producers: int = 4, threads: int = 16, 
         acks.sort()
         latencies = [x for out in outs for x in json.load(open(out))["latencies"]]
         n = len(acks)
-        commits = sorted(c for out in sends for c in json.load(open(out))["commit_seconds"])  # every producer's, in time order
+        commits = sorted(
+            c for out in sends for c in json.load(open(out))["commit_seconds"]
+        )  # every producer's, in time order
         edge = max(1, min(1000, len(commits) // 2))
         first = [c for _, c in commits[:edge]]
         last = [c for _, c in commits[-edge:]]
@@ -264,11 +354,22 @@ def bench_online(seconds: float = 60, *, producers: int = 4, threads: int = 16, 
         for role in others:
             if None not in cpu_before[role] + cpu_after[role]:
                 cpu[role] = [after - before for before, after in zip(cpu_before[role], cpu_after[role])]
-        return OnlineFigures(n, elapsed, ceiling, [a for _, a in acks], latencies, percentile(first, .5), percentile(last, .5),
-                             len(commits), cpu, turn_held=sum(c for _, c in commits),
-                             in_flight=producers * threads * window, nice=nice,
-                             tail_answered=sum(json.load(open(out))["tail"] for out in outs),
-                             stored=[x for out in outs for x in json.load(open(out))["stored"]])
+        return OnlineFigures(
+            n,
+            elapsed,
+            ceiling,
+            [a for _, a in acks],
+            latencies,
+            percentile(first, 0.5),
+            percentile(last, 0.5),
+            len(commits),
+            cpu,
+            turn_held=sum(c for _, c in commits),
+            in_flight=producers * threads * window,
+            nice=nice,
+            tail_answered=sum(json.load(open(out))["tail"] for out in outs),
+            stored=[x for out in outs for x in json.load(open(out))["stored"]],
+        )
     finally:
         for p in procs:
             if p.poll() is None:
@@ -277,18 +378,23 @@ def bench_online(seconds: float = 60, *, producers: int = 4, threads: int = 16, 
             shutil.rmtree(work, ignore_errors=True)
 
 
-def _all_ready(started: dict[str, subprocess.Popen], follower: subprocess.Popen, follower_err: str,
-               timeout: float = 300) -> None:
+def _all_ready(
+    started: dict[str, subprocess.Popen], follower: subprocess.Popen, follower_err: str, timeout: float = 300
+) -> None:
     """Wait until every producer and consumer (by where it writes its figures) has opened the store (its
     ``<out>.ready`` file) and the follower is following; one that exits first fails the run."""
     deadline = time.monotonic() + timeout
-    while not (all(os.path.exists(f"{out}.ready") for out in started) and "following" in Path(follower_err).read_text()):
+    while not (
+        all(os.path.exists(f"{out}.ready") for out in started) and "following" in Path(follower_err).read_text()
+    ):
         for out, p in started.items():
             if p.poll() is not None:
                 _finished(p, 0, out)
                 raise RuntimeError(f"{os.path.basename(out)[:-5]} exited before the run began")
         if follower.poll() is not None:
-            raise RuntimeError(f"the follower exited with {follower.returncode}: {Path(follower_err).read_text()[-800:]}")
+            raise RuntimeError(
+                f"the follower exited with {follower.returncode}: {Path(follower_err).read_text()[-800:]}"
+            )
         if time.monotonic() > deadline:
             raise RuntimeError(f"the benchmark's processes were not ready after {timeout:.0f} s")
         time.sleep(0.02)
@@ -328,4 +434,6 @@ def _finished(proc: subprocess.Popen, timeout: float, out: str) -> None:
     wrote to ``<out>.err``, instead of leaving its figures out."""
     if proc.wait(timeout=timeout):
         with open(f"{out}.err") as err:
-            raise RuntimeError(f"{os.path.basename(out)[:-5]} exited with {proc.returncode}: {err.read().strip()[-800:]}")
+            raise RuntimeError(
+                f"{os.path.basename(out)[:-5]} exited with {proc.returncode}: {err.read().strip()[-800:]}"
+            )

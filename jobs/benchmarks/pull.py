@@ -31,8 +31,11 @@ __all__ = ["PullFigures", "bench_pull"]
 
 TOPIC = "BenchTopic0"
 #: The kinds of pull measured: (name, group, subscription).
-KINDS = [("tag *", "GroupAll", "*"), ("tag 2 of 10", "GroupTag", "Tag3 || Tag7"),
-         ("sql92 a < 50", "GroupSql", "SQL92:a < 50")]
+KINDS = [
+    ("tag *", "GroupAll", "*"),
+    ("tag 2 of 10", "GroupTag", "Tag3 || Tag7"),
+    ("sql92 a < 50", "GroupSql", "SQL92:a < 50"),
+]
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -51,26 +54,45 @@ class PullFigures:
 
     def lines(self) -> list[str]:
         base50 = _pct(self.baseline, 0.5)
-        out = [f"pull of 32 from a warm store of {self.messages:,} msgs; Spark jobs run by the pulls: {self.spark_jobs}"]
+        out = [
+            f"pull of 32 from a warm store of {self.messages:,} msgs; Spark jobs run by the pulls: {self.spark_jobs}"
+        ]
         for name, times in self.pulls.items():
             p50, p99 = _pct(times, 0.5), _pct(times, 0.99)
-            out.append(f"{name:<14} p50 {p50 * 1000:6.1f} ms  p99 {p99 * 1000:6.1f} ms  over {len(times)} pulls   "
-                       f"baseline/ours at p50 {speedup(base50, p50, 1)}")
-        out.append(f"{'spark pull':<14} p50 {base50 * 1000:6.1f} ms  p99 {_pct(self.baseline, 0.99) * 1000:6.1f} ms  "
-                   f"over {len(self.baseline)} pulls (baseline)")
+            out.append(
+                f"{name:<14} p50 {p50 * 1000:6.1f} ms  p99 {p99 * 1000:6.1f} ms  over {len(times)} pulls   "
+                f"baseline/ours at p50 {speedup(base50, p50, 1)}"
+            )
+        out.append(
+            f"{'spark pull':<14} p50 {base50 * 1000:6.1f} ms  p99 {_pct(self.baseline, 0.99) * 1000:6.1f} ms  "
+            f"over {len(self.baseline)} pulls (baseline)"
+        )
         return out
 
     def as_dict(self) -> dict:
-        out = {name: {"p50_ms": round(_pct(t, 0.5) * 1000, 1), "p99_ms": round(_pct(t, 0.99) * 1000, 1),
-                      "pulls": len(t)} for name, t in self.pulls.items()}
-        out["baseline"] = {"p50_ms": round(_pct(self.baseline, 0.5) * 1000, 1),
-                           "p99_ms": round(_pct(self.baseline, 0.99) * 1000, 1), "pulls": len(self.baseline)}
+        out = {
+            name: {"p50_ms": round(_pct(t, 0.5) * 1000, 1), "p99_ms": round(_pct(t, 0.99) * 1000, 1), "pulls": len(t)}
+            for name, t in self.pulls.items()
+        }
+        out["baseline"] = {
+            "p50_ms": round(_pct(self.baseline, 0.5) * 1000, 1),
+            "p99_ms": round(_pct(self.baseline, 0.99) * 1000, 1),
+            "pulls": len(self.baseline),
+        }
         out["spark_jobs"] = self.spark_jobs
         return out
 
 
-def bench_pull(spark: "SparkSession", n: int, *, pulls: int = 200, baseline_pulls: int = 30, root: str | None = None,
-               queues: int = 8, partitions: int | None = None) -> PullFigures:
+def bench_pull(
+    spark: "SparkSession",
+    n: int,
+    *,
+    pulls: int = 200,
+    baseline_pulls: int = 30,
+    root: str | None = None,
+    queues: int = 8,
+    partitions: int | None = None,
+) -> PullFigures:
     """Send and dispatch ``n`` messages to one topic; time ``pulls`` random pulls of 32 of each kind."""
     from jobs.benchmarks.send import filled_store
     from storelib.filter.selector import MessageSelector
@@ -118,5 +140,9 @@ def _spark_pull(store: "MessageStore", queue_id: int, offset: int) -> list:
     units = store.consume_queue(TOPIC, queue_id, offset, offset + 32)
     bounds = units.agg(F.min("commitlog_offset"), F.max("commitlog_offset")).collect()[0]
     rows = store.table("commitlog", Prune(between={"physical_offset": (bounds[0], bounds[1])}))
-    return (units.join(rows, units.commitlog_offset == rows.physical_offset)
-            .orderBy(units.queue_offset).select(rows["*"]).collect())
+    return (
+        units.join(rows, units.commitlog_offset == rows.physical_offset)
+        .orderBy(units.queue_offset)
+        .select(rows["*"])
+        .collect()
+    )

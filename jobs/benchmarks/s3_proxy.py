@@ -27,15 +27,24 @@ from types import FrameType, TracebackType
 from typing import NamedTuple
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-__all__ = ["KINDS", "CountWindow", "Request", "RequestHead", "RequestParser", "S3Proxy", "Segment", "classify",
-           "main", "parse_head"]
+__all__ = [
+    "KINDS",
+    "CountWindow",
+    "Request",
+    "RequestHead",
+    "RequestParser",
+    "S3Proxy",
+    "Segment",
+    "classify",
+    "main",
+    "parse_head",
+]
 
 #: The kinds :meth:`S3Proxy.counts` always reports, zero or not.
 KINDS = ("GET", "PUT", "HEAD", "POST", "DELETE", "LIST")
 
 _LIST_MARKS = frozenset({"list-type", "prefix", "delimiter"})
-_LIST_PARAMS = _LIST_MARKS | {"encoding-type", "marker", "max-keys", "continuation-token", "start-after",
-                              "fetch-owner"}
+_LIST_PARAMS = _LIST_MARKS | {"encoding-type", "marker", "max-keys", "continuation-token", "start-after", "fetch-owner"}
 _MAX_LINE = 64 * 1024  # a request head or chunk-size line longer than this is not HTTP: relay the rest raw
 _RECV = 256 * 1024
 
@@ -146,8 +155,14 @@ class RequestParser:
         out: list[Segment] = []
         pos = 0
         while pos < len(buf):
-            step = {_HEAD: self._head, _LENGTH: self._body, _CHUNK_DATA: self._body, _CHUNK_SIZE: self._line,
-                    _TRAILER: self._line, _RAW: self._raw}[self._state]
+            step = {
+                _HEAD: self._head,
+                _LENGTH: self._body,
+                _CHUNK_DATA: self._body,
+                _CHUNK_SIZE: self._line,
+                _TRAILER: self._line,
+                _RAW: self._raw,
+            }[self._state]
             end = step(buf, pos, out)
             if end is None:
                 self._rest = buf[pos:]
@@ -162,7 +177,7 @@ class RequestParser:
         end = buf.find(b"\r\n\r\n", pos)
         if end < 0:
             return self._too_long(buf, pos)
-        head = buf[pos:end + 4]
+        head = buf[pos : end + 4]
         request = parse_head(head)
         if request is None:
             self._state = _RAW
@@ -179,7 +194,7 @@ class RequestParser:
         take = min(self._left, len(buf) - pos)
         self._left -= take
         final = self._state == _LENGTH and not self._left
-        out.append(Segment("body", buf[pos:pos + take], self._request, final))
+        out.append(Segment("body", buf[pos : pos + take], self._request, final))
         if not self._left:
             self._state = _HEAD if self._state == _LENGTH else _CHUNK_SIZE
         return pos + take
@@ -188,7 +203,7 @@ class RequestParser:
         end = buf.find(b"\r\n", pos)
         if end < 0:
             return self._too_long(buf, pos)
-        line = buf[pos:end + 2]
+        line = buf[pos : end + 2]
         final = False
         if self._state == _TRAILER:
             final = line == b"\r\n"
@@ -245,8 +260,11 @@ class _Cut:
     after_bytes: int = 0
 
     def matches(self, request: RequestHead) -> bool:
-        return (self.left > 0 and (self.kind is None or self.kind.upper() == request.kind)
-                and (self.path_contains is None or self.path_contains in unquote(request.target)))
+        return (
+            self.left > 0
+            and (self.kind is None or self.kind.upper() == request.kind)
+            and (self.path_contains is None or self.path_contains in unquote(request.target))
+        )
 
 
 class CountWindow:
@@ -397,8 +415,8 @@ class _Connection:
             end = self._held.find(b"\r\n\r\n")
             if end < 0:
                 break
-            self.client.sendall(self._held[:end + 4])
-            self._held = self._held[end + 4:]
+            self.client.sendall(self._held[: end + 4])
+            self._held = self._held[end + 4 :]
         return True
 
     def _cut(self) -> bool:
@@ -428,8 +446,16 @@ class S3Proxy:
             client = boto3.client("s3", endpoint_url=proxy.endpoint, ...)
     """
 
-    def __init__(self, upstream_host: str, upstream_port: int, host: str = "127.0.0.1", port: int = 0, *,
-                 latency_s: float = 0.0, max_log: int = 100_000) -> None:
+    def __init__(
+        self,
+        upstream_host: str,
+        upstream_port: int,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        latency_s: float = 0.0,
+        max_log: int = 100_000,
+    ) -> None:
         self.upstream = (upstream_host, upstream_port)
         self.host, self.port = host, port
         #: Seconds each request's head waits before it is forwarded.
@@ -488,8 +514,9 @@ class S3Proxy:
     def __enter__(self) -> S3Proxy:
         return self if self._listener is not None else self.start()
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                 traceback: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
         self.stop()
 
     def counts(self) -> dict[str, int]:
@@ -513,8 +540,9 @@ class S3Proxy:
         finally:
             window._end()
 
-    def cut_next(self, n: int = 1, kind: str | None = "PUT", after_bytes: int = 0,
-                 path_contains: str | None = None) -> None:
+    def cut_next(
+        self, n: int = 1, kind: str | None = "PUT", after_bytes: int = 0, path_contains: str | None = None
+    ) -> None:
         """Reset the client connection of the next ``n`` requests of ``kind`` (a method, ``"LIST"``, or
         ``None`` for any) whose target contains ``path_contains``: before the request reaches the server
         (``after_bytes=0``), or after at most ``after_bytes`` of its body did, never the whole request."""
@@ -569,7 +597,7 @@ class S3Proxy:
             self._counts[request.kind] = self._counts.get(request.kind, 0) + 1
             self.requests.append(Request(request.method, request.kind, request.target))
             if len(self.requests) > self.max_log:
-                del self.requests[:len(self.requests) - self.max_log + self.max_log // 10]
+                del self.requests[: len(self.requests) - self.max_log + self.max_log // 10]
             for cut in self._cuts:
                 if cut.matches(request):
                     cut.left -= 1

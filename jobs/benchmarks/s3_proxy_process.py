@@ -36,8 +36,12 @@ def start_moto(extra_env: dict[str, str] | None = None) -> tuple[int, subprocess
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    process = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **(extra_env or {})})
+    process = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, **(extra_env or {})},
+    )
     deadline = time.monotonic() + 60
     while True:
         try:
@@ -66,8 +70,13 @@ class ProxyProcess:
 
     def start(self) -> "ProxyProcess":
         code = "import sys; from jobs.benchmarks.s3_proxy_process import serve; serve(*sys.argv[1:])"
-        self._process = subprocess.Popen([sys.executable, "-c", code, *self._args], cwd=ROOT, text=True,
-                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self._process = subprocess.Popen(
+            [sys.executable, "-c", code, *self._args],
+            cwd=ROOT,
+            text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
         self.endpoint = self._process.stdout.readline().strip()
         if not self.endpoint.startswith("http://"):
             raise RuntimeError(f"the proxy did not start (it said {self.endpoint!r})")
@@ -103,8 +112,9 @@ class ProxyProcess:
     def reset(self) -> None:
         self._call("reset")
 
-    def cut_next(self, n: int = 1, kind: str | None = "PUT", after_bytes: int = 0,
-                 path_contains: str | None = None) -> None:
+    def cut_next(
+        self, n: int = 1, kind: str | None = "PUT", after_bytes: int = 0, path_contains: str | None = None
+    ) -> None:
         self._call("cut_next", n=n, kind=kind, after_bytes=after_bytes, path_contains=path_contains)
 
     def cut_responses_next(self, n: int = 1, kind: str | None = "PUT", path_contains: str | None = None) -> None:
@@ -158,7 +168,7 @@ def serve(upstream_host: str, upstream_port: str, latency_s: str = "0") -> None:
                     proxy.ignore_conditions = bool(kwargs["on"])
                     result = None
                 elif name == "requests":  # the log's newest entries
-                    result = [list(r) for r in proxy.requests[-int(kwargs.get("last", 1000)):]]
+                    result = [list(r) for r in proxy.requests[-int(kwargs.get("last", 1000)) :]]
                 else:
                     result = getattr(proxy, name)(**kwargs)
                 print(json.dumps({"result": result}), flush=True)

@@ -77,7 +77,11 @@ def half_commit(message: StoredMessage) -> TransactionState:
     >>> half_commit(SimpleNamespace(properties={"seq": "4"})).name, half_commit(SimpleNamespace(properties={"seq": "7"})).name
     ('COMMIT_MESSAGE', 'ROLLBACK_MESSAGE')
     """
-    return TransactionState.COMMIT_MESSAGE if int(message.properties["seq"]) % 2 == 0 else TransactionState.ROLLBACK_MESSAGE
+    return (
+        TransactionState.COMMIT_MESSAGE
+        if int(message.properties["seq"]) % 2 == 0
+        else TransactionState.ROLLBACK_MESSAGE
+    )
 
 
 @dataclass(frozen=True)
@@ -98,18 +102,29 @@ class ScheduleFigures:
         out = []
         for name, seconds in self.seconds.items():
             base = self.baseline_seconds[name]
-            out.append(f"{name:<8} {self.messages / seconds:>12,.0f} msgs/s ({seconds:.2f} s) vs bare Spark "
-                       f"{self.messages / base:,.0f} msgs/s ({base:.2f} s) = {seconds / base:.2f}x (target <= {TARGET:g}x)")
+            out.append(
+                f"{name:<8} {self.messages / seconds:>12,.0f} msgs/s ({seconds:.2f} s) vs bare Spark "
+                f"{self.messages / base:,.0f} msgs/s ({base:.2f} s) = {seconds / base:.2f}x (target <= {TARGET:g}x)"
+            )
         out.extend(f"{name:<12} {note}" for name, note in self.notes.items())
         return out
 
     def as_dict(self) -> dict:
-        return {"messages": self.messages, "target": TARGET, **{
-            name: {"seconds": round(s, 3), "msgs_per_s": round(self.messages / s),
-                   "baseline_seconds": round(self.baseline_seconds[name], 3),
-                   "baseline_msgs_per_s": round(self.messages / self.baseline_seconds[name]),
-                   "ratio": round(s / self.baseline_seconds[name], 3), "note": self.notes.get(name)}
-            for name, s in self.seconds.items()}}
+        return {
+            "messages": self.messages,
+            "target": TARGET,
+            **{
+                name: {
+                    "seconds": round(s, 3),
+                    "msgs_per_s": round(self.messages / s),
+                    "baseline_seconds": round(self.baseline_seconds[name], 3),
+                    "baseline_msgs_per_s": round(self.messages / self.baseline_seconds[name]),
+                    "ratio": round(s / self.baseline_seconds[name], 3),
+                    "note": self.notes.get(name),
+                }
+                for name, s in self.seconds.items()
+            },
+        }
 
 
 def schedule_frame(spark: "SparkSession", n: int, partitions: int) -> "DataFrame":
@@ -122,10 +137,12 @@ def schedule_frame(spark: "SparkSession", n: int, partitions: int) -> "DataFrame
 
     i = F.col("id")
     return spark.range(0, n, 1, partitions).select(
-        F.lit(TOPIC).alias("topic"), F.concat(F.lit("Tag"), F.pmod(i, 8).cast("string")).alias("tags"),
+        F.lit(TOPIC).alias("topic"),
+        F.concat(F.lit("Tag"), F.pmod(i, 8).cast("string")).alias("tags"),
         F.array(F.concat(F.lit("order-"), i.cast("string"))).alias("keys"),
         F.create_map(F.lit("seq"), i.cast("string")).alias("properties"),
-        F.encode(F.rpad(F.concat(F.lit("scheduled body "), i.cast("string")), 100, "."), "UTF-8").alias("body"))
+        F.encode(F.rpad(F.concat(F.lit("scheduled body "), i.cast("string")), 100, "."), "UTF-8").alias("body"),
+    )
 
 
 @dataclass(frozen=True)
@@ -166,7 +183,9 @@ class Scheduled:
     def refusals(self, batch: pa.RecordBatch, topics: _Topics | None = None) -> pa.Array:
         return self.frame.refusals(batch, (topics or self.topics_of(batch)).sent)
 
-    def complete(self, batch: pa.RecordBatch, partition: int, first_row: int, topics: _Topics | None = None) -> dict[str, pa.Array]:
+    def complete(
+        self, batch: pa.RecordBatch, partition: int, first_row: int, topics: _Topics | None = None
+    ) -> dict[str, pa.Array]:
         n = batch.num_rows
         cols = self.frame.complete(batch, partition, first_row, (topics or self.topics_of(batch)).sent)
         rows = pa.table({name: cols[name] for name in STAGED_SCHEMA.names})
@@ -174,14 +193,20 @@ class Scheduled:
         sysflag = None
         if self.kind == "delay":  # plan_schedule
             level = (first_row + np.arange(n, dtype=np.int64)) % self.levels + 1
-            put = {MessageConst.DELAY: pa.array(level.astype(str)), MessageConst.REAL_TOPIC: real_topic,
-                   MessageConst.REAL_QID: real_qid}
+            put = {
+                MessageConst.DELAY: pa.array(level.astype(str)),
+                MessageConst.REAL_TOPIC: real_topic,
+                MessageConst.REAL_QID: real_qid,
+            }
             topic, queue_id = SCHEDULE_TOPIC, pa.array(level - 1, pa.int32())
         else:  # send_half
-            put = {MessageConst.TRAN_MSG: pa.repeat(pa.scalar("true"), n),
-                   MessageConst.PGROUP: pa.repeat(pa.scalar(self.producer_group), n),
-                   MessageConst.TRANSACTION_ID: cols["uniq_key"], MessageConst.REAL_TOPIC: real_topic,
-                   MessageConst.REAL_QID: real_qid}
+            put = {
+                MessageConst.TRAN_MSG: pa.repeat(pa.scalar("true"), n),
+                MessageConst.PGROUP: pa.repeat(pa.scalar(self.producer_group), n),
+                MessageConst.TRANSACTION_ID: cols["uniq_key"],
+                MessageConst.REAL_TOPIC: real_topic,
+                MessageConst.REAL_QID: real_qid,
+            }
             topic, queue_id = TRANS_HALF_TOPIC, pa.repeat(pa.scalar(0, pa.int32()), n)
             sysflag = pc.bit_wise_and(cols["sysflag"], pa.scalar(~SysFlag.TRANSACTION_ROLLBACK_TYPE, pa.int32()))
         props = edit_properties(cols["properties"], (), put)
@@ -195,8 +220,9 @@ def _send_scheduled(store: "MessageStore", df: "DataFrame", kind: str) -> int:
 
     ctx = store.context
     encoded, frame = ctx.producer.encode_dataframe(df, ctx.topics.all())
-    return ctx.commitlog.append_dataframe(encoded, Scheduled(frame, kind, len(ctx.config.delay_levels_ms)),
-                                          Producer.refuse).count
+    return ctx.commitlog.append_dataframe(
+        encoded, Scheduled(frame, kind, len(ctx.config.delay_levels_ms)), Producer.refuse
+    ).count
 
 
 def _setup(spark: "SparkSession", root: str, n: int, partitions: int) -> "MessageStore":
@@ -222,7 +248,8 @@ def _baseline_deliver(store: "MessageStore", now: int, out: str) -> None:
     due_ms = F.unix_millis(F.col("store_timestamp")) + F.element_at(delays, props[MessageConst.DELAY].cast("int"))
     cleared = [MessageConst.DELAY, MessageConst.TIMER_DELIVER_MS, MessageConst.TIMER_DELAY_SEC]
     store.messages(SCHEDULE_TOPIC).where(due_ms <= now).select(
-        props[MessageConst.REAL_TOPIC].alias("topic"), props[MessageConst.REAL_QID].cast("int").alias("queue_id"),
+        props[MessageConst.REAL_TOPIC].alias("topic"),
+        props[MessageConst.REAL_QID].cast("int").alias("queue_id"),
         F.map_filter(props, lambda k, v: ~k.isin(cleared)).alias("properties"),
         *[c for c in STAGED_SCHEMA.names if c not in ("topic", "queue_id", "properties")],
     ).write.mode("overwrite").parquet(out)
@@ -234,36 +261,56 @@ def _baseline_check(store: "MessageStore", out: str) -> None:
     from pyspark.sql import functions as F
 
     tail = store.messages().where(F.col("topic").isin(TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC))
-    ops = tail.where(F.col("topic") == TRANS_OP_HALF_TOPIC).select(
-        F.explode(F.split(F.decode("body", "UTF-8"), ",")).alias("done")).where(F.col("done") != "") \
+    ops = (
+        tail.where(F.col("topic") == TRANS_OP_HALF_TOPIC)
+        .select(F.explode(F.split(F.decode("body", "UTF-8"), ",")).alias("done"))
+        .where(F.col("done") != "")
         .select(F.col("done").cast("long").alias("done"))
+    )
     halves = tail.where(F.col("topic") == TRANS_HALF_TOPIC)
     pending = halves.join(ops, halves.queue_offset == ops.done, "left_anti")
     props = F.col("properties")
     commit = F.pmod(props["seq"].cast("long"), F.lit(2)) == 0
-    rows = pending.withColumn("op", F.explode(F.when(commit, F.array(F.lit(False), F.lit(True))).otherwise(F.array(F.lit(True)))))
+    rows = pending.withColumn(
+        "op", F.explode(F.when(commit, F.array(F.lit(False), F.lit(True))).otherwise(F.array(F.lit(True))))
+    )
     op = F.col("op")
     cleared = [MessageConst.REAL_TOPIC, MessageConst.REAL_QID, MessageConst.TRAN_PREPARED_QUEUE_OFFSET]
     op_body = F.encode(F.concat(F.col("queue_offset").cast("string"), F.lit(",")), "UTF-8")
     rows.select(
         F.when(op, F.lit(TRANS_OP_HALF_TOPIC)).otherwise(props[MessageConst.REAL_TOPIC]).alias("topic"),
         F.when(op, F.lit(0)).otherwise(props[MessageConst.REAL_QID].cast("int")).alias("queue_id"),
-        F.when(op, F.create_map(F.lit(MessageConst.TAGS), F.lit(REMOVE_TAG), F.lit(MessageConst.UNIQ_KEY),
-                                F.concat("uniq_key", F.lit("OP"))))
-        .otherwise(F.map_filter(props, lambda k, v: ~k.isin(cleared))).alias("properties"),
-        F.when(op, F.lit(0)).otherwise((F.col("sysflag").bitwiseAND(~SysFlag.TRANSACTION_ROLLBACK_TYPE))
-                                       .bitwiseOR(SysFlag.TRANSACTION_COMMIT_TYPE)).alias("sysflag"),
+        F.when(
+            op,
+            F.create_map(
+                F.lit(MessageConst.TAGS),
+                F.lit(REMOVE_TAG),
+                F.lit(MessageConst.UNIQ_KEY),
+                F.concat("uniq_key", F.lit("OP")),
+            ),
+        )
+        .otherwise(F.map_filter(props, lambda k, v: ~k.isin(cleared)))
+        .alias("properties"),
+        F.when(op, F.lit(0))
+        .otherwise(
+            (F.col("sysflag").bitwiseAND(~SysFlag.TRANSACTION_ROLLBACK_TYPE)).bitwiseOR(SysFlag.TRANSACTION_COMMIT_TYPE)
+        )
+        .alias("sysflag"),
         F.when(op, op_body).otherwise(F.col("body")).alias("body"),
         F.when(op, F.crc32(op_body).bitwiseAND(0x7FFFFFFF).cast("int")).otherwise(F.col("body_crc")).alias("body_crc"),
         F.when(op, F.lit(REMOVE_TAG)).otherwise(F.col("tags")).alias("tags"),
         F.when(op, F.lit(None)).otherwise(F.col("keys")).alias("keys"),
         F.when(op, F.concat("uniq_key", F.lit("OP"))).otherwise(F.col("uniq_key")).alias("uniq_key"),
-        "born_timestamp", "born_host", "reconsume_times", "flag",
+        "born_timestamp",
+        "born_host",
+        "reconsume_times",
+        "flag",
     ).write.mode("overwrite").parquet(out)
 
 
-def _runs(work: str, template: str, ours: Callable[[str], Any], baseline: Callable[[str], None],
-          repeats: int) -> tuple[float, float, Any]:
+def _runs(
+    work: str, template: str, ours: Callable[[str], Any], baseline: Callable[[str], None], repeats: int
+) -> tuple[float, float, Any]:
     """Best seconds of ``repeats`` runs of each side, alternating, each on a fresh copy of ``template``
     (copied outside the timing), and the result of ours' best run."""
     times: list[list[float]] = [[], []]
@@ -283,8 +330,9 @@ def _runs(work: str, template: str, ours: Callable[[str], Any], baseline: Callab
     return min(times[0]), min(times[1]), results[best]
 
 
-def bench_schedule(spark: "SparkSession", n: int, *, root: str | None = None, partitions: int | None = None,
-                   repeats: int = 2) -> ScheduleFigures:
+def bench_schedule(
+    spark: "SparkSession", n: int, *, root: str | None = None, partitions: int | None = None, repeats: int = 2
+) -> ScheduleFigures:
     """Run the delivery and check-back benchmark on ``n`` delayed and ``n`` half messages (see the module docstring)."""
     from storelib.schedule.deliver import SPARK_ROWS
     from storelib.store import MessageStore
@@ -318,11 +366,15 @@ def bench_schedule(spark: "SparkSession", n: int, *, root: str | None = None, pa
             seconds[name], base[name], result = _runs(work, template, ours, theirs, repeats)
             if name == "deliver":
                 assert result.delivered == n, result
-                notes[name] = (f"{result.delivered:,} delivered over {len(result.levels)} levels "
-                               f"({'one Spark job' if result.spark else 'pyarrow on the driver'})")
+                notes[name] = (
+                    f"{result.delivered:,} delivered over {len(result.levels)} levels "
+                    f"({'one Spark job' if result.spark else 'pyarrow on the driver'})"
+                )
             else:
                 assert (result.checked, result.committed, result.rolled_back) == (n, (n + 1) // 2, n // 2), result
-                notes[name] = f"{result.checked:,} checked: {result.committed:,} committed, {result.rolled_back:,} rolled back"
+                notes[name] = (
+                    f"{result.checked:,} checked: {result.committed:,} committed, {result.rolled_back:,} rolled back"
+                )
         notes["setup"] = f"{n:,} delayed + {n:,} half messages sent and dispatched in {setup_seconds:.1f} s (not timed)"
         return ScheduleFigures(n, seconds, base, notes)
     finally:

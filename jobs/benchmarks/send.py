@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Callable
 from storelib.session import parallelism
 
 if TYPE_CHECKING:
-    from storelib.store import MessageStore
     from pyspark.sql import DataFrame, SparkSession
+
+    from storelib.store import MessageStore
 
 __all__ = ["Figure", "message_frame", "bench_send_and_dispatch", "bench_key_lookup", "LookupFigures"]
 
@@ -43,12 +44,15 @@ class Figure:
         return self.seconds / self.baseline_seconds if self.baseline_seconds else float("inf")
 
     def line(self) -> str:
-        return (f"{self.name:<10} {self.messages:>12,} msgs  {self.seconds:8.2f} s  {self.rate:>12,.0f} msg/s   "
-                f"baseline {self.baseline_seconds:8.2f} s   ratio {self.ratio:5.2f}")
+        return (
+            f"{self.name:<10} {self.messages:>12,} msgs  {self.seconds:8.2f} s  {self.rate:>12,.0f} msg/s   "
+            f"baseline {self.baseline_seconds:8.2f} s   ratio {self.ratio:5.2f}"
+        )
 
 
-def message_frame(spark: "SparkSession", n: int, topics: list[str], partitions: int,
-                  distinct_keys: int | None = None) -> "DataFrame":
+def message_frame(
+    spark: "SparkSession", n: int, topics: list[str], partitions: int, distinct_keys: int | None = None
+) -> "DataFrame":
     """``n`` deterministic messages: tags from 10 values, one key each (an order id), three properties,
     ~100-byte bodies. Each message also gets its UNIQ_KEY, so dispatch writes two index rows per message.
 
@@ -64,14 +68,16 @@ def message_frame(spark: "SparkSession", n: int, topics: list[str], partitions: 
         topic.alias("topic"),
         F.concat(F.lit("Tag"), F.pmod(i, 10).cast("string")).alias("tags"),
         F.array(F.concat(F.lit("order-"), key.cast("string"))).alias("keys"),
-        F.create_map(F.lit("a"), F.pmod(i, 100).cast("string"), F.lit("region"), F.lit("eu-west"),
-                     F.lit("seq"), i.cast("string")).alias("properties"),
+        F.create_map(
+            F.lit("a"), F.pmod(i, 100).cast("string"), F.lit("region"), F.lit("eu-west"), F.lit("seq"), i.cast("string")
+        ).alias("properties"),
         F.encode(F.rpad(F.concat(F.lit("message body "), i.cast("string")), 100, "."), "UTF-8").alias("body"),
     )
 
 
-def filled_store(spark: "SparkSession", root: str, topic: str, n: int, queues: int, partitions: int,
-                 subscriptions: dict[str, object]) -> "MessageStore":
+def filled_store(
+    spark: "SparkSession", root: str, topic: str, n: int, queues: int, partitions: int, subscriptions: dict[str, object]
+) -> "MessageStore":
     """A store at ``root`` with ``topic`` of ``queues`` queues, the groups' ``subscriptions`` and ``n``
     messages (:func:`message_frame`) sent and dispatched; a store kept from an earlier run is used as it is."""
     from storelib.store import MessageStore
@@ -92,8 +98,16 @@ def _timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
-def bench_send_and_dispatch(spark: "SparkSession", n: int, *, root: str | None = None, topics: int = 4,
-                            queues: int = 8, partitions: int | None = None, repeats: int = 2) -> list[Figure]:
+def bench_send_and_dispatch(
+    spark: "SparkSession",
+    n: int,
+    *,
+    root: str | None = None,
+    topics: int = 4,
+    queues: int = 8,
+    partitions: int | None = None,
+    repeats: int = 2,
+) -> list[Figure]:
     """Send ``n`` messages as a DataFrame and dispatch them; baselines write the same rows as plain Parquet.
 
     Each side runs ``repeats`` times, the store and its baseline in turn, each send into a store
@@ -116,11 +130,27 @@ def bench_send_and_dispatch(spark: "SparkSession", n: int, *, root: str | None =
 
     def baseline_dispatch(store: MessageStore) -> None:
         # Reading the columns dispatch reads, writing one consume-queue-like row per message.
-        rows = store.table("commitlog").select("topic", "queue_id", "queue_offset", "physical_offset", "size", "tags",
-                                               "store_timestamp", "sysflag", "keys", "uniq_key")
-        rows.select("topic", "queue_id", "queue_offset", F.col("physical_offset").alias("commitlog_offset"),
-                    "size", F.hash("tags").cast("long").alias("tags_code"), "store_timestamp") \
-            .write.mode("overwrite").parquet(f"{work}/baseline-dispatch")
+        rows = store.table("commitlog").select(
+            "topic",
+            "queue_id",
+            "queue_offset",
+            "physical_offset",
+            "size",
+            "tags",
+            "store_timestamp",
+            "sysflag",
+            "keys",
+            "uniq_key",
+        )
+        rows.select(
+            "topic",
+            "queue_id",
+            "queue_offset",
+            F.col("physical_offset").alias("commitlog_offset"),
+            "size",
+            F.hash("tags").cast("long").alias("tags_code"),
+            "store_timestamp",
+        ).write.mode("overwrite").parquet(f"{work}/baseline-dispatch")
 
     try:
         frame = message_frame(spark, n, names, partitions)
@@ -144,9 +174,12 @@ def bench_send_and_dispatch(spark: "SparkSession", n: int, *, root: str | None =
             dispatch.append(_timed(lambda: results.append(store.dispatch())))
         parts = results[dispatch.index(min(dispatch))].seconds
         commits = sum(v for k, v in parts.items() if k != "scan")
-        return [Figure("send", n, min(send), min(base_send)), Figure("dispatch", n, min(dispatch), min(base_dispatch)),
-                Figure("  scan+write", n, parts.get("scan", 0.0), min(base_dispatch)),
-                Figure("  commits", n, commits, min(base_dispatch))]
+        return [
+            Figure("send", n, min(send), min(base_send)),
+            Figure("dispatch", n, min(dispatch), min(base_dispatch)),
+            Figure("  scan+write", n, parts.get("scan", 0.0), min(base_dispatch)),
+            Figure("  commits", n, commits, min(base_dispatch)),
+        ]
     finally:
         if root is None:
             shutil.rmtree(work, ignore_errors=True)
@@ -172,23 +205,36 @@ class LookupFigures:
         scan = self._pct(self.scan_seconds, 0.5)
         idx = max(f.get("index", 0) for f in self.files_touched)
         cl = max(f.get("commitlog", 0) for f in self.files_touched)
-        return [f"key lookup  {self.messages:,} msgs, {self.distinct_keys:,} keys: p50 {p50 * 1000:.0f} ms, "
-                f"p99 {p99 * 1000:.0f} ms over {len(self.lookup_seconds)} lookups; files touched: index {idx}, "
-                f"commitlog {cl}",
-                f"full scan   p50 {scan * 1000:.0f} ms over {len(self.scan_seconds)} scans   "
-                f"speed-up {scan / p50:.0f}x"]
+        return [
+            f"key lookup  {self.messages:,} msgs, {self.distinct_keys:,} keys: p50 {p50 * 1000:.0f} ms, "
+            f"p99 {p99 * 1000:.0f} ms over {len(self.lookup_seconds)} lookups; files touched: index {idx}, "
+            f"commitlog {cl}",
+            f"full scan   p50 {scan * 1000:.0f} ms over {len(self.scan_seconds)} scans   speed-up {scan / p50:.0f}x",
+        ]
 
     def as_dict(self) -> dict:
         p50 = self._pct(self.lookup_seconds, 0.5)
         scan = self._pct(self.scan_seconds, 0.5)
-        return {"lookup_p50_ms": round(p50 * 1000, 1), "lookup_p99_ms": round(self._pct(self.lookup_seconds, 0.99) * 1000, 1),
-                "index_files_max": max(f.get("index", 0) for f in self.files_touched),
-                "commitlog_files_max": max(f.get("commitlog", 0) for f in self.files_touched),
-                "scan_p50_ms": round(scan * 1000, 1), "speedup": round(scan / p50, 1)}
+        return {
+            "lookup_p50_ms": round(p50 * 1000, 1),
+            "lookup_p99_ms": round(self._pct(self.lookup_seconds, 0.99) * 1000, 1),
+            "index_files_max": max(f.get("index", 0) for f in self.files_touched),
+            "commitlog_files_max": max(f.get("commitlog", 0) for f in self.files_touched),
+            "scan_p50_ms": round(scan * 1000, 1),
+            "speedup": round(scan / p50, 1),
+        }
 
 
-def bench_key_lookup(spark: "SparkSession", n: int, distinct_keys: int, *, lookups: int = 50, scans: int = 3,
-                     root: str | None = None, partitions: int | None = None) -> LookupFigures:
+def bench_key_lookup(
+    spark: "SparkSession",
+    n: int,
+    distinct_keys: int,
+    *,
+    lookups: int = 50,
+    scans: int = 3,
+    root: str | None = None,
+    partitions: int | None = None,
+) -> LookupFigures:
     """Send, dispatch and compact ``n`` messages over ``distinct_keys`` keys; time key lookups and full scans."""
     import random
 
@@ -219,8 +265,9 @@ def bench_key_lookup(spark: "SparkSession", n: int, distinct_keys: int, *, looku
         scan_times = []
         for key in keys[:scans]:
             start = time.perf_counter()
-            store.messages("BenchTopic0").where(F.array_contains(F.split(F.col("keys"), " "), key)) \
-                .orderBy(F.col("physical_offset").desc()).limit(32).collect()
+            store.messages("BenchTopic0").where(F.array_contains(F.split(F.col("keys"), " "), key)).orderBy(
+                F.col("physical_offset").desc()
+            ).limit(32).collect()
             scan_times.append(time.perf_counter() - start)
         return LookupFigures(n, distinct_keys, times, touched, scan_times)
     finally:

@@ -62,22 +62,38 @@ class SqlFigures:
         for kind, times in self.lookups.items():
             p50 = statistics.median(times)
             p99 = statistics.quantiles(times, n=100, method="inclusive")[98] if len(times) > 1 else times[0]
-            out.append(f"{kind:<15} p50 {p50:7.3f} s  p99 {p99:7.3f} s  files {self.files.get(kind, 0)}  "
-                       f"vs view-join {self.view_join_seconds:.3f} s = {self.view_join_seconds / p50:.1f}x faster")
+            out.append(
+                f"{kind:<15} p50 {p50:7.3f} s  p99 {p99:7.3f} s  files {self.files.get(kind, 0)}  "
+                f"vs view-join {self.view_join_seconds:.3f} s = {self.view_join_seconds / p50:.1f}x faster"
+            )
         for kind, seconds in self.stream_seconds.items():
             base = self.scan_seconds[kind]
-            out.append(f"{kind:<15} {self.messages / seconds:12,.0f} msgs/s ({seconds:.2f} s) vs Parquet scan "
-                       f"{self.messages / base:,.0f} msgs/s ({base:.2f} s) = {speedup(base, seconds)}")
+            out.append(
+                f"{kind:<15} {self.messages / seconds:12,.0f} msgs/s ({seconds:.2f} s) vs Parquet scan "
+                f"{self.messages / base:,.0f} msgs/s ({base:.2f} s) = {speedup(base, seconds)}"
+            )
         for kind, (ours, delta) in (self.reads or {}).items():
             out.append(f"{kind:<15} storelib {ours:.3f} s vs Delta Spark {delta:.3f} s = {speedup(delta, ours)}")
         return out
 
     def as_dict(self) -> dict:
-        return {"messages": self.messages, "view_join_seconds": round(self.view_join_seconds, 3),
-                **{k: {"p50": round(statistics.median(v), 4), "files": self.files.get(k, 0)} for k, v in self.lookups.items()},
-                **{k: {"seconds": round(s, 3), "scan_seconds": round(self.scan_seconds[k], 3),
-                       "ratio": round(self.scan_seconds[k] / s, 3)} for k, s in self.stream_seconds.items()},
-                **{k: {"storelib": round(o, 3), "delta_spark": round(d, 3)} for k, (o, d) in (self.reads or {}).items()}}
+        return {
+            "messages": self.messages,
+            "view_join_seconds": round(self.view_join_seconds, 3),
+            **{
+                k: {"p50": round(statistics.median(v), 4), "files": self.files.get(k, 0)}
+                for k, v in self.lookups.items()
+            },
+            **{
+                k: {
+                    "seconds": round(s, 3),
+                    "scan_seconds": round(self.scan_seconds[k], 3),
+                    "ratio": round(self.scan_seconds[k] / s, 3),
+                }
+                for k, s in self.stream_seconds.items()
+            },
+            **{k: {"storelib": round(o, 3), "delta_spark": round(d, 3)} for k, (o, d) in (self.reads or {}).items()},
+        }
 
 
 def _frame(spark: "SparkSession", n: int, partitions: int) -> "DataFrame":
@@ -85,11 +101,18 @@ def _frame(spark: "SparkSession", n: int, partitions: int) -> "DataFrame":
 
     i = F.col("id")
     return spark.range(0, n, 1, partitions).select(
-        F.lit(TOPIC).alias("topic"), F.concat(F.lit("Tag"), F.pmod(i, 100).cast("string")).alias("tags"),
+        F.lit(TOPIC).alias("topic"),
+        F.concat(F.lit("Tag"), F.pmod(i, 100).cast("string")).alias("tags"),
         F.array(F.concat(F.lit("order-"), i.cast("string"))).alias("keys"),
         F.create_map(F.lit("a"), F.pmod(i, 7).cast("string")).alias("properties"),
-        F.unhex(F.concat(F.sha2(i.cast("string"), 256), F.sha2(F.concat(i.cast("string"), F.lit("b")), 256),
-                         F.sha2(F.concat(i.cast("string"), F.lit("c")), 256))).alias("body"))
+        F.unhex(
+            F.concat(
+                F.sha2(i.cast("string"), 256),
+                F.sha2(F.concat(i.cast("string"), F.lit("b")), 256),
+                F.sha2(F.concat(i.cast("string"), F.lit("c")), 256),
+            )
+        ).alias("body"),
+    )
 
 
 def _timed(action) -> float:
@@ -109,21 +132,40 @@ def _table_reads(spark: "SparkSession", store) -> dict[str, tuple[float, float]]
     tail = store.max_offset() - store.max_offset() // 20
     noop = lambda df: df.write.format("noop").mode("overwrite").save()  # noqa: E731
     pairs = {
-        "read_tail_5pct": (lambda: noop(cl.read(spark, prune=Prune(between={"physical_offset": (tail, 2 ** 62)}))
-                                        .where(F.col("physical_offset") >= tail)),
-                           lambda: noop(spark.read.format("delta").load(cl.path).where(F.col("physical_offset") >= tail))),
-        "read_topic": (lambda: noop(store.messages(TOPIC)),
-                       lambda: noop(spark.read.format("delta").load(cl.path).where(F.col("topic") == TOPIC))),
-        "read_queue": (lambda: store.consume_queue(TOPIC, 3, 1000, 2000).collect(),
-                       lambda: spark.read.format("delta").load(cq.path).where(
-                           (F.col("topic") == TOPIC) & (F.col("queue_id") == 3)
-                           & F.col("queue_offset").between(1000, 1999)).collect()),
+        "read_tail_5pct": (
+            lambda: noop(
+                cl.read(spark, prune=Prune(between={"physical_offset": (tail, 2**62)})).where(
+                    F.col("physical_offset") >= tail
+                )
+            ),
+            lambda: noop(spark.read.format("delta").load(cl.path).where(F.col("physical_offset") >= tail)),
+        ),
+        "read_topic": (
+            lambda: noop(store.messages(TOPIC)),
+            lambda: noop(spark.read.format("delta").load(cl.path).where(F.col("topic") == TOPIC)),
+        ),
+        "read_queue": (
+            lambda: store.consume_queue(TOPIC, 3, 1000, 2000).collect(),
+            lambda: (
+                spark.read.format("delta")
+                .load(cq.path)
+                .where((F.col("topic") == TOPIC) & (F.col("queue_id") == 3) & F.col("queue_offset").between(1000, 1999))
+                .collect()
+            ),
+        ),
     }
     return {name: tuple(min(_timed(f) for _ in range(3)) for f in pair) for name, pair in pairs.items()}
 
 
-def bench_sql(spark: "SparkSession", n: int, *, lookups: int = 20, root: str | None = None, queues: int = 8,
-              partitions: int | None = None) -> SqlFigures:
+def bench_sql(
+    spark: "SparkSession",
+    n: int,
+    *,
+    lookups: int = 20,
+    root: str | None = None,
+    queues: int = 8,
+    partitions: int | None = None,
+) -> SqlFigures:
     """Run the SQL / data source benchmark on ``n`` messages (see the module docstring)."""
     import random
 
@@ -147,42 +189,82 @@ def bench_sql(spark: "SparkSession", n: int, *, lookups: int = 20, root: str | N
         register_views(spark, store)
         rng = random.Random(7)
         keys = [f"order-{rng.randrange(n)}" for _ in range(lookups)]
-        ids = [spark.sql(f"SELECT msg_id FROM messages_by_key WHERE topic = '{TOPIC}' AND key = '{k}'").first().msg_id
-               for k in keys[:3]]
+        ids = [
+            spark.sql(f"SELECT msg_id FROM messages_by_key WHERE topic = '{TOPIC}' AND key = '{k}'").first().msg_id
+            for k in keys[:3]
+        ]
         ids = [ids[i % len(ids)] for i in range(lookups)]
         source = lambda: spark.read.format("rocketmq").option("store", store.root).load()  # noqa: E731
         times = {
-            "sql_key": [_timed(lambda k=k: spark.sql(
-                "SELECT * FROM messages_by_key WHERE topic = :t AND key = :k", args={"t": TOPIC, "k": k}).collect())
-                for k in keys],
-            "source_key": [_timed(lambda k=k: source().where((F.col("topic") == TOPIC) & (F.col("keys") == k)).collect())
-                           for k in keys],
-            "sql_id": [_timed(lambda i=i: spark.sql("SELECT * FROM messages WHERE msg_id = :i", args={"i": i}).collect())
-                       for i in ids],
+            "sql_key": [
+                _timed(
+                    lambda k=k: spark.sql(
+                        "SELECT * FROM messages_by_key WHERE topic = :t AND key = :k", args={"t": TOPIC, "k": k}
+                    ).collect()
+                )
+                for k in keys
+            ],
+            "source_key": [
+                _timed(lambda k=k: source().where((F.col("topic") == TOPIC) & (F.col("keys") == k)).collect())
+                for k in keys
+            ],
+            "sql_id": [
+                _timed(lambda i=i: spark.sql("SELECT * FROM messages WHERE msg_id = :i", args={"i": i}).collect())
+                for i in ids
+            ],
         }
         options = SourceOptions.parse({"store": store.root})
         schema = options.arrow_schema()
         from pyspark.sql.datasource import EqualTo
 
-        files = {"sql_key": sum(len(p.paths) for p in plan(SourceOptions.parse({"store": store.root, "table": "messages_by_key"}),
-                                                            Pushdown.of([EqualTo(("topic",), TOPIC), EqualTo(("key",), keys[0])],
-                                                                        SourceOptions.parse({"store": store.root, "table": "messages_by_key"}).arrow_schema()))),
-                 "source_key": sum(len(p.paths) for p in plan(options, Pushdown.of(
-                     [EqualTo(("topic",), TOPIC), EqualTo(("keys",), keys[0])], schema))),
-                 "sql_id": sum(len(p.paths) for p in plan(options, Pushdown.of([EqualTo(("msg_id",), ids[0])], schema)))}
+        files = {
+            "sql_key": sum(
+                len(p.paths)
+                for p in plan(
+                    SourceOptions.parse({"store": store.root, "table": "messages_by_key"}),
+                    Pushdown.of(
+                        [EqualTo(("topic",), TOPIC), EqualTo(("key",), keys[0])],
+                        SourceOptions.parse({"store": store.root, "table": "messages_by_key"}).arrow_schema(),
+                    ),
+                )
+            ),
+            "source_key": sum(
+                len(p.paths)
+                for p in plan(options, Pushdown.of([EqualTo(("topic",), TOPIC), EqualTo(("keys",), keys[0])], schema))
+            ),
+            "sql_id": sum(len(p.paths) for p in plan(options, Pushdown.of([EqualTo(("msg_id",), ids[0])], schema))),
+        }
         join = [_timed(lambda k=k: spark.sql(VIEW_JOIN.format(topic=TOPIC, key=k)).collect()) for k in keys[:3]]
 
         commitlog = store.context.tables.commitlog
         paths = commitlog.files(commitlog.snapshot())
         streams, scans = {}, {}
-        for kind, group, test in (("stream_all", "G_ALL", F.lit(True)), ("stream_tag", "G_TAG", F.col("tags") == "Tag7")):
+        for kind, group, test in (
+            ("stream_all", "G_ALL", F.lit(True)),
+            ("stream_tag", "G_TAG", F.col("tags") == "Tag7"),
+        ):
             ck = f"{work}/ck-{group}"
-            q = (spark.readStream.format("rocketmq").option("store", store.root).option("group", group)
-                 .option("topic", TOPIC).option("commitOffsets", "false").load().writeStream.format("noop")
-                 .option("checkpointLocation", ck).trigger(availableNow=True))
+            q = (
+                spark.readStream.format("rocketmq")
+                .option("store", store.root)
+                .option("group", group)
+                .option("topic", TOPIC)
+                .option("commitOffsets", "false")
+                .load()
+                .writeStream.format("noop")
+                .option("checkpointLocation", ck)
+                .trigger(availableNow=True)
+            )
             streams[kind] = _timed(lambda q=q: q.start().awaitTermination())
-            scans[kind] = _timed(lambda t=test: spark.read.parquet(*paths).where((F.col("topic") == TOPIC) & t)
-                                 .write.format("noop").mode("overwrite").save())
+            scans[kind] = _timed(
+                lambda t=test: (
+                    spark.read.parquet(*paths)
+                    .where((F.col("topic") == TOPIC) & t)
+                    .write.format("noop")
+                    .mode("overwrite")
+                    .save()
+                )
+            )
         return SqlFigures(n, times, files, statistics.median(join), streams, scans, _table_reads(spark, store))
     finally:
         if root is None:

@@ -28,8 +28,7 @@ __all__ = ["build_parser", "main", "Verb", "add_verb"]
 Verb = Callable[[MessageStore, argparse.Namespace, Any, Progress], "str | None"]
 
 #: Where the verbs live, in the order ``--help`` lists them.
-VERB_MODULES = ("storelib.admin.topics", "storelib.admin.messages", "storelib.admin.consumers",
-                "storelib.admin.upkeep")
+VERB_MODULES = ("storelib.admin.topics", "storelib.admin.messages", "storelib.admin.consumers", "storelib.admin.upkeep")
 
 
 class _Help(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -39,11 +38,22 @@ class _Help(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpF
 def _common() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     env = os.environ.get("STORELIB_STORE")
-    common.add_argument("--store", default=env, required=env is None,
-                        help="root folder or URI of the store ($STORELIB_STORE when not given)")
-    common.add_argument("--storage-option", action="append", default=[], type=storage_option, metavar="KEY=VALUE",
-                        dest="storage_options", help="an option reaching an object-store root (deltalake's keys: "
-                        "AWS_ENDPOINT_URL=..., AWS_REGION=...), over the standard AWS_* variables; repeatable")
+    common.add_argument(
+        "--store",
+        default=env,
+        required=env is None,
+        help="root folder or URI of the store ($STORELIB_STORE when not given)",
+    )
+    common.add_argument(
+        "--storage-option",
+        action="append",
+        default=[],
+        type=storage_option,
+        metavar="KEY=VALUE",
+        dest="storage_options",
+        help="an option reaching an object-store root (deltalake's keys: "
+        "AWS_ENDPOINT_URL=..., AWS_REGION=...), over the standard AWS_* variables; repeatable",
+    )
     common.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
     return common
 
@@ -60,8 +70,17 @@ def storage_option(text: str) -> tuple[str, str]:
     return key.strip(), value
 
 
-def add_verb(sub: "argparse._SubParsersAction", name: str, run: Verb, doc: str, *, writes: bool = False,
-             create: bool = False, opens: bool = True, prefix: str = "") -> argparse.ArgumentParser:
+def add_verb(
+    sub: "argparse._SubParsersAction",
+    name: str,
+    run: Verb,
+    doc: str,
+    *,
+    writes: bool = False,
+    create: bool = False,
+    opens: bool = True,
+    prefix: str = "",
+) -> argparse.ArgumentParser:
     """Register verb ``name`` (under ``prefix``, as ``topic`` is for ``topic create``): ``doc``'s first
     line is its one-line help, the rest its description; ``writes`` says a failure leaves nothing
     half-written; ``create`` adds ``--create``; a verb that ``opens`` nothing gets ``None`` for the store.
@@ -82,11 +101,13 @@ def build_parser() -> argparse.ArgumentParser:
     """The command's parser: every verb of :data:`VERB_MODULES`, each with ``--help`` showing its defaults."""
 
     parser = argparse.ArgumentParser(
-        prog="storelib", formatter_class=_Help,
+        prog="storelib",
+        formatter_class=_Help,
         description="Administer a storelib message store (RocketMQ's CommitLog, ConsumeQueue and IndexFile as "
-                    "Delta tables), in the spirit of RocketMQ's mqadmin.",
+        "Delta tables), in the spirit of RocketMQ's mqadmin.",
         epilog="Exit codes: 0 done, 1 not found (said on stderr), 2 refused input or a store error (one line "
-               "on stderr). Look-ups, pulls and offsets answer without starting Spark.")
+        "on stderr). Look-ups, pulls and offsets answer without starting Spark.",
+    )
     sub = parser.add_subparsers(title="verbs", metavar="VERB", required=True)
     for name in VERB_MODULES:
         import_module(name).register(sub)
@@ -110,8 +131,9 @@ def main(argv: list[str] | None = None) -> int:
         if not args.opens:
             summary = args.run(None, args, out, progress)
         else:
-            with MessageStore.open(args.store, create=getattr(args, "create", False),
-                                   storage_options=dict(args.storage_options) or None) as store:
+            with MessageStore.open(
+                args.store, create=getattr(args, "create", False), storage_options=dict(args.storage_options) or None
+            ) as store:
                 summary = args.run(store, args, out, progress)
         if summary is not None:
             out.summary(summary)

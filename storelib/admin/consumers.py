@@ -41,7 +41,9 @@ def _selector(args: argparse.Namespace) -> MessageSelector | str:
 
 def _subscribe(store: MessageStore, args: argparse.Namespace, out: Output, progress: Progress) -> str:
     s = store.subscribe(args.group, args.topic, _selector(args))
-    return f"subscribed {s.group} to {s.topic}: {s.selector.expression_type} {s.selector.expression} (version {s.version})"
+    return (
+        f"subscribed {s.group} to {s.topic}: {s.selector.expression_type} {s.selector.expression} (version {s.version})"
+    )
 
 
 def _unsubscribe(store: MessageStore, args: argparse.Namespace, out: Output, progress: Progress) -> str:
@@ -51,21 +53,36 @@ def _unsubscribe(store: MessageStore, args: argparse.Namespace, out: Output, pro
 
 
 def _subscriptions(store: MessageStore, args: argparse.Namespace, out: Output, progress: Progress) -> None:
-    subs = [s for s in store.context.registry.all()
-            if (args.group is None or s.group == args.group) and (args.topic is None or s.topic == args.topic)]
+    subs = [
+        s
+        for s in store.context.registry.all()
+        if (args.group is None or s.group == args.group) and (args.topic is None or s.topic == args.topic)
+    ]
     rows = []
     for s in sorted(subs, key=lambda s: (s.group, s.topic)):
-        row = {"group": s.group, "topic": s.topic, "type": s.selector.expression_type,
-               "expression": s.selector.expression, "version": s.version}
+        row = {
+            "group": s.group,
+            "topic": s.topic,
+            "type": s.selector.expression_type,
+            "expression": s.selector.expression,
+            "version": s.version,
+        }
         if args.stats:
             progress.say(f"counting what {s.group}'s filter does on {s.topic}")
             f = store.filter_stats(s.group, s.topic)
-            row.update(checked=f.checked, skipped_by_file=f.skipped_by_file, pruned_by_bitmap=f.pruned_by_bitmap,
-                       passed=f.passed_consume_queue, matched=f.matched, false_positives=f.false_positives,
-                       spark_sql=f.spark_sql)
+            row.update(
+                checked=f.checked,
+                skipped_by_file=f.skipped_by_file,
+                pruned_by_bitmap=f.pruned_by_bitmap,
+                passed=f.passed_consume_queue,
+                matched=f.matched,
+                false_positives=f.false_positives,
+                spark_sql=f.spark_sql,
+            )
         rows.append(row)
-    which = " ".join(filter(None, [f"of group {args.group}" if args.group else "",
-                                   f"to topic {args.topic}" if args.topic else ""]))
+    which = " ".join(
+        filter(None, [f"of group {args.group}" if args.group else "", f"to topic {args.topic}" if args.topic else ""])
+    )
     out.table(rows, nothing=f"no subscriptions {which}".strip())
 
 
@@ -76,8 +93,11 @@ def _progress(store: MessageStore, args: argparse.Namespace, out: Output, progre
 
 
 def _lag(store: MessageStore, args: argparse.Namespace, out: Output, progress: Progress) -> None:
-    groups = [args.group] if args.group else sorted(set(store.context.groups.all())
-                                                      | {s.group for s in store.context.registry.all()})
+    groups = (
+        [args.group]
+        if args.group
+        else sorted(set(store.context.groups.all()) | {s.group for s in store.context.registry.all()})
+    )
     rows = []
     for group in groups:
         per_topic: dict[str, list[int]] = {}
@@ -87,8 +107,10 @@ def _lag(store: MessageStore, args: argparse.Namespace, out: Output, progress: P
             t[1] += max_offset
             t[2] += committed
             t[3] += lag
-        rows += [{"group": group, "topic": topic, "queues": q, "max_offset_sum": m, "committed_sum": c, "lag": lag}
-                 for topic, (q, m, c, lag) in sorted(per_topic.items())]
+        rows += [
+            {"group": group, "topic": topic, "queues": q, "max_offset_sum": m, "committed_sum": c, "lag": lag}
+            for topic, (q, m, c, lag) in sorted(per_topic.items())
+        ]
     out.table(rows, nothing="no consumer group reads any queue")
 
 
@@ -98,9 +120,10 @@ def register(sub: "argparse._SubParsersAction") -> None:
     >>> sub = argparse.ArgumentParser().add_subparsers(); register(sub); sorted(sub.choices)
     ['consumer', 'subscribe', 'subscriptions', 'unsubscribe']
     """
-    for name, run, doc in (("subscribe", _subscribe, "Register GROUP's subscription to TOPIC: a tag expression, "
-                            "SQL92 or a filter class."),
-                           ("unsubscribe", _unsubscribe, "Remove GROUP's subscription to TOPIC.")):
+    for name, run, doc in (
+        ("subscribe", _subscribe, "Register GROUP's subscription to TOPIC: a tag expression, SQL92 or a filter class."),
+        ("unsubscribe", _unsubscribe, "Remove GROUP's subscription to TOPIC."),
+    ):
         p = add_verb(sub, name, run, doc, writes=True)
         p.add_argument("group", help="consumer group")
         p.add_argument("topic", help="topic")
@@ -108,16 +131,22 @@ def register(sub: "argparse._SubParsersAction") -> None:
             p.add_argument("--tag", default=None, help="tag expression, e.g. 'TagA || TagB' (None: every message)")
             p.add_argument("--sql", default=None, help="SQL92 expression over properties, e.g. \"region = 'eu'\"")
             p.add_argument("--filter-class", default=None, help="filter class 'package.module:Class'")
-    p = add_verb(sub, "subscriptions", _subscriptions, "List subscriptions; --stats counts what each filter does "
-                 "(starts Spark).")
+    p = add_verb(
+        sub, "subscriptions", _subscriptions, "List subscriptions; --stats counts what each filter does (starts Spark)."
+    )
     p.add_argument("--group", default=None, help="only this group's")
     p.add_argument("--topic", default=None, help="only subscriptions to this topic")
     p.add_argument("--stats", action="store_true", help="add filter statistics: units checked, pruned, matched")
 
     consumer = sub.add_parser("consumer", help="a consumer group's progress and lag")
     verbs = consumer.add_subparsers(title="consumer verbs", metavar="VERB", required=True)
-    p = add_verb(verbs, "progress", _progress, "Per queue: max offset, committed offset and lag (consumerProgress).",
-                 prefix="consumer")
+    p = add_verb(
+        verbs,
+        "progress",
+        _progress,
+        "Per queue: max offset, committed offset and lag (consumerProgress).",
+        prefix="consumer",
+    )
     p.add_argument("group", help="consumer group")
     p = add_verb(verbs, "lag", _lag, "Lag per group and topic, of every group or one.", prefix="consumer")
     p.add_argument("group", nargs="?", default=None, help="one group (None: every group)")

@@ -36,8 +36,18 @@ from storelib.store import MessageStore
 __all__ = ["register", "read_messages_file", "MESSAGE_FIELDS"]
 
 #: What a line of ``send --file`` may hold.
-MESSAGE_FIELDS = ("topic", "body", "body_base64", "tags", "keys", "properties", "queue_id", "flag", "delay_level",
-                  "deliver_time_ms")
+MESSAGE_FIELDS = (
+    "topic",
+    "body",
+    "body_base64",
+    "tags",
+    "keys",
+    "properties",
+    "queue_id",
+    "flag",
+    "delay_level",
+    "deliver_time_ms",
+)
 
 #: Sends of more messages than this print one summary line, not a row per message (``--json`` prints all).
 SHOWN_RESULTS = 20
@@ -106,9 +116,17 @@ def _message(record: dict[str, Any], topic: str | None) -> Message:
     target = record.get("topic", topic)
     if target is None:
         raise MessageError("topic", "is missing: give it on the line or as the command's TOPIC")
-    return Message(target, body.encode() if isinstance(body, str) else body, record.get("tags"), record.get("keys"),
-                   record.get("properties") or {}, record.get("flag", 0), record.get("queue_id"),
-                   record.get("delay_level", 0), record.get("deliver_time_ms"))
+    return Message(
+        target,
+        body.encode() if isinstance(body, str) else body,
+        record.get("tags"),
+        record.get("keys"),
+        record.get("properties") or {},
+        record.get("flag", 0),
+        record.get("queue_id"),
+        record.get("delay_level", 0),
+        record.get("deliver_time_ms"),
+    )
 
 
 def _send(store: MessageStore, args: argparse.Namespace, out: Output, progress: Progress) -> str | None:
@@ -123,9 +141,18 @@ def _send(store: MessageStore, args: argparse.Namespace, out: Output, progress: 
             if not sep:
                 raise MessageError("property", "must be KEY=VALUE", value=item)
             props[key] = value
-        one = _message({"body": args.body, "tags": args.tags, "keys": args.keys, "properties": props,
-                        "queue_id": args.queue_id, "delay_level": args.delay_level,
-                        "deliver_time_ms": args.deliver_time_ms}, args.topic)
+        one = _message(
+            {
+                "body": args.body,
+                "tags": args.tags,
+                "keys": args.keys,
+                "properties": props,
+                "queue_id": args.queue_id,
+                "delay_level": args.delay_level,
+                "deliver_time_ms": args.deliver_time_ms,
+            },
+            args.topic,
+        )
         messages = [one] * args.count
     try:
         results = store.send_batch(messages)
@@ -146,12 +173,19 @@ def _pull(store: MessageStore, args: argparse.Namespace, out: Output, progress: 
     offset = args.offset
     if offset is None:
         offset = max(0, store.committed_offset(args.group, args.topic, args.queue_id))
-    p = store.pull(args.group, args.topic, args.queue_id, offset, args.max, selector=selector,
-                   suspend_timeout_ms=args.wait_ms)
+    p = store.pull(
+        args.group, args.topic, args.queue_id, offset, args.max, selector=selector, suspend_timeout_ms=args.wait_ms
+    )
     if args.commit and p.next_begin_offset != offset:
         store.commit_offset(args.group, args.topic, args.queue_id, p.next_begin_offset)
-    head = {"status": str(p.status), "get_status": str(p.get_status), "next_begin_offset": p.next_begin_offset,
-            "min_offset": p.min_offset, "max_offset": p.max_offset, "messages": len(p.messages)}
+    head = {
+        "status": str(p.status),
+        "get_status": str(p.get_status),
+        "next_begin_offset": p.next_begin_offset,
+        "min_offset": p.min_offset,
+        "max_offset": p.max_offset,
+        "messages": len(p.messages),
+    }
     if out.as_json:
         out.record({**head, "messages": [message_record(m) for m in p.messages]})
         return
@@ -177,16 +211,20 @@ def _found(find):
 
 def _query_key(store: MessageStore, args: argparse.Namespace, out: Output, progress: Progress) -> None:
     found = store.query_by_key(args.topic, args.key, args.max, begin=args.begin, end=args.end)
-    out.table([message_record(m) if out.as_json else message_row(m) for m in found],
-              nothing=f"no message of topic {args.topic} has key {args.key!r}")
+    out.table(
+        [message_record(m) if out.as_json else message_row(m) for m in found],
+        nothing=f"no message of topic {args.topic} has key {args.key!r}",
+    )
 
 
 def _query_offset(store: MessageStore, args: argparse.Namespace, out: Output, progress: Progress) -> None:
     store.topic_config(args.topic)
     g = get_message(store.context, "", args.topic, args.queue_id, args.offset, 1)
     if g.status != GetMessageStatus.FOUND or not g.messages:
-        raise NothingFound(f"no message at queue offset {args.offset} of {args.topic} queue {args.queue_id} "
-                           f"({g.status}; the queue holds [{g.min_offset}, {g.max_offset}))")
+        raise NothingFound(
+            f"no message at queue offset {args.offset} of {args.topic} queue {args.queue_id} "
+            f"({g.status}; the queue holds [{g.min_offset}, {g.max_offset}))"
+        )
     out.record(message_record(g.messages[0]))
 
 
@@ -195,8 +233,14 @@ def register(sub: "argparse._SubParsersAction") -> None:
     >>> sub = argparse.ArgumentParser().add_subparsers(); register(sub); sorted(sub.choices)
     ['pull', 'query', 'send']
     """
-    p = add_verb(sub, "send", _send, "Send a test message, or every message of a JSON-lines file, in one commit "
-                 "(sendMessage).\n\n" + __doc__.split("\n\n")[1], writes=True)
+    p = add_verb(
+        sub,
+        "send",
+        _send,
+        "Send a test message, or every message of a JSON-lines file, in one commit "
+        "(sendMessage).\n\n" + __doc__.split("\n\n")[1],
+        writes=True,
+    )
     p.add_argument("topic", nargs="?", default=None, help="topic (a file's lines may name their own)")
     p.add_argument("--body", default="Hello storelib", help="message body (text)")
     p.add_argument("--tags", default=None, help="message tag")
@@ -208,13 +252,22 @@ def register(sub: "argparse._SubParsersAction") -> None:
     p.add_argument("--count", type=positive_int, default=1, help="send the message this many times")
     p.add_argument("--file", default=None, help="a JSON-lines file of messages instead of one test message")
 
-    p = add_verb(sub, "pull", _pull, "Pull messages of one queue as a consumer of GROUP does, with RocketMQ's "
-                 "statuses and offsets.")
+    p = add_verb(
+        sub,
+        "pull",
+        _pull,
+        "Pull messages of one queue as a consumer of GROUP does, with RocketMQ's statuses and offsets.",
+    )
     p.add_argument("group", help="consumer group")
     p.add_argument("topic", help="topic")
     p.add_argument("queue_id", type=non_negative_int, help="queue id")
-    p.add_argument("offset", type=non_negative_int, nargs="?", default=None,
-                   help="queue offset to pull from (None: the group's committed offset, else 0)")
+    p.add_argument(
+        "offset",
+        type=non_negative_int,
+        nargs="?",
+        default=None,
+        help="queue offset to pull from (None: the group's committed offset, else 0)",
+    )
     p.add_argument("--max", type=positive_int, default=32, help="most messages to return")
     p.add_argument("--tag", default=None, help="tag expression of this pull (None: the group's subscription)")
     p.add_argument("--sql", default=None, help="SQL92 expression of this pull (None: the group's subscription)")
@@ -225,15 +278,21 @@ def register(sub: "argparse._SubParsersAction") -> None:
     verbs = query.add_subparsers(title="query verbs", metavar="VERB", required=True)
     p = add_verb(verbs, "id", _query_id, "The message with this store message id (queryMsgById).", prefix="query")
     p.add_argument("msg_id", help="store message id (offset msg id)")
-    p = add_verb(verbs, "key", _query_key, "Messages of a topic with this key, newest first (queryMsgByKey).",
-                 prefix="query")
+    p = add_verb(
+        verbs, "key", _query_key, "Messages of a topic with this key, newest first (queryMsgByKey).", prefix="query"
+    )
     p.add_argument("topic", help="topic")
     p.add_argument("key", help="message key")
     p.add_argument("--max", type=positive_int, default=64, help="most messages to return (at most 64)")
     p.add_argument("--begin", type=non_negative_int, default=None, help="earliest store time, epoch ms")
     p.add_argument("--end", type=non_negative_int, default=None, help="latest store time, epoch ms")
-    p = add_verb(verbs, "unique-key", _query_unique, "The message with this unique key, the client's message id "
-                 "(queryMsgByUniqueKey).", prefix="query")
+    p = add_verb(
+        verbs,
+        "unique-key",
+        _query_unique,
+        "The message with this unique key, the client's message id (queryMsgByUniqueKey).",
+        prefix="query",
+    )
     p.add_argument("topic", help="topic")
     p.add_argument("uniq_key", help="UNIQ_KEY (the client's msgId)")
     p = add_verb(verbs, "offset", _query_offset, "The message at a queue offset (queryMsgByOffset).", prefix="query")

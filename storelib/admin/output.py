@@ -46,8 +46,9 @@ class Output:
     def _print(self, text: str) -> None:
         print(text, file=self.stream or sys.stdout, flush=True)
 
-    def table(self, rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None, *,
-              nothing: str = "nothing found") -> None:
+    def table(
+        self, rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None, *, nothing: str = "nothing found"
+    ) -> None:
         """Rows as a table (columns: ``columns``, else the first row's keys); no rows raises :class:`NothingFound`.
 
         >>> Output().table([], nothing="no topics in this store")
@@ -62,13 +63,13 @@ class Output:
             return
         columns = list(columns or rows[0].keys())
         cells = [[_cell(r.get(c)) for c in columns] for r in rows]
-        numeric = [all(isinstance(r.get(c), (int, float)) and not isinstance(r.get(c), bool) for r in rows)
-                   for c in columns]
+        numeric = [
+            all(isinstance(r.get(c), (int, float)) and not isinstance(r.get(c), bool) for r in rows) for c in columns
+        ]
         widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
 
         def line(values: Iterable[str]) -> str:
-            return "  ".join(v.rjust(w) if num else v.ljust(w)
-                             for v, w, num in zip(values, widths, numeric)).rstrip()
+            return "  ".join(v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)).rstrip()
 
         self._print(line(columns))
         self._print("  ".join("-" * w for w in widths))
@@ -124,7 +125,7 @@ def text_of(value: Any) -> str:
 
 def _cell(value: Any) -> str:
     text = text_of(value).replace("\n", " ")
-    return text if len(text) <= MAX_CELL else text[:MAX_CELL - 1] + "…"
+    return text if len(text) <= MAX_CELL else text[: MAX_CELL - 1] + "…"
 
 
 def _jsonable(value: Any) -> Any:
@@ -155,12 +156,27 @@ def message_record(m: StoredMessage) -> dict[str, Any]:
     ('TopicTest', 'TagA', 'hi', 'utf-8')
     """
     body, encoding = _body(m.body)
-    return {"OffsetID": m.msg_id, "Topic": m.topic, "Tags": m.tags, "Keys": m.keys, "Unique Key": m.uniq_key,
-            "Queue ID": m.queue_id, "Queue Offset": m.queue_offset, "CommitLog Offset": m.commitlog_offset,
-            "Size": m.size, "Reconsume Times": m.reconsume_times, "Born Timestamp": m.born_timestamp,
-            "Store Timestamp": m.store_timestamp, "Born Host": m.born_host, "Store Host": m.store_host,
-            "System Flag": m.sysflag, "Flag": m.flag, "Properties": dict(m.properties), "Body": body,
-            "Body Encoding": encoding}
+    return {
+        "OffsetID": m.msg_id,
+        "Topic": m.topic,
+        "Tags": m.tags,
+        "Keys": m.keys,
+        "Unique Key": m.uniq_key,
+        "Queue ID": m.queue_id,
+        "Queue Offset": m.queue_offset,
+        "CommitLog Offset": m.commitlog_offset,
+        "Size": m.size,
+        "Reconsume Times": m.reconsume_times,
+        "Born Timestamp": m.born_timestamp,
+        "Store Timestamp": m.store_timestamp,
+        "Born Host": m.born_host,
+        "Store Host": m.store_host,
+        "System Flag": m.sysflag,
+        "Flag": m.flag,
+        "Properties": dict(m.properties),
+        "Body": body,
+        "Body Encoding": encoding,
+    }
 
 
 def message_row(m: StoredMessage) -> dict[str, Any]:
@@ -170,5 +186,12 @@ def message_row(m: StoredMessage) -> dict[str, Any]:
     ['body', 'keys', 'msg_id', 'queue_id']
     """
     body, _ = _body(m.body)
-    return {"msg_id": m.msg_id, "queue_id": m.queue_id, "queue_offset": m.queue_offset, "tags": m.tags,
-            "keys": m.keys, "store_time": m.store_timestamp, "body": body}
+    return {
+        "msg_id": m.msg_id,
+        "queue_id": m.queue_id,
+        "queue_offset": m.queue_offset,
+        "tags": m.tags,
+        "keys": m.keys,
+        "store_time": m.store_timestamp,
+        "body": body,
+    }

@@ -40,8 +40,9 @@ def _dispatch(store: MessageStore, args: argparse.Namespace, out: Output, progre
     result = store.dispatch()
     if result.from_offset == result.to_offset:
         return f"nothing new: the store is dispatched up to commitlog offset {result.to_offset}"
-    return (f"dispatched commitlog [{result.from_offset}, {result.to_offset}) in {progress.elapsed:.1f}s: "
-            + ", ".join(f"{n} {t} rows" for t, n in result.rows.items()))
+    return f"dispatched commitlog [{result.from_offset}, {result.to_offset}) in {progress.elapsed:.1f}s: " + ", ".join(
+        f"{n} {t} rows" for t, n in result.rows.items()
+    )
 
 
 def _follow(store: MessageStore, args: argparse.Namespace, progress: Progress) -> str:
@@ -58,23 +59,39 @@ def _follow(store: MessageStore, args: argparse.Namespace, progress: Progress) -
 
     def heard(r) -> None:
         rounds.append(r)
-        progress.say(f"dispatched commitlog [{r.from_offset}, {r.to_offset}): {r.consume_queue_rows} consume_queue rows")
+        progress.say(
+            f"dispatched commitlog [{r.from_offset}, {r.to_offset}): {r.consume_queue_rows} consume_queue rows"
+        )
 
-    progress.say(f"following the commitlog from offset {min(store.dispatch_progress().values())}, every {args.interval_ms} ms")
+    progress.say(
+        f"following the commitlog from offset {min(store.dispatch_progress().values())}, every {args.interval_ms} ms"
+    )
     with TailServer(store.context) if args.serve_pulls else contextlib.nullcontext() as server:
         if server is not None:
-            progress.say(f"serving tail pulls: {'yes' if server.serving else 'no (another process does, or the store is not local)'}")
+            progress.say(
+                f"serving tail pulls: {'yes' if server.serving else 'no (another process does, or the store is not local)'}"
+            )
         dispatcher = store.dispatcher()
         if server is not None:  # a round's units go to the tail as they are committed, without a read of their files
             dispatcher.feed = server
-        total = dispatcher.run(follow=True, stop=stop, interval_ms=args.interval_ms, on_round=heard,
-                               compact_every_ms=args.compact_every_ms, round_ms=args.round_ms)
+        total = dispatcher.run(
+            follow=True,
+            stop=stop,
+            interval_ms=args.interval_ms,
+            on_round=heard,
+            compact_every_ms=args.compact_every_ms,
+            round_ms=args.round_ms,
+        )
         if server is not None and server.serving:
             declined = ", ".join(f"{why} {n}" for why, n in server.declined.most_common()) or "none"
-            progress.say(f"tail pulls answered: {server.answered}; handed back to read the tables: {declined}; "
-                         f"tails dropped to stay within tail_pulls_max_mb: {server.dropped}")
-    return (f"stopped by {why[0] if why else 'request'} after {progress.elapsed:.1f}s: {len(rounds)} rounds dispatched "
-            f"commitlog [{total.from_offset}, {total.to_offset}), {total.consume_queue_rows} consume_queue rows")
+            progress.say(
+                f"tail pulls answered: {server.answered}; handed back to read the tables: {declined}; "
+                f"tails dropped to stay within tail_pulls_max_mb: {server.dropped}"
+            )
+    return (
+        f"stopped by {why[0] if why else 'request'} after {progress.elapsed:.1f}s: {len(rounds)} rounds dispatched "
+        f"commitlog [{total.from_offset}, {total.to_offset}), {total.consume_queue_rows} consume_queue rows"
+    )
 
 
 def _deliver(store: MessageStore, args: argparse.Namespace, out: Output, progress: Progress) -> str:
@@ -88,8 +105,10 @@ def _deliver(store: MessageStore, args: argparse.Namespace, out: Output, progres
         progress.say(f"dispatching {result.delivered} delivered messages")
         store.dispatch()
     levels = ", ".join(f"level {n}: {c}" for n, c in sorted(result.levels.items())) or "no level"
-    return (f"delivered {result.delivered} messages ({levels}; timer: {result.timer}; recalled: {result.recalled}); "
-            f"newest deliver time {result.newest_delivered_ms}")
+    return (
+        f"delivered {result.delivered} messages ({levels}; timer: {result.timer}; recalled: {result.recalled}); "
+        f"newest deliver time {result.newest_delivered_ms}"
+    )
 
 
 def _check(store: MessageStore, args: argparse.Namespace, out: Output, progress: Progress) -> str:
@@ -99,8 +118,10 @@ def _check(store: MessageStore, args: argparse.Namespace, out: Output, progress:
         progress.say(f"checker error: {error}")
     if not r.checked:
         return "nothing new: no half message is waiting for a check-back"
-    return (f"checked {r.checked} half messages: {r.committed} committed, {r.rolled_back} rolled back, "
-            f"{r.unknown} unknown, {r.given_up} given up")
+    return (
+        f"checked {r.checked} half messages: {r.committed} committed, {r.rolled_back} rolled back, "
+        f"{r.unknown} unknown, {r.given_up} given up"
+    )
 
 
 def _retention(store: MessageStore, args: argparse.Namespace, out: Output, progress: Progress) -> str:
@@ -110,7 +131,10 @@ def _retention(store: MessageStore, args: argparse.Namespace, out: Output, progr
     if not any(removed.values()) and not expired:
         return f"nothing expired: the store starts at commitlog offset {store.min_offset()}"
     parts = [f"{n} {t} files" for t, n in removed.items() if n] + [f"{n} messages of {t}" for t, n in expired.items()]
-    return ", ".join(parts) + f" removed; the store starts at commitlog offset {store.min_offset()} (vacuum frees the bytes)"
+    return (
+        ", ".join(parts)
+        + f" removed; the store starts at commitlog offset {store.min_offset()} (vacuum frees the bytes)"
+    )
 
 
 def _compact(store: MessageStore, args: argparse.Namespace, out: Output, progress: Progress) -> str:
@@ -135,12 +159,22 @@ def _inspect(store: MessageStore, args: argparse.Namespace, out: Output, progres
     for name, table in store.context.tables.by_name().items():
         view = table.view()
         actions = view.actions
-        rows.append({"table": name, "version": view.version, "files": actions.num_rows,
-                     "rows": int(pc.sum(actions.column("num_records")).as_py() or 0) if actions.num_rows else 0,
-                     "bytes": int(pc.sum(actions.column("size_bytes")).as_py() or 0) if actions.num_rows else 0,
-                     "dispatched_to": dispatched.get(name) if name != "commitlog" else None})
+        rows.append(
+            {
+                "table": name,
+                "version": view.version,
+                "files": actions.num_rows,
+                "rows": int(pc.sum(actions.column("num_records")).as_py() or 0) if actions.num_rows else 0,
+                "bytes": int(pc.sum(actions.column("size_bytes")).as_py() or 0) if actions.num_rows else 0,
+                "dispatched_to": dispatched.get(name) if name != "commitlog" else None,
+            }
+        )
     ctx = store.context
-    counts = {"topics": len(ctx.topics.all()), "groups": len(ctx.groups.all()), "subscriptions": len(ctx.registry.all())}
+    counts = {
+        "topics": len(ctx.topics.all()),
+        "groups": len(ctx.groups.all()),
+        "subscriptions": len(ctx.registry.all()),
+    }
     low, high = store.min_offset(), store.max_offset()
     if out.as_json:
         out.record({"tables": rows, "min_offset": low, "max_offset": high, "dispatch_progress": dispatched, **counts})
@@ -162,41 +196,99 @@ def register(sub: "argparse._SubParsersAction") -> None:
     >>> sub = argparse.ArgumentParser().add_subparsers(); register(sub); sorted(sub.choices)
     ['check-transactions', 'compact', 'deliver', 'dispatch', 'inspect', 'retention', 'vacuum', 'verify']
     """
-    p = add_verb(sub, "dispatch", _dispatch, "Build consume queue, ext and index rows for everything new "
-                 "(ReputMessageService): small increments here with pyarrow, large ones as one Spark job.",
-                 writes=True, create=True)
+    p = add_verb(
+        sub,
+        "dispatch",
+        _dispatch,
+        "Build consume queue, ext and index rows for everything new "
+        "(ReputMessageService): small increments here with pyarrow, large ones as one Spark job.",
+        writes=True,
+        create=True,
+    )
     p.add_argument("--follow", action="store_true", help="keep dispatching as messages arrive, until SIGTERM or SIGINT")
     p.add_argument("--interval-ms", type=positive_int, default=100, help="with --follow: wait between idle rounds")
-    p.add_argument("--round-ms", type=non_negative_int, default=ROUND_MS,
-                   help="with --follow: start a round at most this often (0: as soon as the last one ends); longer "
-                        "rounds cost consumers less CPU per message and add to each message's wait")
-    p.add_argument("--serve-pulls", action=argparse.BooleanOptionalAction, default=True,
-                   help="with --follow: answer consumers' pulls of the queues' tails from memory (their tail_pulls "
-                        "setting), within tail_pulls_max_mb (default); --no-serve-pulls: consumers read the tables")
-    p.add_argument("--compact-every-ms", type=non_negative_int, default=10_000,
-                   help="with --follow: merge the fresh small files of the commitlog, consume queue and index this often (0: never)")
-    for name, run, doc in (("deliver", _deliver, "Deliver the delayed, timer and sent-back messages that are due, "
-                            "then dispatch them."),
-                           ("check-transactions", _check, "Ask producer groups' checkers about half messages past "
-                            "their timeout (check-back).")):
+    p.add_argument(
+        "--round-ms",
+        type=non_negative_int,
+        default=ROUND_MS,
+        help="with --follow: start a round at most this often (0: as soon as the last one ends); longer "
+        "rounds cost consumers less CPU per message and add to each message's wait",
+    )
+    p.add_argument(
+        "--serve-pulls",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="with --follow: answer consumers' pulls of the queues' tails from memory (their tail_pulls "
+        "setting), within tail_pulls_max_mb (default); --no-serve-pulls: consumers read the tables",
+    )
+    p.add_argument(
+        "--compact-every-ms",
+        type=non_negative_int,
+        default=10_000,
+        help="with --follow: merge the fresh small files of the commitlog, consume queue and index this often (0: never)",
+    )
+    for name, run, doc in (
+        ("deliver", _deliver, "Deliver the delayed, timer and sent-back messages that are due, then dispatch them."),
+        (
+            "check-transactions",
+            _check,
+            "Ask producer groups' checkers about half messages past their timeout (check-back).",
+        ),
+    ):
         p = add_verb(sub, name, run, doc, writes=True, create=True)
-        p.add_argument("--now", type=non_negative_int, default=None, help="the time to act at, epoch ms (None: the clock)")
-    p = add_verb(sub, "retention", _retention, "Remove expired commitlog files, messages past their topic's "
-                 "retention_ms, then what pointed into them (CleanCommitLogService, CleanConsumeQueueService).",
-                 writes=True)
-    p.add_argument("--reserved-hours", type=float, default=None,
-                   help="keep files this long after their newest message (None: the file_reserved_time setting, 72)")
-    p.add_argument("--now", type=non_negative_int, default=None, help="the time to judge at, epoch ms (None: the clock)")
-    p = add_verb(sub, "compact", _compact, "Cluster settled commitlog data by each topic's keys and Bloom bitmaps, "
-                 "and merge small files (starts Spark).", writes=True)
+        p.add_argument(
+            "--now", type=non_negative_int, default=None, help="the time to act at, epoch ms (None: the clock)"
+        )
+    p = add_verb(
+        sub,
+        "retention",
+        _retention,
+        "Remove expired commitlog files, messages past their topic's "
+        "retention_ms, then what pointed into them (CleanCommitLogService, CleanConsumeQueueService).",
+        writes=True,
+    )
+    p.add_argument(
+        "--reserved-hours",
+        type=float,
+        default=None,
+        help="keep files this long after their newest message (None: the file_reserved_time setting, 72)",
+    )
+    p.add_argument(
+        "--now", type=non_negative_int, default=None, help="the time to judge at, epoch ms (None: the clock)"
+    )
+    p = add_verb(
+        sub,
+        "compact",
+        _compact,
+        "Cluster settled commitlog data by each topic's keys and Bloom bitmaps, and merge small files (starts Spark).",
+        writes=True,
+    )
     p.add_argument("--full", action="store_true", help="also rewrite large files into sorted, disjoint ones")
-    p.add_argument("--settle-ms", type=non_negative_int, default=None,
-                   help="cluster messages older than this (None: the cluster_settle_ms setting)")
-    p = add_verb(sub, "vacuum", _vacuum, "Delete files no recent snapshot needs (Delta VACUUM), dead staging and "
-                 "orphan files.", writes=True)
+    p.add_argument(
+        "--settle-ms",
+        type=non_negative_int,
+        default=None,
+        help="cluster messages older than this (None: the cluster_settle_ms setting)",
+    )
+    p = add_verb(
+        sub,
+        "vacuum",
+        _vacuum,
+        "Delete files no recent snapshot needs (Delta VACUUM), dead staging and orphan files.",
+        writes=True,
+    )
     p.add_argument("--retention-hours", type=non_negative_int, default=168, help="keep files younger than this")
-    add_verb(sub, "inspect", _inspect, "The store's tables (versions, files, rows, bytes), dispatch progress, "
-             "offsets and counts.")
-    p = add_verb(sub, "verify", _verify, "Check that the store is whole, also one that open refuses; a damaged "
-                 "store is exit code 2 with its problems.", opens=False)
+    add_verb(
+        sub,
+        "inspect",
+        _inspect,
+        "The store's tables (versions, files, rows, bytes), dispatch progress, offsets and counts.",
+    )
+    p = add_verb(
+        sub,
+        "verify",
+        _verify,
+        "Check that the store is whole, also one that open refuses; a damaged store is exit code 2 with its problems.",
+        opens=False,
+    )
     p.add_argument("--full", action="store_true", help="also read every commitlog offset")

@@ -49,12 +49,26 @@ from storelib.delta.table import Table
 from storelib.model.message import StoredMessage
 from storelib.storage.commitlog import COMMITLOG_MARKER
 from storelib.storage.commitlog_reads import min_physical_offset, read_messages
-from storelib.storage.consume_queue import (CQ_STORE_UNIT_SIZE, contiguous, min_queue_marker, queue_files,
-                                            queue_offsets, read_units, roll_next_file)
+from storelib.storage.consume_queue import (
+    CQ_STORE_UNIT_SIZE,
+    contiguous,
+    min_queue_marker,
+    queue_files,
+    queue_offsets,
+    read_units,
+    roll_next_file,
+)
 from storelib.storage.consume_queue_ext import ext_units_of
 
-__all__ = ["GetMessageStatus", "GetMessageResult", "ConsumeQueueFilter", "get_message", "passing_units", "scan_window",
-           "batch_full"]
+__all__ = [
+    "GetMessageStatus",
+    "GetMessageResult",
+    "ConsumeQueueFilter",
+    "get_message",
+    "passing_units",
+    "scan_window",
+    "batch_full",
+]
 
 _MIN_LONG = -(1 << 63)
 
@@ -129,11 +143,18 @@ def total_physical_memory() -> int:
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
-        return 24 * 1024 ** 3
+        return 24 * 1024**3
 
 
-def get_message(ctx: StoreContext, group: str, topic: str, queue_id: int, offset: int, max_msgs: int,
-                message_filter: ConsumeQueueFilter | None = None) -> GetMessageResult:
+def get_message(
+    ctx: StoreContext,
+    group: str,
+    topic: str,
+    queue_id: int,
+    offset: int,
+    max_msgs: int,
+    message_filter: ConsumeQueueFilter | None = None,
+) -> GetMessageResult:
     """Up to ``max_msgs`` messages of (topic, queue_id) from ``offset`` that pass ``message_filter``.
 
     No checks of the group, topic or subscription are made here (the pull processor makes them).
@@ -158,11 +179,14 @@ def get_message(ctx: StoreContext, group: str, topic: str, queue_id: int, offset
         return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, nxt, min_offset, max_offset)
 
     units_per_file = config.consume_queue_file_units
-    chunks = _unit_chunks(cq, queue_actions, offset, offset + scan_window(config, offset, max_offset, max_msgs), max_msgs)
+    chunks = _unit_chunks(
+        cq, queue_actions, offset, offset + scan_window(config, offset, max_offset, max_msgs), max_msgs
+    )
     first = next(chunks, None)
     if first is None:
-        return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, roll_next_file(offset, units_per_file),
-                                min_offset, max_offset)
+        return GetMessageResult(
+            GetMessageStatus.OFFSET_FOUND_NULL, roll_next_file(offset, units_per_file), min_offset, max_offset
+        )
 
     clog_view = commitlog.view(markers=[COMMITLOG_MARKER])
     max_offset_py = clog_view.marker(COMMITLOG_MARKER)
@@ -242,8 +266,9 @@ def scan_window(config, offset: int, max_offset: int, max_msgs: int) -> int:
     (800, 10)
     """
     file_end = min(max_offset, roll_next_file(offset, config.consume_queue_file_units))
-    window_bytes = min((file_end - offset) * CQ_STORE_UNIT_SIZE, max(config.max_filter_message_size,
-                                                                     max_msgs * CQ_STORE_UNIT_SIZE))
+    window_bytes = min(
+        (file_end - offset) * CQ_STORE_UNIT_SIZE, max(config.max_filter_message_size, max_msgs * CQ_STORE_UNIT_SIZE)
+    )
     return -(-window_bytes // CQ_STORE_UNIT_SIZE)
 
 
@@ -258,14 +283,19 @@ def batch_full(config, size_py: int, max_msgs: int, buffer_total: int, message_t
     if max_msgs <= message_total:
         return True
     if in_disk:
-        return (buffer_total + size_py > config.max_transfer_bytes_on_message_in_disk
-                or message_total > config.max_transfer_count_on_message_in_disk - 1)
-    return (buffer_total + size_py > config.max_transfer_bytes_on_message_in_memory
-            or message_total > config.max_transfer_count_on_message_in_memory - 1)
+        return (
+            buffer_total + size_py > config.max_transfer_bytes_on_message_in_disk
+            or message_total > config.max_transfer_count_on_message_in_disk - 1
+        )
+    return (
+        buffer_total + size_py > config.max_transfer_bytes_on_message_in_memory
+        or message_total > config.max_transfer_count_on_message_in_memory - 1
+    )
 
 
-def passing_units(message_filter: ConsumeQueueFilter | None, units: pa.Table, ext: Table, topic: str,
-                  queue_id: int) -> list[bool]:
+def passing_units(
+    message_filter: ConsumeQueueFilter | None, units: pa.Table, ext: Table, topic: str, queue_id: int
+) -> list[bool]:
     """``isMatchedByConsumeQueue`` for every unit at once, with the real tag code, bitmap and bitmap
     version of units whose ``tags_code`` is an ext address. A unit whose ext row is not there passes
     (RocketMQ logs it and lets the client filter).
@@ -284,8 +314,9 @@ def passing_units(message_filter: ConsumeQueueFilter | None, units: pa.Table, ex
     codes = units.column("tags_code").to_numpy()
     rows, at, is_ext, found = ext_units_of(ext, topic, queue_id, codes)
     if not is_ext.any():
-        cq_units = pa.table({"tags_code": codes, "filter_bitmap": pa.nulls(n, pa.binary()),
-                             "filter_version": pa.nulls(n, pa.int64())})
+        cq_units = pa.table(
+            {"tags_code": codes, "filter_bitmap": pa.nulls(n, pa.binary()), "filter_version": pa.nulls(n, pa.int64())}
+        )
         return message_filter.consume_queue_mask(cq_units).tolist()
     from_ext, unknown = pa.array(found), pa.array(is_ext & ~found)
 
@@ -293,9 +324,13 @@ def passing_units(message_filter: ConsumeQueueFilter | None, units: pa.Table, ex
         picked = rows.column(name).take(pa.array(at)).combine_chunks() if rows.num_rows else plain
         return pc.if_else(unknown, pa.nulls(n, plain.type), pc.if_else(from_ext, picked, plain))
 
-    cq_units = pa.table({"tags_code": column("tags_code", pa.array(codes)),
-                         "filter_bitmap": column("filter_bitmap", pa.nulls(n, pa.binary())),
-                         "filter_version": column("filter_version", pa.nulls(n, pa.int64()))})
+    cq_units = pa.table(
+        {
+            "tags_code": column("tags_code", pa.array(codes)),
+            "filter_bitmap": column("filter_bitmap", pa.nulls(n, pa.binary())),
+            "filter_version": column("filter_version", pa.nulls(n, pa.int64())),
+        }
+    )
     return message_filter.consume_queue_mask(cq_units).tolist()
 
 
@@ -332,7 +367,7 @@ class _CommitLogReader:
             i = self.position.get(offset)
             if i is None or i < self.read_upto:
                 return None
-            chunk = self.planned[i:i + self.batch]
+            chunk = self.planned[i : i + self.batch]
             self._read(chunk)
             self.read_upto, self.batch = i + len(chunk), self.batch * 2
         return self.rows.get(offset)

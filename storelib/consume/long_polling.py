@@ -30,9 +30,15 @@ from storelib.model.config import StoreConfig
 __all__ = ["hold"]
 
 
-def hold(config: StoreConfig, arrivals: MessageArrivals, offset: int, suspend_timeout_ms: int,
-         look: Callable[[int], GetMessageResult], moved: Callable[[int], bool] | None = None,
-         wait: Callable[[int, float], GetMessageResult | None] | None = None) -> int:
+def hold(
+    config: StoreConfig,
+    arrivals: MessageArrivals,
+    offset: int,
+    suspend_timeout_ms: int,
+    look: Callable[[int], GetMessageResult],
+    moved: Callable[[int], bool] | None = None,
+    wait: Callable[[int, float], GetMessageResult | None] | None = None,
+) -> int:
     """Hold a pull from ``offset`` that found nothing new, until ``look(offset)`` finds a message that
     passes its filter, or the time runs out; return the milliseconds it was held.
 

@@ -67,7 +67,8 @@ def consumer_lag_rows(ctx: StoreContext, group: str) -> list[tuple[str, int, int
     validate_group(group)
     topics = ctx.topics.all()
     committed: dict[tuple[str, int], int] = {
-        (r["topic"], r["queue_id"]): r["offset"] for r in ctx.offsets.offsets(group).to_pylist()}
+        (r["topic"], r["queue_id"]): r["offset"] for r in ctx.offsets.offsets(group).to_pylist()
+    }
     wanted = {s.topic for s in ctx.registry.all() if s.group == group}
     if retry_topic(group) in topics:
         wanted.add(retry_topic(group))

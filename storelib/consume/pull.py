@@ -38,15 +38,23 @@ from typing import TYPE_CHECKING, Callable
 
 from storelib.consume.get_message import GetMessageResult, GetMessageStatus, get_message
 from storelib.consume.long_polling import hold
-from storelib.local.tail import TailClient, tail_client
 from storelib.context import StoreContext
 from storelib.filter.class_batch import FilterFailures
 from storelib.filter.message_filter import MessageFilter
 from storelib.filter.selector import MessageSelector
 from storelib.filter.subscription import check_selector
-from storelib.model.errors import (ConsumeDisabledError, FilterNotSupportedError, InvalidQueueIdError, OffsetError,
-                                   StoreError, StorePermissionError, SubscriptionNotLatestError, TopicPermissionError,
-                                   require_int)
+from storelib.local.tail import TailClient, tail_client
+from storelib.model.errors import (
+    ConsumeDisabledError,
+    FilterNotSupportedError,
+    InvalidQueueIdError,
+    OffsetError,
+    StoreError,
+    StorePermissionError,
+    SubscriptionNotLatestError,
+    TopicPermissionError,
+    require_int,
+)
 from storelib.model.message import MessageConst, StoredMessage
 from storelib.model.topic import PERM_READ, RETRY_GROUP_TOPIC_PREFIX, retry_topic, validate_group
 from storelib.storage.commitlog_reads import message_batch
@@ -58,8 +66,15 @@ if TYPE_CHECKING:
 
     from storelib.filter.subscription import Subscription
 
-__all__ = ["PullStatus", "PullResult", "PullRequest", "PullFilter", "PullMessageProcessor", "response_code",
-           "get_message_by_selector"]
+__all__ = [
+    "PullStatus",
+    "PullResult",
+    "PullRequest",
+    "PullFilter",
+    "PullMessageProcessor",
+    "response_code",
+    "get_message_by_selector",
+]
 
 
 class PullStatus(enum.StrEnum):
@@ -75,8 +90,12 @@ class PullStatus(enum.StrEnum):
     OFFSET_ILLEGAL = "OFFSET_ILLEGAL"
 
 
-_CLIENT_STATUS = {"SUCCESS": PullStatus.FOUND, "PULL_NOT_FOUND": PullStatus.NO_NEW_MSG,
-                  "PULL_RETRY_IMMEDIATELY": PullStatus.NO_MATCHED_MSG, "PULL_OFFSET_MOVED": PullStatus.OFFSET_ILLEGAL}
+_CLIENT_STATUS = {
+    "SUCCESS": PullStatus.FOUND,
+    "PULL_NOT_FOUND": PullStatus.NO_NEW_MSG,
+    "PULL_RETRY_IMMEDIATELY": PullStatus.NO_MATCHED_MSG,
+    "PULL_OFFSET_MOVED": PullStatus.OFFSET_ILLEGAL,
+}
 
 
 def response_code(status: GetMessageStatus, request_offset: int) -> str:
@@ -149,8 +168,7 @@ class PullFilter:
     [True]
     """
 
-    def __init__(self, message_filter: MessageFilter,
-                 retry: Callable[[str], MessageFilter | None] | None = None):
+    def __init__(self, message_filter: MessageFilter, retry: Callable[[str], MessageFilter | None] | None = None):
         self.filter = message_filter
         self.retry = retry
         #: Failures of class filters on the messages checked so far.
@@ -169,8 +187,10 @@ class PullFilter:
         if self.retry is not None:
             real_topic = message.properties.get(MessageConst.RETRY_TOPIC)
             real = self.retry(real_topic) if real_topic else None
-            return real is None or (real.is_matched_by_commitlog(tags=message.tags, properties=message.properties)
-                                    and self._class_keeps(real, message))
+            return real is None or (
+                real.is_matched_by_commitlog(tags=message.tags, properties=message.properties)
+                and self._class_keeps(real, message)
+            )
         if self.filter.selector.is_tag:
             return True
         if self.filter.selector.is_class:  # the tag string first: the class sees only subscribed tags
@@ -261,15 +281,26 @@ class PullMessageProcessor:
 
             wait = None
             if (tail := self._tail(message_filter)) is not None:
+
                 def wait(offset: int, seconds: float) -> GetMessageResult | None:  # the follower holds it
-                    return kept(offset, tail.get(request.topic, request.queue_id, offset, request.max_msgs,
-                                                 message_filter.filter.selector.expression, wait_ms=int(seconds * 1000)))
+                    return kept(
+                        offset,
+                        tail.get(
+                            request.topic,
+                            request.queue_id,
+                            offset,
+                            request.max_msgs,
+                            message_filter.filter.selector.expression,
+                            wait_ms=int(seconds * 1000),
+                        ),
+                    )
 
             def look(offset: int) -> GetMessageResult:  # the follower, if any, declined just before
                 return kept(offset, self.get(request, message_filter, offset, ask_tail=wait is None))
 
-            suspended_ms = hold(self.ctx.config, self.ctx.arrivals, request.offset, request.suspend_timeout_ms,
-                                look, moved, wait)
+            suspended_ms = hold(
+                self.ctx.config, self.ctx.arrivals, request.offset, request.suspend_timeout_ms, look, moved, wait
+            )
             woken = self.check(request)  # run again as the broker does on waking it, checks and all
             if looked and _same_filter(woken, message_filter):  # what woke it is the answer: not read twice
                 result = self.answer(request, message_filter, looked[0])
@@ -278,7 +309,9 @@ class PullMessageProcessor:
             result.suspended_ms = suspended_ms
         return result
 
-    def answer(self, request: PullRequest, message_filter: PullFilter, got: GetMessageResult | None = None) -> PullResult:
+    def answer(
+        self, request: PullRequest, message_filter: PullFilter, got: GetMessageResult | None = None
+    ) -> PullResult:
         """The broker's answer to a checked request (``got``: the store's, when already read), turned into
         the client's result."""
         got = got or self.get(request, message_filter)
@@ -289,20 +322,32 @@ class PullMessageProcessor:
             for m in messages:
                 m.properties[MessageConst.MIN_OFFSET] = str(got.min_offset)
                 m.properties[MessageConst.MAX_OFFSET] = str(got.max_offset)
-        return PullResult(_CLIENT_STATUS[code], got.next_begin_offset, got.min_offset, got.max_offset, messages,
-                          code, got.status, filter_errors=message_filter.filter_errors())
+        return PullResult(
+            _CLIENT_STATUS[code],
+            got.next_begin_offset,
+            got.min_offset,
+            got.max_offset,
+            messages,
+            code,
+            got.status,
+            filter_errors=message_filter.filter_errors(),
+        )
 
-    def get(self, request: PullRequest, message_filter: PullFilter, offset: int | None = None,
-            ask_tail: bool = True) -> GetMessageResult:
+    def get(
+        self, request: PullRequest, message_filter: PullFilter, offset: int | None = None, ask_tail: bool = True
+    ) -> GetMessageResult:
         """The store's ``getMessage`` for a checked request: from the follower's tail where it serves the
         pull (:mod:`storelib.local.tail`; ``ask_tail``), else read from the tables here."""
         offset = request.offset if offset is None else offset
         if ask_tail and (tail := self._tail(message_filter)) is not None:
-            got = tail.get(request.topic, request.queue_id, offset, request.max_msgs, message_filter.filter.selector.expression)
+            got = tail.get(
+                request.topic, request.queue_id, offset, request.max_msgs, message_filter.filter.selector.expression
+            )
             if got is not None:
                 return got
-        return get_message(self.ctx, request.group, request.topic, request.queue_id, offset, request.max_msgs,
-                           message_filter)
+        return get_message(
+            self.ctx, request.group, request.topic, request.queue_id, offset, request.max_msgs, message_filter
+        )
 
     def _tail(self, message_filter: PullFilter) -> "TailClient | None":
         """Where the follower's tail may answer this filter's pulls (a tag subscription, not a retry topic)."""
@@ -315,25 +360,35 @@ class PullMessageProcessor:
         """Raise the typed error the broker would answer with; else the request's message filter."""
         ctx, group, topic = self.ctx, request.group, request.topic
         if not ctx.config.broker_permission & PERM_READ:
-            raise StorePermissionError("store", f"the store {ctx.config.store_host} forbids pulling "
-                                                f"(broker_permission {ctx.config.broker_permission})")
+            raise StorePermissionError(
+                "store",
+                f"the store {ctx.config.store_host} forbids pulling (broker_permission {ctx.config.broker_permission})",
+            )
         group_config = ctx.groups.find(group)
         if not group_config.consume_enable:
-            raise ConsumeDisabledError("group", f"subscription group {group} may not consume (consume_enable=false)",
-                                       value=group)
+            raise ConsumeDisabledError(
+                "group", f"subscription group {group} may not consume (consume_enable=false)", value=group
+            )
         topic_config = ctx.topics.get(topic)
         if not topic_config.perm & PERM_READ:
-            raise TopicPermissionError("topic", f"the topic {topic} forbids pulling (perm {topic_config.perm})",
-                                       value=topic)
+            raise TopicPermissionError(
+                "topic", f"the topic {topic} forbids pulling (perm {topic_config.perm})", value=topic
+            )
         if not 0 <= request.queue_id < topic_config.read_queue_nums:
-            raise InvalidQueueIdError("queue_id", f"queue id must be in [0, {topic_config.read_queue_nums}) "
-                                                  f"(read_queue_nums of topic {topic})", value=request.queue_id,
-                                      code="SYSTEM_ERROR")
+            raise InvalidQueueIdError(
+                "queue_id",
+                f"queue id must be in [0, {topic_config.read_queue_nums}) (read_queue_nums of topic {topic})",
+                value=request.queue_id,
+                code="SYSTEM_ERROR",
+            )
         selector, subscription = self._subscription(request)
         if selector.is_sql92 and not ctx.config.enable_property_filter:
-            raise FilterNotSupportedError("expression_type", "the store does not filter messages by SQL92 "
-                                          "(enable_property_filter=false)", value=selector.expression,
-                                          code="SYSTEM_ERROR")
+            raise FilterNotSupportedError(
+                "expression_type",
+                "the store does not filter messages by SQL92 (enable_property_filter=false)",
+                value=selector.expression,
+                code="SYSTEM_ERROR",
+            )
         if selector.is_class:  # loads here, is the registered class, source allowed
             selector = check_selector(topic, selector, ctx.config, group)
         message_filter = MessageFilter(topic, selector, subscription, ctx.registry.bloom_filter, config=ctx.config)
@@ -356,8 +411,11 @@ class PullMessageProcessor:
             self.ctx.registry.get(request.group, request.topic)  # raises SUBSCRIPTION_NOT_EXIST
         if request.sub_version is not None and registered.sub_version < request.sub_version:
             raise SubscriptionNotLatestError(
-                "sub_version", f"the store holds subscription version {registered.sub_version} of group "
-                               f"{request.group} to {request.topic}, older than the consumer's", value=request.sub_version)
+                "sub_version",
+                f"the store holds subscription version {registered.sub_version} of group "
+                f"{request.group} to {request.topic}, older than the consumer's",
+                value=request.sub_version,
+            )
         return registered.selector, registered
 
     def _retry_filters(self, group: str) -> Callable[[str], MessageFilter | None]:
@@ -376,8 +434,12 @@ class PullMessageProcessor:
 
 def _same_filter(a: PullFilter, b: PullFilter) -> bool:
     """Do two checks of one request filter alike (same selector, same subscription version, no retry topic)?"""
-    return (a.retry is None and b.retry is None and a.filter.selector == b.filter.selector
-            and a.filter.version == b.filter.version)
+    return (
+        a.retry is None
+        and b.retry is None
+        and a.filter.selector == b.filter.selector
+        and a.filter.version == b.filter.version
+    )
 
 
 def _check_request(r: PullRequest) -> None:
@@ -390,8 +452,15 @@ def _check_request(r: PullRequest) -> None:
     require_int(OffsetError, "commit_offset", r.commit_offset, 0, optional=True)
 
 
-def get_message_by_selector(ctx: StoreContext, group: str, topic: str, queue_id: int, offset: int, max_msgs: int = 32,
-                            selector: MessageSelector | str | None = None) -> GetMessageResult:
+def get_message_by_selector(
+    ctx: StoreContext,
+    group: str,
+    topic: str,
+    queue_id: int,
+    offset: int,
+    max_msgs: int = 32,
+    selector: MessageSelector | str | None = None,
+) -> GetMessageResult:
     """The store's own answer (``DefaultMessageStore.getMessage``) filtered by ``selector``, if any:
     no checks of the group, topic or subscription, and no client re-check.
 

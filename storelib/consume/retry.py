@@ -92,20 +92,28 @@ class SendBackPlan:
     dead: bool
 
 
-def _check_input(ctx: StoreContext, msg: object, group: object, delay_level: object,
-                 max_reconsume_times: object) -> None:
+def _check_input(
+    ctx: StoreContext, msg: object, group: object, delay_level: object, max_reconsume_times: object
+) -> None:
 
     if not isinstance(msg, StoredMessage):
-        raise MessageError("msg", "must be a storelib.StoredMessage (a message read from this store)",
-                           value=type(msg).__name__)
+        raise MessageError(
+            "msg", "must be a storelib.StoredMessage (a message read from this store)", value=type(msg).__name__
+        )
     require_int(MessageError, "msg.commitlog_offset", msg.commitlog_offset, 0)
     validate_group(group)
     require_int(MessageError, "delay_level", delay_level)
     require_int(MessageError, "max_reconsume_times", max_reconsume_times, optional=True)
 
 
-def plan_send_back(reconsume_times: int, group: str, retry_queue_id: int, delay_level: int, max_reconsume_times: int,
-                   max_delay_level: int) -> SendBackPlan:
+def plan_send_back(
+    reconsume_times: int,
+    group: str,
+    retry_queue_id: int,
+    delay_level: int,
+    max_reconsume_times: int,
+    max_delay_level: int,
+) -> SendBackPlan:
     """The decision of ``consumerSendMsgBack`` and ``transformDelayLevelMessage`` for one message.
 
     >>> plan_send_back(0, "G", 0, 0, 16, 18)
@@ -136,8 +144,9 @@ def ensure_topic(ctx: StoreContext, topic: str, queues: int) -> TopicConfig:
     return found
 
 
-def send_back(ctx: StoreContext, msg: "StoredMessage", group: str, delay_level: int = 0,
-              max_reconsume_times: int | None = None) -> SendResult:
+def send_back(
+    ctx: StoreContext, msg: "StoredMessage", group: str, delay_level: int = 0, max_reconsume_times: int | None = None
+) -> SendResult:
     """Store ``msg`` again for ``group``'s retry (delayed) or dead letter topic; see the module docstring.
 
     Checks, in RocketMQ's order: the group's configuration (SUBSCRIPTION_GROUP_NOT_EXIST where it
@@ -149,20 +158,33 @@ def send_back(ctx: StoreContext, msg: "StoredMessage", group: str, delay_level: 
     _check_input(ctx, msg, group, delay_level, max_reconsume_times)
     config: "GroupConfig" = ctx.groups.find(group)
     if not ctx.config.broker_permission & PERM_WRITE:
-        raise StorePermissionError(None, f"the store is not writable (broker_permission {ctx.config.broker_permission}); "
-                                         "sending messages back is forbidden", value=ctx.config.broker_permission)
+        raise StorePermissionError(
+            None,
+            f"the store is not writable (broker_permission {ctx.config.broker_permission}); "
+            "sending messages back is forbidden",
+            value=ctx.config.broker_permission,
+        )
     retry = retry_topic(group)
     if config.retry_queue_nums <= 0:
         return SendResult(NOT_STORED, "", msg.uniq_key or "", retry, -1, -1, -1)
 
     retry_config = ensure_topic(ctx, retry, config.retry_queue_nums)
     if not retry_config.writable:
-        raise TopicPermissionError("topic", f"the topic {retry} is not writable (perm {retry_config.perm}); "
-                                            "sending messages back is forbidden", value=retry)
-    found = list(read_messages(ctx.tables.commitlog, ctx.tables.commitlog.view().actions, [msg.commitlog_offset]).values())
+        raise TopicPermissionError(
+            "topic",
+            f"the topic {retry} is not writable (perm {retry_config.perm}); sending messages back is forbidden",
+            value=retry,
+        )
+    found = list(
+        read_messages(ctx.tables.commitlog, ctx.tables.commitlog.view().actions, [msg.commitlog_offset]).values()
+    )
     if not found:
-        raise MessageNotFoundError("msg.commitlog_offset", f"look message by offset failed, {msg.commitlog_offset}",
-                                   value=msg.commitlog_offset, code="SYSTEM_ERROR")
+        raise MessageNotFoundError(
+            "msg.commitlog_offset",
+            f"look message by offset failed, {msg.commitlog_offset}",
+            value=msg.commitlog_offset,
+            code="SYSTEM_ERROR",
+        )
     old = found[0]
 
     # RocketMQ draws from retryQueueNums; an older retry topic with fewer queues bounds the draw,
@@ -186,8 +208,24 @@ def send_back(ctx: StoreContext, msg: "StoredMessage", group: str, delay_level: 
         props[MessageConst.REAL_TOPIC] = plan.real_topic
         props[MessageConst.REAL_QID] = str(plan.real_queue_id)
 
-    encoded = EncodedMessage(plan.topic, plan.queue_id, old.sysflag, old.flag, bytes(old.body), props,
-                             old.born_timestamp, old.born_host, reconsume_times=times)
+    encoded = EncodedMessage(
+        plan.topic,
+        plan.queue_id,
+        old.sysflag,
+        old.flag,
+        bytes(old.body),
+        props,
+        old.born_timestamp,
+        old.born_host,
+        reconsume_times=times,
+    )
     row = ctx.commitlog.append([encoded]).rows[0]
-    return SendResult("SEND_OK", row["msg_id"], row["uniq_key"], row["topic"], row["queue_id"], row["queue_offset"],
-                      row["physical_offset"])
+    return SendResult(
+        "SEND_OK",
+        row["msg_id"],
+        row["uniq_key"],
+        row["topic"],
+        row["queue_id"],
+        row["queue_offset"],
+        row["physical_offset"],
+    )

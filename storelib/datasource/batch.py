@@ -136,8 +136,12 @@ def plan(options: SourceOptions, pushdown: Pushdown) -> list[ReadPartition]:
         found_offsets: list[np.ndarray] = []
         for topic in topics:
             for q in queues:
-                units = read_units(cq, Table.only(cq_actions, {"topic": topic, "queue_id": q}),
-                                   max(0, lo or 0), (2 ** 62) if hi is None else hi + 1)
+                units = read_units(
+                    cq,
+                    Table.only(cq_actions, {"topic": topic, "queue_id": q}),
+                    max(0, lo or 0),
+                    (2**62) if hi is None else hi + 1,
+                )
                 found_offsets.append(units.column("commitlog_offset").to_numpy())
         offsets = np.unique(np.concatenate(found_offsets)) if found_offsets else np.array([], np.int64)
         marker = Table.marker(cq_snapshot, REPUT_MARKER)
@@ -145,8 +149,9 @@ def plan(options: SourceOptions, pushdown: Pushdown) -> list[ReadPartition]:
     return _scan(options, commitlog, actions, pushdown)
 
 
-def read_partition(options: SourceOptions, pushdown: Pushdown, part: ReadPartition,
-                   schema: pa.Schema | None = None) -> Iterator[pa.RecordBatch]:
+def read_partition(
+    options: SourceOptions, pushdown: Pushdown, part: ReadPartition, schema: pa.Schema | None = None
+) -> Iterator[pa.RecordBatch]:
     """The rows of one partition that pass every accepted filter, in the read's shape."""
     commitlog = StoreTables.at(options.store).commitlog
     own = [n for n in MESSAGES.names]
@@ -221,7 +226,7 @@ def _key_hashes(options: SourceOptions, pushdown: Pushdown, topics: list[str] | 
 def _by_offsets(way: str, commitlog: Table, actions: pa.Table, offsets: Sequence[int]) -> list[ReadPartition]:
     out = []
     for start in range(0, len(offsets), OFFSETS_PER_PARTITION):
-        chunk = pa.array(offsets[start:start + OFFSETS_PER_PARTITION], pa.int64())
+        chunk = pa.array(offsets[start : start + OFFSETS_PER_PARTITION], pa.int64())
         paths = commitlog.paths(commitlog.holding(actions, "physical_offset", chunk))
         if paths:
             out.append(ReadPartition(way, tuple(paths), tuple(chunk.to_pylist())))
@@ -230,7 +235,7 @@ def _by_offsets(way: str, commitlog: Table, actions: pa.Table, offsets: Sequence
 
 def _tail(commitlog: Table, actions: pa.Table, marker: int) -> list[ReadPartition]:
     """A scan of the commitlog past a dispatch marker (what the index or consume queue does not hold yet)."""
-    tail = commitlog.prune(actions, Prune(between={"physical_offset": (marker, 2 ** 62)}))
+    tail = commitlog.prune(actions, Prune(between={"physical_offset": (marker, 2**62)}))
     return [ReadPartition("undispatched", tuple(commitlog.paths(tail)), None, marker)] if tail.num_rows else []
 
 
@@ -256,5 +261,8 @@ def _closed(column: str, bounds: tuple) -> tuple:
 
     lo, hi = bounds
     if column == "store_timestamp":
-        return (lo or dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc), hi or dt.datetime(9999, 1, 1, tzinfo=dt.timezone.utc))
-    return (0 if lo is None else lo, 2 ** 62 if hi is None else hi)
+        return (
+            lo or dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc),
+            hi or dt.datetime(9999, 1, 1, tzinfo=dt.timezone.utc),
+        )
+    return (0 if lo is None else lo, 2**62 if hi is None else hi)

@@ -45,11 +45,27 @@ __all__ = ["SourceOptions", "MESSAGES", "MESSAGES_BY_KEY", "TABLES"]
 #: One row per message: the commitlog's columns (its internal clustering sequence left out).
 MESSAGES = pa.schema([f for f in COMMITLOG.arrow if f.name != "cluster_seq"])
 #: One row per message and key it is indexed under (each of its KEYS, and its UNIQ_KEY).
-MESSAGES_BY_KEY = pa.schema([pa.field("topic", pa.string()), pa.field("key", pa.string()),
-                             pa.field("kind", pa.string()), *[f for f in MESSAGES if f.name != "topic"]])
+MESSAGES_BY_KEY = pa.schema(
+    [
+        pa.field("topic", pa.string()),
+        pa.field("key", pa.string()),
+        pa.field("kind", pa.string()),
+        *[f for f in MESSAGES if f.name != "topic"],
+    ]
+)
 TABLES = {"messages": MESSAGES, "messages_by_key": MESSAGES_BY_KEY}
-_KNOWN = {"store", "path", "table", "group", "topic", "startingoffsets", "maxmessagespertrigger", "commitoffsets",
-          "partitions", "checkpointlocation"}
+_KNOWN = {
+    "store",
+    "path",
+    "table",
+    "group",
+    "topic",
+    "startingoffsets",
+    "maxmessagespertrigger",
+    "commitoffsets",
+    "partitions",
+    "checkpointlocation",
+}
 _STARTS = ("group", "earliest", "latest")
 
 
@@ -72,11 +88,14 @@ class SourceOptions:
         o = {str(k).lower(): v for k, v in dict(options).items()}
         unknown = sorted(set(o) - _KNOWN)
         if unknown:
-            raise DataSourceOptionError(unknown[0], f"is not an option of the rocketmq data source; it takes {sorted(_KNOWN)}")
+            raise DataSourceOptionError(
+                unknown[0], f"is not an option of the rocketmq data source; it takes {sorted(_KNOWN)}"
+            )
         store = o.get("store") or o.get("path")
         if not store:
-            raise DataSourceOptionError("store", 'the rocketmq data source needs the store\'s path: .option("store", path) '
-                                                 "or .load(path)")
+            raise DataSourceOptionError(
+                "store", 'the rocketmq data source needs the store\'s path: .option("store", path) or .load(path)'
+            )
         store = str(store).rstrip("/")
         if "://" not in store:
             store = os.path.abspath(store)
@@ -85,18 +104,30 @@ class SourceOptions:
             raise DataSourceOptionError("table", f"must be one of {sorted(TABLES)}", value=table)
         start = str(o.get("startingoffsets", "group")).lower()
         if start not in _STARTS:
-            raise DataSourceOptionError("startingOffsets", f"must be one of {list(_STARTS)}", value=o["startingoffsets"])
-        out = cls(store, table, o.get("group"), o.get("topic"), start,
-                  _positive(o, "maxmessagespertrigger", "maxMessagesPerTrigger"),
-                  _flag(o.get("commitoffsets", "true")), _positive(o, "partitions", "partitions"),
-                  o.get("checkpointlocation"))
+            raise DataSourceOptionError(
+                "startingOffsets", f"must be one of {list(_STARTS)}", value=o["startingoffsets"]
+            )
+        out = cls(
+            store,
+            table,
+            o.get("group"),
+            o.get("topic"),
+            start,
+            _positive(o, "maxmessagespertrigger", "maxMessagesPerTrigger"),
+            _flag(o.get("commitoffsets", "true")),
+            _positive(o, "partitions", "partitions"),
+            o.get("checkpointlocation"),
+        )
         if streaming:
             if out.table != "messages":
-                raise DataSourceOptionError("table", "a stream reads messages; messages_by_key is for batch reads",
-                                            value=out.table)
+                raise DataSourceOptionError(
+                    "table", "a stream reads messages; messages_by_key is for batch reads", value=out.table
+                )
             for name, value in (("group", out.group), ("topic", out.topic)):
                 if not value:
-                    raise DataSourceOptionError(name, f'a rocketmq stream consumes as a group: set .option("{name}", ...)')
+                    raise DataSourceOptionError(
+                        name, f'a rocketmq stream consumes as a group: set .option("{name}", ...)'
+                    )
         if writing and out.table != "messages":
             raise DataSourceOptionError("table", "writes take messages", value=out.table)
         return out

@@ -27,16 +27,33 @@ from typing import Any, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.datasource import (EqualTo, Filter, GreaterThan, GreaterThanOrEqual, In, IsNotNull, IsNull, LessThan,
-                                    LessThanOrEqual, Not, StringContains, StringEndsWith, StringStartsWith)
+from pyspark.sql.datasource import (
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    IsNotNull,
+    IsNull,
+    LessThan,
+    LessThanOrEqual,
+    Not,
+    StringContains,
+    StringEndsWith,
+    StringStartsWith,
+)
 
 from storelib.datasource.options import MESSAGES  # noqa: F401  (doctest)
 
 __all__ = ["Pushdown", "predicate_of"]
 
 _SCALARS = (pa.types.is_integer, pa.types.is_string, pa.types.is_timestamp, pa.types.is_binary, pa.types.is_boolean)
-_COMPARE = {GreaterThan: pc.greater, GreaterThanOrEqual: pc.greater_equal, LessThan: pc.less,
-            LessThanOrEqual: pc.less_equal}
+_COMPARE = {
+    GreaterThan: pc.greater,
+    GreaterThanOrEqual: pc.greater_equal,
+    LessThan: pc.less,
+    LessThanOrEqual: pc.less_equal,
+}
 _STRINGS = {StringStartsWith: pc.starts_with, StringEndsWith: pc.ends_with, StringContains: pc.match_substring}
 
 
@@ -150,7 +167,12 @@ class Pushdown:
         """The tightest inclusive ``(low, high)`` the accepted comparisons give ``column`` (None: open)."""
         lo = hi = None
         for f in self.accepted:
-            if isinstance(f, Not) or f.attribute != (column,) or (type(f) not in _COMPARE and not isinstance(f, EqualTo)) or f.value is None:
+            if (
+                isinstance(f, Not)
+                or f.attribute != (column,)
+                or (type(f) not in _COMPARE and not isinstance(f, EqualTo))
+                or f.value is None
+            ):
                 continue
             v = _value(f.value, self.schema.field(column).type)
             if v is _BAD:

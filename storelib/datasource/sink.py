@@ -78,7 +78,6 @@ class MessageWriter(DataSourceArrowWriter):
     def _context(self) -> StoreContext:
         ctx = StoreContext.build(self.options.store, None, StoreConfig())  # type: ignore[arg-type]  (no Spark here)
         if not ctx.tables.exists():
-
             raise StoreNotFoundError("store", f"no store at {self.options.store}: create it with MessageStore.create")
         return ctx
 
@@ -89,14 +88,14 @@ class MessageWriter(DataSourceArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedPart:
         from pyspark import TaskContext
 
-
         fs, base = filesystem(self._staging)
         fs.create_dir(base, recursive=True)
         pid = TaskContext.get().partitionId() if TaskContext.get() else 0
         return StagedPart(stage_partition(self._staging, self.frame, pid, (encode_batch(b) for b in iterator)))
 
-    def commit(self, messages: Sequence[StagedPart | None], progress: Progress | None = None,
-               attempt: str | None = None) -> None:
+    def commit(
+        self, messages: Sequence[StagedPart | None], progress: Progress | None = None, attempt: str | None = None
+    ) -> None:
         try:
             records = [m.record for m in messages if m is not None]
             bad = [r for r in records if r["refused"]]
@@ -139,8 +138,11 @@ class MessageStreamWriter(DataSourceStreamArrowWriter, MessageWriter):
     def __init__(self, options: SourceOptions, schema: Any, overwrite: bool) -> None:
         MessageWriter.__init__(self, options, schema, False)
         if not options.checkpoint:
-            raise DataSourceOptionError("checkpointLocation", "a streaming write to the store needs the query's "
-                                                              "checkpoint: it names the query's batches in the commitlog")
+            raise DataSourceOptionError(
+                "checkpointLocation",
+                "a streaming write to the store needs the query's "
+                "checkpoint: it names the query's batches in the commitlog",
+            )
         self.query = f"sink/{zlib.crc32(options.checkpoint.encode()):08x}"
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedPart:
@@ -151,8 +153,9 @@ class MessageStreamWriter(DataSourceStreamArrowWriter, MessageWriter):
         if batchId < done:  # committed before a restart: Spark replays it, the store has it
             self._clean()
             return
-        MessageWriter.commit(self, messages, Progress({self.query: done}, {self.query: batchId + 1}),
-                             attempt=f"{self.attempt}-{batchId}")
+        MessageWriter.commit(
+            self, messages, Progress({self.query: done}, {self.query: batchId + 1}), attempt=f"{self.attempt}-{batchId}"
+        )
 
     def abort(self, messages: Sequence[StagedPart | None], batchId: int) -> None:  # noqa: N803
         self._clean()

@@ -42,15 +42,15 @@ from storelib.context import StoreContext
 from storelib.datasource.batch import MAX_SCAN_PARTITIONS, output_schema
 from storelib.datasource.options import MESSAGES, SourceOptions
 from storelib.delta.log import add_actions
+from storelib.delta.spark_read import contiguous_groups
 from storelib.delta.stats import Prune
 from storelib.delta.table import Table
-from storelib.delta.spark_read import contiguous_groups
-from storelib.storage.dispatched import queued_expression
 from storelib.filter.message_filter import MessageFilter
 from storelib.filter.sql92.arrow import evaluate_batch
 from storelib.model.config import StoreConfig
 from storelib.model.errors import SubscriptionNotFoundError
 from storelib.storage.consume_queue import max_offsets, min_queue_marker, queue_files, queue_min_offset, read_units
+from storelib.storage.dispatched import queued_expression
 
 __all__ = ["GroupStreamReader", "BatchFiles"]
 
@@ -85,8 +85,12 @@ class GroupStreamReader(DataSourceStreamReader, _AvailableNow):
         self.queues = ctx.topics.get(self.topic).read_queue_nums
         subscription = ctx.registry.current().get((self.group, self.topic))
         if subscription is None:
-            raise SubscriptionNotFoundError("group", f"group {self.group} does not subscribe to {self.topic}: "
-                                                     "store.subscribe(group, topic, expression) first", value=self.group)
+            raise SubscriptionNotFoundError(
+                "group",
+                f"group {self.group} does not subscribe to {self.topic}: "
+                "store.subscribe(group, topic, expression) first",
+                value=self.group,
+            )
         self.selector = subscription.selector
         self.subscription = subscription
 
@@ -144,15 +148,25 @@ class GroupStreamReader(DataSourceStreamReader, _AvailableNow):
         cq = ctx.tables.consume_queue
         view = cq.view(markers=[min_queue_marker(self.topic, q) for q in range(self.queues)])
         highs = max_offsets(view.actions)
-        return {q: (queue_min_offset(view.markers.get(min_queue_marker(self.topic, q)), queue_files(cq, view, self.topic, q)),
-                    highs.get((self.topic, q), 0)) for q in range(self.queues)}
+        return {
+            q: (
+                queue_min_offset(
+                    view.markers.get(min_queue_marker(self.topic, q)), queue_files(cq, view, self.topic, q)
+                ),
+                highs.get((self.topic, q), 0),
+            )
+            for q in range(self.queues)
+        }
 
     # ---- reading -------------------------------------------------------------------------------
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         """The commitlog files holding the batch's units, cut into runs of about equal size: a batch reads
         each file once, whichever queues its messages belong to."""
-        ranges = tuple((int(q), int(start.get(q, hi)), int(hi)) for q, hi in sorted(end.items(), key=lambda kv: int(kv[0]))
-                       if int(hi) > int(start.get(q, hi)))
+        ranges = tuple(
+            (int(q), int(start.get(q, hi)), int(hi))
+            for q, hi in sorted(end.items(), key=lambda kv: int(kv[0]))
+            if int(hi) > int(start.get(q, hi))
+        )
         if not ranges:
             return []
         ctx = self._context()
@@ -165,12 +179,15 @@ class GroupStreamReader(DataSourceStreamReader, _AvailableNow):
                 ends.append(read_units(cq, queue, at, at + 1).column("commitlog_offset").to_pylist())
         found = [o for pair in ends for o in pair]
         lo = min(found) if len(found) == len(ends) else 0
-        hi = max(found) if len(found) == len(ends) else 2 ** 62
+        hi = max(found) if len(found) == len(ends) else 2**62
         commitlog = ctx.tables.commitlog
         kept = commitlog.prune(add_actions(commitlog.snapshot()), Prune(between={"physical_offset": (lo, hi)}))
         paths = commitlog.paths(kept)
-        runs = contiguous_groups(paths, kept.column("size_bytes").to_pylist() if "size_bytes" in kept.column_names
-                                 else [1] * len(paths), min(len(paths), MAX_SCAN_PARTITIONS))
+        runs = contiguous_groups(
+            paths,
+            kept.column("size_bytes").to_pylist() if "size_bytes" in kept.column_names else [1] * len(paths),
+            min(len(paths), MAX_SCAN_PARTITIONS),
+        )
         return [BatchFiles(tuple(run), lo, hi, ranges) for run in runs if run]
 
     def read(self, partition: "BatchFiles") -> Iterator[pa.RecordBatch]:
@@ -178,8 +195,12 @@ class GroupStreamReader(DataSourceStreamReader, _AvailableNow):
             return  # Spark's one empty partition when a batch has none
         ctx = self._context()
         flt = MessageFilter(self.topic, self.selector, self.subscription)
-        where = (pc.field("topic") == self.topic) & queued_expression() \
-            & (pc.field("physical_offset") >= partition.low) & (pc.field("physical_offset") <= partition.high)
+        where = (
+            (pc.field("topic") == self.topic)
+            & queued_expression()
+            & (pc.field("physical_offset") >= partition.low)
+            & (pc.field("physical_offset") <= partition.high)
+        )
         queues = None
         for q, begin, stop in partition.queues:
             one = (pc.field("queue_id") == q) & (pc.field("queue_offset") >= begin) & (pc.field("queue_offset") < stop)

@@ -122,9 +122,18 @@ class Committing:
         with self._turns.hold(snapshot) as held:
             yield held
 
-    def commit(self, dt: DeltaTable, files: Sequence[WrittenFile], *, markers: Mapping[str, int] | None = None,
-               removes: Sequence[RemoveAction] = (), operation: str = "WRITE",
-               info: Mapping[str, Any] | None = None, data_change: bool = True, rebase: bool = False) -> int:
+    def commit(
+        self,
+        dt: DeltaTable,
+        files: Sequence[WrittenFile],
+        *,
+        markers: Mapping[str, int] | None = None,
+        removes: Sequence[RemoveAction] = (),
+        operation: str = "WRITE",
+        info: Mapping[str, Any] | None = None,
+        data_change: bool = True,
+        rebase: bool = False,
+    ) -> int:
         """Commit ``files`` (and ``markers``) as the version right after ``dt``'s, or raise :class:`CommitConflict`.
 
         ``rebase`` (for rewrites that change no data, e.g. compaction) lets the commit land on a
@@ -141,21 +150,28 @@ class Committing:
         actions.extend(removes)
         txns = [Transaction(app, int(v)) for app, v in (markers or {}).items()]
         commit_id = uuid.uuid4().hex
-        props = CommitProperties(max_commit_retries=15 if rebase else 0, app_transactions=txns or None,
-                                 custom_metadata={"storelib.operation": operation, **(info or {}),
-                                                  COMMIT_ID: commit_id})
+        props = CommitProperties(
+            max_commit_retries=15 if rebase else 0,
+            app_transactions=txns or None,
+            custom_metadata={"storelib.operation": operation, **(info or {}), COMMIT_ID: commit_id},
+        )
         now = time.monotonic()
         clean = self._cleaned is None or now - self._cleaned >= LOG_CLEANUP_EVERY_S
         hooks = PostCommitHookProperties(cleanup_expired_logs=None if clean else False)  # None: as the table says
         try:
-            dt.create_write_transaction(actions, mode="append", schema=dt.schema(), commit_properties=props,
-                                        post_commithook_properties=hooks)
+            dt.create_write_transaction(
+                actions, mode="append", schema=dt.schema(), commit_properties=props, post_commithook_properties=hooks
+            )
         except (CommitFailedError, OSError) as e:
             landed = committed_by(self.path, dt.version(), COMMIT_ID, commit_id)  # its answer lost, it landed
             if landed is not None:
                 self.touched()
-                log.warning("%s: version %d was committed although its writer was told otherwise (%s)",
-                            self.spec.name, landed, str(e).splitlines()[0][:200])
+                log.warning(
+                    "%s: version %d was committed although its writer was told otherwise (%s)",
+                    self.spec.name,
+                    landed,
+                    str(e).splitlines()[0][:200],
+                )
                 return landed
             if isinstance(e, CommitFailedError):
                 self.discard(files)
@@ -217,8 +233,9 @@ def remove_actions(files: "pa.Table | Iterable[Mapping[str, Any]]", data_change:
     return [RemoveAction(r["path"], data_change, now, r["size_bytes"], {}) for r in rows]
 
 
-def with_retries(table: Committing, attempts: int, step: Callable[[DeltaTable], T], *, what: str,
-                 serial: bool = False) -> T:
+def with_retries(
+    table: Committing, attempts: int, step: Callable[[DeltaTable], T], *, what: str, serial: bool = False
+) -> T:
     """Run ``step(snapshot)`` until its commit lands; it raises :class:`CommitConflict` to retry.
 
     ``serial`` runs each attempt in the table's :meth:`~Table.commit_turn`: for short steps (a
@@ -236,5 +253,5 @@ def with_retries(table: Committing, attempts: int, step: Callable[[DeltaTable], 
             return step(table.snapshot())
         except CommitConflict:
             log.info("%s: commit conflict on %s, attempt %d", what, table.spec.name, attempt)
-            time.sleep(min(0.5, 0.005 * 2 ** attempt) * random.uniform(0.5, 1.5))  # backs off, with jitter
+            time.sleep(min(0.5, 0.005 * 2**attempt) * random.uniform(0.5, 1.5))  # backs off, with jitter
     raise ConcurrentWriteError(table.spec.name, f"{what}: other writers won {attempts} commits in a row")

@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from storelib.delta.spark_read import read_paths
 from storelib.delta.commit import CommitConflict, WrittenFile, remove_actions, with_retries
 from storelib.delta.log import add_actions
+from storelib.delta.spark_read import read_paths
 from storelib.delta.table import Table
 from storelib.delta.writer import Summarizer, write_dataframe, write_files
 
@@ -34,8 +34,9 @@ if TYPE_CHECKING:
 __all__ = ["compact_table", "compact_here", "plan_groups", "bin_by_size"]
 
 
-def plan_groups(actions: pa.Table, cluster_by: tuple[str, ...], order_by: str | None, small: int,
-                target: int) -> list[list[dict]]:
+def plan_groups(
+    actions: pa.Table, cluster_by: tuple[str, ...], order_by: str | None, small: int, target: int
+) -> list[list[dict]]:
     """Groups of small files worth rewriting together: same cluster values, or adjacent ranges of ``order_by``.
 
     >>> files = pa.table({"path": ["a", "b", "c"], "size_bytes": [10, 10, 10 ** 9], "min.q": [0, 0, 0], "max.q": [0, 0, 0]})
@@ -61,8 +62,9 @@ def plan_groups(actions: pa.Table, cluster_by: tuple[str, ...], order_by: str | 
     return out
 
 
-def _snapshot_groups(snapshot, spec, order_by: str | None, leave: "Callable[[str], bool] | None", small: int,
-                     target: int) -> list[list[dict]]:
+def _snapshot_groups(
+    snapshot, spec, order_by: str | None, leave: "Callable[[str], bool] | None", small: int, target: int
+) -> list[list[dict]]:
     """:func:`plan_groups` over a snapshot's files, those ``leave`` names left out."""
     actions = add_actions(snapshot)
     if leave is not None and actions.num_rows:
@@ -91,10 +93,18 @@ def bin_by_size(files: list[dict], target: int) -> list[list[dict]]:
     return bins
 
 
-def compact_table(spark: "SparkSession", table: Table, *, target_file_size: int, attempts: int = 10,
-                  order_by: str | None = None, full: bool = False, summarize: "Summarizer | None" = None,
-                  before_commit: "Callable[[list[WrittenFile]], object] | None" = None,
-                  leave: "Callable[[str], bool] | None" = None) -> tuple[int, int]:
+def compact_table(
+    spark: "SparkSession",
+    table: Table,
+    *,
+    target_file_size: int,
+    attempts: int = 10,
+    order_by: str | None = None,
+    full: bool = False,
+    summarize: "Summarizer | None" = None,
+    before_commit: "Callable[[list[WrittenFile]], object] | None" = None,
+    leave: "Callable[[str], bool] | None" = None,
+) -> tuple[int, int]:
     """Rewrite ``table``'s small files group by group; return (files removed, files added).
 
     ``summarize`` sums up each new file and ``before_commit`` receives them before they are
@@ -118,8 +128,9 @@ def compact_table(spark: "SparkSession", table: Table, *, target_file_size: int,
         elif order_by:
             df = df.repartitionByRange(max(1, len(groups)), order_by)
         df = df.sortWithinPartitions(*(spec.sort_by or spec.cluster_by))
-        files = write_dataframe(df, table, cluster_by=spec.cluster_by, target_file_size=target_file_size,
-                                summarize=summarize)
+        files = write_dataframe(
+            df, table, cluster_by=spec.cluster_by, target_file_size=target_file_size, summarize=summarize
+        )
         if before_commit is not None and files:
             before_commit(files)
         removes = remove_actions([r for g in groups for r in g], data_change=False)
@@ -129,11 +140,19 @@ def compact_table(spark: "SparkSession", table: Table, *, target_file_size: int,
     return with_retries(table, attempts, step, what=f"compact {spec.name}")
 
 
-def compact_here(table: Table, *, small_bytes: int = 1024 * 1024, target_file_size: int = 16 * 1024 * 1024,
-                 order_by: str | None = None, row_group_rows: int | None = None, max_rows: int = 1_000_000,
-                 leave: "Callable[[str], bool] | None" = None, summarize: "Summarizer | None" = None,
-                 before_commit: "Callable[[list[WrittenFile]], object] | None" = None,
-                 attempts: int = 10) -> tuple[int, int]:
+def compact_here(
+    table: Table,
+    *,
+    small_bytes: int = 1024 * 1024,
+    target_file_size: int = 16 * 1024 * 1024,
+    order_by: str | None = None,
+    row_group_rows: int | None = None,
+    max_rows: int = 1_000_000,
+    leave: "Callable[[str], bool] | None" = None,
+    summarize: "Summarizer | None" = None,
+    before_commit: "Callable[[list[WrittenFile]], object] | None" = None,
+    attempts: int = 10,
+) -> tuple[int, int]:
     """Merge ``table``'s fresh small files on this process with pyarrow (no Spark job); return (files
     removed, files added).
 
@@ -172,8 +191,9 @@ def compact_here(table: Table, *, small_bytes: int = 1024 * 1024, target_file_si
                 data = table.read_arrow(paths=[table.path_of(r["path"]) for r in group])
                 if order:
                     data = data.sort_by([(c, "ascending") for c in order])
-                files += write_files(table, data, target_file_size=target_file_size, row_group_rows=row_group_rows,
-                                     summarize=summarize)
+                files += write_files(
+                    table, data, target_file_size=target_file_size, row_group_rows=row_group_rows, summarize=summarize
+                )
             if before_commit is not None and files:
                 before_commit(files)
         except BaseException:

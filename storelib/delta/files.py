@@ -29,8 +29,23 @@ import pyarrow.parquet as pq
 
 from storelib.delta.location import filesystem, is_local
 
-__all__ = ["ByteLRU", "filesystem", "is_local", "local_bytes", "parquet_format", "fragment", "map_io", "remember_sizes", "small_file", "scan_files", "keyed_rows", "FOOTER_CACHE_BYTES",
-           "SMALL_FILE_CACHE_BYTES", "SMALL_FILE_ROWS", "SMALL_FILE_READ_BYTES"]
+__all__ = [
+    "ByteLRU",
+    "filesystem",
+    "is_local",
+    "local_bytes",
+    "parquet_format",
+    "fragment",
+    "map_io",
+    "remember_sizes",
+    "small_file",
+    "scan_files",
+    "keyed_rows",
+    "FOOTER_CACHE_BYTES",
+    "SMALL_FILE_CACHE_BYTES",
+    "SMALL_FILE_ROWS",
+    "SMALL_FILE_READ_BYTES",
+]
 
 #: Parsed Parquet footers kept per process (the driver's point reads, an executor's row group reads), in
 #: bytes of memory: a clustered file's ~800 row groups parse to ~15 MB, about 10x their footer's size.
@@ -130,7 +145,6 @@ def map_io(fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
     if len(items) < 2 or all(is_local(str(i)) for i in items):
         return [fn(i) for i in items]
     if _io_pool is None:
-
         _io_pool = ThreadPoolExecutor(8, thread_name_prefix="storelib-io")
     return list(_io_pool.map(fn, items))
 
@@ -155,6 +169,7 @@ def fragment(path: str):
     >>> fragment(t.files(t.snapshot())[0]).metadata.num_rows
     1
     """
+
     def build():
         fs, local = filesystem(path)
         made = parquet_format().make_fragment(local, fs, file_size=_sizes.get(path))
@@ -225,13 +240,13 @@ def _decoded(found: Any, path: str, schema: pa.Schema) -> tuple[pa.Table, int]:
         with pq.ParquetFile(local, metadata=found.metadata, filesystem=fs) as file:
             rows = pa.Table.from_arrays(file.read(use_threads=False).columns, schema=schema)
     else:
-
         rows = ds.FileSystemDataset([found], schema, parquet_format(), fs).to_table(use_threads=False)
     return rows, rows.nbytes
 
 
-def scan_files(paths: Sequence[str], schema: pa.Schema, filter: Any = None,
-               batch_size: int = 64 * 1024) -> Iterator[pa.RecordBatch]:
+def scan_files(
+    paths: Sequence[str], schema: pa.Schema, filter: Any = None, batch_size: int = 64 * 1024
+) -> Iterator[pa.RecordBatch]:
     """The rows of data files (full paths or URIs, one table's) in ``schema`` that pass ``filter`` (a
     pyarrow expression), streamed in Arrow batches on this thread; row groups whose statistics rule the
     filter out are not decoded.
@@ -249,8 +264,9 @@ def scan_files(paths: Sequence[str], schema: pa.Schema, filter: Any = None,
     return dataset.to_batches(filter=filter, batch_size=batch_size, use_threads=False)
 
 
-def keyed_rows(rows: pa.Table, column: str, values: np.ndarray | None = None,
-               between: tuple[int, int] | None = None) -> pa.Table:
+def keyed_rows(
+    rows: pa.Table, column: str, values: np.ndarray | None = None, between: tuple[int, int] | None = None
+) -> pa.Table:
     """The rows of a decoded file whose integer ``column`` is among ``values`` (sorted) or in
     ``[lo, hi)``: a binary search when the file is in that column's order (a commitlog file by offset,
     a consume queue file by queue offset), else a mask; no query engine is started for a point read.
@@ -274,4 +290,3 @@ def keyed_rows(rows: pa.Table, column: str, values: np.ndarray | None = None,
     found = at < len(keys)
     found[found] &= keys[at[found]] == values[found]
     return rows.take(at[found])
-

@@ -22,13 +22,11 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction
-
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from pyarrow import fs as pafs
 
-from storelib.delta.location import is_local, options_for
+from storelib.delta.location import filesystem, is_local, options_for
 from storelib.delta.log import add_actions
-from storelib.delta.location import filesystem
 from storelib.delta.table import Table
 
 __all__ = ["table_problems", "unsafe_commits"]
@@ -45,8 +43,11 @@ def table_problems(table: Table) -> list[str]:
     if info.type != pafs.FileType.Directory:
         return [f"{name}: {table.path} is not a folder"]
     try:
-        files = {i.path.rsplit("/", 1)[-1] for i in filesys.get_file_info(pafs.FileSelector(base))
-                 if i.type == pafs.FileType.File}
+        files = {
+            i.path.rsplit("/", 1)[-1]
+            for i in filesys.get_file_info(pafs.FileSelector(base))
+            if i.type == pafs.FileType.File
+        }
     except OSError as e:
         return [f"{name}: its folder cannot be listed ({e})"]
     data = sorted(f for f in files if f.endswith(".parquet"))
@@ -54,8 +55,10 @@ def table_problems(table: Table) -> list[str]:
         dt = table.snapshot()
     except TableNotFoundError:
         if data:
-            return [f"{name}: {len(data)} data file(s) but no Delta log (_delta_log is gone): restore it from a "
-                    "backup; opening would start an empty table over the old data"]
+            return [
+                f"{name}: {len(data)} data file(s) but no Delta log (_delta_log is gone): restore it from a "
+                "backup; opening would start an empty table over the old data"
+            ]
         return []
     except (DeltaError, OSError, ValueError) as e:
         return [f"{name}: its Delta log cannot be read ({str(e).splitlines()[0][:200]})"]
@@ -64,9 +67,11 @@ def table_problems(table: Table) -> list[str]:
     unlisted = sorted(p for p in named if "/" in p or p not in files)
     missing = [p for p in unlisted if filesys.get_file_info(f"{base}/{p}").type == pafs.FileType.NotFound]
     if missing:
-        return [f"{name}: {len(missing)} data file(s) its log names are missing ({', '.join(missing[:3])}): restore them, "
-                "or rebuild the table if it is derived (consume_queue, consume_queue_ext, index: move it away and "
-                "dispatch again)"]
+        return [
+            f"{name}: {len(missing)} data file(s) its log names are missing ({', '.join(missing[:3])}): restore them, "
+            "or rebuild the table if it is derived (consume_queue, consume_queue_ext, index: move it away and "
+            "dispatch again)"
+        ]
     return []
 
 
@@ -95,8 +100,9 @@ def unsafe_commits(root: str) -> str | None:
             props = CommitProperties(max_commit_retries=0, app_transactions=[Transaction(f"probe-{i}", 1)])
             start.wait()
             try:
-                writers[i].create_write_transaction([], mode="append", schema=writers[i].schema(),
-                                                    commit_properties=props)
+                writers[i].create_write_transaction(
+                    [], mode="append", schema=writers[i].schema(), commit_properties=props
+                )
                 landed[i] = True
             except CommitFailedError:
                 pass
@@ -107,8 +113,10 @@ def unsafe_commits(root: str) -> str | None:
         for racer in racers:
             racer.join()
         if all(landed):
-            return ("it accepted two commits of the same Delta log version (a conditional put it should have "
-                    "refused): writers on two machines would overwrite each other's messages")
+            return (
+                "it accepted two commits of the same Delta log version (a conditional put it should have "
+                "refused): writers on two machines would overwrite each other's messages"
+            )
         return None if any(landed) else "both of two racing commits were refused"
     finally:
         filesys, base = filesystem(probe)

@@ -29,8 +29,26 @@ from pyarrow import fs
 
 from storelib.model.errors import ConfigError, StorageAccessError
 
-__all__ = ["register", "forget", "normalize", "attach", "check_reachable", "options_for", "resolve", "is_local", "scheme", "filesystem", "ship", "settings_of", "session_settings",
-           "ENV_KEY", "ANY_ROOT", "CONF_PREFIX", "OBJECT_STORE_SCHEMES", "STANDARD_ENV"]
+__all__ = [
+    "register",
+    "forget",
+    "normalize",
+    "attach",
+    "check_reachable",
+    "options_for",
+    "resolve",
+    "is_local",
+    "scheme",
+    "filesystem",
+    "ship",
+    "settings_of",
+    "session_settings",
+    "ENV_KEY",
+    "ANY_ROOT",
+    "CONF_PREFIX",
+    "OBJECT_STORE_SCHEMES",
+    "STANDARD_ENV",
+]
 
 #: The environment variable that carries every registered root's options to Spark's Python workers (JSON).
 ENV_KEY = "STORELIB_STORAGE_OPTIONS"
@@ -40,10 +58,22 @@ CONF_PREFIX = "spark.storelib.storage."
 OBJECT_STORE_SCHEMES = ("s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl")
 #: Environment variables that say how to reach an object store, read once when a root is registered, so
 #: that executors elsewhere get what the driver's environment said.
-STANDARD_ENV = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
-                "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ALLOW_HTTP",
-                "AWS_VIRTUAL_HOSTED_STYLE_REQUEST", "AZURE_STORAGE_ACCOUNT_NAME", "AZURE_STORAGE_ACCOUNT_KEY",
-                "AZURE_STORAGE_SAS_TOKEN", "GOOGLE_SERVICE_ACCOUNT", "GOOGLE_APPLICATION_CREDENTIALS")
+STANDARD_ENV = (
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "AWS_ALLOW_HTTP",
+    "AWS_VIRTUAL_HOSTED_STYLE_REQUEST",
+    "AZURE_STORAGE_ACCOUNT_NAME",
+    "AZURE_STORAGE_ACCOUNT_KEY",
+    "AZURE_STORAGE_SAS_TOKEN",
+    "GOOGLE_SERVICE_ACCOUNT",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+)
 
 #: The root :func:`register` takes for options of every object-store root (Spark's settings).
 ANY_ROOT = "*"
@@ -136,11 +166,12 @@ def settings_of(conf: Mapping[str, str] | None) -> dict[str, str]:
     >>> settings_of({"spark.storelib.storage.aws_region": "eu-west-1", "spark.master": "local"})
     {'AWS_REGION': 'eu-west-1'}
     """
-    return _canonical({k[len(CONF_PREFIX):]: v for k, v in (conf or {}).items() if k.startswith(CONF_PREFIX)})
+    return _canonical({k[len(CONF_PREFIX) :]: v for k, v in (conf or {}).items() if k.startswith(CONF_PREFIX)})
 
 
-def resolve(root: str, storage_options: Mapping[str, Any] | None = None,
-            conf: Mapping[str, str] | None = None) -> dict[str, str] | None:
+def resolve(
+    root: str, storage_options: Mapping[str, Any] | None = None, conf: Mapping[str, str] | None = None
+) -> dict[str, str] | None:
     """The options a root is reached with: the standard environment variables, then the
     ``spark.storelib.storage.*`` settings in ``conf``, then ``storage_options``, each over the one before
     (None for a local root).
@@ -176,15 +207,18 @@ def normalize(root: str) -> str:
         return os.path.abspath(root.removeprefix("file://"))
     kind = scheme(root)
     if kind not in OBJECT_STORE_SCHEMES:
-        raise ConfigError("root", f"{kind!r} is not a storage scheme the store reaches; use a local path or one of "
-                                  f"{', '.join(s + '://' for s in OBJECT_STORE_SCHEMES)}", value=root)
+        raise ConfigError(
+            "root",
+            f"{kind!r} is not a storage scheme the store reaches; use a local path or one of "
+            f"{', '.join(s + '://' for s in OBJECT_STORE_SCHEMES)}",
+            value=root,
+        )
     if not urlsplit(root).netloc:
         raise ConfigError("root", "names no bucket or container (s3://BUCKET/path)", value=root)
     return root.rstrip("/")
 
 
-def attach(root: str, storage_options: Mapping[str, Any] | None = None,
-           conf: Mapping[str, str] | None = None) -> str:
+def attach(root: str, storage_options: Mapping[str, Any] | None = None, conf: Mapping[str, str] | None = None) -> str:
     """Make ``root`` ready to use in this process: normalized (:func:`normalize`), its options resolved and
     registered (a root registered before keeps its options unless new ones are given) and the object store
     reached once (:func:`check_reachable`). Returns the normalized root.
@@ -219,16 +253,30 @@ def check_reachable(root: str) -> None:
         info = fs.get_file_info(bucket)
     except OSError as e:
         text = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
-        if any(w in text for w in ("AccessDenied", "ACCESS_DENIED", "Forbidden", "403", "InvalidAccessKeyId",
-                                      "SignatureDoesNotMatch")):
+        if any(
+            w in text
+            for w in (
+                "AccessDenied",
+                "ACCESS_DENIED",
+                "Forbidden",
+                "403",
+                "InvalidAccessKeyId",
+                "SignatureDoesNotMatch",
+            )
+        ):
             hint = "the credentials were refused: check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (or storage_options)"
         else:
-            hint = ("the object store did not answer: check AWS_ENDPOINT_URL (or storage_options), the network, "
-                    "and AWS_ALLOW_HTTP=true for an http:// endpoint")
+            hint = (
+                "the object store did not answer: check AWS_ENDPOINT_URL (or storage_options), the network, "
+                "and AWS_ALLOW_HTTP=true for an http:// endpoint"
+            )
         raise StorageAccessError("root", f"cannot reach {root}: {hint} ({text})", value=root) from None
     if info.type.name == "NotFound":
-        raise StorageAccessError("root", f"the bucket {bucket!r} of {root} does not exist: create it first, or "
-                                         "check the URI and AWS_REGION", value=root)
+        raise StorageAccessError(
+            "root",
+            f"the bucket {bucket!r} of {root} does not exist: create it first, or check the URI and AWS_REGION",
+            value=root,
+        )
 
 
 def session_settings(spark: Any) -> dict[str, str]:
@@ -297,8 +345,11 @@ def _filesystem(kind: str, netloc: str, options_json: str):
         elif o.get("AWS_ALLOW_HTTP", "").lower() == "true":
             kwargs["scheme"] = "http"
         if o.get("AWS_ACCESS_KEY_ID"):
-            kwargs.update(access_key=o["AWS_ACCESS_KEY_ID"], secret_key=o.get("AWS_SECRET_ACCESS_KEY"),
-                          session_token=o.get("AWS_SESSION_TOKEN"))
+            kwargs.update(
+                access_key=o["AWS_ACCESS_KEY_ID"],
+                secret_key=o.get("AWS_SECRET_ACCESS_KEY"),
+                session_token=o.get("AWS_SESSION_TOKEN"),
+            )
         region = o.get("AWS_REGION") or o.get("AWS_DEFAULT_REGION")
         if region:
             kwargs["region"] = region
@@ -306,11 +357,18 @@ def _filesystem(kind: str, netloc: str, options_json: str):
             kwargs["force_virtual_addressing"] = True
         # a request that fails for the network is tried again a few times, then fails: never hangs; a small
         # file is one PUT when it closes (not a multipart upload: three requests)
-        kwargs.update(connect_timeout=5, request_timeout=30, allow_delayed_open=True,
-                      retry_strategy=fs.AwsStandardS3RetryStrategy(max_attempts=4))
+        kwargs.update(
+            connect_timeout=5,
+            request_timeout=30,
+            allow_delayed_open=True,
+            retry_strategy=fs.AwsStandardS3RetryStrategy(max_attempts=4),
+        )
         return fs.S3FileSystem(**kwargs)
     if kind in ("abfs", "abfss", "az", "adl"):
         account = o.get("AZURE_STORAGE_ACCOUNT_NAME") or netloc.split("@", 1)[-1].split(".", 1)[0]
-        return fs.AzureFileSystem(account_name=account, account_key=o.get("AZURE_STORAGE_ACCOUNT_KEY"),
-                                  sas_token=o.get("AZURE_STORAGE_SAS_TOKEN"))
+        return fs.AzureFileSystem(
+            account_name=account,
+            account_key=o.get("AZURE_STORAGE_ACCOUNT_KEY"),
+            sas_token=o.get("AZURE_STORAGE_SAS_TOKEN"),
+        )
     return fs.FileSystem.from_uri(f"{kind}://{netloc}")[0]  # gs: credentials from the environment

@@ -33,7 +33,17 @@ from storelib.delta.stats import STATS_KEYS
 if TYPE_CHECKING:
     from deltalake import DeltaTable
 
-__all__ = ["TableView", "LogChanges", "add_actions", "entry_path", "entry_actions", "changes_since", "apply_changes", "committed_by", "tombstones"]
+__all__ = [
+    "TableView",
+    "LogChanges",
+    "add_actions",
+    "entry_path",
+    "entry_actions",
+    "changes_since",
+    "apply_changes",
+    "committed_by",
+    "tombstones",
+]
 
 
 @dataclass(frozen=True)

@@ -31,9 +31,8 @@ from urllib.parse import unquote
 
 from pyarrow import fs as pafs
 
-from storelib.delta.log import tombstones
-from storelib.delta.log import add_actions
 from storelib.delta.location import filesystem
+from storelib.delta.log import add_actions, tombstones
 from storelib.delta.table import Table
 
 __all__ = ["orphan_files", "remove_orphans"]
@@ -68,4 +67,4 @@ def remove_orphans(table: Table, min_age_s: float, now: float | None = None) -> 
 
 def _relative(path: str, base: str) -> str:
     path = path.split("://", 1)[-1] if "://" in path and "://" not in base else path
-    return path[len(base) + 1:] if path.startswith(base + "/") else path.lstrip("/")
+    return path[len(base) + 1 :] if path.startswith(base + "/") else path.lstrip("/")

@@ -16,8 +16,17 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 from deltalake import DeltaTable
 
-from storelib.delta.files import (filesystem, fragment, is_local, keyed_rows, map_io, parquet_format, remember_sizes,
-                                  scan_files, small_file)
+from storelib.delta.files import (
+    filesystem,
+    fragment,
+    is_local,
+    keyed_rows,
+    map_io,
+    parquet_format,
+    remember_sizes,
+    scan_files,
+    small_file,
+)
 from storelib.delta.log import add_actions
 from storelib.delta.spark_read import read_paths
 from storelib.delta.stats import Prune, clustered, holding, only, prune_actions
@@ -32,6 +41,7 @@ __all__ = ["Reading", "POINT_READ_FILES"]
 
 #: A read of at most this many files is a point read: its small files are kept decoded (:func:`small_file`).
 POINT_READ_FILES = 32
+
 
 class Reading:
     """What a :class:`~storelib.delta.table.Table` does to read: prune its files on their statistics and read them.
@@ -89,9 +99,14 @@ class Reading:
         """The rows of the files named by ``actions`` (add actions, e.g. from :meth:`actions`), as a Spark DataFrame."""
         return read_paths(spark, self.spec.arrow, self.paths(actions), actions.column("size_bytes").to_pylist())
 
-    def read_arrow(self, dt: DeltaTable | None = None, prune: Prune | None = None,
-                   columns: Sequence[str] | None = None, filter: pc.Expression | None = None,
-                   paths: Sequence[str] | None = None) -> pa.Table:
+    def read_arrow(
+        self,
+        dt: DeltaTable | None = None,
+        prune: Prune | None = None,
+        columns: Sequence[str] | None = None,
+        filter: pc.Expression | None = None,
+        paths: Sequence[str] | None = None,
+    ) -> pa.Table:
         """The same rows read on this process with pyarrow: for point reads that need no Spark job.
 
         ``paths`` (from :meth:`files` or :meth:`files_holding`) replaces the snapshot's pruned list.
@@ -109,13 +124,21 @@ class Reading:
             rows = small[0] if len(small) == 1 else pa.concat_tables(small)
             parts.append((rows if filter is None else rows.filter(filter)).select(wanted))
         if large:
-            dataset = ds.FileSystemDataset([fragment(p) for p in large], self.spec.arrow, parquet_format(),
-                                           filesystem(self.path)[0])
+            dataset = ds.FileSystemDataset(
+                [fragment(p) for p in large], self.spec.arrow, parquet_format(), filesystem(self.path)[0]
+            )
             parts.append(dataset.to_table(columns=wanted, filter=filter))
         return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
 
-    def read_keyed(self, paths: Sequence[str], column: str, *, values: "np.ndarray | None" = None,
-                   between: tuple[int, int] | None = None, columns: Sequence[str] | None = None) -> pa.Table:
+    def read_keyed(
+        self,
+        paths: Sequence[str],
+        column: str,
+        *,
+        values: "np.ndarray | None" = None,
+        between: tuple[int, int] | None = None,
+        columns: Sequence[str] | None = None,
+    ) -> pa.Table:
         """:meth:`read_arrow` of the rows whose integer ``column`` is among ``values`` (sorted) or in ``[lo, hi)``
         (``between``): small files searched decoded (:func:`~storelib.delta.files.keyed_rows`), the rest scanned.
 
@@ -128,8 +151,11 @@ class Reading:
         parts = [keyed_rows(rows, column, values, between).select(wanted) for rows in small]
         if large:
             key = pc.field(column)
-            test = key.isin(pa.array(values, pa.int64())) if values is not None else \
-                (key >= between[0]) & (key < between[1])
+            test = (
+                key.isin(pa.array(values, pa.int64()))
+                if values is not None
+                else (key >= between[0]) & (key < between[1])
+            )
             parts.append(self.read_arrow(paths=large, columns=wanted, filter=test))
         if not parts:
             return self.spec.arrow.empty_table().select(wanted)
@@ -143,7 +169,9 @@ class Reading:
         if keep and len(keep) < len(schema):  # in the table's order, as in its files
             schema = pa.schema([f for f in schema if f.name in keep])
         small, large = [], []
-        decoded = map_io(lambda p: small_file(p, schema), paths) if len(paths) <= POINT_READ_FILES else [None] * len(paths)
+        decoded = (
+            map_io(lambda p: small_file(p, schema), paths) if len(paths) <= POINT_READ_FILES else [None] * len(paths)
+        )
         for path, rows in zip(paths, decoded):
             if rows is None:
                 large.append(path)
@@ -151,8 +179,9 @@ class Reading:
                 small.append(rows)
         return small, large
 
-    def scan(self, paths: Sequence[str], filter: pc.Expression | None = None,
-             batch_size: int = 64 * 1024) -> Iterator[pa.RecordBatch]:
+    def scan(
+        self, paths: Sequence[str], filter: pc.Expression | None = None, batch_size: int = 64 * 1024
+    ) -> Iterator[pa.RecordBatch]:
         """The rows of data files (full paths, from :meth:`paths`) that pass ``filter``, streamed in Arrow
         batches with pyarrow on this process, on one thread (an executor task's share of a read); row
         groups whose statistics rule the filter out are not decoded.
@@ -163,8 +192,13 @@ class Reading:
         """
         return scan_files(paths, self.spec.arrow, filter, batch_size)
 
-    def read_row_groups(self, path: str, row_groups: Sequence[int], columns: Sequence[str] | None = None,
-                        filter: pc.Expression | None = None) -> pa.Table:
+    def read_row_groups(
+        self,
+        path: str,
+        row_groups: Sequence[int],
+        columns: Sequence[str] | None = None,
+        filter: pc.Expression | None = None,
+    ) -> pa.Table:
         """Rows of some row groups of one data file (a full path, from :meth:`paths`), with pyarrow.
 
         >>> t = store.context.tables.commitlog

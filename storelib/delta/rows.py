@@ -44,8 +44,9 @@ def _props(operation: str) -> CommitProperties:
 
 def append_rows(table: Table, data: pa.Table, operation: str) -> None:
     """Append ``data`` (the table's columns) in one commit."""
-    write_deltalake(table.path, data, mode="append", storage_options=table.storage_options,
-                    commit_properties=_props(operation))
+    write_deltalake(
+        table.path, data, mode="append", storage_options=table.storage_options, commit_properties=_props(operation)
+    )
     table.touched()
 
 
@@ -59,8 +60,14 @@ def replace_rows(table: Table, data: pa.Table, where: Mapping[str, str], operati
     >>> t.read_arrow().num_rows == before
     True
     """
-    write_deltalake(table.path, data, mode="overwrite", predicate=equals(where),
-                    storage_options=table.storage_options, commit_properties=_props(operation))
+    write_deltalake(
+        table.path,
+        data,
+        mode="overwrite",
+        predicate=equals(where),
+        storage_options=table.storage_options,
+        commit_properties=_props(operation),
+    )
     table.touched()
 
 

@@ -56,8 +56,9 @@ class RowGroups:
     file_size: int | None = None
 
 
-def read_row_groups(spark: "SparkSession", schema: pa.Schema, reads: Sequence[RowGroups],
-                    filter: pc.Expression | None = None) -> "DataFrame":
+def read_row_groups(
+    spark: "SparkSession", schema: pa.Schema, reads: Sequence[RowGroups], filter: pc.Expression | None = None
+) -> "DataFrame":
     """The rows (of a table with ``schema``) in ``reads`` that pass ``filter``, as a DataFrame: one Spark
     job whose tasks each read a contiguous share of ``reads`` with pyarrow."""
     reads = list(reads)
@@ -68,8 +69,9 @@ def read_row_groups(spark: "SparkSession", schema: pa.Schema, reads: Sequence[Ro
     return spark.range(len(shares), numPartitions=max(1, len(shares))).mapInArrow(task, spark_schema(schema))
 
 
-def read_paths(spark: "SparkSession", schema: pa.Schema, paths: Sequence[str],
-               sizes: Sequence[int] | None = None) -> "DataFrame":
+def read_paths(
+    spark: "SparkSession", schema: pa.Schema, paths: Sequence[str], sizes: Sequence[int] | None = None
+) -> "DataFrame":
     """Every row of the data files ``paths`` (full paths or URIs, of a table with ``schema``), as a
     DataFrame: Spark's Parquet reader for local files, :func:`read_row_groups` for an object store's.
 
@@ -85,8 +87,9 @@ def read_paths(spark: "SparkSession", schema: pa.Schema, paths: Sequence[str],
     return read_row_groups(spark, schema, [RowGroups(p, None, s or 1, s) for p, s in zip(paths, known)])
 
 
-def _read_shares(schema: pa.Schema, shares: list[list[RowGroups]], filter: pc.Expression | None,
-                 tasks: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def _read_shares(
+    schema: pa.Schema, shares: list[list[RowGroups]], filter: pc.Expression | None, tasks: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
     """One executor task: the shares whose numbers ``tasks`` holds, read and filtered."""
     for task in tasks:
         for i in task.column(0).to_pylist():

@@ -19,8 +19,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["Prune", "prune_actions", "clustered", "only", "holding", "ranges", "may_contain", "typed_scalar", "narrowed",
-           "STATS_KEYS"]
+__all__ = [
+    "Prune",
+    "prune_actions",
+    "clustered",
+    "only",
+    "holding",
+    "ranges",
+    "may_contain",
+    "typed_scalar",
+    "narrowed",
+    "STATS_KEYS",
+]
 
 
 @dataclass(frozen=True)
@@ -63,8 +73,11 @@ def _may_contain_ints(actions: pa.Table, col: str, lo: Any, hi: Any) -> "np.ndar
     """:func:`may_contain` with numpy, for integer statistics that every file has and integer bounds (a
     point read's common case: queue or commitlog offsets); None otherwise."""
     mins, maxs = f"min.{col}", f"max.{col}"
-    if mins not in actions.column_names or maxs not in actions.column_names or not (
-            isinstance(lo, int) and isinstance(hi, int)):
+    if (
+        mins not in actions.column_names
+        or maxs not in actions.column_names
+        or not (isinstance(lo, int) and isinstance(hi, int))
+    ):
         return None
     cmin, cmax = actions.column(mins), actions.column(maxs)
     if not (pa.types.is_integer(cmin.type) and pa.types.is_integer(cmax.type)) or cmin.null_count or cmax.null_count:
@@ -122,11 +135,16 @@ def holding(actions: pa.Table, col: str, values: pa.Array) -> pa.Table:
     wanted = np.sort(values.to_numpy(zero_copy_only=False))
     lo = actions.column(mins).to_numpy(zero_copy_only=False)
     hi = actions.column(maxs).to_numpy(zero_copy_only=False)
-    unknown = pc.is_null(actions.column(mins)).to_numpy(zero_copy_only=False) if actions.column(mins).null_count \
+    unknown = (
+        pc.is_null(actions.column(mins)).to_numpy(zero_copy_only=False)
+        if actions.column(mins).null_count
         else np.zeros(len(lo), bool)
+    )
     first_at_or_above = np.searchsorted(wanted, np.where(unknown, 0, lo), side="left")
-    holds = unknown | ((first_at_or_above < len(wanted))
-                       & (wanted[np.minimum(first_at_or_above, len(wanted) - 1)] <= np.where(unknown, 0, hi)))
+    holds = unknown | (
+        (first_at_or_above < len(wanted))
+        & (wanted[np.minimum(first_at_or_above, len(wanted) - 1)] <= np.where(unknown, 0, hi))
+    )
     return actions.filter(pa.array(holds, pa.bool_()))
 
 
@@ -177,6 +195,10 @@ def narrowed(actions: pa.Table, statistics: "tuple[str, ...] | None") -> pa.Tabl
     """
     if statistics is None:
         return actions
-    kept = [c for c in actions.column_names if (c.partition(".")[0] not in STATS_KEYS)
-            or (c.partition(".")[0] in ("min", "max") and c.partition(".")[2] in statistics)]
+    kept = [
+        c
+        for c in actions.column_names
+        if (c.partition(".")[0] not in STATS_KEYS)
+        or (c.partition(".")[0] in ("min", "max") and c.partition(".")[2] in statistics)
+    ]
     return actions.select(kept)

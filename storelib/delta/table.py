@@ -29,8 +29,8 @@ from storelib.delta.location import is_local, options_for
 from storelib.delta.log import TableView, add_actions, apply_changes, changes_since, tombstones
 from storelib.delta.reading import Reading
 from storelib.delta.spec import TableSpec
-from storelib.delta.turn import CommitTurn
 from storelib.delta.stats import Prune, narrowed
+from storelib.delta.turn import CommitTurn
 from storelib.model.errors import StoreStateError
 
 __all__ = ["Table", "TABLE_DEFAULTS", "TOMBSTONE_RETENTION"]
@@ -58,6 +58,7 @@ _TOMBSTONES = "delta.deletedFileRetentionDuration"
 #: A warm view is brought forward from the log entries alone for at most this long; then delta-rs catches up
 #: (whatever the entries could not say). Below the log retention, so no entry a view still needs is cleaned up.
 VIEW_RELOAD_S = 5.0
+
 
 class Table(Reading, Committing):
     """One Delta table of the store, at ``path``, with the columns of ``spec``.
@@ -97,21 +98,28 @@ class Table(Reading, Committing):
         except TableNotFoundError:
             if is_local(self.path):
                 os.makedirs(self.path.removeprefix("file://"), exist_ok=True)
-            conf = {**TABLE_DEFAULTS, **({_TOMBSTONES: TOMBSTONE_RETENTION} if self._brief else {}),
-                    **self.properties}
-            DeltaTable.create(self.path, self.spec.arrow, mode="ignore", name=self.spec.name,
-                              description=self.spec.description, configuration=conf,
-                              storage_options=self.storage_options)
+            conf = {**TABLE_DEFAULTS, **({_TOMBSTONES: TOMBSTONE_RETENTION} if self._brief else {}), **self.properties}
+            DeltaTable.create(
+                self.path,
+                self.spec.arrow,
+                mode="ignore",
+                name=self.spec.name,
+                description=self.spec.description,
+                configuration=conf,
+                storage_options=self.storage_options,
+            )
             return self
         have = [f.name for f in dt.schema().fields]
         added = [self.spec.arrow.field(i) for i in range(len(have), len(self.spec.columns))]
-        if have == self.spec.columns[:len(have)] and added and all(f.nullable for f in added):
+        if have == self.spec.columns[: len(have)] and added and all(f.nullable for f in added):
             from deltalake.schema import Field  # columns a newer storelib added: nullable, at the end
 
             dt.alter.add_columns([Field.from_arrow(f) for f in added])
             have = [f.name for f in self.snapshot().schema().fields]
         if have != self.spec.columns:
-            raise StoreStateError(self.spec.name, f"table at {self.path} has columns {have}, expected {self.spec.columns}")
+            raise StoreStateError(
+                self.spec.name, f"table at {self.path} has columns {have}, expected {self.spec.columns}"
+            )
         self._shorten_tombstones(dt)
         return self
 
@@ -143,8 +151,10 @@ class Table(Reading, Committing):
         """The table's latest snapshot (or the given version)."""
         return DeltaTable(self.path, version=version, storage_options=self.storage_options)
 
-    storage_options = property(lambda self: options_for(self.path), doc="What reaches the table's object store "
-                               "(:func:`~storelib.delta.location.options_for`); None on local disk.")
+    storage_options = property(
+        lambda self: options_for(self.path),
+        doc="What reaches the table's object store (:func:`~storelib.delta.location.options_for`); None on local disk.",
+    )
 
     def view(self, markers: Iterable[str] = ()) -> TableView:
         """The newest snapshot as a :class:`TableView`, kept warm between calls.
@@ -164,8 +174,13 @@ class Table(Reading, Committing):
         with self._lock:
             view, now = self._view, time.monotonic()
             written = commits_here(self.path)  # this process's own commits are seen at once
-            if view is not None and not self._local and now - self._looked < self.spec.remote_look_s \
-                    and written == self._seen and all(m in view.markers for m in wanted):
+            if (
+                view is not None
+                and not self._local
+                and now - self._looked < self.spec.remote_look_s
+                and written == self._seen
+                and all(m in view.markers for m in wanted)
+            ):
                 return view
             self._looked, self._seen = now, written
             if view is not None and now - self._checked < VIEW_RELOAD_S:
@@ -181,8 +196,9 @@ class Table(Reading, Committing):
             version = self._warm.version()
             same = view is not None and view.version == version
             names = set(wanted) | (set(view.markers) if view is not None else set())
-            found = {m: view.markers[m] if same and m in view.markers else self._warm.transaction_version(m)
-                     for m in names}
+            found = {
+                m: view.markers[m] if same and m in view.markers else self._warm.transaction_version(m) for m in names
+            }
             actions = view.actions if same else narrowed(add_actions(self._warm), self.spec.view_statistics)
             self._view = TableView(version, actions, {m: None if v is None else int(v) for m, v in found.items()})
             return self._view

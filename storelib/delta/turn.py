@@ -63,7 +63,9 @@ class CommitTurn:
             self._depth += 1
             try:
                 if self._depth == 1 and is_local(self.path) and fcntl is not None:
-                    fd = os.open(os.path.join(self.path.removeprefix("file://"), COMMIT_LOCK), os.O_RDWR | os.O_CREAT, 0o644)
+                    fd = os.open(
+                        os.path.join(self.path.removeprefix("file://"), COMMIT_LOCK), os.O_RDWR | os.O_CREAT, 0o644
+                    )
                     fcntl.flock(fd, fcntl.LOCK_EX)
                 if not snapshot:
                     yield None

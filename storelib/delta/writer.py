@@ -51,8 +51,19 @@ if TYPE_CHECKING:
     from deltalake import DeltaTable
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["parallelism", "write_items_here", "FileSink", "Summarizer", "Target", "write_dataframe", "write_split", "write_items", "contiguous_groups",
-           "write_files", "write_rows"]
+__all__ = [
+    "parallelism",
+    "write_items_here",
+    "FileSink",
+    "Summarizer",
+    "Target",
+    "write_dataframe",
+    "write_split",
+    "write_items",
+    "contiguous_groups",
+    "write_files",
+    "write_rows",
+]
 
 T = TypeVar("T")
 
@@ -97,16 +108,28 @@ class FileSink:
     >>> sink.abort()                                              # nothing written is left behind
     """
 
-    def __init__(self, root: str, schema: pa.Schema, *, cluster_by: Sequence[str] = (),
-                 target_file_size: int = 128 * 1024 * 1024, prefix: str = "part", row_group_rows: int = 64 * 1024,
-                 summarize: Summarizer | None = None, dictionary: Sequence[str] | None = None,
-                 statistics: Sequence[str] | None = None, delta_encoded: Sequence[str] = ()):
+    def __init__(
+        self,
+        root: str,
+        schema: pa.Schema,
+        *,
+        cluster_by: Sequence[str] = (),
+        target_file_size: int = 128 * 1024 * 1024,
+        prefix: str = "part",
+        row_group_rows: int = 64 * 1024,
+        summarize: Summarizer | None = None,
+        dictionary: Sequence[str] | None = None,
+        statistics: Sequence[str] | None = None,
+        delta_encoded: Sequence[str] = (),
+    ):
         self.root = root.rstrip("/")
         if delta_encoded and dictionary is None:
             dictionary = [name for name in schema.names if name not in delta_encoded]
         #: What every file's ParquetWriter is given besides its codec.
-        self.options: dict[str, Any] = {"use_dictionary": True if dictionary is None else list(dictionary),
-                                        "write_statistics": True if statistics is None else list(statistics)}
+        self.options: dict[str, Any] = {
+            "use_dictionary": True if dictionary is None else list(dictionary),
+            "write_statistics": True if statistics is None else list(statistics),
+        }
         if delta_encoded:
             self.options["column_encoding"] = {name: "DELTA_BINARY_PACKED" for name in delta_encoded}
         self.summarize = summarize
@@ -155,8 +178,14 @@ class _OpenFile:
     compaction rewrites such files with zstd soon after.
     """
 
-    def __init__(self, root: str, schema: pa.Schema, prefix: str, summarize: Summarizer | None = None,
-                 options: Mapping[str, Any] | None = None):
+    def __init__(
+        self,
+        root: str,
+        schema: pa.Schema,
+        prefix: str,
+        summarize: Summarizer | None = None,
+        options: Mapping[str, Any] | None = None,
+    ):
         self.summarize = summarize
         self.summary = summarize.start() if summarize else None
         self.prefix, self.options = prefix, options or {}
@@ -207,10 +236,17 @@ class _OpenFile:
         return WrittenFile(self.name, size, stats.rows, stats.to_json(), summary)
 
 
-def write_dataframe(df: "DataFrame", table: Table, *, cluster_by: Sequence[str] = (),
-                    target_file_size: int = 128 * 1024 * 1024, prefix: str = "part",
-                    transform: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]] | None = None,
-                    summarize: Summarizer | None = None, row_group_rows: int | None = None) -> list[WrittenFile]:
+def write_dataframe(
+    df: "DataFrame",
+    table: Table,
+    *,
+    cluster_by: Sequence[str] = (),
+    target_file_size: int = 128 * 1024 * 1024,
+    prefix: str = "part",
+    transform: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]] | None = None,
+    summarize: Summarizer | None = None,
+    row_group_rows: int | None = None,
+) -> list[WrittenFile]:
     """Write ``df`` as Parquet files into the table's folder from the executors.
 
     Without ``transform``, ``df`` has the table's columns. With it, each partition's batches pass
@@ -227,8 +263,14 @@ def write_dataframe(df: "DataFrame", table: Table, *, cluster_by: Sequence[str] 
     >>> table.discard(files)
     """
     name = table.spec.name
-    target = Target.of(table, cluster_by=cluster_by, target_file_size=target_file_size, prefix=prefix,
-                       summarize=summarize, row_group_rows=row_group_rows)
+    target = Target.of(
+        table,
+        cluster_by=cluster_by,
+        target_file_size=target_file_size,
+        prefix=prefix,
+        summarize=summarize,
+        row_group_rows=row_group_rows,
+    )
     source = df if transform else df.select(*table.spec.columns)
     return write_split(source, {name: target}, _OneTable(name, transform))[name]
 
@@ -257,22 +299,50 @@ class Target:
     delta_encoded: tuple[str, ...] = ()
 
     @classmethod
-    def of(cls, table: Table, *, cluster_by: Sequence[str] | None = None, target_file_size: int = 128 * 1024 * 1024,
-           prefix: str = "part", summarize: Summarizer | None = None, row_group_rows: int | None = None) -> "Target":
+    def of(
+        cls,
+        table: Table,
+        *,
+        cluster_by: Sequence[str] | None = None,
+        target_file_size: int = 128 * 1024 * 1024,
+        prefix: str = "part",
+        summarize: Summarizer | None = None,
+        row_group_rows: int | None = None,
+    ) -> "Target":
         """The target for ``table``: its path, schema and row group size; clustered by ``cluster_by``."""
-        return cls(table.path, table.spec.arrow, tuple(table.spec.cluster_by if cluster_by is None else cluster_by),
-                   target_file_size, row_group_rows or table.spec.row_group_rows, prefix, summarize, table.spec.dictionary,
-                   table.spec.statistics, table.spec.delta_encoded)
+        return cls(
+            table.path,
+            table.spec.arrow,
+            tuple(table.spec.cluster_by if cluster_by is None else cluster_by),
+            target_file_size,
+            row_group_rows or table.spec.row_group_rows,
+            prefix,
+            summarize,
+            table.spec.dictionary,
+            table.spec.statistics,
+            table.spec.delta_encoded,
+        )
 
     def sink(self) -> FileSink:
-        return FileSink(self.root, self.schema, cluster_by=self.cluster_by, target_file_size=self.target_file_size,
-                        prefix=self.prefix, row_group_rows=self.row_group_rows, summarize=self.summarize,
-                        dictionary=self.dictionary, statistics=self.statistics, delta_encoded=self.delta_encoded)
+        return FileSink(
+            self.root,
+            self.schema,
+            cluster_by=self.cluster_by,
+            target_file_size=self.target_file_size,
+            prefix=self.prefix,
+            row_group_rows=self.row_group_rows,
+            summarize=self.summarize,
+            dictionary=self.dictionary,
+            statistics=self.statistics,
+            delta_encoded=self.delta_encoded,
+        )
 
 
-def write_split(df: "DataFrame", targets: Mapping[str, Target],
-                split: Callable[[Iterator[pa.RecordBatch]], Iterator[Mapping[str, pa.RecordBatch]]]
-                ) -> dict[str, list[WrittenFile]]:
+def write_split(
+    df: "DataFrame",
+    targets: Mapping[str, Target],
+    split: Callable[[Iterator[pa.RecordBatch]], Iterator[Mapping[str, pa.RecordBatch]]],
+) -> dict[str, list[WrittenFile]]:
     """Write one DataFrame into several tables in one Spark job, each row read once.
 
     ``split`` runs on the executors over a partition's batches and yields, per batch, the rows
@@ -300,8 +370,13 @@ def write_split(df: "DataFrame", targets: Mapping[str, Target],
     return out
 
 
-def write_items(spark: "SparkSession", items: Sequence[T], sizes: Sequence[int], targets: Mapping[str, Target],
-                per_item: Callable[[T], Iterator[Mapping[str, pa.RecordBatch]]]) -> dict[str, list[WrittenFile]]:
+def write_items(
+    spark: "SparkSession",
+    items: Sequence[T],
+    sizes: Sequence[int],
+    targets: Mapping[str, Target],
+    per_item: Callable[[T], Iterator[Mapping[str, pa.RecordBatch]]],
+) -> dict[str, list[WrittenFile]]:
     """:func:`write_split` over work items (files) rather than a DataFrame's rows.
 
     The items are cut into contiguous runs of about equal ``sizes`` (:func:`contiguous_groups`), one
@@ -322,8 +397,9 @@ def write_items(spark: "SparkSession", items: Sequence[T], sizes: Sequence[int],
     return write_split(spark.range(0, len(runs), 1, max(1, len(runs))), targets, _Runs(runs, per_item))
 
 
-def write_items_here(items: Sequence[T], targets: Mapping[str, Target],
-                     per_item: Callable[[T], Iterator[Mapping[str, pa.RecordBatch]]]) -> dict[str, list[WrittenFile]]:
+def write_items_here(
+    items: Sequence[T], targets: Mapping[str, Target], per_item: Callable[[T], Iterator[Mapping[str, pa.RecordBatch]]]
+) -> dict[str, list[WrittenFile]]:
     """:func:`write_items` in this process, one item after another: for work a Spark job cannot run (a Python
     data source's commit runs where no session is).
 
@@ -338,7 +414,9 @@ def write_items_here(items: Sequence[T], targets: Mapping[str, Target],
     return _into_sinks(targets, (parts for item in items for parts in per_item(item)))
 
 
-def _into_sinks(targets: Mapping[str, Target], parts: Iterable[Mapping[str, pa.RecordBatch]]) -> dict[str, list[WrittenFile]]:
+def _into_sinks(
+    targets: Mapping[str, Target], parts: Iterable[Mapping[str, pa.RecordBatch]]
+) -> dict[str, list[WrittenFile]]:
     """Each target's rows into its own sink; the files written, or nothing left behind on an error."""
     sinks = {name: target.sink() for name, target in targets.items()}
     try:
@@ -374,12 +452,20 @@ class _OneTable:
     transform: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]] | None
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[Mapping[str, pa.RecordBatch]]:
-        for batch in (self.transform(batches) if self.transform else batches):
+        for batch in self.transform(batches) if self.transform else batches:
             yield {self.name: batch}
 
 
-_WRITTEN_FILE_ARROW = pa.schema([("table", pa.string()), ("path", pa.string()), ("size", pa.int64()), ("num_records", pa.int64()),
-                                 ("stats", pa.string()), ("summary", pa.string())])
+_WRITTEN_FILE_ARROW = pa.schema(
+    [
+        ("table", pa.string()),
+        ("path", pa.string()),
+        ("size", pa.int64()),
+        ("num_records", pa.int64()),
+        ("stats", pa.string()),
+        ("summary", pa.string()),
+    ]
+)
 
 
 def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
@@ -387,8 +473,10 @@ def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     if batch.schema.equals(schema, check_metadata=False):
         return batch
     names = set(batch.schema.names)
-    columns = [batch.column(f.name).cast(f.type) if f.name in names or not f.nullable else pa.nulls(batch.num_rows, f.type)
-               for f in schema]
+    columns = [
+        batch.column(f.name).cast(f.type) if f.name in names or not f.nullable else pa.nulls(batch.num_rows, f.type)
+        for f in schema
+    ]
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
@@ -400,8 +488,11 @@ def _groups(batch: pa.RecordBatch, cluster_by: Sequence[str]) -> Iterator[tuple[
     if not cluster_by:
         yield None, batch
         return
-    varying = [c for c in cluster_by if batch.column(c).null_count
-               or pc.all(pc.equal(batch.column(c), batch.column(c)[0])).as_py() is not True]
+    varying = [
+        c
+        for c in cluster_by
+        if batch.column(c).null_count or pc.all(pc.equal(batch.column(c), batch.column(c)[0])).as_py() is not True
+    ]
     if not varying:
         yield tuple(batch.column(c)[0].as_py() for c in cluster_by), batch
         return
@@ -470,12 +561,19 @@ class _Stats:
                 maxs[f.name] = _iso(hi, up=True)
             else:
                 mins[f.name], maxs[f.name] = lo, hi
-        return json.dumps({"numRecords": self.rows, "minValues": mins, "maxValues": maxs, "nullCount": self.nulls},
-                          separators=(",", ":"))
+        return json.dumps(
+            {"numRecords": self.rows, "minValues": mins, "maxValues": maxs, "nullCount": self.nulls},
+            separators=(",", ":"),
+        )
 
 
 def _has_stats(kind: pa.DataType) -> bool:
-    return pa.types.is_integer(kind) or pa.types.is_string(kind) or pa.types.is_timestamp(kind) or pa.types.is_boolean(kind)
+    return (
+        pa.types.is_integer(kind)
+        or pa.types.is_string(kind)
+        or pa.types.is_timestamp(kind)
+        or pa.types.is_boolean(kind)
+    )
 
 
 def _iso(ts, up: bool) -> str:
@@ -487,9 +585,16 @@ def _iso(ts, up: bool) -> str:
     return ms.astimezone(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms.microsecond // 1000:03d}Z"
 
 
-def write_files(table: Table, data: pa.Table, *, prefix: str = "part", target_file_size: int | None = None,
-                clustered: bool = True, row_group_rows: int | None = None,
-                summarize: Summarizer | None = None) -> list[WrittenFile]:
+def write_files(
+    table: Table,
+    data: pa.Table,
+    *,
+    prefix: str = "part",
+    target_file_size: int | None = None,
+    clustered: bool = True,
+    row_group_rows: int | None = None,
+    summarize: Summarizer | None = None,
+) -> list[WrittenFile]:
     """Write rows from this process into new, uncommitted files of ``table`` (one per cluster unless
     not ``clustered``); on an error nothing written is left behind.
 
@@ -499,8 +604,14 @@ def write_files(table: Table, data: pa.Table, *, prefix: str = "part", target_fi
     True
     >>> table.discard(files)
     """
-    sink = Target.of(table, cluster_by=None if clustered else (), prefix=prefix, row_group_rows=row_group_rows,
-                     summarize=summarize, **({"target_file_size": target_file_size} if target_file_size else {})).sink()
+    sink = Target.of(
+        table,
+        cluster_by=None if clustered else (),
+        prefix=prefix,
+        row_group_rows=row_group_rows,
+        summarize=summarize,
+        **({"target_file_size": target_file_size} if target_file_size else {}),
+    ).sink()
     try:
         sink.write(data.to_batches())
         return sink.close()
@@ -509,8 +620,15 @@ def write_files(table: Table, data: pa.Table, *, prefix: str = "part", target_fi
         raise
 
 
-def write_rows(table: Table, snapshot: "DeltaTable", data: pa.Table, *, prefix: str = "part",
-               target_file_size: int | None = None, **commit: Any) -> tuple[int, list[WrittenFile]]:
+def write_rows(
+    table: Table,
+    snapshot: "DeltaTable",
+    data: pa.Table,
+    *,
+    prefix: str = "part",
+    target_file_size: int | None = None,
+    **commit: Any,
+) -> tuple[int, list[WrittenFile]]:
     """Write a few rows from this process into new files of ``table`` and :meth:`~Table.commit` them
     right after ``snapshot``.
 
@@ -524,5 +642,3 @@ def write_rows(table: Table, snapshot: "DeltaTable", data: pa.Table, *, prefix: 
     """
     files = write_files(table, data, prefix=prefix, target_file_size=target_file_size)
     return table.commit(snapshot, files, **commit), files
-
-

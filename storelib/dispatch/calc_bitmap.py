@@ -68,8 +68,11 @@ class FilterBitmaps:
     @classmethod
     def of(cls, subs: Sequence["Subscription"], version: int) -> "FilterBitmaps":
         """For registry subscriptions: live SQL92 ones with valid Bloom data, all of one bit count."""
-        entries = tuple((s.topic, s.compiled.tree, s.bloom) for s in subs  # type: ignore[union-attr]
-                        if s.compiled is not None and s.bloom is not None)
+        entries = tuple(
+            (s.topic, s.compiled.tree, s.bloom)
+            for s in subs  # type: ignore[union-attr]
+            if s.compiled is not None and s.bloom is not None
+        )
         return cls(entries, version, entries[0][2].bit_num if entries else 0)
 
     @property
@@ -80,8 +83,13 @@ class FilterBitmaps:
     @functools.cached_property
     def _compiled(self) -> list[tuple[ArrowSql92, list[BloomFilterData]]]:
         """Per topic of :attr:`topics`: its subscriptions' trees compiled together, and their Bloom data."""
-        return [(ArrowSql92([tree for t, tree, _ in self.subscriptions if t == topic]),
-                 [data for t, _, data in self.subscriptions if t == topic]) for topic in self.topics]
+        return [
+            (
+                ArrowSql92([tree for t, tree, _ in self.subscriptions if t == topic]),
+                [data for t, _, data in self.subscriptions if t == topic],
+            )
+            for topic in self.topics
+        ]
 
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         rows = batch.num_rows
@@ -104,5 +112,6 @@ class FilterBitmaps:
         bitmap = bitmap_array(matches, self.bit_num, rows, valid) if self.subscriptions else pa.nulls(rows, pa.binary())
         version = pa.array(np.full(rows, self.version, dtype=np.int64), mask=~valid)
         kept = [name for name in batch.schema.names if name not in _BITMAP_COLUMNS]
-        return pa.RecordBatch.from_arrays([batch.column(n) for n in kept] + [bitmap, version],
-                                          names=kept + list(_BITMAP_COLUMNS))
+        return pa.RecordBatch.from_arrays(
+            [batch.column(n) for n in kept] + [bitmap, version], names=kept + list(_BITMAP_COLUMNS)
+        )

@@ -73,9 +73,14 @@ class Rounds(Protocol):
         """Merge the small files the tables gained."""
 
 
-def follow(rounds: Rounds, stop: threading.Event, interval_ms: int = 100,
-           on_round: Callable[[DispatchResult], None] | None = None, compact_every_ms: int = 10_000,
-           round_ms: int = ROUND_MS) -> DispatchResult:
+def follow(
+    rounds: Rounds,
+    stop: threading.Event,
+    interval_ms: int = 100,
+    on_round: Callable[[DispatchResult], None] | None = None,
+    compact_every_ms: int = 10_000,
+    round_ms: int = ROUND_MS,
+) -> DispatchResult:
     """Run ``rounds`` round after round until ``stop`` is set; the result covers every round.
 
     A round that found nothing new waits ``interval_ms``; ``on_round`` hears of each round that dispatched
@@ -87,8 +92,12 @@ def follow(rounds: Rounds, stop: threading.Event, interval_ms: int = 100,
     total: DispatchResult | None = None
     compactor = None
     if compact_every_ms:  # in the background: a round never waits for a merge, only for its commit turn
-        compactor = threading.Thread(target=_compact_until, args=(rounds, stop, compact_every_ms / 1000),
-                                     name="storelib-compact-fresh", daemon=True)
+        compactor = threading.Thread(
+            target=_compact_until,
+            args=(rounds, stop, compact_every_ms / 1000),
+            name="storelib-compact-fresh",
+            daemon=True,
+        )
         compactor.start()
     # a follower records summaries, and moves the ext marker alone, once a second rather than every round
     rounds.pace(SUMMARY_EVERY_S, INDEX_EVERY_S)
@@ -140,8 +149,9 @@ def _index_apart(rounds: Rounds, stop: threading.Event) -> tuple[threading.Threa
     return thread, heard
 
 
-def _index_joined(rounds: Rounds, indexing: tuple[threading.Thread, list] | None,
-                  total: DispatchResult | None) -> DispatchResult | None:
+def _index_joined(
+    rounds: Rounds, indexing: tuple[threading.Thread, list] | None, total: DispatchResult | None
+) -> DispatchResult | None:
     """Wait for the index thread :func:`_index_apart` started; ``total`` with the index rows it added.
     Its failure is raised here."""
     if indexing is None:

@@ -66,9 +66,17 @@ class RoundPlan:
         return write_items_here(self.files, self.targets, work)
 
 
-def plan_round(commitlog: Table, tables: dict[str, Table], config: StoreConfig, writing: dict[str, int],
-               actions: pa.Table, end: int, ext_at: int | None, filters: tuple[int, list["Subscription"]],
-               ext_enabled: bool) -> RoundPlan:
+def plan_round(
+    commitlog: Table,
+    tables: dict[str, Table],
+    config: StoreConfig,
+    writing: dict[str, int],
+    actions: pa.Table,
+    end: int,
+    ext_at: int | None,
+    filters: tuple[int, list["Subscription"]],
+    ext_enabled: bool,
+) -> RoundPlan:
     """The plan for writing each of ``writing``'s tables from its start to commitlog offset ``end``;
     ``actions`` are the commitlog's files, ``ext_at`` the ext table's marker, ``filters`` the registry
     version and live SQL92 subscriptions.
@@ -88,33 +96,56 @@ def plan_round(commitlog: Table, tables: dict[str, Table], config: StoreConfig, 
     version, live = filters
     subs = [s for s in live if holding(s.topic)] if coded and ext_enabled else []
     bitmaps = FilterBitmaps.of(subs, version) if subs else None
-    with_properties = set().union(*(holding(t) for t in {s.topic for s in subs}),
-                                  holding(SCHEDULE_TOPIC) | holding(TIMER_TOPIC) if coded else set())
+    with_properties = set().union(
+        *(holding(t) for t in {s.topic for s in subs}),
+        holding(SCHEDULE_TOPIC) | holding(TIMER_TOPIC) if coded else set(),
+    )
     shift = hash_range_shift(config.index_hash_ranges)
     ext_from, ext_had = 0, ()
     if ext_enabled and "consume_queue" in writing and ext_at is not None and ext_at > writing["consume_queue"]:
         ext_from = ext_at
         ext_had = _ext_units_between(tables["consume_queue_ext"], writing["consume_queue"], min(ext_at, end))
-    requests = DispatchRequests(writing, ext_enabled, shift, tuple(config.delay_levels_ms), bitmaps,
-                                ext_topics=bitmaps.topics if bitmaps else (), ext_from=ext_from, ext_had=ext_had)
+    requests = DispatchRequests(
+        writing,
+        ext_enabled,
+        shift,
+        tuple(config.delay_levels_ms),
+        bitmaps,
+        ext_topics=bitmaps.topics if bitmaps else (),
+        ext_from=ext_from,
+        ext_had=ext_had,
+    )
     targets = {}
     for name in writing:
         summarize = summarizer_for(live) if name == "consume_queue_ext" else None
         targets[name] = Target.of(tables[name], target_file_size=config.target_file_size, summarize=summarize)
     actions = actions.sort_by("min.physical_offset")
-    files = [(commitlog.path_of(p), lo is not None and lo >= low and hi < end, p in with_properties)
-             for p, lo, hi in zip(actions.column("path").to_pylist(),
-                                  actions.column("min.physical_offset").to_pylist(),
-                                  actions.column("max.physical_offset").to_pylist())]
-    return RoundPlan(files, actions.column("size_bytes").to_pylist(), targets, CommitlogFiles(low, end, False, requests),
-                     end - low <= config.dispatch_local_max_bytes)
+    files = [
+        (commitlog.path_of(p), lo is not None and lo >= low and hi < end, p in with_properties)
+        for p, lo, hi in zip(
+            actions.column("path").to_pylist(),
+            actions.column("min.physical_offset").to_pylist(),
+            actions.column("max.physical_offset").to_pylist(),
+        )
+    ]
+    return RoundPlan(
+        files,
+        actions.column("size_bytes").to_pylist(),
+        targets,
+        CommitlogFiles(low, end, False, requests),
+        end - low <= config.dispatch_local_max_bytes,
+    )
 
 
 def _ext_units_between(ext: Table, low: int, high: int) -> tuple[int, ...]:
     """The commitlog offsets in ``[low, high)`` the ext table holds units for (committed by a run that
     died before its consume queue commit: the consume queue units written again point at exactly those)."""
-    rows = ext.read_view(ext.view(), Prune(between={"commitlog_offset": (low, high - 1)}), columns=["commitlog_offset"],
-                         filter=(pc.field("commitlog_offset") >= low) & (pc.field("commitlog_offset") < high))
+    rows = ext.read_view(
+        ext.view(),
+        Prune(between={"commitlog_offset": (low, high - 1)}),
+        columns=["commitlog_offset"],
+        filter=(pc.field("commitlog_offset") >= low) & (pc.field("commitlog_offset") < high),
+    )
     return tuple(sorted(rows.column("commitlog_offset").to_pylist()))
 
 

@@ -44,20 +44,20 @@ from typing import TYPE_CHECKING, Callable
 import pyarrow as pa
 
 from storelib.context import StoreContext
-from storelib.delta.compaction import compact_here
 from storelib.delta.commit import CommitConflict, WrittenFile
+from storelib.delta.compaction import compact_here
 from storelib.delta.table import Table
 from storelib.dispatch.follow import ROUND_MS
 from storelib.dispatch.follow import follow as follow_rounds
 from storelib.dispatch.plan import plan_round
 from storelib.dispatch.result import DispatchResult, UnitFeed
 from storelib.filter.summary import summarizer_for
-from storelib.storage.summaries import compact_summaries, record_summaries
 from storelib.model.config import StoreConfig
 from storelib.model.errors import ConcurrentWriteError, StoreCorruptedError, StoreError
 from storelib.storage.commitlog import COMMITLOG_MARKER, is_clustered
 from storelib.storage.dispatched import REPUT_MARKER, ahead_of_commitlog, dispatch_targets
 from storelib.storage.schema import CLUSTERED_ROW_GROUP_ROWS
+from storelib.storage.summaries import compact_summaries, record_summaries
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -68,6 +68,7 @@ if TYPE_CHECKING:
 __all__ = ["Dispatcher"]
 
 log = logging.getLogger(__name__)
+
 
 class Dispatcher:
     """Builds consume queue, ext and index rows for what is new in the commitlog.
@@ -81,9 +82,17 @@ class Dispatcher:
     1
     """
 
-    def __init__(self, spark: "SparkSession | Callable[[], SparkSession]", commitlog: Table, targets: dict[str, Table], config: StoreConfig,
-                 fault: Callable[[str], None] | None = None, registry: "SubscriptionRegistry | None" = None,
-                 summaries: Table | None = None, notify: Callable[[], None] | None = None):
+    def __init__(
+        self,
+        spark: "SparkSession | Callable[[], SparkSession]",
+        commitlog: Table,
+        targets: dict[str, Table],
+        config: StoreConfig,
+        fault: Callable[[str], None] | None = None,
+        registry: "SubscriptionRegistry | None" = None,
+        summaries: Table | None = None,
+        notify: Callable[[], None] | None = None,
+    ):
         self._spark = spark
         self._notify = notify
         self.commitlog = commitlog
@@ -115,8 +124,16 @@ class Dispatcher:
     def of(cls, ctx: StoreContext, fault: Callable[[str], None] | None = None) -> "Dispatcher":
         """The dispatcher of a store's context. ``fault`` (a test seam) is called with the name of
         each step it reaches (``<table>.written``, ``<table>.summarized``, ``<table>.committed``)."""
-        return cls(lambda: ctx.spark, ctx.tables.commitlog, dispatch_targets(ctx.tables, ctx.config), ctx.config, fault=fault,
-                   registry=ctx.registry, summaries=ctx.tables.ext_summary, notify=ctx.arrivals.notify)
+        return cls(
+            lambda: ctx.spark,
+            ctx.tables.commitlog,
+            dispatch_targets(ctx.tables, ctx.config),
+            ctx.config,
+            fault=fault,
+            registry=ctx.registry,
+            summaries=ctx.tables.ext_summary,
+            notify=ctx.arrivals.notify,
+        )
 
     def _step(self, name: str) -> None:
         if self._fault is not None:
@@ -128,9 +145,16 @@ class Dispatcher:
         out["commitlog"] = Table.marker(self.commitlog.snapshot(), COMMITLOG_MARKER)
         return out
 
-    def run(self, follow: bool = False, *, stop: threading.Event | None = None, interval_ms: int = 100,
-            on_round: Callable[[DispatchResult], None] | None = None, compact_every_ms: int = 10_000,
-            round_ms: int = ROUND_MS) -> DispatchResult:
+    def run(
+        self,
+        follow: bool = False,
+        *,
+        stop: threading.Event | None = None,
+        interval_ms: int = 100,
+        on_round: Callable[[DispatchResult], None] | None = None,
+        compact_every_ms: int = 10_000,
+        round_ms: int = ROUND_MS,
+    ) -> DispatchResult:
         """Dispatch everything sequenced so far; return what was done. Pulls held in this process are woken.
 
         One Spark job (or, for a small increment, this process) reads the commitlog range once and
@@ -184,18 +208,27 @@ class Dispatcher:
         >>> store.dispatcher().compact_fresh()["commitlog"][1]
         1
         """
-        out = {"commitlog": compact_here(self.commitlog, order_by="physical_offset", leave=is_clustered,
-                                         row_group_rows=CLUSTERED_ROW_GROUP_ROWS)}
+        out = {
+            "commitlog": compact_here(
+                self.commitlog, order_by="physical_offset", leave=is_clustered, row_group_rows=CLUSTERED_ROW_GROUP_ROWS
+            )
+        }
         for name in self.targets:
             extra = {}
             if name == "consume_queue_ext" and self.summaries is not None:
                 subs = self.registry.all() if self.registry is not None else []
-                extra = {"summarize": summarizer_for(subs), "before_commit": lambda files: record_summaries(
-                    self.summaries, files, self.config.max_commit_attempts)}
+                extra = {
+                    "summarize": summarizer_for(subs),
+                    "before_commit": lambda files: record_summaries(
+                        self.summaries, files, self.config.max_commit_attempts
+                    ),
+                }
             out[name] = compact_here(self.targets[name], **extra)
         if "consume_queue_ext" in self.targets and self.summaries is not None:  # the merged files' summaries go
             live = self.targets["consume_queue_ext"].view().actions.column("path").to_pylist()
-            out["consume_queue_ext_summary"] = compact_summaries(self.summaries, live, attempts=self.config.max_commit_attempts)
+            out["consume_queue_ext_summary"] = compact_summaries(
+                self.summaries, live, attempts=self.config.max_commit_attempts
+            )
         return out
 
     def _run_once(self) -> DispatchResult:
@@ -224,21 +257,33 @@ class Dispatcher:
                 return result
             log.info("dispatch: commit conflict on %s, attempt %d", pending[0], attempt)
             time.sleep(min(0.5, 0.01 * attempt))
-        raise ConcurrentWriteError(pending[0], f"dispatch: other writers won {self.config.max_commit_attempts} "
-                                               "commits in a row")
+        raise ConcurrentWriteError(
+            pending[0], f"dispatch: other writers won {self.config.max_commit_attempts} commits in a row"
+        )
 
-    def _attempt(self, pending: list[str], snapshots: dict, commitlog: "pa.Table", end: int,
-                 result: DispatchResult, lazy: bool = False) -> list[str]:
+    def _attempt(
+        self,
+        pending: list[str],
+        snapshots: dict,
+        commitlog: "pa.Table",
+        end: int,
+        result: DispatchResult,
+        lazy: bool = False,
+    ) -> list[str]:
         """One try at every pending target from ``snapshots``, up to commitlog offset ``end``; the targets still to do.
         With ``lazy``, an ext commit that would move the marker alone is left for a later round."""
-        starts = {name: self.targets[name].markers_at(snapshots[name], [REPUT_MARKER])[REPUT_MARKER] for name in pending}
+        starts = {
+            name: self.targets[name].markers_at(snapshots[name], [REPUT_MARKER])[REPUT_MARKER] for name in pending
+        }
         marked = dict(starts)  # where each target is: one behind ``end`` commits, with files or its marker alone
         ext_at = starts.get("consume_queue_ext")
         if ext_at is not None and "consume_queue" in starts and ext_at < starts["consume_queue"]:
             # behind the consume queue only by rounds that had no ext unit to write (the ext table commits first
             # otherwise): no unit up to the consume queue's marker points at one, so there is nothing to redo
             starts["consume_queue_ext"] = starts["consume_queue"]
-        ahead = ahead_of_commitlog(starts, end)  # past this view's end: another dispatcher went on, or commits were lost
+        ahead = ahead_of_commitlog(
+            starts, end
+        )  # past this view's end: another dispatcher went on, or commits were lost
         if ahead and ahead_of_commitlog(starts, Table.marker(self.commitlog.snapshot(), COMMITLOG_MARKER)):
             raise StoreCorruptedError(ahead, self.commitlog.path.rsplit("/", 1)[0])  # lost: never caught up, silently
         for name in pending:
@@ -254,9 +299,16 @@ class Dispatcher:
                     self.targets[name].discard(written)
             raise
 
-    def _commit_in_order(self, pending: list[str], snapshots: dict, marked: dict[str, int],
-                         files: dict[str, list[WrittenFile]], end: int, result: DispatchResult,
-                         lazy: bool = False) -> list[str]:
+    def _commit_in_order(
+        self,
+        pending: list[str],
+        snapshots: dict,
+        marked: dict[str, int],
+        files: dict[str, list[WrittenFile]],
+        end: int,
+        result: DispatchResult,
+        lazy: bool = False,
+    ) -> list[str]:
         """Commit each pending target's files with its marker moved to ``end``, in order; stop at the
         first conflict (its files are deleted) and return the targets still to do. The summaries of the
         ext files committed are recorded last, off the path to the consume queue's commit: until they
@@ -276,11 +328,15 @@ class Dispatcher:
                     if name == "consume_queue" and self._kept:  # kept only for a feed
                         self.feed.expect([f.path for f in written])
                     try:
-                        version = table.commit(snapshots[name], written, markers={REPUT_MARKER: end},
-                                               operation="DISPATCH",
-                                               info={"storelib.from": str(marked[name]), "storelib.to": str(end)})
+                        version = table.commit(
+                            snapshots[name],
+                            written,
+                            markers={REPUT_MARKER: end},
+                            operation="DISPATCH",
+                            info={"storelib.from": str(marked[name]), "storelib.to": str(end)},
+                        )
                     except CommitConflict:
-                        for later in pending[i + 1:]:
+                        for later in pending[i + 1 :]:
                             self.targets[later].discard(files.get(later, []))
                         return pending[i:]
                     if name == "consume_queue_ext" and self.summaries is not None:
@@ -307,21 +363,27 @@ class Dispatcher:
         try:
             record_summaries(self.summaries, written, self.config.max_commit_attempts)
         except StoreError as e:
-            log.warning("dispatch: recording the summaries of %d ext files failed (filtered reads read them "
-                        "until the next compaction): %s", len(written), e)
+            log.warning(
+                "dispatch: recording the summaries of %d ext files failed (filtered reads read them "
+                "until the next compaction): %s",
+                len(written),
+                e,
+            )
             return
         self._step("consume_queue_ext.summarized")
 
-    def _write(self, starts: dict[str, int], commitlog: pa.Table, end: int,
-               ext_at: int | None = None) -> dict[str, list[WrittenFile]]:
+    def _write(
+        self, starts: dict[str, int], commitlog: pa.Table, end: int, ext_at: int | None = None
+    ) -> dict[str, list[WrittenFile]]:
         """Every target's rows for commitlog ``[its start, end)`` (:func:`~storelib.dispatch.plan.plan_round`);
         ``ext_at`` is the ext table's marker. A round written here keeps its consume queue units for a feed."""
         self._kept = None
         writing = {n: s for n, s in starts.items() if n != "consume_queue_ext" or self.ext_enabled}
         if not writing:
             return {}
-        plan = plan_round(self.commitlog, self.targets, self.config, writing, commitlog, end, ext_at, self.filters(),
-                          self.ext_enabled)
+        plan = plan_round(
+            self.commitlog, self.targets, self.config, writing, commitlog, end, ext_at, self.filters(), self.ext_enabled
+        )
         if plan.local and self.feed is not None:
             self._kept = []
         return plan.write(lambda: self.spark, self._kept)
@@ -338,6 +400,8 @@ class Dispatcher:
             else:
                 version = self.registry.table.view().version  # first: the subscriptions read are at least as new
                 bloom = self.registry.bloom_filter
-                subs = [s for s in self.registry.all() if s.is_sql92 and s.bloom is not None and bloom.is_valid(s.bloom)]
+                subs = [
+                    s for s in self.registry.all() if s.is_sql92 and s.bloom is not None and bloom.is_valid(s.bloom)
+                ]
                 self._filters = (version, subs)
         return self._filters

@@ -40,7 +40,9 @@ class Distinct:
         encoded = pc.dictionary_encode(strings)
         if isinstance(encoded, pa.ChunkedArray):
             encoded = encoded.combine_chunks()
-        return cls(encoded.dictionary, pc.fill_null(encoded.indices, len(encoded.dictionary)).to_numpy(zero_copy_only=False))
+        return cls(
+            encoded.dictionary, pc.fill_null(encoded.indices, len(encoded.dictionary)).to_numpy(zero_copy_only=False)
+        )
 
     def per_row(self, per_value: np.ndarray, null: object = False) -> np.ndarray:
         """A value per distinct value (plus one for nulls, or ``null``) spread over the rows."""
@@ -49,7 +51,9 @@ class Distinct:
         return per_value[self.rows]
 
 
-def queue_groups(topics: Distinct, queue_id: pa.Array | pa.ChunkedArray) -> tuple[list[tuple[str, int]], np.ndarray, np.ndarray]:
+def queue_groups(
+    topics: Distinct, queue_id: pa.Array | pa.ChunkedArray
+) -> tuple[list[tuple[str, int]], np.ndarray, np.ndarray]:
     """The rows' (topic, queue_id) pairs in sorted order, each row's index among them, and their counts.
 
     >>> queue_groups(Distinct.of(pa.array(["b", "a", "b"])), pa.array([1, 0, 1]))
@@ -73,9 +77,9 @@ def hex_strings(prefix: str, values: np.ndarray, digits: int) -> pa.Array:
     head = np.frombuffer(prefix.encode(), dtype=np.uint8)
     width = len(head) + digits
     out = np.empty((n, width), dtype=np.uint8)
-    out[:, :len(head)] = head
-    raw = values.astype(">u8").view(np.uint8).reshape(n, 8)[:, 8 - digits // 2:]
-    out[:, len(head):] = _HEX_PAIRS[raw].view(np.uint8).reshape(n, digits)
+    out[:, : len(head)] = head
+    raw = values.astype(">u8").view(np.uint8).reshape(n, 8)[:, 8 - digits // 2 :]
+    out[:, len(head) :] = _HEX_PAIRS[raw].view(np.uint8).reshape(n, digits)
     offsets = np.arange(0, (n + 1) * width, width, dtype=np.int32)
     return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(out)])
 

@@ -24,8 +24,15 @@ from storelib.model.errors import StoreError, require_int
 if TYPE_CHECKING:
     from pyspark.sql import Column
 
-__all__ = ["MAX_EXT_ADDR", "is_ext_addr", "decorate_ext_addr", "undecorate_ext_addr", "decorate_ext_addrs",
-           "undecorate_ext_addrs", "is_ext_addr_column"]
+__all__ = [
+    "MAX_EXT_ADDR",
+    "is_ext_addr",
+    "decorate_ext_addr",
+    "undecorate_ext_addr",
+    "decorate_ext_addrs",
+    "undecorate_ext_addrs",
+    "is_ext_addr_column",
+]
 
 #: Largest value that is a ConsumeQueueExt address rather than a tag code (Integer.MIN_VALUE - 1).
 MAX_EXT_ADDR = -2147483649

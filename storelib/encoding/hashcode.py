@@ -44,7 +44,7 @@ def java_string_hash(s: str) -> int:
         units = struct.unpack(f">{len(data) // 2}H", data)
     h = 0
     for start in range(0, len(units), 64):  # mask per chunk: small ints, no per-unit masking
-        for unit in units[start:start + 64]:
+        for unit in units[start : start + 64]:
             h = 31 * h + unit
         h &= 0xFFFFFFFF
     return h - (1 << 32) if h & 0x80000000 else h
@@ -61,17 +61,18 @@ def powers_of_31(n: int) -> np.ndarray:
     """
     global _POW31
     if len(_POW31) < n:
-        _POW31 = np.cumprod(np.concatenate(([1], np.full(max(n, 2 * len(_POW31)) - 1, 31))).astype(np.uint32),
-                            dtype=np.uint32)
+        _POW31 = np.cumprod(
+            np.concatenate(([1], np.full(max(n, 2 * len(_POW31)) - 1, 31))).astype(np.uint32), dtype=np.uint32
+        )
     return _POW31
 
 
 def _utf16_units(strings: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """The strings' UTF-16 code units back to back, and where each string's units start and end."""
     strings = strings.cast(pa.large_string()) if not pa.types.is_large_string(strings.type) else strings
-    offsets = np.frombuffer(strings.buffers()[1], np.int64)[strings.offset:strings.offset + len(strings) + 1]
+    offsets = np.frombuffer(strings.buffers()[1], np.int64)[strings.offset : strings.offset + len(strings) + 1]
     data = np.frombuffer(strings.buffers()[2], np.uint8) if strings.buffers()[2] is not None else np.zeros(0, np.uint8)
-    data = data[offsets[0]:offsets[-1]]
+    data = data[offsets[0] : offsets[-1]]
     offsets = offsets - offsets[0]
     if not len(data) or data.max() < 0x80:  # ASCII: one unit per byte
         return data, offsets

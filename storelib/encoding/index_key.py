@@ -24,8 +24,14 @@ from storelib.model.errors import StoreError, require_int
 if TYPE_CHECKING:
     from pyspark.sql import Column
 
-__all__ = ["build_index_key", "index_key_hash", "index_slot", "topic_key_prefixes", "index_key_hashes",
-           "index_key_hash_column"]
+__all__ = [
+    "build_index_key",
+    "index_key_hash",
+    "index_slot",
+    "topic_key_prefixes",
+    "index_key_hashes",
+    "index_key_hash_column",
+]
 
 _INT32_MIN = -(1 << 31)
 

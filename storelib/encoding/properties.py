@@ -17,9 +17,15 @@ import pyarrow.compute as pc
 
 from storelib.model.message import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
 
-__all__ = ["NAME_VALUE_SEPARATOR", "PROPERTY_SEPARATOR", "properties_to_string", "string_to_properties",
-           "edit_properties", "properties_lengths", "property_array"]
-
+__all__ = [
+    "NAME_VALUE_SEPARATOR",
+    "PROPERTY_SEPARATOR",
+    "properties_to_string",
+    "string_to_properties",
+    "edit_properties",
+    "properties_lengths",
+    "property_array",
+]
 
 
 def properties_to_string(props: Mapping[str, str]) -> str:
@@ -28,8 +34,9 @@ def properties_to_string(props: Mapping[str, str]) -> str:
     >>> properties_to_string({"a": "1", "b": None})
     'a\\x011\\x02'
     """
-    return "".join(f"{name}{NAME_VALUE_SEPARATOR}{value}{PROPERTY_SEPARATOR}"
-                   for name, value in props.items() if value is not None)
+    return "".join(
+        f"{name}{NAME_VALUE_SEPARATOR}{value}{PROPERTY_SEPARATOR}" for name, value in props.items() if value is not None
+    )
 
 
 def string_to_properties(s: str) -> dict[str, str]:
@@ -49,13 +56,17 @@ def string_to_properties(s: str) -> dict[str, str]:
             end = end_all
         sep = s.find(NAME_VALUE_SEPARATOR, index, end)
         if index < sep < end - 1:
-            result[s[index:sep]] = s[sep + 1:end]
+            result[s[index:sep]] = s[sep + 1 : end]
         index = end + 1
     return result
 
 
-def edit_properties(maps: "pa.Array", drop: "Sequence[str]" = (), put: "Mapping[str, pa.Array] | None" = None,
-                    rows: "np.ndarray | None" = None) -> "pa.MapArray":
+def edit_properties(
+    maps: "pa.Array",
+    drop: "Sequence[str]" = (),
+    put: "Mapping[str, pa.Array] | None" = None,
+    rows: "np.ndarray | None" = None,
+) -> "pa.MapArray":
     """A column of properties maps with the names ``drop`` removed and ``put``'s entries (a value array
     per name; null values are left out) set, over whole Arrow arrays: what ``clearProperty`` and
     ``putProperty`` do to each message. Entries keep their order; a set name goes last. ``rows`` (a
@@ -75,7 +86,10 @@ def edit_properties(maps: "pa.Array", drop: "Sequence[str]" = (), put: "Mapping[
     offsets = maps.offsets.to_numpy()
     parents = np.repeat(np.arange(n, dtype=np.int64), np.diff(offsets))
     if offsets[0]:
-        keys, items = keys.slice(offsets[0], offsets[-1] - offsets[0]), items.slice(offsets[0], offsets[-1] - offsets[0])
+        keys, items = (
+            keys.slice(offsets[0], offsets[-1] - offsets[0]),
+            items.slice(offsets[0], offsets[-1] - offsets[0]),
+        )
     named = pc.is_in(keys, value_set=pa.array(list(drop) + list(put), pa.string())).to_numpy(zero_copy_only=False)
     keep = ~(named & rows[parents]) if rows is not None else ~named
     key_parts, item_parts, parent_parts = [keys.filter(pa.array(keep))], [items.filter(pa.array(keep))], [parents[keep]]
@@ -91,7 +105,9 @@ def edit_properties(maps: "pa.Array", drop: "Sequence[str]" = (), put: "Mapping[
     new_items = pa.concat_arrays([i.cast(pa.string()) for i in item_parts]).take(pa.array(order))
     counts = np.bincount(all_parents, minlength=n)
     new_offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int32)
-    return pa.MapArray.from_arrays(pa.array(new_offsets), new_keys, new_items, mask=maps.is_null() if maps.null_count else None)
+    return pa.MapArray.from_arrays(
+        pa.array(new_offsets), new_keys, new_items, mask=maps.is_null() if maps.null_count else None
+    )
 
 
 def properties_lengths(maps: "pa.Array") -> "np.ndarray":
@@ -107,8 +123,11 @@ def properties_lengths(maps: "pa.Array") -> "np.ndarray":
         maps = maps.combine_chunks()
     offsets = maps.offsets.to_numpy()
     lo, hi = offsets[0], offsets[-1]
-    entry = (pc.fill_null(pc.binary_length(maps.keys.slice(lo, hi - lo)), 0).to_numpy(zero_copy_only=False).astype(np.int64)
-             + pc.fill_null(pc.binary_length(maps.items.slice(lo, hi - lo)), 0).to_numpy(zero_copy_only=False) + 2)
+    entry = (
+        pc.fill_null(pc.binary_length(maps.keys.slice(lo, hi - lo)), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+        + pc.fill_null(pc.binary_length(maps.items.slice(lo, hi - lo)), 0).to_numpy(zero_copy_only=False)
+        + 2
+    )
     sums = np.concatenate(([0], np.cumsum(entry)))
     at = offsets - lo
     return sums[at[1:]] - sums[at[:-1]]

@@ -17,8 +17,15 @@ import pyarrow as pa
 
 from storelib.model.errors import MessageError, require_int
 
-__all__ = ["RECORD_FIXED_FIELDS", "RECORD_FIXED_LENGTH", "TOPIC_V1_MAX_LENGTH", "message_length", "message_lengths",
-           "body_crc", "body_crcs"]
+__all__ = [
+    "RECORD_FIXED_FIELDS",
+    "RECORD_FIXED_LENGTH",
+    "TOPIC_V1_MAX_LENGTH",
+    "message_length",
+    "message_lengths",
+    "body_crc",
+    "body_crcs",
+]
 
 #: The fixed-size fields of a commit log record, in order (all big-endian), as
 #: (name, bytes) with IPv4 hosts. Each host is ip + int32 port: 8 bytes, or 20 for IPv6
@@ -26,10 +33,22 @@ __all__ = ["RECORD_FIXED_FIELDS", "RECORD_FIXED_LENGTH", "TOPIC_V1_MAX_LENGTH", 
 #: BODY[body_length], TOPICLENGTH (1 byte in V1, 2 in V2) + TOPIC[topic_length] and
 #: PROPERTIESLENGTH int16 + PROPERTIES[properties_length].
 RECORD_FIXED_FIELDS: tuple[tuple[str, int], ...] = (
-    ("TOTALSIZE", 4), ("MAGICCODE", 4), ("BODYCRC", 4), ("QUEUEID", 4), ("FLAG", 4),
-    ("QUEUEOFFSET", 8), ("PHYSICALOFFSET", 8), ("SYSFLAG", 4), ("BORNTIMESTAMP", 8),
-    ("BORNHOST", 8), ("STORETIMESTAMP", 8), ("STOREHOSTADDRESS", 8), ("RECONSUMETIMES", 4),
-    ("PREPAREDTRANSACTIONOFFSET", 8), ("BODYLENGTH", 4), ("PROPERTIESLENGTH", 2),
+    ("TOTALSIZE", 4),
+    ("MAGICCODE", 4),
+    ("BODYCRC", 4),
+    ("QUEUEID", 4),
+    ("FLAG", 4),
+    ("QUEUEOFFSET", 8),
+    ("PHYSICALOFFSET", 8),
+    ("SYSFLAG", 4),
+    ("BORNTIMESTAMP", 8),
+    ("BORNHOST", 8),
+    ("STORETIMESTAMP", 8),
+    ("STOREHOSTADDRESS", 8),
+    ("RECONSUMETIMES", 4),
+    ("PREPAREDTRANSACTIONOFFSET", 8),
+    ("BODYLENGTH", 4),
+    ("PROPERTIESLENGTH", 2),
 )
 #: Longest topic (in bytes) written with a 1-byte length field (MessageVersion V1).
 TOPIC_V1_MAX_LENGTH = 127
@@ -55,8 +74,14 @@ def body_crcs(bodies: pa.Array | pa.ChunkedArray) -> pa.Array:
     return pa.array([0 if b is None else body_crc(b) for b in bodies.to_pylist()], pa.int32())
 
 
-def message_length(*, body_length: int, topic_length: int, properties_length: int,
-                   born_host_v6: bool = False, store_host_v6: bool = False) -> int:
+def message_length(
+    *,
+    body_length: int,
+    topic_length: int,
+    properties_length: int,
+    born_host_v6: bool = False,
+    store_host_v6: bool = False,
+) -> int:
     """Total record size of one message; lengths in UTF-8 bytes.
 
     ``properties_length`` is the stored properties string as written (including a CRC32
@@ -69,8 +94,9 @@ def message_length(*, body_length: int, topic_length: int, properties_length: in
     return _length(body_length, topic_length, properties_length, bool(born_host_v6) + bool(store_host_v6))
 
 
-def message_lengths(body: np.ndarray, topic: np.ndarray, properties: np.ndarray, born_v6: bool | np.ndarray,
-                    store_v6: bool) -> np.ndarray:
+def message_lengths(
+    body: np.ndarray, topic: np.ndarray, properties: np.ndarray, born_v6: bool | np.ndarray, store_v6: bool
+) -> np.ndarray:
     """Record sizes over arrays of UTF-8 byte lengths; ``born_v6`` may be a flag per message."""
     return _length(body, topic, properties, np.asarray(born_v6, dtype=np.int64) + int(store_v6))
 

@@ -41,5 +41,6 @@ def tags_code_column(tags: "Column") -> "Column":
     """
     from pyspark.sql import functions as F
 
-    return F.when(F.coalesce(F.length(tags), F.lit(0)) == 0, F.lit(0)).otherwise(
-        java_hash_code_column(tags)).cast("long")
+    return (
+        F.when(F.coalesce(F.length(tags), F.lit(0)) == 0, F.lit(0)).otherwise(java_hash_code_column(tags)).cast("long")
+    )

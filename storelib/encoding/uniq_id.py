@@ -27,8 +27,7 @@ from storelib.encoding.message_id import ip_bytes
 from storelib.model.errors import MessageIdError, require_int
 from storelib.model.timestamps import now_ms
 
-__all__ = ["UniqIdGenerator", "uniq_id_prefix_hex", "decode_uniq_id_time", "month_start_ms", "local_ip",
-           "uniq_ids"]
+__all__ = ["UniqIdGenerator", "uniq_id_prefix_hex", "decode_uniq_id_time", "month_start_ms", "local_ip", "uniq_ids"]
 
 _INT64_MIN = -(1 << 63)
 _EPOCH, _DAY_MS, _NTP_TOLERANCE_MS = date(1970, 1, 1), 86_400_000, 1_000_000

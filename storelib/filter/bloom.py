@@ -34,8 +34,16 @@ from pyspark.sql import functions as F
 
 from storelib.model.errors import BloomFilterError
 
-__all__ = ["murmur3_128_as_long", "BloomFilterData", "BloomFilter", "bitmap_column", "bitmap_array",
-           "is_hit_column", "may_match_column", "bits_or"]
+__all__ = [
+    "murmur3_128_as_long",
+    "BloomFilterData",
+    "BloomFilter",
+    "bitmap_column",
+    "bitmap_array",
+    "is_hit_column",
+    "may_match_column",
+    "bits_or",
+]
 
 _M64 = (1 << 64) - 1
 _C1, _C2 = 0x87C37B91114253D5, 0x4CF5AD432745937F
@@ -91,10 +99,10 @@ def murmur3_128_as_long(key: str | bytes) -> int:
     h1 = h2 = 0
     end = n - n % 16
     for i in range(0, end, 16):
-        h1 ^= _mix_k1(int.from_bytes(data[i:i + 8], "little"))
+        h1 ^= _mix_k1(int.from_bytes(data[i : i + 8], "little"))
         h1 = (_rotl64(h1, 27) + h2) & _M64
         h1 = (h1 * 5 + 0x52DCE729) & _M64
-        h2 ^= _mix_k2(int.from_bytes(data[i + 8:i + 16], "little"))
+        h2 ^= _mix_k2(int.from_bytes(data[i + 8 : i + 16], "little"))
         h2 = (_rotl64(h2, 31) + h1) & _M64
         h2 = (h2 * 5 + 0x38495AB5) & _M64
     tail = data[end:]
@@ -139,8 +147,9 @@ class BloomFilterData:
             raise BloomFilterError("bit_pos", "must be a list of ints", value=self.bit_pos)
         positions = list(self.bit_pos)
         if not positions or not all(_is_int(p) and 0 <= p < self.bit_num for p in positions):
-            raise BloomFilterError("bit_pos", f"must be a non-empty list of ints in [0, {self.bit_num})",
-                                   value=self.bit_pos)
+            raise BloomFilterError(
+                "bit_pos", f"must be a non-empty list of ints in [0, {self.bit_num})", value=self.bit_pos
+            )
         self.bit_pos = positions
 
 
@@ -259,8 +268,9 @@ class BloomFilter:
         if not isinstance(bits, kinds):
             raise BloomFilterError("bits", "must be a bytearray" if writable else "must be bytes", value=bits)
         if len(bits) * 8 != self.m:
-            raise BloomFilterError("bits", f"must be {self.bits_length} bytes long (m = {self.m} bits)",
-                                   value=f"{len(bits)} bytes")
+            raise BloomFilterError(
+                "bits", f"must be {self.bits_length} bytes long (m = {self.m} bits)", value=f"{len(bits)} bytes"
+            )
 
     def hash_to(self, data_or_key: BloomFilterData | str, bits: bytearray) -> None:
         """Set the bits of a key (or of its :class:`BloomFilterData`, which must be valid) in ``bits``
@@ -322,8 +332,12 @@ def bitmap_column(matches: Sequence[tuple[Column, BloomFilterData]], bit_num: in
     n_bytes = (bit_num + 7) // 8
     words: list[list[Column]] = [[] for _ in range((n_bytes + 7) // 8)]
     for pair in matches:
-        if not (isinstance(pair, (tuple, list)) and len(pair) == 2 and isinstance(pair[0], Column)
-                and isinstance(pair[1], BloomFilterData)):
+        if not (
+            isinstance(pair, (tuple, list))
+            and len(pair) == 2
+            and isinstance(pair[0], Column)
+            and isinstance(pair[1], BloomFilterData)
+        ):
             raise BloomFilterError("matches", "must be (Column, BloomFilterData) pairs", value=pair)
         match, data = pair
         if data.bit_num != bit_num:
@@ -343,8 +357,9 @@ def bitmap_column(matches: Sequence[tuple[Column, BloomFilterData]], bit_num: in
     return F.unhex(F.concat(*hex_parts) if len(hex_parts) > 1 else hex_parts[0])
 
 
-def bitmap_array(matches: Sequence[tuple[np.ndarray, BloomFilterData]], bit_num: int, rows: int,
-                 valid: np.ndarray | None = None) -> pa.BinaryArray:
+def bitmap_array(
+    matches: Sequence[tuple[np.ndarray, BloomFilterData]], bit_num: int, rows: int, valid: np.ndarray | None = None
+) -> pa.BinaryArray:
     """:func:`bitmap_column` for a batch of ``rows`` messages, with numpy: a binary array of
     ``ceil(bit_num/8)``-byte bitmaps where row ``i`` has the bits of every :class:`BloomFilterData`
     whose bool array is True at ``i``; null where ``valid`` is False.
@@ -362,8 +377,12 @@ def bitmap_array(matches: Sequence[tuple[np.ndarray, BloomFilterData]], bit_num:
     n_bytes = (bit_num + 7) // 8
     columns = np.zeros((n_bytes, rows), dtype=np.uint8)
     for pair in matches:
-        if not (isinstance(pair, (tuple, list)) and len(pair) == 2 and isinstance(pair[1], BloomFilterData)
-                and np.shape(pair[0]) == (rows,)):
+        if not (
+            isinstance(pair, (tuple, list))
+            and len(pair) == 2
+            and isinstance(pair[1], BloomFilterData)
+            and np.shape(pair[0]) == (rows,)
+        ):
             raise BloomFilterError("matches", f"must be (bool array of {rows} rows, BloomFilterData) pairs", value=pair)
         match, data = pair
         if data.bit_num != bit_num:
@@ -378,8 +397,9 @@ def bitmap_array(matches: Sequence[tuple[np.ndarray, BloomFilterData]], bit_num:
         valid = np.asarray(valid, dtype=bool)
         nulls = rows - int(np.count_nonzero(valid))
         validity = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
-    return pa.Array.from_buffers(pa.binary(), rows, [validity, pa.py_buffer(offsets), pa.py_buffer(data_bytes)],
-                                 null_count=nulls)  # type: ignore[return-value]
+    return pa.Array.from_buffers(
+        pa.binary(), rows, [validity, pa.py_buffer(offsets), pa.py_buffer(data_bytes)], null_count=nulls
+    )  # type: ignore[return-value]
 
 
 def is_hit_column(bitmap: Column, data: BloomFilterData) -> Column:

@@ -30,8 +30,17 @@ import pyarrow.compute as pc
 
 from storelib.encoding.properties import property_array
 
-__all__ = ["FilterFailure", "FilterFailures", "MessageView", "message_views", "evaluate_batch",
-           "error_line", "RAISED", "NOT_BOOL", "NOT_LOADED"]
+__all__ = [
+    "FilterFailure",
+    "FilterFailures",
+    "MessageView",
+    "message_views",
+    "evaluate_batch",
+    "error_line",
+    "RAISED",
+    "NOT_BOOL",
+    "NOT_LOADED",
+]
 
 #: Failure kinds: the filter raised, returned something other than a bool, or could not be loaded.
 RAISED, NOT_BOOL, NOT_LOADED = "raised", "not_bool", "import"
@@ -220,8 +229,9 @@ def message_views(batch: pa.RecordBatch | pa.Table) -> list[MessageView]:
 
 
 # ---- evaluating ----------------------------------------------------------------------------------
-def evaluate_batch(loaded: Any, batch: pa.RecordBatch, context: Any,
-                   failures: FilterFailures, load_error: str = "") -> np.ndarray:
+def evaluate_batch(
+    loaded: Any, batch: pa.RecordBatch, context: Any, failures: FilterFailures, load_error: str = ""
+) -> np.ndarray:
     """Which rows of ``batch`` (commitlog columns) the filter keeps: ``match_batch`` once, or ``match``
     on each row; a row it fails on is not kept and is counted in ``failures``. ``loaded`` is a
     :class:`~storelib.filter.class_filter.LoadedFilter`, or None when the class could not be loaded
@@ -251,12 +261,15 @@ def evaluate_batch(loaded: Any, batch: pa.RecordBatch, context: Any,
             if type(result) is np.bool_:
                 kept[i] = bool(result)
             else:
-                failures.add(NOT_BOOL, 1, ids[i].as_py(), f"match returned {result!r} ({type(result).__name__}), not a bool")
+                failures.add(
+                    NOT_BOOL, 1, ids[i].as_py(), f"match returned {result!r} ({type(result).__name__}), not a bool"
+                )
     return np.array(kept, dtype=bool)
 
 
-def _evaluate_batch(loaded: Any, batch: pa.RecordBatch, context: Any, failures: FilterFailures,
-                    ids: pa.Array) -> np.ndarray:
+def _evaluate_batch(
+    loaded: Any, batch: pa.RecordBatch, context: Any, failures: FilterFailures, ids: pa.Array
+) -> np.ndarray:
     n = batch.num_rows
     keep = np.zeros(n, dtype=bool)
     try:

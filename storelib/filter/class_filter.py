@@ -55,11 +55,18 @@ from storelib.filter.class_batch import FilterFailures, evaluate_batch
 from storelib.model.errors import FilterClassError, SubscriptionNotLatestError
 
 if TYPE_CHECKING:
-
     from storelib.filter.selector import MessageSelector
 
-__all__ = ["FilterContext", "LoadedFilter", "ClassFilter", "EveryTenth", "EveryTenthBatch", "Everything", "load_filter",
-           "source_crc"]
+__all__ = [
+    "FilterContext",
+    "LoadedFilter",
+    "ClassFilter",
+    "EveryTenth",
+    "EveryTenthBatch",
+    "Everything",
+    "load_filter",
+    "source_crc",
+]
 
 _log = logging.getLogger("storelib.filter")
 
@@ -169,8 +176,9 @@ def load_filter(name: str, source: str | None = None, *, refresh: bool = False) 
                 try:
                     exec(compile(source, module.__file__, "exec"), module.__dict__)
                 except Exception as e:
-                    raise FilterClassError("filter_class_source", f"cannot run the source of {name}: "
-                                                                  f"{type(e).__name__}: {e}", value=name) from None
+                    raise FilterClassError(
+                        "filter_class_source", f"cannot run the source of {name}: {type(e).__name__}: {e}", value=name
+                    ) from None
                 _LOADED[key] = _build(name, module, cls_name, crc)
             return _LOADED[key]
         loaded = _LOADED.get(name)
@@ -185,8 +193,9 @@ def load_filter(name: str, source: str | None = None, *, refresh: bool = False) 
         except FilterClassError:
             raise
         except Exception as e:
-            raise FilterClassError("filter_class", f"cannot import module {module_name!r}: {type(e).__name__}: {e}",
-                                   value=name) from None
+            raise FilterClassError(
+                "filter_class", f"cannot import module {module_name!r}: {type(e).__name__}: {e}", value=name
+            ) from None
         _LOADED[name] = _build(name, module, cls_name, source_crc(text))
         return _LOADED[name]
 
@@ -215,12 +224,14 @@ def _build(name: str, module: types.ModuleType, cls_name: str, crc: int) -> Load
     try:
         instance = cls()
     except Exception as e:
-        raise FilterClassError("filter_class", f"{name} cannot be built without arguments: {type(e).__name__}: {e}",
-                               value=name) from None
+        raise FilterClassError(
+            "filter_class", f"{name} cannot be built without arguments: {type(e).__name__}: {e}", value=name
+        ) from None
     has_batch = callable(getattr(instance, "match_batch", None))
     if not has_batch and not callable(getattr(instance, "match", None)):
-        raise FilterClassError("filter_class", f"{name} has neither match(msg, context) nor match_batch(batch, context)",
-                               value=name)
+        raise FilterClassError(
+            "filter_class", f"{name} has neither match(msg, context) nor match_batch(batch, context)", value=name
+        )
     return LoadedFilter(name, crc, instance, has_batch)
 
 
@@ -256,13 +267,21 @@ class ClassFilter:
         loaded = load_filter(self.name, self.source, refresh=refresh)
         if self.crc is not None and loaded.crc != self.crc:
             raise SubscriptionNotLatestError(
-                "filter_class", f"the class {self.name} loaded here (source crc {loaded.crc}) is not the one "
-                                f"registered{' by group ' + self.group if self.group else ''} for topic {self.topic} "
-                                f"(crc {self.crc}); subscribe again to use the changed class", value=self.name)
+                "filter_class",
+                f"the class {self.name} loaded here (source crc {loaded.crc}) is not the one "
+                f"registered{' by group ' + self.group if self.group else ''} for topic {self.topic} "
+                f"(crc {self.crc}); subscribe again to use the changed class",
+                value=self.name,
+            )
         return loaded
 
-    def match_rows(self, rows: pa.RecordBatch | pa.Table, failures: FilterFailures | None = None,
-                   loaded: LoadedFilter | None = None, why: str = "") -> np.ndarray:
+    def match_rows(
+        self,
+        rows: pa.RecordBatch | pa.Table,
+        failures: FilterFailures | None = None,
+        loaded: LoadedFilter | None = None,
+        why: str = "",
+    ) -> np.ndarray:
         """Whether the filter keeps each of ``rows`` (commitlog rows): ``match_batch`` once over them, or
         ``match`` on a view of each row; failures go to ``failures``. ``loaded`` is the class if the caller
         loaded it already (None with ``why``: it could not be loaded, and nothing matches).

@@ -78,15 +78,23 @@ class MessageFilter:
     False
     """
 
-    def __init__(self, topic: str, selector: MessageSelector, subscription: "Subscription | None" = None,
-                 bloom_filter: "BloomFilter | None" = None, *, config: "StoreConfig | None" = None):
+    def __init__(
+        self,
+        topic: str,
+        selector: MessageSelector,
+        subscription: "Subscription | None" = None,
+        bloom_filter: "BloomFilter | None" = None,
+        *,
+        config: "StoreConfig | None" = None,
+    ):
         self.topic = topic
         self.selector = selector
         self.subscription = subscription
         self.config = config  # the store's settings: its SQL92 limits
         bloom = subscription.bloom if subscription is not None and subscription.is_sql92 else None
-        self.bloom: "BloomFilterData | None" = bloom if bloom is not None and (
-            bloom_filter is None or bloom_filter.is_valid(bloom)) else None
+        self.bloom: "BloomFilterData | None" = (
+            bloom if bloom is not None and (bloom_filter is None or bloom_filter.is_valid(bloom)) else None
+        )
         self.version = subscription.version if subscription is not None else None
         self.bloom_filter = bloom_filter
 
@@ -143,7 +151,6 @@ class MessageFilter:
         from pyspark.sql import functions as F
 
         if self.selector.by_tags:
-
             return code_match_column(self.data, F.col("tags_code"))
         if self.bloom is None:
             return F.lit(True)
@@ -158,7 +165,6 @@ class MessageFilter:
     def bitmap_hit(self) -> "Column":
         from pyspark.sql import functions as F
 
-
         return F.coalesce(may_match_column(F.col("filter_bitmap"), self.bloom), F.lit(True))
 
     def commitlog_column(self) -> "Column":
@@ -167,7 +173,6 @@ class MessageFilter:
         from pyspark.sql import functions as F
 
         if self.selector.by_tags:
-
             return tag_match_column(self.data, F.col("tags"))
         return self.sql.to_column("properties")
 
@@ -215,15 +220,17 @@ class MessageFilter:
                 return np.ones(n, dtype=bool)
             codes = units.column("tags_code")
             low32 = pc.fill_null(codes, 0).to_numpy().astype(np.int64).astype(np.int32)  # Long.intValue()
-            return np.isin(low32, np.array(sorted(self.data.code_set), dtype=np.int32)) | \
-                pc.is_null(codes).to_numpy(zero_copy_only=False)
+            return np.isin(low32, np.array(sorted(self.data.code_set), dtype=np.int32)) | pc.is_null(codes).to_numpy(
+                zero_copy_only=False
+            )
         if self.bloom is None:
             return np.ones(n, dtype=bool)
 
         versions = pc.fill_null(units.column("filter_version"), -1).to_numpy()
         width = self.bloom.bit_num // 8 if self.bloom.bit_num % 8 == 0 else -1
         sized = pc.fill_null(pc.equal(pc.binary_length(units.column("filter_bitmap")), width), False).to_numpy(
-            zero_copy_only=False)
+            zero_copy_only=False
+        )
         trusted = (versions >= self.version) & sized
         passed = ~trusted
         if trusted.any():
@@ -233,8 +240,9 @@ class MessageFilter:
         return passed
 
     # ---- Python, for point reads -----------------------------------------------------------------
-    def is_matched_by_consume_queue(self, tags_code: int | None = None, filter_bitmap: bytes | None = None,
-                                    filter_version: int | None = None) -> bool:
+    def is_matched_by_consume_queue(
+        self, tags_code: int | None = None, filter_bitmap: bytes | None = None, filter_version: int | None = None
+    ) -> bool:
         """Step 1 for one unit (tag code real, not an ext address)."""
         if self.selector.by_tags:
             return tags_code is None or self.data.matches_code(tags_code)

@@ -58,10 +58,15 @@ class MessageSelector:
     filter_class_source: str | None = field(default=None, repr=False)
 
     def __repr__(self) -> str:
-        extra = "".join(f", {name}={getattr(self, name)!r}" for name in ("filter_class", "filter_class_crc")
-                        if getattr(self, name) is not None)
+        extra = "".join(
+            f", {name}={getattr(self, name)!r}"
+            for name in ("filter_class", "filter_class_crc")
+            if getattr(self, name) is not None
+        )
         source = ", filter_class_source=..." if self.filter_class_source is not None else ""
-        return f"MessageSelector(expression_type={self.expression_type!r}, expression={self.expression!r}{extra}{source})"
+        return (
+            f"MessageSelector(expression_type={self.expression_type!r}, expression={self.expression!r}{extra}{source})"
+        )
 
     @classmethod
     def by_tag(cls, tag: str | None) -> "MessageSelector":
@@ -102,8 +107,9 @@ class MessageSelector:
             return selector
         if selector is None or isinstance(selector, str):
             return cls.by_tag(selector)
-        raise FilterExpressionError(f"a selector is a MessageSelector or a tag string, not {type(selector).__name__}",
-                                    repr(selector), 0)
+        raise FilterExpressionError(
+            f"a selector is a MessageSelector or a tag string, not {type(selector).__name__}", repr(selector), 0
+        )
 
     @property
     def is_tag(self) -> bool:
@@ -138,16 +144,15 @@ class MessageSelector:
         storelib.model.errors.FilterExpressionError: expression: expression longer than 8 characters (max_filter_expression_length) ...
         """
         if self.is_sql92:
-
             parse_sql92(self.expression, **sql92_limits(config))
         elif self.by_tags:
-
             build_subscription(topic, self.expression, TAG if self.is_class else self.expression_type)
             if self.is_class:
                 _class_path(self.filter_class, self.filter_class_source is not None)
         else:
-            raise FilterNotSupportedError("expression_type", "only TAG, SQL92 and CLASS selectors exist",
-                                          value=self.expression_type)
+            raise FilterNotSupportedError(
+                "expression_type", "only TAG, SQL92 and CLASS selectors exist", value=self.expression_type
+            )
 
     def with_crc(self, crc: int) -> "MessageSelector":
         """This class selector with the checksum of the class source it stands for.

@@ -63,8 +63,14 @@ class Subscription:
         return parse_sql92(self.selector.expression, **sql92_limits(self.config)) if self.is_sql92 else None
 
 
-def check_selector(topic: str, selector: "MessageSelector | str | None", config: StoreConfig,
-                   group: str | None = None, *, subscribing: bool = False) -> MessageSelector:
+def check_selector(
+    topic: str,
+    selector: "MessageSelector | str | None",
+    config: StoreConfig,
+    group: str | None = None,
+    *,
+    subscribing: bool = False,
+) -> MessageSelector:
     """The selector, checked as RocketMQ's broker checks a subscription, or the typed error it would give.
 
     A SQL92 selector needs ``enable_property_filter`` and must parse within the store's limits; a tag
@@ -85,12 +91,19 @@ def check_selector(topic: str, selector: "MessageSelector | str | None", config:
     """
     selector = MessageSelector.of(selector)
     if selector.is_sql92 and not config.enable_property_filter:
-        raise FilterNotSupportedError("expression_type", "SQL92 filtering is off in this store "
-                                      "(enable_property_filter=false)", value=selector.expression)
+        raise FilterNotSupportedError(
+            "expression_type",
+            "SQL92 filtering is off in this store (enable_property_filter=false)",
+            value=selector.expression,
+        )
     if selector.is_class and selector.filter_class_source is not None and not config.enable_filter_class_source:
-        raise FilterNotSupportedError("filter_class_source", "running uploaded filter class source is off in this "
-                                      "store (enable_filter_class_source=false); install the module and name it "
-                                      "by import path", value=selector.filter_class)
+        raise FilterNotSupportedError(
+            "filter_class_source",
+            "running uploaded filter class source is off in this "
+            "store (enable_filter_class_source=false); install the module and name it "
+            "by import path",
+            value=selector.filter_class,
+        )
     selector.parse(topic, config)
     if selector.is_class:
         if subscribing:

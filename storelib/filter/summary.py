@@ -33,8 +33,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from storelib.filter.bloom import bits_or
 from storelib.encoding.tags import tags_codes
+from storelib.filter.bloom import bits_or
 
 if TYPE_CHECKING:
     from typing import Iterable
@@ -42,8 +42,16 @@ if TYPE_CHECKING:
     from storelib.filter.bloom import BloomFilterData
     from storelib.filter.subscription import Subscription
 
-__all__ = ["ExtSummarizer", "FileSummary", "RowGroupSummarizer", "RowGroupSummary", "subscription_key", "summarizer_for",
-           "bitmap_hits", "MAX_TAG_CODES"]
+__all__ = [
+    "ExtSummarizer",
+    "FileSummary",
+    "RowGroupSummarizer",
+    "RowGroupSummary",
+    "subscription_key",
+    "summarizer_for",
+    "bitmap_hits",
+    "MAX_TAG_CODES",
+]
 
 #: A file with more distinct tag codes than this keeps none (it is read for every tag subscription).
 MAX_TAG_CODES = 64
@@ -69,8 +77,15 @@ class ExtSummarizer:
         self.subscriptions = dict(subscriptions or {})
 
     def start(self) -> dict[str, Any]:
-        return {"topic": None, "queue_id": None, "bitmap": None, "no_bitmap": False, "version_min": None,
-                "codes": set(), "hit": {key: False for key in self.subscriptions}}
+        return {
+            "topic": None,
+            "queue_id": None,
+            "bitmap": None,
+            "no_bitmap": False,
+            "version_min": None,
+            "codes": set(),
+            "hit": {key: False for key in self.subscriptions},
+        }
 
     def add(self, state: dict[str, Any], batch: pa.RecordBatch) -> dict[str, Any]:
         if batch.num_rows == 0:
@@ -107,9 +122,16 @@ class ExtSummarizer:
         codes = None if state["codes"] is None else sorted(state["codes"])
         bitmap = None if state["no_bitmap"] or state["bitmap"] is None else state["bitmap"].hex()
         no_hit = [] if state["no_bitmap"] else sorted(k for k, hit in state["hit"].items() if hit is False)
-        return json.dumps({"topic": state["topic"], "queue_id": state["queue_id"], "bitmap": bitmap,
-                           "version_min": None if bitmap is None else state["version_min"], "codes": codes,
-                           "no_hit": no_hit})
+        return json.dumps(
+            {
+                "topic": state["topic"],
+                "queue_id": state["queue_id"],
+                "bitmap": bitmap,
+                "version_min": None if bitmap is None else state["version_min"],
+                "codes": codes,
+                "no_hit": no_hit,
+            }
+        )
 
 
 def summarizer_for(subscriptions: "Iterable[Subscription]") -> ExtSummarizer:
@@ -118,8 +140,13 @@ def summarizer_for(subscriptions: "Iterable[Subscription]") -> ExtSummarizer:
     >>> list(summarizer_for([store.subscription("GroupA", "TopicTest")]).subscriptions)   # tag subscriptions: none
     []
     """
-    return ExtSummarizer({subscription_key(s.group, s.version): (s.version, s.bloom)
-                          for s in subscriptions if s.is_sql92 and s.bloom is not None})
+    return ExtSummarizer(
+        {
+            subscription_key(s.group, s.version): (s.version, s.bloom)
+            for s in subscriptions
+            if s.is_sql92 and s.bloom is not None
+        }
+    )
 
 
 def _matrix(bitmaps: pa.Array) -> np.ndarray | None:
@@ -128,8 +155,8 @@ def _matrix(bitmaps: pa.Array) -> np.ndarray | None:
     width = pc.min(lengths).as_py()
     if width is None or width != pc.max(lengths).as_py() or width == 0:
         return None
-    offsets = np.frombuffer(bitmaps.buffers()[1], np.int32)[bitmaps.offset:bitmaps.offset + len(bitmaps) + 1]
-    data = np.frombuffer(bitmaps.buffers()[2], np.uint8)[offsets[0]:offsets[-1]]
+    offsets = np.frombuffer(bitmaps.buffers()[1], np.int32)[bitmaps.offset : bitmaps.offset + len(bitmaps) + 1]
+    data = np.frombuffer(bitmaps.buffers()[2], np.uint8)[offsets[0] : offsets[-1]]
     return data.reshape(len(bitmaps), width)
 
 
@@ -160,8 +187,13 @@ class FileSummary:
 
     __slots__ = ("bitmap", "version_min", "codes", "no_hit")
 
-    def __init__(self, bitmap: bytes | None, version_min: int | None, codes: Sequence[int] | None,
-                 no_hit: Sequence[str] | None = None):
+    def __init__(
+        self,
+        bitmap: bytes | None,
+        version_min: int | None,
+        codes: Sequence[int] | None,
+        no_hit: Sequence[str] | None = None,
+    ):
         self.bitmap = bitmap
         self.version_min = version_min
         self.codes = None if codes is None else frozenset(codes)
@@ -196,14 +228,22 @@ class RowGroupSummarizer:
             take = min(batch.num_rows - at, self.row_group_rows - state["rows"])
             part = batch.slice(at, take)
             units = pa.RecordBatch.from_arrays(
-                [part.column("topic"), part.column("queue_id"), pa.array(tags_codes(part.column("tags")), pa.int64()),
-                 part.column("filter_bitmap"), part.column("filter_version")],
-                names=["topic", "queue_id", "tags_code", "filter_bitmap", "filter_version"])
+                [
+                    part.column("topic"),
+                    part.column("queue_id"),
+                    pa.array(tags_codes(part.column("tags")), pa.int64()),
+                    part.column("filter_bitmap"),
+                    part.column("filter_version"),
+                ],
+                names=["topic", "queue_id", "tags_code", "filter_bitmap", "filter_version"],
+            )
             state["current"] = self.groups.add(state["current"], units)
             state["topics"].update(pc.unique(part.column("topic")).to_pylist())
             lo, hi = pc.min_max(part.column("cluster_seq")).values()
-            state["seq"] = [min(v for v in (state["seq"][0], lo.as_py()) if v is not None),
-                            max(v for v in (state["seq"][1], hi.as_py()) if v is not None)]
+            state["seq"] = [
+                min(v for v in (state["seq"][0], lo.as_py()) if v is not None),
+                max(v for v in (state["seq"][1], hi.as_py()) if v is not None),
+            ]
             state["rows"] += take
             at += take
             if state["rows"] == self.row_group_rows:
@@ -212,8 +252,13 @@ class RowGroupSummarizer:
 
     def _close(self, state: dict[str, Any]) -> None:
         summary = json.loads(self.groups.finish(state["current"]))
-        summary.update(row_group=len(state["done"]), num_records=state["rows"], topics=len(state["topics"]),
-                       seq_min=state["seq"][0], seq_max=state["seq"][1])
+        summary.update(
+            row_group=len(state["done"]),
+            num_records=state["rows"],
+            topics=len(state["topics"]),
+            seq_min=state["seq"][0],
+            seq_max=state["seq"][1],
+        )
         state["done"].append(summary)
         state["current"] = None
 
@@ -228,7 +273,16 @@ class RowGroupSummary:
 
     __slots__ = ("path", "row_group", "num_records", "seq_min", "seq_max", "topics", "summary", "topic")
 
-    def __init__(self, path: str, row_group: int, num_records: int, seq_min: int, seq_max: int, topics: int,
-                 summary: FileSummary, topic: str | None = None):
+    def __init__(
+        self,
+        path: str,
+        row_group: int,
+        num_records: int,
+        seq_min: int,
+        seq_max: int,
+        topics: int,
+        summary: FileSummary,
+        topic: str | None = None,
+    ):
         self.path, self.row_group, self.num_records = path, row_group, num_records
         self.seq_min, self.seq_max, self.topics, self.summary, self.topic = seq_min, seq_max, topics, summary, topic

@@ -36,8 +36,16 @@ from storelib.model.errors import FilterError, FilterExpressionError
 from storelib.model.timestamps import now_ms
 from storelib.model.validation import lone_surrogate
 
-__all__ = ["ExpressionType", "SUB_ALL", "TAG_SEPARATOR", "SubscriptionData", "build_subscription",
-           "build_subscription_data", "code_match_column", "tag_match_column"]
+__all__ = [
+    "ExpressionType",
+    "SUB_ALL",
+    "TAG_SEPARATOR",
+    "SubscriptionData",
+    "build_subscription",
+    "build_subscription_data",
+    "code_match_column",
+    "tag_match_column",
+]
 
 #: The tag expression that subscribes to every message (``SubscriptionData.SUB_ALL``).
 SUB_ALL = "*"
@@ -106,10 +114,12 @@ class SubscriptionData:
         object.__setattr__(self, "code_set", codes)
 
     def __repr__(self) -> str:
-        return (f"SubscriptionData(topic={self.topic!r}, sub_string={self.sub_string!r}, "
-                f"expression_type={self.expression_type!r}, tags_set={sorted(self.tags_set)!r}, "
-                f"code_set={sorted(self.code_set)!r}, sub_version={self.sub_version}, "
-                f"class_filter_mode={self.class_filter_mode})")
+        return (
+            f"SubscriptionData(topic={self.topic!r}, sub_string={self.sub_string!r}, "
+            f"expression_type={self.expression_type!r}, tags_set={sorted(self.tags_set)!r}, "
+            f"code_set={sorted(self.code_set)!r}, sub_version={self.sub_version}, "
+            f"class_filter_mode={self.class_filter_mode})"
+        )
 
     @property
     def is_sub_all(self) -> bool:
@@ -128,8 +138,12 @@ class SubscriptionData:
         """
         if tags_code is not None and not _is_int(tags_code):
             raise FilterError("tags_code", "must be an int or None", value=tags_code)
-        if (self.class_filter_mode or not ExpressionType.is_tag_type(self.expression_type)
-                or tags_code is None or self.is_sub_all):
+        if (
+            self.class_filter_mode
+            or not ExpressionType.is_tag_type(self.expression_type)
+            or tags_code is None
+            or self.is_sub_all
+        ):
             return True
         low = tags_code & _MASK32
         return (low - (1 << 32) if low > _INT_MAX else low) in self.code_set
@@ -212,8 +226,7 @@ def _tag_subscription(topic: str, sub_string: str | None) -> SubscriptionData:
     return SubscriptionData(topic, sub_string, ExpressionType.TAG, tags, codes)
 
 
-def build_subscription_data(topic: str, sub_string: str | None,
-                            expression_type: str | None = None) -> SubscriptionData:
+def build_subscription_data(topic: str, sub_string: str | None, expression_type: str | None = None) -> SubscriptionData:
     """RocketMQ's ``FilterAPI.buildSubscriptionData``: parse ``sub_string`` as tags whatever the type.
 
     ``None``/``""``/``"*"`` subscribe to all (``sub_string`` becomes ``"*"``). A non-blank
@@ -227,13 +240,21 @@ def build_subscription_data(topic: str, sub_string: str | None,
     _check_args(topic, sub_string, expression_type)
     sub = _tag_subscription(topic, sub_string)
     if not _is_blank(expression_type):
-        sub = SubscriptionData(sub.topic, sub.sub_string, expression_type, sub.tags_set, sub.code_set,
-                               sub.sub_version, sub.class_filter_mode)
+        sub = SubscriptionData(
+            sub.topic,
+            sub.sub_string,
+            expression_type,
+            sub.tags_set,
+            sub.code_set,
+            sub.sub_version,
+            sub.class_filter_mode,
+        )
     return sub
 
 
-def build_subscription(topic: str, sub_string: str | None,
-                       expression_type: str | None = ExpressionType.TAG) -> SubscriptionData:
+def build_subscription(
+    topic: str, sub_string: str | None, expression_type: str | None = ExpressionType.TAG
+) -> SubscriptionData:
     """RocketMQ's ``FilterAPI.build`` (what a broker does with a pull request's subscription).
 
     Type ``None`` or exactly ``"TAG"``: as :func:`build_subscription_data` without a type. Any
@@ -263,7 +284,7 @@ def code_match_column(sub: SubscriptionData, tags_code: Column) -> Column:
     >>> [r[0] for r in df.select(code_match_column(sub, F.col("tags_code"))).collect()]
     [True, False, True]
     """
-    if (sub.class_filter_mode or not ExpressionType.is_tag_type(sub.expression_type) or sub.is_sub_all):
+    if sub.class_filter_mode or not ExpressionType.is_tag_type(sub.expression_type) or sub.is_sub_all:
         return F.lit(True)
     codes = sorted(sub.code_set)
     if not codes:

@@ -59,8 +59,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from storelib.delta.log import entry_actions
-from storelib.local.wire import (ANSWER, DECLINED, FAILED, Client, Request, Server, error_body, error_of,
-                                 local_address, pack, unpack)
+from storelib.local.wire import (
+    ANSWER,
+    DECLINED,
+    FAILED,
+    Client,
+    Request,
+    Server,
+    error_body,
+    error_of,
+    local_address,
+    pack,
+    unpack,
+)
 from storelib.model.errors import StoreStateError
 from storelib.send.group_commit import GroupCommitProducer, completed
 from storelib.storage.commitlog import LANDED, STAGED_SCHEMA, CommitLog
@@ -259,8 +270,9 @@ class Relay:
                 since = pc.greater_equal(actions.column("modification_time"), int((sent_at - LOOK_BACK_S) * 1000))
                 paths = table.paths(actions.filter(since))
             if paths:
-                landed = table.read_arrow(paths=paths, columns=LANDED,
-                                          filter=pc.field("uniq_key").isin(rows.column("uniq_key")))
+                landed = table.read_arrow(
+                    paths=paths, columns=LANDED, filter=pc.field("uniq_key").isin(rows.column("uniq_key"))
+                )
                 if landed.num_rows:
                     return _in_order(landed, rows)
             return self._direct(rows, request_id)
@@ -339,20 +351,30 @@ class _Link:
             try:
                 future.set_exception(error_of(body))
             except StoreStateError as e:  # failed all the same: nothing of the group was written
-                future.set_exception(StoreStateError(
-                    "commitlog", f"the machine's committer failed the group; its error cannot be read: {e.reason}"))
+                future.set_exception(
+                    StoreStateError(
+                        "commitlog", f"the machine's committer failed the group; its error cannot be read: {e.reason}"
+                    )
+                )
             return
         if kind != ANSWER:
-            future.set_exception(StoreStateError("commitlog", f"the machine's committer answered a group with a frame "
-                                                              f"of unknown kind {kind!r}"))
+            future.set_exception(
+                StoreStateError(
+                    "commitlog", f"the machine's committer answered a group with a frame of unknown kind {kind!r}"
+                )
+            )
             return
         try:
             landed = unpack(body)[1]
             if landed is None:
                 raise StoreStateError("commitlog", "the machine's committer answered a group without its rows")
         except StoreStateError as e:  # landed rows unreadable: the log says where the group landed
-            log.warning("relay: the rows the leader answered request %s with could not be read (%s); looking "
-                        "for the group in the log", request_id, e)
+            log.warning(
+                "relay: the rows the leader answered request %s with could not be read (%s); looking "
+                "for the group in the log",
+                request_id,
+                e,
+            )
             _settle(future, lambda: self.relay._recover(request_id, rows, sent_at))
             return
         future.set_result(landed)
@@ -393,8 +415,12 @@ class _Leader:
         self.relay, self._lock_fd, self.server = relay, lock_fd, server
         table = relay.commitlog.table
         self.committer: GroupCommitProducer[Group, Group, pa.Table] = GroupCommitProducer(
-            self._check, self._append, max_batch=64, name="storelib-relay-committer",
-            turn=lambda: table.commit_turn(snapshot=False))
+            self._check,
+            self._append,
+            max_batch=64,
+            name="storelib-relay-committer",
+            turn=lambda: table.commit_turn(snapshot=False),
+        )
         server.serve(self._take)
 
     @classmethod
@@ -417,8 +443,11 @@ class _Leader:
         if self.server.closing:
             raise NotTaken()
         if group.rows is None or not group.rows.schema.equals(STAGED_SCHEMA):
-            raise StoreStateError("commitlog", "a producer handed rows of another layout to the machine's committer",
-                                  value=str(group.rows.schema.names if group.rows is not None else None))
+            raise StoreStateError(
+                "commitlog",
+                "a producer handed rows of another layout to the machine's committer",
+                value=str(group.rows.schema.names if group.rows is not None else None),
+            )
         return group
 
     def _append(self, groups: Sequence[Group]) -> list[pa.Table]:

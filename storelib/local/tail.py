@@ -46,8 +46,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from storelib.consume.get_message import (GetMessageResult, GetMessageStatus, batch_full, scan_window,
-                                          total_physical_memory)
+from storelib.consume.get_message import (
+    GetMessageResult,
+    GetMessageStatus,
+    batch_full,
+    scan_window,
+    total_physical_memory,
+)
 from storelib.context import StoreContext
 from storelib.encoding.ext_addr import MAX_EXT_ADDR
 from storelib.filter.message_filter import MessageFilter
@@ -60,8 +65,18 @@ from storelib.storage.commitlog_reads import message_rows, min_physical_offset
 from storelib.storage.consume_queue import min_queue_marker, queue_files, queue_offsets, read_units
 from storelib.storage.schema import COMMITLOG
 
-__all__ = ["TailServer", "TailClient", "tail_client", "tail_address", "Tail", "Tails", "by_queue", "TAIL_UNITS",
-           "TAIL_TIMEOUT_S", "UNIT_BYTES"]
+__all__ = [
+    "TailServer",
+    "TailClient",
+    "tail_client",
+    "tail_address",
+    "Tail",
+    "Tails",
+    "by_queue",
+    "TAIL_UNITS",
+    "TAIL_TIMEOUT_S",
+    "UNIT_BYTES",
+]
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +101,6 @@ _HANDING = object()
 _UNIT_COLUMNS = ["queue_offset", "commitlog_offset", "size", "tags_code"]
 #: The messages' columns as the tail keeps and sends them.
 MESSAGE_SCHEMA = pa.schema([COMMITLOG.arrow.field(c) for c in MESSAGE_COLUMNS])
-
 
 
 # ---- the tails kept -------------------------------------------------------------------------------
@@ -271,8 +285,9 @@ class TailServer:
             self._tails.clear()
 
     # ---- answering -------------------------------------------------------------------------------
-    def get(self, topic: str, queue_id: int, offset: int, max_msgs: int, expression: str,
-            wait_ms: int = 0) -> tuple[dict, pa.Table | None] | None:
+    def get(
+        self, topic: str, queue_id: int, offset: int, max_msgs: int, expression: str, wait_ms: int = 0
+    ) -> tuple[dict, pa.Table | None] | None:
         """``getMessage`` of a tag subscription (``expression``) from the tail, as (header, message rows);
         None when the tail cannot answer it exactly. A pull at the queue's end (``OFFSET_OVERFLOW_ONE``)
         waits up to ``wait_ms`` for the tail to grow, then is answered again: a held pull's look."""
@@ -286,26 +301,42 @@ class TailServer:
                 left = deadline - time.monotonic()
                 if answer is None or answer[0]["status"] != GetMessageStatus.OFFSET_OVERFLOW_ONE or left <= 0:
                     break
-                self._grown.wait(min(left, _WAKE_S))  # a dispatcher elsewhere publishes nothing: look again now and then
+                self._grown.wait(
+                    min(left, _WAKE_S)
+                )  # a dispatcher elsewhere publishes nothing: look again now and then
             self.answered += answer is not None
             return answer
 
-    def _answer(self, topic: str, queue_id: int, offset: int, max_msgs: int, expression: str) -> tuple[dict, pa.Table | None] | None:
+    def _answer(
+        self, topic: str, queue_id: int, offset: int, max_msgs: int, expression: str
+    ) -> tuple[dict, pa.Table | None] | None:
         """:meth:`get` without waiting, in the lock; ``_HANDING`` while the units that would answer it are
         on their way from a dispatcher here (:meth:`expect`)."""
         cq, config = self.ctx.tables.consume_queue, self.ctx.config
         view = self._refresh(cq.view(markers=[min_queue_marker(topic, queue_id)]), (topic, queue_id))
         tail = self._tails.get((topic, queue_id))
         min_offset, max_offset = queue_offsets(cq, view, topic, queue_id)
-        why = ("no tail" if tail is None else "tail behind" if tail.end != max_offset else
-               "offset outside" if not max(tail.start, min_offset) <= offset <= max_offset else None)
+        why = (
+            "no tail"
+            if tail is None
+            else "tail behind"
+            if tail.end != max_offset
+            else "offset outside"
+            if not max(tail.start, min_offset) <= offset <= max_offset
+            else None
+        )
         if why == "tail behind" and self._handing:  # _refresh has just let go of a hand-over waited for too long
             return _HANDING
         if why is not None:
             self.declined[why] += 1
             return None
-        head = {"min_offset": min_offset, "max_offset": max_offset, "queue_offsets": [], "buffer_total_size": 0,
-                "suggest_pulling_from_slave": False}
+        head = {
+            "min_offset": min_offset,
+            "max_offset": max_offset,
+            "queue_offsets": [],
+            "buffer_total_size": 0,
+            "suggest_pulling_from_slave": False,
+        }
         if offset == max_offset:
             return {**head, "status": GetMessageStatus.OFFSET_OVERFLOW_ONE, "next_begin_offset": offset}, None
         at = offset - tail.start
@@ -317,13 +348,24 @@ class TailServer:
             return None
         clog = self.ctx.tables.commitlog.view(markers=[COMMITLOG_MARKER])
         physical = window.column("commitlog_offset").to_pylist()
-        if physical and physical[0] < self.ctx.tables.commitlog.memo("min_physical_offset",
-                                                                      lambda v: min_physical_offset(v.actions), view=clog):
+        if physical and physical[0] < self.ctx.tables.commitlog.memo(
+            "min_physical_offset", lambda v: min_physical_offset(v.actions), view=clog
+        ):
             self.declined["removed"] += 1  # retention reached the tail: the tables say what was removed
             return None
-        passed = ([True] * window.num_rows if every else message_filter.consume_queue_mask(
-            pa.table({"tags_code": codes, "filter_bitmap": pa.nulls(len(codes), pa.binary()),
-                      "filter_version": pa.nulls(len(codes), pa.int64())})).tolist())
+        passed = (
+            [True] * window.num_rows
+            if every
+            else message_filter.consume_queue_mask(
+                pa.table(
+                    {
+                        "tags_code": codes,
+                        "filter_bitmap": pa.nulls(len(codes), pa.binary()),
+                        "filter_version": pa.nulls(len(codes), pa.int64()),
+                    }
+                )
+            ).tolist()
+        )
         memory = self._memory * config.access_message_in_memory_max_ratio // 100
         end_py = clog.marker(COMMITLOG_MARKER)
         status, taken, total, picked, last = GetMessageStatus.NO_MATCHED_MESSAGE, 0, 0, [], 0
@@ -337,8 +379,13 @@ class TailServer:
                 picked.append(at + i)
                 total += size_py
                 status = GetMessageStatus.FOUND
-        head.update(status=status, next_begin_offset=offset + taken, buffer_total_size=total,
-                    queue_offsets=[offset + i - at for i in picked], suggest_pulling_from_slave=(end_py - last) > memory)
+        head.update(
+            status=status,
+            next_begin_offset=offset + taken,
+            buffer_total_size=total,
+            queue_offsets=[offset + i - at for i in picked],
+            suggest_pulling_from_slave=(end_py - last) > memory,
+        )
         if not picked:
             return head, None
         rows = tail.messages.slice(picked[0], picked[-1] + 1 - picked[0]).combine_chunks()
@@ -369,7 +416,9 @@ class TailServer:
             unread = self._unread(view.actions.take(fresh)) if fresh and self._tails else []
             if unread:
                 self._grown.notify_all()
-                self._extend(cq.read_arrow(paths=[cq.path_of(p) for p in unread], columns=["topic", "queue_id", *_UNIT_COLUMNS]))
+                self._extend(
+                    cq.read_arrow(paths=[cq.path_of(p) for p in unread], columns=["topic", "queue_id", *_UNIT_COLUMNS])
+                )
         now = self._asked[wanted] = time.monotonic()
         for key in [k for k, at in self._asked.items() if now - at > TAIL_IDLE_S]:
             self._tails.pop(key, None)
@@ -429,8 +478,10 @@ class TailServer:
         """Of the new files, those that may hold units a tail lacks: not a file of one queue whose units
         are all before its tail's end (those published, or of a queue nobody asked for)."""
         out = []
-        stats = {c: actions.column(c).to_pylist() if c in actions.column_names else [None] * actions.num_rows
-                 for c in ("min.topic", "max.topic", "min.queue_id", "max.queue_id", "max.queue_offset")}
+        stats = {
+            c: actions.column(c).to_pylist() if c in actions.column_names else [None] * actions.num_rows
+            for c in ("min.topic", "max.topic", "min.queue_id", "max.queue_id", "max.queue_offset")
+        }
         for i, path in enumerate(actions.column("path").to_pylist()):
             topic, queue_id, top = stats["min.topic"][i], stats["min.queue_id"][i], stats["max.queue_offset"][i]
             if None in (topic, queue_id, top) or topic != stats["max.topic"][i] or queue_id != stats["max.queue_id"][i]:
@@ -455,8 +506,10 @@ class TailServer:
         for key, (mine, offsets) in by_queue(rows, self._tails).items():
             tail = self._tails[key]
             held = (offsets >= tail.start) & (offsets < tail.end)
-            if held.any() and not np.array_equal(tail.units.column("commitlog_offset").to_numpy()[offsets[held] - tail.start],
-                                                 mine.column("commitlog_offset").to_numpy()[held]):
+            if held.any() and not np.array_equal(
+                tail.units.column("commitlog_offset").to_numpy()[offsets[held] - tail.start],
+                mine.column("commitlog_offset").to_numpy()[held],
+            ):
                 del self._tails[key]
                 continue
             fresh = offsets >= tail.end
@@ -519,15 +572,22 @@ class TailClient:
         self._local = threading.local()
         self._down_until = 0.0
 
-    def get(self, topic: str, queue_id: int, offset: int, max_msgs: int, expression: str,
-            wait_ms: int = 0) -> GetMessageResult | None:
+    def get(
+        self, topic: str, queue_id: int, offset: int, max_msgs: int, expression: str, wait_ms: int = 0
+    ) -> GetMessageResult | None:
         """The follower's ``getMessage`` of a tag subscription (waiting up to ``wait_ms`` at the queue's
         end for a message to arrive); None: read the tables."""
         client = self._client()
         if client is None:
             return None
-        pull = {"topic": topic, "queue_id": queue_id, "offset": offset, "max_msgs": max_msgs, "expression": expression,
-                "wait_ms": wait_ms}
+        pull = {
+            "topic": topic,
+            "queue_id": queue_id,
+            "offset": offset,
+            "max_msgs": max_msgs,
+            "expression": expression,
+            "wait_ms": wait_ms,
+        }
         reply = client.call(*pack(pull), timeout=TAIL_TIMEOUT_S + wait_ms / 1000)
         if reply is None:  # the follower is gone, or too slow: read the tables, and look again later
             self._drop()
@@ -544,15 +604,17 @@ class TailClient:
         messages = StoredMessage.from_rows(rows) if rows is not None else []
         self.answered += 1
         status = GetMessageStatus(head.pop("status"))
-        return GetMessageResult(status, head.pop("next_begin_offset"), head.pop("min_offset"), head.pop("max_offset"),
-                                messages, **head)
+        return GetMessageResult(
+            status, head.pop("next_begin_offset"), head.pop("min_offset"), head.pop("max_offset"), messages, **head
+        )
 
     def _client(self) -> Client | None:
         client = getattr(self._local, "client", None)
         if client is not None or self.address is None or time.monotonic() < self._down_until:
             return client
-        client = self._local.client = Client.connect(self.address, "storelib-tail", reading=False,
-                                                     timeout=TAIL_TIMEOUT_S)
+        client = self._local.client = Client.connect(
+            self.address, "storelib-tail", reading=False, timeout=TAIL_TIMEOUT_S
+        )
         if client is None:
             self._down_until = time.monotonic() + _LOOK_AGAIN_S
         return client

@@ -37,8 +37,24 @@ import pyarrow as pa
 
 from storelib.model.errors import StoreError, StoreStateError, error_from_record
 
-__all__ = ["PROTOCOL", "REQUEST", "ANSWER", "FAILED", "DECLINED", "local_address", "same_user", "send_frame",
-           "receive_frame", "pack", "unpack", "error_body", "error_of", "Request", "Server", "Client"]
+__all__ = [
+    "PROTOCOL",
+    "REQUEST",
+    "ANSWER",
+    "FAILED",
+    "DECLINED",
+    "local_address",
+    "same_user",
+    "send_frame",
+    "receive_frame",
+    "pack",
+    "unpack",
+    "error_body",
+    "error_of",
+    "Request",
+    "Server",
+    "Client",
+]
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +129,7 @@ def receive_frame(sock: socket.socket) -> tuple[bytes, str, memoryview] | None:
         return None
     if len(payload) < 1 + _ID_BYTES:
         raise StoreStateError("wire", f"a frame of {len(payload)} bytes is too short for a kind and a request id")
-    return bytes(payload[:1]), payload[1:1 + _ID_BYTES].hex(), payload[1 + _ID_BYTES:]
+    return bytes(payload[:1]), payload[1 : 1 + _ID_BYTES].hex(), payload[1 + _ID_BYTES :]
 
 
 def _exactly(sock: socket.socket, n: int) -> memoryview | None:
@@ -160,8 +176,8 @@ def unpack(body: bytes | memoryview) -> tuple[dict | None, pa.Table | None]:
     if not 0 <= n <= min(len(view) - _HEAD.size, _MAX_HEAD):
         raise StoreStateError("wire", f"a body of {len(view)} bytes that cannot be read: its head's length is {n}")
     try:
-        head = json.loads(bytes(view[_HEAD.size:_HEAD.size + n])) if n else None
-        rest = view[_HEAD.size + n:]
+        head = json.loads(bytes(view[_HEAD.size : _HEAD.size + n])) if n else None
+        rest = view[_HEAD.size + n :]
         rows = pa.ipc.open_stream(pa.py_buffer(rest)).read_all() if len(rest) else None
     except (ValueError, pa.ArrowException) as e:  # ValueError: JSON's
         raise StoreStateError("wire", f"a body that cannot be read: {e}") from e
@@ -378,8 +394,14 @@ class Client:
             threading.Thread(target=self._read, name=f"{name}-answers", daemon=True).start()
 
     @classmethod
-    def connect(cls, address: str | None, name: str, ended: Callable[[], None] | None = None,
-                reading: bool = True, timeout: float | None = None) -> "Client | None":
+    def connect(
+        cls,
+        address: str | None,
+        name: str,
+        ended: Callable[[], None] | None = None,
+        reading: bool = True,
+        timeout: float | None = None,
+    ) -> "Client | None":
         """A connection to the server at ``address``; None when nobody serves there, or (within ``timeout``
         seconds) nobody takes the connection (see :class:`Client`)."""
         if address is None:
@@ -404,15 +426,19 @@ class Client:
             while (frame := receive_frame(self.sock)) is not None:
                 if frame[1] == request_id:
                     return frame[0], frame[2]
-                log.warning("%s: the server answered request %s, which this process has not under way; skipped",
-                            self.name, frame[1])
+                log.warning(
+                    "%s: the server answered request %s, which this process has not under way; skipped",
+                    self.name,
+                    frame[1],
+                )
         except (OSError, StoreStateError) as e:  # gone, too slow, or not speaking the wire
             log.debug("%s: no answer (%s)", self.name, e)
         self.sock.close()
         return None
 
-    def request(self, *body: bytes | pa.Buffer,
-                request_id: str | None = None) -> "Future[tuple[bytes, memoryview] | None] | None":
+    def request(
+        self, *body: bytes | pa.Buffer, request_id: str | None = None
+    ) -> "Future[tuple[bytes, memoryview] | None] | None":
         """Send a request (``body``'s parts, under ``request_id`` or a fresh one); a future of its answer as
         (kind, body), None when it went unanswered; None rather than a future when this client takes no
         more requests (stopped, or the server is gone)."""
@@ -466,8 +492,11 @@ class Client:
                 with self._lock:
                     future = self._pending.pop(request_id, None)
                 if future is None:  # skipped, not taken as the server's end: alive, it may still serve ours
-                    log.warning("%s: the server answered request %s, which this process has not under way; skipped",
-                                self.name, request_id)
+                    log.warning(
+                        "%s: the server answered request %s, which this process has not under way; skipped",
+                        self.name,
+                        request_id,
+                    )
                     continue
                 future.set_result((kind, body))
         finally:

@@ -62,8 +62,15 @@ from storelib.storage.summaries import record_row_group_summaries
 if TYPE_CHECKING:
     from storelib.filter.subscription import Subscription
 
-__all__ = ["ClusterResult", "ClusterBin", "Clusterer", "cluster_commitlog", "plan_bins", "settled_end",
-           "MAX_SORT_GROUPS"]
+__all__ = [
+    "ClusterResult",
+    "ClusterBin",
+    "Clusterer",
+    "cluster_commitlog",
+    "plan_bins",
+    "settled_end",
+    "MAX_SORT_GROUPS",
+]
 
 #: At most this many SQL92 groups (the rarest) order rows after the clustering keys.
 MAX_SORT_GROUPS = 16
@@ -115,13 +122,20 @@ def plan_bins(actions: pa.Table, end: int, cutoff_ms: int, target: int) -> list[
     """
     if actions.num_rows == 0:
         return []
-    rows = sorted(actions.to_pylist(), key=lambda r: (r.get("min.physical_offset") is None, r.get("min.physical_offset")))
+    rows = sorted(
+        actions.to_pylist(), key=lambda r: (r.get("min.physical_offset") is None, r.get("min.physical_offset"))
+    )
     runs: list[list[dict]] = [[]]
     for r in rows:
         newest = r.get("max.store_timestamp")
         newest_ms = None if newest is None else int(newest.timestamp() * 1000)
-        ok = (r.get("min.physical_offset") is not None and r.get("max.physical_offset") is not None
-              and r["max.physical_offset"] < end and newest_ms is not None and newest_ms <= cutoff_ms)
+        ok = (
+            r.get("min.physical_offset") is not None
+            and r.get("max.physical_offset") is not None
+            and r["max.physical_offset"] < end
+            and newest_ms is not None
+            and newest_ms <= cutoff_ms
+        )
         big_clustered = is_clustered(r["path"]) and r["size_bytes"] >= target // 2
         if ok and not big_clustered:
             runs[-1].append(r)
@@ -131,8 +145,13 @@ def plan_bins(actions: pa.Table, end: int, cutoff_ms: int, target: int) -> list[
     return [b for b in bins if len(b) > 1 or not is_clustered(b[0]["path"])]
 
 
-def cluster_commitlog(ctx: StoreContext, *, settle_ms: int | None = None, attempts: int | None = None,
-                      fault: Callable[[str], None] | None = None) -> ClusterResult:
+def cluster_commitlog(
+    ctx: StoreContext,
+    *,
+    settle_ms: int | None = None,
+    attempts: int | None = None,
+    fault: Callable[[str], None] | None = None,
+) -> ClusterResult:
     """Cluster the settled commitlog files (see the module docstring); idempotent and crash-safe.
 
     ``settle_ms`` overrides :attr:`~storelib.model.config.StoreConfig.cluster_settle_ms`. ``fault``
@@ -144,7 +163,9 @@ def cluster_commitlog(ctx: StoreContext, *, settle_ms: int | None = None, attemp
 
     def step(snapshot) -> ClusterResult:
         # clustered files come out ~1/8 bigger (offsets and keys no longer in order): aim below the target
-        bins = plan_bins(add_actions(snapshot), settled_end(ctx), now_ms() - settle, ctx.config.target_file_size * 7 // 8)
+        bins = plan_bins(
+            add_actions(snapshot), settled_end(ctx), now_ms() - settle, ctx.config.target_file_size * 7 // 8
+        )
         if not bins:
             return ClusterResult(0, 0, 0, time.perf_counter() - began)
         files = write_bins(ctx, bins)
@@ -176,14 +197,24 @@ def write_bins(ctx: StoreContext, bins: list[list[dict]], drop: Mapping[str, Map
     items, sizes = [], []
     for i, b in enumerate(bins):
         lo, hi = min(r["min.physical_offset"] for r in b), max(r["max.physical_offset"] for r in b)
-        ext_paths = [] if ext_actions is None else \
-            ext.paths(Table.prune(ext_actions, Prune(between={"commitlog_offset": (lo, hi)})))
+        ext_paths = (
+            []
+            if ext_actions is None
+            else ext.paths(Table.prune(ext_actions, Prune(between={"commitlog_offset": (lo, hi)})))
+        )
         items.append(ClusterBin(i, tuple(table.path_of(r["path"]) for r in b), lo, hi, tuple(ext_paths)))
         sizes.append(sum(r["size_bytes"] for r in b))
-    target = Target.of(table, cluster_by=("_bin",), target_file_size=2**62, prefix=CLUSTERED_PREFIX,
-                       summarize=RowGroupSummarizer(summarizer_for(subs), CLUSTERED_ROW_GROUP_ROWS),
-                       row_group_rows=CLUSTERED_ROW_GROUP_ROWS)
-    return write_items(ctx.spark, items, sizes, {"commitlog": target}, Clusterer(keys, subs, drop=drop or {}))["commitlog"]
+    target = Target.of(
+        table,
+        cluster_by=("_bin",),
+        target_file_size=2**62,
+        prefix=CLUSTERED_PREFIX,
+        summarize=RowGroupSummarizer(summarizer_for(subs), CLUSTERED_ROW_GROUP_ROWS),
+        row_group_rows=CLUSTERED_ROW_GROUP_ROWS,
+    )
+    return write_items(ctx.spark, items, sizes, {"commitlog": target}, Clusterer(keys, subs, drop=drop or {}))[
+        "commitlog"
+    ]
 
 
 @dataclass(frozen=True)
@@ -219,7 +250,6 @@ class Clusterer:
 
     def __call__(self, item: ClusterBin) -> Iterator[dict[str, pa.RecordBatch]]:
 
-
         parts = []
         for path in item.paths:
             fs, local = filesystem(path)
@@ -234,7 +264,9 @@ class Clusterer:
         order = self.order(rows, bitmaps, versions)
         rows = rows.take(order)
         rows = rows.append_column("cluster_seq", pa.array(item.low + np.arange(rows.num_rows, dtype=np.int64)))
-        rows = rows.append_column("filter_bitmap", bitmaps.take(order)).append_column("filter_version", versions.take(order))
+        rows = rows.append_column("filter_bitmap", bitmaps.take(order)).append_column(
+            "filter_version", versions.take(order)
+        )
         rows = rows.append_column("_bin", pa.array(np.full(rows.num_rows, item.index, dtype=np.int32)))
         for batch in rows.to_batches(max_chunksize=self.batch_rows):
             yield {"commitlog": batch}
@@ -246,20 +278,23 @@ class Clusterer:
         if not item.ext_paths:
             return pa.nulls(n, pa.binary()), pa.nulls(n, pa.int64())
 
-
         fs = filesystem(item.ext_paths[0])[0]
-        units = ds.dataset([filesystem(p)[1] for p in item.ext_paths], schema=CONSUME_QUEUE_EXT.arrow,
-                           format="parquet", filesystem=fs).to_table(
+        units = ds.dataset(
+            [filesystem(p)[1] for p in item.ext_paths], schema=CONSUME_QUEUE_EXT.arrow, format="parquet", filesystem=fs
+        ).to_table(
             columns=["commitlog_offset", "filter_bitmap", "filter_version"],
-            filter=(pc.field("commitlog_offset") >= item.low) & (pc.field("commitlog_offset") <= item.high))
+            filter=(pc.field("commitlog_offset") >= item.low) & (pc.field("commitlog_offset") <= item.high),
+        )
         at = units.column("commitlog_offset").to_numpy()
         if not len(at):
             return pa.nulls(n, pa.binary()), pa.nulls(n, pa.int64())
         order = np.argsort(at, kind="stable")
         pos = np.minimum(np.searchsorted(at[order], offsets), len(at) - 1)
         take = pa.array(order[pos], mask=at[order][pos] != offsets)  # null: no ext row for that message
-        return (units.column("filter_bitmap").combine_chunks().take(take),
-                units.column("filter_version").combine_chunks().take(take))
+        return (
+            units.column("filter_bitmap").combine_chunks().take(take),
+            units.column("filter_version").combine_chunks().take(take),
+        )
 
     def order(self, rows: pa.Table, bitmaps: pa.Array, versions: pa.Array) -> np.ndarray:
         """The clustered order: topic, the topic's clustering keys, rare groups' hits first, offset."""
@@ -273,9 +308,14 @@ class Clusterer:
                 names = self.keys.get(t, (TAGS_KEY,))
                 if len(names) <= i:
                     continue
-                value = rows.column("tags") if names[i] == TAGS_KEY else \
-                    pc.map_lookup(rows.column("properties"), names[i], "first")
-                key = pc.if_else(pc.equal(topic, t), value, key if key is not None else pa.nulls(len(topic), pa.string()))
+                value = (
+                    rows.column("tags")
+                    if names[i] == TAGS_KEY
+                    else pc.map_lookup(rows.column("properties"), names[i], "first")
+                )
+                key = pc.if_else(
+                    pc.equal(topic, t), value, key if key is not None else pa.nulls(len(topic), pa.string())
+                )
             if key is not None:
                 columns[f"_k{i}"] = key
         n = rows.num_rows
@@ -285,8 +325,11 @@ class Clusterer:
             vers = pc.fill_null(versions, -1).to_numpy(zero_copy_only=False)
             for sub in self.subs:
                 hit = np.zeros(n, dtype=bool)
-                rows_of = usable & (vers >= sub.version) & pc.fill_null(pc.equal(topic, sub.topic), False).to_numpy(
-                    zero_copy_only=False)
+                rows_of = (
+                    usable
+                    & (vers >= sub.version)
+                    & pc.fill_null(pc.equal(topic, sub.topic), False).to_numpy(zero_copy_only=False)
+                )
                 if rows_of.any():
                     idx = np.flatnonzero(rows_of)
                     hit[idx] = bitmap_hits(bitmaps.take(pa.array(idx)), sub.bloom)

@@ -28,10 +28,10 @@ from storelib.context import StoreContext
 from storelib.delta.health import table_problems
 from storelib.delta.log import add_actions
 from storelib.delta.table import Table
-from storelib.storage.dispatched import REPUT_MARKER, ahead_of_commitlog, dispatch_targets
 from storelib.encoding.record import message_lengths
 from storelib.model.errors import StoreCorruptedError
 from storelib.storage.commitlog import COMMITLOG_MARKER
+from storelib.storage.dispatched import REPUT_MARKER, ahead_of_commitlog, dispatch_targets
 from storelib.storage.expired import bridged, read_runs
 
 __all__ = ["store_problems", "check_store"]
@@ -58,7 +58,10 @@ def store_problems(ctx: StoreContext, *, full: bool = False) -> list[str]:
 def _across_tables(ctx: StoreContext, full: bool) -> list[str]:
     commitlog = ctx.tables.commitlog.snapshot()
     end = Table.marker(commitlog, COMMITLOG_MARKER)
-    markers = {name: Table.marker(table.snapshot(), REPUT_MARKER) for name, table in dispatch_targets(ctx.tables, ctx.config).items()}
+    markers = {
+        name: Table.marker(table.snapshot(), REPUT_MARKER)
+        for name, table in dispatch_targets(ctx.tables, ctx.config).items()
+    }
     problems = [f"{p}: {_REBUILD}" for p in ahead_of_commitlog(markers, end)]
     actions = add_actions(commitlog)
     runs = read_runs(ctx.tables.commitlog_expired)
@@ -71,8 +74,9 @@ def _across_tables(ctx: StoreContext, full: bool) -> list[str]:
 def _longest_message(ctx: StoreContext) -> int:
     """The most bytes one stored message can take: the largest body, a 16-bit properties length,
     the longest topic, both hosts IPv6."""
-    return int(message_lengths(np.array([ctx.config.max_message_size]), np.array([255]), np.array([2**15 - 1]),
-                               True, True)[0])
+    return int(
+        message_lengths(np.array([ctx.config.max_message_size]), np.array([255]), np.array([2**15 - 1]), True, True)[0]
+    )
 
 
 def _commitlog_ranges(actions: pa.Table, end: int, longest: int, runs: dict[int, int]) -> list[str]:
@@ -85,8 +89,9 @@ def _commitlog_ranges(actions: pa.Table, end: int, longest: int, runs: dict[int,
     lo, hi = lo[order], hi[order]
     out = []
     for i in np.flatnonzero(lo[1:] <= hi[:-1])[:3]:
-        out.append(f"commitlog files {paths[order[i]]} and {paths[order[i + 1]]} hold the same offsets "
-                   f"({lo[i + 1]}..{hi[i]})")
+        out.append(
+            f"commitlog files {paths[order[i]]} and {paths[order[i + 1]]} hold the same offsets ({lo[i + 1]}..{hi[i]})"
+        )
     # removed runs past the first file are spans too (a file's range, or the whole file, may be gone)
     kept = [(s, e - 1) for s, e in runs.items() if e > lo[0]]
     span_lo = np.concatenate([lo, np.array([s for s, _ in kept], dtype=lo.dtype)])
@@ -94,11 +99,15 @@ def _commitlog_ranges(actions: pa.Table, end: int, longest: int, runs: dict[int,
     by_lo = np.argsort(span_lo, kind="stable")
     span_lo, reach = span_lo[by_lo], np.maximum.accumulate(span_hi[by_lo])
     for i in np.flatnonzero(span_lo[1:] - reach[:-1] > longest)[:3]:
-        out.append(f"commitlog offsets {reach[i]}..{span_lo[i + 1]} are missing between two files: a data file was lost")
+        out.append(
+            f"commitlog offsets {reach[i]}..{span_lo[i + 1]} are missing between two files: a data file was lost"
+        )
     last = reach[-1]
     if not last < end <= last + longest:
-        out.append(f"the commitlog's end marker {end} does not follow its last message at offset {last}: "
-                   "its log and its files disagree")
+        out.append(
+            f"the commitlog's end marker {end} does not follow its last message at offset {last}: "
+            "its log and its files disagree"
+        )
     return out
 
 
@@ -111,10 +120,15 @@ def _commitlog_continuity(commitlog: Table, actions: pa.Table, end: int, runs: d
     offset = rows.column("physical_offset").to_numpy()
     size = rows.column("size").to_numpy().astype(np.int64)
     nxt = offset + size
-    broken = np.array([i for i in np.flatnonzero(offset[1:] != nxt[:-1])
-                       if not bridged(runs, int(nxt[i]), int(offset[i + 1]))], dtype=np.int64)
-    out = [f"commitlog message at offset {offset[i]} (size {size[i]}) is followed by one at {offset[i + 1]}, "
-           f"not at {nxt[i]}" for i in broken[:3]]
+    broken = np.array(
+        [i for i in np.flatnonzero(offset[1:] != nxt[:-1]) if not bridged(runs, int(nxt[i]), int(offset[i + 1]))],
+        dtype=np.int64,
+    )
+    out = [
+        f"commitlog message at offset {offset[i]} (size {size[i]}) is followed by one at {offset[i + 1]}, "
+        f"not at {nxt[i]}"
+        for i in broken[:3]
+    ]
     if nxt[-1] != end and not bridged(runs, int(nxt[-1]), end):
         out.append(f"the commitlog's last message ends at {nxt[-1]}, its end marker says {end}")
     if len(broken) > 3:

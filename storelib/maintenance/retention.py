@@ -68,11 +68,11 @@ from storelib.context import StoreContext
 from storelib.delta.commit import remove_actions, with_retries
 from storelib.delta.log import add_actions
 from storelib.delta.table import Table
-from storelib.storage.dispatched import REPUT_MARKER, dispatch_targets
 from storelib.model.errors import ConfigError
 from storelib.model.timestamps import epoch_ms, now_ms
 from storelib.storage.commitlog_reads import commitlog_min_offset
 from storelib.storage.consume_queue import min_queue_marker
+from storelib.storage.dispatched import REPUT_MARKER, dispatch_targets
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -126,7 +126,6 @@ def expired_prefix(spans: Sequence[Span], deadline_ms: int, dispatched_below: in
 # ---- reading the minimums --------------------------------------------------------------------
 
 
-
 # ---- CleanCommitLogService -------------------------------------------------------------------
 def clean_commitlog(ctx: StoreContext, reserved_hours: float | None = None, now: object = None) -> int:
     """Remove the expired prefix of the commitlog in one commit; return how many files went.
@@ -138,7 +137,7 @@ def clean_commitlog(ctx: StoreContext, reserved_hours: float | None = None, now:
     0
     """
     hours = ctx.config.file_reserved_time if reserved_hours is None else reserved_hours
-    if (not isinstance(hours, (int, float)) or isinstance(hours, bool) or not math.isfinite(hours) or hours < 0):
+    if not isinstance(hours, (int, float)) or isinstance(hours, bool) or not math.isfinite(hours) or hours < 0:
         raise ConfigError("reserved_hours", "must be a non-negative number of hours", value=reserved_hours)
     deadline = epoch_ms(now, "now", default=now_ms(), error=ConfigError) - round(hours * _HOUR_MS)
     table = ctx.tables.commitlog
@@ -149,14 +148,23 @@ def clean_commitlog(ctx: StoreContext, reserved_hours: float | None = None, now:
         actions = _sorted_by(add_actions(snapshot), "min.physical_offset")
         if actions.num_rows == 0:
             return 0
-        spans = [Span(*fields) for fields in zip(_column(actions, "min.physical_offset"),
-                                                 _column(actions, "max.physical_offset"), _newest_ms(actions))]
+        spans = [
+            Span(*fields)
+            for fields in zip(
+                _column(actions, "min.physical_offset"), _column(actions, "max.physical_offset"), _newest_ms(actions)
+            )
+        ]
         n = expired_prefix(spans, deadline, dispatched)
         if n == 0:
             return 0
         gone = actions.slice(0, n)
-        table.commit(snapshot, [], removes=remove_actions(gone), operation=DELETE_EXPIRED,
-                     info={"storelib.files": str(n), "storelib.min_offset": str(spans[n].min_offset)})
+        table.commit(
+            snapshot,
+            [],
+            removes=remove_actions(gone),
+            operation=DELETE_EXPIRED,
+            info={"storelib.files": str(n), "storelib.min_offset": str(spans[n].min_offset)},
+        )
         log.info("clean commitlog: removed %d files; min offset now %s", n, spans[n].min_offset)
         return n
 
@@ -179,8 +187,7 @@ def clean_consume_queue(ctx: StoreContext, *, fault: Callable[[str], None] | Non
     out: dict[str, int] = {}
     for name in ("consume_queue", "consume_queue_ext"):
         table = getattr(ctx.tables, name)
-        out[name] = with_retries(table, attempts, lambda s, t=table: _clean_queues(t, s, min_phy),
-                                 what=f"clean {name}")
+        out[name] = with_retries(table, attempts, lambda s, t=table: _clean_queues(t, s, min_phy), what=f"clean {name}")
         if fault is not None:
             fault(f"{name}.committed")
     index = ctx.tables.index
@@ -234,10 +241,21 @@ def _clean_queues(table: Table, snapshot: "DeltaTable", min_phy: int) -> int:
             markers[min_queue_marker(*queue)] = value
     if not gone and not markers:
         return 0
-    table.commit(snapshot, [], removes=remove_actions(actions.take(pa.array(gone, pa.int64()))), markers=markers, operation=DELETE_EXPIRED,
-                 info={"storelib.files": str(len(gone)), "storelib.min_phy_offset": str(min_phy)})
-    log.info("clean %s: removed %d files, moved %d min offsets (min physical offset %d)",
-             table.spec.name, len(gone), len(markers), min_phy)
+    table.commit(
+        snapshot,
+        [],
+        removes=remove_actions(actions.take(pa.array(gone, pa.int64()))),
+        markers=markers,
+        operation=DELETE_EXPIRED,
+        info={"storelib.files": str(len(gone)), "storelib.min_phy_offset": str(min_phy)},
+    )
+    log.info(
+        "clean %s: removed %d files, moved %d min offsets (min physical offset %d)",
+        table.spec.name,
+        len(gone),
+        len(markers),
+        min_phy,
+    )
     return len(gone)
 
 
@@ -247,8 +265,9 @@ def _first_valid_offsets(table: Table, files: pa.Table, min_phy: int, into: dict
     Only these boundary files are opened, on this process, with pyarrow.
     """
     paths = [table.path_of(p) for p in files.column("path").to_pylist()]
-    rows = table.read_arrow(paths=paths, columns=["topic", "queue_id", "queue_offset"],
-                            filter=pc.field("commitlog_offset") >= min_phy)
+    rows = table.read_arrow(
+        paths=paths, columns=["topic", "queue_id", "queue_offset"], filter=pc.field("commitlog_offset") >= min_phy
+    )
     if rows.num_rows == 0:
         return
     firsts = rows.group_by(["topic", "queue_id"]).aggregate([("queue_offset", "min")])
@@ -266,8 +285,13 @@ def _clean_index(table: Table, snapshot: "DeltaTable", min_phy: int) -> int:
     gone = actions.filter(below)
     if gone.num_rows == 0:
         return 0
-    table.commit(snapshot, [], removes=remove_actions(gone), operation=DELETE_EXPIRED,
-                 info={"storelib.files": str(gone.num_rows), "storelib.min_phy_offset": str(min_phy)})
+    table.commit(
+        snapshot,
+        [],
+        removes=remove_actions(gone),
+        operation=DELETE_EXPIRED,
+        info={"storelib.files": str(gone.num_rows), "storelib.min_phy_offset": str(min_phy)},
+    )
     return gone.num_rows
 
 
@@ -292,6 +316,7 @@ def _sorted_by(actions: pa.Table, column: str) -> pa.Table:
     if actions.num_rows == 0 or column not in actions.column_names:
         return actions
     values = actions.column(column)
-    order = np.lexsort((pc.fill_null(values, 0).to_numpy(zero_copy_only=False),
-                        pc.is_valid(values).to_numpy(zero_copy_only=False)))
+    order = np.lexsort(
+        (pc.fill_null(values, 0).to_numpy(zero_copy_only=False), pc.is_valid(values).to_numpy(zero_copy_only=False))
+    )
     return actions.take(pa.array(order))

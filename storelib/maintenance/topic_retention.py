@@ -52,17 +52,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from storelib.context import StoreContext
-from storelib.delta.compaction import bin_by_size
 from storelib.delta.commit import remove_actions, with_retries
+from storelib.delta.compaction import bin_by_size
 from storelib.delta.log import add_actions
 from storelib.delta.stats import Prune
 from storelib.delta.table import Table
-from storelib.storage.summaries import record_row_group_summaries
 from storelib.maintenance.cluster import settled_end, write_bins
 from storelib.model.errors import ConfigError
 from storelib.model.timestamps import FAR_FUTURE_MS, epoch_ms, now_ms
 from storelib.storage.consume_queue import min_queue_marker, queue_min_offset
 from storelib.storage.expired import expired_mask, record_runs, removed_runs
+from storelib.storage.summaries import record_row_group_summaries
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -88,7 +88,9 @@ def queue_cut(start: int, offsets: np.ndarray) -> int:
     return start + (int(run[0]) if len(run) else len(have))
 
 
-def expire_topics(ctx: StoreContext, now: object = None, *, fault: Callable[[str], None] | None = None) -> dict[str, int]:
+def expire_topics(
+    ctx: StoreContext, now: object = None, *, fault: Callable[[str], None] | None = None
+) -> dict[str, int]:
     """Remove the messages of every topic with a ``retention_ms`` stored at or before ``now - retention_ms``
     (``now``: epoch ms or an aware datetime, default the clock); return, per such topic, how many
     messages this call removed from the commitlog. ``fault`` (a test seam) is called with
@@ -105,12 +107,20 @@ def expire_topics(ctx: StoreContext, now: object = None, *, fault: Callable[[str
         return {}
     attempts = ctx.config.max_commit_attempts
     cq = ctx.tables.consume_queue
-    with_retries(cq, attempts, lambda s: _move_cuts(ctx, s, {t: at - ms for t, ms in retention.items()}),
-                 what="expire topics: consume queue")
+    with_retries(
+        cq,
+        attempts,
+        lambda s: _move_cuts(ctx, s, {t: at - ms for t, ms in retention.items()}),
+        what="expire topics: consume queue",
+    )
     _fault(fault, "consume_queue.committed")
     cuts = _cuts(cq.snapshot(), retention)
-    removed = with_retries(ctx.tables.commitlog, attempts, lambda s: _rewrite_commitlog(ctx, s, cuts, fault),
-                           what="expire topics: commitlog")
+    removed = with_retries(
+        ctx.tables.commitlog,
+        attempts,
+        lambda s: _rewrite_commitlog(ctx, s, cuts, fault),
+        what="expire topics: commitlog",
+    )
     ext = ctx.tables.consume_queue_ext
     with_retries(ext, attempts, lambda s: _drop_queue_files(ext, s, cuts, {}), what="expire topics: ext")
     _fault(fault, "consume_queue_ext.committed")
@@ -137,9 +147,13 @@ def _move_cuts(ctx: StoreContext, snapshot: "DeltaTable", deadlines: dict[str, i
         # files that can hold an expired unit: stored at or before the deadline, dispatched everywhere
         micros = min(max(deadline, 0), FAR_FUTURE_MS) * 1000
         old = cq.prune(mine, Prune(between={"store_timestamp": (0, micros)}))
-        units = cq.read_arrow(paths=cq.paths(old), columns=["queue_id", "queue_offset"],
-                              filter=(pc.field("topic") == topic) & (pc.field("commitlog_offset") < dispatched)
-                              & (pc.field("store_timestamp") <= pa.scalar(micros, pa.timestamp("us", tz="UTC"))))
+        units = cq.read_arrow(
+            paths=cq.paths(old),
+            columns=["queue_id", "queue_offset"],
+            filter=(pc.field("topic") == topic)
+            & (pc.field("commitlog_offset") < dispatched)
+            & (pc.field("store_timestamp") <= pa.scalar(micros, pa.timestamp("us", tz="UTC"))),
+        )
         qids = units.column("queue_id").to_numpy()
         offsets = units.column("queue_offset").to_numpy()
         for q in np.unique(qids).tolist():
@@ -184,19 +198,29 @@ def _drop_queue_files(table: Table, snapshot: "DeltaTable", cuts: Cuts, markers:
         for i, key in enumerate(zip(topics, qids)):
             if top[i] is not None and (key not in last or top[i] > top[last[key]]):
                 last[key] = i
-        gone = [i for i, (t, q) in enumerate(zip(topics, qids))
-                if top[i] is not None and last.get((t, q)) != i and top[i] < cuts.get(t, {}).get(q, 0)]
+        gone = [
+            i
+            for i, (t, q) in enumerate(zip(topics, qids))
+            if top[i] is not None and last.get((t, q)) != i and top[i] < cuts.get(t, {}).get(q, 0)
+        ]
     if not gone and not markers:
         return 0
-    table.commit(snapshot, [], removes=remove_actions(actions.take(pa.array(gone, pa.int64()))), markers=markers,
-                 operation=EXPIRE_TOPIC, info={"storelib.files": str(len(gone)), "storelib.markers": str(len(markers))})
+    table.commit(
+        snapshot,
+        [],
+        removes=remove_actions(actions.take(pa.array(gone, pa.int64()))),
+        markers=markers,
+        operation=EXPIRE_TOPIC,
+        info={"storelib.files": str(len(gone)), "storelib.markers": str(len(markers))},
+    )
     log.info("expire topics: %s: moved %d min offsets, removed %d files", table.spec.name, len(markers), len(gone))
     return len(markers) if markers else len(gone)
 
 
 # ---- steps 2 and 3: the commitlog ------------------------------------------------------------------
-def _rewrite_commitlog(ctx: StoreContext, snapshot: "DeltaTable", cuts: Cuts,
-                       fault: Callable[[str], None] | None) -> dict[str, int]:
+def _rewrite_commitlog(
+    ctx: StoreContext, snapshot: "DeltaTable", cuts: Cuts, fault: Callable[[str], None] | None
+) -> dict[str, int]:
     """Record the runs below the cuts, then rewrite the files holding them without them, in one commit."""
     table = ctx.tables.commitlog
     actions = add_actions(snapshot)
@@ -206,14 +230,21 @@ def _rewrite_commitlog(ctx: StoreContext, snapshot: "DeltaTable", cuts: Cuts,
     lo, hi = actions.column("min.physical_offset").to_pylist(), actions.column("max.physical_offset").to_pylist()
     low_topic, high_topic = actions.column("min.topic").to_pylist(), actions.column("max.topic").to_pylist()
     low_qo = actions.column("min.queue_offset").to_pylist()
-    candidates = [i for i in range(actions.num_rows)
-                  if None not in (lo[i], hi[i], low_topic[i], high_topic[i], low_qo[i]) and hi[i] < end
-                  and any(low_topic[i] <= t <= high_topic[i] and low_qo[i] < max(q.values()) for t, q in cuts.items())]
+    candidates = [
+        i
+        for i in range(actions.num_rows)
+        if None not in (lo[i], hi[i], low_topic[i], high_topic[i], low_qo[i])
+        and hi[i] < end
+        and any(low_topic[i] <= t <= high_topic[i] and low_qo[i] < max(q.values()) for t, q in cuts.items())
+    ]
     if not candidates:
         return {}
     picked = actions.take(pa.array(candidates, pa.int64()))
-    rows = table.read_arrow(paths=table.paths(picked), columns=["topic", "queue_id", "queue_offset", "physical_offset", "size"],
-                            filter=pc.field("topic").isin(list(cuts)))
+    rows = table.read_arrow(
+        paths=table.paths(picked),
+        columns=["topic", "queue_id", "queue_offset", "physical_offset", "size"],
+        filter=pc.field("topic").isin(list(cuts)),
+    )
     gone = rows.filter(pa.array(expired_mask(rows, cuts)))
     if gone.num_rows == 0:
         return {}
@@ -228,9 +259,15 @@ def _rewrite_commitlog(ctx: StoreContext, snapshot: "DeltaTable", cuts: Cuts,
     _fault(fault, "commitlog.written")
     record_row_group_summaries(ctx.tables.commitlog_summary, files)
     _fault(fault, "commitlog.summarized")
-    table.commit(snapshot, files, removes=remove_actions([r for b in bins for r in b], data_change=True),
-                 operation=EXPIRE_TOPIC, data_change=True, rebase=True,
-                 info={"storelib.messages": str(gone.num_rows), "storelib.files": str(len(affected))})
+    table.commit(
+        snapshot,
+        files,
+        removes=remove_actions([r for b in bins for r in b], data_change=True),
+        operation=EXPIRE_TOPIC,
+        data_change=True,
+        rebase=True,
+        info={"storelib.messages": str(gone.num_rows), "storelib.files": str(len(affected))},
+    )
     _fault(fault, "commitlog.committed")
     counted = gone.group_by("topic").aggregate([("topic", "count")])
     out = dict(zip(counted.column("topic").to_pylist(), counted.column("topic_count").to_pylist()))

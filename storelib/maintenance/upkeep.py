@@ -11,15 +11,15 @@ from __future__ import annotations
 
 from storelib.context import StoreContext
 from storelib.delta.compaction import compact_table
-from storelib.delta.orphans import remove_orphans
 from storelib.delta.log import add_actions
+from storelib.delta.orphans import remove_orphans
 from storelib.filter.summary import summarizer_for
-from storelib.storage.summaries import forget_summaries, record_summaries
 from storelib.maintenance.cluster import cluster_commitlog
 from storelib.maintenance.retention import clean_commitlog, clean_consume_queue
 from storelib.maintenance.topic_retention import expire_topics
 from storelib.model.errors import ConfigError, require_int
 from storelib.storage.commitlog import is_clustered
+from storelib.storage.summaries import forget_summaries, record_summaries
 
 __all__ = ["compact_store", "vacuum_store", "remove_all_orphans", "delete_expired"]
 
@@ -44,11 +44,20 @@ def compact_store(ctx: StoreContext, full: bool = False, settle_ms: int | None =
         if name == "consume_queue_ext":
             summarize = summarizer_for(ctx.registry.all())
             before_commit = lambda files: record_summaries(ctx.tables.ext_summary, files)  # noqa: E731
-        out[name] = compact_table(ctx.spark, tables[name], target_file_size=ctx.config.target_file_size,
-                                  order_by=order, full=full, summarize=summarize, before_commit=before_commit,
-                                  leave=is_clustered if name == "commitlog" else None)
-    for data, summaries in ((ctx.tables.commitlog, ctx.tables.commitlog_summary),
-                            (ctx.tables.consume_queue_ext, ctx.tables.ext_summary)):
+        out[name] = compact_table(
+            ctx.spark,
+            tables[name],
+            target_file_size=ctx.config.target_file_size,
+            order_by=order,
+            full=full,
+            summarize=summarize,
+            before_commit=before_commit,
+            leave=is_clustered if name == "commitlog" else None,
+        )
+    for data, summaries in (
+        (ctx.tables.commitlog, ctx.tables.commitlog_summary),
+        (ctx.tables.consume_queue_ext, ctx.tables.ext_summary),
+    ):
         forget_summaries(summaries, add_actions(data.snapshot()).column("path").to_pylist())
     out["orphans"] = (remove_all_orphans(ctx), 0)
     return out
@@ -79,16 +88,22 @@ def vacuum_store(ctx: StoreContext, retention_hours: int = 168) -> dict[str, int
     storelib.model.errors.ConfigError: retention_hours: must be an integer >= 0 (got -1)
     """
     require_int(ConfigError, "retention_hours", retention_hours, 0)
-    counts = {name: len(t.snapshot().vacuum(retention_hours=retention_hours, dry_run=False,
-                                            enforce_retention_duration=retention_hours >= 168))
-              for name, t in ctx.tables.by_name().items()}
+    counts = {
+        name: len(
+            t.snapshot().vacuum(
+                retention_hours=retention_hours, dry_run=False, enforce_retention_duration=retention_hours >= 168
+            )
+        )
+        for name, t in ctx.tables.by_name().items()
+    }
     counts["staging"] = ctx.commitlog.clean_staging(max(1, retention_hours))
     counts["orphans"] = remove_all_orphans(ctx)
     return counts
 
 
-def delete_expired(ctx: StoreContext, reserved_hours: float | None = None,
-                   now: object = None) -> tuple[dict[str, int], dict[str, int]]:
+def delete_expired(
+    ctx: StoreContext, reserved_hours: float | None = None, now: object = None
+) -> tuple[dict[str, int], dict[str, int]]:
     """Retention's steps in RocketMQ's order, the commitlog's expired files (``file_reserved_time``), then
     each topic's messages past its ``retention_ms``, then what pointed into what went; returns the files
     removed per table and the messages removed per topic with a retention. Safe to run again after a

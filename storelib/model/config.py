@@ -189,8 +189,11 @@ class StoreConfig:
         for part in self.message_delay_level.split():
             unit, number = part[-1:], part[:-1]
             if unit not in units or not number.isdigit():
-                raise ConfigError("message_delay_level", f"{part!r} is not a delay like 5s, 2m, 1h or 1d",
-                                  value=self.message_delay_level)
+                raise ConfigError(
+                    "message_delay_level",
+                    f"{part!r} is not a delay like 5s, 2m, 1h or 1d",
+                    value=self.message_delay_level,
+                )
             out.append(int(number) * units[unit])
         if not out:
             raise ConfigError("message_delay_level", "needs at least one level", value=self.message_delay_level)
@@ -220,7 +223,7 @@ class StoreConfig:
         for key, raw in conf.items():
             if not key.startswith(SPARK_CONF_PREFIX):
                 continue
-            name = key[len(SPARK_CONF_PREFIX):]
+            name = key[len(SPARK_CONF_PREFIX) :]
             if name not in kinds or name == "table_properties":
                 raise ConfigError(key, "is not a storelib setting", value=raw)
             values[name] = _parse(key, kinds[name], raw)

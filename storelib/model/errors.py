@@ -90,8 +90,9 @@ class StoreError(Exception):
 
     code: str | None = None
 
-    def __init__(self, field: str | None, reason: str, *, value: Any = MISSING, where: str | None = None,
-                 code: str | None = None):
+    def __init__(
+        self, field: str | None, reason: str, *, value: Any = MISSING, where: str | None = None, code: str | None = None
+    ):
         if code is not None:
             self.code = code  # the same mistake answers differently on another path (send vs pull)
         self.field = field
@@ -107,8 +108,13 @@ class StoreError(Exception):
 
     def to_record(self) -> dict[str, Any]:
         """The error as plain data (JSON-able where its value is), to send across processes."""
-        record = {"error": type(self).__name__, "field": self.field, "reason": self.reason, "where": self.where,
-                  "code": self.code}
+        record = {
+            "error": type(self).__name__,
+            "field": self.field,
+            "reason": self.reason,
+            "where": self.where,
+            "code": self.code,
+        }
         if self.value is not None:
             record["value"] = self.value
         return record
@@ -211,8 +217,11 @@ class StoreCorruptedError(StoreError, RuntimeError):
     def __init__(self, problems: "list[str]", root: str) -> None:
         self.problems = list(problems)
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        super().__init__("root", f"the store at {root} is damaged: {problems[0]}{more}; nothing was "
-                                 "changed (MessageStore.verify(path) lists every problem)")
+        super().__init__(
+            "root",
+            f"the store at {root} is damaged: {problems[0]}{more}; nothing was "
+            "changed (MessageStore.verify(path) lists every problem)",
+        )
 
 
 class ExternalError(StoreError, RuntimeError):
@@ -315,7 +324,7 @@ class FilterExpressionError(FilterError):
     def __init__(self, reason: str, expression: str, position: int):
         self.expression = expression
         self.position = max(0, min(int(position), len(expression)))
-        before = expression[:self.position]
+        before = expression[: self.position]
         self.line = before.count("\n") + 1
         self.column = self.position - (before.rfind("\n") + 1) + 1
         lo, hi = max(0, self.position - self.SHOWN), self.position + self.SHOWN
@@ -379,8 +388,15 @@ class StorePermissionError(StoreError, PermissionError):
     code = "NO_PERMISSION"
 
 
-def require_int(error: type[StoreError], field: str, value: object, lo: int | None = None, hi: int | None = None,
-                *, optional: bool = False) -> None:
+def require_int(
+    error: type[StoreError],
+    field: str,
+    value: object,
+    lo: int | None = None,
+    hi: int | None = None,
+    *,
+    optional: bool = False,
+) -> None:
     """Raise ``error`` naming ``field`` unless ``value`` is an int (not a bool) within ``[lo, hi]``
     (or None, when ``optional``).
 
@@ -391,8 +407,12 @@ def require_int(error: type[StoreError], field: str, value: object, lo: int | No
     """
     if optional and value is None:
         return
-    if (not isinstance(value, int) or isinstance(value, bool)
-            or (lo is not None and value < lo) or (hi is not None and value > hi)):
+    if (
+        not isinstance(value, int)
+        or isinstance(value, bool)
+        or (lo is not None and value < lo)
+        or (hi is not None and value > hi)
+    ):
         bounds = "" if lo is None else f" in {lo}..{hi}" if hi is not None else f" >= {lo}"
         raise error(field, f"must be an integer{bounds}" + (" or None" if optional else ""), value=value)
 

@@ -16,8 +16,17 @@ import pyarrow as pa
 
 from storelib.model.timestamps import utc_datetimes
 
-__all__ = ["Message", "SendResult", "StoredMessage", "MESSAGE_COLUMNS", "RESERVED_PROPERTIES", "MessageConst", "SysFlag",
-           "NAME_VALUE_SEPARATOR", "PROPERTY_SEPARATOR"]
+__all__ = [
+    "Message",
+    "SendResult",
+    "StoredMessage",
+    "MESSAGE_COLUMNS",
+    "RESERVED_PROPERTIES",
+    "MessageConst",
+    "SysFlag",
+    "NAME_VALUE_SEPARATOR",
+    "PROPERTY_SEPARATOR",
+]
 
 
 class MessageConst:
@@ -55,16 +64,61 @@ class MessageConst:
 
 
 #: ``MessageConst.STRING_HASH_SET``: names ``putUserProperty`` refuses.
-RESERVED_PROPERTIES = frozenset({
-    "TRACE_ON", "MSG_REGION", "KEYS", "TAGS", "WAIT", "DELAY", "RETRY_TOPIC", "REAL_TOPIC", "REAL_QID",
-    "TRAN_MSG", "PGROUP", "MIN_OFFSET", "MAX_OFFSET", "BUYER_ID", "ORIGIN_MESSAGE_ID", "TRANSFER_FLAG",
-    "CORRECTION_FLAG", "MQ2_FLAG", "RECONSUME_TIME", "UNIQ_KEY", "MAX_RECONSUME_TIMES", "CONSUME_START_TIME",
-    "POP_CK", "POP_CK_OFFSET", "1ST_POP_TIME", "TRAN_PREPARED_QUEUE_OFFSET", "DUP_INFO", "EXTEND_UNIQ_INFO",
-    "INSTANCE_ID", "CORRELATION_ID", "REPLY_TO_CLIENT", "TTL", "ARRIVE_TIME", "PUSH_REPLY_TIME", "CLUSTER",
-    "MSG_TYPE", "INNER_MULTI_QUEUE_OFFSET", "TIMER_DELAY_MS", "TIMER_DELAY_SEC", "TIMER_DELIVER_MS",
-    "TIMER_ENQUEUE_MS", "TIMER_DEQUEUE_MS", "TIMER_ROLL_TIMES", "TIMER_OUT_MS", "TIMER_DEL_UNIQKEY",
-    "TIMER_DELAY_LEVEL", "__BORNHOST", "BORN_TIMESTAMP", "DLQ_ORIGIN_TOPIC", "DLQ_ORIGIN_MESSAGE_ID", "__CRC32#",
-})
+RESERVED_PROPERTIES = frozenset(
+    {
+        "TRACE_ON",
+        "MSG_REGION",
+        "KEYS",
+        "TAGS",
+        "WAIT",
+        "DELAY",
+        "RETRY_TOPIC",
+        "REAL_TOPIC",
+        "REAL_QID",
+        "TRAN_MSG",
+        "PGROUP",
+        "MIN_OFFSET",
+        "MAX_OFFSET",
+        "BUYER_ID",
+        "ORIGIN_MESSAGE_ID",
+        "TRANSFER_FLAG",
+        "CORRECTION_FLAG",
+        "MQ2_FLAG",
+        "RECONSUME_TIME",
+        "UNIQ_KEY",
+        "MAX_RECONSUME_TIMES",
+        "CONSUME_START_TIME",
+        "POP_CK",
+        "POP_CK_OFFSET",
+        "1ST_POP_TIME",
+        "TRAN_PREPARED_QUEUE_OFFSET",
+        "DUP_INFO",
+        "EXTEND_UNIQ_INFO",
+        "INSTANCE_ID",
+        "CORRELATION_ID",
+        "REPLY_TO_CLIENT",
+        "TTL",
+        "ARRIVE_TIME",
+        "PUSH_REPLY_TIME",
+        "CLUSTER",
+        "MSG_TYPE",
+        "INNER_MULTI_QUEUE_OFFSET",
+        "TIMER_DELAY_MS",
+        "TIMER_DELAY_SEC",
+        "TIMER_DELIVER_MS",
+        "TIMER_ENQUEUE_MS",
+        "TIMER_DEQUEUE_MS",
+        "TIMER_ROLL_TIMES",
+        "TIMER_OUT_MS",
+        "TIMER_DEL_UNIQKEY",
+        "TIMER_DELAY_LEVEL",
+        "__BORNHOST",
+        "BORN_TIMESTAMP",
+        "DLQ_ORIGIN_TOPIC",
+        "DLQ_ORIGIN_MESSAGE_ID",
+        "__CRC32#",
+    }
+)
 
 #: MessageDecoder's separators of the encoded properties string: ``name\x01value\x02`` per property
 #: (see :mod:`storelib.encoding.properties`).
@@ -233,9 +287,10 @@ class StoredMessage:
         True
         """
 
-
-        columns = [utc_datetimes(col) if pa.types.is_timestamp(col.type) else col.to_pylist()
-                   for col in map(rows.column, MESSAGE_COLUMNS)]
+        columns = [
+            utc_datetimes(col) if pa.types.is_timestamp(col.type) else col.to_pylist()
+            for col in map(rows.column, MESSAGE_COLUMNS)
+        ]
         return [cls(*fields, dict(properties), bytes(body)) for *fields, properties, body in zip(*columns)]
 
     @classmethod
@@ -246,6 +301,22 @@ class StoredMessage:
 
 #: The commitlog columns a :class:`StoredMessage` is made of, in the order of its fields (``physical_offset``
 #: is its ``commitlog_offset``; ``tags``, ``keys`` and ``uniq_key`` are its properties again).
-MESSAGE_COLUMNS = ("msg_id", "topic", "queue_id", "queue_offset", "physical_offset", "size", "sysflag", "flag",
-                   "body_crc", "born_timestamp", "born_host", "store_timestamp", "store_host", "reconsume_times",
-                   "prepared_transaction_offset", "properties", "body")
+MESSAGE_COLUMNS = (
+    "msg_id",
+    "topic",
+    "queue_id",
+    "queue_offset",
+    "physical_offset",
+    "size",
+    "sysflag",
+    "flag",
+    "body_crc",
+    "born_timestamp",
+    "born_host",
+    "store_timestamp",
+    "store_host",
+    "reconsume_times",
+    "prepared_transaction_offset",
+    "properties",
+    "body",
+)

@@ -85,4 +85,3 @@ def utc_datetimes(column: "pa.Array | pa.ChunkedArray") -> list[dt.datetime | No
     micros = column.cast(pa.int64()).to_pylist()
     delta = dt.timedelta
     return [None if v is None else _EPOCH_UTC + delta(microseconds=v) for v in micros]
-

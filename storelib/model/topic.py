@@ -18,10 +18,31 @@ from dataclasses import dataclass
 from storelib.model.errors import ConfigError, InvalidTopicError, TopicPermissionError, require_int
 
 __all__ = [
-    "PERM_READ", "PERM_WRITE", "PERM_INHERIT", "PERM_PRIORITY", "perm_to_string",
-    "SCHEDULE_TOPIC", "TRANS_HALF_TOPIC", "TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC", "TIMER_TOPIC", "RETRY_GROUP_TOPIC_PREFIX",
-    "DLQ_GROUP_TOPIC_PREFIX", "SYSTEM_TOPICS", "NOT_ALLOWED_SEND_TOPICS",
-    "TopicConfig", "TAGS_KEY", "MAX_CLUSTER_KEYS", "UNCHANGED", "validate_cluster_by", "validate_retention_ms", "validate_topic", "validate_group", "is_system_topic", "retry_topic", "dlq_topic",
+    "PERM_READ",
+    "PERM_WRITE",
+    "PERM_INHERIT",
+    "PERM_PRIORITY",
+    "perm_to_string",
+    "SCHEDULE_TOPIC",
+    "TRANS_HALF_TOPIC",
+    "TRANS_OP_HALF_TOPIC",
+    "TRANS_CHECK_MAX_TIME_TOPIC",
+    "TIMER_TOPIC",
+    "RETRY_GROUP_TOPIC_PREFIX",
+    "DLQ_GROUP_TOPIC_PREFIX",
+    "SYSTEM_TOPICS",
+    "NOT_ALLOWED_SEND_TOPICS",
+    "TopicConfig",
+    "TAGS_KEY",
+    "MAX_CLUSTER_KEYS",
+    "UNCHANGED",
+    "validate_cluster_by",
+    "validate_retention_ms",
+    "validate_topic",
+    "validate_group",
+    "is_system_topic",
+    "retry_topic",
+    "dlq_topic",
 ]
 
 # PermName
@@ -52,15 +73,32 @@ TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
 TIMER_TOPIC = SYSTEM_TOPIC_PREFIX + "wheel_timer"
 
 #: TopicValidator's system topics: users may not create them.
-SYSTEM_TOPICS = frozenset({
-    "TBW102", SCHEDULE_TOPIC, "BenchmarkTest", TRANS_HALF_TOPIC, "RMQ_SYS_TRACE_TOPIC", TRANS_OP_HALF_TOPIC,
-    TRANS_CHECK_MAX_TIME_TOPIC, "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT", "CHECKPOINT_TOPIC",
-})
+SYSTEM_TOPICS = frozenset(
+    {
+        "TBW102",
+        SCHEDULE_TOPIC,
+        "BenchmarkTest",
+        TRANS_HALF_TOPIC,
+        "RMQ_SYS_TRACE_TOPIC",
+        TRANS_OP_HALF_TOPIC,
+        TRANS_CHECK_MAX_TIME_TOPIC,
+        "SELF_TEST_TOPIC",
+        "OFFSET_MOVED_EVENT",
+        "CHECKPOINT_TOPIC",
+    }
+)
 #: System topics no producer may send to (the store itself writes them).
-NOT_ALLOWED_SEND_TOPICS = frozenset({
-    SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC, "SELF_TEST_TOPIC",
-    "OFFSET_MOVED_EVENT", TIMER_TOPIC,
-})
+NOT_ALLOWED_SEND_TOPICS = frozenset(
+    {
+        SCHEDULE_TOPIC,
+        TRANS_HALF_TOPIC,
+        TRANS_OP_HALF_TOPIC,
+        TRANS_CHECK_MAX_TIME_TOPIC,
+        "SELF_TEST_TOPIC",
+        "OFFSET_MOVED_EVENT",
+        TIMER_TOPIC,
+    }
+)
 
 TOPIC_NAME_PATTERN = "^[%|a-zA-Z0-9_-]+$"
 #: The TAGS property: the default clustering key of every topic.
@@ -76,7 +114,11 @@ def validate_topic(topic: object, field: str = "topic") -> str:
         raise InvalidTopicError(field, "the specified topic is blank", value=topic)
     if not _VALID.fullmatch(topic):
         raise InvalidTopicError(field, f"contains illegal characters, allowing only {TOPIC_NAME_PATTERN}", value=topic)
-    limit = RETRY_OR_DLQ_TOPIC_MAX_LENGTH if topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)) else TOPIC_MAX_LENGTH
+    limit = (
+        RETRY_OR_DLQ_TOPIC_MAX_LENGTH
+        if topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX))
+        else TOPIC_MAX_LENGTH
+    )
     if len(topic) > limit:
         raise InvalidTopicError(field, f"is longer than topic max length {limit}", value=topic)
     return topic
@@ -124,12 +166,14 @@ def validate_cluster_by(keys: object, field: str = "cluster_by") -> tuple[str, .
     if isinstance(keys, str) or not isinstance(keys, (list, tuple)):
         raise InvalidTopicError(field, "must be a list of key names, e.g. ['TAGS', 'region']", value=keys)
     if len(keys) > MAX_CLUSTER_KEYS:
-        raise InvalidTopicError(field, f"at most {MAX_CLUSTER_KEYS} clustering keys, as Delta's liquid clustering",
-                                value=keys)
+        raise InvalidTopicError(
+            field, f"at most {MAX_CLUSTER_KEYS} clustering keys, as Delta's liquid clustering", value=keys
+        )
     for k in keys:
         if not isinstance(k, str) or not k or not k.isprintable() or any(c.isspace() for c in k):
-            raise InvalidTopicError(field, "each key is TAGS or a property name: a non-empty string without spaces",
-                                    value=keys)
+            raise InvalidTopicError(
+                field, "each key is TAGS or a property name: a non-empty string without spaces", value=keys
+            )
     if len(set(keys)) != len(keys):
         raise InvalidTopicError(field, "names a key twice", value=keys)
     return tuple(keys)
@@ -207,4 +251,6 @@ class TopicConfig:
         storelib.model.errors.TopicPermissionError: topic: the topic T is not writable (perm 4) (got 'T')
         """
         if not self.writable:
-            raise TopicPermissionError("topic", f"the topic {self.topic} is not writable (perm {self.perm})", value=self.topic)
+            raise TopicPermissionError(
+                "topic", f"the topic {self.topic} is not writable (perm {self.perm})", value=self.topic
+            )

@@ -24,16 +24,52 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from storelib.model.errors import (MISSING, BodyTooLargeError, InvalidPropertyError, InvalidQueueIdError, MessageError,
-                                   ReservedPropertyError, ReservedTopicError, StoreError, TopicNotFoundError)
-from storelib.model.message import (RESERVED_PROPERTIES, SEPARATORS_PATTERN, SEPARATORS_REASON, SEPARATORS_REASON_TAGS,
-                                    Message, is_blank)
+from storelib.model.errors import (
+    MISSING,
+    BodyTooLargeError,
+    InvalidPropertyError,
+    InvalidQueueIdError,
+    MessageError,
+    ReservedPropertyError,
+    ReservedTopicError,
+    StoreError,
+    TopicNotFoundError,
+)
+from storelib.model.message import (
+    RESERVED_PROPERTIES,
+    SEPARATORS_PATTERN,
+    SEPARATORS_REASON,
+    SEPARATORS_REASON_TAGS,
+    Message,
+    is_blank,
+)
 from storelib.model.topic import NOT_ALLOWED_SEND_TOPICS, TopicConfig, validate_topic
 
-__all__ = ["Rule", "SEND_RULES", "validate_message", "MESSAGE_TYPE", "BODY_TYPE", "BODY_NULL", "BODY_TOO_LARGE",
-           "QUEUE_ID_TYPE", "QUEUE_ID_RANGE", "TAGS_TYPE", "KEYS_TYPE", "TAGS_SEPARATORS", "KEYS_SEPARATORS",
-           "FLAG_RANGE", "PROPERTIES_TYPE", "PROPERTY_TYPES", "RESERVED_PROPERTY", "BLANK_PROPERTY",
-           "PROPERTY_SEPARATORS", "LONE_SURROGATE", "lone_surrogate", "check_send_topic", "check_queue_id"]
+__all__ = [
+    "Rule",
+    "SEND_RULES",
+    "validate_message",
+    "MESSAGE_TYPE",
+    "BODY_TYPE",
+    "BODY_NULL",
+    "BODY_TOO_LARGE",
+    "QUEUE_ID_TYPE",
+    "QUEUE_ID_RANGE",
+    "TAGS_TYPE",
+    "KEYS_TYPE",
+    "TAGS_SEPARATORS",
+    "KEYS_SEPARATORS",
+    "FLAG_RANGE",
+    "PROPERTIES_TYPE",
+    "PROPERTY_TYPES",
+    "RESERVED_PROPERTY",
+    "BLANK_PROPERTY",
+    "PROPERTY_SEPARATORS",
+    "LONE_SURROGATE",
+    "lone_surrogate",
+    "check_send_topic",
+    "check_queue_id",
+]
 
 
 @dataclass(frozen=True)
@@ -45,8 +81,9 @@ class Rule:
     field: str
     reason: str
 
-    def error(self, *, field: str | None = None, value: Any = MISSING, where: str | None = None,
-              **details: Any) -> StoreError:
+    def error(
+        self, *, field: str | None = None, value: Any = MISSING, where: str | None = None, **details: Any
+    ) -> StoreError:
         """The error of this rule, naming ``field`` (default the rule's own) and ``value``."""
         return self.kind(field or self.field, self.reason.format(**details), value=value, where=where)
 
@@ -82,12 +119,27 @@ def lone_surrogate(text: str, start: int = 0, end: int | None = None) -> int | N
     found = _SURROGATE.search(text, start, len(text) if end is None else end)
     return None if found is None else found.start()
 
+
 #: The rules in the order both send paths check them (after the topic's own checks). Type rules
 #: apply to Python values only: a DataFrame's schema already fixes its columns' types.
 SEND_RULES: tuple[Rule, ...] = (
-    MESSAGE_TYPE, BODY_TYPE, BODY_NULL, BODY_TOO_LARGE, TAGS_TYPE, KEYS_TYPE, TAGS_SEPARATORS, KEYS_SEPARATORS,
-    LONE_SURROGATE, FLAG_RANGE, QUEUE_ID_TYPE, PROPERTIES_TYPE, PROPERTY_TYPES, RESERVED_PROPERTY, BLANK_PROPERTY,
-    PROPERTY_SEPARATORS, QUEUE_ID_RANGE,
+    MESSAGE_TYPE,
+    BODY_TYPE,
+    BODY_NULL,
+    BODY_TOO_LARGE,
+    TAGS_TYPE,
+    KEYS_TYPE,
+    TAGS_SEPARATORS,
+    KEYS_SEPARATORS,
+    LONE_SURROGATE,
+    FLAG_RANGE,
+    QUEUE_ID_TYPE,
+    PROPERTIES_TYPE,
+    PROPERTY_TYPES,
+    RESERVED_PROPERTY,
+    BLANK_PROPERTY,
+    PROPERTY_SEPARATORS,
+    QUEUE_ID_RANGE,
 )
 
 
@@ -102,8 +154,9 @@ def validate_message(msg: Message, *, max_body: int, where: str | None = None) -
         raise BODY_TOO_LARGE.error(value=len(msg.body), where=where, max=max_body)
     if msg.tags is not None and not isinstance(msg.tags, str):
         raise TAGS_TYPE.error(value=msg.tags, where=where)
-    if isinstance(msg.keys, (Mapping, bytes)) or (msg.keys is not None and not isinstance(msg.keys, str)
-                                                  and not hasattr(msg.keys, "__iter__")):
+    if isinstance(msg.keys, (Mapping, bytes)) or (
+        msg.keys is not None and not isinstance(msg.keys, str) and not hasattr(msg.keys, "__iter__")
+    ):
         raise KEYS_TYPE.error(value=msg.keys, where=where)
     keys = [msg.keys] if isinstance(msg.keys, str) else list(msg.keys or [])
     if any(not isinstance(k, str) for k in keys):
@@ -112,7 +165,7 @@ def validate_message(msg: Message, *, max_body: int, where: str | None = None) -
         if re.search(SEPARATORS_PATTERN, text):
             raise rule.error(value=text, where=where)
         _check_unicode(rule.field, text, where)
-    if not isinstance(msg.flag, int) or isinstance(msg.flag, bool) or not -2**31 <= msg.flag < 2**31:
+    if not isinstance(msg.flag, int) or isinstance(msg.flag, bool) or not -(2**31) <= msg.flag < 2**31:
         raise FLAG_RANGE.error(value=msg.flag, where=where)
     if msg.queue_id is not None and (not isinstance(msg.queue_id, int) or isinstance(msg.queue_id, bool)):
         raise QUEUE_ID_TYPE.error(value=msg.queue_id, where=where)
@@ -163,7 +216,8 @@ def check_send_topic(topics: Mapping[str, TopicConfig], topic: str, where: str |
     if topic in NOT_ALLOWED_SEND_TOPICS:
         raise ReservedTopicError("topic", "is a system topic that producers may not send to", value=topic, where=where)
     if topic not in topics:
-        raise TopicNotFoundError("topic", f"topic {topic} does not exist in this store; create it first",
-                                 value=topic, where=where)
+        raise TopicNotFoundError(
+            "topic", f"topic {topic} does not exist in this store; create it first", value=topic, where=where
+        )
     topics[topic].check_writable()
     return topics[topic]

@@ -40,8 +40,9 @@ _STATS = pa.schema([("kind", pa.string()), ("count", pa.int64()), ("msg_id", pa.
 SCAN_BATCH_ROWS = 32 * 1024
 
 
-def read_kept(spark: "SparkSession", cf: ClassFilter, table_root: str, files: Sequence[str],
-              filters: Sequence[pc.Expression]) -> "DataFrame":
+def read_kept(
+    spark: "SparkSession", cf: ClassFilter, table_root: str, files: Sequence[str], filters: Sequence[pc.Expression]
+) -> "DataFrame":
     """The commitlog rows of ``files`` (under ``table_root``) that pass their ``filters`` (one pyarrow
     expression per file) and the class filter ``cf``. One task per file reads it with pyarrow on an
     executor, streams its Arrow batches through the filter and hands Spark only the rows kept, so no row
@@ -51,8 +52,9 @@ def read_kept(spark: "SparkSession", cf: ClassFilter, table_root: str, files: Se
     return spark.range(len(files), numPartitions=max(1, len(files))).mapInArrow(task, spark_schema(COMMITLOG.arrow))
 
 
-def count_kept(spark: "SparkSession", cf: ClassFilter, table_root: str, files: Sequence[str],
-               filters: Sequence[pc.Expression]) -> tuple[int, tuple[FilterFailure, ...]]:
+def count_kept(
+    spark: "SparkSession", cf: ClassFilter, table_root: str, files: Sequence[str], filters: Sequence[pc.Expression]
+) -> tuple[int, tuple[FilterFailure, ...]]:
     """How many rows :func:`read_kept` keeps, and the filter's failures on the others (one Spark job; the
     executors count them, the driver adds up one row per file and failure kind)."""
     cf.load()
@@ -67,8 +69,9 @@ def count_kept(spark: "SparkSession", cf: ClassFilter, table_root: str, files: S
     return kept, tally.report()
 
 
-def _scan_partition(cf: ClassFilter, table_root: str, files: list[str], filters: list, stats: bool,
-                    tasks: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def _scan_partition(
+    cf: ClassFilter, table_root: str, files: list[str], filters: list, stats: bool, tasks: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
     """One executor task: the files whose numbers ``tasks`` holds, read with pyarrow and filtered;
     the rows kept (``stats`` False), or one row of counts per failure kind and one of rows kept."""
     loaded, why = cf.load_here()
@@ -84,7 +87,10 @@ def _scan_partition(cf: ClassFilter, table_root: str, files: list[str], filters:
                     yield batch.filter(pa.array(keep))
     if stats:
         rows = [{"kind": "kept", "count": kept, "msg_id": None, "line": None}] + [
-            {"kind": f.kind, "count": f.count, "msg_id": f.msg_id, "line": f.line} for f in failures.report()]
+            {"kind": f.kind, "count": f.count, "msg_id": f.msg_id, "line": f.line} for f in failures.report()
+        ]
         yield pa.RecordBatch.from_pylist(rows, schema=_STATS)
     for f in failures.report():
-        _log.warning("class filter %s: %d messages failed (%s), e.g. %s: %s", f.filter, f.count, f.kind, f.msg_id, f.line)
+        _log.warning(
+            "class filter %s: %d messages failed (%s), e.g. %s: %s", f.filter, f.count, f.kind, f.msg_id, f.line
+        )

@@ -71,16 +71,25 @@ class MessageQuery:
         host, port, offset = decode_message_id(msg_id)
         mine = self.ctx.config.store_address
         if (ip_bytes("msg_id", host), port) != (ip_bytes("store_host", mine[0]), mine[1]):
-            raise MessageIdError("msg_id", f"names store {host}:{port}, but this store is {mine[0]}:{mine[1]}",
-                                 value=msg_id)
+            raise MessageIdError(
+                "msg_id", f"names store {host}:{port}, but this store is {mine[0]}:{mine[1]}", value=msg_id
+            )
         found = self.by_offsets([offset])
         if not found:
             raise MessageNotFoundError("msg_id", f"no message at commitlog offset {offset} in this store", value=msg_id)
         return found[0]
 
     # ---- index -----------------------------------------------------------------------------
-    def by_key(self, topic: str, key: str, max_num: int = DEFAULT_QUERY_MAX_NUM, begin: object = None,
-               end: object = None, *, unique: bool = False) -> list[StoredMessage]:
+    def by_key(
+        self,
+        topic: str,
+        key: str,
+        max_num: int = DEFAULT_QUERY_MAX_NUM,
+        begin: object = None,
+        end: object = None,
+        *,
+        unique: bool = False,
+    ) -> list[StoredMessage]:
         """Messages of ``topic`` indexed under ``key`` (one of their KEYS, or their UNIQ_KEY), newest first.
 
         ``max_num`` is capped at 64 (``maxMsgsNumBatch``); ``begin`` and ``end`` bound the store
@@ -99,7 +108,7 @@ class MessageQuery:
         found: list[StoredMessage] = []
         commitlog_files = 0
         for start in range(0, len(candidates), MAX_MSGS_NUM_BATCH):
-            for m in self.by_offsets(candidates[start:start + MAX_MSGS_NUM_BATCH]):
+            for m in self.by_offsets(candidates[start : start + MAX_MSGS_NUM_BATCH]):
                 if m.topic == topic and (m.uniq_key == key or (not unique and key in (m.keys or "").split(" "))):
                     found.append(m)
             commitlog_files += self.files_touched.get("commitlog", 0)
@@ -125,11 +134,16 @@ class MessageQuery:
         t = arrow_timestamp(epoch_ms(timestamp, "timestamp"))
         snapshot = self.consume_queue.snapshot()
         queue = {"topic": topic, "queue_id": queue_id}
-        later = self.consume_queue.files(snapshot, Prune(equal=queue, between={"store_timestamp": (t, arrow_timestamp(FAR_FUTURE_MS))}))
+        later = self.consume_queue.files(
+            snapshot, Prune(equal=queue, between={"store_timestamp": (t, arrow_timestamp(FAR_FUTURE_MS))})
+        )
         self.files_touched["consume_queue"] = len(later)
         found = self.consume_queue.read_arrow(
-            paths=later, columns=["queue_offset"],
-            filter=(pc.field("topic") == topic) & (pc.field("queue_id") == queue_id) & (pc.field("store_timestamp") >= t),
+            paths=later,
+            columns=["queue_offset"],
+            filter=(pc.field("topic") == topic)
+            & (pc.field("queue_id") == queue_id)
+            & (pc.field("store_timestamp") >= t),
         ).column("queue_offset")
         if len(found):
             return max(int(pc.min(found).as_py()), min_offset(self.consume_queue, topic, queue_id))

@@ -59,8 +59,18 @@ from storelib.storage.summaries import read_row_group_summaries, read_summaries
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["ReadPlan", "ReadExplain", "FilterStats", "plan_read", "read_topic", "explain_read", "filter_stats",
-           "PRUNE_LIMIT", "ROW_GROUP_LIMIT", "MAX_RANGES"]
+__all__ = [
+    "ReadPlan",
+    "ReadExplain",
+    "FilterStats",
+    "plan_read",
+    "read_topic",
+    "explain_read",
+    "filter_stats",
+    "PRUNE_LIMIT",
+    "ROW_GROUP_LIMIT",
+    "MAX_RANGES",
+]
 
 #: Pruning pays when it reads at most this share of the plain scan's bytes; above it, the plain scan runs.
 PRUNE_LIMIT = 0.8
@@ -71,8 +81,15 @@ ROW_GROUP_LIMIT = 0.05
 #: At most this many ``cluster_seq`` ranges go into a read's pushed-down predicate (the closest are joined).
 MAX_RANGES = 512
 
-_UNIT_COLUMNS = ("topic", "queue_id", "queue_offset", "commitlog_offset", "tags_code", "filter_bitmap",
-                 "filter_version")
+_UNIT_COLUMNS = (
+    "topic",
+    "queue_id",
+    "queue_offset",
+    "commitlog_offset",
+    "tags_code",
+    "filter_bitmap",
+    "filter_version",
+)
 
 
 @dataclass(frozen=True)
@@ -113,16 +130,24 @@ class ReadExplain:
 
     def __str__(self) -> str:
         pct = 100 * self.estimated_bytes / max(1, self.scan_bytes)
-        return "\n".join([
-            f"read {self.topic} where {self.expression}: {self.choice.upper()} ({self.reason})",
-            *([f"  spark sql   {self.spark_sql}"] if self.spark_sql is not None else []),
-            f"  files       {self.files_considered} considered, {self.files_skipped_by_summary} skipped by "
-            f"consume_queue_ext summaries, {self.files_read} read",
-            f"  row groups  {self.row_groups_considered} clustered, {self.row_groups_skipped_by_statistics} skipped by "
-            f"tag codes, {self.row_groups_skipped_by_bitmap} by bitmap summaries, {self.row_groups_read} read "
-            + (" by pyarrow tasks" if self.reader == "row groups" else f" ({self.ranges} cluster_seq ranges)"
-               if self.ranges else ""),
-            f"  estimate    {self.estimated_bytes:,} of the scan's {self.scan_bytes:,} bytes ({pct:.1f}%)"])
+        return "\n".join(
+            [
+                f"read {self.topic} where {self.expression}: {self.choice.upper()} ({self.reason})",
+                *([f"  spark sql   {self.spark_sql}"] if self.spark_sql is not None else []),
+                f"  files       {self.files_considered} considered, {self.files_skipped_by_summary} skipped by "
+                f"consume_queue_ext summaries, {self.files_read} read",
+                f"  row groups  {self.row_groups_considered} clustered, {self.row_groups_skipped_by_statistics} skipped by "
+                f"tag codes, {self.row_groups_skipped_by_bitmap} by bitmap summaries, {self.row_groups_read} read "
+                + (
+                    " by pyarrow tasks"
+                    if self.reader == "row groups"
+                    else f" ({self.ranges} cluster_seq ranges)"
+                    if self.ranges
+                    else ""
+                ),
+                f"  estimate    {self.estimated_bytes:,} of the scan's {self.scan_bytes:,} bytes ({pct:.1f}%)",
+            ]
+        )
 
 
 @dataclass
@@ -163,26 +188,40 @@ class ReadPlan:
 
     def explain(self) -> ReadExplain:
         c = self.counts
-        return ReadExplain(self.filter.topic, self.filter.selector.expression, self.choice, self.reason,
-                           c["files_considered"], len(self.commitlog_files()), c.get("fresh_skipped", 0),
-                           c["row_groups"], c["skipped_by_statistics"], c["skipped_by_bitmap"], c["row_groups_read"],
-                           0 if self.row_groups is not None else len(self.ranges or ()), c["estimated_bytes"],
-                           c["scan_bytes"], "spark" if self.row_groups is None else "row groups",
-                           None if self.filter.sql is None else self.filter.sql.spark_sql)
+        return ReadExplain(
+            self.filter.topic,
+            self.filter.selector.expression,
+            self.choice,
+            self.reason,
+            c["files_considered"],
+            len(self.commitlog_files()),
+            c.get("fresh_skipped", 0),
+            c["row_groups"],
+            c["skipped_by_statistics"],
+            c["skipped_by_bitmap"],
+            c["row_groups_read"],
+            0 if self.row_groups is not None else len(self.ranges or ()),
+            c["estimated_bytes"],
+            c["scan_bytes"],
+            "spark" if self.row_groups is None else "row groups",
+            None if self.filter.sql is None else self.filter.sql.spark_sql,
+        )
 
     def dataframe(self, spark) -> "DataFrame":
         """The rows the plan reads, with the exact check (every message read is tested); a class
         selector's class runs on the executors over the same rows (:meth:`class_scan`)."""
         from pyspark.sql import functions as F
 
-
         if self.filter.class_filter is not None:
             return read_kept(spark, self.filter.class_filter, self.commitlog.path, *self.class_scan())
         schema = spark_schema(COMMITLOG.arrow)
         parts = []
         if self.row_groups is not None and self.clustered_actions.num_rows:  # already cut to the topic's rows
-            parts.append(read_row_groups(spark, COMMITLOG.arrow, self.row_groups, self.arrow_rows())
-                         .where(self.filter.commitlog_column()))
+            parts.append(
+                read_row_groups(spark, COMMITLOG.arrow, self.row_groups, self.arrow_rows()).where(
+                    self.filter.commitlog_column()
+                )
+            )
         elif self.clustered_actions.num_rows:
             df = self.commitlog.read_files(spark, self.clustered_actions)
             if self.ranges is not None:
@@ -204,7 +243,6 @@ class ReadPlan:
         should cost what the same query written by hand costs."""
         from pyspark.sql import functions as F
 
-
         topic, end = self.filter.topic, self.end
         df = df.where(self.filter.commitlog_column())
         lows, highs = (_stat(actions, "min.topic"), _stat(actions, "max.topic"))
@@ -212,7 +250,9 @@ class ReadPlan:
             df = df.where(F.col("topic") == topic)
         if not all(top is not None and top < end for top in _stat(actions, "max.physical_offset")):
             df = df.where(F.col("physical_offset") < end)
-        if not all(top is not None and top < SysFlag.TRANSACTION_PREPARED_TYPE for top in _stat(actions, "max.sysflag")):
+        if not all(
+            top is not None and top < SysFlag.TRANSACTION_PREPARED_TYPE for top in _stat(actions, "max.sysflag")
+        ):
             df = queued(df)  # below the first transaction bit, every row is a normal message
         return df
 
@@ -227,7 +267,9 @@ class ReadPlan:
         (1, 1)
         """
         rows = self.arrow_rows()
-        clustered = rows if self.ranges is None else rows & _any_between(pc.field("cluster_seq"), self.ranges, pc.scalar)
+        clustered = (
+            rows if self.ranges is None else rows & _any_between(pc.field("cluster_seq"), self.ranges, pc.scalar)
+        )
         files = self.commitlog.paths(self.clustered_actions), self.commitlog.paths(self.fresh_actions)
         return files[0] + files[1], [clustered] * len(files[0]) + [rows] * len(files[1])
 
@@ -249,24 +291,37 @@ class ReadPlan:
         """Every unit of the topic's consume queue files with its real tag code, bitmap and filter version."""
         from pyspark.sql import functions as F
 
-
         parts = []
         if self.ext_files:
             parts.append(read_paths(spark, CONSUME_QUEUE_EXT.arrow, self.ext_files).select(*_UNIT_COLUMNS))
         if self.cq_files:
             cq = read_paths(spark, CONSUME_QUEUE.arrow, self.cq_files)
-            parts.append(cq.where(~is_ext_addr(F.col("tags_code"))).select(
-                "topic", "queue_id", "queue_offset", "commitlog_offset", "tags_code",
-                F.lit(None).cast("binary").alias("filter_bitmap"), F.lit(None).cast("long").alias("filter_version")))
+            parts.append(
+                cq.where(~is_ext_addr(F.col("tags_code"))).select(
+                    "topic",
+                    "queue_id",
+                    "queue_offset",
+                    "commitlog_offset",
+                    "tags_code",
+                    F.lit(None).cast("binary").alias("filter_bitmap"),
+                    F.lit(None).cast("long").alias("filter_version"),
+                )
+            )
         if not parts:
-            return spark.createDataFrame([], ", ".join(f"{c} {t}" for c, t in zip(_UNIT_COLUMNS, (
-                "string", "int", "long", "long", "long", "binary", "long"))))
+            return spark.createDataFrame(
+                [],
+                ", ".join(
+                    f"{c} {t}"
+                    for c, t in zip(_UNIT_COLUMNS, ("string", "int", "long", "long", "long", "binary", "long"))
+                ),
+            )
         units = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
         return units.where(F.col("topic") == self.filter.topic)
 
 
-def plan_read(ctx: StoreContext, topic: str, selector: MessageSelector | str | None = None,
-              group: str | None = None) -> ReadPlan:
+def plan_read(
+    ctx: StoreContext, topic: str, selector: MessageSelector | str | None = None, group: str | None = None
+) -> ReadPlan:
     """Plan a filtered read of ``topic`` (see the module docstring); no Spark job.
 
     >>> plan = plan_read(store.context, "TopicTest", group="GroupA")
@@ -289,16 +344,25 @@ def plan_read(ctx: StoreContext, topic: str, selector: MessageSelector | str | N
     ext_actions = Table.prune(ext_view.actions, of_topic)
     fresh_units = ext_actions.num_rows and fresh.num_rows and not mf.tags_all
     summaries = read_summaries(ctx.tables.ext_summary, topic) if fresh_units else {}
-    keep = np.array([not (p in summaries and mf.may_skip_file(summaries[p]))
-                     for p in ext_actions.column("path").to_pylist()], dtype=bool)
+    keep = np.array(
+        [not (p in summaries and mf.may_skip_file(summaries[p])) for p in ext_actions.column("path").to_pylist()],
+        dtype=bool,
+    )
     records = _column(ext_actions, "num_records", 0)
     skipped = ext_actions.filter(pa.array(~keep))
     ext_actions = ext_actions.filter(pa.array(keep))
     cq_actions = Table.prune(cq_view.actions, of_topic)
-    cq_actions = cq_actions.filter(pc.fill_null(pc.greater(cq_actions.column("max.tags_code"), MAX_EXT_ADDR), True)) \
-        if cq_actions.num_rows else cq_actions
-    spans = [(lo, hi) for a in (ext_actions, cq_actions) if a.num_rows
-             for lo, hi in zip(a.column("min.commitlog_offset").to_pylist(), a.column("max.commitlog_offset").to_pylist())]
+    cq_actions = (
+        cq_actions.filter(pc.fill_null(pc.greater(cq_actions.column("max.tags_code"), MAX_EXT_ADDR), True))
+        if cq_actions.num_rows
+        else cq_actions
+    )
+    spans = [
+        (lo, hi)
+        for a in (ext_actions, cq_actions)
+        if a.num_rows
+        for lo, hi in zip(a.column("min.commitlog_offset").to_pylist(), a.column("max.commitlog_offset").to_pylist())
+    ]
     fresh_read = fresh if mf.tags_all else _overlapping(fresh, spans)
     counts["fresh_skipped"] = fresh.num_rows - fresh_read.num_rows
     fresh_bytes = int(_column(fresh_read, "size_bytes", 0).sum())
@@ -306,11 +370,20 @@ def plan_read(ctx: StoreContext, topic: str, selector: MessageSelector | str | N
     # clustered files: row group summaries
     ranges, clustered_read, clustered_bytes, reads = _plan_clustered(ctx, mf, clustered, counts)
     counts["estimated_bytes"] = clustered_bytes + fresh_bytes
-    plan = ReadPlan(mf, clog, end, clustered_read, ranges, fresh_read,
-                    [ext.path_of(p) for p in ext_actions.column("path").to_pylist()],
-                    [cq.path_of(p) for p in cq_actions.column("path").to_pylist()],
-                    int(records.sum()) + int(_column(cq_actions, "num_records", 0).sum()),
-                    int(_column(skipped, "num_records", 0).sum()), skipped.num_rows, counts=counts)
+    plan = ReadPlan(
+        mf,
+        clog,
+        end,
+        clustered_read,
+        ranges,
+        fresh_read,
+        [ext.path_of(p) for p in ext_actions.column("path").to_pylist()],
+        [cq.path_of(p) for p in cq_actions.column("path").to_pylist()],
+        int(records.sum()) + int(_column(cq_actions, "num_records", 0).sum()),
+        int(_column(skipped, "num_records", 0).sum()),
+        skipped.num_rows,
+        counts=counts,
+    )
     scan = counts["scan_bytes"]
     if mf.tags_all:
         plan.choice, plan.reason = "scan", "the selector's tags match every message"
@@ -325,23 +398,28 @@ def plan_read(ctx: StoreContext, topic: str, selector: MessageSelector | str | N
             plan.ranges = None
     else:
         plan.choice = "scan"
-        plan.reason = (f"summaries would leave {100 * counts['estimated_bytes'] / max(1, scan):.1f}% of the scan's "
-                       f"bytes (pruning pays below {100 * PRUNE_LIMIT:.0f}%)")
+        plan.reason = (
+            f"summaries would leave {100 * counts['estimated_bytes'] / max(1, scan):.1f}% of the scan's "
+            f"bytes (pruning pays below {100 * PRUNE_LIMIT:.0f}%)"
+        )
         plan.clustered_actions, plan.ranges, plan.fresh_actions = clustered, None, fresh
         counts["row_groups_read"] = counts["row_groups"]
         counts["estimated_bytes"] = scan
     return plan
 
 
-def _message_filter(ctx: StoreContext, topic: str, selector: MessageSelector | str | None,
-                    group: str | None) -> MessageFilter:
+def _message_filter(
+    ctx: StoreContext, topic: str, selector: MessageSelector | str | None, group: str | None
+) -> MessageFilter:
     ctx.topics.get(topic)
     if group is not None:
         sub = ctx.registry.get(group, topic)
         if selector is not None and MessageSelector.of(selector) != sub.selector:
-
-            raise FilterError("selector", "give a selector or a group, not both: the group's subscription is "
-                              f"{sub.selector.expression!r}", value=MessageSelector.of(selector).expression)
+            raise FilterError(
+                "selector",
+                f"give a selector or a group, not both: the group's subscription is {sub.selector.expression!r}",
+                value=MessageSelector.of(selector).expression,
+            )
         selector = sub.selector
     else:
         sub = None
@@ -349,8 +427,9 @@ def _message_filter(ctx: StoreContext, topic: str, selector: MessageSelector | s
     return MessageFilter(topic, selector, sub, ctx.registry.bloom_filter, config=ctx.config)
 
 
-def _plan_clustered(ctx: StoreContext, mf: MessageFilter, clustered: pa.Table, counts: dict[str, int]
-                    ) -> tuple[list[tuple[int, int]] | None, pa.Table, int, list[RowGroups]]:
+def _plan_clustered(
+    ctx: StoreContext, mf: MessageFilter, clustered: pa.Table, counts: dict[str, int]
+) -> tuple[list[tuple[int, int]] | None, pa.Table, int, list[RowGroups]]:
     """The clustered files to read, the ``cluster_seq`` ranges of their kept row groups, the bytes
     that costs, and the same as row groups per file (full paths, for pyarrow tasks); ``counts`` gets
     the row group counters."""
@@ -361,8 +440,16 @@ def _plan_clustered(ctx: StoreContext, mf: MessageFilter, clustered: pa.Table, c
     paths = clustered.column("path").to_pylist()
     sizes = dict(zip(paths, _column(clustered, "size_bytes", 0).tolist()))
     rows = dict(zip(paths, _column(clustered, "num_records", 0).tolist()))
-    seq_lo = dict(zip(paths, clustered.column("min.cluster_seq").to_pylist())) if "min.cluster_seq" in clustered.column_names else {}
-    seq_hi = dict(zip(paths, clustered.column("max.cluster_seq").to_pylist())) if "max.cluster_seq" in clustered.column_names else {}
+    seq_lo = (
+        dict(zip(paths, clustered.column("min.cluster_seq").to_pylist()))
+        if "min.cluster_seq" in clustered.column_names
+        else {}
+    )
+    seq_hi = (
+        dict(zip(paths, clustered.column("max.cluster_seq").to_pylist()))
+        if "max.cluster_seq" in clustered.column_names
+        else {}
+    )
     groups = read_row_group_summaries(ctx.tables.commitlog_summary, mf.topic, paths)
     keep_paths: set[str] = set()
     ranges: list[tuple[int, int]] | None = []
@@ -420,9 +507,9 @@ def _cap(ranges: list[tuple[int, int]], limit: int) -> list[tuple[int, int]]:
     ranges = [list(r) for r in ranges]
     while len(ranges) > limit:
         gaps = np.array([ranges[i + 1][0] - ranges[i][1] for i in range(len(ranges) - 1)])
-        cut = np.sort(np.argsort(gaps, kind="stable")[:len(ranges) - limit])
+        cut = np.sort(np.argsort(gaps, kind="stable")[: len(ranges) - limit])
         for i in cut[::-1]:
-            ranges[i:i + 2] = [[ranges[i][0], ranges[i + 1][1]]]
+            ranges[i : i + 2] = [[ranges[i][0], ranges[i + 1][1]]]
     return [(lo, hi) for lo, hi in ranges]
 
 
@@ -438,8 +525,9 @@ def _any_between(col, ranges: list[tuple[int, int]], lit):
     return _any_between(col, ranges[:mid], lit) | _any_between(col, ranges[mid:], lit)
 
 
-def read_topic(ctx: StoreContext, topic: str, selector: MessageSelector | str | None = None,
-               group: str | None = None) -> "DataFrame":
+def read_topic(
+    ctx: StoreContext, topic: str, selector: MessageSelector | str | None = None, group: str | None = None
+) -> "DataFrame":
     """The topic's dispatched messages that match ``selector`` (or ``group``'s subscription), as commitlog rows.
 
     >>> read_topic(store.context, "TopicTest", "TagA || TagZ").select("msg_id").first().msg_id == r.msg_id
@@ -448,8 +536,9 @@ def read_topic(ctx: StoreContext, topic: str, selector: MessageSelector | str | 
     return plan_read(ctx, topic, selector, group).dataframe(ctx.spark)
 
 
-def explain_read(ctx: StoreContext, topic: str, selector: MessageSelector | str | None = None,
-                 group: str | None = None) -> ReadExplain:
+def explain_read(
+    ctx: StoreContext, topic: str, selector: MessageSelector | str | None = None, group: str | None = None
+) -> ReadExplain:
     """How :func:`read_topic` would read (files and row groups considered, skipped and why, the
     estimate and the choice), without reading anything.
 
@@ -502,8 +591,9 @@ class FilterStats:
         return self.passed_consume_queue - self.matched
 
 
-def filter_stats(ctx: StoreContext, topic: str, selector: MessageSelector | str | None = None,
-                 group: str | None = None) -> FilterStats:
+def filter_stats(
+    ctx: StoreContext, topic: str, selector: MessageSelector | str | None = None, group: str | None = None
+) -> FilterStats:
     """Count what each stage of a filtered read of ``topic`` does (one Spark job; a class filter runs in a
     second, on the executors, which also count its failures)."""
     from pyspark.sql import functions as F
@@ -512,20 +602,40 @@ def filter_stats(ctx: StoreContext, topic: str, selector: MessageSelector | str 
     spark = ctx.spark
     units = plan.units(spark).withColumn("_pass", plan.filter.consume_queue_column())
     messages = ctx.tables.commitlog.read(spark, prune=Prune(equal={"topic": topic}))
-    joined = units.join(messages.select("physical_offset", "tags", "properties"),
-                        units.commitlog_offset == messages.physical_offset, "left")
+    joined = units.join(
+        messages.select("physical_offset", "tags", "properties"),
+        units.commitlog_offset == messages.physical_offset,
+        "left",
+    )
     exact = F.coalesce(plan.filter.commitlog_column(), F.lit(False))
-    row = joined.agg(F.count(F.lit(1)).alias("opened"), F.count_if(~F.col("_pass")).alias("pruned"),
-                     F.count_if(F.col("_pass")).alias("passed"),
-                     F.count_if(F.col("_pass") & exact).alias("matched")).first()
+    row = joined.agg(
+        F.count(F.lit(1)).alias("opened"),
+        F.count_if(~F.col("_pass")).alias("pruned"),
+        F.count_if(F.col("_pass")).alias("passed"),
+        F.count_if(F.col("_pass") & exact).alias("matched"),
+    ).first()
     matched, failures = int(row["matched"]), ()
     if plan.filter.class_filter is not None:  # the rows the read gives the class, counted on the executors
         matched, failures = count_kept(spark, plan.filter.class_filter, plan.commitlog.path, *plan.class_scan())
     e = plan.explain()
-    return FilterStats(group, topic, plan.filter.selector.expression, plan.units_total, plan.units_skipped,
-                       int(row["pruned"]), int(row["passed"]), matched, e.choice, e.row_groups_considered,
-                       e.row_groups_skipped_by_statistics, e.row_groups_skipped_by_bitmap, e.files_skipped_by_summary,
-                       e.reader, failures, e.spark_sql)
+    return FilterStats(
+        group,
+        topic,
+        plan.filter.selector.expression,
+        plan.units_total,
+        plan.units_skipped,
+        int(row["pruned"]),
+        int(row["passed"]),
+        matched,
+        e.choice,
+        e.row_groups_considered,
+        e.row_groups_skipped_by_statistics,
+        e.row_groups_skipped_by_bitmap,
+        e.files_skipped_by_summary,
+        e.reader,
+        failures,
+        e.spark_sql,
+    )
 
 
 def _stat(actions: pa.Table, name: str) -> list:
@@ -554,7 +664,7 @@ def _overlapping(actions: pa.Table, ranges: list[tuple[int | None, int | None]])
             merged.append([lo, hi])
     starts = np.array([m[0] for m in merged], dtype=np.int64)
     ends = np.array([m[1] for m in merged], dtype=np.int64)
-    flo = pc.fill_null(actions.column("min.physical_offset"), -2**63).to_numpy(zero_copy_only=False)
+    flo = pc.fill_null(actions.column("min.physical_offset"), -(2**63)).to_numpy(zero_copy_only=False)
     fhi = pc.fill_null(actions.column("max.physical_offset"), 2**63 - 1).to_numpy(zero_copy_only=False)
     # A file [flo, fhi] overlaps a merged span when the last span starting at or before fhi ends at or after flo.
     idx = np.searchsorted(starts, fhi, side="right") - 1

@@ -57,7 +57,12 @@ def queue_units(ctx: StoreContext, topic: str, queue_id: int, begin: int = 0, en
     require_int(OffsetError, "end", end, 0, optional=True)
     hi = end - 1 if end is not None else 2**63 - 1
     begin = max(begin, min_offset(ctx.tables.consume_queue, topic, queue_id))
-    df = ctx.tables.consume_queue.read(ctx.spark, prune=Prune(equal={"topic": topic, "queue_id": queue_id},
-                                                              between={"queue_offset": (begin, hi)}))
-    return df.where((F.col("topic") == topic) & (F.col("queue_id") == queue_id)
-                    & (F.col("queue_offset") >= begin) & (F.col("queue_offset") <= hi))
+    df = ctx.tables.consume_queue.read(
+        ctx.spark, prune=Prune(equal={"topic": topic, "queue_id": queue_id}, between={"queue_offset": (begin, hi)})
+    )
+    return df.where(
+        (F.col("topic") == topic)
+        & (F.col("queue_id") == queue_id)
+        & (F.col("queue_offset") >= begin)
+        & (F.col("queue_offset") <= hi)
+    )

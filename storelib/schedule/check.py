@@ -93,8 +93,11 @@ def register_checker(ctx: StoreContext, producer_group: str, checker: str) -> No
     validate_group(producer_group, "producer_group")
     _load(checker)
     row = {"producer_group": producer_group, "checker": checker, "updated_at": dt.datetime.now(dt.timezone.utc)}
-    append_rows(ctx.tables.transaction_checker, pa.Table.from_pylist([row], schema=TRANSACTION_CHECKER.arrow),
-                "REGISTER_CHECKER")
+    append_rows(
+        ctx.tables.transaction_checker,
+        pa.Table.from_pylist([row], schema=TRANSACTION_CHECKER.arrow),
+        "REGISTER_CHECKER",
+    )
 
 
 def _load(path: object) -> Callable[[StoredMessage], Any]:
@@ -116,6 +119,7 @@ def checker_of(ctx: StoreContext, producer_group: str) -> Callable[[StoredMessag
     >>> checker_of(store.context, "Nobody") is None
     True
     """
+
     def latest(view) -> dict[str, str]:
         rows = sorted(ctx.tables.transaction_checker.read_view(view).to_pylist(), key=lambda r: r["updated_at"])
         return {r["producer_group"]: r["checker"] for r in rows}
@@ -124,8 +128,9 @@ def checker_of(ctx: StoreContext, producer_group: str) -> Callable[[StoredMessag
     return None if path is None else _load(path)
 
 
-def ask_checker(checker: Callable[[StoredMessage], Any] | None, messages: Sequence[Any],
-                timeout_s: float) -> list[tuple[TransactionState, str | None]]:
+def ask_checker(
+    checker: Callable[[StoredMessage], Any] | None, messages: Sequence[Any], timeout_s: float
+) -> list[tuple[TransactionState, str | None]]:
     """Each message's state from ``checker``, asked in order on one worker thread; an answer that
     raises, is no state, or takes longer than ``timeout_s`` is UNKNOW with the error.
 
@@ -165,8 +170,7 @@ def ask_checker(checker: Callable[[StoredMessage], Any] | None, messages: Sequen
 class _CheckerRun:
     """A worker thread asking ``checker`` about ``messages[start:]``, writing into ``answers`` until abandoned."""
 
-    def __init__(self, checker: Callable[[Any], Any], messages: Sequence[Any],
-                 answers: list, start: int):
+    def __init__(self, checker: Callable[[Any], Any], messages: Sequence[Any], answers: list, start: int):
         self.position = start
         self.abandoned = False
         self.thread = threading.Thread(target=self._work, args=(checker, messages, answers), daemon=True)
@@ -191,7 +195,9 @@ class _CheckerRun:
         self.position = len(messages)
 
 
-def check_transactions(ctx: StoreContext, now: object = None, *, fault: Callable[[str], None] | None = None) -> CheckResult:
+def check_transactions(
+    ctx: StoreContext, now: object = None, *, fault: Callable[[str], None] | None = None
+) -> CheckResult:
     """One check-back run over the pending half messages at ``now`` (epoch ms or an aware datetime;
     default the clock); see the module docstring. ``fault`` (a test seam) is called with ``asked``
     (every checker answered, nothing written) and ``committed``."""
@@ -203,13 +209,20 @@ def check_transactions(ctx: StoreContext, now: object = None, *, fault: Callable
         props = rows.column("properties")
         born = pc.divide(pc.cast(rows.column("born_timestamp"), pa.int64()), 1000).to_numpy(zero_copy_only=False)
         immune = property_array(props, MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS)
-        immunity = pc.multiply(pc.cast(pc.if_else(pc.match_substring_regex(pc.fill_null(immune, ""), r"^[0-9]{1,12}$"),
-                                                  immune, "0"), pa.int64()), 1000).to_numpy(zero_copy_only=False)
+        immunity = pc.multiply(
+            pc.cast(
+                pc.if_else(pc.match_substring_regex(pc.fill_null(immune, ""), r"^[0-9]{1,12}$"), immune, "0"),
+                pa.int64(),
+            ),
+            1000,
+        ).to_numpy(zero_copy_only=False)
         wait = np.maximum(immunity, config.transaction_timeout_ms)
         ripe = (now - born) >= wait
         times_text = property_array(props, MessageConst.TRANSACTION_CHECK_TIMES)
-        times = pc.cast(pc.if_else(pc.fill_null(pc.match_substring_regex(times_text, r"^[0-9]{1,9}$"), False),
-                                   times_text, "0"), pa.int64()).to_numpy(zero_copy_only=False)
+        times = pc.cast(
+            pc.if_else(pc.fill_null(pc.match_substring_regex(times_text, r"^[0-9]{1,9}$"), False), times_text, "0"),
+            pa.int64(),
+        ).to_numpy(zero_copy_only=False)
         young = np.nonzero(~ripe)[0]
         new_mark = int(rows.column("physical_offset")[int(young[0])].as_py()) if len(young) else end
         checked = keep(rows, ripe)
@@ -233,21 +246,34 @@ def check_transactions(ctx: StoreContext, now: object = None, *, fault: Callable
         if unknown.any():
             back = checked.filter(pa.array(unknown))
             count = pc.cast(pc.add(pa.array(times[unknown]), 1), pa.string())
-            parts.append(restaged(back, pa.repeat(pa.scalar(TRANS_HALF_TOPIC), back.num_rows),
-                                  pa.repeat(pa.scalar(0, pa.int32()), back.num_rows),
-                                  edit_properties(back.column("properties").combine_chunks(), (),
-                                                  {MessageConst.TRANSACTION_CHECK_TIMES: count})))
+            parts.append(
+                restaged(
+                    back,
+                    pa.repeat(pa.scalar(TRANS_HALF_TOPIC), back.num_rows),
+                    pa.repeat(pa.scalar(0, pa.int32()), back.num_rows),
+                    edit_properties(
+                        back.column("properties").combine_chunks(), (), {MessageConst.TRANSACTION_CHECK_TIMES: count}
+                    ),
+                )
+            )
         if give_up.any():
             dead = checked.filter(pa.array(give_up))
-            parts.append(restaged(dead, pa.repeat(pa.scalar(TRANS_CHECK_MAX_TIME_TOPIC), dead.num_rows),
-                                  pa.repeat(pa.scalar(0, pa.int32()), dead.num_rows),
-                                  dead.column("properties").combine_chunks()))
+            parts.append(
+                restaged(
+                    dead,
+                    pa.repeat(pa.scalar(TRANS_CHECK_MAX_TIME_TOPIC), dead.num_rows),
+                    pa.repeat(pa.scalar(0, pa.int32()), dead.num_rows),
+                    dead.column("properties").combine_chunks(),
+                )
+            )
         out = pa.concat_tables(parts)
         advance = {CHECK_MARKER: new_mark} if new_mark != markers[CHECK_MARKER] else {}
         if not out.num_rows and not advance:
             return result
         try:
-            result.version = ctx.commitlog.append_arrow(out, Progress(markers, advance), operation="CHECK_TRANSACTIONS").version
+            result.version = ctx.commitlog.append_arrow(
+                out, Progress(markers, advance), operation="CHECK_TRANSACTIONS"
+            ).version
         except ProgressMovedError:
             continue
         if fault:
@@ -278,4 +304,3 @@ def _ask(ctx: StoreContext, rows: pa.Table) -> list[tuple[TransactionState, str 
         for i, answer in zip(at, got):
             answers[i] = answer
     return answers
-

@@ -84,8 +84,18 @@ from storelib.storage.dispatched import REPUT_MARKER
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["DeliveryResult", "deliver", "recall", "delivered_rows", "restaged", "level_marker", "TIMER_TIME_MARKER",
-           "TIMER_QUEUE_MARKER", "RECALL_MARKER", "SPARK_ROWS"]
+__all__ = [
+    "DeliveryResult",
+    "deliver",
+    "recall",
+    "delivered_rows",
+    "restaged",
+    "level_marker",
+    "TIMER_TIME_MARKER",
+    "TIMER_QUEUE_MARKER",
+    "RECALL_MARKER",
+    "SPARK_ROWS",
+]
 
 TIMER_TIME_MARKER = "schedule/timer/time"
 TIMER_QUEUE_MARKER = "schedule/timer/queue"
@@ -162,19 +172,28 @@ def _units(ctx: StoreContext, topic: str, queue_id: int, low: int, timer_after: 
     if timer_after is not None:
         units = units.filter((pc.field("queue_offset") >= low) | (pc.field("tags_code") > timer_after))
     log = ctx.tables.commitlog
-    tail = log.read_view(log.view(), Prune(between={"physical_offset": (reput, 2**62)}),
-                         columns=["physical_offset", "queue_offset", "store_timestamp", "properties"],
-                         filter=test & (pc.field("physical_offset") >= reput))
+    tail = log.read_view(
+        log.view(),
+        Prune(between={"physical_offset": (reput, 2**62)}),
+        columns=["physical_offset", "queue_offset", "store_timestamp", "properties"],
+        filter=test & (pc.field("physical_offset") >= reput),
+    )
     if tail.num_rows:
         props = tail.column("properties")
         if topic == TIMER_TOPIC:
             code = timer_out_times(pc.map_lookup(props, pa.scalar(MessageConst.TIMER_OUT_MS), "first"))
         else:
             store_ms = pc.divide(pc.cast(tail.column("store_timestamp"), pa.int64()), 1000)
-            code = deliver_times(pc.map_lookup(props, pa.scalar(MessageConst.DELAY), "first"), store_ms,
-                                 ctx.config.delay_levels_ms)
-        extra = pa.table({"queue_offset": tail.column("queue_offset"), "commitlog_offset": tail.column("physical_offset"),
-                          "tags_code": pc.fill_null(code, 0)})
+            code = deliver_times(
+                pc.map_lookup(props, pa.scalar(MessageConst.DELAY), "first"), store_ms, ctx.config.delay_levels_ms
+            )
+        extra = pa.table(
+            {
+                "queue_offset": tail.column("queue_offset"),
+                "commitlog_offset": tail.column("physical_offset"),
+                "tags_code": pc.fill_null(code, 0),
+            }
+        )
         units = pa.concat_tables([units.cast(extra.schema), extra])
     return units.sort_by("queue_offset"), reput
 
@@ -230,8 +249,14 @@ def _plan(ctx: StoreContext, now: int) -> _Plan:
     recalls = view.marker(RECALL_MARKER)
     if expect:
         expect[RECALL_MARKER] = recalls
-    return _Plan(levels, timer, np.concatenate(offsets) if offsets else np.zeros(0, np.int64),
-                 np.concatenate(delivers) if delivers else np.zeros(0, np.int64), Progress(expect, advance), recalls)
+    return _Plan(
+        levels,
+        timer,
+        np.concatenate(offsets) if offsets else np.zeros(0, np.int64),
+        np.concatenate(delivers) if delivers else np.zeros(0, np.int64),
+        Progress(expect, advance),
+        recalls,
+    )
 
 
 def delivered_rows(rows: pa.Table | pa.RecordBatch, now: int) -> pa.Table:
@@ -242,6 +267,7 @@ def delivered_rows(rows: pa.Table | pa.RecordBatch, now: int) -> pa.Table:
     >>> delivered_rows(rows, 0).column("topic").to_pylist()        # not a scheduled message: no REAL_TOPIC
     [None]
     """
+
     def column(name: str) -> pa.Array:
         c = rows.column(name)
         return c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c
@@ -257,14 +283,26 @@ def delivered_rows(rows: pa.Table | pa.RecordBatch, now: int) -> pa.Table:
     store_ms = pc.cast(pc.divide(pc.cast(column("store_timestamp"), pa.int64()), 1000), pa.string())
     absent = pa.nulls(n, pa.string())
     props = edit_properties(props, _LEVEL_CLEARED, rows=~timer)
-    props = edit_properties(props, _TIMER_CLEARED, {
-        MessageConst.TIMER_ENQUEUE_MS: pc.if_else(pa.array(timer), store_ms, absent),
-        MessageConst.TIMER_DEQUEUE_MS: pc.if_else(pa.array(timer), pa.scalar(str(now)), absent)}, rows=timer)
+    props = edit_properties(
+        props,
+        _TIMER_CLEARED,
+        {
+            MessageConst.TIMER_ENQUEUE_MS: pc.if_else(pa.array(timer), store_ms, absent),
+            MessageConst.TIMER_DEQUEUE_MS: pc.if_else(pa.array(timer), pa.scalar(str(now)), absent),
+        },
+        rows=timer,
+    )
     return restaged(rows, topic, real_qid, props)
 
 
-def restaged(rows: pa.Table | pa.RecordBatch, topic: pa.Array, queue_id: pa.Array, props: pa.Array,
-             sysflag: pa.Array | None = None, body: pa.Array | None = None) -> pa.Table:
+def restaged(
+    rows: pa.Table | pa.RecordBatch,
+    topic: pa.Array,
+    queue_id: pa.Array,
+    props: pa.Array,
+    sysflag: pa.Array | None = None,
+    body: pa.Array | None = None,
+) -> pa.Table:
     """Stored rows as new messages to append (:data:`STAGED_SCHEMA`): the given topic, queue, properties
     (and sysflag, body), everything else kept, the size computed again (``calMsgLength``).
 
@@ -273,6 +311,7 @@ def restaged(rows: pa.Table | pa.RecordBatch, topic: pa.Array, queue_id: pa.Arra
     >>> out.column("size").to_pylist() == [rows.column("size")[0].as_py() - len("TopicTest") + len("Other")]
     True
     """
+
     def column(name: str) -> pa.Array:
         c = rows.column(name)
         return c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c
@@ -281,14 +320,26 @@ def restaged(rows: pa.Table | pa.RecordBatch, topic: pa.Array, queue_id: pa.Arra
     sysflag = column("sysflag") if sysflag is None else sysflag
     body = column("body") if body is None else body
     flags = sysflag.to_numpy().astype(np.int64)
-    size = message_lengths(pc.binary_length(body).to_numpy(zero_copy_only=False).astype(np.int64),
-                           pc.fill_null(pc.binary_length(topic), 0).to_numpy(zero_copy_only=False).astype(np.int64),
-                           properties_lengths(props), (flags & SysFlag.BORNHOST_V6) != 0, False)
+    size = message_lengths(
+        pc.binary_length(body).to_numpy(zero_copy_only=False).astype(np.int64),
+        pc.fill_null(pc.binary_length(topic), 0).to_numpy(zero_copy_only=False).astype(np.int64),
+        properties_lengths(props),
+        (flags & SysFlag.BORNHOST_V6) != 0,
+        False,
+    )
     size = size + np.where((flags & SysFlag.STOREHOSTADDRESS_V6) != 0, 12, 0)
     cols = {name: column(name) for name in STAGED_SCHEMA.names if name in rows.schema.names}
-    cols.update({"topic": topic, "queue_id": queue_id, "properties": props, "size": pa.array(size, pa.int32()),
-                 "sysflag": pa.array(flags, pa.int32()), "body": body,
-                 "prepared_transaction_offset": pa.repeat(pa.scalar(0, pa.int64()), n)})
+    cols.update(
+        {
+            "topic": topic,
+            "queue_id": queue_id,
+            "properties": props,
+            "size": pa.array(size, pa.int32()),
+            "sysflag": pa.array(flags, pa.int32()),
+            "body": body,
+            "prepared_transaction_offset": pa.repeat(pa.scalar(0, pa.int64()), n),
+        }
+    )
     return pa.table([cols[f.name] for f in STAGED_SCHEMA], schema=STAGED_SCHEMA)
 
 
@@ -299,15 +350,17 @@ def _recalled(rows: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     is_marker = pc.is_valid(marker).to_numpy(zero_copy_only=False)
     if not is_marker.any():
         return is_marker, is_marker
-    key = pc.binary_join_element_wise(pc.map_lookup(props, pa.scalar(MessageConst.REAL_TOPIC), "first"),
-                                      rows.column("uniq_key"), "+")
+    key = pc.binary_join_element_wise(
+        pc.map_lookup(props, pa.scalar(MessageConst.REAL_TOPIC), "first"), rows.column("uniq_key"), "+"
+    )
     named = pc.is_in(key, value_set=pc.drop_null(marker).unique()).to_numpy(zero_copy_only=False)
     timed = pc.equal(rows.column("topic"), TIMER_TOPIC).to_numpy(zero_copy_only=False)
     return is_marker, named & timed & ~is_marker
 
 
-def deliver(ctx: StoreContext, now: object = None, *, fault: Callable[[str], None] | None = None,
-            spark_rows: int = SPARK_ROWS) -> DeliveryResult:
+def deliver(
+    ctx: StoreContext, now: object = None, *, fault: Callable[[str], None] | None = None, spark_rows: int = SPARK_ROWS
+) -> DeliveryResult:
     """Deliver every message due at ``now`` (epoch ms or an aware datetime; default the clock) once;
     see the module docstring. ``fault`` (a test seam) is called with ``planned`` and ``committed``."""
     began = time.perf_counter()
@@ -347,14 +400,18 @@ def _count(result: DeliveryResult, plan: _Plan, rows: pa.Table, dropped: np.ndar
 def _deliver_arrow(ctx: StoreContext, plan: _Plan, now: int, result: DeliveryResult) -> int:
     log = ctx.tables.commitlog
     wanted = pa.array(np.sort(plan.offsets), pa.int64())
-    rows = log.read_arrow(paths=log.paths(log.holding(log.view().actions, "physical_offset", wanted)),
-                          filter=pc.field("physical_offset").isin(wanted))
+    rows = log.read_arrow(
+        paths=log.paths(log.holding(log.view().actions, "physical_offset", wanted)),
+        filter=pc.field("physical_offset").isin(wanted),
+    )
     # the Spark path's order: by level, then the timer, each in deliver-time order
     timer_ms = timer_out_times(pc.map_lookup(rows.column("properties"), pa.scalar(MessageConst.TIMER_OUT_MS), "first"))
-    key = pa.table({"topic": rows.column("topic"), "q": rows.column("queue_id"), "t": timer_ms,
-                    "o": rows.column("queue_offset")})
-    rows = rows.take(pc.sort_indices(key, [("topic", "ascending"), ("q", "ascending"), ("t", "ascending"),
-                                           ("o", "ascending")]))
+    key = pa.table(
+        {"topic": rows.column("topic"), "q": rows.column("queue_id"), "t": timer_ms, "o": rows.column("queue_offset")}
+    )
+    rows = rows.take(
+        pc.sort_indices(key, [("topic", "ascending"), ("q", "ascending"), ("t", "ascending"), ("o", "ascending")])
+    )
     markers, cancelled = _recalled(rows)
     recalled = markers | cancelled
     out = delivered_rows(rows, now)
@@ -381,8 +438,11 @@ def _due_rows(ctx: StoreContext, plan: _Plan) -> "DataFrame":
         t_before, q_before, t_after, q_after = plan.timer
         d = F.col("properties")[MessageConst.TIMER_OUT_MS].try_cast("long")
         q = F.col("queue_offset")
-        test = test | ((F.col("topic") == TIMER_TOPIC) & (F.col("queue_id") == 0) & F.when(
-            q < q_before, (d > t_before) & (d <= t_after)).otherwise((q < q_after) & (d <= t_after)))
+        test = test | (
+            (F.col("topic") == TIMER_TOPIC)
+            & (F.col("queue_id") == 0)
+            & F.when(q < q_before, (d > t_before) & (d <= t_after)).otherwise((q < q_after) & (d <= t_after))
+        )
     return df.where(test)
 
 
@@ -396,11 +456,13 @@ def _deliver_spark(ctx: StoreContext, plan: _Plan, now: int, result: DeliveryRes
         if keys:
             named = F.concat_ws("+", F.col("properties")[MessageConst.REAL_TOPIC], F.col("uniq_key")).isin(keys)
             cancel = F.col("properties")[MessageConst.TIMER_DEL_UNIQKEY].isNotNull() | (
-                (F.col("topic") == TIMER_TOPIC) & named)
+                (F.col("topic") == TIMER_TOPIC) & named
+            )
             result.recalled = len(keys)
             due = due.where(~cancel)
-    due = due.orderBy("topic", "queue_id", F.col("properties")[MessageConst.TIMER_OUT_MS].try_cast("long"),
-                      "queue_offset")
+    due = due.orderBy(
+        "topic", "queue_id", F.col("properties")[MessageConst.TIMER_OUT_MS].try_cast("long"), "queue_offset"
+    )
     if plan.timer is None:  # a level's due units are [begin, end) of its queue: no counting job
         counts = {(SCHEDULE_TOPIC, level - 1): end - begin for level, (begin, end) in plan.levels.items()}
     else:
@@ -443,7 +505,9 @@ class _DeliveryFrame:
     def refusals(self, batch: pa.RecordBatch, topics: object = None) -> pa.Array:
         return pa.nulls(len(self._out(batch)), pa.string())
 
-    def complete(self, batch: pa.RecordBatch, partition: int, first_row: int, topics: object = None) -> dict[str, pa.Array]:
+    def complete(
+        self, batch: pa.RecordBatch, partition: int, first_row: int, topics: object = None
+    ) -> dict[str, pa.Array]:
         out = self._out(batch)
         return {name: out.column(name).combine_chunks() for name in out.column_names}
 
@@ -478,9 +542,12 @@ def recall(ctx: StoreContext, msg_id: str) -> int:
         t, q, n = (view.marker(k) for k in (TIMER_TIME_MARKER, TIMER_QUEUE_MARKER, RECALL_MARKER))
         if m.queue_offset < q and int(deliver_at) <= t:
             raise TimerMessageError("msg_id", f"was already delivered (at {deliver_at})", value=msg_id)
-        props = {MessageConst.TIMER_DEL_UNIQKEY: f"{m.properties.get(MessageConst.REAL_TOPIC)}+{m.uniq_key}",
-                 MessageConst.TIMER_OUT_MS: deliver_at, MessageConst.REAL_TOPIC: m.properties.get(MessageConst.REAL_TOPIC, ""),
-                 MessageConst.REAL_QID: m.properties.get(MessageConst.REAL_QID, "0")}
+        props = {
+            MessageConst.TIMER_DEL_UNIQKEY: f"{m.properties.get(MessageConst.REAL_TOPIC)}+{m.uniq_key}",
+            MessageConst.TIMER_OUT_MS: deliver_at,
+            MessageConst.REAL_TOPIC: m.properties.get(MessageConst.REAL_TOPIC, ""),
+            MessageConst.REAL_QID: m.properties.get(MessageConst.REAL_QID, "0"),
+        }
         marker = EncodedMessage(TIMER_TOPIC, 0, 0, 0, b"", props, now_millis(), ctx.producer.born_host)
         progress = Progress({TIMER_TIME_MARKER: t, TIMER_QUEUE_MARKER: q, RECALL_MARKER: n}, {RECALL_MARKER: n + 1})
         try:
@@ -489,4 +556,3 @@ def recall(ctx: StoreContext, msg_id: str) -> int:
         except ProgressMovedError:
             continue
     raise ProgressMovedError(None, "deliveries kept moving the timer's progress first")
-

@@ -56,8 +56,18 @@ from storelib.query.lookup import MessageQuery
 from storelib.schedule.deliver import restaged
 from storelib.storage.commitlog import STAGED_SCHEMA, Progress, now_millis, queue_marker
 
-__all__ = ["TransactionState", "TransactionSendResult", "send_half", "send_in_transaction", "end_transaction", "keep",
-           "pending_halves", "ended_rows", "CHECK_MARKER", "REMOVE_TAG"]
+__all__ = [
+    "TransactionState",
+    "TransactionSendResult",
+    "send_half",
+    "send_in_transaction",
+    "end_transaction",
+    "keep",
+    "pending_halves",
+    "ended_rows",
+    "CHECK_MARKER",
+    "REMOVE_TAG",
+]
 
 log = logging.getLogger(__name__)
 
@@ -136,12 +146,24 @@ def send_half(ctx: StoreContext, message: Message, producer_group: str) -> SendR
     encoded.properties, encoded.topic, encoded.queue_id = props, TRANS_HALF_TOPIC, 0
     encoded.sysflag &= ~SysFlag.TRANSACTION_ROLLBACK_TYPE
     row = ctx.commitlog.append([encoded]).rows[0]
-    return SendResult("SEND_OK", row["msg_id"], row["uniq_key"], row["topic"], row["queue_id"], row["queue_offset"],
-                      row["physical_offset"])
+    return SendResult(
+        "SEND_OK",
+        row["msg_id"],
+        row["uniq_key"],
+        row["topic"],
+        row["queue_id"],
+        row["queue_offset"],
+        row["physical_offset"],
+    )
 
 
-def send_in_transaction(ctx: StoreContext, message: Message, local_transaction: Callable[[Message, Any], Any],
-                        producer_group: str, arg: Any = None) -> TransactionSendResult:
+def send_in_transaction(
+    ctx: StoreContext,
+    message: Message,
+    local_transaction: Callable[[Message, Any], Any],
+    producer_group: str,
+    arg: Any = None,
+) -> TransactionSendResult:
     """``TransactionMQProducer.sendMessageInTransaction``: the half message, then ``local_transaction(message, arg)``,
     then :func:`end_transaction` with its answer. An answer of UNKNOW, or an exception, leaves the
     half message to the check-back (``check_transactions``)."""
@@ -169,9 +191,11 @@ def pending_halves(ctx: StoreContext, snapshot_view=None) -> tuple[pa.Table, dic
     names = [CHECK_MARKER, queue_marker(TRANS_OP_HALF_TOPIC, 0), "commitlog"]
     view = snapshot_view or log_table.view(markers=names)
     low = view.marker(CHECK_MARKER)
-    tail = log_table.read_view(view, Prune(between={"physical_offset": (low, 2**62)}),
-                               filter=(pc.field("physical_offset") >= low)
-                               & pc.field("topic").isin([TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC]))
+    tail = log_table.read_view(
+        view,
+        Prune(between={"physical_offset": (low, 2**62)}),
+        filter=(pc.field("physical_offset") >= low) & pc.field("topic").isin([TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC]),
+    )
     offsets = tail.column("physical_offset").to_numpy()
     if len(offsets) > 1 and (np.diff(offsets) < 0).any():  # files are read in order; rows within a file are
         tail = tail.take(pa.array(np.argsort(offsets, kind="stable")))
@@ -181,8 +205,10 @@ def pending_halves(ctx: StoreContext, snapshot_view=None) -> tuple[pa.Table, dic
     done = set()
     for body in ops.column("body").to_pylist():  # op messages are few per run: one per ended transaction
         done.update(int(x) for x in body.decode().split(",") if x.strip().isdigit())
-    tid = pc.coalesce(property_array(halves.column("properties"), MessageConst.TRANSACTION_ID),
-                      halves.column("uniq_key").combine_chunks())
+    tid = pc.coalesce(
+        property_array(halves.column("properties"), MessageConst.TRANSACTION_ID),
+        halves.column("uniq_key").combine_chunks(),
+    )
     ended = pc.is_in(halves.column("queue_offset"), value_set=pa.array(sorted(done), pa.int64()))
     # the latest copy of each transaction counts (older ones were put back by a check)
     codes = pc.dictionary_encode(tid).indices.to_numpy(zero_copy_only=False)
@@ -190,8 +216,11 @@ def pending_halves(ctx: StoreContext, snapshot_view=None) -> tuple[pa.Table, dic
     _, last_from_end = np.unique(codes[::-1], return_index=True)
     latest = np.zeros(n, dtype=bool)
     latest[n - 1 - last_from_end] = True
-    ended_any = (pc.is_in(tid, value_set=pc.unique(tid.filter(ended))).to_numpy(zero_copy_only=False) if done
-                 else np.zeros(n, dtype=bool))
+    ended_any = (
+        pc.is_in(tid, value_set=pc.unique(tid.filter(ended))).to_numpy(zero_copy_only=False)
+        if done
+        else np.zeros(n, dtype=bool)
+    )
     pending = latest & ~ended_any
     rows = keep(halves, pending).append_column("transaction_id", keep(tid, pending))
     markers = {CHECK_MARKER: low, names[1]: view.marker(names[1])}
@@ -222,29 +251,45 @@ def ended_rows(rows: pa.Table, states: list[TransactionState], born_host: str) -
         props = real.column("properties").combine_chunks()
         topic = property_array(props, MessageConst.REAL_TOPIC)
         qid = pc.cast(property_array(props, MessageConst.REAL_QID), pa.int32())
-        flags = pc.bit_wise_or(pc.bit_wise_and(real.column("sysflag").combine_chunks(), ~SysFlag.TRANSACTION_ROLLBACK_TYPE),
-                               SysFlag.TRANSACTION_COMMIT_TYPE)
+        flags = pc.bit_wise_or(
+            pc.bit_wise_and(real.column("sysflag").combine_chunks(), ~SysFlag.TRANSACTION_ROLLBACK_TYPE),
+            SysFlag.TRANSACTION_COMMIT_TYPE,
+        )
         parts.append(restaged(real, topic, qid, edit_properties(props, _HALF_CLEARED), sysflag=flags))
     if len(states):
-
         n = rows.num_rows
         offsets = pc.cast(rows.column("queue_offset"), pa.string()).combine_chunks()
         body = pc.cast(pc.binary_join_element_wise(offsets, pa.scalar(","), ""), pa.binary())
         uniq = pc.binary_join_element_wise(rows.column("uniq_key").combine_chunks(), pa.scalar("OP"), "")
-        props = pa.MapArray.from_arrays(pa.array(np.arange(0, 2 * n + 1, 2), pa.int32()),
-                                        pa.array([MessageConst.TAGS, MessageConst.UNIQ_KEY] * n),
-                                        pc.cast(_interleave(pa.repeat(pa.scalar(REMOVE_TAG), n), uniq), pa.string()))
-        base = pa.table({"sysflag": pa.repeat(pa.scalar(0, pa.int32()), n), "flag": pa.repeat(pa.scalar(0, pa.int32()), n),
-                         "body_crc": pc.cast(pa.repeat(pa.scalar(0), n), pa.int32()),
-                         "born_timestamp": pa.repeat(pa.scalar(now_millis(), STAGED_SCHEMA.field("born_timestamp").type), n),
-                         "born_host": pa.repeat(pa.scalar(born_host), n),
-                         "reconsume_times": pa.repeat(pa.scalar(0, pa.int32()), n),
-                         "tags": pa.repeat(pa.scalar(REMOVE_TAG), n), "keys": pa.nulls(n, pa.string()), "uniq_key": uniq})
+        props = pa.MapArray.from_arrays(
+            pa.array(np.arange(0, 2 * n + 1, 2), pa.int32()),
+            pa.array([MessageConst.TAGS, MessageConst.UNIQ_KEY] * n),
+            pc.cast(_interleave(pa.repeat(pa.scalar(REMOVE_TAG), n), uniq), pa.string()),
+        )
+        base = pa.table(
+            {
+                "sysflag": pa.repeat(pa.scalar(0, pa.int32()), n),
+                "flag": pa.repeat(pa.scalar(0, pa.int32()), n),
+                "body_crc": pc.cast(pa.repeat(pa.scalar(0), n), pa.int32()),
+                "born_timestamp": pa.repeat(pa.scalar(now_millis(), STAGED_SCHEMA.field("born_timestamp").type), n),
+                "born_host": pa.repeat(pa.scalar(born_host), n),
+                "reconsume_times": pa.repeat(pa.scalar(0, pa.int32()), n),
+                "tags": pa.repeat(pa.scalar(REMOVE_TAG), n),
+                "keys": pa.nulls(n, pa.string()),
+                "uniq_key": uniq,
+            }
+        )
         base = base.set_column(base.schema.get_field_index("body_crc"), "body_crc", body_crcs(body))
-        parts.append(restaged(base, pa.repeat(pa.scalar(TRANS_OP_HALF_TOPIC), n), pa.repeat(pa.scalar(0, pa.int32()), n),
-                              props, body=body))
+        parts.append(
+            restaged(
+                base,
+                pa.repeat(pa.scalar(TRANS_OP_HALF_TOPIC), n),
+                pa.repeat(pa.scalar(0, pa.int32()), n),
+                props,
+                body=body,
+            )
+        )
     if not parts:
-
         return STAGED_SCHEMA.empty_table()
     return pa.concat_tables(parts)
 
@@ -267,8 +312,9 @@ def end_transaction(ctx: StoreContext, transaction_id: str, state: TransactionSt
     """
     state = TransactionState.of(state)
     if not isinstance(transaction_id, str) or not transaction_id:
-        raise TransactionNotFoundError("transaction_id", "must be the transaction id a half message's send returned",
-                                       value=transaction_id)
+        raise TransactionNotFoundError(
+            "transaction_id", "must be the transaction id a half message's send returned", value=transaction_id
+        )
     if state is TransactionState.UNKNOW:
         return None
     for _ in range(ctx.config.max_commit_attempts):
@@ -276,10 +322,12 @@ def end_transaction(ctx: StoreContext, transaction_id: str, state: TransactionSt
         mine = rows.filter(pc.equal(rows.column("transaction_id"), transaction_id))
         if not mine.num_rows:
             if _ever_sent(ctx, transaction_id):
-                raise TransactionEndedError("transaction_id", "was already committed or rolled back; nothing was written",
-                                            value=transaction_id)
-            raise TransactionNotFoundError("transaction_id", "no half message is pending under this transaction id",
-                                           value=transaction_id)
+                raise TransactionEndedError(
+                    "transaction_id", "was already committed or rolled back; nothing was written", value=transaction_id
+                )
+            raise TransactionNotFoundError(
+                "transaction_id", "no half message is pending under this transaction id", value=transaction_id
+            )
         out = ended_rows(mine, [state], ctx.producer.born_host)
         try:
             return ctx.commitlog.append_arrow(out, Progress(markers, {}), operation="END_TRANSACTION").version
@@ -297,7 +345,10 @@ def _ever_sent(ctx: StoreContext, transaction_id: str) -> bool:
     except LookupError:
         pass
     low = ctx.tables.index.view(markers=["reput"]).marker("reput")
-    tail = ctx.tables.commitlog.read_view(ctx.tables.commitlog.view(), Prune(between={"physical_offset": (low, 2**62)}),
-                                          columns=["uniq_key"],
-                                          filter=(pc.field("physical_offset") >= low) & (pc.field("topic") == TRANS_HALF_TOPIC))
+    tail = ctx.tables.commitlog.read_view(
+        ctx.tables.commitlog.view(),
+        Prune(between={"physical_offset": (low, 2**62)}),
+        columns=["uniq_key"],
+        filter=(pc.field("physical_offset") >= low) & (pc.field("topic") == TRANS_HALF_TOPIC),
+    )
     return transaction_id in set(tail.column("uniq_key").to_pylist())

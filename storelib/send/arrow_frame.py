@@ -41,15 +41,29 @@ _INTEGERS = ("tinyint", "smallint", "int", "bigint")
 #: (``simpleString``). Nothing is cast silently: an integer column must hold integers, a timestamp a
 #: timestamp; out-of-range integers are refused row by row (``queue_id``, ``flag``).
 DATAFRAME_COLUMNS: dict[str, tuple[str, ...]] = {
-    "topic": ("string",), "body": ("binary", "string"), "tags": ("string",), "keys": ("string", "array<string>"),
-    "properties": ("map<string,string>",), "queue_id": _INTEGERS, "flag": _INTEGERS, "born_timestamp": ("timestamp",),
+    "topic": ("string",),
+    "body": ("binary", "string"),
+    "tags": ("string",),
+    "keys": ("string", "array<string>"),
+    "properties": ("map<string,string>",),
+    "queue_id": _INTEGERS,
+    "flag": _INTEGERS,
+    "born_timestamp": ("timestamp",),
     "born_host": ("string",),
 }
 #: How a null property value crosses (it is refused as blank): a separator, which no value may hold.
 NULL_VALUE = PROPERTY_SEPARATOR
 _OPTIONAL = {"queue_id": pa.int64(), "flag": pa.int64(), "born_host": pa.string()}
-_ARROW_NAMES = {pa.string(): "string", pa.large_string(): "string", pa.binary(): "binary", pa.large_binary(): "binary",
-                pa.int8(): "tinyint", pa.int16(): "smallint", pa.int32(): "int", pa.int64(): "bigint"}
+_ARROW_NAMES = {
+    pa.string(): "string",
+    pa.large_string(): "string",
+    pa.binary(): "binary",
+    pa.large_binary(): "binary",
+    pa.int8(): "tinyint",
+    pa.int16(): "smallint",
+    pa.int32(): "int",
+    pa.int64(): "bigint",
+}
 
 
 def check_columns(types: Mapping[str, str]) -> None:
@@ -60,8 +74,11 @@ def check_columns(types: Mapping[str, str]) -> None:
         raise MessageError("columns", f"unknown message columns {unknown}; allowed: {sorted(DATAFRAME_COLUMNS)}")
     if "topic" not in types:
         raise MessageError("columns", "a DataFrame of messages needs a 'topic' column")
-    wrong = [f"{name} {kind} (allowed: {', '.join(DATAFRAME_COLUMNS[name])})" for name, kind in types.items()
-             if kind not in DATAFRAME_COLUMNS[name]]
+    wrong = [
+        f"{name} {kind} (allowed: {', '.join(DATAFRAME_COLUMNS[name])})"
+        for name, kind in types.items()
+        if kind not in DATAFRAME_COLUMNS[name]
+    ]
     if wrong:
         raise MessageError("columns", f"wrongly typed message columns: {', '.join(wrong)}; nothing is cast silently")
 
@@ -82,6 +99,7 @@ def arrow_types(schema: pa.Schema) -> dict[str, str]:
     >>> arrow_types(pa.schema([("topic", pa.string()), ("keys", pa.list_(pa.string())), ("born_timestamp", pa.timestamp("us", "UTC"))]))
     {'topic': 'string', 'keys': 'array<string>', 'born_timestamp': 'timestamp'}
     """
+
     def name(t: pa.DataType) -> str:
         if t in _ARROW_NAMES:
             return _ARROW_NAMES[t]
@@ -92,6 +110,7 @@ def arrow_types(schema: pa.Schema) -> dict[str, str]:
         if pa.types.is_timestamp(t):
             return "timestamp" if t.tz else "timestamp_ntz"
         return str(t)
+
     return {f.name: name(f.type) for f in schema}
 
 
@@ -109,8 +128,9 @@ def encode_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
     tags = batch.column("tags") if "tags" in names else pa.nulls(n, pa.string())
     columns = {"topic": batch.column("topic").cast(pa.string()), "body_crc": crc}
     columns.update(_properties(batch.column("properties") if "properties" in names else None, n))
-    columns.update({"body": body, "tags": _blank_to_null(tags.cast(pa.string())),
-                    "keys": _blank_to_null(keys.cast(pa.string()))})
+    columns.update(
+        {"body": body, "tags": _blank_to_null(tags.cast(pa.string())), "keys": _blank_to_null(keys.cast(pa.string()))}
+    )
     for name, kind in _OPTIONAL.items():
         if name in names:
             columns[name] = batch.column(name).cast(kind)
@@ -123,8 +143,11 @@ def encode_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
 def _properties(props: pa.Array | None, n: int) -> dict[str, pa.Array]:
     """Names and values joined by :data:`PROPERTY_JOIN` (null when there are none), and their count."""
     if props is None:
-        return {"property_names": pa.nulls(n, pa.string()), "property_values": pa.nulls(n, pa.string()),
-                "property_count": pa.array(np.zeros(n, np.int32))}
+        return {
+            "property_names": pa.nulls(n, pa.string()),
+            "property_values": pa.nulls(n, pa.string()),
+            "property_count": pa.array(np.zeros(n, np.int32)),
+        }
     props = props.cast(pa.map_(pa.string(), pa.string()))
     if isinstance(props, pa.ChunkedArray):
         props = props.combine_chunks()
@@ -132,9 +155,11 @@ def _properties(props: pa.Array | None, n: int) -> dict[str, pa.Array]:
     values = pa.ListArray.from_arrays(props.offsets, props.items)
     count = pc.if_else(pc.is_null(props), 0, pc.list_value_length(names)).cast(pa.int32())
     some = pc.greater(count, 0)
-    return {"property_names": pc.if_else(some, _join(names, PROPERTY_JOIN, None), None),
-            "property_values": pc.if_else(some, _join(values, PROPERTY_JOIN, NULL_VALUE), None),
-            "property_count": count}
+    return {
+        "property_names": pc.if_else(some, _join(names, PROPERTY_JOIN, None), None),
+        "property_values": pc.if_else(some, _join(values, PROPERTY_JOIN, NULL_VALUE), None),
+        "property_count": count,
+    }
 
 
 def _join(lists: pa.Array, separator: str, null_as: str | None) -> pa.Array:

@@ -27,9 +27,19 @@ from storelib.encoding.uniq_id import uniq_ids
 from storelib.model.errors import StoreError
 from storelib.model.message import BLANK_ENTRY_PATTERN, PROPERTY_JOIN, RESERVED_PROPERTIES, MessageConst, SysFlag
 from storelib.model.topic import TopicConfig, validate_topic
-from storelib.model.validation import (BLANK_PROPERTY, BODY_NULL, BODY_TOO_LARGE, FLAG_RANGE, KEYS_SEPARATORS, KEYS_TYPE,
-                                       PROPERTY_SEPARATORS, QUEUE_ID_RANGE, RESERVED_PROPERTY, TAGS_SEPARATORS,
-                                       check_send_topic)
+from storelib.model.validation import (
+    BLANK_PROPERTY,
+    BODY_NULL,
+    BODY_TOO_LARGE,
+    FLAG_RANGE,
+    KEYS_SEPARATORS,
+    KEYS_TYPE,
+    PROPERTY_SEPARATORS,
+    QUEUE_ID_RANGE,
+    RESERVED_PROPERTY,
+    TAGS_SEPARATORS,
+    check_send_topic,
+)
 from storelib.storage.schema import COMMITLOG
 
 __all__ = ["EncodedFrame", "UniqKeys", "BatchTopics", "NULL_KEY"]
@@ -152,11 +162,14 @@ class EncodedFrame:
         checks: list[tuple[np.ndarray, str | list[str | None]]] = [
             (per_topic(np.array([r is not None for r in topics.name_refusals])), topics.name_refusals),
             (pc.is_null(body).to_numpy(zero_copy_only=False), _record(BODY_NULL.error())),
-            (matches(pc.greater(pc.binary_length(body), self.max_body)), _record(BODY_TOO_LARGE.error(max=self.max_body))),
+            (
+                matches(pc.greater(pc.binary_length(body), self.max_body)),
+                _record(BODY_TOO_LARGE.error(max=self.max_body)),
+            ),
             (null_keys, _record(KEYS_TYPE.error())),
             (tags.per_row(_separators(tags.values)), _record(TAGS_SEPARATORS.error())),
             (keys_separators, _record(KEYS_SEPARATORS.error())),
-            ((flag < -2**31) | (flag >= 2**31), _record(FLAG_RANGE.error())),
+            ((flag < -(2**31)) | (flag >= 2**31), _record(FLAG_RANGE.error())),
             *self._property_refusals(batch),
             (per_topic(np.array([r is not None for r in topics.use_refusals])), topics.use_refusals),
             (given & ((qid < 0) | (qid >= per_topic(topics.queues))), topics.queue_refusals),
@@ -184,25 +197,34 @@ class EncodedFrame:
         distinct = names.values
         split = pc.split_pattern(distinct, PROPERTY_JOIN)
         reserved_names = np.zeros(len(distinct), dtype=bool)
-        reserved_names[pc.list_parent_indices(split).to_numpy()[matches(
-            pc.is_in(pc.list_flatten(split), value_set=pa.array(sorted(RESERVED_PROPERTIES))))]] = True
+        reserved_names[
+            pc.list_parent_indices(split).to_numpy()[
+                matches(pc.is_in(pc.list_flatten(split), value_set=pa.array(sorted(RESERVED_PROPERTIES))))
+            ]
+        ] = True
         per_row = names.per_row  # null names (no properties) pass
 
         def entries(joined: pa.Array) -> np.ndarray:
             return pc.fill_null(pc.count_substring(joined, PROPERTY_JOIN), -1).to_numpy(zero_copy_only=False) + 1
 
-        blank = per_row(matches(pc.match_substring_regex(distinct, BLANK_ENTRY_PATTERN))) \
-            | matches(pc.match_substring_regex(joined_values, BLANK_ENTRY_PATTERN))
+        blank = per_row(matches(pc.match_substring_regex(distinct, BLANK_ENTRY_PATTERN))) | matches(
+            pc.match_substring_regex(joined_values, BLANK_ENTRY_PATTERN)
+        )
         # A NAME_VALUE_SEPARATOR inside a name or value makes more entries than the map has.
-        separators = (((per_row(entries(distinct)) != count) | (entries(joined_values) != count)) & (count > 0)) \
-            | per_row(matches(pc.match_substring(distinct, PROPERTY_SEPARATOR))) \
+        separators = (
+            (((per_row(entries(distinct)) != count) | (entries(joined_values) != count)) & (count > 0))
+            | per_row(matches(pc.match_substring(distinct, PROPERTY_SEPARATOR)))
             | matches(pc.match_substring(joined_values, PROPERTY_SEPARATOR))
-        return [(per_row(reserved_names), _record(RESERVED_PROPERTY.error())),
-                (blank, _record(BLANK_PROPERTY.error())),
-                (separators, _record(PROPERTY_SEPARATORS.error()))]
+        )
+        return [
+            (per_row(reserved_names), _record(RESERVED_PROPERTY.error())),
+            (blank, _record(BLANK_PROPERTY.error())),
+            (separators, _record(PROPERTY_SEPARATORS.error())),
+        ]
 
-    def complete(self, batch: pa.RecordBatch, partition: int, first_row: int,
-                 topics: "BatchTopics | None" = None) -> dict[str, pa.Array]:
+    def complete(
+        self, batch: pa.RecordBatch, partition: int, first_row: int, topics: "BatchTopics | None" = None
+    ) -> dict[str, pa.Array]:
         """The batch's columns plus the defaults, the chosen queue ids, ``uniq_key``, ``properties``
         (the user's, then TAGS, KEYS and UNIQ_KEY where present) and ``size``. Rows must have
         passed :meth:`refusals`.
@@ -220,16 +242,27 @@ class EncodedFrame:
                 cols[name] = pa.repeat(pa.scalar(value, COMMITLOG.arrow.field(name).type), n)
         topics = topics or self.topics_of(batch)
         # Round-robin over the topic's write queues, as MQFaultStrategy turns without latency faults.
-        turn = (first_row + np.arange(n, dtype=np.int64) + partition * 7 + self.queue_salt) % topics.distinct.per_row(topics.queues)
+        turn = (first_row + np.arange(n, dtype=np.int64) + partition * 7 + self.queue_salt) % topics.distinct.per_row(
+            topics.queues
+        )
         turn = pa.array(turn, pa.int32())
         cols["queue_id"] = pc.coalesce(cols["queue_id"], turn) if "queue_id" in cols else turn
         cols["uniq_key"] = self.uniq.for_rows(partition, first_row, n)
-        system = [(MessageConst.TAGS, cols["tags"]), (MessageConst.KEYS, cols["keys"]), (MessageConst.UNIQ_KEY, cols["uniq_key"])]
+        system = [
+            (MessageConst.TAGS, cols["tags"]),
+            (MessageConst.KEYS, cols["keys"]),
+            (MessageConst.UNIQ_KEY, cols["uniq_key"]),
+        ]
         absent = pa.scalar(None, pa.string())
-        names = pc.binary_join_element_wise(cols["property_names"], *[
-            pc.if_else(pc.is_valid(v), pa.scalar(name), absent) for name, v in system], PROPERTY_JOIN, null_handling="skip")
-        values = pc.binary_join_element_wise(cols["property_values"], *[v for _, v in system], PROPERTY_JOIN,
-                                             null_handling="skip")
+        names = pc.binary_join_element_wise(
+            cols["property_names"],
+            *[pc.if_else(pc.is_valid(v), pa.scalar(name), absent) for name, v in system],
+            PROPERTY_JOIN,
+            null_handling="skip",
+        )
+        values = pc.binary_join_element_wise(
+            cols["property_values"], *[v for _, v in system], PROPERTY_JOIN, null_handling="skip"
+        )
         # Joined by 1-byte separators, the k entries' names and values are 2k - 2 bytes shorter
         # than RocketMQ's properties string, where each entry ends name\x01value\x02.
         properties_length = utf8_lengths(names) + utf8_lengths(values) + 2
@@ -243,8 +276,12 @@ class EncodedFrame:
             born_v6 = matches(pc.greater(pc.count_substring(cols["born_host"], ":"), 1))
         sysflag = (cols["sysflag"].to_numpy() & ~SysFlag.BORNHOST_V6) | np.where(born_v6, SysFlag.BORNHOST_V6, 0)
         cols["sysflag"] = pa.array(sysflag | (SysFlag.STOREHOSTADDRESS_V6 if self.store_v6 else 0), pa.int32())
-        cols["size"] = pa.array(message_lengths(utf8_lengths(cols["body"]), utf8_lengths(cols["topic"]), properties_length,
-                                                       born_v6, self.store_v6), pa.int32())
+        cols["size"] = pa.array(
+            message_lengths(
+                utf8_lengths(cols["body"]), utf8_lengths(cols["topic"]), properties_length, born_v6, self.store_v6
+            ),
+            pa.int32(),
+        )
         return cols
 
 
@@ -257,5 +294,6 @@ NULL_KEY_PATTERN = r"(?:^| )\x02(?: |$)"
 
 def _separators(strings: pa.Array) -> np.ndarray:
     """Rows holding a separator of RocketMQ's properties string (\\u0001 or \\u0002); null rows don't."""
-    return (matches(pc.match_substring(strings, NAME_VALUE_SEPARATOR))
-            | matches(pc.match_substring(strings, PROPERTY_SEPARATOR)))
+    return matches(pc.match_substring(strings, NAME_VALUE_SEPARATOR)) | matches(
+        pc.match_substring(strings, PROPERTY_SEPARATOR)
+    )

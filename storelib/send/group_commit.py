@@ -108,12 +108,24 @@ class GroupCommitProducer(Generic[M, E, R]):
     3
     """
 
-    def __init__(self, encode: Callable[[M], E], append: Callable[[Sequence[E]], Sequence[R]] | None, *,
-                 linger_ms: int = 0, max_batch: int = 1000, name: str = "storelib-group-commit",
-                 turn: Callable[[], ContextManager[object]] = contextlib.nullcontext,
-                 on_close: Callable[[], None] | None = None,
-                 submit: Callable[[Sequence[E]], "Future[Sequence[R]]"] | None = None, in_flight: int = 1):
-        for field, value, low in (("linger_ms", linger_ms, 0), ("max_batch", max_batch, 1), ("in_flight", in_flight, 1)):
+    def __init__(
+        self,
+        encode: Callable[[M], E],
+        append: Callable[[Sequence[E]], Sequence[R]] | None,
+        *,
+        linger_ms: int = 0,
+        max_batch: int = 1000,
+        name: str = "storelib-group-commit",
+        turn: Callable[[], ContextManager[object]] = contextlib.nullcontext,
+        on_close: Callable[[], None] | None = None,
+        submit: Callable[[Sequence[E]], "Future[Sequence[R]]"] | None = None,
+        in_flight: int = 1,
+    ):
+        for field, value, low in (
+            ("linger_ms", linger_ms, 0),
+            ("max_batch", max_batch, 1),
+            ("in_flight", in_flight, 1),
+        ):
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise ConfigError(field, f"must be an integer >= {low}", value=value)
         if (append is None) == (submit is None):
@@ -183,13 +195,15 @@ class GroupCommitProducer(Generic[M, E, R]):
                 return False
             if self.linger_s and len(self._queue) < self.max_batch and not self._closed:
                 deadline = time.monotonic() + self.linger_s
-                self._cond.wait_for(lambda: len(self._queue) >= self.max_batch or self._closed,
-                                    timeout=max(0.0, deadline - time.monotonic()))
+                self._cond.wait_for(
+                    lambda: len(self._queue) >= self.max_batch or self._closed,
+                    timeout=max(0.0, deadline - time.monotonic()),
+                )
             return True
 
     def _take(self) -> list[tuple[E, Future]]:
         with self._cond:
-            group, self._queue = self._queue[:self.max_batch], self._queue[self.max_batch:]
+            group, self._queue = self._queue[: self.max_batch], self._queue[self.max_batch :]
             self._busy += 1
             return group
 
@@ -205,8 +219,11 @@ class GroupCommitProducer(Generic[M, E, R]):
                     encoded = [e for e, _ in group]
                     if self._submit is not None:
                         handed = self._submit(encoded)
-                        handed.add_done_callback(lambda f, g=group, b=began: self._settle(
-                            g, b, f.exception(), None if f.exception() else f.result()))
+                        handed.add_done_callback(
+                            lambda f, g=group, b=began: self._settle(
+                                g, b, f.exception(), None if f.exception() else f.result()
+                            )
+                        )
                         continue
                     results = self._append(encoded)
             except Exception as e:  # noqa: BLE001  (every caller of the group gets the commit's error)
@@ -218,12 +235,15 @@ class GroupCommitProducer(Generic[M, E, R]):
         with self._cond:  # closed: the groups handed on land before the committer stops
             self._cond.wait_for(lambda: not self._busy)
 
-    def _settle(self, group: list[tuple[E, Future]], began: float, error: BaseException | None,
-                results: "Sequence[R] | None") -> None:
+    def _settle(
+        self, group: list[tuple[E, Future]], began: float, error: BaseException | None, results: "Sequence[R] | None"
+    ) -> None:
         """Give each caller of ``group`` its result, or the commit's error."""
         landed = time.monotonic()
         if error is None and (results is None or len(results) != len(group)):  # never leave a caller waiting
-            error = StoreStateError("producer", f"a commit answered {len(results or ())} results for {len(group)} sends")
+            error = StoreStateError(
+                "producer", f"a commit answered {len(results or ())} results for {len(group)} sends"
+            )
         for i, (_, future) in enumerate(group):
             if error is not None:
                 future.set_exception(error)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 import pyarrow as pa
 
 from storelib.encoding.uniq_id import UniqIdGenerator, local_ip, month_start_ms, uniq_id_prefix_hex
+from storelib.local.relay import RELAY_IN_FLIGHT, relay_for
 from storelib.model.config import StoreConfig
 from storelib.model.errors import MessageError, error_from_record
 from storelib.model.message import PROPERTY_JOIN, Message, MessageConst, SendResult, SysFlag
@@ -31,7 +32,6 @@ from storelib.model.validation import check_queue_id, check_send_topic, validate
 from storelib.send.arrow_frame import DATAFRAME_COLUMNS, NULL_VALUE, check_columns, spark_types
 from storelib.send.frame import NULL_KEY, EncodedFrame, UniqKeys
 from storelib.send.group_commit import GroupCommitProducer, then
-from storelib.local.relay import RELAY_IN_FLIGHT, relay_for
 from storelib.send.schedule import plan_schedule, split_timer_properties, timer_deliver_ms
 from storelib.storage.commitlog import AppendResult, CommitLog, EncodedMessage, now_millis
 
@@ -75,8 +75,9 @@ class Producer:
         return next(counter) % write_queue_nums
 
     # ---- sending ---------------------------------------------------------------------------
-    def send_batch(self, commitlog: CommitLog, topics: Mapping[str, TopicConfig],
-                   messages: Sequence[Message]) -> list[SendResult]:
+    def send_batch(
+        self, commitlog: CommitLog, topics: Mapping[str, TopicConfig], messages: Sequence[Message]
+    ) -> list[SendResult]:
         """Check and encode ``messages`` and append them to ``commitlog`` in one atomic commit."""
         if isinstance(messages, (str, bytes, Mapping)) or not hasattr(messages, "__iter__"):
             raise MessageError("messages", "must be a list of storelib.Message", value=type(messages).__name__)
@@ -87,11 +88,27 @@ class Producer:
 
     @staticmethod
     def _results(rows: list[dict]) -> list[SendResult]:
-        return [SendResult("SEND_OK", r["msg_id"], r["uniq_key"], r["topic"], r["queue_id"], r["queue_offset"],
-                           r["physical_offset"]) for r in rows]
+        return [
+            SendResult(
+                "SEND_OK",
+                r["msg_id"],
+                r["uniq_key"],
+                r["topic"],
+                r["queue_id"],
+                r["queue_offset"],
+                r["physical_offset"],
+            )
+            for r in rows
+        ]
 
-    def group_commit(self, commitlog: CommitLog, topics: Callable[[], Mapping[str, TopicConfig]], *, linger_ms: int = 0,
-                     max_batch: int = 1000) -> GroupCommitProducer[Message, EncodedMessage, SendResult]:
+    def group_commit(
+        self,
+        commitlog: CommitLog,
+        topics: Callable[[], Mapping[str, TopicConfig]],
+        *,
+        linger_ms: int = 0,
+        max_batch: int = 1000,
+    ) -> GroupCommitProducer[Message, EncodedMessage, SendResult]:
         """A thread-safe producer whose concurrent sends share commits (:mod:`storelib.send.group_commit`):
         each message is checked and encoded in its caller's thread, and each group appended to
         ``commitlog`` in one atomic commit: by this process, in the commit turn, or (with the setting
@@ -119,16 +136,29 @@ class Producer:
             return self._results(landed.to_pylist())
 
         if relay.enabled:  # groups handed on to the machine's committer, RELAY_IN_FLIGHT at a time
+
             def submit(group: Sequence[EncodedMessage]) -> "Future[list[SendResult]]":
                 return then(relay.submit(commitlog.stage(group)), results)
 
-            return GroupCommitProducer(encode, None, submit=submit, in_flight=RELAY_IN_FLIGHT, linger_ms=linger_ms,
-                                       max_batch=max_batch, on_close=relay.release)
+            return GroupCommitProducer(
+                encode,
+                None,
+                submit=submit,
+                in_flight=RELAY_IN_FLIGHT,
+                linger_ms=linger_ms,
+                max_batch=max_batch,
+                on_close=relay.release,
+            )
         # Without a machine's committer, this producer's group waits for the commit turn, so that
         # everything sent while other processes commit joins it.
-        return GroupCommitProducer(encode, lambda group: results(relay.commit(commitlog.stage(group))),
-                                   linger_ms=linger_ms, max_batch=max_batch, on_close=relay.release,
-                                   turn=lambda: commitlog.table.commit_turn(snapshot=False))
+        return GroupCommitProducer(
+            encode,
+            lambda group: results(relay.commit(commitlog.stage(group))),
+            linger_ms=linger_ms,
+            max_batch=max_batch,
+            on_close=relay.release,
+            turn=lambda: commitlog.table.commit_turn(snapshot=False),
+        )
 
     def send_dataframe(self, commitlog: CommitLog, topics: Mapping[str, TopicConfig], df: "DataFrame") -> AppendResult:
         """Check, complete and append a DataFrame of messages in one atomic commit (see :meth:`encode_dataframe`)."""
@@ -154,8 +184,16 @@ class Producer:
             validate_message(m, max_body=self.config.max_message_size, where=where)
             check_queue_id(check_send_topic(topics, m.topic, where), m.queue_id, where)
             delivers.append((timer, timer_deliver_ms(timer, m.deliver_time_ms, now)))
-            plan_schedule(m.topic, 0, {}, delay_level=m.delay_level, deliver_ms=delivers[-1][1], now=now,
-                          levels=levels, max_delay_ms=self.config.timer_max_delay_ms)  # refuses before anything is encoded
+            plan_schedule(
+                m.topic,
+                0,
+                {},
+                delay_level=m.delay_level,
+                deliver_ms=delivers[-1][1],
+                now=now,
+                levels=levels,
+                max_delay_ms=self.config.timer_max_delay_ms,
+            )  # refuses before anything is encoded
             split.append(m)
         v6 = ":" in self.ip
         out = []
@@ -163,15 +201,35 @@ class Producer:
             config = topics[m.topic]
             queue_id = m.queue_id if m.queue_id is not None else self._next_queue(m.topic, config.write_queue_nums)
             props = {**m.properties, **m.system_properties(), MessageConst.UNIQ_KEY: self.uniq.next_id()}
-            topic, queue_id, props = plan_schedule(m.topic, queue_id, props, delay_level=m.delay_level, deliver_ms=deliver,
-                                                   now=now, levels=levels, max_delay_ms=self.config.timer_max_delay_ms,
-                                                   timer=timer)
-            out.append(EncodedMessage(topic, queue_id, SysFlag.BORNHOST_V6 if v6 else 0, m.flag, bytes(m.body),
-                                      props, born, self.born_host))
+            topic, queue_id, props = plan_schedule(
+                m.topic,
+                queue_id,
+                props,
+                delay_level=m.delay_level,
+                deliver_ms=deliver,
+                now=now,
+                levels=levels,
+                max_delay_ms=self.config.timer_max_delay_ms,
+                timer=timer,
+            )
+            out.append(
+                EncodedMessage(
+                    topic,
+                    queue_id,
+                    SysFlag.BORNHOST_V6 if v6 else 0,
+                    m.flag,
+                    bytes(m.body),
+                    props,
+                    born,
+                    self.born_host,
+                )
+            )
         return out
 
     # ---- DataFrames ------------------------------------------------------------------------
-    def encode_dataframe(self, df: "DataFrame", topics: Mapping[str, TopicConfig]) -> tuple["DataFrame", "EncodedFrame"]:
+    def encode_dataframe(
+        self, df: "DataFrame", topics: Mapping[str, TopicConfig]
+    ) -> tuple["DataFrame", "EncodedFrame"]:
         """A DataFrame of messages in two halves: what varies per message, as Spark hands it to
         the executors, unchecked (topic, the given queue id or null, body and its CRC, user
         properties as joined names and values, tags, keys, and the optional columns given); and
@@ -194,18 +252,28 @@ class Producer:
         if "keys" in df.columns and isinstance(df.schema["keys"].dataType, ArrayType):
             keys = F.array_join(F.col("keys"), MessageConst.KEY_SEPARATOR, NULL_KEY)
         tags = col("tags", F.lit(None).cast("string"))
-        user = F.coalesce(col("properties", F.lit(None).cast("map<string,string>")), F.create_map().cast("map<string,string>"))
+        user = F.coalesce(
+            col("properties", F.lit(None).cast("map<string,string>")), F.create_map().cast("map<string,string>")
+        )
         names, values, count = self._joined_properties(user)
         # integers cross as 64 bits and are range-checked per row (EncodedFrame.refusals): no silent wrap
-        given = {"queue_id": lambda c: c.cast("bigint"), "flag": lambda c: c.cast("bigint"), "born_host": lambda c: c,
-                 "born_timestamp": lambda c: F.date_trunc("millisecond", c)}
+        given = {
+            "queue_id": lambda c: c.cast("bigint"),
+            "flag": lambda c: c.cast("bigint"),
+            "born_host": lambda c: c,
+            "born_timestamp": lambda c: F.date_trunc("millisecond", c),
+        }
         optional = [cast(F.col(name)).alias(name) for name, cast in given.items() if name in df.columns]
         keys_array = "keys" in df.columns and isinstance(df.schema["keys"].dataType, ArrayType)
         return df.select(
             F.col("topic").alias("topic"),
             F.crc32(body).bitwiseAND(F.lit(0x7FFFFFFF)).cast("int").alias("body_crc"),
-            names.alias("property_names"), values.alias("property_values"), count.alias("property_count"),
-            body.alias("body"), F.when(F.length(tags) > 0, tags).alias("tags"), F.when(F.length(keys) > 0, keys).alias("keys"),
+            names.alias("property_names"),
+            values.alias("property_values"),
+            count.alias("property_count"),
+            body.alias("body"),
+            F.when(F.length(tags) > 0, tags).alias("tags"),
+            F.when(F.length(keys) > 0, keys).alias("keys"),
             *optional,
         ), self.frame(topics, keys_array)
 
@@ -218,8 +286,11 @@ class Producer:
         from pyspark.sql import functions as F
 
         count = F.size(user)
-        return [F.when(count > 0, F.array_join(F.map_keys(user), PROPERTY_JOIN)),
-                F.when(count > 0, F.array_join(F.map_values(user), PROPERTY_JOIN, NULL_VALUE)), count]
+        return [
+            F.when(count > 0, F.array_join(F.map_keys(user), PROPERTY_JOIN)),
+            F.when(count > 0, F.array_join(F.map_values(user), PROPERTY_JOIN, NULL_VALUE)),
+            count,
+        ]
 
     def frame(self, topics: Mapping[str, TopicConfig], keys_array: bool) -> "EncodedFrame":
         """What :meth:`encode_dataframe` (or :func:`~storelib.send.arrow_frame.encode_batch`) leaves to the
@@ -229,17 +300,30 @@ class Producer:
         4194304
         """
         born_v6 = ":" in self.ip
-        defaults = {"sysflag": SysFlag.BORNHOST_V6 if born_v6 else 0, "flag": 0, "born_host": self.born_host,
-                    "born_timestamp": now_millis(), "reconsume_times": 0, "prepared_transaction_offset": 0}
+        defaults = {
+            "sysflag": SysFlag.BORNHOST_V6 if born_v6 else 0,
+            "flag": 0,
+            "born_host": self.born_host,
+            "born_timestamp": now_millis(),
+            "reconsume_times": 0,
+            "prepared_transaction_offset": 0,
+        }
         now = int(time.time() * 1000)
         since_month = now - month_start_ms(now)
         prefix = uniq_id_prefix_hex(self.ip, os.getpid(), 0)[:12]
-        return EncodedFrame(defaults, UniqKeys(prefix, uuid.uuid4().hex, since_month), dict(topics),
-                            self.config.max_message_size, random.randrange(1 << 16),
-                            self.config.store_v6, keys_array)
+        return EncodedFrame(
+            defaults,
+            UniqKeys(prefix, uuid.uuid4().hex, since_month),
+            dict(topics),
+            self.config.max_message_size,
+            random.randrange(1 << 16),
+            self.config.store_v6,
+            keys_array,
+        )
 
     @staticmethod
     def refuse(bad: Mapping[str, object]) -> None:
         """Raise the typed error of a refused row: its error record, with the ``topic`` and ``partition`` it came from."""
-        raise error_from_record(dict(bad), where=f"DataFrame partition {bad['partition']}, topic {bad['topic']!r}; "
-                                                 "nothing was written")
+        raise error_from_record(
+            dict(bad), where=f"DataFrame partition {bad['partition']}, topic {bad['topic']!r}; nothing was written"
+        )

@@ -55,6 +55,7 @@ def timer_deliver_ms(timer: Mapping[str, object], deliver_time_ms: object, now: 
     >>> timer_deliver_ms({"TIMER_DELAY_SEC": "2"}, None, 1000), timer_deliver_ms({}, 7, 0), timer_deliver_ms({}, None, 0)
     (3000, 7, None)
     """
+
     def number(name: str, text: object) -> int:
         if isinstance(text, bool) or not isinstance(text, (int, str)):
             raise TimerMessageError(name, "must be a whole number of milliseconds or seconds", value=text)
@@ -74,9 +75,18 @@ def timer_deliver_ms(timer: Mapping[str, object], deliver_time_ms: object, now: 
     return None
 
 
-def plan_schedule(topic: str, queue_id: int, props: dict[str, str], *, delay_level: object, deliver_ms: int | None,
-                  now: int, levels: int, max_delay_ms: int,
-                  timer: Mapping[str, str] | None = None) -> tuple[str, int, dict[str, str]]:
+def plan_schedule(
+    topic: str,
+    queue_id: int,
+    props: dict[str, str],
+    *,
+    delay_level: object,
+    deliver_ms: int | None,
+    now: int,
+    levels: int,
+    max_delay_ms: int,
+    timer: Mapping[str, str] | None = None,
+) -> tuple[str, int, dict[str, str]]:
     """Where a message sent to (``topic``, ``queue_id``) is stored, and its properties (see the module docstring).
 
     >>> plan_schedule("T", 0, {}, delay_level=40, deliver_ms=None, now=0, levels=18, max_delay_ms=1)[:2]
@@ -99,8 +109,11 @@ def plan_schedule(topic: str, queue_id: int, props: dict[str, str], *, delay_lev
     if deliver_ms is None or deliver_ms <= now:
         return topic, queue_id, props
     if deliver_ms - now > max_delay_ms:
-        raise TimerMessageError("deliver_time_ms", f"is {deliver_ms - now} ms away, over the timer's maximum of "
-                                                   f"{max_delay_ms} ms (timer_max_delay_ms)", value=deliver_ms - now)
+        raise TimerMessageError(
+            "deliver_time_ms",
+            f"is {deliver_ms - now} ms away, over the timer's maximum of {max_delay_ms} ms (timer_max_delay_ms)",
+            value=deliver_ms - now,
+        )
     if not timer:
         props[MessageConst.TIMER_DELIVER_MS] = str(deliver_ms)
     props[MessageConst.TIMER_OUT_MS] = str(deliver_ms)

@@ -49,8 +49,19 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 
-__all__ = ["CommitLog", "EncodedMessage", "AppendResult", "Progress", "STAGED_SCHEMA", "staged_rows", "COMMITLOG_MARKER", "CLUSTERED_PREFIX", "queue_marker", "stage_partition",
-           "is_clustered"]
+__all__ = [
+    "CommitLog",
+    "EncodedMessage",
+    "AppendResult",
+    "Progress",
+    "STAGED_SCHEMA",
+    "staged_rows",
+    "COMMITLOG_MARKER",
+    "CLUSTERED_PREFIX",
+    "queue_marker",
+    "stage_partition",
+    "is_clustered",
+]
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +89,9 @@ class BatchCompleter(Protocol):
 
     def refusals(self, batch: pa.RecordBatch, topics: Any = None) -> pa.Array: ...
 
-    def complete(self, batch: pa.RecordBatch, partition: int, first_row: int, topics: Any = None) -> dict[str, pa.Array]: ...
+    def complete(
+        self, batch: pa.RecordBatch, partition: int, first_row: int, topics: Any = None
+    ) -> dict[str, pa.Array]: ...
 
 
 def now_millis() -> dt.datetime:
@@ -118,9 +131,12 @@ class EncodedMessage:
     @property
     def size(self) -> int:
         return message_length(
-            body_length=len(self.body), topic_length=len(self.topic.encode()),
+            body_length=len(self.body),
+            topic_length=len(self.topic.encode()),
             properties_length=len(properties_to_string(self.properties).encode()),
-            born_host_v6=bool(self.sysflag & SysFlag.BORNHOST_V6), store_host_v6=bool(self.sysflag & SysFlag.STOREHOSTADDRESS_V6))
+            born_host_v6=bool(self.sysflag & SysFlag.BORNHOST_V6),
+            store_host_v6=bool(self.sysflag & SysFlag.STOREHOSTADDRESS_V6),
+        )
 
 
 @dataclass(frozen=True)
@@ -217,8 +233,14 @@ class CommitLog:
             messages = [dataclasses.replace(m, sysflag=m.sysflag | SysFlag.STOREHOSTADDRESS_V6) for m in messages]
         return staged_rows(messages)
 
-    def append_arrow(self, staged: pa.Table, progress: Progress | None = None, operation: str = "SEND",
-                     results: bool | str = False, info: Mapping[str, str] | None = None) -> AppendResult:
+    def append_arrow(
+        self,
+        staged: pa.Table,
+        progress: Progress | None = None,
+        operation: str = "SEND",
+        results: bool | str = False,
+        info: Mapping[str, str] | None = None,
+    ) -> AppendResult:
         """Append rows already complete but for their offsets (:data:`STAGED_SCHEMA` columns, e.g.
         messages a delivery moves), placed with numpy in row order, atomically with ``progress``'s
         markers. No rows and a ``progress`` commit the markers alone. ``results`` adds where each
@@ -251,20 +273,37 @@ class CommitLog:
             rows = place._row_batch(batch, offsets, place._queue_offsets(batch, counters))
             end = start + int(sizes.sum())
             markers = {**extra, COMMITLOG_MARKER: end, **{queue_marker(t, q): n for (t, q), n in counters.items()}}
-            version, _ = write_rows(self.table, snapshot, pa.Table.from_batches([rows]),
-                                    target_file_size=self.config.target_file_size, markers=markers,
-                                    operation=operation, info={"storelib.messages": str(batch.num_rows), **(info or {})})
+            version, _ = write_rows(
+                self.table,
+                snapshot,
+                pa.Table.from_batches([rows]),
+                target_file_size=self.config.target_file_size,
+                markers=markers,
+                operation=operation,
+                info={"storelib.messages": str(batch.num_rows), **(info or {})},
+            )
             landed = rows.select(LANDED) if results else None
-            return AppendResult(version, start, end, batch.num_rows, rows=landed.to_pylist() if results is True else None,
-                                queues={k: (first[k], counters[k]) for k in first},
-                                landed=pa.Table.from_batches([landed]) if results == "arrow" else None)
+            return AppendResult(
+                version,
+                start,
+                end,
+                batch.num_rows,
+                rows=landed.to_pylist() if results is True else None,
+                queues={k: (first[k], counters[k]) for k in first},
+                landed=pa.Table.from_batches([landed]) if results == "arrow" else None,
+            )
 
         return with_retries(self.table, self.config.max_commit_attempts, step, what=operation.lower(), serial=True)
 
     # ---- DataFrame appends -----------------------------------------------------------------
-    def append_dataframe(self, encoded: "DataFrame", frame: "BatchCompleter",
-                         refused: Callable[[Mapping[str, Any]], None], progress: Progress | None = None,
-                         operation: str = "SEND_DATAFRAME") -> AppendResult:
+    def append_dataframe(
+        self,
+        encoded: "DataFrame",
+        frame: "BatchCompleter",
+        refused: Callable[[Mapping[str, Any]], None],
+        progress: Progress | None = None,
+        operation: str = "SEND_DATAFRAME",
+    ) -> AppendResult:
         """Append an encoded DataFrame (see :mod:`storelib.send.producer`) in one atomic commit.
 
         ``encoded`` has what varies per message (see :meth:`Producer.encode_dataframe`); ``frame``
@@ -290,15 +329,22 @@ class CommitLog:
                 refused(json.loads(min(bad, key=lambda r: r["partition"])["refused"]))
 
             def write(placed: list["_StagedPart"], place: "_Place", target: Target) -> list:
-                return write_items(encoded.sparkSession, placed, [p.bytes for p in placed], {"commitlog": target},
-                                   place)["commitlog"]
+                return write_items(
+                    encoded.sparkSession, placed, [p.bytes for p in placed], {"commitlog": target}, place
+                )["commitlog"]
 
             return self.place_staged(staged, attempt_id, write, progress, operation)
         finally:
             fs.delete_dir(base)
 
-    def place_staged(self, staged: Sequence[Mapping[str, Any]], attempt_id: str, write: Callable[..., list],
-                     progress: Progress | None = None, operation: str = "SEND_DATAFRAME") -> AppendResult:
+    def place_staged(
+        self,
+        staged: Sequence[Mapping[str, Any]],
+        attempt_id: str,
+        write: Callable[..., list],
+        progress: Progress | None = None,
+        operation: str = "SEND_DATAFRAME",
+    ) -> AppendResult:
         """Step 2 of :meth:`append_dataframe` over staged partitions (their ``partition``, ``path``, ``rows``,
         ``bytes`` and ``queues``): offsets given in partition order, files written by ``write(placed, place,
         target)`` (a Spark job, or this process), one commit, retried on conflicts."""
@@ -333,10 +379,10 @@ class CommitLog:
                 raise
             markers = {**extra, COMMITLOG_MARKER: start + total}
             markers.update({queue_marker(t, q): n for (t, q), n in nexts.items()})
-            version = self.table.commit(snapshot, files, markers=markers, operation=operation,
-                                        info={"storelib.messages": str(count)})
-            return AppendResult(version, start, start + total, count,
-                                queues={k: (first[k], nexts[k]) for k in nexts})
+            version = self.table.commit(
+                snapshot, files, markers=markers, operation=operation, info={"storelib.messages": str(count)}
+            )
+            return AppendResult(version, start, start + total, count, queues={k: (first[k], nexts[k]) for k in nexts})
 
         return with_retries(self.table, self.config.max_commit_attempts, step, what=operation.lower())
 
@@ -347,7 +393,9 @@ class CommitLog:
         if fs.get_file_info(base).type == pafs.FileType.NotFound:
             return 0
         cutoff = time.time() - older_than_hours * 3600
-        stale = [i for i in fs.get_file_info(pafs.FileSelector(base)) if i.mtime is not None and i.mtime.timestamp() < cutoff]
+        stale = [
+            i for i in fs.get_file_info(pafs.FileSelector(base)) if i.mtime is not None and i.mtime.timestamp() < cutoff
+        ]
         for info in stale:
             fs.delete_dir(info.path) if info.type == pafs.FileType.Directory else fs.delete_file(info.path)
         if not fs.get_file_info(pafs.FileSelector(base)):
@@ -376,15 +424,22 @@ def staged_rows(messages: Sequence[EncodedMessage]) -> pa.Table:
     """
     props = [m.properties for m in messages]
     columns = {
-        "size": [m.size for m in messages], "topic": [m.topic for m in messages],
-        "queue_id": [m.queue_id for m in messages], "sysflag": [m.sysflag for m in messages],
-        "flag": [m.flag for m in messages], "body_crc": [body_crc(m.body) for m in messages],
-        "born_timestamp": [m.born_timestamp for m in messages], "born_host": [m.born_host for m in messages],
+        "size": [m.size for m in messages],
+        "topic": [m.topic for m in messages],
+        "queue_id": [m.queue_id for m in messages],
+        "sysflag": [m.sysflag for m in messages],
+        "flag": [m.flag for m in messages],
+        "body_crc": [body_crc(m.body) for m in messages],
+        "born_timestamp": [m.born_timestamp for m in messages],
+        "born_host": [m.born_host for m in messages],
         "reconsume_times": [m.reconsume_times for m in messages],
         "prepared_transaction_offset": [m.prepared_transaction_offset for m in messages],
-        "properties": [list(p.items()) for p in props], "body": [bytes(m.body) for m in messages],
-        "tags": [p.get("TAGS") for p in props], "keys": [p.get("KEYS") for p in props],
-        "uniq_key": [p.get("UNIQ_KEY") for p in props]}
+        "properties": [list(p.items()) for p in props],
+        "body": [bytes(m.body) for m in messages],
+        "tags": [p.get("TAGS") for p in props],
+        "keys": [p.get("KEYS") for p in props],
+        "uniq_key": [p.get("UNIQ_KEY") for p in props],
+    }
     return pa.Table.from_arrays([pa.array(columns[f.name], f.type) for f in _STAGED], schema=_STAGED)
 
 
@@ -393,8 +448,16 @@ _PLACED = ("physical_offset", "queue_offset", "store_timestamp", "store_host", "
 _STAGED = pa.schema([f for f in COMMITLOG.arrow if f.name not in _PLACED and f.name != "cluster_seq"])
 #: The columns of rows complete but for their offsets (what :meth:`CommitLog.append_arrow` takes).
 STAGED_SCHEMA = _STAGED
-_STAGED_ARROW = pa.schema([("partition", pa.int32()), ("path", pa.string()), ("rows", pa.int64()), ("bytes", pa.int64()),
-                          ("queues", pa.string()), ("refused", pa.string())])
+_STAGED_ARROW = pa.schema(
+    [
+        ("partition", pa.int32()),
+        ("path", pa.string()),
+        ("rows", pa.int64()),
+        ("bytes", pa.int64()),
+        ("queues", pa.string()),
+        ("refused", pa.string()),
+    ]
+)
 
 
 @dataclass(frozen=True)
@@ -437,8 +500,9 @@ def stage_partition(root: str, frame: "BatchCompleter", pid: int, batches: Itera
             bad = pc.is_valid(errors)
             if pc.any(bad).as_py():
                 i = pc.index(bad, True).as_py()
-                refused = json.dumps({**json.loads(errors[i].as_py()), "topic": b.column("topic")[i].as_py(),
-                                      "partition": pid})
+                refused = json.dumps(
+                    {**json.loads(errors[i].as_py()), "topic": b.column("topic")[i].as_py(), "partition": pid}
+                )
                 break
             cols = frame.complete(b, pid, rows, topics)
             writer.write_batch(pa.RecordBatch.from_arrays([cols[f.name].cast(f.type) for f in _STAGED], schema=_STAGED))
@@ -450,8 +514,14 @@ def stage_partition(root: str, frame: "BatchCompleter", pid: int, batches: Itera
     if refused is not None:
         fs.delete_file(path)
         rows = nbytes = 0
-    return {"partition": pid, "path": f"{root}/{name}", "rows": rows, "bytes": nbytes,
-            "queues": json.dumps([[t, q, n] for (t, q), n in counts.items()]), "refused": refused}
+    return {
+        "partition": pid,
+        "path": f"{root}/{name}",
+        "rows": rows,
+        "bytes": nbytes,
+        "queues": json.dumps([[t, q, n] for (t, q), n in counts.items()]),
+        "refused": refused,
+    }
 
 
 @dataclass(frozen=True)
@@ -484,7 +554,7 @@ class _Place:
         counters = dict(part.queue_bases)
         seen_rows = 0
         local = isinstance(fs, pafs.LocalFileSystem)
-        with (pa.memory_map(path) if local else fs.open_input_stream(path)) as source:  # mapped: no copies
+        with pa.memory_map(path) if local else fs.open_input_stream(path) as source:  # mapped: no copies
             for b in pa.ipc.open_stream(source):
                 sizes = b.column("size").to_numpy().astype(np.int64)
                 ends = np.cumsum(sizes)
@@ -493,8 +563,10 @@ class _Place:
                 seen_rows += b.num_rows
                 yield self._row_batch(b, offsets, self._queue_offsets(b, counters))
         if (seen_rows, phys - part.physical_base) != (part.rows, part.bytes):
-            raise RuntimeError(f"staged file {part.path} holds {seen_rows} rows, {phys - part.physical_base} bytes; "
-                               f"expected {part.rows}, {part.bytes}")
+            raise RuntimeError(
+                f"staged file {part.path} holds {seen_rows} rows, {phys - part.physical_base} bytes; "
+                f"expected {part.rows}, {part.bytes}"
+            )
 
     @staticmethod
     def _queue_offsets(b: pa.RecordBatch, counters: dict[tuple[str, int], int]) -> np.ndarray:
@@ -514,7 +586,9 @@ class _Place:
         cols = {name: b.column(name) for name in b.schema.names}
         cols["physical_offset"] = pa.array(offsets, pa.int64())
         cols["queue_offset"] = pa.array(queue_offsets, pa.int64())
-        cols["store_timestamp"] = pa.repeat(pa.scalar(self.store_timestamp, COMMITLOG.arrow.field("store_timestamp").type), n)
+        cols["store_timestamp"] = pa.repeat(
+            pa.scalar(self.store_timestamp, COMMITLOG.arrow.field("store_timestamp").type), n
+        )
         cols["store_host"] = pa.repeat(pa.scalar(self.store_host, pa.string()), n)
         cols["msg_id"] = message_ids(self.msg_id_prefix, offsets)
         cols["cluster_seq"] = pa.nulls(n, pa.int64())  # not clustered yet

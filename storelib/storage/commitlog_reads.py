@@ -19,8 +19,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from storelib.delta.files import fragment, map_io
-from storelib.delta.stats import ranges
 from storelib.delta.log import add_actions
+from storelib.delta.stats import ranges
 from storelib.delta.table import Table
 from storelib.model.message import MESSAGE_COLUMNS, StoredMessage
 from storelib.storage.commitlog import is_clustered
@@ -58,15 +58,17 @@ def min_physical_offset(actions: pa.Table) -> int:
     return int(pc.min(column).as_py())
 
 
-def read_messages(commitlog: Table, actions: pa.Table, offsets: Sequence[int],
-                  files_touched: dict[str, int] | None = None) -> dict[int, StoredMessage]:
+def read_messages(
+    commitlog: Table, actions: pa.Table, offsets: Sequence[int], files_touched: dict[str, int] | None = None
+) -> dict[int, StoredMessage]:
     """The messages at these commitlog offsets, by offset (missing ones left out): :func:`message_rows`, made messages."""
     rows = message_rows(commitlog, actions, offsets, files_touched) if len(offsets) else None
     return {m.commitlog_offset: m for m in StoredMessage.from_rows(rows)} if rows is not None else {}
 
 
-def message_rows(commitlog: Table, actions: pa.Table, offsets: Sequence[int],
-                 files_touched: dict[str, int] | None = None) -> pa.Table:
+def message_rows(
+    commitlog: Table, actions: pa.Table, offsets: Sequence[int], files_touched: dict[str, int] | None = None
+) -> pa.Table:
     """The rows (:data:`MESSAGE_COLUMNS`) at these commitlog offsets (some), sorted, missing ones left out:
     only the files and row groups whose offset statistics hold one are read, with pyarrow on this process.
 
@@ -84,7 +86,9 @@ def message_rows(commitlog: Table, actions: pa.Table, offsets: Sequence[int],
     return read_rows(commitlog, commitlog.paths(holding), wanted, columns=MESSAGE_COLUMNS)
 
 
-def read_rows(commitlog: Table, paths: Sequence[str], offsets: pa.Array, columns: Sequence[str] | None = None) -> pa.Table:
+def read_rows(
+    commitlog: Table, paths: Sequence[str], offsets: pa.Array, columns: Sequence[str] | None = None
+) -> pa.Table:
     """The commitlog rows at ``offsets`` (sorted int64) among the data files ``paths``, in ``columns``
     (None: all), read with pyarrow; in a clustered file only the row groups holding them are decoded.
 
@@ -95,8 +99,11 @@ def read_rows(commitlog: Table, paths: Sequence[str], offsets: pa.Array, columns
     ['physical_offset']
     """
     wanted = offsets.to_numpy()
-    parts = [commitlog.read_keyed([p for p in paths if not is_clustered(p)], "physical_offset", values=wanted,
-                                  columns=columns)]
+    parts = [
+        commitlog.read_keyed(
+            [p for p in paths if not is_clustered(p)], "physical_offset", values=wanted, columns=columns
+        )
+    ]
     test = pc.field("physical_offset").isin(offsets)
 
     def clustered(path: str) -> pa.Table | None:  # rows are not in offset order: find their row groups first
@@ -118,7 +125,9 @@ def _locator(path: str) -> tuple[np.ndarray, np.ndarray]:
     once per process (data files never change)."""
     found = fragment(path)  # its footer kept, opened without a HEAD where its size is known
     sizes = [found.metadata.row_group(i).num_rows for i in range(found.metadata.num_row_groups)]
-    offsets = found.to_table(columns=["physical_offset"], use_threads=False).column(0).to_numpy()  # ranges read at once (pre-buffered)
+    offsets = (
+        found.to_table(columns=["physical_offset"], use_threads=False).column(0).to_numpy()
+    )  # ranges read at once (pre-buffered)
     groups = np.repeat(np.arange(len(sizes), dtype=np.int32), sizes)
     order = np.argsort(offsets, kind="stable")
     return offsets[order], groups[order]
@@ -130,11 +139,30 @@ def message_batch(messages: Sequence["StoredMessage"]) -> pa.RecordBatch:
     >>> message_batch([store.query_by_id(r.msg_id)]).column("tags").to_pylist()
     ['TagA']
     """
-    rows = [{"physical_offset": m.commitlog_offset, "size": m.size, "topic": m.topic, "queue_id": m.queue_id,
-             "queue_offset": m.queue_offset, "sysflag": m.sysflag, "flag": m.flag, "body_crc": m.body_crc,
-             "born_timestamp": m.born_timestamp, "born_host": m.born_host, "store_timestamp": m.store_timestamp,
-             "store_host": m.store_host, "reconsume_times": m.reconsume_times,
-             "prepared_transaction_offset": m.prepared_transaction_offset, "properties": list(m.properties.items()),
-             "body": m.body, "msg_id": m.msg_id, "tags": m.tags, "keys": m.keys, "uniq_key": m.uniq_key,
-             "cluster_seq": None} for m in messages]
+    rows = [
+        {
+            "physical_offset": m.commitlog_offset,
+            "size": m.size,
+            "topic": m.topic,
+            "queue_id": m.queue_id,
+            "queue_offset": m.queue_offset,
+            "sysflag": m.sysflag,
+            "flag": m.flag,
+            "body_crc": m.body_crc,
+            "born_timestamp": m.born_timestamp,
+            "born_host": m.born_host,
+            "store_timestamp": m.store_timestamp,
+            "store_host": m.store_host,
+            "reconsume_times": m.reconsume_times,
+            "prepared_transaction_offset": m.prepared_transaction_offset,
+            "properties": list(m.properties.items()),
+            "body": m.body,
+            "msg_id": m.msg_id,
+            "tags": m.tags,
+            "keys": m.keys,
+            "uniq_key": m.uniq_key,
+            "cluster_seq": None,
+        }
+        for m in messages
+    ]
     return pa.RecordBatch.from_pylist(rows, schema=COMMITLOG.arrow)

@@ -16,16 +16,28 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from storelib.delta.stats import ranges
 from storelib.delta.log import TableView
-from storelib.delta.stats import Prune
+from storelib.delta.stats import Prune, ranges
 from storelib.delta.table import Table
 from storelib.encoding.arrow import Distinct, queue_groups
 from storelib.storage.schema import CONSUME_QUEUE
 
-__all__ = ["CONSUME_QUEUE", "CQ_STORE_UNIT_SIZE", "roll_next_file", "queue_max_offset", "max_offsets", "read_units",
-           "contiguous", "min_queue_marker", "queue_files", "queue_offsets", "queue_min_offset", "min_offset",
-           "moved_min_offsets", "units"]
+__all__ = [
+    "CONSUME_QUEUE",
+    "CQ_STORE_UNIT_SIZE",
+    "roll_next_file",
+    "queue_max_offset",
+    "max_offsets",
+    "read_units",
+    "contiguous",
+    "min_queue_marker",
+    "queue_files",
+    "queue_offsets",
+    "queue_min_offset",
+    "min_offset",
+    "moved_min_offsets",
+    "units",
+]
 
 #: Bytes of one ConsumeQueue unit: commitlog offset (8), size (4), tags code (8).
 CQ_STORE_UNIT_SIZE = 20
@@ -55,6 +67,7 @@ def queue_files(cq: Table, view: TableView, topic: str, queue_id: int) -> pa.Tab
     >>> queue_files(cq, cq.view(), "TopicTest", r.queue_id).num_rows
     1
     """
+
     def own(v: TableView) -> pa.Table:
         files, at = cq.memo("queue_files", _by_queue, view=v)
         rows = at.get((topic, queue_id))
@@ -130,8 +143,11 @@ def max_offsets(actions: pa.Table) -> dict[tuple[str, int], int]:
     if actions.num_rows == 0:
         return {}
     tops = actions.group_by(["min.topic", "min.queue_id"]).aggregate([("max.queue_offset", "max")])
-    return {(t, q): m + 1 for t, q, m in zip(*(tops.column(c).to_pylist() for c in
-                                               ("min.topic", "min.queue_id", "max.queue_offset_max"))) if m is not None}
+    return {
+        (t, q): m + 1
+        for t, q, m in zip(*(tops.column(c).to_pylist() for c in ("min.topic", "min.queue_id", "max.queue_offset_max")))
+        if m is not None
+    }
 
 
 def read_units(cq: Table, queue_actions: pa.Table, lo: int, hi: int) -> pa.Table:
@@ -144,8 +160,12 @@ def read_units(cq: Table, queue_actions: pa.Table, lo: int, hi: int) -> pa.Table
     [0]
     """
     actions = cq.prune(ranges(queue_actions, "queue_offset"), Prune(between={"queue_offset": (lo, hi - 1)}))
-    rows = cq.read_keyed(cq.paths(actions), "queue_offset", between=(lo, hi),
-                         columns=["queue_offset", "commitlog_offset", "size", "tags_code"])
+    rows = cq.read_keyed(
+        cq.paths(actions),
+        "queue_offset",
+        between=(lo, hi),
+        columns=["queue_offset", "commitlog_offset", "size", "tags_code"],
+    )
     got = rows.column("queue_offset").to_numpy()
     return rows if (got[1:] > got[:-1]).all() else rows.sort_by("queue_offset")
 
@@ -193,5 +213,14 @@ def units(b: pa.RecordBatch, tags_code: pa.Array) -> pa.RecordBatch:
     [7]
     """
     return pa.RecordBatch.from_arrays(
-        [b.column("topic"), b.column("queue_id"), b.column("queue_offset"), b.column("physical_offset"),
-         b.column("size"), tags_code, b.column("store_timestamp")], schema=CONSUME_QUEUE.arrow)
+        [
+            b.column("topic"),
+            b.column("queue_id"),
+            b.column("queue_offset"),
+            b.column("physical_offset"),
+            b.column("size"),
+            tags_code,
+            b.column("store_timestamp"),
+        ],
+        schema=CONSUME_QUEUE.arrow,
+    )

@@ -30,15 +30,20 @@ def ext_units(ext: Table, topic: str, queue_id: int, lo: int, hi: int) -> pa.Tab
     (True, [2598919])
     """
     actions = ext.prune(queue_files(ext, ext.view(), topic, queue_id), Prune(between={"ext_offset": (lo, hi)}))
-    rows = ext.read_arrow(paths=ext.paths(actions),
-                          columns=["ext_offset", "tags_code", "filter_bitmap", "filter_version"],
-                          filter=(pc.field("topic") == topic) & (pc.field("queue_id") == queue_id)
-                          & (pc.field("ext_offset") >= lo) & (pc.field("ext_offset") <= hi))
+    rows = ext.read_arrow(
+        paths=ext.paths(actions),
+        columns=["ext_offset", "tags_code", "filter_bitmap", "filter_version"],
+        filter=(pc.field("topic") == topic)
+        & (pc.field("queue_id") == queue_id)
+        & (pc.field("ext_offset") >= lo)
+        & (pc.field("ext_offset") <= hi),
+    )
     return rows.sort_by("ext_offset")
 
 
-def ext_units_of(ext: Table, topic: str, queue_id: int, tags_codes: np.ndarray
-                 ) -> tuple[pa.Table, np.ndarray, np.ndarray, np.ndarray]:
+def ext_units_of(
+    ext: Table, topic: str, queue_id: int, tags_codes: np.ndarray
+) -> tuple[pa.Table, np.ndarray, np.ndarray, np.ndarray]:
     """The ext units consume queue units of the queue point at, given their ``tags_codes``: the ext units
     read (:func:`ext_units`, sorted), and per consume queue unit whether its code is an ext address, whether
     that ext unit is there, and its row among those read (0 where not).
@@ -78,6 +83,17 @@ def units(b: pa.RecordBatch, tags_code: pa.Array) -> pa.RecordBatch:
     bitmap = b.column("filter_bitmap") if "filter_bitmap" in names else pa.nulls(n, pa.binary())
     version = b.column("filter_version") if "filter_version" in names else pa.nulls(n, pa.int64())
     return pa.RecordBatch.from_arrays(
-        [b.column("topic"), b.column("queue_id"), b.column("queue_offset"), b.column("queue_offset"),
-         b.column("physical_offset"), b.column("size"), tags_code, b.column("store_timestamp"),
-         bitmap, version], schema=CONSUME_QUEUE_EXT.arrow)
+        [
+            b.column("topic"),
+            b.column("queue_id"),
+            b.column("queue_offset"),
+            b.column("queue_offset"),
+            b.column("physical_offset"),
+            b.column("size"),
+            tags_code,
+            b.column("store_timestamp"),
+            bitmap,
+            version,
+        ],
+        schema=CONSUME_QUEUE_EXT.arrow,
+    )

@@ -106,14 +106,17 @@ class ConsumerOffsetTable:
         def step(snapshot: "DeltaTable") -> tuple[int, int]:
             version = snapshot.version() + 1
             now = dt.datetime.now(dt.timezone.utc)
-            data = pa.Table.from_pydict({
-                "consumer_group": [group] * len(checked),
-                "topic": [t for t, _, _ in checked],
-                "queue_id": [q for _, q, _ in checked],
-                "offset": [o for _, _, o in checked],
-                "commit_version": [version] * len(checked),
-                "commit_timestamp": [now] * len(checked),
-            }, schema=CONSUMER_OFFSET.arrow)
+            data = pa.Table.from_pydict(
+                {
+                    "consumer_group": [group] * len(checked),
+                    "topic": [t for t, _, _ in checked],
+                    "queue_id": [q for _, q, _ in checked],
+                    "offset": [o for _, _, o in checked],
+                    "commit_version": [version] * len(checked),
+                    "commit_timestamp": [now] * len(checked),
+                },
+                schema=CONSUMER_OFFSET.arrow,
+            )
             files = write_files(self.table, data, prefix=_COMMIT_PREFIX, target_file_size=self.config.target_file_size)
             self._step("written")
             committed = self.table.commit(snapshot, files, operation="COMMIT_OFFSET")
@@ -137,10 +140,13 @@ class ConsumerOffsetTable:
         validate_topic(topic)
         require_int(OffsetError, "queue_id", queue_id, 0, _MAX_QUEUE_ID)
         rows = self.table.read_view(
-            self.table.view(), Prune(equal={"consumer_group": group, "topic": topic, "queue_id": queue_id}),
+            self.table.view(),
+            Prune(equal={"consumer_group": group, "topic": topic, "queue_id": queue_id}),
             columns=["offset", "commit_version"],
-            filter=(pc.field("consumer_group") == group) & (pc.field("topic") == topic)
-            & (pc.field("queue_id") == queue_id))
+            filter=(pc.field("consumer_group") == group)
+            & (pc.field("topic") == topic)
+            & (pc.field("queue_id") == queue_id),
+        )
         if rows.num_rows == 0:
             return -1
         newest = pc.index(rows.column("commit_version"), pc.max(rows.column("commit_version")))
@@ -152,8 +158,9 @@ class ConsumerOffsetTable:
         if group is None:
             return latest_offsets(self.table.read_view(view))
         validate_group(group)
-        rows = self.table.read_view(view, Prune(equal={"consumer_group": group}),
-                                    filter=pc.field("consumer_group") == group)
+        rows = self.table.read_view(
+            view, Prune(equal={"consumer_group": group}), filter=pc.field("consumer_group") == group
+        )
         return latest_offsets(rows)
 
     # ---- compaction ----------------------------------------------------------------------------
@@ -171,8 +178,13 @@ class ConsumerOffsetTable:
             if actions.num_rows < min_files:
                 return 0, 0
             latest = latest_offsets(self.table.read_arrow(snapshot))
-            files = write_files(self.table, latest, prefix=_COMPACT_PREFIX, target_file_size=self.config.target_file_size,
-                                           clustered=False)
+            files = write_files(
+                self.table,
+                latest,
+                prefix=_COMPACT_PREFIX,
+                target_file_size=self.config.target_file_size,
+                clustered=False,
+            )
             self._step("compact_written")
             removes = remove_actions(actions, data_change=False)
             # data_change=False: the latest offset of every queue is the same before and after.

@@ -57,8 +57,11 @@ def ahead_of_commitlog(markers: Mapping[str, int], end: int) -> list[str]:
     >>> ahead_of_commitlog({"consume_queue": 900, "index": 400}, 500)
     ["consume_queue is dispatched to commitlog offset 900, past the commitlog's end 500"]
     """
-    return [f"{name} is dispatched to commitlog offset {marker}, past the commitlog's end {end}"
-            for name, marker in markers.items() if marker > end]
+    return [
+        f"{name} is dispatched to commitlog offset {marker}, past the commitlog's end {end}"
+        for name, marker in markers.items()
+        if marker > end
+    ]
 
 
 def dispatch_targets(tables: StoreTables, config: StoreConfig) -> dict[str, Table]:

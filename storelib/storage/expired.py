@@ -97,8 +97,10 @@ def record_runs(table: Table, starts: np.ndarray, ends: np.ndarray, counts: np.n
     if not new:
         return 0
     now = dt.datetime.now(dt.timezone.utc)
-    data = pa.Table.from_pylist([{"start_offset": s, "end_offset": e, "messages": c, "removed_at": now} for s, e, c in new],
-                                schema=COMMITLOG_EXPIRED.arrow)
+    data = pa.Table.from_pylist(
+        [{"start_offset": s, "end_offset": e, "messages": c, "removed_at": now} for s, e, c in new],
+        schema=COMMITLOG_EXPIRED.arrow,
+    )
     append_rows(table, data, operation)
     return len(new)
 

@@ -45,8 +45,10 @@ class GroupConfigTable:
     @staticmethod
     def _latest(rows: list[dict]) -> dict[str, GroupConfig]:
         names = {f.name for f in fields(GroupConfig)}
-        return {r["group_name"]: GroupConfig(**{k: v for k, v in r.items() if k in names})
-                for r in sorted(rows, key=lambda r: r["updated_at"])}
+        return {
+            r["group_name"]: GroupConfig(**{k: v for k, v in r.items() if k in names})
+            for r in sorted(rows, key=lambda r: r["updated_at"])
+        }
 
     def find(self, group: str) -> GroupConfig:
         """``findSubscriptionGroupConfig``: the group's configuration, created with defaults where absent
@@ -57,8 +59,11 @@ class GroupConfigTable:
             return found
         if not self.config.auto_create_subscription_group:
             raise SubscriptionGroupNotFoundError(
-                "group", f"subscription group {group} does not exist and auto_create_subscription_group is off; "
-                         "create it with store.create_group", value=group)
+                "group",
+                f"subscription group {group} does not exist and auto_create_subscription_group is off; "
+                "create it with store.create_group",
+                value=group,
+            )
         return self.put(GroupConfig(group), only_if_absent=True)
 
     def put(self, config: GroupConfig, *, only_if_absent: bool = False) -> GroupConfig:

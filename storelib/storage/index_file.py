@@ -27,6 +27,7 @@ from storelib.storage.schema import INDEX
 
 __all__ = ["INDEX", "hash_range_shift", "entries", "offsets_of"]
 
+
 def hash_range_shift(ranges: int) -> int:
     """How far a key hash (31 bits) is shifted right to give its hash range, for ``ranges`` ranges."""
     return 31 - max(0, (ranges - 1).bit_length())
@@ -46,8 +47,14 @@ def entries(b: pa.RecordBatch, shift: int) -> pa.RecordBatch:
         owners.append(owner[filled])
     key_hash, owner = pa.array(np.concatenate(hashes), pa.int32()), pa.array(np.concatenate(owners))
     return pa.RecordBatch.from_arrays(
-        [pc.shift_right(key_hash, shift), key_hash, b.column("physical_offset").take(owner),
-         b.column("store_timestamp").take(owner)], schema=INDEX.arrow)
+        [
+            pc.shift_right(key_hash, shift),
+            key_hash,
+            b.column("physical_offset").take(owner),
+            b.column("store_timestamp").take(owner),
+        ],
+        schema=INDEX.arrow,
+    )
 
 
 def offsets_of(table: Table, key_hash: int, begin_ms: int, end_ms: int) -> tuple[list[int], int]:
@@ -60,6 +67,10 @@ def offsets_of(table: Table, key_hash: int, begin_ms: int, end_ms: int) -> tuple
     """
     paths = table.paths(table.prune(table.view().actions, Prune(equal={"key_hash": key_hash})))
     stored = pc.field("store_timestamp")
-    cond = ((pc.field("key_hash") == key_hash) & (stored >= arrow_timestamp(begin_ms)) & (stored <= arrow_timestamp(end_ms)))
-    hits = table.read_arrow(paths=paths, columns=["commitlog_offset"], filter=cond).column("commitlog_offset").to_numpy()
+    cond = (
+        (pc.field("key_hash") == key_hash) & (stored >= arrow_timestamp(begin_ms)) & (stored <= arrow_timestamp(end_ms))
+    )
+    hits = (
+        table.read_arrow(paths=paths, columns=["commitlog_offset"], filter=cond).column("commitlog_offset").to_numpy()
+    )
     return [int(o) for o in np.unique(hits)[::-1]], len(paths)

@@ -80,9 +80,15 @@ class SubscriptionRegistry:
             return configured
         if (c.max_error_rate_of_bloom_filter, c.expect_consumer_num_use_filter) == _BLOOM_DEFAULTS:
             return BloomFilter.of_shape(newest.bloom)
-        log.warning("subscription %s@%s has Bloom bits for m=%d, k=%d, not those of this store's settings, %r: its "
-                    "messages are checked exactly until it subscribes again", newest.group, newest.topic,
-                    newest.bloom.bit_num, len(newest.bloom.bit_pos), configured)
+        log.warning(
+            "subscription %s@%s has Bloom bits for m=%d, k=%d, not those of this store's settings, %r: its "
+            "messages are checked exactly until it subscribes again",
+            newest.group,
+            newest.topic,
+            newest.bloom.bit_num,
+            len(newest.bloom.bit_pos),
+            configured,
+        )
         return configured
 
     # ---- writing -----------------------------------------------------------------------------
@@ -137,8 +143,9 @@ class SubscriptionRegistry:
         """The group's live subscription to the topic, or :class:`SubscriptionNotFoundError`."""
         sub = (self._current(snapshot) if snapshot is not None else self.current()).get((group, topic))
         if sub is None:
-            raise SubscriptionNotFoundError("group", f"consumer group {group} has no subscription to topic {topic}",
-                                            value=group)
+            raise SubscriptionNotFoundError(
+                "group", f"consumer group {group} has no subscription to topic {topic}", value=group
+            )
         return sub
 
     def for_topic(self, topic: str, snapshot: "DeltaTable | None" = None) -> list[Subscription]:
@@ -171,19 +178,32 @@ def _rows(subs: Iterable[Subscription], dead: bool) -> pa.Table:
 
 
 def _row(sub: Subscription, dead: bool) -> dict:
-    return {"consumer_group": sub.group, "topic": sub.topic, "expression_type": sub.selector.expression_type,
-            "expression": sub.selector.expression, "version": sub.version, "sub_version": sub.sub_version,
-            "born_timestamp": sub.born_timestamp, "dead": dead,
-            "bloom_bit_pos": list(sub.bloom.bit_pos) if sub.bloom else None,
-            "bloom_bit_num": sub.bloom.bit_num if sub.bloom else None,
-            "filter_class": sub.selector.filter_class, "filter_class_crc": sub.selector.filter_class_crc,
-            "filter_class_source": sub.selector.filter_class_source}
+    return {
+        "consumer_group": sub.group,
+        "topic": sub.topic,
+        "expression_type": sub.selector.expression_type,
+        "expression": sub.selector.expression,
+        "version": sub.version,
+        "sub_version": sub.sub_version,
+        "born_timestamp": sub.born_timestamp,
+        "dead": dead,
+        "bloom_bit_pos": list(sub.bloom.bit_pos) if sub.bloom else None,
+        "bloom_bit_num": sub.bloom.bit_num if sub.bloom else None,
+        "filter_class": sub.selector.filter_class,
+        "filter_class_crc": sub.selector.filter_class_crc,
+        "filter_class_source": sub.selector.filter_class_source,
+    }
 
 
 def _subscription(r: dict, config: StoreConfig) -> Subscription:
     bloom = BloomFilterData(list(r["bloom_bit_pos"]), r["bloom_bit_num"]) if r["bloom_bit_pos"] is not None else None
-    selector = MessageSelector(r["expression_type"], r["expression"], r.get("filter_class"), r.get("filter_class_crc"),
-                               r.get("filter_class_source"))
-    return Subscription(r["consumer_group"], r["topic"], selector, r["version"], r["sub_version"], r["born_timestamp"],
-                        bloom, config)
-
+    selector = MessageSelector(
+        r["expression_type"],
+        r["expression"],
+        r.get("filter_class"),
+        r.get("filter_class_crc"),
+        r.get("filter_class_source"),
+    )
+    return Subscription(
+        r["consumer_group"], r["topic"], selector, r["version"], r["sub_version"], r["born_timestamp"], bloom, config
+    )

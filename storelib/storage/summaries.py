@@ -26,8 +26,14 @@ from storelib.filter.summary import FileSummary, RowGroupSummary
 if TYPE_CHECKING:
     from deltalake import DeltaTable
 
-__all__ = ["record_summaries", "read_summaries", "record_row_group_summaries", "read_row_group_summaries",
-           "compact_summaries", "forget_summaries"]
+__all__ = [
+    "record_summaries",
+    "read_summaries",
+    "record_row_group_summaries",
+    "read_row_group_summaries",
+    "compact_summaries",
+    "forget_summaries",
+]
 
 
 def record_summaries(table: Table, files: Sequence[WrittenFile], attempts: int = 50) -> int:
@@ -41,10 +47,18 @@ def record_summaries(table: Table, files: Sequence[WrittenFile], attempts: int =
         if not f.summary:
             continue
         s = json.loads(f.summary)
-        rows.append({"path": f.path, "topic": s["topic"], "queue_id": s["queue_id"], "num_records": f.num_records,
-                     "filter_bitmap_or": bytes.fromhex(s["bitmap"]) if s["bitmap"] is not None else None,
-                     "filter_version_min": s["version_min"], "tags_codes": s["codes"],
-                     "no_hit": s.get("no_hit") or []})
+        rows.append(
+            {
+                "path": f.path,
+                "topic": s["topic"],
+                "queue_id": s["queue_id"],
+                "num_records": f.num_records,
+                "filter_bitmap_or": bytes.fromhex(s["bitmap"]) if s["bitmap"] is not None else None,
+                "filter_version_min": s["version_min"],
+                "tags_codes": s["codes"],
+                "no_hit": s.get("no_hit") or [],
+            }
+        )
     return _append(table, rows, attempts)
 
 
@@ -57,10 +71,15 @@ def read_summaries(table: Table, topic: str) -> dict[str, FileSummary]:
     >>> [sorted(s.codes) for s in read_summaries(store.context.tables.ext_summary, "TopicTest").values()]
     [[2598919]]
     """
-    rows = table.read_arrow(prune=Prune(equal={"topic": topic}), filter=pc.field("topic") == topic,
-                            columns=["path", "filter_bitmap_or", "filter_version_min", "tags_codes", "no_hit"]).to_pylist()
-    return {r["path"]: FileSummary(r["filter_bitmap_or"], r["filter_version_min"], r["tags_codes"], r["no_hit"])
-            for r in rows}
+    rows = table.read_arrow(
+        prune=Prune(equal={"topic": topic}),
+        filter=pc.field("topic") == topic,
+        columns=["path", "filter_bitmap_or", "filter_version_min", "tags_codes", "no_hit"],
+    ).to_pylist()
+    return {
+        r["path"]: FileSummary(r["filter_bitmap_or"], r["filter_version_min"], r["tags_codes"], r["no_hit"])
+        for r in rows
+    }
 
 
 def record_row_group_summaries(table: Table, files: Sequence[WrittenFile], attempts: int = 50) -> int:
@@ -72,10 +91,21 @@ def record_row_group_summaries(table: Table, files: Sequence[WrittenFile], attem
     rows = []
     for f in files:
         for g in json.loads(f.summary) if f.summary else ():
-            rows.append({"path": f.path, "row_group": g["row_group"], "topic": g["topic"], "topics": g["topics"],
-                         "num_records": g["num_records"], "cluster_seq_min": g["seq_min"], "cluster_seq_max": g["seq_max"],
-                         "filter_bitmap_or": bytes.fromhex(g["bitmap"]) if g["bitmap"] is not None else None,
-                         "filter_version_min": g["version_min"], "tags_codes": g["codes"], "no_hit": g.get("no_hit") or []})
+            rows.append(
+                {
+                    "path": f.path,
+                    "row_group": g["row_group"],
+                    "topic": g["topic"],
+                    "topics": g["topics"],
+                    "num_records": g["num_records"],
+                    "cluster_seq_min": g["seq_min"],
+                    "cluster_seq_max": g["seq_max"],
+                    "filter_bitmap_or": bytes.fromhex(g["bitmap"]) if g["bitmap"] is not None else None,
+                    "filter_version_min": g["version_min"],
+                    "tags_codes": g["codes"],
+                    "no_hit": g.get("no_hit") or [],
+                }
+            )
     return _append(table, rows, attempts)
 
 
@@ -93,7 +123,9 @@ def _append(table: Table, rows: list[dict], attempts: int) -> int:
     return with_retries(table, attempts, step, what=f"record {table.spec.name} rows", serial=True)
 
 
-def compact_summaries(table: Table, live: "Iterable[str]", min_age_ms: int = 10_000, attempts: int = 10) -> tuple[int, int]:
+def compact_summaries(
+    table: Table, live: "Iterable[str]", min_age_ms: int = 10_000, attempts: int = 10
+) -> tuple[int, int]:
     """Merge the files of ``consume_queue_ext_summary`` older than ``min_age_ms`` into one, leaving out
     the rows of ext files no longer in the ext table (``live``: its add paths; compaction replaced
     them); return (files removed, files added). Younger files stay as they are: their ext files may be
@@ -132,18 +164,45 @@ def read_row_group_summaries(table: Table, topic: str, paths: "Iterable[str]") -
     wanted = set(paths)
     if not wanted:
         return {}
-    every = table.memo("row_group_summaries", lambda view: _by_path(table.read_view(view, columns=[
-        "path", "row_group", "topic", "topics", "num_records", "cluster_seq_min", "cluster_seq_max", "filter_bitmap_or",
-        "filter_version_min", "tags_codes", "no_hit"])))  # read once per version of the summary table
+    every = table.memo(
+        "row_group_summaries",
+        lambda view: _by_path(
+            table.read_view(
+                view,
+                columns=[
+                    "path",
+                    "row_group",
+                    "topic",
+                    "topics",
+                    "num_records",
+                    "cluster_seq_min",
+                    "cluster_seq_max",
+                    "filter_bitmap_or",
+                    "filter_version_min",
+                    "tags_codes",
+                    "no_hit",
+                ],
+            )
+        ),
+    )  # read once per version of the summary table
     return {p: [g for g in every[p] if g.topics > 1 or g.topic == topic] for p in wanted if p in every}
 
 
 def _by_path(rows: pa.Table) -> dict[str, list[RowGroupSummary]]:
     out: dict[str, list[RowGroupSummary]] = {}
     for r in rows.to_pylist():
-        out.setdefault(r["path"], []).append(RowGroupSummary(
-            r["path"], r["row_group"], r["num_records"], r["cluster_seq_min"], r["cluster_seq_max"], r["topics"],
-            FileSummary(r["filter_bitmap_or"], r["filter_version_min"], r["tags_codes"], r["no_hit"]), r["topic"]))
+        out.setdefault(r["path"], []).append(
+            RowGroupSummary(
+                r["path"],
+                r["row_group"],
+                r["num_records"],
+                r["cluster_seq_min"],
+                r["cluster_seq_max"],
+                r["topics"],
+                FileSummary(r["filter_bitmap_or"], r["filter_version_min"], r["tags_codes"], r["no_hit"]),
+                r["topic"],
+            )
+        )
     for groups in out.values():
         groups.sort(key=lambda g: g.row_group)
     return out

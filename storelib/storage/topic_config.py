@@ -14,8 +14,19 @@ import pyarrow as pa
 from storelib.delta.rows import delete_rows, replace_rows
 from storelib.delta.table import Table
 from storelib.model.errors import ConfigError, InvalidQueueIdError, ReservedTopicError, TopicNotFoundError, require_int
-from storelib.model.topic import (PERM_INHERIT, PERM_PRIORITY, PERM_READ, PERM_WRITE, TAGS_KEY, UNCHANGED, TopicConfig, is_system_topic,
-                                  validate_cluster_by, validate_retention_ms, validate_topic)
+from storelib.model.topic import (
+    PERM_INHERIT,
+    PERM_PRIORITY,
+    PERM_READ,
+    PERM_WRITE,
+    TAGS_KEY,
+    UNCHANGED,
+    TopicConfig,
+    is_system_topic,
+    validate_cluster_by,
+    validate_retention_ms,
+    validate_topic,
+)
 from storelib.storage.schema import TOPIC_CONFIG
 
 __all__ = ["TopicConfigTable"]
@@ -41,16 +52,27 @@ class TopicConfigTable:
         latest: dict[str, dict] = {}
         for r in sorted(rows, key=lambda r: r["updated_at"]):
             latest[r["topic"]] = r
-        return {t: TopicConfig(t, r["read_queue_nums"], r["write_queue_nums"], r["perm"], r["topic_filter_type"], r["order"],
-                               tuple(r["cluster_by"]) if r.get("cluster_by") is not None else (TAGS_KEY,),
-                               r.get("retention_ms"))
-                for t, r in latest.items()}
+        return {
+            t: TopicConfig(
+                t,
+                r["read_queue_nums"],
+                r["write_queue_nums"],
+                r["perm"],
+                r["topic_filter_type"],
+                r["order"],
+                tuple(r["cluster_by"]) if r.get("cluster_by") is not None else (TAGS_KEY,),
+                r.get("retention_ms"),
+            )
+            for t, r in latest.items()
+        }
 
     def get(self, topic: str) -> TopicConfig:
         """The topic's configuration, or :class:`TopicNotFoundError`."""
         config = self.all().get(topic)
         if config is None:
-            raise TopicNotFoundError("topic", f"topic {topic} does not exist in this store; create it first", value=topic)
+            raise TopicNotFoundError(
+                "topic", f"topic {topic} does not exist in this store; create it first", value=topic
+            )
         return config
 
     def put(self, config: TopicConfig) -> None:
@@ -75,9 +97,16 @@ class TopicConfigTable:
         delete_rows(self.table, {"topic": topic}, "DELETE_TOPIC")
         return config
 
-    def create(self, topic: str, read_queues: int, write_queues: int, perm: int = PERM_READ | PERM_WRITE,
-               order: bool = False, cluster_by: Sequence[str] | None = None,
-               retention_ms: object = UNCHANGED) -> TopicConfig:
+    def create(
+        self,
+        topic: str,
+        read_queues: int,
+        write_queues: int,
+        perm: int = PERM_READ | PERM_WRITE,
+        order: bool = False,
+        cluster_by: Sequence[str] | None = None,
+        retention_ms: object = UNCHANGED,
+    ) -> TopicConfig:
         """Create or update a user topic (``updateAndCreateTopic``); system topics are refused.
         ``cluster_by``: its clustering keys (default ``TAGS``; an update without it keeps the old ones).
         ``retention_ms``: how long its messages are kept (None: no per-topic retention, the default;

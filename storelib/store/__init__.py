@@ -93,8 +93,16 @@ class MessageStore(Lookups):
         self._query = MessageQuery(context)
 
     @classmethod
-    def open(cls, root: str, spark: "SparkSession | None" = None, config: StoreConfig | None = None, *,
-             create: bool = False, storage_options: "dict[str, str] | None" = None, **settings: Any) -> "MessageStore":
+    def open(
+        cls,
+        root: str,
+        spark: "SparkSession | None" = None,
+        config: StoreConfig | None = None,
+        *,
+        create: bool = False,
+        storage_options: "dict[str, str] | None" = None,
+        **settings: Any,
+    ) -> "MessageStore":
         """Open the store at ``root``; a path holding no store raises
         :class:`~storelib.model.errors.StoreNotFoundError` (``create=True``, or :meth:`create`, makes one).
 
@@ -115,16 +123,22 @@ class MessageStore(Lookups):
         """
 
         source, spark_conf = session_source(spark)
-        context = StoreContext.open(root, source, config, create=create, spark_conf=spark_conf,
-                                    storage_options=storage_options, **settings)
+        context = StoreContext.open(
+            root, source, config, create=create, spark_conf=spark_conf, storage_options=storage_options, **settings
+        )
         if context.spark_started and not location.is_local(context.root):
             ensure_session(context.spark)  # the data source's workers get the root's options too
         check_store(context)
         return cls(context)
 
     @staticmethod
-    def verify(root: str, spark: "SparkSession | None" = None, *, full: bool = False,
-               storage_options: "dict[str, str] | None" = None) -> list[str]:
+    def verify(
+        root: str,
+        spark: "SparkSession | None" = None,
+        *,
+        full: bool = False,
+        storage_options: "dict[str, str] | None" = None,
+    ) -> list[str]:
         """Every problem of the store at ``root`` (``[]``: sound), also of one :meth:`open` refuses;
         ``full`` reads every commitlog offset too (:mod:`storelib.maintenance.integrity`).
 
@@ -136,8 +150,15 @@ class MessageStore(Lookups):
         return store_problems(StoreContext.build(root, spark or get_spark, StoreConfig()), full=full)
 
     @classmethod
-    def create(cls, root: str, spark: "SparkSession | None" = None, config: StoreConfig | None = None, *,
-               storage_options: "dict[str, str] | None" = None, **settings: Any) -> "MessageStore":
+    def create(
+        cls,
+        root: str,
+        spark: "SparkSession | None" = None,
+        config: StoreConfig | None = None,
+        *,
+        storage_options: "dict[str, str] | None" = None,
+        **settings: Any,
+    ) -> "MessageStore":
         """Create the store at ``root`` (its tables), or open it where it exists.
 
         >>> MessageStore.create(tmp + "/new", spark).dispatch_progress()["commitlog"]
@@ -180,9 +201,18 @@ class MessageStore(Lookups):
         return self._ctx
 
     # ---- topics ----------------------------------------------------------------------------
-    def create_topic(self, topic: str, queues: int | None = None, *, read_queues: int | None = None,
-                     write_queues: int | None = None, perm: int = PERM_READ | PERM_WRITE, order: bool = False,
-                     cluster_by: Sequence[str] | None = None, retention_ms: Any = UNCHANGED) -> TopicConfig:
+    def create_topic(
+        self,
+        topic: str,
+        queues: int | None = None,
+        *,
+        read_queues: int | None = None,
+        write_queues: int | None = None,
+        perm: int = PERM_READ | PERM_WRITE,
+        order: bool = False,
+        cluster_by: Sequence[str] | None = None,
+        retention_ms: Any = UNCHANGED,
+    ) -> TopicConfig:
         """Create or update a topic (``updateAndCreateTopic``); system topics are refused.
 
         ``cluster_by``: the clustering keys :meth:`compact` sorts the topic's settled messages by,
@@ -196,8 +226,15 @@ class MessageStore(Lookups):
         86400000
         """
         n = self.config.default_topic_queue_nums if queues is None else queues
-        return self._ctx.topics.create(topic, n if read_queues is None else read_queues,
-                                       n if write_queues is None else write_queues, perm, order, cluster_by, retention_ms)
+        return self._ctx.topics.create(
+            topic,
+            n if read_queues is None else read_queues,
+            n if write_queues is None else write_queues,
+            perm,
+            order,
+            cluster_by,
+            retention_ms,
+        )
 
     def topic_config(self, topic: str) -> TopicConfig:
         """The topic's configuration, or :class:`~storelib.model.errors.TopicNotFoundError`.
@@ -243,8 +280,9 @@ class MessageStore(Lookups):
         ...     [f.result().send_status for f in [p.send_async(Message("TopicTest")) for _ in range(3)]]
         ['SEND_OK', 'SEND_OK', 'SEND_OK']
         """
-        return self._ctx.producer.group_commit(self._ctx.commitlog, self._ctx.topics.all, linger_ms=linger_ms,
-                                               max_batch=max_batch)
+        return self._ctx.producer.group_commit(
+            self._ctx.commitlog, self._ctx.topics.all, linger_ms=linger_ms, max_batch=max_batch
+        )
 
     def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
         """Store many messages in one atomic commit: all are stored, or none (and an error says why).
@@ -265,8 +303,9 @@ class MessageStore(Lookups):
         """
         return self._ctx.producer.send_dataframe(self._ctx.commitlog, self._ctx.topics.all(), df)
 
-    def send_back(self, msg: StoredMessage, group: str, delay_level: int = 0, *,
-                  max_reconsume_times: int | None = None) -> SendResult:
+    def send_back(
+        self, msg: StoredMessage, group: str, delay_level: int = 0, *, max_reconsume_times: int | None = None
+    ) -> SendResult:
         """A consumption failed: store ``msg`` again for ``group`` (RocketMQ's ``consumerSendMsgBack``).
 
         Delayed for ``%RETRY%group`` (``SCHEDULE_TOPIC_XXXX``, level ``3 + reconsume_times`` when
@@ -299,8 +338,9 @@ class MessageStore(Lookups):
         return recall(self._ctx, msg_id)
 
     # ---- transactions ------------------------------------------------------------------------
-    def send_in_transaction(self, message: Message, local_transaction: Any, arg: Any = None, *,
-                            producer_group: str = "DEFAULT_PRODUCER") -> TransactionSendResult:
+    def send_in_transaction(
+        self, message: Message, local_transaction: Any, arg: Any = None, *, producer_group: str = "DEFAULT_PRODUCER"
+    ) -> TransactionSendResult:
         """Send a half message, run ``local_transaction(message, arg)``, and end the transaction with
         its answer (see :mod:`storelib.schedule.transaction`); UNKNOW or an exception leaves it to the check-back.
 
@@ -408,7 +448,9 @@ class MessageStore(Lookups):
         """
         return self._ctx.registry.get(group, topic)
 
-    def read(self, topic: str, selector: MessageSelector | str | None = None, *, group: str | None = None) -> "DataFrame":
+    def read(
+        self, topic: str, selector: MessageSelector | str | None = None, *, group: str | None = None
+    ) -> "DataFrame":
         """The topic's dispatched messages matching ``selector`` or ``group``'s subscription, as commitlog rows.
 
         Row groups of clustered data and fresh files that the summaries (tag codes, Bloom bitmaps)
@@ -420,8 +462,9 @@ class MessageStore(Lookups):
         """
         return read_topic(self._ctx, topic, selector, group)
 
-    def explain_read(self, topic: str, selector: MessageSelector | str | None = None, *,
-                     group: str | None = None) -> ReadExplain:
+    def explain_read(
+        self, topic: str, selector: MessageSelector | str | None = None, *, group: str | None = None
+    ) -> ReadExplain:
         """How :meth:`read` would read: files and row groups considered, skipped by statistics or by
         bitmap summaries, the estimate and the choice (prune or plain scan); ``print`` it to read it.
 
@@ -439,9 +482,19 @@ class MessageStore(Lookups):
         return filter_stats(self._ctx, topic, group=group)
 
     # ---- consuming ---------------------------------------------------------------------------------
-    def pull(self, group: str, topic: str, queue_id: int, offset: int, max_msgs: int = 32, *,
-             selector: MessageSelector | str | None = None, sub_version: int | None = None,
-             suspend_timeout_ms: int = 0, commit_offset: int | None = None) -> PullResult:
+    def pull(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_msgs: int = 32,
+        *,
+        selector: MessageSelector | str | None = None,
+        sub_version: int | None = None,
+        suspend_timeout_ms: int = 0,
+        commit_offset: int | None = None,
+    ) -> PullResult:
         """Pull up to ``max_msgs`` messages of one queue from ``offset``, as a RocketMQ consumer pulls.
 
         The group's registered subscription filters the queue, unless ``selector`` brings the pull's
@@ -454,13 +507,29 @@ class MessageStore(Lookups):
         >>> p.status, p.next_begin_offset, [m.tags for m in p.messages]
         (<PullStatus.FOUND: 'FOUND'>, 1, ['TagA'])
         """
-        request = PullRequest(group, topic, queue_id, offset, max_msgs,
-                              None if selector is None else MessageSelector.of(selector), sub_version,
-                              suspend_timeout_ms, commit_offset)
+        request = PullRequest(
+            group,
+            topic,
+            queue_id,
+            offset,
+            max_msgs,
+            None if selector is None else MessageSelector.of(selector),
+            sub_version,
+            suspend_timeout_ms,
+            commit_offset,
+        )
         return self._pulls.pull(request)
 
-    def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msgs: int = 32, *,
-                    selector: MessageSelector | str | None = None) -> GetMessageResult:
+    def get_message(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_msgs: int = 32,
+        *,
+        selector: MessageSelector | str | None = None,
+    ) -> GetMessageResult:
         """The store's own answer (``DefaultMessageStore.getMessage``): no checks, no client re-check.
 
         >>> store.get_message("GroupA", "TopicTest", r.queue_id, 0).status
@@ -546,8 +615,9 @@ class MessageStore(Lookups):
         """
         return expire_topics(self._ctx, now)
 
-    def delete_expired_files(self, reserved_hours: float | None = None, *,
-                             now: Timestamp | None = None) -> dict[str, int]:
+    def delete_expired_files(
+        self, reserved_hours: float | None = None, *, now: Timestamp | None = None
+    ) -> dict[str, int]:
         """The global steps in RocketMQ's order, the commitlog then what pointed into it, with per-topic
         retention (:meth:`expire_topics`) in between. Returns files removed per table by the global steps.
         Safe to run again after a crash anywhere: each step finishes what an earlier run left undone.

@@ -46,8 +46,15 @@ class Lookups:
         """
         return self._query.by_id(msg_id)
 
-    def query_by_key(self, topic: str, key: str, max_num: int = DEFAULT_QUERY_MAX_NUM, *,
-                     begin: Timestamp | None = None, end: Timestamp | None = None) -> list[StoredMessage]:
+    def query_by_key(
+        self,
+        topic: str,
+        key: str,
+        max_num: int = DEFAULT_QUERY_MAX_NUM,
+        *,
+        begin: Timestamp | None = None,
+        end: Timestamp | None = None,
+    ) -> list[StoredMessage]:
         """Messages of ``topic`` with ``key`` among their KEYS, newest first (``max_num`` capped at 64).
 
         ``begin`` and ``end`` bound the store time, inclusive: epoch milliseconds or aware datetimes.
@@ -114,4 +121,3 @@ class Lookups:
         1
         """
         return queue_units(self._ctx, topic, queue_id, begin, end)
-

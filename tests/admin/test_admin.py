@@ -31,24 +31,37 @@ def run_json(capsys, *argv: str):
 @pytest.fixture
 def filled(store):
     """TopicTest with 20 messages over 4 queues (keys k0..k19, tags by parity, property n), dispatched."""
-    results = store.send_batch([Message("TopicTest", body=f"m{i}".encode(), tags="TagA" if i % 2 else "TagB",
-                                        keys=[f"k{i}"], properties={"n": str(i)}, queue_id=i % 4) for i in range(20)])
+    results = store.send_batch(
+        [
+            Message(
+                "TopicTest",
+                body=f"m{i}".encode(),
+                tags="TagA" if i % 2 else "TagB",
+                keys=[f"k{i}"],
+                properties={"n": str(i)},
+                queue_id=i % 4,
+            )
+            for i in range(20)
+        ]
+    )
     store.dispatch()
     return store, results
 
 
 def test_topic_verbs(store, capsys):
     root = store.root
-    code, out, _ = run(capsys, "topic", "create", "Orders", "--queues", "8", "--cluster-by", "TAGS", "region", "--store", root)
+    code, out, _ = run(
+        capsys, "topic", "create", "Orders", "--queues", "8", "--cluster-by", "TAGS", "region", "--store", root
+    )
     assert code == 0 and out == "created topic Orders: 8 read / 8 write queues, perm RW-, clustered by TAGS,region\n"
     assert store.topic_config("Orders").cluster_by == ("TAGS", "region")
     code, out, _ = run(capsys, "topic", "update", "Orders", "--perm", "4", "--store", root)
-    assert code == 0 and "perm R--" in out and "clustered by TAGS,region" in out      # kept on update
+    assert code == 0 and "perm R--" in out and "clustered by TAGS,region" in out  # kept on update
     code, _, err = run(capsys, "topic", "update", "Nope", "--store", root)
     assert code == 2 and err.count("\n") == 1 and "topic Nope does not exist" in err
     listed = run_json(capsys, "topic", "list", "--store", root)
     assert [t["topic"] for t in listed] == ["Orders", "TopicTest"] and listed[0]["perm"] == "R--"
-    store.subscribe("GroupA", "TopicTest", "*")                           # makes %RETRY%GroupA
+    store.subscribe("GroupA", "TopicTest", "*")  # makes %RETRY%GroupA
     assert "%RETRY%GroupA" in [t["topic"] for t in run_json(capsys, "topic", "list", "--system", "--store", root)]
     code, out, _ = run(capsys, "topic", "delete", "Orders", "--store", root)
     assert code == 0 and "deleted topic Orders" in out and "Orders" not in store.context.topics.all()
@@ -64,62 +77,95 @@ def test_topic_status_and_group_verbs(filled, capsys):
     code, out, _ = run(capsys, "group", "create", "GroupR", "--retry-max-times", "3", "--store", store.root)
     assert code == 0 and "retry up to 3 times" in out
     groups = run_json(capsys, "group", "list", "--store", store.root)
-    assert {"group": "GroupR", "consume_enable": True, "consume_broadcast_enable": True, "retry_queue_nums": 1,
-            "retry_max_times": 3} in groups
+    assert {
+        "group": "GroupR",
+        "consume_enable": True,
+        "consume_broadcast_enable": True,
+        "retry_queue_nums": 1,
+        "retry_max_times": 3,
+    } in groups
 
 
 def test_send_a_test_message_and_a_file(store, tmp_path, capsys):
     root = store.root
-    sent = run_json(capsys, "send", "TopicTest", "--tags", "TagA", "--keys", "a", "b", "--property", "region=eu",
-                    "--queue-id", "2", "--store", root)
+    sent = run_json(
+        capsys,
+        "send",
+        "TopicTest",
+        "--tags",
+        "TagA",
+        "--keys",
+        "a",
+        "b",
+        "--property",
+        "region=eu",
+        "--queue-id",
+        "2",
+        "--store",
+        root,
+    )
     assert [(s["send_status"], s["queue_id"], s["queue_offset"]) for s in sent] == [("SEND_OK", 2, 0)]
     m = store.query_by_id(sent[0]["msg_id"])
     assert (m.tags, m.keys, m.properties["region"], m.body) == ("TagA", "a b", "eu", b"Hello storelib")
 
     lines = tmp_path / "m.jsonl"
-    lines.write_text('{"body": "one", "tags": "TagB", "keys": ["x"]}\n\n'
-                     '{"topic": "TopicTest", "body_base64": "AAEC", "properties": {"p": "1"}, "queue_id": 1}\n')
+    lines.write_text(
+        '{"body": "one", "tags": "TagB", "keys": ["x"]}\n\n'
+        '{"topic": "TopicTest", "body_base64": "AAEC", "properties": {"p": "1"}, "queue_id": 1}\n'
+    )
     code, out, _ = run(capsys, "send", "TopicTest", "--file", str(lines), "--store", root)
     assert code == 0 and out.count("SEND_OK") == 2
     assert store.query_by_id(_ids(out)[1]).body == b"\x00\x01\x02"
 
     before = store.max_offset()
     bad = tmp_path / "bad.jsonl"
-    for text, says in [('{"body": "ok"}\n{"body": "b", "colour": 1}\n', "colour: is not a message field"),
-                       ('{"body": "ok"}\nnot json\n', "file: is not JSON"),
-                       ('{"body": "ok"}\n\n{"body": "x", "queue_id": 99}\n', "queue_id"),
-                       ('{"body": 5}\n', "body: must be a string")]:
+    for text, says in [
+        ('{"body": "ok"}\n{"body": "b", "colour": 1}\n', "colour: is not a message field"),
+        ('{"body": "ok"}\nnot json\n', "file: is not JSON"),
+        ('{"body": "ok"}\n\n{"body": "x", "queue_id": 99}\n', "queue_id"),
+        ('{"body": 5}\n', "body: must be a string"),
+    ]:
         bad.write_text(text)
         code, out, err = run(capsys, "send", "TopicTest", "--file", str(bad), "--store", root)
         assert code == 2 and says in err and err.count("\n") == 1 and out == "", err
         assert f"bad.jsonl line {len(text.splitlines())}" in err, err
-    assert store.max_offset() == before                                   # nothing of a refused file was sent
+    assert store.max_offset() == before  # nothing of a refused file was sent
 
     code, out, _ = run(capsys, "send", "TopicTest", "--count", "25", "--store", root)
     assert code == 0 and out.startswith("sent 25 messages (SEND_OK) in one commit")
 
 
 def _ids(table: str) -> list[str]:
-    return re.findall(r"\b[0-9A-F]{32}\b", table)[::2]                    # msg_id, then uniq_key, per row
+    return re.findall(r"\b[0-9A-F]{32}\b", table)[::2]  # msg_id, then uniq_key, per row
 
 
 def test_query_verbs_find_and_say_not_found(filled, capsys):
     store, results = filled
     r = results[7]
     rec = run_json(capsys, "query", "id", r.msg_id, "--store", store.root)
-    assert (rec["OffsetID"], rec["Topic"], rec["Tags"], rec["Keys"], rec["Body"]) == (r.msg_id, "TopicTest", "TagA", "k7", "m7")
+    assert (rec["OffsetID"], rec["Topic"], rec["Tags"], rec["Keys"], rec["Body"]) == (
+        r.msg_id,
+        "TopicTest",
+        "TagA",
+        "k7",
+        "m7",
+    )
     code, out, _ = run(capsys, "query", "id", r.msg_id, "--store", store.root)
     assert code == 0 and f"Unique Key:        {r.uniq_key}" in out and "Queue Offset:      1" in out
-    assert run_json(capsys, "query", "unique-key", "TopicTest", r.uniq_key, "--store", store.root)["OffsetID"] == r.msg_id
+    assert (
+        run_json(capsys, "query", "unique-key", "TopicTest", r.uniq_key, "--store", store.root)["OffsetID"] == r.msg_id
+    )
     by_key = run_json(capsys, "query", "key", "TopicTest", "k7", "--store", store.root)
     assert [m["OffsetID"] for m in by_key] == [r.msg_id]
     at = run_json(capsys, "query", "offset", "TopicTest", str(r.queue_id), str(r.queue_offset), "--store", store.root)
     assert at["OffsetID"] == r.msg_id
 
-    for argv, says in [(["query", "key", "TopicTest", "nope"], "no message of topic TopicTest has key 'nope'"),
-                       (["query", "offset", "TopicTest", "1", "99"], "OFFSET_OVERFLOW_BADLY"),
-                       (["query", "unique-key", "TopicTest", "0" * 32], "not found"),
-                       (["query", "id", store.query_by_id(r.msg_id).msg_id[:-4] + "FFFF"], "not found")]:
+    for argv, says in [
+        (["query", "key", "TopicTest", "nope"], "no message of topic TopicTest has key 'nope'"),
+        (["query", "offset", "TopicTest", "1", "99"], "OFFSET_OVERFLOW_BADLY"),
+        (["query", "unique-key", "TopicTest", "0" * 32], "not found"),
+        (["query", "id", store.query_by_id(r.msg_id).msg_id[:-4] + "FFFF"], "not found"),
+    ]:
         code, out, err = run(capsys, *argv, "--store", store.root)
         assert (code, out) == (1, "") and err.startswith("not found: ") and says in err, err
     code, _, err = run(capsys, "query", "id", "ZZZ", "--store", store.root)
@@ -138,14 +184,21 @@ def test_pull_commit_and_consumer_progress(filled, spark, capsys):
     assert code == 0 and out.startswith("status=OFFSET_ILLEGAL")
 
     lag = run_json(capsys, "consumer", "progress", "GroupA", "--store", store.root)
-    got = spark.createDataFrame([tuple(r.values()) for r in lag], "topic string, queue_id int, max_offset long, "
-                                "committed_offset long, lag long")
+    got = spark.createDataFrame(
+        [tuple(r.values()) for r in lag], "topic string, queue_id int, max_offset long, committed_offset long, lag long"
+    )
     assert_df_equality(got, store.consumer_lag("GroupA"))
     code, out, _ = run(capsys, "consumer", "progress", "GroupA", "--store", store.root)
     assert out.rstrip().endswith(f"total lag: {sum(r['lag'] for r in lag)}")
     per_group = run_json(capsys, "consumer", "lag", "--store", store.root)
-    assert {"group": "GroupA", "topic": "TopicTest", "queues": 4, "max_offset_sum": 20,
-            "committed_sum": first["next_begin_offset"], "lag": 20 - first["next_begin_offset"]} in per_group
+    assert {
+        "group": "GroupA",
+        "topic": "TopicTest",
+        "queues": 4,
+        "max_offset_sum": 20,
+        "committed_sum": first["next_begin_offset"],
+        "lag": 20 - first["next_begin_offset"],
+    } in per_group
     code, _, err = run(capsys, "consumer", "progress", "GroupNobody", "--store", store.root)
     assert code == 1 and "GroupNobody reads no queue" in err
 
@@ -159,7 +212,8 @@ def test_subscriptions_with_filter_statistics(filled, capsys):
     store.dispatch()
     subs = run_json(capsys, "subscriptions", "--group", "GroupS", "--stats", "--store", store.root)
     assert [(s["topic"], s["type"], s["expression"], s["checked"], s["matched"], s["spark_sql"]) for s in subs] == [
-        ("TopicTest", "SQL92", "n >= 10", 20, 10, "n >= 10")]
+        ("TopicTest", "SQL92", "n >= 10", 20, 10, "n >= 10")
+    ]
     code, _, err = run(capsys, "unsubscribe", "GroupS", "TopicTest", "--store", store.root)
     assert code == 0
     code, _, err = run(capsys, "unsubscribe", "GroupS", "TopicTest", "--store", store.root)
@@ -184,7 +238,7 @@ def test_upkeep_verbs(filled, capsys):
     assert code == 0 and out.startswith(("compacted: ", "nothing to compact")), out
     code, out, _ = run(capsys, "vacuum", "--store", store.root)
     assert code == 0
-    assert store.query_by_id(results[3].msg_id).body == b"m3"              # everything still found after upkeep
+    assert store.query_by_id(results[3].msg_id).body == b"m3"  # everything still found after upkeep
     code, out, _ = run(capsys, "deliver", "--store", store.root)
     assert (code, out) == (0, "nothing new: no delayed or timer message is due\n")
     code, out, _ = run(capsys, "check-transactions", "--store", store.root)
@@ -193,10 +247,12 @@ def test_upkeep_verbs(filled, capsys):
 
 def test_topic_retention_through_the_command(filled, capsys):
     store, results = filled
-    code, out, _ = run(capsys, "topic", "create", "Short", "--queues", "2", "--retention-ms", "60000", "--store", store.root)
+    code, out, _ = run(
+        capsys, "topic", "create", "Short", "--queues", "2", "--retention-ms", "60000", "--store", store.root
+    )
     assert code == 0 and out.rstrip().endswith("messages kept 60000 ms")
     code, out, _ = run(capsys, "topic", "update", "Short", "--perm", "6", "--store", store.root)
-    assert "messages kept 60000 ms" in out                                       # kept on update
+    assert "messages kept 60000 ms" in out  # kept on update
     short = store.send_batch([Message("Short", keys=[f"s{i}"]) for i in range(6)])
     store.dispatch()
     now = int(max(m.store_timestamp for m in [store.query_by_id(r.msg_id) for r in short]).timestamp() * 1000)
@@ -208,7 +264,7 @@ def test_topic_retention_through_the_command(filled, capsys):
     assert code == 1 and "not found" in err
     status = run_json(capsys, "topic", "status", "Short", "--store", store.root)
     assert [(s["min_offset"], s["max_offset"]) for s in status] == [(3, 3), (3, 3)]
-    assert store.query_by_id(results[0].msg_id).body == b"m0"                    # TopicTest keeps everything
+    assert store.query_by_id(results[0].msg_id).body == b"m0"  # TopicTest keeps everything
     listed = {t["topic"]: t for t in run_json(capsys, "topic", "list", "--store", store.root)}
     assert (listed["Short"]["retention_ms"], listed["TopicTest"]["retention_ms"]) == (60000, None)
     code, out, _ = run(capsys, "topic", "update", "Short", "--retention-ms", "0", "--store", store.root)
@@ -257,8 +313,11 @@ def test_every_verb_explains_its_options_with_defaults(capsys):
         text = p.format_help()
         for action in p._actions:
             if action.option_strings and action.default not in (None, False) and action.dest != "help":
-                assert "(default:" in (action.help or "") or "%(default)" in (action.help or "") or \
-                    f"(default: {action.default}" in text, (path, action.dest)
+                assert (
+                    "(default:" in (action.help or "")
+                    or "%(default)" in (action.help or "")
+                    or f"(default: {action.default}" in text
+                ), (path, action.dest)
             assert action.help, (path, action.dest)
 
 
@@ -273,20 +332,33 @@ def test_point_lookups_run_as_a_command_without_spark_or_java(filled, python_env
     script = Path(sys.executable).parent / "storelib"
     command = [str(script)] if script.exists() else [sys.executable, "-m", "storelib"]
     r = results[5]
-    for argv, says in [(["query", "id", r.msg_id], f"OffsetID:          {r.msg_id}"),
-                       (["query", "key", "TopicTest", "k5"], r.msg_id),
-                       (["pull", "GroupP", "TopicTest", str(r.queue_id), "0"], "status=FOUND"),
-                       (["consumer", "progress", "GroupP"], "total lag"),
-                       (["topic", "status", "TopicTest"], "last_store_time"),
-                       (["inspect"], "commitlog offsets [0, ")]:
+    for argv, says in [
+        (["query", "id", r.msg_id], f"OffsetID:          {r.msg_id}"),
+        (["query", "key", "TopicTest", "k5"], r.msg_id),
+        (["pull", "GroupP", "TopicTest", str(r.queue_id), "0"], "status=FOUND"),
+        (["consumer", "progress", "GroupP"], "total lag"),
+        (["topic", "status", "TopicTest"], "last_store_time"),
+        (["inspect"], "commitlog offsets [0, "),
+    ]:
         out = subprocess.run(command + argv, env=env, capture_output=True, text=True, timeout=120)
         assert out.returncode == 0 and says in out.stdout, (argv, out.stdout, out.stderr[-2000:])
-    out = subprocess.run([sys.executable, "-m", "storelib", "query", "key", "TopicTest", "nope"], env=env,
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "storelib", "query", "key", "TopicTest", "nope"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert (out.returncode, out.stdout) == (1, "") and out.stderr.startswith("not found: ")
-    out = subprocess.run([sys.executable, "-m", "storelib", "dispatch"], env=env, capture_output=True, text=True,
-                         timeout=120)
-    assert out.returncode == 0 and out.stdout.startswith("nothing new"), out.stderr[-2000:]   # nothing to do: no Spark
-    out = subprocess.run([sys.executable, "-m", "storelib", "topic", "list", "--store", os.devnull + "/x"], env=env,
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "storelib", "dispatch"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0 and out.stdout.startswith("nothing new"), out.stderr[-2000:]  # nothing to do: no Spark
+    out = subprocess.run(
+        [sys.executable, "-m", "storelib", "topic", "list", "--store", os.devnull + "/x"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 2 and "Traceback" not in out.stderr and len(out.stderr.splitlines()) == 1

@@ -126,8 +126,9 @@ PRODUCER = textwrap.dedent("""
 def test_held_pull_sees_messages_of_another_process(store, python_env):
     """A producer process, and a dispatcher whose commits this store is not told about: found by looking."""
     store.subscribe("GroupA", "TopicTest", "TagA")
-    producer = subprocess.Popen([sys.executable, "-c", PRODUCER, store.root], env=python_env,
-                                stderr=subprocess.PIPE, text=True)
+    producer = subprocess.Popen(
+        [sys.executable, "-c", PRODUCER, store.root], env=python_env, stderr=subprocess.PIPE, text=True
+    )
     stop = threading.Event()
 
     def dispatcher():
@@ -144,6 +145,5 @@ def test_held_pull_sees_messages_of_another_process(store, python_env):
         thread.join()
         _, err = producer.communicate(timeout=120)
     assert producer.returncode == 0, err
-    assert (r.status, [m.body for m in r.messages], r.next_begin_offset) == (
-        P.FOUND, [b"from another process"], 2)
+    assert (r.status, [m.body for m in r.messages], r.next_begin_offset) == (P.FOUND, [b"from another process"], 2)
     assert r.suspended_ms >= 1500

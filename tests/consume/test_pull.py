@@ -8,18 +8,31 @@ from storelib import Message, MessageSelector, MessageStore, StoreError
 from storelib.consume.get_message import GetMessageStatus as S
 from storelib.consume.pull import PullStatus as P
 from storelib.filter.sql92 import parse_sql92
-from storelib.model.errors import (ConsumeDisabledError, FilterExpressionError, FilterNotSupportedError,
-                                   InvalidQueueIdError, OffsetError, StorePermissionError,
-                                   SubscriptionGroupNotFoundError, SubscriptionNotFoundError,
-                                   SubscriptionNotLatestError, TopicNotFoundError, TopicPermissionError)
+from storelib.model.errors import (
+    ConsumeDisabledError,
+    FilterExpressionError,
+    FilterNotSupportedError,
+    InvalidQueueIdError,
+    OffsetError,
+    StorePermissionError,
+    SubscriptionGroupNotFoundError,
+    SubscriptionNotFoundError,
+    SubscriptionNotLatestError,
+    TopicNotFoundError,
+    TopicPermissionError,
+)
 from storelib.model.topic import PERM_WRITE
 
 TAGS = ["TagA", "TagB", "Aa", "BB"]  # "Aa" and "BB" share a String.hashCode
 
 
 def fill(store: MessageStore, n: int, queue_id: int = 0, topic: str = "TopicTest", start: int = 0) -> None:
-    store.send_batch([Message(topic, tags=TAGS[i % 4], body=b"m%d" % i, queue_id=queue_id,
-                              properties={"n": str(i)}) for i in range(start, start + n)])
+    store.send_batch(
+        [
+            Message(topic, tags=TAGS[i % 4], body=b"m%d" % i, queue_id=queue_id, properties={"n": str(i)})
+            for i in range(start, start + n)
+        ]
+    )
     store.dispatch()
 
 
@@ -49,7 +62,11 @@ def test_found_takes_max_msgs_and_moves_next_offset(filled):
 def test_offset_overflow_one_and_badly(filled):
     r = filled.pull("GroupA", "TopicTest", 0, 40)
     assert (r.status, r.get_status, r.response_code, r.next_begin_offset) == (
-        P.NO_NEW_MSG, S.OFFSET_OVERFLOW_ONE, "PULL_NOT_FOUND", 40)
+        P.NO_NEW_MSG,
+        S.OFFSET_OVERFLOW_ONE,
+        "PULL_NOT_FOUND",
+        40,
+    )
     r = filled.pull("GroupA", "TopicTest", 0, 41)
     assert (r.status, r.get_status, r.response_code) == (P.OFFSET_ILLEGAL, S.OFFSET_OVERFLOW_BADLY, "PULL_OFFSET_MOVED")
     assert r.next_begin_offset == 0  # the minOffset == 0 rule: back to the min offset, not the max
@@ -58,10 +75,18 @@ def test_offset_overflow_one_and_badly(filled):
 def test_empty_queue(filled):
     r = filled.pull("GroupA", "TopicTest", 1, 0)
     assert (r.status, r.get_status, r.response_code, r.next_begin_offset) == (
-        P.NO_NEW_MSG, S.NO_MESSAGE_IN_QUEUE, "PULL_NOT_FOUND", 0)
+        P.NO_NEW_MSG,
+        S.NO_MESSAGE_IN_QUEUE,
+        "PULL_NOT_FOUND",
+        0,
+    )
     r = filled.pull("GroupA", "TopicTest", 1, 7)
     assert (r.status, r.get_status, r.response_code, r.next_begin_offset) == (
-        P.OFFSET_ILLEGAL, S.NO_MESSAGE_IN_QUEUE, "PULL_OFFSET_MOVED", 0)
+        P.OFFSET_ILLEGAL,
+        S.NO_MESSAGE_IN_QUEUE,
+        "PULL_OFFSET_MOVED",
+        0,
+    )
 
 
 def test_no_matched_logic_queue(filled):
@@ -78,14 +103,22 @@ def test_message_was_removing_then_offset_too_small(store):
     assert store.clean_commitlog(reserved_hours=0, now=int(old.timestamp() * 1000) + 1) == 1
     # The commitlog lost queue 0's messages; the consume queue still points at them.
     r = store.pull("GroupA", "TopicTest", 0, 3, 4)
-    assert (r.get_status, r.response_code, r.status) == (S.MESSAGE_WAS_REMOVING, "PULL_RETRY_IMMEDIATELY",
-                                                          P.NO_MATCHED_MSG)
+    assert (r.get_status, r.response_code, r.status) == (
+        S.MESSAGE_WAS_REMOVING,
+        "PULL_RETRY_IMMEDIATELY",
+        P.NO_MATCHED_MSG,
+    )
     assert (r.messages, r.next_begin_offset, r.min_offset, r.max_offset) == ([], 10, 0, 10)
     assert bodies(store.pull("GroupA", "TopicTest", 1, 0, 3)) == [b"m10", b"m11", b"m12"]
     store.clean_consume_queue()  # the queue's min offset moves past what the commitlog lost
     r = store.pull("GroupA", "TopicTest", 0, 3, 4)
     assert (r.get_status, r.status, r.next_begin_offset, r.min_offset, r.max_offset) == (
-        S.OFFSET_TOO_SMALL, P.OFFSET_ILLEGAL, 10, 10, 10)
+        S.OFFSET_TOO_SMALL,
+        P.OFFSET_ILLEGAL,
+        10,
+        10,
+        10,
+    )
     r = store.pull("GroupA", "TopicTest", 0, 25, 4)  # past the max while the min is not 0: to the max
     assert (r.get_status, r.next_begin_offset) == (S.OFFSET_OVERFLOW_BADLY, 10)
     fill(store, 2, queue_id=0, start=20)
@@ -108,11 +141,20 @@ def test_offset_found_null_rolls_to_next_queue_file(spark, store_path):
     first = [a for a in add_actions(snapshot).to_pylist() if a["min.queue_offset"] == 0]
     assert len(first) == 1
     # The queue file holding offsets 0..11 is gone, though the queue's min offset still says 0.
-    cq.commit(snapshot, [], removes=[RemoveAction(first[0]["path"], True, 0, first[0]["size_bytes"], {})],
-              markers={min_queue_marker("TopicTest", 0): 0}, operation="TEST_LOSE_FILE")
+    cq.commit(
+        snapshot,
+        [],
+        removes=[RemoveAction(first[0]["path"], True, 0, first[0]["size_bytes"], {})],
+        markers={min_queue_marker("TopicTest", 0): 0},
+        operation="TEST_LOSE_FILE",
+    )
     r = store.pull("GroupA", "TopicTest", 0, 3)
     assert (r.get_status, r.response_code, r.status, r.next_begin_offset) == (
-        S.OFFSET_FOUND_NULL, "PULL_NOT_FOUND", P.NO_NEW_MSG, 10)
+        S.OFFSET_FOUND_NULL,
+        "PULL_NOT_FOUND",
+        P.NO_NEW_MSG,
+        10,
+    )
     assert bodies(store.pull("GroupA", "TopicTest", 0, 12, 2)) == [b"m12", b"m13"]
 
 
@@ -214,12 +256,21 @@ def test_checks_carry_rocketmq_response_codes(spark, store_path):
         (lambda: store.pull("GroupA", "TopicTest", 2, 0), InvalidQueueIdError, "SYSTEM_ERROR"),
         (lambda: store.pull("GroupA", "TopicTest", -1, 0), InvalidQueueIdError, "SYSTEM_ERROR"),
         (lambda: store.pull("GroupB", "TopicTest", 0, 0), SubscriptionNotFoundError, "SUBSCRIPTION_NOT_EXIST"),
-        (lambda: store.pull("GroupA", "TopicTest", 0, 0, selector="||"), FilterExpressionError,
-         "SUBSCRIPTION_PARSE_FAILED"),
-        (lambda: store.pull("GroupA", "TopicTest", 0, 0, selector=MessageSelector.by_sql("a LIKE 'x'")),
-         FilterExpressionError, "SUBSCRIPTION_PARSE_FAILED"),
-        (lambda: store.pull("GroupA", "TopicTest", 0, 0, sub_version=2**62), SubscriptionNotLatestError,
-         "SUBSCRIPTION_NOT_LATEST"),
+        (
+            lambda: store.pull("GroupA", "TopicTest", 0, 0, selector="||"),
+            FilterExpressionError,
+            "SUBSCRIPTION_PARSE_FAILED",
+        ),
+        (
+            lambda: store.pull("GroupA", "TopicTest", 0, 0, selector=MessageSelector.by_sql("a LIKE 'x'")),
+            FilterExpressionError,
+            "SUBSCRIPTION_PARSE_FAILED",
+        ),
+        (
+            lambda: store.pull("GroupA", "TopicTest", 0, 0, sub_version=2**62),
+            SubscriptionNotLatestError,
+            "SUBSCRIPTION_NOT_LATEST",
+        ),
     ]
     for call, error, code in cases:
         with pytest.raises(error) as caught:
@@ -271,11 +322,28 @@ def put_retry_messages(store: MessageStore, group: str) -> None:
     """Messages as the delay service will deliver them to ``%RETRY%group``: RETRY_TOPIC names their topic."""
     from storelib.storage.commitlog import EncodedMessage, now_millis
 
-    rows = [("TopicTest", "TagA", "1"), ("TopicTest", "TagB", "2"), ("OtherTopic", "TagB", "3"),
-            ("TopicTest", "TagA", "4")]
-    store.context.commitlog.append([EncodedMessage(f"%RETRY%{group}", 0, 0, 0, b"retry-" + n.encode(),
-                                           {"TAGS": tags, "RETRY_TOPIC": topic, "n": n}, now_millis(), "127.0.0.1:0",
-                                           reconsume_times=1) for topic, tags, n in rows])
+    rows = [
+        ("TopicTest", "TagA", "1"),
+        ("TopicTest", "TagB", "2"),
+        ("OtherTopic", "TagB", "3"),
+        ("TopicTest", "TagA", "4"),
+    ]
+    store.context.commitlog.append(
+        [
+            EncodedMessage(
+                f"%RETRY%{group}",
+                0,
+                0,
+                0,
+                b"retry-" + n.encode(),
+                {"TAGS": tags, "RETRY_TOPIC": topic, "n": n},
+                now_millis(),
+                "127.0.0.1:0",
+                reconsume_times=1,
+            )
+            for topic, tags, n in rows
+        ]
+    )
     store.dispatch()
 
 

@@ -10,9 +10,16 @@ import pytest
 from storelib import Message, MessageStore
 from storelib.consume.retry import NOT_STORED, plan_send_back
 from storelib.encoding.tags import tags_code
-from storelib.model.errors import (InvalidTopicError, MessageError, MessageNotFoundError, StoreError,
-                                   StorePermissionError, SubscriptionGroupNotFoundError, TopicNotFoundError,
-                                   TopicPermissionError)
+from storelib.model.errors import (
+    InvalidTopicError,
+    MessageError,
+    MessageNotFoundError,
+    StoreError,
+    StorePermissionError,
+    SubscriptionGroupNotFoundError,
+    TopicNotFoundError,
+    TopicPermissionError,
+)
 from storelib.model.message import StoredMessage
 from storelib.model.topic import PERM_READ, SCHEDULE_TOPIC, TopicConfig
 
@@ -27,8 +34,9 @@ def _ms(ts: dt.datetime) -> int:
 
 
 def _sent(store: MessageStore, **kw) -> StoredMessage:
-    r = store.send(Message("TopicTest", body=b"payload", tags="TagA", keys=["order-1"], properties={"a": "5"},
-                           flag=7, **kw))
+    r = store.send(
+        Message("TopicTest", body=b"payload", tags="TagA", keys=["order-1"], properties={"a": "5"}, flag=7, **kw)
+    )
     return store.query_by_id(r.msg_id)
 
 
@@ -48,18 +56,33 @@ def test_send_back_goes_to_schedule_topic_with_retry_properties(store):
     end = store.max_offset()
     r = store.send_back(m, GROUP)
 
-    assert (r.send_status, r.topic, r.queue_id, r.queue_offset, r.commitlog_offset) == ("SEND_OK", SCHEDULE_TOPIC, 2, 0, end)
+    assert (r.send_status, r.topic, r.queue_id, r.queue_offset, r.commitlog_offset) == (
+        "SEND_OK",
+        SCHEDULE_TOPIC,
+        2,
+        0,
+        end,
+    )
     assert r.uniq_key == m.uniq_key  # no new client id
     back = store.query_by_id(r.msg_id)
     assert back.msg_id == r.msg_id and back.commitlog_offset == end
     p = back.properties
     assert p["DELAY"] == "3" and p["REAL_TOPIC"] == RETRY and p["REAL_QID"] == "0"
     assert p["RETRY_TOPIC"] == "TopicTest" and p["RECONSUME_TIME"] == "1" and p["ORIGIN_MESSAGE_ID"] == m.msg_id
-    assert {k: p[k] for k in ("TAGS", "KEYS", "a", "UNIQ_KEY")} == {"TAGS": "TagA", "KEYS": "order-1", "a": "5",
-                                                                   "UNIQ_KEY": m.uniq_key}
+    assert {k: p[k] for k in ("TAGS", "KEYS", "a", "UNIQ_KEY")} == {
+        "TAGS": "TagA",
+        "KEYS": "order-1",
+        "a": "5",
+        "UNIQ_KEY": m.uniq_key,
+    }
     assert back.reconsume_times == 1 and m.reconsume_times == 0
-    assert (back.body, back.flag, back.sysflag, back.born_timestamp, back.born_host) == \
-        (m.body, m.flag, m.sysflag, m.born_timestamp, m.born_host)
+    assert (back.body, back.flag, back.sysflag, back.born_timestamp, back.born_host) == (
+        m.body,
+        m.flag,
+        m.sysflag,
+        m.born_timestamp,
+        m.born_host,
+    )
     topics = store.context.topics.all()
     assert topics[RETRY] == TopicConfig(RETRY, 1, 1, 6)
     assert topics[SCHEDULE_TOPIC] == TopicConfig(SCHEDULE_TOPIC, len(levels), len(levels), 6)
@@ -81,8 +104,13 @@ def test_send_back_goes_to_schedule_topic_with_retry_properties(store):
 
 
 def test_deliver_timestamp_in_consume_queue_without_ext(spark, tmp_path):
-    store = MessageStore.create(str(tmp_path / "s"), spark, enable_consume_queue_ext=False,
-                              enable_calc_filter_bitmap=False, enable_property_filter=False)
+    store = MessageStore.create(
+        str(tmp_path / "s"),
+        spark,
+        enable_consume_queue_ext=False,
+        enable_calc_filter_bitmap=False,
+        enable_property_filter=False,
+    )
     store.create_topic("TopicTest", queues=4)
     m = _sent(store)
     a = store.send_back(m, GROUP, delay_level=1)
@@ -104,10 +132,16 @@ def test_repeated_send_back_raises_the_level_then_dead_letters(store):
     for n in range(3):
         r = store.send_back(cur, GROUP, max_reconsume_times=3)
         cur = store.query_by_id(r.msg_id)
-        seen.append((r.topic, r.queue_id, cur.properties["DELAY"], cur.reconsume_times, cur.properties["RECONSUME_TIME"]))
+        seen.append(
+            (r.topic, r.queue_id, cur.properties["DELAY"], cur.reconsume_times, cur.properties["RECONSUME_TIME"])
+        )
         assert cur.properties["RETRY_TOPIC"] == "TopicTest" and cur.properties["ORIGIN_MESSAGE_ID"] == m.msg_id
         assert cur.uniq_key == m.uniq_key
-    assert seen == [(SCHEDULE_TOPIC, 2, "3", 1, "1"), (SCHEDULE_TOPIC, 3, "4", 2, "2"), (SCHEDULE_TOPIC, 4, "5", 3, "3")]
+    assert seen == [
+        (SCHEDULE_TOPIC, 2, "3", 1, "1"),
+        (SCHEDULE_TOPIC, 3, "4", 2, "2"),
+        (SCHEDULE_TOPIC, 4, "5", 3, "3"),
+    ]
 
     r = store.send_back(cur, GROUP, max_reconsume_times=3)
     dead = store.query_by_id(r.msg_id)
@@ -136,7 +170,12 @@ def test_negative_delay_goes_straight_to_dlq(store):
     m = _sent(store)
     r = store.send_back(m, GROUP, delay_level=-1)
     dead = store.query_by_id(r.msg_id)
-    assert (r.topic, dead.reconsume_times, dead.properties["DELAY"], dead.properties["RETRY_TOPIC"]) == (DLQ, 1, "0", "TopicTest")
+    assert (r.topic, dead.reconsume_times, dead.properties["DELAY"], dead.properties["RETRY_TOPIC"]) == (
+        DLQ,
+        1,
+        "0",
+        "TopicTest",
+    )
     assert "REAL_TOPIC" not in dead.properties
     assert RETRY in store.context.topics.all()  # created before the decision, as RocketMQ does
 
@@ -193,14 +232,17 @@ def test_message_gone(store):
     assert store.max_offset() == before
 
 
-@pytest.mark.parametrize("args, error, field", [
-    (({"topic": "TopicTest"}, GROUP), MessageError, "msg"),
-    ((None, "bad group"), InvalidTopicError, "group"),
-    ((None, ""), InvalidTopicError, "group"),
-    ((None, GROUP, "3"), MessageError, "delay_level"),
-    ((None, GROUP, True), MessageError, "delay_level"),
-    ((None, GROUP, 0, 2.5), MessageError, "max_reconsume_times"),
-])
+@pytest.mark.parametrize(
+    "args, error, field",
+    [
+        (({"topic": "TopicTest"}, GROUP), MessageError, "msg"),
+        ((None, "bad group"), InvalidTopicError, "group"),
+        ((None, ""), InvalidTopicError, "group"),
+        ((None, GROUP, "3"), MessageError, "delay_level"),
+        ((None, GROUP, True), MessageError, "delay_level"),
+        ((None, GROUP, 0, 2.5), MessageError, "max_reconsume_times"),
+    ],
+)
 def test_bad_input_writes_nothing(store, args, error, field):
     m = _sent(store)
     args = tuple(m if a is None else a for a in args[:1]) + args[1:]

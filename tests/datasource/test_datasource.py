@@ -28,8 +28,12 @@ COLUMNS = ["physical_offset", "topic", "queue_id", "queue_offset", "msg_id", "ta
 def orders(store):
     """60 messages over 4 queues of Orders (three tags, two keys each, property a), 50 dispatched, 10 not."""
     store.create_topic("Orders", queues=4)
-    sent = store.send_batch([Message("Orders", tags=f"T{i % 3}", keys=[f"k{i}", f"g{i % 5}"], body=b"%d" % i,
-                                     properties={"a": str(i)}) for i in range(50)])
+    sent = store.send_batch(
+        [
+            Message("Orders", tags=f"T{i % 3}", keys=[f"k{i}", f"g{i % 5}"], body=b"%d" % i, properties={"a": str(i)})
+            for i in range(50)
+        ]
+    )
     store.dispatch()
     sent += store.send_batch([Message("Orders", tags="T9", keys=[f"k{i}"], body=b"late") for i in range(50, 60)])
     return store, sent
@@ -40,18 +44,21 @@ def source(spark, store, table="messages"):
 
 
 class TestBatch:
-    @pytest.mark.parametrize("where", [
-        "topic = 'Orders' AND keys = 'k3 g3'",                 # index, first key
-        "topic = 'Orders' AND keys = 'k55'",                   # not dispatched yet: the tail scan finds it
-        "topic = 'Orders' AND queue_id = 1 AND queue_offset >= 3 AND queue_offset < 9",
-        "topic = 'Orders' AND queue_id IN (0, 2)",
-        "topic = 'Orders' AND tags IN ('T1', 'T9')",
-        "physical_offset BETWEEN 500 AND 4000",
-        "topic = 'Orders' AND keys = 'nowhere'",
-        "msg_id = 'not-an-id'",
-        "tags IS NULL OR tags <> 'T0'",                         # not pushed: Spark evaluates it
-        "NOT (queue_id = 1) AND body = X'35'",
-    ])
+    @pytest.mark.parametrize(
+        "where",
+        [
+            "topic = 'Orders' AND keys = 'k3 g3'",  # index, first key
+            "topic = 'Orders' AND keys = 'k55'",  # not dispatched yet: the tail scan finds it
+            "topic = 'Orders' AND queue_id = 1 AND queue_offset >= 3 AND queue_offset < 9",
+            "topic = 'Orders' AND queue_id IN (0, 2)",
+            "topic = 'Orders' AND tags IN ('T1', 'T9')",
+            "physical_offset BETWEEN 500 AND 4000",
+            "topic = 'Orders' AND keys = 'nowhere'",
+            "msg_id = 'not-an-id'",
+            "tags IS NULL OR tags <> 'T0'",  # not pushed: Spark evaluates it
+            "NOT (queue_id = 1) AND body = X'35'",
+        ],
+    )
     def test_same_rows_as_spark_evaluating_the_filter(self, spark, orders, where):
         store, _ = orders
         got = source(spark, store).where(where).select(*COLUMNS)
@@ -60,15 +67,21 @@ class TestBatch:
 
     def test_store_time_ranges(self, spark, orders):
         store, sent = orders
-        times = sorted(r.store_timestamp for r in store.messages("Orders").select("store_timestamp").distinct().collect())
+        times = sorted(
+            r.store_timestamp for r in store.messages("Orders").select("store_timestamp").distinct().collect()
+        )
         assert len(times) == 2  # the dispatched batch and the late one
-        for where in (F.col("store_timestamp") >= times[1], F.col("store_timestamp") < times[1],
-                      F.col("store_timestamp").between(times[0], times[0])):
+        for where in (
+            F.col("store_timestamp") >= times[1],
+            F.col("store_timestamp") < times[1],
+            F.col("store_timestamp").between(times[0], times[0]),
+        ):
             got = source(spark, store).where(where).select(*COLUMNS)
             want = store.messages().where(where).select(*COLUMNS)
             assert_df_equality(got, want, ignore_row_order=True, ignore_nullable=True, ignore_metadata=True)
-        keyed = source(spark, store).where((F.col("topic") == "Orders") & (F.col("keys") == "k55")
-                                           & (F.col("store_timestamp") < times[1]))
+        keyed = source(spark, store).where(
+            (F.col("topic") == "Orders") & (F.col("keys") == "k55") & (F.col("store_timestamp") < times[1])
+        )
         assert keyed.count() == 0
 
     def test_ids_and_unique_keys(self, spark, orders):
@@ -82,7 +95,9 @@ class TestBatch:
     def test_messages_by_key_is_query_by_key(self, spark, orders):
         store, _ = orders
         by_key = source(spark, store, "messages_by_key").where("topic = 'Orders' AND key = 'g2'")
-        assert sorted(r.msg_id for r in by_key.collect()) == sorted(m.msg_id for m in store.query_by_key("Orders", "g2"))
+        assert sorted(r.msg_id for r in by_key.collect()) == sorted(
+            m.msg_id for m in store.query_by_key("Orders", "g2")
+        )
         assert {r.kind for r in by_key.collect()} == {"KEYS"}
 
     def test_ways_each_filter_takes(self, orders):
@@ -117,17 +132,29 @@ class TestBatch:
         total = spark.sql("SELECT count(*) AS n FROM messages").first().n
         assert spark.sql("SELECT count(*) AS n FROM messages WHERE topic = 'Orders' AND keys = 'k1 g1'").first().n == 1
         assert spark.sql("SELECT count(*) AS n FROM messages").first().n == total == 60
-        assert spark.sql("SELECT count(*) AS n FROM messages_by_key WHERE topic = 'Orders' AND key = 'g4'").first().n == 10
+        assert (
+            spark.sql("SELECT count(*) AS n FROM messages_by_key WHERE topic = 'Orders' AND key = 'g4'").first().n == 10
+        )
 
 
 class TestStream:
     def run(self, spark, store, group, out, ck, **options):
-        reader = (spark.readStream.format("rocketmq").option("store", store.root).option("group", group)
-                  .option("topic", "Orders"))
+        reader = (
+            spark.readStream.format("rocketmq")
+            .option("store", store.root)
+            .option("group", group)
+            .option("topic", "Orders")
+        )
         for k, v in options.items():
             reader = reader.option(k, str(v))
-        q = (reader.load().writeStream.format("parquet").option("path", out).option("checkpointLocation", ck)
-             .trigger(availableNow=True).start())
+        q = (
+            reader.load()
+            .writeStream.format("parquet")
+            .option("path", out)
+            .option("checkpointLocation", ck)
+            .trigger(availableNow=True)
+            .start()
+        )
         q.awaitTermination()
         return q
 
@@ -145,7 +172,9 @@ class TestStream:
         got = spark.read.parquet(out).select("msg_id")
         want = store.messages("Orders").where(F.col("tags").isin("T1", "T9")).select("msg_id")
         assert_df_equality(got, want, ignore_row_order=True, ignore_nullable=True, ignore_metadata=True)
-        assert got.count() == 17 + 10 + 2 and {m.msg_id for m in more} - {r.msg_id for r in got.collect()} == {more[1].msg_id}
+        assert got.count() == 17 + 10 + 2 and {m.msg_id for m in more} - {r.msg_id for r in got.collect()} == {
+            more[1].msg_id
+        }
 
     def test_sql92_group_and_committed_offsets(self, spark, orders, tmp_path):
         store, _ = orders
@@ -163,9 +192,19 @@ class TestStream:
         out, ck = str(tmp_path / "delta_out"), str(tmp_path / "ck")
 
         def run():
-            (spark.readStream.format("rocketmq").option("store", store.root).option("group", "GD").option("topic", "Orders")
-             .option("maxMessagesPerTrigger", 16).load().writeStream.format("delta").option("checkpointLocation", ck)
-             .trigger(availableNow=True).start(out).awaitTermination())
+            (
+                spark.readStream.format("rocketmq")
+                .option("store", store.root)
+                .option("group", "GD")
+                .option("topic", "Orders")
+                .option("maxMessagesPerTrigger", 16)
+                .load()
+                .writeStream.format("delta")
+                .option("checkpointLocation", ck)
+                .trigger(availableNow=True)
+                .start(out)
+                .awaitTermination()
+            )
 
         store.dispatch()
         run()
@@ -176,21 +215,26 @@ class TestStream:
         assert got.count() == got.select("msg_id").distinct().count() == 65
 
     def test_a_group_must_subscribe(self, spark, orders):
-        from storelib.model.errors import SubscriptionNotFoundError
         from storelib.datasource.stream import GroupStreamReader
+        from storelib.model.errors import SubscriptionNotFoundError
 
         store, _ = orders
         with pytest.raises(SubscriptionNotFoundError):
-            GroupStreamReader(SourceOptions.parse({"store": store.root, "group": "Nobody", "topic": "Orders"},
-                                                  streaming=True), None)
+            GroupStreamReader(
+                SourceOptions.parse({"store": store.root, "group": "Nobody", "topic": "Orders"}, streaming=True), None
+            )
 
 
 def comparable(df):
     """Maps as JSON text (Spark cannot sort or hash maps); everything else as it is."""
     from pyspark.sql.types import MapType
 
-    return df.select(*[F.to_json(c.name).alias(c.name) if isinstance(c.dataType, MapType) else F.col(c.name)
-                       for c in df.schema.fields])
+    return df.select(
+        *[
+            F.to_json(c.name).alias(c.name) if isinstance(c.dataType, MapType) else F.col(c.name)
+            for c in df.schema.fields
+        ]
+    )
 
 
 class TestDeltaSpark:
@@ -267,7 +311,13 @@ SCRIPT = textwrap.dedent("""
 def test_reads_streams_and_writes_on_separate_executors(tmp_path, python_env):
     script = tmp_path / "cluster.py"
     script.write_text(SCRIPT)
-    out = subprocess.run([sys.executable, str(script), str(tmp_path / "store")], capture_output=True, text=True,
-                         env=python_env, timeout=600, cwd=ROOT)
+    out = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "store")],
+        capture_output=True,
+        text=True,
+        env=python_env,
+        timeout=600,
+        cwd=ROOT,
+    )
     assert out.returncode == 0 and out.stdout.strip().endswith("OK"), out.stderr[-3000:]
     shutil.rmtree(tmp_path / "store", ignore_errors=True)

@@ -30,10 +30,15 @@ def fill(store: MessageStore, spark) -> None:
     with store.producer(linger_ms=5) as p:
         futures = [p.send_async(Message("TopicTest", body=b"g%d" % i, tags="TagB", queue_id=1)) for i in range(5)]
         [f.result() for f in futures]
-    store.send_batch([Message("TopicTest", body=b"b%d" % i, tags="TagC", keys=[f"k{i}"], queue_id=i % 4)
-                      for i in range(20)])
-    store.send_dataframe(spark.createDataFrame([("TopicTest", b"d%d" % i, "TagA", i % 4) for i in range(30)],
-                                               "topic string, body binary, tags string, queue_id int"))
+    store.send_batch(
+        [Message("TopicTest", body=b"b%d" % i, tags="TagC", keys=[f"k{i}"], queue_id=i % 4) for i in range(20)]
+    )
+    store.send_dataframe(
+        spark.createDataFrame(
+            [("TopicTest", b"d%d" % i, "TagA", i % 4) for i in range(30)],
+            "topic string, body binary, tags string, queue_id int",
+        )
+    )
 
 
 def rows(store: MessageStore, topic: str = "TopicTest"):
@@ -50,15 +55,21 @@ def test_a_store_on_s3_holds_what_a_local_one_does(spark, s3, tmp_path):
     assert_df_equality(rows(on_s3), rows(local))
     assert on_s3.max_offset() == local.max_offset() and on_s3.dispatch_progress() == local.dispatch_progress()
     for queue in range(4):
-        pulled = [[(m.msg_id, m.queue_offset, m.body) for m in s.pull("GroupA", "TopicTest", queue, 0).messages]
-                  for s in (on_s3, local)]
+        pulled = [
+            [(m.msg_id, m.queue_offset, m.body) for m in s.pull("GroupA", "TopicTest", queue, 0).messages]
+            for s in (on_s3, local)
+        ]
         assert pulled[0] == pulled[1] and pulled[0]
     assert on_s3.query_by_key("TopicTest", "order-1")[0].body == local.query_by_key("TopicTest", "order-1")[0].body
     first = local.query_by_key("TopicTest", "k3")[0]
     assert on_s3.query_by_id(first.msg_id).body == first.body == b"b3"
-    assert_df_equality(on_s3.read("TopicTest", "TagA").select(*COLUMNS).orderBy("physical_offset"),
-                       local.read("TopicTest", "TagA").select(*COLUMNS).orderBy("physical_offset"))
-    source = spark.read.format("rocketmq").option("store", on_s3.root).load().select(*COLUMNS).orderBy("physical_offset")
+    assert_df_equality(
+        on_s3.read("TopicTest", "TagA").select(*COLUMNS).orderBy("physical_offset"),
+        local.read("TopicTest", "TagA").select(*COLUMNS).orderBy("physical_offset"),
+    )
+    source = (
+        spark.read.format("rocketmq").option("store", on_s3.root).load().select(*COLUMNS).orderBy("physical_offset")
+    )
     assert_df_equality(source, rows(local))
     assert MessageStore.verify(on_s3.root, spark, full=True) == []
     on_s3.close()
@@ -66,8 +77,9 @@ def test_a_store_on_s3_holds_what_a_local_one_does(spark, s3, tmp_path):
 
 
 def test_dispatch_by_spark_and_by_the_driver_agree_on_s3(spark, s3):
-    store = MessageStore.create(s3.bucket() + "/store", spark, storage_options=s3.options,
-                                dispatch_local_max_bytes=0)  # every round a Spark job
+    store = MessageStore.create(
+        s3.bucket() + "/store", spark, storage_options=s3.options, dispatch_local_max_bytes=0
+    )  # every round a Spark job
     store.create_topic("TopicTest", queues=4)
     fill(store, spark)
     result = store.dispatch()
@@ -100,8 +112,9 @@ def test_delayed_and_transactional_messages_on_s3(s3_store):
     due = int(stored.timestamp() * 1000) + s3_store.config.delay_levels_ms[0]
     assert s3_store.deliver_delayed(now=due - 1).delivered == 0
     assert s3_store.deliver_delayed(now=due).delivered == 1
-    r = s3_store.send_in_transaction(Message("TopicTest", body=b"order", queue_id=3), lambda m, a: "UNKNOW",
-                                     producer_group="PG")
+    r = s3_store.send_in_transaction(
+        Message("TopicTest", body=b"order", queue_id=3), lambda m, a: "UNKNOW", producer_group="PG"
+    )
     s3_store.end_transaction(r.transaction_id, TransactionState.COMMIT)
     s3_store.dispatch()
     got = s3_store.pull("GroupA", "TopicTest", 3, 0, selector="*").messages
@@ -115,7 +128,9 @@ def test_compaction_retention_and_vacuum_on_s3(s3_store, spark):
     before = s3_store.messages("TopicTest").select("physical_offset", "body").orderBy("physical_offset").collect()
     compacted = s3_store.compact(full=True)
     assert compacted["commitlog"][0] > 1  # files in, files out
-    assert s3_store.messages("TopicTest").select("physical_offset", "body").orderBy("physical_offset").collect() == before
+    assert (
+        s3_store.messages("TopicTest").select("physical_offset", "body").orderBy("physical_offset").collect() == before
+    )
     assert s3_store.vacuum(retention_hours=0)["commitlog"] >= compacted["commitlog"][0]
     assert MessageStore.verify(s3_store.root, spark, full=True) == []
     removed = s3_store.clean_commitlog(reserved_hours=0, now=time.time() * 1000 + 3_600_000)
@@ -170,13 +185,27 @@ def test_the_rocketmq_source_streams_and_writes_on_s3(s3_store, spark, tmp_path)
     s3_store.send_batch([Message("TopicTest", body=b"s%d" % i, tags="TagA") for i in range(12)])
     s3_store.dispatch()
     out = str(tmp_path / "out")
-    query = (spark.readStream.format("rocketmq").option("store", s3_store.root).option("group", "GroupS")
-             .option("topic", "TopicTest").load().writeStream.format("parquet").option("path", out)
-             .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+    query = (
+        spark.readStream.format("rocketmq")
+        .option("store", s3_store.root)
+        .option("group", "GroupS")
+        .option("topic", "TopicTest")
+        .load()
+        .writeStream.format("parquet")
+        .option("path", out)
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
     query.awaitTermination(300)
     assert sorted(r.body for r in spark.read.parquet(out).collect()) == sorted(b"s%d" % i for i in range(12))
-    (spark.createDataFrame([("TopicTest", b"w%d" % i) for i in range(5)], "topic string, body binary")
-     .write.format("rocketmq").option("store", s3_store.root).mode("append").save())
+    (
+        spark.createDataFrame([("TopicTest", b"w%d" % i) for i in range(5)], "topic string, body binary")
+        .write.format("rocketmq")
+        .option("store", s3_store.root)
+        .mode("append")
+        .save()
+    )
     assert s3_store.messages("TopicTest").where("body like 'w%'").count() == 5
 
 
@@ -202,15 +231,17 @@ def test_bad_roots_are_refused_by_name_before_anything_is_written(spark, s3):
     with pytest.raises(StorageAccessError, match="does not exist"):
         MessageStore.create("s3://no-such-bucket-here/store", spark, storage_options=s3.options)
     with pytest.raises(StorageAccessError, match="did not answer"):
-        MessageStore.create("s3://bucket/store", spark, storage_options={**s3.options,
-                                                                        "AWS_ENDPOINT_URL": "http://127.0.0.1:9"})
+        MessageStore.create(
+            "s3://bucket/store", spark, storage_options={**s3.options, "AWS_ENDPOINT_URL": "http://127.0.0.1:9"}
+        )
     bucket = s3.bucket()
     with pytest.raises(StoreNotFoundError, match="no store at"):
         MessageStore.open(bucket + "/nothing", spark, storage_options=s3.options)
     import boto3
 
-    listed = boto3.client("s3", endpoint_url=s3.endpoint, aws_access_key_id="k", aws_secret_access_key="s",
-                          region_name="us-east-1").list_objects_v2(Bucket=bucket[len("s3://"):])
+    listed = boto3.client(
+        "s3", endpoint_url=s3.endpoint, aws_access_key_id="k", aws_secret_access_key="s", region_name="us-east-1"
+    ).list_objects_v2(Bucket=bucket[len("s3://") :])
     assert listed.get("KeyCount", 0) == 0  # nothing was written
 
 
@@ -227,9 +258,14 @@ def test_a_server_that_ignores_conditional_puts_is_refused_at_create(spark, s3):
         MessageStore.create(bucket + "/safe", spark, storage_options=options).close()
     import boto3
 
-    keys = [o["Key"] for o in boto3.client("s3", endpoint_url=s3.endpoint, aws_access_key_id="k",
-                                           aws_secret_access_key="s", region_name="us-east-1")
-            .list_objects_v2(Bucket=bucket[len("s3://"):]).get("Contents", [])]
+    keys = [
+        o["Key"]
+        for o in boto3.client(
+            "s3", endpoint_url=s3.endpoint, aws_access_key_id="k", aws_secret_access_key="s", region_name="us-east-1"
+        )
+        .list_objects_v2(Bucket=bucket[len("s3://") :])
+        .get("Contents", [])
+    ]
     # refused before any of the store was written (pyarrow leaves an empty marker of the probe's folder)
     assert [k for k in keys if k.startswith("unsafe/")] == ["unsafe/_storelib_probe/"]
     assert [k for k in keys if k.startswith("safe/commitlog/")]
@@ -240,8 +276,13 @@ def test_wrong_credentials_are_refused_by_name(spark):
 
     port, process = start_moto({"INITIAL_NO_AUTH_ACTION_COUNT": "0"})  # this server checks credentials
     try:
-        options = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ALLOW_HTTP": "true",
-                   "AWS_ACCESS_KEY_ID": "wrong", "AWS_SECRET_ACCESS_KEY": "wrong", "AWS_REGION": "us-east-1"}
+        options = {
+            "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+            "AWS_ALLOW_HTTP": "true",
+            "AWS_ACCESS_KEY_ID": "wrong",
+            "AWS_SECRET_ACCESS_KEY": "wrong",
+            "AWS_REGION": "us-east-1",
+        }
         with pytest.raises(StorageAccessError, match="credentials were refused"):
             MessageStore.create("s3://secured/store", spark, storage_options=options)
     finally:
@@ -253,14 +294,25 @@ def test_the_command_reaches_s3_from_the_environment(s3, python_env):
     env = {**python_env, **s3.options}
     MessageStore  # the command makes and uses the store on its own
     run = [sys.executable, "-m", "storelib"]
-    created = subprocess.run(run + ["topic", "create", "Orders", "--queues", "2", "--store", root, "--create"],
-                             env=env, capture_output=True, text=True, timeout=600)
+    created = subprocess.run(
+        run + ["topic", "create", "Orders", "--queues", "2", "--store", root, "--create"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert created.returncode == 0, created.stderr
-    sent = subprocess.run(run + ["send", "Orders", "--tags", "TagA", "--keys", "o-1", "--body", "hi", "--store", root,
-                                 "--json"], env=env, capture_output=True, text=True, timeout=600)
+    sent = subprocess.run(
+        run + ["send", "Orders", "--tags", "TagA", "--keys", "o-1", "--body", "hi", "--store", root, "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert sent.returncode == 0, sent.stderr
-    status = subprocess.run(run + ["verify", "--store", root, "--json"], env=env, capture_output=True, text=True,
-                            timeout=600)
+    status = subprocess.run(
+        run + ["verify", "--store", root, "--json"], env=env, capture_output=True, text=True, timeout=600
+    )
     assert status.returncode == 0, status.stderr
 
 
@@ -283,12 +335,20 @@ def test_four_producers_and_a_follower_sharing_only_the_bucket_lose_and_repeat_n
     store = MessageStore.create(s3.bucket() + "/store", spark, storage_options=s3.options)
     store.create_topic("TopicTest", queues=4)
     env = {**python_env, **s3.options, "JAVA_HOME": "/nonexistent"}  # none of them may need Spark
-    follower = subprocess.Popen([sys.executable, "-m", "storelib", "dispatch", "--follow", "--interval-ms", "50",
-                                 "--store", store.root], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "storelib", "dispatch", "--follow", "--interval-ms", "50", "--store", store.root],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     names, batches = [f"p{i}" for i in range(4)], 8
-    producers = [subprocess.Popen([sys.executable, "-c", PRODUCER, store.root, name, str(batches)], env=env,
-                                  stderr=subprocess.PIPE, text=True) for name in names]
+    producers = [
+        subprocess.Popen(
+            [sys.executable, "-c", PRODUCER, store.root, name, str(batches)], env=env, stderr=subprocess.PIPE, text=True
+        )
+        for name in names
+    ]
     for p in producers:
         _, err = p.communicate(timeout=600)
         assert p.returncode == 0, err[-2000:]
@@ -299,10 +359,16 @@ def test_four_producers_and_a_follower_sharing_only_the_bucket_lose_and_repeat_n
     follower.terminate()
     follower.communicate(timeout=60)
 
-    rows = store.context.tables.commitlog.read_arrow(columns=["physical_offset", "size", "queue_id", "queue_offset",
-                                                              "body"]).sort_by("physical_offset").to_pylist()
-    assert sorted(r["body"].decode() for r in rows) == sorted(f"{n}-{b}-{i}" for n in names for b in range(batches)
-                                                              for i in range(4))
+    rows = (
+        store.context.tables.commitlog.read_arrow(
+            columns=["physical_offset", "size", "queue_id", "queue_offset", "body"]
+        )
+        .sort_by("physical_offset")
+        .to_pylist()
+    )
+    assert sorted(r["body"].decode() for r in rows) == sorted(
+        f"{n}-{b}-{i}" for n in names for b in range(batches) for i in range(4)
+    )
     assert rows[0]["physical_offset"] == 0
     assert all(a["physical_offset"] + a["size"] == b["physical_offset"] for a, b in zip(rows, rows[1:]))
     units = store.context.tables.consume_queue.read_arrow(columns=["queue_id", "queue_offset", "commitlog_offset"])

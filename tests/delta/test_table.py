@@ -15,32 +15,40 @@ from pyspark.sql import functions as F
 
 from storelib import Message, MessageStore, StoreConfig
 from storelib.delta.compaction import compact_here
-from storelib.delta.orphans import orphan_files
-from storelib.delta.spec import TableSpec
 from storelib.delta.log import add_actions
+from storelib.delta.orphans import orphan_files
+from storelib.delta.spark_read import contiguous_groups
+from storelib.delta.spec import TableSpec
 from storelib.delta.stats import Prune
 from storelib.delta.table import TOMBSTONE_RETENTION, Table
-from storelib.delta.spark_read import contiguous_groups
 from storelib.delta.writer import write_rows
 from storelib.model.errors import ConfigError, StoreStateError
 from storelib.query.lookup import MessageQuery
 from storelib.storage.schema import CONSUME_QUEUE, TABLES
 
-ORDER = {"commitlog": ["physical_offset"], "consume_queue": ["topic", "queue_id", "queue_offset"],
-         "index": ["key_hash", "commitlog_offset"]}
+ORDER = {
+    "commitlog": ["physical_offset"],
+    "consume_queue": ["topic", "queue_id", "queue_offset"],
+    "index": ["key_hash", "commitlog_offset"],
+}
 
 
 def assert_same_rows(name, actual, expected):
     """chispa equality in the table's natural order (maps cannot be sorted on)."""
-    assert_df_equality(actual.orderBy(*ORDER[name]), expected.orderBy(*ORDER[name]), ignore_nullable=True,
-                       ignore_metadata=True)
+    assert_df_equality(
+        actual.orderBy(*ORDER[name]), expected.orderBy(*ORDER[name]), ignore_nullable=True, ignore_metadata=True
+    )
 
 
 def fill(store, rounds=4, per_round=8):
     """Several sends and dispatches, so each table has several files."""
     for r in range(rounds):
-        store.send_batch([Message("TopicTest", body=f"{r}-{i}".encode(), keys=[f"k{r}-{i}"], queue_id=i % 4)
-                          for i in range(per_round)])
+        store.send_batch(
+            [
+                Message("TopicTest", body=f"{r}-{i}".encode(), keys=[f"k{r}-{i}"], queue_id=i % 4)
+                for i in range(per_round)
+            ]
+        )
         store.dispatch()
 
 
@@ -99,9 +107,18 @@ class TestTombstones:
         assert all(os.path.exists(f"{cq.path}/{path}") for path in written)
         assert orphan_files(cq, min_age_s=3600) == []  # removed just now, though written two days ago
         assert orphan_files(cq, min_age_s=0) == written
-        assert store.vacuum(retention_hours=0)["orphans"] == 0 and all(os.path.exists(f"{cq.path}/{p}") for p in written)
+        assert store.vacuum(retention_hours=0)["orphans"] == 0 and all(
+            os.path.exists(f"{cq.path}/{p}") for p in written
+        )
         store.subscribe("G", "TopicTest", "*")
-        assert sorted(m.body for m in store.pull("G", "TopicTest", 0, 0, 32).messages) == [b"0-0", b"0-4", b"1-0", b"1-4", b"2-0", b"2-4"]
+        assert sorted(m.body for m in store.pull("G", "TopicTest", 0, 0, 32).messages) == [
+            b"0-0",
+            b"0-4",
+            b"1-0",
+            b"1-4",
+            b"2-0",
+            b"2-4",
+        ]
         store.close()
 
     def test_a_table_made_with_a_week_of_tombstones_is_upgraded_when_opened_with_its_tombstones_stamped(self, tmp_path):
@@ -117,12 +134,17 @@ class TestTombstones:
             os.utime(f"{old.path}/{path}", (two_days_ago, two_days_ago))
         assert "delta.deletedFileRetentionDuration" not in DeltaTable(old.path).metadata().configuration
         Table(old.path, spec).ensure()
-        assert DeltaTable(old.path).metadata().configuration["delta.deletedFileRetentionDuration"] == TOMBSTONE_RETENTION
+        assert (
+            DeltaTable(old.path).metadata().configuration["delta.deletedFileRetentionDuration"] == TOMBSTONE_RETENTION
+        )
         assert all(os.path.getmtime(f"{old.path}/{path}") > two_days_ago + 86400 for path in gone)
         own = {"delta.deletedFileRetentionDuration": "interval 3 days"}  # a store's own setting is kept
         Table(str(tmp_path / "own"), spec, own).ensure()
         Table(str(tmp_path / "own"), spec).ensure()
-        assert DeltaTable(str(tmp_path / "own")).metadata().configuration["delta.deletedFileRetentionDuration"] == "interval 3 days"
+        assert (
+            DeltaTable(str(tmp_path / "own")).metadata().configuration["delta.deletedFileRetentionDuration"]
+            == "interval 3 days"
+        )
 
 
 class TestFileSkipping:
@@ -164,16 +186,19 @@ class TestFileSkipping:
 class TestContiguousGroups:
     """How a job over files cuts them into tasks: contiguous, in order, about equal in size."""
 
-    @pytest.mark.parametrize("sizes, groups, expected", [
-        ([10, 10, 10, 10], 2, [[0, 1], [2, 3]]),
-        ([99, 99, 100, 100], 2, [[0, 1], [2, 3]]),   # first items a little smaller: still 2 + 2
-        ([100, 100, 99, 99], 2, [[0, 1], [2, 3]]),
-        ([10, 10, 10, 30], 2, [[0, 1, 2], [3]]),
-        ([5, 5, 5], 4, [[0], [1], [2]]),
-        ([1, 1, 1, 1, 1, 1], 3, [[0, 1], [2, 3], [4, 5]]),
-        ([0, 0, 0], 2, [[0, 1, 2]]),
-        ([], 2, []),
-    ])
+    @pytest.mark.parametrize(
+        "sizes, groups, expected",
+        [
+            ([10, 10, 10, 10], 2, [[0, 1], [2, 3]]),
+            ([99, 99, 100, 100], 2, [[0, 1], [2, 3]]),  # first items a little smaller: still 2 + 2
+            ([100, 100, 99, 99], 2, [[0, 1], [2, 3]]),
+            ([10, 10, 10, 30], 2, [[0, 1, 2], [3]]),
+            ([5, 5, 5], 4, [[0], [1], [2]]),
+            ([1, 1, 1, 1, 1, 1], 3, [[0, 1], [2, 3], [4, 5]]),
+            ([0, 0, 0], 2, [[0, 1, 2]]),
+            ([], 2, []),
+        ],
+    )
     def test_runs(self, sizes, groups, expected):
         assert contiguous_groups(list(range(len(sizes))), sizes, groups) == expected
 
@@ -181,8 +206,13 @@ class TestContiguousGroups:
 class TestConfig:
     def test_defaults_are_rocketmq_defaults(self):
         c = StoreConfig()
-        assert (c.max_message_size, c.message_index_enable, c.max_hash_slot_num, c.max_error_rate_of_bloom_filter,
-                c.expect_consumer_num_use_filter) == (4 * 1024 * 1024, True, 5_000_000, 20, 32)
+        assert (
+            c.max_message_size,
+            c.message_index_enable,
+            c.max_hash_slot_num,
+            c.max_error_rate_of_bloom_filter,
+            c.expect_consumer_num_use_filter,
+        ) == (4 * 1024 * 1024, True, 5_000_000, 20, 32)
 
     def test_filtering_is_on_by_default_and_can_be_turned_off(self):
         c = StoreConfig()
@@ -194,8 +224,14 @@ class TestConfig:
         c = StoreConfig.from_mapping({"spark.storelib.max_message_size": "1024", "spark.master": "local"})
         assert c.max_message_size == 1024
 
-    @pytest.mark.parametrize("conf", [{"spark.storelib.max_message_size": "big"}, {"spark.storelib.nope": "1"},
-                                      {"spark.storelib.store_host": "localhost"}])
+    @pytest.mark.parametrize(
+        "conf",
+        [
+            {"spark.storelib.max_message_size": "big"},
+            {"spark.storelib.nope": "1"},
+            {"spark.storelib.store_host": "localhost"},
+        ],
+    )
     def test_bad_settings(self, conf):
         with pytest.raises(ConfigError):
             StoreConfig.from_mapping(conf)
@@ -213,20 +249,28 @@ class TestCompaction:
     def test_compaction_keeps_rows_and_clustering(self, spark, store):
         fill(store, rounds=5)
         before = {n: store.table(n).collect() for n in ("commitlog", "consume_queue", "index")}
-        counts = {n: len(store.context.tables.by_name()[n].files(store.context.tables.by_name()[n].snapshot())) for n in before}
+        counts = {
+            n: len(store.context.tables.by_name()[n].files(store.context.tables.by_name()[n].snapshot()))
+            for n in before
+        }
         result = store.compact()
         for name, rows in before.items():
             after = store.table(name)
             assert_same_rows(name, after, spark.createDataFrame(rows, after.schema))
             removed, added = result[name]
             assert added < removed <= counts[name]
-        clusters = {"commitlog": 1, "consume_queue": 4,
-                    "index": store.table("index").select("hash_range").distinct().count()}
+        clusters = {
+            "commitlog": 1,
+            "consume_queue": 4,
+            "index": store.table("index").select("hash_range").distinct().count(),
+        }
         for name, n in clusters.items():  # one file per cluster is left
             assert len(store.context.tables.by_name()[name].files(store.context.tables.by_name()[name].snapshot())) == n
         cq = store.context.tables.consume_queue
         assert len(cq.files(cq.snapshot())) == 4  # one file per queue
-        one = cq.files(cq.snapshot(), Prune(equal={"topic": "TopicTest", "queue_id": 1}, between={"queue_offset": (0, 9)}))
+        one = cq.files(
+            cq.snapshot(), Prune(equal={"topic": "TopicTest", "queue_id": 1}, between={"queue_offset": (0, 9)})
+        )
         assert len(one) == 1
         assert store.dispatch_progress()["consume_queue"] == store.max_offset()  # markers survive compaction
         history = DeltaTable(cq.path).history(1)[0]
@@ -236,7 +280,11 @@ class TestCompaction:
         fill(store, rounds=2)
         store.compact()
         fill(store, rounds=1)
-        cq = store.table("consume_queue").groupBy("queue_id").agg(F.count("*").alias("n"), F.max("queue_offset").alias("m"))
+        cq = (
+            store.table("consume_queue")
+            .groupBy("queue_id")
+            .agg(F.count("*").alias("n"), F.max("queue_offset").alias("m"))
+        )
         assert sorted((r.n, r.m) for r in cq.collect()) == [(6, 5)] * 4
 
     def test_full_compaction_leaves_disjoint_key_ranges(self, spark, store_path):
@@ -293,8 +341,12 @@ class TestWarmViews:
         wanted = {"commitlog": ["commitlog", "cq/TopicTest/0"], "consume_queue": ["reput"], "index": ["reput"]}
         for name, t in tables.items():
             t.view(markers=wanted.get(name, []))  # warm from the start
-        steps = [lambda: fill(store, rounds=2), lambda: store.send(Message("TopicTest", queue_id=0)),
-                 lambda: store.compact(full=True, settle_ms=0), lambda: fill(store, rounds=1)]
+        steps = [
+            lambda: fill(store, rounds=2),
+            lambda: store.send(Message("TopicTest", queue_id=0)),
+            lambda: store.compact(full=True, settle_ms=0),
+            lambda: fill(store, rounds=1),
+        ]
         for step in steps:
             step()
             for t in tables.values():
@@ -336,6 +388,7 @@ class TestByteLRU:
                 got[i] = ask()
             except Exception as e:  # noqa: BLE001  (what each thread got is the answer)
                 got[i] = e
+
         threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
         [t.start() for t in threads]
         [t.join() for t in threads]
@@ -381,8 +434,11 @@ class TestPointReads:
         assert all(small_file(p, t.spec.arrow) is not None for p in paths)  # kept decoded
         test = pc.field("queue_id") == 1
         cached = t.read_arrow(paths=paths, columns=["physical_offset", "body"], filter=test).sort_by("physical_offset")
-        scanned = ds.dataset(paths, schema=t.spec.arrow, format="parquet").to_table(
-            columns=["physical_offset", "body"], filter=test).sort_by("physical_offset")
+        scanned = (
+            ds.dataset(paths, schema=t.spec.arrow, format="parquet")
+            .to_table(columns=["physical_offset", "body"], filter=test)
+            .sort_by("physical_offset")
+        )
         assert cached.num_rows == 6 and cached.equals(scanned)
 
     def test_a_point_read_of_some_columns_decodes_and_keeps_only_those(self, store, monkeypatch):
@@ -429,8 +485,11 @@ def test_commits_clean_up_expired_log_entries_at_most_once_per_interval(tmp_path
     from storelib.delta import commit as delta_commit
     from storelib.storage.schema import TOPIC_CONFIG
 
-    t = Table(str(tmp_path / "t"), TOPIC_CONFIG, properties={"delta.checkpointInterval": "2",
-                                                               "delta.logRetentionDuration": "interval 0 seconds"}).ensure()
+    t = Table(
+        str(tmp_path / "t"),
+        TOPIC_CONFIG,
+        properties={"delta.checkpointInterval": "2", "delta.logRetentionDuration": "interval 0 seconds"},
+    ).ensure()
     entries = lambda: len(list((tmp_path / "t" / "_delta_log").glob("*.json")))  # noqa: E731
 
     def commit(n):
@@ -439,14 +498,14 @@ def test_commits_clean_up_expired_log_entries_at_most_once_per_interval(tmp_path
                 t.commit(dt, [], markers={"m": i})
 
     monkeypatch.setattr(delta_commit, "LOG_CLEANUP_EVERY_S", 3600.0)
-    commit(1)                          # a handle's first commit cleans up; then none for the hour
+    commit(1)  # a handle's first commit cleans up; then none for the hour
     before = entries()
     commit(8)
     assert entries() == before + 8
     monkeypatch.setattr(delta_commit, "LOG_CLEANUP_EVERY_S", 0.0)
-    commit(1)                          # due: everything before the newest checkpoint and past retention goes
+    commit(1)  # due: everything before the newest checkpoint and past retention goes
     assert entries() <= 2
-    assert Table.marker(t.snapshot(), "m") == 0 and t.snapshot().version() == 10   # created, then 10 commits
+    assert Table.marker(t.snapshot(), "m") == 0 and t.snapshot().version() == 10  # created, then 10 commits
 
 
 class TestLogChanges:
@@ -471,9 +530,12 @@ class TestLogChanges:
     def test_a_file_added_then_removed_in_later_entries_is_neither_added_nor_kept(self, tmp_path):
         from storelib.delta.log import apply_changes, changes_since
 
-        root = self.entries(tmp_path, [self.add("a"), self.add("b")],
-                            [self.remove("a"), self.remove("old"), self.add("c")],
-                            [self.add("a"), '{"txn": {"appId": "m", "version": 7}}'])
+        root = self.entries(
+            tmp_path,
+            [self.add("a"), self.add("b")],
+            [self.remove("a"), self.remove("old"), self.add("c")],
+            [self.add("a"), '{"txn": {"appId": "m", "version": 7}}'],
+        )
         changes = changes_since(root, 0)
         assert [a["path"] for a in changes.adds] == ["b", "c", "a"]
         assert changes.removes == {"a", "old"}
@@ -481,7 +543,7 @@ class TestLogChanges:
         later = changes_since(root, 1)
         assert ([a["path"] for a in later.adds], later.removes) == (["c", "a"], {"a", "old"})
         base = pa.table({"path": ["a", "b"], "size_bytes": [1, 1]})
-        assert apply_changes(base, later).column("path").to_pylist() == ["b", "c", "a"]   # "a" once
+        assert apply_changes(base, later).column("path").to_pylist() == ["b", "c", "a"]  # "a" once
         assert changes_since(root, 3).adds == []
 
     def test_an_entry_that_is_not_json_sends_the_reader_to_delta_rs(self, tmp_path):

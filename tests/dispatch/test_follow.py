@@ -22,11 +22,25 @@ TABLES = ("consume_queue", "consume_queue_ext", "index")
 def _fill(store, n: int = 60) -> None:
     store.subscribe("GroupSql", "TopicTest", MessageSelector.by_sql("a > 10 AND region = 'eu'"))
     store.subscribe("GroupTag", "TopicTest", "TagA || TagB")
-    store.send_batch([Message("TopicTest", body=f"m{i}".encode(), tags=f"Tag{'ABC'[i % 3]}", keys=[f"k{i}", f"o{i % 7}"],
-                              properties={"a": str(i), "region": "eu" if i % 2 else "us"}, queue_id=i % 4)
-                      for i in range(n)])
-    store.send_batch([Message("TopicTest", body=b"later", delay_level=3), Message("TopicTest", body=b"t",
-                                                                                  deliver_time_ms=int(time.time() * 1000) + 3_600_000)])
+    store.send_batch(
+        [
+            Message(
+                "TopicTest",
+                body=f"m{i}".encode(),
+                tags=f"Tag{'ABC'[i % 3]}",
+                keys=[f"k{i}", f"o{i % 7}"],
+                properties={"a": str(i), "region": "eu" if i % 2 else "us"},
+                queue_id=i % 4,
+            )
+            for i in range(n)
+        ]
+    )
+    store.send_batch(
+        [
+            Message("TopicTest", body=b"later", delay_level=3),
+            Message("TopicTest", body=b"t", deliver_time_ms=int(time.time() * 1000) + 3_600_000),
+        ]
+    )
 
 
 def test_a_small_dispatch_here_writes_what_the_spark_job_writes(spark, store, tmp_path):
@@ -56,8 +70,9 @@ def test_a_follower_dispatches_as_messages_arrive_and_stops_when_told(store):
     import threading
 
     stop, heard = threading.Event(), []
-    follower = threading.Thread(target=lambda: heard.append(
-        store.dispatcher().run(follow=True, stop=stop, interval_ms=20)))
+    follower = threading.Thread(
+        target=lambda: heard.append(store.dispatcher().run(follow=True, stop=stop, interval_ms=20))
+    )
     follower.start()
     try:
         for i in range(3):
@@ -133,8 +148,10 @@ def test_a_round_does_not_wait_for_the_index(store):
             held.set()
             release.wait(60)
 
-    follower = threading.Thread(target=Dispatcher.of(store.context, fault=fault).run,
-                                kwargs={"follow": True, "stop": stop, "interval_ms": 20, "compact_every_ms": 0})
+    follower = threading.Thread(
+        target=Dispatcher.of(store.context, fault=fault).run,
+        kwargs={"follow": True, "stop": stop, "interval_ms": 20, "compact_every_ms": 0},
+    )
     follower.start()
     try:
         store.send(Message("TopicTest", keys="first", body=b"x", queue_id=0))
@@ -185,8 +202,17 @@ def test_a_follower_starts_a_round_at_most_once_every_round_ms(store):
     import threading
 
     stop, heard = threading.Event(), []
-    follower = threading.Thread(target=store.dispatcher().run, kwargs={
-        "follow": True, "stop": stop, "interval_ms": 5, "round_ms": 400, "compact_every_ms": 0, "on_round": heard.append})
+    follower = threading.Thread(
+        target=store.dispatcher().run,
+        kwargs={
+            "follow": True,
+            "stop": stop,
+            "interval_ms": 5,
+            "round_ms": 400,
+            "compact_every_ms": 0,
+            "on_round": heard.append,
+        },
+    )
     began = time.monotonic()
     follower.start()
     sent = 0
@@ -231,7 +257,9 @@ def test_a_killed_follower_restarts_with_nothing_lost_or_twice(store, python_env
     def send(batches: int) -> None:
         nonlocal sent
         for _ in range(batches):
-            store.send_batch([Message("TopicTest", body=f"{sent + i}".encode(), keys=[f"k{sent + i}"]) for i in range(25)])
+            store.send_batch(
+                [Message("TopicTest", body=f"{sent + i}".encode(), keys=[f"k{sent + i}"]) for i in range(25)]
+            )
             sent += 25
             time.sleep(0.05)
 
@@ -246,7 +274,7 @@ def test_a_killed_follower_restarts_with_nothing_lost_or_twice(store, python_env
     send(6)
     caught_up(first)
     send(4)
-    first.kill()                                   # SIGKILL, wherever it is
+    first.kill()  # SIGKILL, wherever it is
     first.communicate(timeout=60)
     send(4)
     second = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -259,8 +287,11 @@ def test_a_killed_follower_restarts_with_nothing_lost_or_twice(store, python_env
     units = store.context.tables.consume_queue.read_arrow(columns=["queue_id", "queue_offset", "commitlog_offset"])
     assert units.num_rows == sent == len(set(units.column("commitlog_offset").to_pylist()))
     for q in range(4):
-        offsets = sorted(o for qid, o in zip(units.column("queue_id").to_pylist(), units.column("queue_offset").to_pylist())
-                         if qid == q)
+        offsets = sorted(
+            o
+            for qid, o in zip(units.column("queue_id").to_pylist(), units.column("queue_offset").to_pylist())
+            if qid == q
+        )
         assert offsets == list(range(len(offsets)))
     assert [m.body for m in store.query_by_key("TopicTest", f"k{sent - 1}")] == [str(sent - 1).encode()]
     assert MessageStore.verify(store.root, full=True) == []
@@ -273,8 +304,12 @@ def test_a_follower_merges_fresh_small_files_and_reads_stay_the_same(spark, stor
     store.subscribe("GroupF", "TopicTest", "*")
     store.subscribe("GroupS", "TopicTest", MessageSelector.by_sql("a > 5"))  # its bitmaps live in the ext table
     for i in range(12):  # twelve commits, twelve dispatch rounds: a small file per commit and queue
-        store.send_batch([Message("TopicTest", body=f"{i}-{q}".encode(), keys=[f"k{i}"], queue_id=q,
-                                  properties={"a": str(i)}) for q in range(4)])
+        store.send_batch(
+            [
+                Message("TopicTest", body=f"{i}-{q}".encode(), keys=[f"k{i}"], queue_id=q, properties={"a": str(i)})
+                for q in range(4)
+            ]
+        )
         store.dispatch()
     tables = {name: store.context.tables.by_name()[name] for name in ("commitlog", "consume_queue", "index")}
     ext = store.context.tables.consume_queue_ext
@@ -289,14 +324,23 @@ def test_a_follower_merges_fresh_small_files_and_reads_stay_the_same(spark, stor
     for name, t in tables.items():
         removed, added = done[name]
         assert t.view().actions.num_rows == files[name] - removed + added < files[name], name
-        order = {"commitlog": ["physical_offset"], "consume_queue": ["topic", "queue_id", "queue_offset"],
-                 "index": ["key_hash", "commitlog_offset"]}[name]
+        order = {
+            "commitlog": ["physical_offset"],
+            "consume_queue": ["topic", "queue_id", "queue_offset"],
+            "index": ["key_hash", "commitlog_offset"],
+        }[name]
         assert_df_equality(store.table(name).orderBy(*order), before[name].orderBy(*order), ignore_nullable=True)
-    assert [m.body for m in store.pull("GroupF", "TopicTest", 2, 0, 32).messages] == pulled == \
-        [f"{i}-2".encode() for i in range(12)]
+    assert (
+        [m.body for m in store.pull("GroupF", "TopicTest", 2, 0, 32).messages]
+        == pulled
+        == [f"{i}-2".encode() for i in range(12)]
+    )
     assert done["consume_queue_ext"][0] > 0 and ext.view().actions.num_rows < ext_files
-    assert [m.body for m in store.pull("GroupS", "TopicTest", 2, 0, 32).messages] == filtered == \
-        [f"{i}-2".encode() for i in range(6, 12)]
+    assert (
+        [m.body for m in store.pull("GroupS", "TopicTest", 2, 0, 32).messages]
+        == filtered
+        == [f"{i}-2".encode() for i in range(6, 12)]
+    )
     # the ext summaries: a file per dispatch round and merge, merged in turn once old enough, the rows
     # of the ext files merged away left out
     summaries = store.context.tables.ext_summary
@@ -347,8 +391,9 @@ def test_the_follower_merges_fresh_files_in_the_background(store):
     commitlog = store.context.tables.commitlog
     many = commitlog.view().actions.num_rows
     stop = threading.Event()
-    follower = threading.Thread(target=lambda: store.dispatcher().run(follow=True, stop=stop, interval_ms=20,
-                                                                      compact_every_ms=100))
+    follower = threading.Thread(
+        target=lambda: store.dispatcher().run(follow=True, stop=stop, interval_ms=20, compact_every_ms=100)
+    )
     follower.start()
     try:
         deadline = time.monotonic() + 60

@@ -18,28 +18,63 @@ from storelib.encoding.index_key import index_key_hash
 from storelib.encoding.tags import tags_code
 
 ROOT = Path(__file__).resolve().parents[2]
-STEPS = ["consume_queue.written", "consume_queue.committed", "consume_queue_ext.written",
-         "consume_queue_ext.summarized", "consume_queue_ext.committed", "index.written", "index.committed"]
+STEPS = [
+    "consume_queue.written",
+    "consume_queue.committed",
+    "consume_queue_ext.written",
+    "consume_queue_ext.summarized",
+    "consume_queue_ext.committed",
+    "index.written",
+    "index.committed",
+]
 
 
 def send_some(store, n, start=0, tags=("TagA", "TagB", "Aa", "BB")):
-    return store.send_batch([Message("TopicTest", body=f"m{i}".encode(), tags=tags[i % len(tags)],
-                                     keys=[f"order-{i}", f"user-{i % 3}"]) for i in range(start, start + n)])
+    return store.send_batch(
+        [
+            Message("TopicTest", body=f"m{i}".encode(), tags=tags[i % len(tags)], keys=[f"order-{i}", f"user-{i % 3}"])
+            for i in range(start, start + n)
+        ]
+    )
 
 
 def sql92_topics(store):
     """The topics some group subscribes to by SQL92: their messages get ext units (with the ext queue on)."""
-    return {s.topic for s in store.context.registry.all() if s.is_sql92} if store.config.enable_consume_queue_ext else set()
+    return (
+        {s.topic for s in store.context.registry.all() if s.is_sql92}
+        if store.config.enable_consume_queue_ext
+        else set()
+    )
 
 
 def expected_consume_queue(spark, store):
     """The tag code is the decorated address of the message's ext unit where it has one, else the real one."""
     with_ext = sql92_topics(store)
-    rows = store.messages().select("topic", "queue_id", "queue_offset", F.col("physical_offset").alias("commitlog_offset"),
-                                   "size", "tags", "store_timestamp").collect()
-    data = [(r.topic, r.queue_id, r.queue_offset, r.commitlog_offset, r.size,
-             decorate_ext_addr(r.queue_offset) if r.topic in with_ext else tags_code(r.tags), r.store_timestamp)
-            for r in rows]
+    rows = (
+        store.messages()
+        .select(
+            "topic",
+            "queue_id",
+            "queue_offset",
+            F.col("physical_offset").alias("commitlog_offset"),
+            "size",
+            "tags",
+            "store_timestamp",
+        )
+        .collect()
+    )
+    data = [
+        (
+            r.topic,
+            r.queue_id,
+            r.queue_offset,
+            r.commitlog_offset,
+            r.size,
+            decorate_ext_addr(r.queue_offset) if r.topic in with_ext else tags_code(r.tags),
+            r.store_timestamp,
+        )
+        for r in rows
+    ]
     return spark.createDataFrame(data, store.table("consume_queue").schema)
 
 
@@ -47,8 +82,21 @@ def expected_ext(spark, store):
     """One ext unit per message of a topic subscribed by SQL92: real tag code, store time (bitmaps apart)."""
     with_ext = sql92_topics(store)
     rows = [r for r in store.messages().collect() if r.topic in with_ext]
-    data = [(r.topic, r.queue_id, r.queue_offset, r.queue_offset, r.physical_offset, r.size, tags_code(r.tags),
-             r.store_timestamp, None, None) for r in rows]
+    data = [
+        (
+            r.topic,
+            r.queue_id,
+            r.queue_offset,
+            r.queue_offset,
+            r.physical_offset,
+            r.size,
+            tags_code(r.tags),
+            r.store_timestamp,
+            None,
+            None,
+        )
+        for r in rows
+    ]
     return spark.createDataFrame(data, store.table("consume_queue_ext").schema)
 
 
@@ -66,19 +114,37 @@ def index_rows(store):
 
 
 def assert_dispatched_exactly(spark, store):
-    assert_df_equality(store.table("consume_queue"), expected_consume_queue(spark, store),
-                       ignore_row_order=True, ignore_nullable=True, ignore_metadata=True)
+    assert_df_equality(
+        store.table("consume_queue"),
+        expected_consume_queue(spark, store),
+        ignore_row_order=True,
+        ignore_nullable=True,
+        ignore_metadata=True,
+    )
     ext = store.table("consume_queue_ext")
-    assert ext.where("filter_bitmap IS NULL OR filter_version IS NULL").count() == 0  # each unit is there for its bitmap
-    assert_df_equality(ext.withColumn("filter_bitmap", F.lit(None).cast("binary"))
-                       .withColumn("filter_version", F.lit(None).cast("long")), expected_ext(spark, store),
-                       ignore_row_order=True, ignore_nullable=True, ignore_metadata=True)
+    assert (
+        ext.where("filter_bitmap IS NULL OR filter_version IS NULL").count() == 0
+    )  # each unit is there for its bitmap
+    assert_df_equality(
+        ext.withColumn("filter_bitmap", F.lit(None).cast("binary")).withColumn(
+            "filter_version", F.lit(None).cast("long")
+        ),
+        expected_ext(spark, store),
+        ignore_row_order=True,
+        ignore_nullable=True,
+        ignore_metadata=True,
+    )
     rows = index_rows(store)
     assert sorted((h, off, ts) for h, off, ts, _ in rows) == expected_index(store)  # each once: no dup, no gap
     assert all(hash_range == key_hash >> 25 for key_hash, _, _, hash_range in rows)
     progress = store.dispatch_progress()
-    assert progress["consume_queue"] == progress["consume_queue_ext"] == progress["index"] == progress["commitlog"] \
+    assert (
+        progress["consume_queue"]
+        == progress["consume_queue_ext"]
+        == progress["index"]
+        == progress["commitlog"]
         == store.max_offset()
+    )
 
 
 class TestDispatch:
@@ -118,12 +184,19 @@ class TestDispatch:
             assert paths and table.spec.delta_encoded
             for path in paths:
                 meta = pq.ParquetFile(path).metadata
-                encodings = {meta.row_group(0).column(j).path_in_schema: meta.row_group(0).column(j).encodings
-                             for j in range(meta.num_columns)}
+                encodings = {
+                    meta.row_group(0).column(j).path_in_schema: meta.row_group(0).column(j).encodings
+                    for j in range(meta.num_columns)
+                }
                 assert all("DELTA_BINARY_PACKED" in encodings[c] for c in table.spec.delta_encoded), encodings
                 assert "DELTA_BINARY_PACKED" not in encodings["size"]  # only the columns named
-            assert_df_equality(store.table(name), spark.createDataFrame(table.read_arrow().to_pandas(), store.table(name).schema),
-                               ignore_row_order=True, ignore_nullable=True, ignore_metadata=True)
+            assert_df_equality(
+                store.table(name),
+                spark.createDataFrame(table.read_arrow().to_pandas(), store.table(name).schema),
+                ignore_row_order=True,
+                ignore_nullable=True,
+                ignore_metadata=True,
+            )
         assert_dispatched_exactly(spark, store)
 
     def test_max_queue_offset_follows_dispatch(self, store):
@@ -151,7 +224,9 @@ class TestDispatch:
         table = store.context.tables.commitlog
         from storelib.delta.stats import Prune
 
-        new = table.files(table.snapshot(), Prune(between={"physical_offset": (store.dispatch_progress()["index"], 2**62)}))
+        new = table.files(
+            table.snapshot(), Prune(between={"physical_offset": (store.dispatch_progress()["index"], 2**62)})
+        )
         assert len(new) == 1 < len(table.files(table.snapshot()))
 
     @pytest.mark.parametrize("properties", [False, True])
@@ -170,8 +245,10 @@ class TestDispatch:
             assert whole.num_rows > 0 and whole.equals(scanned)
             assert whole.equals(ds.dataset(path).to_table(columns=columns))
 
-    @pytest.mark.parametrize("step,sql92", [(step, sql92) for sql92 in (False, True) for step in STEPS
-                                            if sql92 or step != "consume_queue_ext.summarized"])  # no ext file to sum up
+    @pytest.mark.parametrize(
+        "step,sql92",
+        [(step, sql92) for sql92 in (False, True) for step in STEPS if sql92 or step != "consume_queue_ext.summarized"],
+    )  # no ext file to sum up
     def test_failure_at_any_step_then_rerun(self, spark, store, step, sql92):
         if sql92:  # the topic's messages get ext units
             store.subscribe("GroupS", "TopicTest", MessageSelector.by_sql("TAGS IS NOT NULL"))
@@ -211,7 +288,9 @@ def test_a_follower_round_moves_the_ext_marker_only_with_rows_or_with_the_index(
     codes = {r.commitlog_offset: r.tags_code for r in store.table("consume_queue").collect()}
     assert codes[first.commitlog_offset] == tags_code("TagA")
     assert codes[second.commitlog_offset] == decorate_ext_addr(second.queue_offset)
-    assert store.read("TopicTest", group="GroupS").count() == 2  # the first by its exact check, the second by its bitmap too
+    assert (
+        store.read("TopicTest", group="GroupS").count() == 2
+    )  # the first by its exact check, the second by its bitmap too
     store.dispatch()
     progress = store.dispatch_progress()
     assert progress["consume_queue_ext"] == progress["consume_queue"] == progress["index"] == store.max_offset()
@@ -221,8 +300,9 @@ def test_dispatch_never_collects_messages(spark, store):
     """The session's maxResultSize is 4m; these (incompressible) bodies add up to ~23 MB."""
     assert spark.sparkContext.getConf().get("spark.driver.maxResultSize") == "4m"
     noise = F.concat(*[F.sha2(F.concat(F.col("id").cast("string"), F.lit(f"-{j}")), 256) for j in range(60)])
-    df = spark.range(0, 6000, 1, 4).select(F.lit("TopicTest").alias("topic"), noise.alias("body"),
-                                           F.array(F.col("id").cast("string")).alias("keys"))
+    df = spark.range(0, 6000, 1, 4).select(
+        F.lit("TopicTest").alias("topic"), noise.alias("body"), F.array(F.col("id").cast("string")).alias("keys")
+    )
     store.send_dataframe(df)
     with pytest.raises(Exception, match="maxResultSize|bigger than"):
         store.messages().select("body").collect()  # proves the limit bites
@@ -246,8 +326,13 @@ Dispatcher.of(store.context, fault=lambda step: os._exit(86) if step == sys.argv
 def test_dispatch_job_crash_and_rerun(spark, store, python_env):
     """A dispatch process killed hard after writing files, then the spark-submit job run again."""
     send_some(store, 8)
-    crashed = subprocess.run([sys.executable, "-c", CRASHING_DISPATCH, store.root, "index.written"], env=python_env,
-                             capture_output=True, text=True, timeout=300)
+    crashed = subprocess.run(
+        [sys.executable, "-c", CRASHING_DISPATCH, store.root, "index.written"],
+        env=python_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     job = [sys.executable, str(ROOT / "jobs" / "dispatch.py"), "--store", store.root]
     assert crashed.returncode == 86, crashed.stderr[-2000:]
     progress = store.dispatch_progress()

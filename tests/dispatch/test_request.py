@@ -20,21 +20,49 @@ from storelib.storage.schema import COMMITLOG
 DELAYS = [1000, 5000, 10000]
 
 
-@pytest.mark.parametrize("delay, expected", [
-    ("1", 2000), ("3", 11000), ("+2", 6000), ("99", 11000),  # capped at the highest level
-    ("0", None), ("-1", None), (None, None),
-    ("x", None), (" 1", None), ("1.0", None), ("2147483648", None),  # not a Java int: Integer.parseInt fails
-])
+@pytest.mark.parametrize(
+    "delay, expected",
+    [
+        ("1", 2000),
+        ("3", 11000),
+        ("+2", 6000),
+        ("99", 11000),  # capped at the highest level
+        ("0", None),
+        ("-1", None),
+        (None, None),
+        ("x", None),
+        (" 1", None),
+        ("1.0", None),
+        ("2147483648", None),  # not a Java int: Integer.parseInt fails
+    ],
+)
 def test_deliver_times_follow_parse_int(delay, expected):
     got = deliver_times(pa.array([delay], pa.string()), pa.array([1000], pa.int64()), DELAYS)
     assert got.to_pylist() == [expected]
 
 
 def batch(rows: list[dict]) -> pa.RecordBatch:
-    base = {"size": 100, "queue_id": 0, "store_timestamp": dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
-            "sysflag": 0, "tags": None, "keys": None, "uniq_key": None}
-    columns = ["physical_offset", "size", "topic", "queue_id", "queue_offset", "store_timestamp", "sysflag", "tags",
-               "keys", "uniq_key"]
+    base = {
+        "size": 100,
+        "queue_id": 0,
+        "store_timestamp": dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
+        "sysflag": 0,
+        "tags": None,
+        "keys": None,
+        "uniq_key": None,
+    }
+    columns = [
+        "physical_offset",
+        "size",
+        "topic",
+        "queue_id",
+        "queue_offset",
+        "store_timestamp",
+        "sysflag",
+        "tags",
+        "keys",
+        "uniq_key",
+    ]
     data = {c: [{**base, **r}[c] for r in rows] for c in columns}
     return pa.RecordBatch.from_pydict(data, schema=pa.schema([COMMITLOG.arrow.field(c) for c in columns]))
 
@@ -42,12 +70,28 @@ def batch(rows: list[dict]) -> pa.RecordBatch:
 def test_each_target_from_its_own_start_and_transaction_types():
     rows = [
         {"physical_offset": 0, "topic": "T", "queue_offset": 0, "tags": "TagA", "uniq_key": "U0", "keys": "k1  k2"},
-        {"physical_offset": 100, "topic": "T", "queue_offset": 1, "sysflag": SysFlag.TRANSACTION_PREPARED_TYPE,
-         "uniq_key": "U1"},
-        {"physical_offset": 200, "topic": "T", "queue_offset": 2, "sysflag": SysFlag.TRANSACTION_ROLLBACK_TYPE,
-         "uniq_key": "U2"},
-        {"physical_offset": 300, "topic": "T", "queue_offset": 3, "sysflag": SysFlag.TRANSACTION_COMMIT_TYPE,
-         "tags": "Aa", "uniq_key": "U3"},
+        {
+            "physical_offset": 100,
+            "topic": "T",
+            "queue_offset": 1,
+            "sysflag": SysFlag.TRANSACTION_PREPARED_TYPE,
+            "uniq_key": "U1",
+        },
+        {
+            "physical_offset": 200,
+            "topic": "T",
+            "queue_offset": 2,
+            "sysflag": SysFlag.TRANSACTION_ROLLBACK_TYPE,
+            "uniq_key": "U2",
+        },
+        {
+            "physical_offset": 300,
+            "topic": "T",
+            "queue_offset": 3,
+            "sysflag": SysFlag.TRANSACTION_COMMIT_TYPE,
+            "tags": "Aa",
+            "uniq_key": "U3",
+        },
     ]
     requests = DispatchRequests({"consume_queue": 100, "consume_queue_ext": 0, "index": 0}, True, 25, tuple(DELAYS))
     out = next(requests(iter([batch(rows)])))
@@ -58,17 +102,26 @@ def test_each_target_from_its_own_start_and_transaction_types():
     # Index: the UNIQ_KEY and each non-empty key, for every message but the rolled back one.
     index = out["index"].to_pydict()
     assert sorted(zip(index["key_hash"], index["commitlog_offset"])) == sorted(
-        (index_key_hash(f"T#{k}"), off) for k, off in [("U0", 0), ("k1", 0), ("k2", 0), ("U1", 100), ("U3", 300)])
+        (index_key_hash(f"T#{k}"), off) for k, off in [("U0", 0), ("k1", 0), ("k2", 0), ("U1", 100), ("U3", 300)]
+    )
     assert index["hash_range"] == [h >> 25 for h in index["key_hash"]]
 
 
 def test_ext_units_only_for_the_topics_given_and_the_rest_keep_real_tag_codes():
-    rows = [{"physical_offset": i * 100, "topic": t, "queue_offset": i, "tags": "TagA", "uniq_key": f"U{i}"}
-            for i, t in enumerate(["S", "T", "S", "T"])]
-    requests = DispatchRequests({"consume_queue": 0, "consume_queue_ext": 0}, True, 25, tuple(DELAYS), ext_topics=("S",))
+    rows = [
+        {"physical_offset": i * 100, "topic": t, "queue_offset": i, "tags": "TagA", "uniq_key": f"U{i}"}
+        for i, t in enumerate(["S", "T", "S", "T"])
+    ]
+    requests = DispatchRequests(
+        {"consume_queue": 0, "consume_queue_ext": 0}, True, 25, tuple(DELAYS), ext_topics=("S",)
+    )
     out = next(requests(iter([batch(rows)])))
     assert out["consume_queue"].column("tags_code").to_pylist() == [
-        decorate_ext_addr(0), tags_code("TagA"), decorate_ext_addr(2), tags_code("TagA")]
+        decorate_ext_addr(0),
+        tags_code("TagA"),
+        decorate_ext_addr(2),
+        tags_code("TagA"),
+    ]
     assert out["consume_queue_ext"].column("commitlog_offset").to_pylist() == [0, 200]
     none = DispatchRequests({"consume_queue": 0, "consume_queue_ext": 0}, True, 25, tuple(DELAYS), ext_topics=())
     out = next(none(iter([batch(rows)])))
@@ -79,16 +132,28 @@ def test_ext_units_only_for_the_topics_given_and_the_rest_keep_real_tag_codes():
 def test_units_below_the_ext_marker_point_at_exactly_the_ext_units_committed():
     """A run that died between the ext commit and the consume queue commit: the units written again
     below the ext marker follow what the ext table holds, whatever the subscriptions are now."""
-    rows = [{"physical_offset": i * 100, "topic": "S", "queue_offset": i, "tags": "TagA", "uniq_key": f"U{i}"}
-            for i in range(4)]
-    requests = DispatchRequests({"consume_queue": 0}, True, 25, tuple(DELAYS), ext_topics=(), ext_from=200, ext_had=(100,))
+    rows = [
+        {"physical_offset": i * 100, "topic": "S", "queue_offset": i, "tags": "TagA", "uniq_key": f"U{i}"}
+        for i in range(4)
+    ]
+    requests = DispatchRequests(
+        {"consume_queue": 0}, True, 25, tuple(DELAYS), ext_topics=(), ext_from=200, ext_had=(100,)
+    )
     out = next(requests(iter([batch(rows)])))
     assert out["consume_queue"].column("tags_code").to_pylist() == [
-        tags_code("TagA"), decorate_ext_addr(1), tags_code("TagA"), tags_code("TagA")]
+        tags_code("TagA"),
+        decorate_ext_addr(1),
+        tags_code("TagA"),
+        tags_code("TagA"),
+    ]
     again = DispatchRequests({"consume_queue": 0}, True, 25, tuple(DELAYS), ext_topics=("S",), ext_from=200, ext_had=())
     out = next(again(iter([batch(rows)])))
     assert out["consume_queue"].column("tags_code").to_pylist() == [
-        tags_code("TagA"), tags_code("TagA"), decorate_ext_addr(2), decorate_ext_addr(3)]
+        tags_code("TagA"),
+        tags_code("TagA"),
+        decorate_ext_addr(2),
+        decorate_ext_addr(3),
+    ]
 
 
 def test_both_read_paths_give_delayed_messages_their_deliver_time(spark, store):

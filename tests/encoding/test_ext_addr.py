@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conformance import conformance_params
 from storelib.encoding.ext_addr import MAX_EXT_ADDR, decorate_ext_addr, is_ext_addr, undecorate_ext_addr
 from storelib.model.errors import StoreError
+from tests.conformance import conformance_params
 
 EXT_ADDR_CASES = conformance_params("cq_ext_addr_cases.json", "cases", lambda c: c["value_hex"])
 
@@ -24,8 +24,8 @@ class TestExtAddr:
         assert decorate_ext_addr(undecorate_ext_addr(value)) == case["decorate_of_unDecorate"]
 
     def test_boundary_is_just_below_int_min(self):
-        assert MAX_EXT_ADDR == -2**31 - 1
-        assert not is_ext_addr(-2**31) and is_ext_addr(-2**31 - 1)
+        assert MAX_EXT_ADDR == -(2**31) - 1
+        assert not is_ext_addr(-(2**31)) and is_ext_addr(-(2**31) - 1)
 
     @pytest.mark.parametrize("offset", [0, 1, 2**40, 2**63 - 2**31 - 1])
     def test_real_offsets_round_trip(self, offset):
@@ -33,8 +33,7 @@ class TestExtAddr:
         assert is_ext_addr(addr) and undecorate_ext_addr(addr) == offset
 
     @pytest.mark.parametrize("func", [decorate_ext_addr, undecorate_ext_addr])
-    @pytest.mark.parametrize("value", [2**63, -2**63 - 1, 1.0])
+    @pytest.mark.parametrize("value", [2**63, -(2**63) - 1, 1.0])
     def test_rejects_non_long(self, func, value):
         with pytest.raises(StoreError):
             func(value)
-

@@ -8,11 +8,16 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
 
-from tests.conformance import conformance_params, load_cases, utf8_cases
 from storelib.encoding.hashcode import java_string_hash
-from storelib.encoding.index_key import (build_index_key, index_key_hash, index_key_hash_column, index_key_hashes,
-                                         index_slot)
+from storelib.encoding.index_key import (
+    build_index_key,
+    index_key_hash,
+    index_key_hash_column,
+    index_key_hashes,
+    index_slot,
+)
 from storelib.model.errors import StoreError
+from tests.conformance import conformance_params, load_cases, utf8_cases
 
 INDEX_KEY_CASES = conformance_params("index_key_cases.json", "cases", lambda c: c["index_key"][:30])
 
@@ -57,4 +62,3 @@ def test_index_key_hash_matches_rocketmq_cases(spark):
     df = spark.createDataFrame([(c["index_key"],) for c in cases], "k string")
     got = [r.h for r in df.select(index_key_hash_column(F.col("k")).alias("h")).collect()]
     assert got == [c["keyHash"] for c in cases]
-

@@ -7,10 +7,10 @@ import ipaddress
 import numpy as np
 import pytest
 
-from tests.conformance import conformance_params
 from storelib.encoding.arrow import hex_strings
 from storelib.encoding.message_id import create_message_id, decode_message_id
 from storelib.model.errors import MessageIdError
+from tests.conformance import conformance_params
 
 MSGID_CASES = conformance_params("msgid_cases.json", "cases", lambda c: f"{c['ip_in']}_{c['port']}")
 
@@ -52,24 +52,37 @@ class TestMessageId:
         assert msg_id == "010203040000FFFFFFFFFFFFFFFFFFFF"
         assert decode_message_id(msg_id.lower()) == ("1.2.3.4", 65535, -1)
 
-    @pytest.mark.parametrize("host, port, offset, field", [
-        ("localhost", 1, 0, "host"), ("1.2.3.256", 1, 0, "host"), (0x7F000001, 1, 0, "host"),
-        ("1.2.3.4", -1, 0, "port"), ("1.2.3.4", 65536, 0, "port"), ("1.2.3.4", True, 0, "port"),
-        ("1.2.3.4", 1, 2**63, "commitlog_offset"), ("1.2.3.4", 1, "5", "commitlog_offset"),
-    ])
+    @pytest.mark.parametrize(
+        "host, port, offset, field",
+        [
+            ("localhost", 1, 0, "host"),
+            ("1.2.3.256", 1, 0, "host"),
+            (0x7F000001, 1, 0, "host"),
+            ("1.2.3.4", -1, 0, "port"),
+            ("1.2.3.4", 65536, 0, "port"),
+            ("1.2.3.4", True, 0, "port"),
+            ("1.2.3.4", 1, 2**63, "commitlog_offset"),
+            ("1.2.3.4", 1, "5", "commitlog_offset"),
+        ],
+    )
     def test_create_rejects(self, host, port, offset, field):
         with pytest.raises(MessageIdError) as info:
             create_message_id(host, port, offset)
         assert info.value.field == field
 
-    @pytest.mark.parametrize("msg_id, reason", [
-        ("", "length is 0"), ("7F00000100002A9F000000000000001", "length is 31"),
-        ("7F00000100002A9F00000000000000011", "length is 33"), ("AB" * 20, "length is 40"),
-        ("7F000G0100002A9F0000000000000001", "'G' at position 5"),
-        ("7F00000100002A9F000000000000000 ", "' ' at position 31"),
-        ("7F000001" "FFFFFFFF" "0000000000000001", "port out of range: -1"),
-        (b"7F00000100002A9F0000000000000001", "must be a hex string"),
-    ])
+    @pytest.mark.parametrize(
+        "msg_id, reason",
+        [
+            ("", "length is 0"),
+            ("7F00000100002A9F000000000000001", "length is 31"),
+            ("7F00000100002A9F00000000000000011", "length is 33"),
+            ("AB" * 20, "length is 40"),
+            ("7F000G0100002A9F0000000000000001", "'G' at position 5"),
+            ("7F00000100002A9F000000000000000 ", "' ' at position 31"),
+            ("7F000001FFFFFFFF0000000000000001", "port out of range: -1"),
+            (b"7F00000100002A9F0000000000000001", "must be a hex string"),
+        ],
+    )
     def test_decode_rejects(self, msg_id, reason):
         with pytest.raises(MessageIdError, match=reason) as info:
             decode_message_id(msg_id)
@@ -79,7 +92,7 @@ class TestMessageId:
 def test_hex_strings_are_message_ids():
     offsets = np.array([0, 1, 255, 2**40 + 7, 2**63 - 1], dtype=np.int64)
     prefix = create_message_id("10.0.0.1", 10911, 0)[:-16]
-    assert hex_strings(prefix, offsets, 16).to_pylist() == \
-        [create_message_id("10.0.0.1", 10911, int(o)) for o in offsets]
+    assert hex_strings(prefix, offsets, 16).to_pylist() == [
+        create_message_id("10.0.0.1", 10911, int(o)) for o in offsets
+    ]
     assert hex_strings("", np.array([0xABC], dtype=np.int64), 4).to_pylist() == ["0ABC"]
-

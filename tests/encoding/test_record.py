@@ -40,10 +40,13 @@ class TestMessageLength:
 
 def test_message_lengths_match_codec():
     rnd = random.Random(5)
-    rows = [(rnd.randrange(5000), rnd.choice([1, 9, 127, 128, 255]), rnd.randrange(300), rnd.random() < 0.5)
-            for _ in range(200)]
+    rows = [
+        (rnd.randrange(5000), rnd.choice([1, 9, 127, 128, 255]), rnd.randrange(300), rnd.random() < 0.5)
+        for _ in range(200)
+    ]
     for store_v6 in (False, True):
         got = message_lengths(*(np.array(c) for c in zip(*rows)), store_v6).tolist()
-        assert got == [message_length(body_length=b, topic_length=t, properties_length=p, born_host_v6=v6,
-                                            store_host_v6=store_v6) for b, t, p, v6 in rows]
-
+        assert got == [
+            message_length(body_length=b, topic_length=t, properties_length=p, born_host_v6=v6, store_host_v6=store_v6)
+            for b, t, p, v6 in rows
+        ]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pyspark.sql import functions as F
 
-from tests.conformance import load_cases
 from storelib.encoding.hashcode import java_string_hash
 from storelib.encoding.tags import tags_code, tags_code_column
+from tests.conformance import load_cases
 
 
 class TestTagsCode:
@@ -24,4 +24,3 @@ def test_tags_code_matches_rocketmq_cases(spark):
     df = spark.createDataFrame([(c["tag"],) for c in cases], "tag string")
     got = [r.code for r in df.select(tags_code_column(F.col("tag")).alias("code")).collect()]
     assert got == [c["tagsCode"] for c in cases]
-

@@ -77,4 +77,3 @@ class TestUniqId:
         with ThreadPoolExecutor(8) as pool:
             batches = list(pool.map(lambda _: [gen.next_id(MARCH_2024) for _ in range(2000)], range(8)))
         assert len({i for batch in batches for i in batch}) == 16000
-

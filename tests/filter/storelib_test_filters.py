@@ -73,14 +73,23 @@ class Inspects:
 
     def match(self, msg, context) -> bool:
         checks = [
-            context.consumer_group == "GroupI", context.topic == "TopicTest", msg.topic == context.topic,
-            isinstance(msg.msg_id, str) and len(msg.msg_id) == 32, msg.tags in ("TagA", "TagB", "TagC"),
-            msg.keys == "k" + msg.properties["SequenceId"], isinstance(msg.body, bytes),
+            context.consumer_group == "GroupI",
+            context.topic == "TopicTest",
+            msg.topic == context.topic,
+            isinstance(msg.msg_id, str) and len(msg.msg_id) == 32,
+            msg.tags in ("TagA", "TagB", "TagC"),
+            msg.keys == "k" + msg.properties["SequenceId"],
+            isinstance(msg.body, bytes),
             msg.body == b"m" + msg.properties["SequenceId"].encode(),
-            isinstance(msg.queue_id, int), isinstance(msg.queue_offset, int), isinstance(msg.commitlog_offset, int),
-            isinstance(msg.store_timestamp, dt.datetime), isinstance(msg.born_timestamp, dt.datetime),
-            "SequenceId" in msg.properties, msg.properties.get("TAGS") == msg.tags,
-            dict(msg.properties)["SequenceId"] == msg.properties["SequenceId"], msg.properties.get(7) is None,
+            isinstance(msg.queue_id, int),
+            isinstance(msg.queue_offset, int),
+            isinstance(msg.commitlog_offset, int),
+            isinstance(msg.store_timestamp, dt.datetime),
+            isinstance(msg.born_timestamp, dt.datetime),
+            "SequenceId" in msg.properties,
+            msg.properties.get("TAGS") == msg.tags,
+            dict(msg.properties)["SequenceId"] == msg.properties["SequenceId"],
+            msg.properties.get(7) is None,
         ]
         return all(checks)
 

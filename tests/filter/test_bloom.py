@@ -8,10 +8,17 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
-from tests.conformance import load_cases
-from storelib.filter.bloom import (BloomFilter, BloomFilterData, bitmap_column, bits_or, is_hit_column,
-                                   may_match_column, murmur3_128_as_long)
+from storelib.filter.bloom import (
+    BloomFilter,
+    BloomFilterData,
+    bitmap_column,
+    bits_or,
+    is_hit_column,
+    may_match_column,
+    murmur3_128_as_long,
+)
 from storelib.model.errors import BloomFilterError, FilterError, StoreError
+from tests.conformance import load_cases
 
 
 def cases(key: str) -> list:
@@ -34,8 +41,8 @@ def reference_may_match(bitmap: bytes | None, data: BloomFilterData) -> bool:
     return all(bitmap[p // 8] & (1 << (p % 8)) for p in data.bit_pos)
 
 
-
 # --- murmur3_128 -------------------------------------------------------------------------------------
+
 
 class TestMurmur3:
     @pytest.mark.parametrize("case", cases("bit_positions"))
@@ -47,18 +54,21 @@ class TestMurmur3:
         assert len(case["str"].encode("utf-8")) == case["utf8_length"]
 
     # Guava 33.6 Hashing.murmur3_128().hashString(s, UTF_8).asLong(), run on Java 17 for these strings.
-    @pytest.mark.parametrize("text, expected", [
-        ("", 0),
-        ("GID_1#T", 7134668056400713054),
-        ("abcdefghijklmnopq", 8459014091212432983),  # one full 16-byte block and a 1-byte tail
-        ("\U0001F600", 1544085228167910492),
-        ("\ud83d\ude00", 1544085228167910492),   # a pair of surrogate code points is the same Java string
-        ("\ud83d", -9034837761737348116),         # a lone surrogate is encoded as '?'
-        ("a\ud800b", 7348157743185517386),
-        ("x\udc00", 7182067213915771755),
-        ("\ude00\ud83d", -1319162365530314579),   # reversed pair: two lone surrogates, '??'
-        ("\ud800\ud800\udc00", 6162532555310644368),  # '?' then a valid pair
-    ])
+    @pytest.mark.parametrize(
+        "text, expected",
+        [
+            ("", 0),
+            ("GID_1#T", 7134668056400713054),
+            ("abcdefghijklmnopq", 8459014091212432983),  # one full 16-byte block and a 1-byte tail
+            ("\U0001f600", 1544085228167910492),
+            ("\ud83d\ude00", 1544085228167910492),  # a pair of surrogate code points is the same Java string
+            ("\ud83d", -9034837761737348116),  # a lone surrogate is encoded as '?'
+            ("a\ud800b", 7348157743185517386),
+            ("x\udc00", 7182067213915771755),
+            ("\ude00\ud83d", -1319162365530314579),  # reversed pair: two lone surrogates, '??'
+            ("\ud800\ud800\udc00", 6162532555310644368),  # '?' then a valid pair
+        ],
+    )
     def test_guava_literals(self, text, expected):
         assert murmur3_128_as_long(text) == expected
 
@@ -73,26 +83,48 @@ class TestMurmur3:
 
 # --- BloomFilter sizing ------------------------------------------------------------------------------
 
+
 class TestBloomFilterSizing:
     def test_broker_defaults(self):
         meta = load_cases("bloom_cases.json")["meta"]
         bf = BloomFilter()
-        assert (bf.f, bf.n, bf.k, bf.m, bf.bits_length) == (meta["f"], meta["n"], meta["k"], meta["m"],
-                                                            meta["bitmap_byte_length"])
+        assert (bf.f, bf.n, bf.k, bf.m, bf.bits_length) == (
+            meta["f"],
+            meta["n"],
+            meta["k"],
+            meta["m"],
+            meta["bitmap_byte_length"],
+        )
         assert bf == BloomFilter(20, 32) and hash(bf) == hash(BloomFilter(20, 32)) and bf != BloomFilter(10, 32)
 
     # createByFn's formula evaluated with Java doubles for each (f, n) (same for all f < 100, n <= 3000).
-    @pytest.mark.parametrize("f, n, k, m", [
-        (1, 1, 7, 16), (10, 128, 4, 616), (99, 1, 1, 8), (50, 7, 1, 16), (20, 1, 3, 8), (1, 1000, 7, 9592),
-    ])
+    @pytest.mark.parametrize(
+        "f, n, k, m",
+        [
+            (1, 1, 7, 16),
+            (10, 128, 4, 616),
+            (99, 1, 1, 8),
+            (50, 7, 1, 16),
+            (20, 1, 3, 8),
+            (1, 1000, 7, 9592),
+        ],
+    )
     def test_k_and_m(self, f, n, k, m):
         bf = BloomFilter(f, n)
         assert (bf.k, bf.m, bf.bits_length, len(bf.new_bits())) == (k, m, m // 8, m // 8)
 
-    @pytest.mark.parametrize("f, n, field", [
-        (0, 32, "max_error_rate"), (100, 32, "max_error_rate"), (20.0, 32, "max_error_rate"),
-        (True, 32, "max_error_rate"), (20, 0, "expect_num"), (20, "32", "expect_num"), (1, 2**31, "expect_num"),
-    ])
+    @pytest.mark.parametrize(
+        "f, n, field",
+        [
+            (0, 32, "max_error_rate"),
+            (100, 32, "max_error_rate"),
+            (20.0, 32, "max_error_rate"),
+            (True, 32, "max_error_rate"),
+            (20, 0, "expect_num"),
+            (20, "32", "expect_num"),
+            (1, 2**31, "expect_num"),
+        ],
+    )
     def test_rejects(self, f, n, field):
         with pytest.raises(BloomFilterError) as info:
             BloomFilter(f, n)
@@ -101,30 +133,48 @@ class TestBloomFilterSizing:
 
 # --- BloomFilterData -------------------------------------------------------------------------------
 
+
 class TestBloomFilterData:
     def test_generate(self):
         data = BloomFilter().generate("CID_5#topic0")
         assert data == BloomFilterData([103, 44, 46], 112) and data.bit_pos == [103, 44, 46]
 
-    @pytest.mark.parametrize("bit_pos, bit_num, field", [
-        ([1, 2, 3], 0, "bit_num"), ([1], True, "bit_num"), ([], 112, "bit_pos"), ([112], 112, "bit_pos"),
-        ([-1], 112, "bit_pos"), ([1.0], 112, "bit_pos"), ("123", 112, "bit_pos"), (None, 112, "bit_pos"),
-    ])
+    @pytest.mark.parametrize(
+        "bit_pos, bit_num, field",
+        [
+            ([1, 2, 3], 0, "bit_num"),
+            ([1], True, "bit_num"),
+            ([], 112, "bit_pos"),
+            ([112], 112, "bit_pos"),
+            ([-1], 112, "bit_pos"),
+            ([1.0], 112, "bit_pos"),
+            ("123", 112, "bit_pos"),
+            (None, 112, "bit_pos"),
+        ],
+    )
     def test_rejects(self, bit_pos, bit_num, field):
         with pytest.raises(BloomFilterError) as info:
             BloomFilterData(bit_pos, bit_num)
         assert info.value.field == field
 
-    @pytest.mark.parametrize("data, valid", [
-        (BloomFilterData([1, 2, 3], 112), True), (BloomFilterData([1, 1, 1], 112), True),
-        (BloomFilterData([1, 2], 112), False), (BloomFilterData([1, 2, 3, 4], 112), False),
-        (BloomFilterData([1, 2, 3], 120), False), (None, False), ([1, 2, 3], False),
-    ])
+    @pytest.mark.parametrize(
+        "data, valid",
+        [
+            (BloomFilterData([1, 2, 3], 112), True),
+            (BloomFilterData([1, 1, 1], 112), True),
+            (BloomFilterData([1, 2], 112), False),
+            (BloomFilterData([1, 2, 3, 4], 112), False),
+            (BloomFilterData([1, 2, 3], 120), False),
+            (None, False),
+            ([1, 2, 3], False),
+        ],
+    )
     def test_is_valid(self, data, valid):
         assert BloomFilter().is_valid(data) is valid
 
 
 # --- Bit positions, hash_to, is_hit ----------------------------------------------------------------
+
 
 class TestBits:
     @pytest.mark.parametrize("case", cases("bit_positions"))
@@ -181,16 +231,19 @@ class TestBits:
 
 
 class TestBitsOr:
-    @pytest.mark.parametrize("bitmaps, expected", [
-        ([b"\x01\x00", b"\x04\x80", b"\x01\x01"], b"\x05\x81"),
-        ([b"\xff"], b"\xff"),
-        ([bytearray(b"\x01"), memoryview(b"\x02")], b"\x03"),
-        ([b"", b""], b""),
-        ([], None),
-        ([b"\x01", None], None),          # a row without a bitmap always may match: no summary prunes it
-        ([None], None),
-        ([b"\x01", b"\x01\x00"], None),   # lengths differ: some row was computed under another m
-    ])
+    @pytest.mark.parametrize(
+        "bitmaps, expected",
+        [
+            ([b"\x01\x00", b"\x04\x80", b"\x01\x01"], b"\x05\x81"),
+            ([b"\xff"], b"\xff"),
+            ([bytearray(b"\x01"), memoryview(b"\x02")], b"\x03"),
+            ([b"", b""], b""),
+            ([], None),
+            ([b"\x01", None], None),  # a row without a bitmap always may match: no summary prunes it
+            ([None], None),
+            ([b"\x01", b"\x01\x00"], None),  # lengths differ: some row was computed under another m
+        ],
+    )
     def test_cases(self, bitmaps, expected):
         assert bits_or(iter(bitmaps)) == expected
 
@@ -202,6 +255,7 @@ class TestBitsOr:
 
 # --- Spark columns -------------------------------------------------------------------------------
 
+
 def test_bitmap_and_hits_equal_rocketmq_scenarios(ansi):
     spark, bf = ansi, BloomFilter()
     scenarios = load_cases("bloom_cases.json")["scenarios"]
@@ -210,10 +264,14 @@ def test_bitmap_and_hits_equal_rocketmq_scenarios(ansi):
     matches = [(F.array_contains(F.col("matched"), k), bf.generate(k)) for k in keys]
     names = sorted({h["group_topic"] for s in scenarios for h in s["isHit"]})
     with_bits = df.select("name", bitmap_column(matches, bf.m).alias("bitmap"))
-    got = with_bits.select("name", "bitmap", *[is_hit_column(F.col("bitmap"), bf.generate(n)).alias(f"hit{i}")
-                                               for i, n in enumerate(names)]).cache()
-    expected = spark.createDataFrame([(s["name"], bytearray.fromhex(s["bitmap_hex"])) for s in scenarios],
-                                     "name string, bitmap binary")
+    got = with_bits.select(
+        "name",
+        "bitmap",
+        *[is_hit_column(F.col("bitmap"), bf.generate(n)).alias(f"hit{i}") for i, n in enumerate(names)],
+    ).cache()
+    expected = spark.createDataFrame(
+        [(s["name"], bytearray.fromhex(s["bitmap_hex"])) for s in scenarios], "name string, bitmap binary"
+    )
     assert_df_equality(got.select("name", "bitmap"), expected, ignore_nullable=True, ignore_row_order=True)
     rows = {r.name: r for r in got.collect()}
     for s in scenarios:
@@ -253,13 +311,16 @@ def test_bitmap_column_equals_python_hash_to(ansi):
 def test_is_hit_and_may_match_agree_with_python(ansi):
     spark, rng, bf = ansi, random.Random(7), BloomFilter()
     # Two random bytes ANDed: about a quarter of the bits set, so hits and misses both occur.
-    bitmaps: list[bytes | None] = [bytes(rng.getrandbits(8) & rng.getrandbits(8) for _ in range(14))
-                                   for _ in range(300)]
+    bitmaps: list[bytes | None] = [
+        bytes(rng.getrandbits(8) & rng.getrandbits(8) for _ in range(14)) for _ in range(300)
+    ]
     bitmaps += [None, b"", bytes(13), b"\xff" * 13, b"\xff" * 14, b"\xff" * 15, bytes(14)]
-    datas = [bf.generate(f"CID_{i}#T") for i in range(12)] + [BloomFilterData([0, 7, 111], 112),
-                                                               BloomFilterData([8, 9, 15], 112),
-                                                               BloomFilterData([5, 5, 5], 112),
-                                                               BloomFilterData([3, 7, 9], 120)]
+    datas = [bf.generate(f"CID_{i}#T") for i in range(12)] + [
+        BloomFilterData([0, 7, 111], 112),
+        BloomFilterData([8, 9, 15], 112),
+        BloomFilterData([5, 5, 5], 112),
+        BloomFilterData([3, 7, 9], 120),
+    ]
     df = spark.createDataFrame([(b,) for b in bitmaps], "b binary")
     cols = [is_hit_column(F.col("b"), d).alias(f"hit{i}") for i, d in enumerate(datas)]
     cols += [may_match_column(F.col("b"), d).alias(f"may{i}") for i, d in enumerate(datas)]
@@ -281,14 +342,17 @@ def test_may_match_passes_bit_num_not_a_byte_multiple(spark):
     assert row.m is True
 
 
-@pytest.mark.parametrize("make, bit_num", [
-    (lambda: [(F.lit(True), BloomFilterData([1, 2, 3], 120))], 112),
-    (lambda: [(True, BloomFilterData([1, 2, 3], 112))], 112),
-    (lambda: [(F.lit(True), [1, 2, 3])], 112),
-    (lambda: [F.lit(True)], 112),
-    (lambda: [], 0),
-    (lambda: [], 2**31),
-])
+@pytest.mark.parametrize(
+    "make, bit_num",
+    [
+        (lambda: [(F.lit(True), BloomFilterData([1, 2, 3], 120))], 112),
+        (lambda: [(True, BloomFilterData([1, 2, 3], 112))], 112),
+        (lambda: [(F.lit(True), [1, 2, 3])], 112),
+        (lambda: [F.lit(True)], 112),
+        (lambda: [], 0),
+        (lambda: [], 2**31),
+    ],
+)
 def test_bitmap_column_rejects(spark, make, bit_num):
     with pytest.raises(BloomFilterError):
         bitmap_column(make(), bit_num)

@@ -20,8 +20,13 @@ from storelib import FilterFailure, Message, MessageSelector, MessageStore
 from storelib.consume.pull import PullStatus as P
 from storelib.filter.class_batch import NOT_BOOL, NOT_LOADED, RAISED
 from storelib.filter.class_filter import source_crc
-from storelib.model.errors import (FilterClassError, FilterError, FilterNotSupportedError, StoreError,
-                                   SubscriptionNotLatestError)
+from storelib.model.errors import (
+    FilterClassError,
+    FilterError,
+    FilterNotSupportedError,
+    StoreError,
+    SubscriptionNotLatestError,
+)
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -43,9 +48,18 @@ def filters(spark):
 
 def send(store, n=N, bad=(), topic="TopicTest"):
     """Messages with SequenceId i (or 'bad' for i in ``bad``), tags cycling over TAGS, key k<i>, body m<i>."""
-    store.send_batch([Message(topic, tags=TAGS[i % 3], keys=[f"k{'bad' if i in bad else i}"],
-                              body=f"m{'bad' if i in bad else i}".encode(),
-                              properties={"SequenceId": "bad" if i in bad else str(i)}) for i in range(n)])
+    store.send_batch(
+        [
+            Message(
+                topic,
+                tags=TAGS[i % 3],
+                keys=[f"k{'bad' if i in bad else i}"],
+                body=f"m{'bad' if i in bad else i}".encode(),
+                properties={"SequenceId": "bad" if i in bad else str(i)},
+            )
+            for i in range(n)
+        ]
+    )
     store.dispatch()
 
 
@@ -81,23 +95,30 @@ def expected_ids(store, tags=None):
 
 # ---- subscribing ----------------------------------------------------------------------------------
 def test_subscription_records_the_class_and_the_crc_of_its_source(spark, store, filters):
-    sub = store.subscribe("GroupC", "TopicTest", MessageSelector.by_class(f"{MODULE}:EvenSequence", tags="TagA || TagB"))
+    sub = store.subscribe(
+        "GroupC", "TopicTest", MessageSelector.by_class(f"{MODULE}:EvenSequence", tags="TagA || TagB")
+    )
     assert sub.selector.filter_class == f"{MODULE}:EvenSequence" and sub.is_class
     assert sub.selector.filter_class_crc == source_crc((HERE / f"{MODULE}.py").read_text())
     assert sorted(sub.data.tags_set) == ["TagA", "TagB"] and sub.bloom is None
-    again = store.subscribe("GroupC", "TopicTest", MessageSelector.by_class(f"{MODULE}.EvenSequence", tags="TagA || TagB"))
+    again = store.subscribe(
+        "GroupC", "TopicTest", MessageSelector.by_class(f"{MODULE}.EvenSequence", tags="TagA || TagB")
+    )
     assert again.version == sub.version  # the same class, unchanged: no new version
     reopened = MessageStore.create(store.root, spark)
     assert reopened.subscription("GroupC", "TopicTest") == sub
 
 
-@pytest.mark.parametrize("name, why", [
-    ("storelib_no_such_module:Even", "cannot import module 'storelib_no_such_module'"),
-    (f"{MODULE}:Missing", "has no class 'Missing'"),
-    (f"{MODULE}:NOT_A_CLASS", "has no class 'NOT_A_CLASS'"),
-    (f"{MODULE}:NoMatchMethod", "has neither match(msg, context) nor match_batch(batch, context)"),
-    (f"{MODULE}:NeedsArguments", "cannot be built without arguments"),
-])
+@pytest.mark.parametrize(
+    "name, why",
+    [
+        ("storelib_no_such_module:Even", "cannot import module 'storelib_no_such_module'"),
+        (f"{MODULE}:Missing", "has no class 'Missing'"),
+        (f"{MODULE}:NOT_A_CLASS", "has no class 'NOT_A_CLASS'"),
+        (f"{MODULE}:NoMatchMethod", "has neither match(msg, context) nor match_batch(batch, context)"),
+        (f"{MODULE}:NeedsArguments", "cannot be built without arguments"),
+    ],
+)
 def test_a_class_that_cannot_load_is_refused_at_subscribe(store, filters, name, why):
     with pytest.raises(FilterClassError, match=re.escape(why)) as e:
         store.subscribe("GroupC", "TopicTest", MessageSelector.by_class(name))
@@ -169,7 +190,9 @@ def test_raising_and_non_bool_results_do_not_match_and_are_reported(store, filte
     assert set(errors) == {RAISED, NOT_BOOL}
     raised, not_bool = errors[RAISED], errors[NOT_BOOL]
     assert raised.count == 3 and raised.filter == f"{MODULE}:Flaky"
-    bad_ids = {r.msg_id for r in store.messages("TopicTest").where(F.col("properties")["SequenceId"] == "bad").collect()}
+    bad_ids = {
+        r.msg_id for r in store.messages("TopicTest").where(F.col("properties")["SequenceId"] == "bad").collect()
+    }
     assert raised.msg_id in bad_ids
     assert raised.line.startswith(f"{MODULE}.py:") and "in match: ValueError: invalid literal for int()" in raised.line
     assert not_bool.count == len([s for s in range(N) if s % 10 == 7]) and "returned 'yes' (str)" in not_bool.line
@@ -183,10 +206,13 @@ def test_raising_and_non_bool_results_do_not_match_and_are_reported(store, filte
     assert by_kind == {RAISED: 3, NOT_BOOL: not_bool.count}
 
 
-@pytest.mark.parametrize("cls, kind, line", [
-    ("BatchRaises", RAISED, "in match_batch: ZeroDivisionError: no batches today"),
-    ("BatchWrongLength", NOT_BOOL, "match_batch returned bool array of 1, not a BooleanArray of"),
-])
+@pytest.mark.parametrize(
+    "cls, kind, line",
+    [
+        ("BatchRaises", RAISED, "in match_batch: ZeroDivisionError: no batches today"),
+        ("BatchWrongLength", NOT_BOOL, "match_batch returned bool array of 1, not a BooleanArray of"),
+    ],
+)
 def test_batch_failures_fail_the_whole_batch(store, filters, cls, kind, line):
     send(store, 60)
     store.subscribe("GroupF", "TopicTest", MessageSelector.by_class(f"{MODULE}:{cls}"))
@@ -224,8 +250,10 @@ def test_a_class_the_executors_cannot_import_matches_nothing_and_is_reported(sto
 
 # ---- a changed filter ---------------------------------------------------------------------------------
 FILTER_V1 = "class Pick:\n    def match(self, msg, context):\n        return int(msg.properties['SequenceId']) < 3\n"
-FILTER_V2 = ("# version 2: the first five\nclass Pick:\n    def match(self, msg, context):\n"
-             "        return int(msg.properties['SequenceId']) < 5\n")
+FILTER_V2 = (
+    "# version 2: the first five\nclass Pick:\n    def match(self, msg, context):\n"
+    "        return int(msg.properties['SequenceId']) < 5\n"
+)
 
 
 def _register_elsewhere(root: str, group: str, path: str, pkg_dir: Path) -> None:
@@ -239,7 +267,7 @@ def _register_elsewhere(root: str, group: str, path: str, pkg_dir: Path) -> None
         from storelib.filter.subscription import check_selector
         from storelib.model.config import StoreConfig
         from storelib.storage.schema import SUBSCRIPTION
-        reg = SubscriptionRegistry(Table({root + '/subscription'!r}, SUBSCRIPTION), StoreConfig())
+        reg = SubscriptionRegistry(Table({root + "/subscription"!r}, SUBSCRIPTION), StoreConfig())
         selector = check_selector("TopicTest", MessageSelector.by_class({path!r}), StoreConfig(), subscribing=True)
         reg.register({group!r}, "TopicTest", selector)
     """)
@@ -281,8 +309,9 @@ def test_a_changed_filter_is_picked_up_by_subscribing_again(store, tmp_path):
 
 
 # ---- uploaded source ------------------------------------------------------------------------------
-SOURCE = ("class Tenth:\n    def match(self, msg, context):\n"
-          "        return int(msg.properties['SequenceId']) % 10 == 0\n")
+SOURCE = (
+    "class Tenth:\n    def match(self, msg, context):\n        return int(msg.properties['SequenceId']) % 10 == 0\n"
+)
 
 
 def test_uploaded_source_is_refused_by_default(store):
@@ -322,10 +351,25 @@ def test_an_older_subscription_table_gains_the_class_columns(spark, store_path, 
 
     old = pa.schema([SUBSCRIPTION.arrow.field(i) for i in range(10)])  # before class filters
     DeltaTable.create(f"{store_path}/subscription", old, name="subscription")
-    write_deltalake(f"{store_path}/subscription", pa.Table.from_pylist([{
-        "consumer_group": "GroupA", "topic": "TopicTest", "expression_type": "TAG", "expression": "TagA",
-        "version": 1, "sub_version": 1, "born_timestamp": dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc),
-        "dead": False}], schema=old), mode="append")
+    write_deltalake(
+        f"{store_path}/subscription",
+        pa.Table.from_pylist(
+            [
+                {
+                    "consumer_group": "GroupA",
+                    "topic": "TopicTest",
+                    "expression_type": "TAG",
+                    "expression": "TagA",
+                    "version": 1,
+                    "sub_version": 1,
+                    "born_timestamp": dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc),
+                    "dead": False,
+                }
+            ],
+            schema=old,
+        ),
+        mode="append",
+    )
     store = MessageStore.create(store_path, spark)
     assert DeltaTable(f"{store_path}/subscription").schema().fields[-1].name == "filter_class_source"
     assert store.subscription("GroupA", "TopicTest").selector == MessageSelector.by_tag("TagA")
@@ -354,11 +398,29 @@ def test_retry_topic_pulls_apply_the_class_of_the_original_topic(store, filters)
 
     store.create_topic("OtherTopic", queues=1)
     store.subscribe("GroupR", "TopicTest", MessageSelector.by_class(f"{MODULE}:EvenSequence", tags="TagA || TagB"))
-    rows = [("TopicTest", "TagA", "110"), ("TopicTest", "TagA", "111"), ("TopicTest", "TagC", "120"),
-            ("OtherTopic", "TagB", "5"), ("TopicTest", "TagB", "200")]
-    store.context.commitlog.append([EncodedMessage("%RETRY%GroupR", 0, 0, 0, b"retry-" + n.encode(),
-                                                   {"TAGS": tags, "RETRY_TOPIC": topic, "SequenceId": n}, now_millis(),
-                                                   "127.0.0.1:0", reconsume_times=1) for topic, tags, n in rows])
+    rows = [
+        ("TopicTest", "TagA", "110"),
+        ("TopicTest", "TagA", "111"),
+        ("TopicTest", "TagC", "120"),
+        ("OtherTopic", "TagB", "5"),
+        ("TopicTest", "TagB", "200"),
+    ]
+    store.context.commitlog.append(
+        [
+            EncodedMessage(
+                "%RETRY%GroupR",
+                0,
+                0,
+                0,
+                b"retry-" + n.encode(),
+                {"TAGS": tags, "RETRY_TOPIC": topic, "SequenceId": n},
+                now_millis(),
+                "127.0.0.1:0",
+                reconsume_times=1,
+            )
+            for topic, tags, n in rows
+        ]
+    )
     store.dispatch()
     r = store.pull("GroupR", "%RETRY%GroupR", 0, 0)
     assert [m.body for m in r.messages] == [b"retry-110", b"retry-5", b"retry-200"] and r.filter_errors == ()

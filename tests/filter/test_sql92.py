@@ -13,21 +13,46 @@ import random
 from pathlib import Path
 
 import pytest
-from chispa import assert_df_equality
 import sqlglot
+from chispa import assert_df_equality
 from pyspark.sql import functions as F
 from sqlglot import exp
 
 from storelib.filter.selector import MessageSelector
-from storelib.filter.sql92 import (MAX_EXPRESSION_LENGTH, MAX_NESTING, RocketMQSQL92, Sql92Expression, Sql92Parser,
-                                   compile_sql92, parse_sql92)
-from storelib.filter.sql92.dialect import (DISPLAY_MAX_DEPTH, MATCH_TOKENS, PRECEDENCE_CASES, spark_sql, to_sqlglot,
-                                           typed_tree)
-from storelib.filter.sql92.lexer import tokenize_sql92
+from storelib.filter.sql92 import (
+    MAX_EXPRESSION_LENGTH,
+    MAX_NESTING,
+    RocketMQSQL92,
+    Sql92Expression,
+    Sql92Parser,
+    compile_sql92,
+    parse_sql92,
+)
+from storelib.filter.sql92.dialect import (
+    DISPLAY_MAX_DEPTH,
+    MATCH_TOKENS,
+    PRECEDENCE_CASES,
+    spark_sql,
+    to_sqlglot,
+    typed_tree,
+)
 from storelib.filter.sql92.java import JavaEvaluationError, java_parse_double, java_parse_int, java_parse_long
+from storelib.filter.sql92.lexer import tokenize_sql92
 from storelib.filter.sql92.spark import to_columns
-from storelib.filter.sql92.tree import (Between, Comparison, InList, IsNull, JavaType, Literal, Logic, Match, Negate,
-                                        Not, Property, Truth)
+from storelib.filter.sql92.tree import (
+    Between,
+    Comparison,
+    InList,
+    IsNull,
+    JavaType,
+    Literal,
+    Logic,
+    Match,
+    Negate,
+    Not,
+    Property,
+    Truth,
+)
 from storelib.model.config import StoreConfig
 from storelib.model.errors import FilterExpressionError
 from tests.conformance import load_cases
@@ -42,59 +67,126 @@ def a_eq(value: int) -> Comparison:
 # -- literal cases: (expression, properties, RocketMQ's answer), grouped by concept --------------
 
 OPERATORS = [
-    ("a = 5", {"a": "5"}, True), ("a = 5", {"a": "6"}, False), ("a = 5", {}, False),
-    ("a <> 5", {"a": "6"}, True), ("a <> 5", {}, False),
-    ("a = 'x'", {"a": "x"}, True), ("a = 'x'", {"a": "X"}, False), ("a <> 'x'", {"a": "y"}, True),
-    ("a > 5", {"a": "6"}, True), ("a > 5", {"a": "5"}, False), ("a >= 5", {"a": "5"}, True),
-    ("a < 5", {"a": "5"}, False), ("a <= 5", {"a": "5"}, True), ("5 < a", {"a": "6"}, True),
-    ("a BETWEEN 1 AND 5", {"a": "1"}, True), ("a BETWEEN 1 AND 5", {"a": "6"}, False),
-    ("a NOT BETWEEN 1 AND 5", {"a": "6"}, True), ("a NOT BETWEEN 1 AND 5", {}, False),
-    ("a IN ('x', 'y')", {"a": "y"}, True), ("a IN ('x', 'y')", {}, False),
-    ("a NOT IN ('x', 'y')", {"a": "z"}, True), ("a NOT IN ('x')", {}, False),
-    ("a IS NULL", {}, True), ("a IS NULL", {"a": ""}, False), ("a IS NOT NULL", {"a": ""}, True),
-    ("a CONTAINS 'b'", {"a": "abc"}, True), ("a NOT CONTAINS 'b'", {"a": "abc"}, False),
-    ("a NOT CONTAINS 'b'", {}, False), ("a STARTSWITH 'ab'", {"a": "abc"}, True),
-    ("a NOT STARTSWITH 'ab'", {"a": "xbc"}, True), ("a ENDSWITH 'bc'", {"a": "abc"}, True),
-    ("a NOT ENDSWITH 'z'", {"a": "abc"}, True), ("a NOT STARTSWITH ''", {"a": "x"}, False),
+    ("a = 5", {"a": "5"}, True),
+    ("a = 5", {"a": "6"}, False),
+    ("a = 5", {}, False),
+    ("a <> 5", {"a": "6"}, True),
+    ("a <> 5", {}, False),
+    ("a = 'x'", {"a": "x"}, True),
+    ("a = 'x'", {"a": "X"}, False),
+    ("a <> 'x'", {"a": "y"}, True),
+    ("a > 5", {"a": "6"}, True),
+    ("a > 5", {"a": "5"}, False),
+    ("a >= 5", {"a": "5"}, True),
+    ("a < 5", {"a": "5"}, False),
+    ("a <= 5", {"a": "5"}, True),
+    ("5 < a", {"a": "6"}, True),
+    ("a BETWEEN 1 AND 5", {"a": "1"}, True),
+    ("a BETWEEN 1 AND 5", {"a": "6"}, False),
+    ("a NOT BETWEEN 1 AND 5", {"a": "6"}, True),
+    ("a NOT BETWEEN 1 AND 5", {}, False),
+    ("a IN ('x', 'y')", {"a": "y"}, True),
+    ("a IN ('x', 'y')", {}, False),
+    ("a NOT IN ('x', 'y')", {"a": "z"}, True),
+    ("a NOT IN ('x')", {}, False),
+    ("a IS NULL", {}, True),
+    ("a IS NULL", {"a": ""}, False),
+    ("a IS NOT NULL", {"a": ""}, True),
+    ("a CONTAINS 'b'", {"a": "abc"}, True),
+    ("a NOT CONTAINS 'b'", {"a": "abc"}, False),
+    ("a NOT CONTAINS 'b'", {}, False),
+    ("a STARTSWITH 'ab'", {"a": "abc"}, True),
+    ("a NOT STARTSWITH 'ab'", {"a": "xbc"}, True),
+    ("a ENDSWITH 'bc'", {"a": "abc"}, True),
+    ("a NOT ENDSWITH 'z'", {"a": "abc"}, True),
+    ("a NOT STARTSWITH ''", {"a": "x"}, False),
     ("a CONTAINS ''", {"a": "x"}, False),
-    ("a = 1 AND b = 2", {"a": "1", "b": "2"}, True), ("a = 1 AND b = 2", {"a": "1"}, False),
-    ("a = 1 OR b = 2", {"b": "2"}, True), ("NOT (a = 1)", {"a": "2"}, True), ("NOT (a = 1)", {}, False),
+    ("a = 1 AND b = 2", {"a": "1", "b": "2"}, True),
+    ("a = 1 AND b = 2", {"a": "1"}, False),
+    ("a = 1 OR b = 2", {"b": "2"}, True),
+    ("NOT (a = 1)", {"a": "2"}, True),
+    ("NOT (a = 1)", {}, False),
 ]
 COERCION = [
-    ("a = 5", {"a": "+5"}, True), ("a = 5", {"a": "５"}, True), ("a = 5", {"a": " 5"}, False),
-    ("a = 5", {"a": "5.0"}, False), ("a <> 5", {"a": "5.0"}, False), ("a <> 5", {"a": "2147483648"}, False),
-    ("a <> 5000000000", {"a": "2147483648"}, True), ("a = 10L", {"a": "10"}, True),
-    ("a = 5.0", {"a": " 5 "}, True), ("a = 5.0", {"a": "5d"}, True), ("a = 8.0", {"a": "0x1p3"}, True),
-    ("a > 5.0", {"a": "Infinity"}, True), ("a > 5.0", {"a": "infinity"}, False), ("a > 5.0", {"a": "NaN"}, True),
-    ("a < 5.0", {"a": "NaN"}, False), ("a > 5", {"a": "NaN"}, False), ("a = 1.0", {"a": "1"}, True),
+    ("a = 5", {"a": "+5"}, True),
+    ("a = 5", {"a": "５"}, True),
+    ("a = 5", {"a": " 5"}, False),
+    ("a = 5", {"a": "5.0"}, False),
+    ("a <> 5", {"a": "5.0"}, False),
+    ("a <> 5", {"a": "2147483648"}, False),
+    ("a <> 5000000000", {"a": "2147483648"}, True),
+    ("a = 10L", {"a": "10"}, True),
+    ("a = 5.0", {"a": " 5 "}, True),
+    ("a = 5.0", {"a": "5d"}, True),
+    ("a = 8.0", {"a": "0x1p3"}, True),
+    ("a > 5.0", {"a": "Infinity"}, True),
+    ("a > 5.0", {"a": "infinity"}, False),
+    ("a > 5.0", {"a": "NaN"}, True),
+    ("a < 5.0", {"a": "NaN"}, False),
+    ("a > 5", {"a": "NaN"}, False),
+    ("a = 1.0", {"a": "1"}, True),
     ("a > 9223372036854775806", {"a": "9223372036854775807"}, True),
-    ("a = TRUE", {"a": "tRuE"}, True), ("a = FALSE", {"a": "yes"}, True), ("a = 'true'", {"a": "TRUE"}, False),
-    ("TRUE = a", {"a": "true"}, False), ("TRUE = a", {}, False), ("TRUE <> a", {}, True),
-    ("'x' <> a", {}, True), ("'x' = a", {}, False),
-    ("a = b", {}, True), ("a = b", {"a": "1"}, False), ("a <> b", {"a": "1"}, True), ("a <> b", {"b": "1"}, False),
-    ("a = b", {"a": "1", "b": "1.0"}, False), ("a > b", {"a": "10", "b": "9"}, True),
-    ("a >= b", {"a": "-0.0", "b": "0.0"}, False), ("a < b", {"a": "-0.0", "b": "0.0"}, True),
-    ("a > b", {"a": "NaN", "b": "Infinity"}, True), ("a > b", {"a": "x", "b": "1"}, False),
-    ("1 = 1.0", {}, True), ("5000000000 > 4.5", {}, True), ("-a > 0", {"a": "-5"}, False),
-    ("a > --1", {"a": "2"}, True), ("a > -2147483648", {"a": "-2147483648"}, False),
-    ("'true' = TRUE", {}, True), ("1 = TRUE", {}, False), ("1 CONTAINS '1'", {}, False),
+    ("a = TRUE", {"a": "tRuE"}, True),
+    ("a = FALSE", {"a": "yes"}, True),
+    ("a = 'true'", {"a": "TRUE"}, False),
+    ("TRUE = a", {"a": "true"}, False),
+    ("TRUE = a", {}, False),
+    ("TRUE <> a", {}, True),
+    ("'x' <> a", {}, True),
+    ("'x' = a", {}, False),
+    ("a = b", {}, True),
+    ("a = b", {"a": "1"}, False),
+    ("a <> b", {"a": "1"}, True),
+    ("a <> b", {"b": "1"}, False),
+    ("a = b", {"a": "1", "b": "1.0"}, False),
+    ("a > b", {"a": "10", "b": "9"}, True),
+    ("a >= b", {"a": "-0.0", "b": "0.0"}, False),
+    ("a < b", {"a": "-0.0", "b": "0.0"}, True),
+    ("a > b", {"a": "NaN", "b": "Infinity"}, True),
+    ("a > b", {"a": "x", "b": "1"}, False),
+    ("1 = 1.0", {}, True),
+    ("5000000000 > 4.5", {}, True),
+    ("-a > 0", {"a": "-5"}, False),
+    ("a > --1", {"a": "2"}, True),
+    ("a > -2147483648", {"a": "-2147483648"}, False),
+    ("'true' = TRUE", {}, True),
+    ("1 = TRUE", {}, False),
+    ("1 CONTAINS '1'", {}, False),
 ]
 SHORT_CIRCUIT = [
-    ("a = 'x' OR b > 1", {"a": "x", "b": "abc"}, True), ("b > 1 OR a = 'x'", {"a": "x", "b": "abc"}, False),
-    ("a = 'y' AND b > 1", {"a": "x", "b": "abc"}, False), ("b > 1 AND a = 'y'", {"a": "x", "b": "abc"}, False),
-    ("TRUE OR b > 1", {"b": "abc"}, True), ("b > 1 OR TRUE", {"b": "abc"}, False),
-    ("c > 1 AND b > 1", {"b": "abc"}, False), ("c IS NULL OR b > 1", {"b": "abc"}, True),
-    ("NOT (b > 1)", {"b": "abc"}, False), ("(b > 1) IS NULL", {"b": "abc"}, False), ("(b > 1) IS NULL", {}, True),
-    ("c > b", {"b": "abc"}, False), ("(b > 1) CONTAINS ''", {"b": "abc"}, False),
+    ("a = 'x' OR b > 1", {"a": "x", "b": "abc"}, True),
+    ("b > 1 OR a = 'x'", {"a": "x", "b": "abc"}, False),
+    ("a = 'y' AND b > 1", {"a": "x", "b": "abc"}, False),
+    ("b > 1 AND a = 'y'", {"a": "x", "b": "abc"}, False),
+    ("TRUE OR b > 1", {"b": "abc"}, True),
+    ("b > 1 OR TRUE", {"b": "abc"}, False),
+    ("c > 1 AND b > 1", {"b": "abc"}, False),
+    ("c IS NULL OR b > 1", {"b": "abc"}, True),
+    ("NOT (b > 1)", {"b": "abc"}, False),
+    ("(b > 1) IS NULL", {"b": "abc"}, False),
+    ("(b > 1) IS NULL", {}, True),
+    ("c > b", {"b": "abc"}, False),
+    ("(b > 1) CONTAINS ''", {"b": "abc"}, False),
     ("a IN ('x') AND (b > 1) = TRUE", {"a": "y", "b": "abc"}, False),
 ]
 BOOLEANS_AND_PRECEDENCE = [
-    ("a", {"a": "true"}, False), ("NOT a", {"a": "x"}, True), ("NOT a", {}, False), ("a AND b", {"a": "true"}, False),
-    ("TRUE", {}, True), ("FALSE", {}, False), ("NULL", {}, False), ("NOT NULL", {}, False),
-    ("NOT a = 1", {"a": "1"}, False), ("NOT a = TRUE", {"a": "x"}, True), ("NOT a = FALSE", {"a": "x"}, False),
-    ("NOT a CONTAINS 'x'", {"a": "x"}, False), ("a = 1 OR b = 2 AND c = 3", {"a": "1"}, True),
-    ("(a = 1 OR b = 2) AND c = 3", {"a": "1"}, False), ("a = 1 = TRUE", {"a": "1"}, True),
-    ("a CONTAINS 'x' = FALSE", {"a": "abc"}, True), ("a IS NULL = TRUE", {}, True),
+    ("a", {"a": "true"}, False),
+    ("NOT a", {"a": "x"}, True),
+    ("NOT a", {}, False),
+    ("a AND b", {"a": "true"}, False),
+    ("TRUE", {}, True),
+    ("FALSE", {}, False),
+    ("NULL", {}, False),
+    ("NOT NULL", {}, False),
+    ("NOT a = 1", {"a": "1"}, False),
+    ("NOT a = TRUE", {"a": "x"}, True),
+    ("NOT a = FALSE", {"a": "x"}, False),
+    ("NOT a CONTAINS 'x'", {"a": "x"}, False),
+    ("a = 1 OR b = 2 AND c = 3", {"a": "1"}, True),
+    ("(a = 1 OR b = 2) AND c = 3", {"a": "1"}, False),
+    ("a = 1 = TRUE", {"a": "1"}, True),
+    ("a CONTAINS 'x' = FALSE", {"a": "abc"}, True),
+    ("a IS NULL = TRUE", {}, True),
     ("a BETWEEN 1 AND 2 AND b = 1", {"a": "2", "b": "1"}, True),
 ]
 LITERAL_CASES = OPERATORS + COERCION + SHORT_CIRCUIT + BOOLEANS_AND_PRECEDENCE
@@ -131,7 +223,9 @@ def spark_answers(spark) -> dict[tuple[str, str], bool]:
     except pytest.skip.Exception:
         conformance = []
     cases = [(text, props) for text, props, _ in LITERAL_CASES] + conformance
-    df = spark.createDataFrame([(i, props) for i, (_, props) in enumerate(cases)], "i int, properties map<string,string>")
+    df = spark.createDataFrame(
+        [(i, props) for i, (_, props) in enumerate(cases)], "i int, properties map<string,string>"
+    )
     columns = to_columns([parse_sql92(text).tree for text, _ in cases])
     rows = df.select("i", *(c.alias(f"c{i}") for i, c in enumerate(columns))).collect()
     return {(cases[row.i][0], repr(cases[row.i][1])): row[f"c{row.i}"] for row in rows}
@@ -144,7 +238,9 @@ def test_spark_on_literal_cases(spark_answers):
 
 def test_spark_on_conformance_cases(spark_answers):
     cases = [c for c in _conformance() if c["expected"] != "parse_error"]
-    wrong = [(c["expr"][:80], c["props"]) for c in cases if spark_answers[c["expr"], repr(c["props"])] is not c["expected"]]
+    wrong = [
+        (c["expr"][:80], c["props"]) for c in cases if spark_answers[c["expr"], repr(c["props"])] is not c["expected"]
+    ]
     assert not wrong
 
 
@@ -182,24 +278,55 @@ def test_each_operator_builds_its_node():
     assert parse_sql92("+a < +1").tree == Comparison("<", Property("a"), Literal(1, INT))
 
 
-@pytest.mark.parametrize("literal, expected", [
-    ("5", Literal(5, INT)), ("0", Literal(0, INT)), ("10L", Literal(10, INT)), ("10l", Literal(10, INT)),
-    ("2147483647", Literal(2147483647, INT)), ("2147483648", Literal(2147483648, LONG)),
-    ("9223372036854775807", Literal(9223372036854775807, LONG)), ("1.5", Literal(1.5, DOUBLE)),
-    ("5.", Literal(5.0, DOUBLE)), (".5", Literal(0.5, DOUBLE)), ("1e3", Literal(1000.0, DOUBLE)),
-    ("1.5E-3", Literal(0.0015, DOUBLE)), ("5e+2", Literal(500.0, DOUBLE)), ("00.5", Literal(0.5, DOUBLE)),
-    ("4.9e-324", Literal(5e-324, DOUBLE)), ("'it''s'", Literal("it's", STRING)), ("''", Literal("", STRING)),
-    ("'a\nb'", Literal("a\nb", STRING)), ("TRUE", Literal(True, BOOLEAN)), ("false", Literal(False, BOOLEAN)),
-    ("-5", Negate(Literal(5, INT))), ("-2147483648", Negate(Literal(2147483648, LONG))),
-])
+@pytest.mark.parametrize(
+    "literal, expected",
+    [
+        ("5", Literal(5, INT)),
+        ("0", Literal(0, INT)),
+        ("10L", Literal(10, INT)),
+        ("10l", Literal(10, INT)),
+        ("2147483647", Literal(2147483647, INT)),
+        ("2147483648", Literal(2147483648, LONG)),
+        ("9223372036854775807", Literal(9223372036854775807, LONG)),
+        ("1.5", Literal(1.5, DOUBLE)),
+        ("5.", Literal(5.0, DOUBLE)),
+        (".5", Literal(0.5, DOUBLE)),
+        ("1e3", Literal(1000.0, DOUBLE)),
+        ("1.5E-3", Literal(0.0015, DOUBLE)),
+        ("5e+2", Literal(500.0, DOUBLE)),
+        ("00.5", Literal(0.5, DOUBLE)),
+        ("4.9e-324", Literal(5e-324, DOUBLE)),
+        ("'it''s'", Literal("it's", STRING)),
+        ("''", Literal("", STRING)),
+        ("'a\nb'", Literal("a\nb", STRING)),
+        ("TRUE", Literal(True, BOOLEAN)),
+        ("false", Literal(False, BOOLEAN)),
+        ("-5", Negate(Literal(5, INT))),
+        ("-2147483648", Negate(Literal(2147483648, LONG))),
+    ],
+)
 def test_literal_forms(literal, expected):
     assert parse_sql92(f"a = {literal}").tree.right == expected
 
 
-@pytest.mark.parametrize("literal, offset", [
-    ("0x1F", 1), ("017", 1), ("0L", 1), ("1f", 1), ("1d", 1), ("1e", 1), ("1.5.3", 3),  # leftover text
-    ("0.0", 0), ("1e-400", 0), ("1e400", 0), ("9223372036854775808", 0), ("'x", 0), ("\"x\"", 0),
-])
+@pytest.mark.parametrize(
+    "literal, offset",
+    [
+        ("0x1F", 1),
+        ("017", 1),
+        ("0L", 1),
+        ("1f", 1),
+        ("1d", 1),
+        ("1e", 1),
+        ("1.5.3", 3),  # leftover text
+        ("0.0", 0),
+        ("1e-400", 0),
+        ("1e400", 0),
+        ("9223372036854775808", 0),
+        ("'x", 0),
+        ('"x"', 0),
+    ],
+)
 def test_literals_outside_the_grammar(literal, offset):
     with pytest.raises(FilterExpressionError) as e:
         parse_sql92(f"a = {literal}")
@@ -215,41 +342,89 @@ def test_keywords_are_case_insensitive_and_property_names_case_sensitive():
     assert parse_sql92("nullx IS NULL").properties == {"nullx"}  # a keyword prefix is a name
 
 
-@pytest.mark.parametrize("text", [
-    "a = 1 /* c */ AND b = 2", "/**/a=1 AND b=2/***/", "a = 1 -- c\nAND b = 2", "a = 1 -- c\r\nAND b = 2",
-    "a = 1 -- c\rAND b = 2", "/* multi\nline * / */ a = 1\tAND\fb = 2 -- trailing\n", "a = 1 AND b = 2--\n",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a = 1 /* c */ AND b = 2",
+        "/**/a=1 AND b=2/***/",
+        "a = 1 -- c\nAND b = 2",
+        "a = 1 -- c\r\nAND b = 2",
+        "a = 1 -- c\rAND b = 2",
+        "/* multi\nline * / */ a = 1\tAND\fb = 2 -- trailing\n",
+        "a = 1 AND b = 2--\n",
+    ],
+)
 def test_comments_and_white_space(text):
     assert parse_sql92(text) == parse_sql92("a = 1 AND b = 2")
 
 
-@pytest.mark.parametrize("text, position, reason", [
-    ("a LIKE 'x%'", 2, "LIKE is not supported"),
-    ("f()", 1, "function calls"), ("a = upper(b)", 9, "function calls"),
-    ("a + 1 > 2", 2, "arithmetic"), ("a * 2 > 1", 2, "arithmetic"), ("a = 4 / 2", 6, "arithmetic"),
-    ("a % 2 = 0", 2, "arithmetic"), ("a - 1 = 0", 2, "arithmetic"),
-    ("a IN (SELECT b FROM t)", 6, "unexpected 'SELECT'"), ("(SELECT 1)", 8, "unexpected '1'"),
-    ("SELECT * FROM t", 7, "arithmetic"), ("a = 1; DROP TABLE x", 5, "';'"), ("a = 1;", 5, "';'"),
-    ('a = "x"', 4, "double quotes"), ("\"a\" = 'x'", 0, "double quotes"),
-    ("a = 1 garbage", 6, "unexpected 'garbage'"), ("a = 01", 5, "unexpected '1'"), ("a = 5 5", 6, "unexpected '5'"),
-    ("a = 1 -- comment", 6, "must end with a line break"), ("a IN (-1)", 6, "expected a string literal"),
-    ("a = 1 /* c", 6, "unterminated comment"), ("a = 'abc", 4, "unterminated string"),
-    ("", 0, "empty expression"), ("  \n ", 4, "empty expression"), ("/* */", 5, "empty expression"),
-    ("a = ", 4, "unexpected end"), ("a = 1 AND", 9, "unexpected end"), ("a = 1 AND (b = 2", 16, "expected ')'"),
-    ("a > 'x'", 4, "cannot be ordered"), ("'2' > 1", 4, "cannot be ordered"), ("a > TRUE", 4, "cannot be ordered"),
-    ("NOT a > 1", 6, "cannot be ordered"), ("a > 1 > 0", 6, "cannot be ordered"),
-    ("a = NULL", 4, "NULL cannot be compared"), ("NULL <> a", 5, "NULL cannot be compared"),
-    ("TRUE = 1", 7, "cannot be compared"), ("a IN ()", 6, "string literal"), ("a IN (1)", 6, "string literal"),
-    ("a IN ('x' 'y')", 10, "',' or ')'"), ("NOT a IN ('x')", 6, "IN needs a property"),
-    ("'x' IN ('x')", 4, "IN needs a property"), ("a BETWEEN 5 AND 1", 16, "out of order"),
-    ("a BETWEEN 1.5 AND 1", 18, "out of order"), ("a BETWEEN 'a' AND 'b'", 10, "cannot be ordered"),
-    ("a NOT 'x'", 2, "NOT after an operand"), ("a IS TRUE", 5, "NULL or NOT NULL"), ("a IS NOT", 8, "NULL"),
-    ("'x'", 0, "not a boolean"), ("1", 0, "not a boolean"), ("-a", 0, "not a boolean"),
-    ("a AND 'x'", 6, "not a boolean"), ("'x' OR a", 4, "not a boolean"), ("NOT 1", 4, "not a boolean"),
-    ("in = 1", 0, "unexpected 'in'"), ("a = :x", 4, "':'"), ("a = @x", 4, "'@'"), ("a = 1 #", 6, "'#'"),
-    ("é = 1", 0, "'é'"), ("a = 1 \v", 6, "'\\x0b'"), ("a =< 1", 3, "unexpected '<'"), ("a == 1", 3, "unexpected '='"),
-    ("a != 1", 2, "'!'"),
-])
+@pytest.mark.parametrize(
+    "text, position, reason",
+    [
+        ("a LIKE 'x%'", 2, "LIKE is not supported"),
+        ("f()", 1, "function calls"),
+        ("a = upper(b)", 9, "function calls"),
+        ("a + 1 > 2", 2, "arithmetic"),
+        ("a * 2 > 1", 2, "arithmetic"),
+        ("a = 4 / 2", 6, "arithmetic"),
+        ("a % 2 = 0", 2, "arithmetic"),
+        ("a - 1 = 0", 2, "arithmetic"),
+        ("a IN (SELECT b FROM t)", 6, "unexpected 'SELECT'"),
+        ("(SELECT 1)", 8, "unexpected '1'"),
+        ("SELECT * FROM t", 7, "arithmetic"),
+        ("a = 1; DROP TABLE x", 5, "';'"),
+        ("a = 1;", 5, "';'"),
+        ('a = "x"', 4, "double quotes"),
+        ("\"a\" = 'x'", 0, "double quotes"),
+        ("a = 1 garbage", 6, "unexpected 'garbage'"),
+        ("a = 01", 5, "unexpected '1'"),
+        ("a = 5 5", 6, "unexpected '5'"),
+        ("a = 1 -- comment", 6, "must end with a line break"),
+        ("a IN (-1)", 6, "expected a string literal"),
+        ("a = 1 /* c", 6, "unterminated comment"),
+        ("a = 'abc", 4, "unterminated string"),
+        ("", 0, "empty expression"),
+        ("  \n ", 4, "empty expression"),
+        ("/* */", 5, "empty expression"),
+        ("a = ", 4, "unexpected end"),
+        ("a = 1 AND", 9, "unexpected end"),
+        ("a = 1 AND (b = 2", 16, "expected ')'"),
+        ("a > 'x'", 4, "cannot be ordered"),
+        ("'2' > 1", 4, "cannot be ordered"),
+        ("a > TRUE", 4, "cannot be ordered"),
+        ("NOT a > 1", 6, "cannot be ordered"),
+        ("a > 1 > 0", 6, "cannot be ordered"),
+        ("a = NULL", 4, "NULL cannot be compared"),
+        ("NULL <> a", 5, "NULL cannot be compared"),
+        ("TRUE = 1", 7, "cannot be compared"),
+        ("a IN ()", 6, "string literal"),
+        ("a IN (1)", 6, "string literal"),
+        ("a IN ('x' 'y')", 10, "',' or ')'"),
+        ("NOT a IN ('x')", 6, "IN needs a property"),
+        ("'x' IN ('x')", 4, "IN needs a property"),
+        ("a BETWEEN 5 AND 1", 16, "out of order"),
+        ("a BETWEEN 1.5 AND 1", 18, "out of order"),
+        ("a BETWEEN 'a' AND 'b'", 10, "cannot be ordered"),
+        ("a NOT 'x'", 2, "NOT after an operand"),
+        ("a IS TRUE", 5, "NULL or NOT NULL"),
+        ("a IS NOT", 8, "NULL"),
+        ("'x'", 0, "not a boolean"),
+        ("1", 0, "not a boolean"),
+        ("-a", 0, "not a boolean"),
+        ("a AND 'x'", 6, "not a boolean"),
+        ("'x' OR a", 4, "not a boolean"),
+        ("NOT 1", 4, "not a boolean"),
+        ("in = 1", 0, "unexpected 'in'"),
+        ("a = :x", 4, "':'"),
+        ("a = @x", 4, "'@'"),
+        ("a = 1 #", 6, "'#'"),
+        ("é = 1", 0, "'é'"),
+        ("a = 1 \v", 6, "'\\x0b'"),
+        ("a =< 1", 3, "unexpected '<'"),
+        ("a == 1", 3, "unexpected '='"),
+        ("a != 1", 2, "'!'"),
+    ],
+)
 def test_rejections_name_the_first_offending_token(text, position, reason):
     with pytest.raises(FilterExpressionError) as e:
         parse_sql92(text)
@@ -257,13 +432,23 @@ def test_rejections_name_the_first_offending_token(text, position, reason):
     assert reason in e.value.reason
 
 
-@pytest.mark.parametrize("text, position", [
-    ("a = '1' OR java_method('java.lang.Runtime','getRuntime') IS NOT NULL", 22),
-    ("reflect('java.lang.Runtime','getRuntime')", 7), ("a = 1; DROP TABLE x", 5),
-    ("a = '1') OR (1 = 1", 7), ("a = '1' UNION SELECT * FROM t", 8), ("a = x'00'", 5),
-    ("${jndi:ldap://x}", 1), ("a = '\\'' OR 1=1", 7), ("SLEEP(5)", 5), ("a = CHAR(65)", 8),
-    ("TAGS = 'x' OR 1 = 1) --\n", 19), ("a = '1' || 'x'", 8),
-])
+@pytest.mark.parametrize(
+    "text, position",
+    [
+        ("a = '1' OR java_method('java.lang.Runtime','getRuntime') IS NOT NULL", 22),
+        ("reflect('java.lang.Runtime','getRuntime')", 7),
+        ("a = 1; DROP TABLE x", 5),
+        ("a = '1') OR (1 = 1", 7),
+        ("a = '1' UNION SELECT * FROM t", 8),
+        ("a = x'00'", 5),
+        ("${jndi:ldap://x}", 1),
+        ("a = '\\'' OR 1=1", 7),
+        ("SLEEP(5)", 5),
+        ("a = CHAR(65)", 8),
+        ("TAGS = 'x' OR 1 = 1) --\n", 19),
+        ("a = '1' || 'x'", 8),
+    ],
+)
 def test_injection_attempts_do_not_parse(text, position):
     with pytest.raises(FilterExpressionError) as e:
         compile_sql92(text)
@@ -274,8 +459,13 @@ def test_nothing_but_filter_expression_error_escapes():
     rng = random.Random(7)
     alphabet = "ab TAGS=<>()',.+-*/%;\"\\01259eELxX_$\n\t\v-/*notandorinisbetweennullcontains中é\x00😀"
     texts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30))) for _ in range(3000)]
-    texts += ["(" * (MAX_NESTING + 5) + "a" + ")" * (MAX_NESTING + 5), "NOT " * 2000 + "a", "-" * 5000 + "1 = a",
-              "a = 1" + " AND a = 1" * 3000, "'" * 10001]
+    texts += [
+        "(" * (MAX_NESTING + 5) + "a" + ")" * (MAX_NESTING + 5),
+        "NOT " * 2000 + "a",
+        "-" * 5000 + "1 = a",
+        "a = 1" + " AND a = 1" * 3000,
+        "'" * 10001,
+    ]
     for text in texts:
         try:
             parse_sql92(text)
@@ -296,20 +486,74 @@ STEPS_PER_CHAR, STEPS_CONSTANT = 5, 8
 def adversarial(n: int) -> list[str]:
     """Texts of about ``n`` characters that cost the old lexer or parser time quadratic in ``n``, or
     that failed later than the parser, and some long valid ones."""
-    return ["a > " + "-" * n + "1", ")" * n, "a = 1 AND " * (n // 10), "a = 1" + " AND a = 1" * (n // 10),
-            "'" * n, "'" * (n + 1), "'''" + "x" * n, "a = " + "0" * n, "a = 1 /*" + "x" * n, "a = 1 /*" + "*/" * (n // 2),
-            "a = 1 " + "-- x " * (n // 5), "a = 1" + " -- c\n" * (n // 6), "--" + " " * n, "a" + " IS NULL" * (n // 8),
-            "(" * (n // 2) + "a" + ")" * (n // 2), "NOT " * (n // 4) + "a", "a" + " = TRUE" * (n // 7), "a = '" + "''" * (n // 2) + "'",
-            "a IN (" + "'x', " * (n // 5) + "'y')", "1e" * (n // 2), ".5" * (n // 2), "\n" * n + "a", "\r\n" * (n // 2),
-            "a = '" + "x" * n + "\ud800'", "a = 1 OR " + "(" * 50 + "b = 2 AND c" * (n // 12) + ")" * 50,
-            "a" + " CONTAINS 'x'" * (n // 13), '"' * n, "a = 1 " + "\t\f" * (n // 2)]
+    return [
+        "a > " + "-" * n + "1",
+        ")" * n,
+        "a = 1 AND " * (n // 10),
+        "a = 1" + " AND a = 1" * (n // 10),
+        "'" * n,
+        "'" * (n + 1),
+        "'''" + "x" * n,
+        "a = " + "0" * n,
+        "a = 1 /*" + "x" * n,
+        "a = 1 /*" + "*/" * (n // 2),
+        "a = 1 " + "-- x " * (n // 5),
+        "a = 1" + " -- c\n" * (n // 6),
+        "--" + " " * n,
+        "a" + " IS NULL" * (n // 8),
+        "(" * (n // 2) + "a" + ")" * (n // 2),
+        "NOT " * (n // 4) + "a",
+        "a" + " = TRUE" * (n // 7),
+        "a = '" + "''" * (n // 2) + "'",
+        "a IN (" + "'x', " * (n // 5) + "'y')",
+        "1e" * (n // 2),
+        ".5" * (n // 2),
+        "\n" * n + "a",
+        "\r\n" * (n // 2),
+        "a = '" + "x" * n + "\ud800'",
+        "a = 1 OR " + "(" * 50 + "b = 2 AND c" * (n // 12) + ")" * 50,
+        "a" + " CONTAINS 'x'" * (n // 13),
+        '"' * n,
+        "a = 1 " + "\t\f" * (n // 2),
+    ]
 
 
 def mutations(rng: random.Random, count: int) -> list[str]:
     """Valid expressions (the literal cases and random ones) with a few characters inserted, deleted or replaced."""
     valid = [text for text, _, _ in LITERAL_CASES] + [random_expression(rng) for _ in range(200)]
-    bits = ["'", "''", "(", ")", "-", "--", "/*", "*/", "\n", "\r", " ", "0", "1e", ".", "L", "NOT ", " AND ", "IS ",
-            "\ud800", "\udfff", "é", "😀", "\x00", "\v", ";", '"', "=", "<>", "BETWEEN ", ",", "IN ("]
+    bits = [
+        "'",
+        "''",
+        "(",
+        ")",
+        "-",
+        "--",
+        "/*",
+        "*/",
+        "\n",
+        "\r",
+        " ",
+        "0",
+        "1e",
+        ".",
+        "L",
+        "NOT ",
+        " AND ",
+        "IS ",
+        "\ud800",
+        "\udfff",
+        "é",
+        "😀",
+        "\x00",
+        "\v",
+        ";",
+        '"',
+        "=",
+        "<>",
+        "BETWEEN ",
+        ",",
+        "IN (",
+    ]
     out = []
     for _ in range(count):
         chars = list(rng.choice(valid))
@@ -387,11 +631,20 @@ def test_over_long_text_is_refused_at_the_limit_before_it_is_read():
         assert "max_filter_expression_length" in e.value.reason
 
 
-@pytest.mark.parametrize("text, position", [
-    ("a = '\ud800'", 5), ("a = 'x\udfff' AND b", 6), ("a IN ('x', 'y\udbff')", 13), ("\ud800 = 1", 0),
-    ("a = 1 AND b\ud800 = 2", 11), ("a = 1 /* \ud800 */", 9), ("a = 1 -- \udc00\n", 9), ("a = 'x' AND \udfff", 12),
-    ("a = 1 AND '\ud83d\ude00' = b", 11),
-])
+@pytest.mark.parametrize(
+    "text, position",
+    [
+        ("a = '\ud800'", 5),
+        ("a = 'x\udfff' AND b", 6),
+        ("a IN ('x', 'y\udbff')", 13),
+        ("\ud800 = 1", 0),
+        ("a = 1 AND b\ud800 = 2", 11),
+        ("a = 1 /* \ud800 */", 9),
+        ("a = 1 -- \udc00\n", 9),
+        ("a = 'x' AND \udfff", 12),
+        ("a = 1 AND '\ud83d\ude00' = b", 11),
+    ],
+)
 def test_lone_surrogates_are_refused_where_they_are(text, position):
     with pytest.raises(FilterExpressionError) as e:
         parse_sql92(text)
@@ -402,8 +655,11 @@ def test_lone_surrogates_are_refused_where_they_are(text, position):
 
 def test_nesting_at_the_limit_parses_and_one_deeper_is_refused():
     deepest = MAX_NESTING - 1  # the operand inside them is one level more
-    for make, at in [(lambda k: "(" * k + "a = 1" + ")" * k, lambda k: k), (lambda k: "NOT " * k + "a", lambda k: 4 * k),
-                     (lambda k: "-" * k + "1 < a", lambda k: k)]:
+    for make, at in [
+        (lambda k: "(" * k + "a = 1" + ")" * k, lambda k: k),
+        (lambda k: "NOT " * k + "a", lambda k: 4 * k),
+        (lambda k: "-" * k + "1 < a", lambda k: k),
+    ]:
         assert str(parse_sql92(make(deepest)))
         with pytest.raises(FilterExpressionError) as e:
             parse_sql92(make(deepest + 1))
@@ -441,8 +697,9 @@ def test_store_settings_are_the_limits(spark, store_path):
     with pytest.raises(FilterExpressionError, match="max_filter_expression_length") as e:
         MessageSelector.by_sql("a = 1 OR b = 2 OR c = 3 OR d = 4").parse("TopicTest", config)
     assert e.value.position == 30
-    store = MessageStore.create(store_path, spark, max_filter_expression_length=MAX_EXPRESSION_LENGTH * 2,
-                                max_filter_expression_nesting=3)
+    store = MessageStore.create(
+        store_path, spark, max_filter_expression_length=MAX_EXPRESSION_LENGTH * 2, max_filter_expression_nesting=3
+    )
     store.create_topic("TopicTest", queues=1)
     longer = "a = '" + "x" * MAX_EXPRESSION_LENGTH + "' OR TAGS IS NULL"  # over the default, within the store's
     store.subscribe("GroupL", "TopicTest", MessageSelector.by_sql(longer))
@@ -460,7 +717,7 @@ def test_store_settings_are_the_limits(spark, store_path):
 def test_canonical_text_and_expression_object():
     e = parse_sql92("not a=1 or b in('x','y''z') and c between -1 and 2.5")
     assert str(e) == "(NOT a) = 1 OR (b IN ('x', 'y''z') AND c BETWEEN -1 AND 2.5)"
-    assert repr(e) == 'Sql92Expression("(NOT a) = 1 OR (b IN (\'x\', \'y\'\'z\') AND c BETWEEN -1 AND 2.5)")'
+    assert repr(e) == "Sql92Expression(\"(NOT a) = 1 OR (b IN ('x', 'y''z') AND c BETWEEN -1 AND 2.5)\")"
     assert e.text == "not a=1 or b in('x','y''z') and c between -1 and 2.5"
     assert e.properties == frozenset({"a", "b", "c"}) and isinstance(e, Sql92Expression)
     for text, _, _ in LITERAL_CASES:
@@ -471,14 +728,24 @@ def test_canonical_text_and_expression_object():
 # -- the sqlglot dialect ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text, spark_text", [
-    ("a BETWEEN 1 AND 2", "a BETWEEN 1 AND 2"), ("a NOT BETWEEN 1 AND 2", "NOT a BETWEEN 1 AND 2"),
-    ("a IN ('x', 'y''z')", "a IN ('x', 'y\\'z')"), ("a NOT IN ('x')", "NOT a IN ('x')"),
-    ("a IS NULL", "a IS NULL"), ("a IS NOT NULL", "NOT a IS NULL"), ("a CONTAINS 'x'", "CONTAINS(a, 'x')"),
-    ("a NOT STARTSWITH 'x'", "NOT STARTSWITH(a, 'x')"), ("a ENDSWITH 'x'", "ENDSWITH(a, 'x')"),
-    ("(NOT a) = 1", "(NOT a) = 1"), ("a <> 10L", "a <> 10L"), ("a = 1 IS NULL", "(a = 1) IS NULL"),
-    ("a > -b OR TRUE AND c = .5", "a > -b OR TRUE AND c = .5"),
-])
+@pytest.mark.parametrize(
+    "text, spark_text",
+    [
+        ("a BETWEEN 1 AND 2", "a BETWEEN 1 AND 2"),
+        ("a NOT BETWEEN 1 AND 2", "NOT a BETWEEN 1 AND 2"),
+        ("a IN ('x', 'y''z')", "a IN ('x', 'y\\'z')"),
+        ("a NOT IN ('x')", "NOT a IN ('x')"),
+        ("a IS NULL", "a IS NULL"),
+        ("a IS NOT NULL", "NOT a IS NULL"),
+        ("a CONTAINS 'x'", "CONTAINS(a, 'x')"),
+        ("a NOT STARTSWITH 'x'", "NOT STARTSWITH(a, 'x')"),
+        ("a ENDSWITH 'x'", "ENDSWITH(a, 'x')"),
+        ("(NOT a) = 1", "(NOT a) = 1"),
+        ("a <> 10L", "a <> 10L"),
+        ("a = 1 IS NULL", "(a = 1) IS NULL"),
+        ("a > -b OR TRUE AND c = .5", "a > -b OR TRUE AND c = .5"),
+    ],
+)
 def test_dialect_transpiles_to_spark(text, spark_text):
     assert sqlglot.transpile(text, read=RocketMQSQL92, write="spark") == [spark_text]
 
@@ -489,8 +756,9 @@ def test_dialect_builds_sqlglot_expressions():
     not_null = exp.Not(this=exp.Is(this=exp.column("b"), expression=exp.Null()))
     between = exp.Between(this=exp.column("c"), low=exp.Literal.number(1), high=exp.Literal.number(2))
     assert tree == exp.Or(this=exp.And(this=contains, expression=not_null), expression=between)
-    assert [t.token_type for t in RocketMQSQL92().tokenize("a contains 'x' startswith 'y' endswith 'z'")][1::2] \
-        == list(MATCH_TOKENS.values())
+    assert [t.token_type for t in RocketMQSQL92().tokenize("a contains 'x' startswith 'y' endswith 'z'")][1::2] == list(
+        MATCH_TOKENS.values()
+    )
     with pytest.raises(sqlglot.TokenError, match="unterminated string literal"):
         RocketMQSQL92().tokenize("a = 'x")
 
@@ -520,9 +788,13 @@ def test_dialect_reads_every_valid_selector_as_the_parser_of_record():
     """sqlglot's reading of the text itself, through the dialect, is the store's parser's tree: on the
     literal cases, RocketMQ's cases, random expressions and fuzzed ones that stay valid."""
     rng = random.Random(5)
-    texts = ([t for t, _, _ in LITERAL_CASES] + [c["expr"] for c in _conformance() if c["expected"] != "parse_error"]
-             + [random_expression(rng) for _ in range(1000)] + mutations(rng, 2000)
-             + ["a = 1" + " AND b IN ('x')" * 3000, "a = 1" + " OR b = 2 AND c" * 2000])
+    texts = (
+        [t for t, _, _ in LITERAL_CASES]
+        + [c["expr"] for c in _conformance() if c["expected"] != "parse_error"]
+        + [random_expression(rng) for _ in range(1000)]
+        + mutations(rng, 2000)
+        + ["a = 1" + " AND b IN ('x')" * 3000, "a = 1" + " OR b = 2 AND c" * 2000]
+    )
     checked = 0
     for text in texts:
         try:
@@ -538,23 +810,38 @@ def test_dialect_reads_every_valid_selector_as_the_parser_of_record():
 
 def test_dialect_reads_levels_as_rocketmq_does():
     """IS NULL with =, ordering with BETWEEN/IN/CONTAINS, left to right, NOT on one operand."""
-    for text in ("a > 1 CONTAINS 'x'", "a = 1 IS NULL", "a IS NULL = TRUE", "a IN ('x') CONTAINS 'y'",
-                 "a CONTAINS 'x' IS NULL", "a > 1 = TRUE", "a = 1 = TRUE", "a BETWEEN 1 AND 2 AND b",
-                 "a NOT BETWEEN -1 AND 2 OR c < -b", "NOT (a = 1) AND b NOT IN ('x', 'y')"):
+    for text in (
+        "a > 1 CONTAINS 'x'",
+        "a = 1 IS NULL",
+        "a IS NULL = TRUE",
+        "a IN ('x') CONTAINS 'y'",
+        "a CONTAINS 'x' IS NULL",
+        "a > 1 = TRUE",
+        "a = 1 = TRUE",
+        "a BETWEEN 1 AND 2 AND b",
+        "a NOT BETWEEN -1 AND 2 OR c < -b",
+        "NOT (a = 1) AND b NOT IN ('x', 'y')",
+    ):
         assert sqlglot.transpile(text, read=RocketMQSQL92, write=RocketMQSQL92) == [str(parse_sql92(text))], text
 
 
 def test_expressions_built_with_sqlglot_are_checked_as_text_is():
     a, b = exp.column("a"), exp.column("b")
-    built = exp.Or(this=exp.Not(this=exp.In(this=a, expressions=[exp.Literal.string("x")])),
-                   expression=exp.Between(this=b, low=exp.Literal.number(1), high=exp.Literal.number("10L")))
+    built = exp.Or(
+        this=exp.Not(this=exp.In(this=a, expressions=[exp.Literal.string("x")])),
+        expression=exp.Between(this=b, low=exp.Literal.number(1), high=exp.Literal.number("10L")),
+    )
     e = Sql92Expression.from_sqlglot(built)
-    assert e.tree == Logic("OR", (InList(Property("a"), ("x",), negated=True),
-                                  Between(Property("b"), Literal(1, INT), Literal(10, INT))))
+    assert e.tree == Logic(
+        "OR", (InList(Property("a"), ("x",), negated=True), Between(Property("b"), Literal(1, INT), Literal(10, INT)))
+    )
     assert e.evaluate({"a": "x", "b": "5"}) and not e.evaluate({"a": "x", "b": "50"})
-    for refused, reason in [(a.eq(exp.Null()), "NULL cannot be compared"), (a > exp.Literal.string("x"), "cannot be ordered"),
-                            (exp.Anonymous(this="f", expressions=[a]), "function calls"),
-                            (exp.Add(this=a, expression=b).eq(1), "arithmetic")]:
+    for refused, reason in [
+        (a.eq(exp.Null()), "NULL cannot be compared"),
+        (a > exp.Literal.string("x"), "cannot be ordered"),
+        (exp.Anonymous(this="f", expressions=[a]), "function calls"),
+        (exp.Add(this=a, expression=b).eq(1), "arithmetic"),
+    ]:
         with pytest.raises(FilterExpressionError, match=reason):
             Sql92Expression.from_sqlglot(refused)
     with pytest.raises(FilterExpressionError, match="nested more than 1 deep"):
@@ -562,8 +849,13 @@ def test_expressions_built_with_sqlglot_are_checked_as_text_is():
 
 
 def test_spark_sql_of_deep_trees_within_the_display_depth_and_none_beyond():
-    shapes = [lambda k: "NOT " * k + "a", lambda k: "NOT (" * k + "a" + ")" * k, lambda k: "-" * k + "1 < a",
-              lambda k: "a" + " IS NULL" * k, lambda k: "(" * k + "a" + ") CONTAINS 'x' AND b" * k]
+    shapes = [
+        lambda k: "NOT " * k + "a",
+        lambda k: "NOT (" * k + "a" + ")" * k,
+        lambda k: "-" * k + "1 < a",
+        lambda k: "a" + " IS NULL" * k,
+        lambda k: "(" * k + "a" + ") CONTAINS 'x' AND b" * k,
+    ]
     for make in shapes:
         deepest = 1
         while parse_sql92(make(deepest + 1)).tree.depth <= DISPLAY_MAX_DEPTH:
@@ -600,10 +892,20 @@ def test_dialect_round_trips_every_tree():
 # -- Java's number parsers ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text, value", [
-    ("5", 5), ("+5", 5), ("-0", 0), ("0005", 5), ("٣", 3), ("５", 5), ("-१२", -12), ("2147483647", 2**31 - 1),
-    ("-2147483648", -2**31),
-])
+@pytest.mark.parametrize(
+    "text, value",
+    [
+        ("5", 5),
+        ("+5", 5),
+        ("-0", 0),
+        ("0005", 5),
+        ("٣", 3),
+        ("５", 5),
+        ("-१२", -12),
+        ("2147483647", 2**31 - 1),
+        ("-2147483648", -(2**31)),
+    ],
+)
 def test_java_integer_value_of(text, value):
     assert java_parse_int(text) == value
 
@@ -615,23 +917,61 @@ def test_java_integer_value_of_throws(text):
 
 
 def test_java_long_value_of():
-    assert java_parse_long("9223372036854775807") == 2**63 - 1 and java_parse_long("-9223372036854775808") == -2**63
+    assert java_parse_long("9223372036854775807") == 2**63 - 1 and java_parse_long("-9223372036854775808") == -(2**63)
     with pytest.raises(JavaEvaluationError):
         java_parse_long("9223372036854775808")
 
 
-@pytest.mark.parametrize("text, value", [
-    ("5", 5.0), (" 5 \n", 5.0), ("\x00\x1f5\x20", 5.0), ("5.", 5.0), (".5", 0.5), ("1e3", 1000.0), ("1E+3", 1000.0),
-    ("5f", 5.0), ("5D", 5.0), ("0x1p3", 8.0), ("0x1.8p1", 3.0), ("-0X.8P1d", -1.0), ("-Infinity", -math.inf),
-    ("Infinity ", math.inf), ("1e400", math.inf), ("0x1p99999999999", math.inf), ("-0.0", -0.0),
-    ("1e-400", 0.0), ("9007199254740993", 9007199254740992.0),
-])
+@pytest.mark.parametrize(
+    "text, value",
+    [
+        ("5", 5.0),
+        (" 5 \n", 5.0),
+        ("\x00\x1f5\x20", 5.0),
+        ("5.", 5.0),
+        (".5", 0.5),
+        ("1e3", 1000.0),
+        ("1E+3", 1000.0),
+        ("5f", 5.0),
+        ("5D", 5.0),
+        ("0x1p3", 8.0),
+        ("0x1.8p1", 3.0),
+        ("-0X.8P1d", -1.0),
+        ("-Infinity", -math.inf),
+        ("Infinity ", math.inf),
+        ("1e400", math.inf),
+        ("0x1p99999999999", math.inf),
+        ("-0.0", -0.0),
+        ("1e-400", 0.0),
+        ("9007199254740993", 9007199254740992.0),
+    ],
+)
 def test_java_double_value_of(text, value):
     assert java_parse_double(text) == value and math.copysign(1, java_parse_double(text)) == math.copysign(1, value)
 
 
-@pytest.mark.parametrize("text", ["", "nan", "inf", "infinity", "1e", "1.5.3", "0x1.8", "5dd", "٥", "\u00a05",
-                                  "1_000", "0x", ".", "+", "NaNd", "1e3.5", "0x1p3.5"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "nan",
+        "inf",
+        "infinity",
+        "1e",
+        "1.5.3",
+        "0x1.8",
+        "5dd",
+        "٥",
+        "\u00a05",
+        "1_000",
+        "0x",
+        ".",
+        "+",
+        "NaNd",
+        "1e3.5",
+        "0x1p3.5",
+    ],
+)
 def test_java_double_value_of_throws(text):
     with pytest.raises(JavaEvaluationError):
         java_parse_double(text)
@@ -643,10 +983,44 @@ def test_java_double_nan_forms():
 
 # -- Spark specifics --------------------------------------------------------------------------------
 
-ANSI_VALUES = ["abc", "9999999999999999999999", "", " 5", "5 ", "NaN", "nan", "inf", "1e400", "0x1p3", "١٢",
-               "-0.0", "5.0", "2147483648", "1_000", "5L", "+", "\u00a05", "0" * 30 + "5", "-" + "9" * 40, None]
-ANSI_EXPRESSIONS = ["a > 5", "a = 5", "a <> 5", "a = 5000000000", "a < 1.5", "a BETWEEN 1 AND 10", "a > b",
-                    "a = b", "b <= a", "a IN ('abc', '')", "a = TRUE", "a > 5 OR a < 5", "5.5 >= a"]
+ANSI_VALUES = [
+    "abc",
+    "9999999999999999999999",
+    "",
+    " 5",
+    "5 ",
+    "NaN",
+    "nan",
+    "inf",
+    "1e400",
+    "0x1p3",
+    "١٢",
+    "-0.0",
+    "5.0",
+    "2147483648",
+    "1_000",
+    "5L",
+    "+",
+    "\u00a05",
+    "0" * 30 + "5",
+    "-" + "9" * 40,
+    None,
+]
+ANSI_EXPRESSIONS = [
+    "a > 5",
+    "a = 5",
+    "a <> 5",
+    "a = 5000000000",
+    "a < 1.5",
+    "a BETWEEN 1 AND 10",
+    "a > b",
+    "a = b",
+    "b <= a",
+    "a IN ('abc', '')",
+    "a = TRUE",
+    "a > 5 OR a < 5",
+    "5.5 >= a",
+]
 
 
 @pytest.mark.parametrize("ansi", ["true", "false"])
@@ -681,9 +1055,34 @@ def test_columns_are_built_from_functions_only():
 
 # -- randomized cross-check: reference evaluator vs Spark -----------------------------------------
 
-PROPERTY_VALUES = ["1", "5", "+5", "-0", "05", "2147483648", "9223372036854775808", "-1.5", "5.0", "1e3", "NaN",
-                   "-Infinity", "0x1p3", " 7", "7 ", "abc", "", "true", "TRUE", "false", "５", "0.0", "-0.0", "x",
-                   "5d", "it's"]
+PROPERTY_VALUES = [
+    "1",
+    "5",
+    "+5",
+    "-0",
+    "05",
+    "2147483648",
+    "9223372036854775808",
+    "-1.5",
+    "5.0",
+    "1e3",
+    "NaN",
+    "-Infinity",
+    "0x1p3",
+    " 7",
+    "7 ",
+    "abc",
+    "",
+    "true",
+    "TRUE",
+    "false",
+    "５",
+    "0.0",
+    "-0.0",
+    "x",
+    "5d",
+    "it's",
+]
 NUMBERS = ["0", "1", "5", "7", "10L", "2147483648", "5000000000", "1.5", "5.0", "0.5", "1e3", "-1", "-1.5", "--5"]
 STRINGS = ["'x'", "'abc'", "''", "'true'", "'5'", "'it''s'"]
 
@@ -691,8 +1090,10 @@ STRINGS = ["'x'", "'abc'", "''", "'true'", "'5'", "'it''s'"]
 def random_expression(rng: random.Random, depth: int = 0) -> str:
     prop = rng.choice("abc")
     operand = lambda: rng.choice([rng.choice("abc")] * 4 + NUMBERS + STRINGS + ["TRUE", "FALSE", "-c"])  # noqa: E731
-    kind = rng.choice(["cmp", "cmp", "cmp", "between", "in", "null", "match", "bare"]
-                      + (["not", "logic", "logic", "nested"] if depth < 3 else []))
+    kind = rng.choice(
+        ["cmp", "cmp", "cmp", "between", "in", "null", "match", "bare"]
+        + (["not", "logic", "logic", "nested"] if depth < 3 else [])
+    )
     if kind == "cmp":
         return f"{operand()} {rng.choice(['=', '<>', '>', '>=', '<', '<='])} {operand()}"
     if kind == "between":
@@ -727,8 +1128,12 @@ def test_random_expressions_python_vs_spark(spark):
     df = spark.createDataFrame([(i, m) for i, m in enumerate(maps)], "i int, properties map<string,string>")
     columns = to_columns([e.tree for e in expressions])
     rows = df.select("i", *(c.alias(f"e{j}") for j, c in enumerate(columns))).collect()
-    mismatches = [(e.text, maps[row.i], e.evaluate(maps[row.i]), row[f"e{j}"])
-                  for row in rows for j, e in enumerate(expressions) if row[f"e{j}"] is not e.evaluate(maps[row.i])]
+    mismatches = [
+        (e.text, maps[row.i], e.evaluate(maps[row.i]), row[f"e{j}"])
+        for row in rows
+        for j, e in enumerate(expressions)
+        if row[f"e{j}"] is not e.evaluate(maps[row.i])
+    ]
     assert not mismatches[:10]
     for e in expressions:  # the canonical text parses back to the same tree
         assert parse_sql92(str(e)).tree == e.tree, e.text

@@ -38,6 +38,7 @@ def diagonal(cases: list[tuple[str, dict[str, str]]]) -> list[bool]:
 
 # -- the literal cases of the grammar's tests, and RocketMQ's conformance cases --------------------
 
+
 def test_literal_cases_one_by_one():
     wrong = [(t, p) for t, p, want in LITERAL_CASES if arrow(t, p) != [want]]
     assert not wrong
@@ -56,61 +57,106 @@ def test_conformance_cases():
 
 # -- small cases, by concept ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("text, maps, expected", [
-    # absent, present, null map
-    ("a IS NULL", [{}, {"a": ""}, None], [True, False, True]),
-    ("a IS NOT NULL", [{}, {"a": ""}, None], [False, True, False]),
-    ("a = 'x'", [{"a": "x"}, {"b": "x"}, None], [True, False, False]),
-    ("'x' <> a", [{"a": "x"}, {}, None], [False, True, True]),
-    ("a = b", [{}, {"a": "1", "b": "1"}, {"a": "1"}, {"b": "1"}], [True, True, False, False]),
-    ("a <> b", [{}, {"a": "1", "b": "1"}, {"a": "1"}, {"b": "1"}], [False, False, True, False]),
-    # three-valued logic and short-circuit
-    ("a = 1 AND b = 2", [{"a": "1", "b": "2"}, {"a": "1"}, {"b": "2"}], [True, False, False]),
-    ("NOT (a = 1 AND b = 2)", [{"a": "2"}, {"a": "1"}, {}], [True, False, False]),
-    ("a = 1 OR b > 1", [{"a": "1", "b": "x"}, {"a": "2", "b": "x"}, {"b": "2"}], [True, False, True]),
-    ("b > 1 OR a = 1", [{"a": "1", "b": "x"}, {"a": "1", "b": "0"}], [False, True]),
-    ("c IS NULL OR b > 1", [{"b": "x"}, {"c": "", "b": "x"}], [True, False]),
-    ("(b > 1) IS NULL", [{"b": "x"}, {}, {"b": "0"}], [False, True, False]),
-    ("(b > 1) = a", [{"b": "2", "a": "true"}, {"b": "2"}, {"a": "x"}], [False, False, False]),
-    ("NOT a", [{"a": "x"}, {"a": "true"}, {}], [True, True, False]),
-    ("a = TRUE", [{"a": "TrUe"}, {"a": "yes"}, {}], [True, False, False]),
-    ("a <> TRUE", [{"a": "TrUe"}, {"a": "yes"}, {}], [False, True, False]),
-    ("TRUE <> a", [{"a": "true"}, {}], [False, True]),
-    # IN, CONTAINS, STARTSWITH, ENDSWITH
-    ("a IN ('x', 'it''s')", [{"a": "it's"}, {"a": "X"}, {}], [True, False, False]),
-    ("a NOT IN ('x')", [{"a": "y"}, {"a": "x"}, {}], [True, False, False]),
-    ("a CONTAINS 'é'", [{"a": "café"}, {"a": "cafe"}, {}], [True, False, False]),
-    ("a NOT CONTAINS 'b'", [{"a": "abc"}, {"a": "x"}, {}], [False, True, False]),
-    ("a STARTSWITH 'ab'", [{"a": "abc"}, {"a": "xab"}], [True, False]),
-    ("a NOT ENDSWITH 'bc'", [{"a": "abc"}, {"a": "bcx"}, {}], [False, True, False]),
-    ("a NOT STARTSWITH ''", [{"a": "x"}, {}], [False, False]),
-    ("(a = 1) CONTAINS 'x'", [{"a": "1"}, {"a": "y"}], [False, False]),
-    # numbers: Integer, Long, Double literals
-    ("a = 5", [{"a": "5"}, {"a": "+5"}, {"a": "05"}, {"a": "5.0"}, {"a": " 5"}, {"a": "٥"}, {"a": "+٠٥"}],
-     [True, True, True, False, False, True, True]),
-    ("a <> 5", [{"a": "5.0"}, {"a": "6"}, {"a": "2147483648"}, {}], [False, True, False, False]),
-    ("a > 2147483646", [{"a": "2147483647"}, {"a": "2147483648"}, {"a": "-2147483648"}, {"a": "-2147483649"}],
-     [True, False, False, False]),
-    ("a > -2147483649", [{"a": "-2147483648"}, {"a": "-9223372036854775808"}, {"a": "-9223372036854775809"}],
-     [True, False, False]),
-    ("a >= 9223372036854775807", [{"a": "9223372036854775807"}, {"a": "9223372036854775808"},
-                                  {"a": "0" * 40 + "9223372036854775807"}], [True, False, True]),
-    ("a < 0", [{"a": "-0"}, {"a": "-1"}, {"a": "+-1"}, {"a": "--1"}, {"a": "-"}, {"a": ""}],
-     [False, True, False, False, False, False]),
-    ("a = 1.5", [{"a": "1.5"}, {"a": " 1.5\t"}, {"a": "1.5f"}, {"a": "15e-1"}, {"a": "0x1.8p0"}, {"a": "0X1.8P0D"},
-                 {"a": "1.5x"}, {"a": "١.5"}], [True, True, True, True, True, True, False, False]),
-    ("a > 1.0", [{"a": "NaN"}, {"a": "-NaN"}, {"a": "Infinity"}, {"a": "-Infinity"}, {"a": "inf"}, {"a": "1e400"},
-                 {"a": "0x1p99999"}], [True, True, True, False, False, True, True]),
-    ("a < 1.0", [{"a": "-0.0"}, {"a": "1e-400"}, {"a": "-0x0p0"}, {"a": "0x1p0"}], [True, True, True, False]),
-    ("a = 1.0", [{"a": "1"}, {"a": "1."}, {"a": "+1.0d"}, {"a": "0x1p0"}, {"a": " 1 "}, {"a": "1e0f"}], [True] * 6),
-    ("a < b", [{"a": "-0.0", "b": "0.0"}, {"a": "1", "b": "NaN"}, {"a": "NaN", "b": "NaN"}, {"a": "x", "b": "1"}],
-     [True, True, False, False]),
-    ("a BETWEEN 1 AND 5", [{"a": "1"}, {"a": "5"}, {"a": "6"}, {"a": "x"}, {}], [True, True, False, False, False]),
-    ("a NOT BETWEEN 1.5 AND 2", [{"a": "1"}, {"a": "1.5"}, {"a": "NaN"}, {}], [True, False, False, False]),
-    ("a NOT BETWEEN 1.5 AND 2.0", [{"a": "NaN"}, {"a": "2.5"}], [True, True]),  # NaN is above 2.0, no Integer
-    ("-a > 0", [{"a": "-5"}], [False]),
-    ("a > --1", [{"a": "2"}, {"a": "1"}], [True, False]),
-])
+
+@pytest.mark.parametrize(
+    "text, maps, expected",
+    [
+        # absent, present, null map
+        ("a IS NULL", [{}, {"a": ""}, None], [True, False, True]),
+        ("a IS NOT NULL", [{}, {"a": ""}, None], [False, True, False]),
+        ("a = 'x'", [{"a": "x"}, {"b": "x"}, None], [True, False, False]),
+        ("'x' <> a", [{"a": "x"}, {}, None], [False, True, True]),
+        ("a = b", [{}, {"a": "1", "b": "1"}, {"a": "1"}, {"b": "1"}], [True, True, False, False]),
+        ("a <> b", [{}, {"a": "1", "b": "1"}, {"a": "1"}, {"b": "1"}], [False, False, True, False]),
+        # three-valued logic and short-circuit
+        ("a = 1 AND b = 2", [{"a": "1", "b": "2"}, {"a": "1"}, {"b": "2"}], [True, False, False]),
+        ("NOT (a = 1 AND b = 2)", [{"a": "2"}, {"a": "1"}, {}], [True, False, False]),
+        ("a = 1 OR b > 1", [{"a": "1", "b": "x"}, {"a": "2", "b": "x"}, {"b": "2"}], [True, False, True]),
+        ("b > 1 OR a = 1", [{"a": "1", "b": "x"}, {"a": "1", "b": "0"}], [False, True]),
+        ("c IS NULL OR b > 1", [{"b": "x"}, {"c": "", "b": "x"}], [True, False]),
+        ("(b > 1) IS NULL", [{"b": "x"}, {}, {"b": "0"}], [False, True, False]),
+        ("(b > 1) = a", [{"b": "2", "a": "true"}, {"b": "2"}, {"a": "x"}], [False, False, False]),
+        ("NOT a", [{"a": "x"}, {"a": "true"}, {}], [True, True, False]),
+        ("a = TRUE", [{"a": "TrUe"}, {"a": "yes"}, {}], [True, False, False]),
+        ("a <> TRUE", [{"a": "TrUe"}, {"a": "yes"}, {}], [False, True, False]),
+        ("TRUE <> a", [{"a": "true"}, {}], [False, True]),
+        # IN, CONTAINS, STARTSWITH, ENDSWITH
+        ("a IN ('x', 'it''s')", [{"a": "it's"}, {"a": "X"}, {}], [True, False, False]),
+        ("a NOT IN ('x')", [{"a": "y"}, {"a": "x"}, {}], [True, False, False]),
+        ("a CONTAINS 'é'", [{"a": "café"}, {"a": "cafe"}, {}], [True, False, False]),
+        ("a NOT CONTAINS 'b'", [{"a": "abc"}, {"a": "x"}, {}], [False, True, False]),
+        ("a STARTSWITH 'ab'", [{"a": "abc"}, {"a": "xab"}], [True, False]),
+        ("a NOT ENDSWITH 'bc'", [{"a": "abc"}, {"a": "bcx"}, {}], [False, True, False]),
+        ("a NOT STARTSWITH ''", [{"a": "x"}, {}], [False, False]),
+        ("(a = 1) CONTAINS 'x'", [{"a": "1"}, {"a": "y"}], [False, False]),
+        # numbers: Integer, Long, Double literals
+        (
+            "a = 5",
+            [{"a": "5"}, {"a": "+5"}, {"a": "05"}, {"a": "5.0"}, {"a": " 5"}, {"a": "٥"}, {"a": "+٠٥"}],
+            [True, True, True, False, False, True, True],
+        ),
+        ("a <> 5", [{"a": "5.0"}, {"a": "6"}, {"a": "2147483648"}, {}], [False, True, False, False]),
+        (
+            "a > 2147483646",
+            [{"a": "2147483647"}, {"a": "2147483648"}, {"a": "-2147483648"}, {"a": "-2147483649"}],
+            [True, False, False, False],
+        ),
+        (
+            "a > -2147483649",
+            [{"a": "-2147483648"}, {"a": "-9223372036854775808"}, {"a": "-9223372036854775809"}],
+            [True, False, False],
+        ),
+        (
+            "a >= 9223372036854775807",
+            [{"a": "9223372036854775807"}, {"a": "9223372036854775808"}, {"a": "0" * 40 + "9223372036854775807"}],
+            [True, False, True],
+        ),
+        (
+            "a < 0",
+            [{"a": "-0"}, {"a": "-1"}, {"a": "+-1"}, {"a": "--1"}, {"a": "-"}, {"a": ""}],
+            [False, True, False, False, False, False],
+        ),
+        (
+            "a = 1.5",
+            [
+                {"a": "1.5"},
+                {"a": " 1.5\t"},
+                {"a": "1.5f"},
+                {"a": "15e-1"},
+                {"a": "0x1.8p0"},
+                {"a": "0X1.8P0D"},
+                {"a": "1.5x"},
+                {"a": "١.5"},
+            ],
+            [True, True, True, True, True, True, False, False],
+        ),
+        (
+            "a > 1.0",
+            [
+                {"a": "NaN"},
+                {"a": "-NaN"},
+                {"a": "Infinity"},
+                {"a": "-Infinity"},
+                {"a": "inf"},
+                {"a": "1e400"},
+                {"a": "0x1p99999"},
+            ],
+            [True, True, True, False, False, True, True],
+        ),
+        ("a < 1.0", [{"a": "-0.0"}, {"a": "1e-400"}, {"a": "-0x0p0"}, {"a": "0x1p0"}], [True, True, True, False]),
+        ("a = 1.0", [{"a": "1"}, {"a": "1."}, {"a": "+1.0d"}, {"a": "0x1p0"}, {"a": " 1 "}, {"a": "1e0f"}], [True] * 6),
+        (
+            "a < b",
+            [{"a": "-0.0", "b": "0.0"}, {"a": "1", "b": "NaN"}, {"a": "NaN", "b": "NaN"}, {"a": "x", "b": "1"}],
+            [True, True, False, False],
+        ),
+        ("a BETWEEN 1 AND 5", [{"a": "1"}, {"a": "5"}, {"a": "6"}, {"a": "x"}, {}], [True, True, False, False, False]),
+        ("a NOT BETWEEN 1.5 AND 2", [{"a": "1"}, {"a": "1.5"}, {"a": "NaN"}, {}], [True, False, False, False]),
+        ("a NOT BETWEEN 1.5 AND 2.0", [{"a": "NaN"}, {"a": "2.5"}], [True, True]),  # NaN is above 2.0, no Integer
+        ("-a > 0", [{"a": "-5"}], [False]),
+        ("a > --1", [{"a": "2"}, {"a": "1"}], [True, False]),
+    ],
+)
 def test_small_cases(text, maps, expected):
     assert arrow(text, *maps) == expected
     assert [parse_sql92(text).evaluate(m or {}) for m in maps] == expected  # the reference agrees
@@ -138,20 +184,100 @@ def test_trees_share_look_ups_and_parses():
     props = props_array([{"u": "3", "amount": "120"}, {"u": "4"}, {"u": "x"}])
     trees = [parse_sql92(t).tree for t in ("u = 3 AND amount < 500", "u = 3 OR amount > 1", "u > 3", "u <> 3")]
     assert [m.tolist() for m in ArrowSql92(trees).matches(props)] == [
-        [True, False, False], [True, False, False], [False, True, False], [False, True, False]]
+        [True, False, False],
+        [True, False, False],
+        [False, True, False],
+        [False, True, False],
+    ]
 
 
 # -- the Java number parsers, value by value -------------------------------------------------------
 
-NUMBER_TEXTS = ["0", "5", "+5", "-5", "05", "-0", "+", "-", "", " 5", "5 ", "\t5\n", "\x005", "5L", "5l", "1_0",
-                "+-5", "--5", "2147483647", "2147483648", "-2147483648", "-2147483649", "9223372036854775807",
-                "9223372036854775808", "-9223372036854775808", "-9223372036854775809", "0" * 30 + "42",
-                "-" + "0" * 30 + "2147483648", "9" * 40, "١٢", "+١", "٣x", "٠٠٠٥", "𝟓", "५", "五", "5.0", "5.", ".5",
-                ".", "1e3", "1E+3", "1e", "e3", "1e400", "-1e-400", "NaN", "-NaN", "+NaN", "nan", "Infinity",
-                "+Infinity", "-Infinity", "infinity", "Inf", "5f", "5F", "5d", "5D", "5df", "0x10", "0x1p4", "0X1P4",
-                "0x1.8p1", "-0x.8p1f", "0x1p99999", "0x1p-99999", "0xp1", "0x1.p1", "0x.p1", " 0x1p0 ", "1.5e-7",
-                "4.9e-324", "2.4703282292062328e-324", "1.7976931348623159e308", "9007199254740993",
-                "0." + "0" * 300 + "1e301", "1." + "0" * 500 + "1", "١.٥", "true", "x", "é", "٥٥٥٥٥٥٥٥٥٥٥"]
+NUMBER_TEXTS = [
+    "0",
+    "5",
+    "+5",
+    "-5",
+    "05",
+    "-0",
+    "+",
+    "-",
+    "",
+    " 5",
+    "5 ",
+    "\t5\n",
+    "\x005",
+    "5L",
+    "5l",
+    "1_0",
+    "+-5",
+    "--5",
+    "2147483647",
+    "2147483648",
+    "-2147483648",
+    "-2147483649",
+    "9223372036854775807",
+    "9223372036854775808",
+    "-9223372036854775808",
+    "-9223372036854775809",
+    "0" * 30 + "42",
+    "-" + "0" * 30 + "2147483648",
+    "9" * 40,
+    "١٢",
+    "+١",
+    "٣x",
+    "٠٠٠٥",
+    "𝟓",
+    "५",
+    "五",
+    "5.0",
+    "5.",
+    ".5",
+    ".",
+    "1e3",
+    "1E+3",
+    "1e",
+    "e3",
+    "1e400",
+    "-1e-400",
+    "NaN",
+    "-NaN",
+    "+NaN",
+    "nan",
+    "Infinity",
+    "+Infinity",
+    "-Infinity",
+    "infinity",
+    "Inf",
+    "5f",
+    "5F",
+    "5d",
+    "5D",
+    "5df",
+    "0x10",
+    "0x1p4",
+    "0X1P4",
+    "0x1.8p1",
+    "-0x.8p1f",
+    "0x1p99999",
+    "0x1p-99999",
+    "0xp1",
+    "0x1.p1",
+    "0x.p1",
+    " 0x1p0 ",
+    "1.5e-7",
+    "4.9e-324",
+    "2.4703282292062328e-324",
+    "1.7976931348623159e308",
+    "9007199254740993",
+    "0." + "0" * 300 + "1e301",
+    "1." + "0" * 500 + "1",
+    "١.٥",
+    "true",
+    "x",
+    "é",
+    "٥٥٥٥٥٥٥٥٥٥٥",
+]
 
 
 def _java(parse, text: str):
@@ -179,14 +305,15 @@ def test_random_number_texts():
     rng = random.Random(11)
     alphabet = "0123456789" * 3 + "+-.eExXpPfFdD _aN١٥" + " \t"
     texts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 8))) for _ in range(3000)]
-    texts += [f"{rng.choice(['', '+', '-'])}{rng.randint(0, 10**rng.randint(1, 25))}" for _ in range(2000)]
+    texts += [f"{rng.choice(['', '+', '-'])}{rng.randint(0, 10 ** rng.randint(1, 25))}" for _ in range(2000)]
     texts += [repr(rng.uniform(-1e6, 1e6) * 10 ** rng.randint(-320, 300)) for _ in range(2000)]
     texts += [float.hex(rng.uniform(-10, 10)) for _ in range(200)]
     array = pa.array(texts)
     for java_type in (JavaType.INT, JavaType.LONG):
         values, ok = _parse_int(array, java_type)
         assert [int(v) if k else None for v, k in zip(values, ok)] == [
-            _java(lambda t: java_parse_int(t, java_type), t) for t in texts]
+            _java(lambda t: java_parse_int(t, java_type), t) for t in texts
+        ]
     values, ok = _parse_double(array)
     got = [repr(float(v)) if k else None for v, k in zip(values, ok)]
     assert got == [None if (w := _java(java_parse_double, t)) is None else repr(w) for t in texts]
@@ -194,8 +321,21 @@ def test_random_number_texts():
 
 # -- randomized cross-check against the reference evaluator ---------------------------------------
 
-MORE_VALUES = PROPERTY_VALUES + ["2147483647", "-2147483648", "-9223372036854775808", "0x1.8p1", "+", "١٢", " 5 ",
-                                 "Infinity", "1e400", "-0x0p0", "\t7\n", "tRuE", "5f"]
+MORE_VALUES = PROPERTY_VALUES + [
+    "2147483647",
+    "-2147483648",
+    "-9223372036854775808",
+    "0x1.8p1",
+    "+",
+    "١٢",
+    " 5 ",
+    "Infinity",
+    "1e400",
+    "-0x0p0",
+    "\t7\n",
+    "tRuE",
+    "5f",
+]
 
 
 def test_random_expressions_against_the_reference():
@@ -208,8 +348,12 @@ def test_random_expressions_against_the_reference():
             continue
     maps = [{p: rng.choice(MORE_VALUES) for p in "abc" if rng.random() < 0.75} for _ in range(80)] + [{}]
     matches = ArrowSql92([e.tree for e in expressions]).matches(props_array(maps))
-    mismatches = [(e.text, m, e.evaluate(m)) for e, got in zip(expressions, matches)
-                  for m, g in zip(maps, got.tolist()) if g is not e.evaluate(m)]
+    mismatches = [
+        (e.text, m, e.evaluate(m))
+        for e, got in zip(expressions, matches)
+        for m, g in zip(maps, got.tolist())
+        if g is not e.evaluate(m)
+    ]
     assert mismatches[:10] == []
 
 
@@ -223,8 +367,9 @@ def test_random_expressions_one_tree_at_a_time():
             expression = parse_sql92(random_expression(rng))
         except FilterExpressionError:
             continue
-        assert evaluate_batch(expression.tree, array).to_pylist() == [expression.evaluate(m) for m in maps], \
+        assert evaluate_batch(expression.tree, array).to_pylist() == [expression.evaluate(m) for m in maps], (
             expression.text
+        )
         checked += 1
 
 

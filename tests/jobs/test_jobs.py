@@ -15,8 +15,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_quickstart_job(tmp_path, python_env):
-    out = subprocess.run([sys.executable, str(ROOT / "jobs" / "quickstart.py"), "--store", str(tmp_path / "qs"),
-                          "--messages", "400"], env=python_env, capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "jobs" / "quickstart.py"), "--store", str(tmp_path / "qs"), "--messages", "400"],
+        env=python_env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     text = out.stdout
     assert "sent: 40 messages one by one (send_batch), 360 as a DataFrame (send_dataframe)" in text
@@ -35,8 +40,13 @@ def test_missing_java_is_a_clear_message(store, tmp_path, python_env):
     conf.write_text((ROOT / "spark-defaults.conf").read_text() + "spark.storelib.dispatch_local_max_bytes 0\n")
     env = {**python_env, "PATH": str(tmp_path), "JAVA_HOME": "", "STORELIB_SPARK_CONF": str(conf)}
     env.pop("JAVA_HOME")
-    out = subprocess.run([sys.executable, str(ROOT / "jobs" / "dispatch.py"), "--store", store.root],
-                         env=env, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "jobs" / "dispatch.py"), "--store", store.root],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 2
     assert "Spark needs Java 17 or newer" in out.stderr
     assert "Traceback" not in out.stderr
@@ -62,13 +72,18 @@ def test_sql_queue_depth_equals_python_answer(spark, store):
     store.table("consume_queue").createOrReplaceTempView("consume_queue")
     rows = spark.sql((ROOT / "sql" / "consume_queue_depth.sql").read_text()).collect()
     assert [(r.queue_id, r.messages, r.min_offset, r.max_offset) for r in rows] == [
-        (q, n, 0, store.max_queue_offset("TopicTest", q)) for q, n in ((0, 3), (1, 2), (2, 2))]
+        (q, n, 0, store.max_queue_offset("TopicTest", q)) for q, n in ((0, 3), (1, 2), (2, 2))
+    ]
 
 
 def test_readme_commands_are_what_ci_runs():
     readme = (ROOT / "README.md").read_text()
-    ci = subprocess.run(["bash", "-c", "awk '/<!-- test-command -->/{getline; getline; print; exit}' README.md"],
-                        cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    ci = subprocess.run(
+        ["bash", "-c", "awk '/<!-- test-command -->/{getline; getline; print; exit}' README.md"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     assert ci.endswith("-m pytest") and ci in readme
     assert "awk '/<!-- test-command -->/" in (ROOT / ".ci" / "run").read_text()
 
@@ -84,15 +99,25 @@ def test_schedule_benchmark_stores_what_a_send_stores(spark, store):
     assert _send_scheduled(store, schedule_frame(spark, 1, 1), "half") == 1
     body = b"scheduled body 2".ljust(100, b".")
     sent = store.send(Message(TOPIC, body=body, tags="Tag2", keys=["order-2"], properties={"seq": "2"}, delay_level=3))
-    half = send_half(store.context, Message(TOPIC, body=body.replace(b"2", b"0", 1), tags="Tag0", keys=["order-0"],
-                                            properties={"seq": "0"}), "PG_BENCH")
+    half = send_half(
+        store.context,
+        Message(TOPIC, body=body.replace(b"2", b"0", 1), tags="Tag0", keys=["order-0"], properties={"seq": "0"}),
+        "PG_BENCH",
+    )
 
     def same(a, b, ids=("UNIQ_KEY", "__transactionId__", "REAL_QID")):
         pa_, pb = dict(a.properties), dict(b.properties)
         assert [k for k in pa_] == [k for k in pb]
         assert {k: v for k, v in pa_.items() if k not in ids} == {k: v for k, v in pb.items() if k not in ids}
-        assert (a.size, a.sysflag, a.flag, a.body, a.tags, a.keys, a.born_host) == \
-            (b.size, b.sysflag, b.flag, b.body, b.tags, b.keys, b.born_host)
+        assert (a.size, a.sysflag, a.flag, a.body, a.tags, a.keys, a.born_host) == (
+            b.size,
+            b.sysflag,
+            b.flag,
+            b.body,
+            b.tags,
+            b.keys,
+            b.born_host,
+        )
 
     ours = [r for r in store.messages("SCHEDULE_TOPIC_XXXX").collect() if r.msg_id != sent.msg_id]
     assert sorted(r.queue_id for r in ours) == [0, 1, 2]  # levels 1, 2, 3
@@ -122,8 +147,25 @@ def test_object_storage_benchmark_suite_runs(spark, tmp_path, capsys):
 
     from jobs.benchmark import main
 
-    assert main(["--suite", "s3", "--messages", "400", "--lookups", "4", "--latency-ms", "0", "--queues", "2",
-                 "--root", str(tmp_path)]) == 0
+    assert (
+        main(
+            [
+                "--suite",
+                "s3",
+                "--messages",
+                "400",
+                "--lookups",
+                "4",
+                "--latency-ms",
+                "0",
+                "--queues",
+                "2",
+                "--root",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     figures = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["s3"]
     for op in ("key look-up", "pull of 32", "group commit of 32", "follower round"):
         assert figures[op]["s3_p50_ms"] > 0 and sum(figures[op]["requests_per_op"].values()) > 0, op
@@ -170,8 +212,9 @@ def test_online_benchmark_runs_consumers_and_the_follower_at_the_niceness_asked(
 
     from jobs.benchmarks.online import bench_online
 
-    figures = bench_online(1.0, producers=1, threads=2, window=2, consumers=2, root=str(tmp_path), consumer_nice=4,
-                           follower_nice=3)
+    figures = bench_online(
+        1.0, producers=1, threads=2, window=2, consumers=2, root=str(tmp_path), consumer_nice=4, follower_nice=3
+    )
     here = os.nice(0)
     assert figures.nice == {"consumers": [min(19, here + 4)] * 2, "follower": [min(19, here + 3)]}
     assert figures.as_dict()["nice_follower"] == min(19, here + 3)
@@ -183,28 +226,41 @@ JOBS = ["dispatch.py", "deliver_delayed.py", "check_transactions.py", "quickstar
 
 @pytest.mark.parametrize("job", JOBS)
 def test_every_job_explains_every_option_with_its_default(job, python_env):
-    out = subprocess.run([sys.executable, str(ROOT / "jobs" / job), "--help"], env=python_env, capture_output=True,
-                         text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "jobs" / job), "--help"],
+        env=python_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     options = [line.split()[0] for line in out.stdout.splitlines() if line.startswith("  --")]
     assert options and "--help" not in options[1:]
     for option in options:
         if option in ("--help", "--create"):
             continue
-        block = out.stdout[out.stdout.index(f"  {option}"):]
-        block = block[:block.find("\n  --", 3) if "\n  --" in block[3:] else len(block)]
+        block = out.stdout[out.stdout.index(f"  {option}") :]
+        block = block[: block.find("\n  --", 3) if "\n  --" in block[3:] else len(block)]
         assert "(default:" in block, (option, block)
 
 
-@pytest.mark.parametrize("args, says", [
-    (["--suite", "bogus"], "unknown suite bogus; the suites are send, lookup"),
-    (["--suite", "send,filtr"], "unknown suite filtr"),
-    (["--messages", "-5"], "must be an integer >= 1, got '-5'"),
-    (["--messages", "many"], "must be an integer >= 1, got 'many'"),
-])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--suite", "bogus"], "unknown suite bogus; the suites are send, lookup"),
+        (["--suite", "send,filtr"], "unknown suite filtr"),
+        (["--messages", "-5"], "must be an integer >= 1, got '-5'"),
+        (["--messages", "many"], "must be an integer >= 1, got 'many'"),
+    ],
+)
 def test_benchmark_refuses_bad_arguments_before_starting_spark(args, says, python_env):
-    out = subprocess.run([sys.executable, str(ROOT / "jobs" / "benchmark.py"), *args], env=python_env,
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "jobs" / "benchmark.py"), *args],
+        env=python_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 2 and says in out.stderr and "Traceback" not in out.stderr, out.stderr
     assert out.stdout == ""
 
@@ -226,4 +282,6 @@ def test_dispatch_job_reports_progress_and_one_summary_line_without_spark_noise(
     second = subprocess.run(job, env=env, capture_output=True, text=True, timeout=300)
     assert second.returncode == 0, second.stderr[-2000:]
     [summary] = second.stdout.splitlines()
-    assert summary.startswith(f"dispatched commitlog [0, {store.max_offset()}) in ") and "5 consume_queue rows" in summary
+    assert (
+        summary.startswith(f"dispatched commitlog [0, {store.max_offset()}) in ") and "5 consume_queue rows" in summary
+    )

@@ -39,8 +39,14 @@ def _client(endpoint: str):
     from botocore.config import Config
 
     # total_max_attempts: botocore's "max_attempts" counts retries, so 1 would still try twice
-    return boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="k", aws_secret_access_key="s",
-                        region_name="us-east-1", config=Config(retries={"total_max_attempts": 1}))
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id="k",
+        aws_secret_access_key="s",
+        region_name="us-east-1",
+        config=Config(retries={"total_max_attempts": 1}),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -94,19 +100,25 @@ def test_doctests():
 
 
 def test_parser_finds_every_request_whatever_the_reads():
-    stream = (b"PUT /b/k HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nhello"
-              b"\r\n"  # a blank line between requests is allowed
-              b"POST /b/k?uploads HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
-              b"3;ext=1\r\nabc\r\n10\r\n0123456789abcdef\r\n0\r\nx-amz-checksum: y\r\n\r\n"
-              b"GET /b?list-type=2&prefix=a HTTP/1.1\r\nHost: h\r\n\r\n"
-              b"HEAD /b/k HTTP/1.1\r\nContent-Length: 0\r\n\r\n")
+    stream = (
+        b"PUT /b/k HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nhello"
+        b"\r\n"  # a blank line between requests is allowed
+        b"POST /b/k?uploads HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"3;ext=1\r\nabc\r\n10\r\n0123456789abcdef\r\n0\r\nx-amz-checksum: y\r\n\r\n"
+        b"GET /b?list-type=2&prefix=a HTTP/1.1\r\nHost: h\r\n\r\n"
+        b"HEAD /b/k HTTP/1.1\r\nContent-Length: 0\r\n\r\n"
+    )
     for size in (len(stream), 7, 1):
         parser = RequestParser()
-        segments = [s for i in range(0, len(stream), size) for s in parser.feed(stream[i:i + size])]
+        segments = [s for i in range(0, len(stream), size) for s in parser.feed(stream[i : i + size])]
         assert b"".join(s.data for s in segments) == stream
         heads = [s.request for s in segments if s.kind == "head"]
-        assert [(r.method, r.kind) for r in heads] == [("PUT", "PUT"), ("POST", "POST"), ("GET", "LIST"),
-                                                       ("HEAD", "HEAD")]
+        assert [(r.method, r.kind) for r in heads] == [
+            ("PUT", "PUT"),
+            ("POST", "POST"),
+            ("GET", "LIST"),
+            ("HEAD", "HEAD"),
+        ]
         assert [s.request.method for s in segments if s.final] == ["PUT", "POST", "GET", "HEAD"]
 
 
@@ -183,8 +195,9 @@ def test_cuts_match_kind_and_path(proxy, s3):
     s3.get_object(Bucket=BUCKET, Key="table/part-0.parquet")
     with pytest.raises(BotoCoreError):
         s3.list_objects_v2(Bucket=BUCKET, Prefix="table/")
-    assert [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix="table/")["Contents"]] == \
-        ["table/part-0.parquet"]
+    assert [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix="table/")["Contents"]] == [
+        "table/part-0.parquet"
+    ]
 
 
 def test_large_and_multipart_bodies_go_through_intact(proxy, s3):
@@ -206,8 +219,9 @@ def test_large_and_multipart_bodies_go_through_intact(proxy, s3):
 def test_pyarrow_through_the_proxy(proxy):
     from pyarrow.fs import FileSelector, S3FileSystem
 
-    fs = S3FileSystem(endpoint_override=f"127.0.0.1:{proxy.port}", scheme="http", access_key="k",
-                      secret_key="s", region="us-east-1")
+    fs = S3FileSystem(
+        endpoint_override=f"127.0.0.1:{proxy.port}", scheme="http", access_key="k", secret_key="s", region="us-east-1"
+    )
     with proxy.counting() as written:
         with fs.open_output_stream(f"{BUCKET}/arrow/file.bin") as f:
             f.write(b"written by pyarrow")
@@ -275,17 +289,22 @@ def test_keep_alive_chunked_and_expect_continue(echo):
         connection = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=10)
         answers = []
         for method, path, kwargs in (
-                ("PUT", "/b/plain", {"body": body}),
-                ("POST", "/b/chunked?uploads", {"body": iter([body[:1000], body[1000:]]), "encode_chunked": True}),
-                ("PUT", "/b/expect", {"body": body, "headers": {"Expect": "100-continue"}}),
-                ("GET", "/b?list-type=2&prefix=x", {}),
-                ("DELETE", "/b/plain", {})):
+            ("PUT", "/b/plain", {"body": body}),
+            ("POST", "/b/chunked?uploads", {"body": iter([body[:1000], body[1000:]]), "encode_chunked": True}),
+            ("PUT", "/b/expect", {"body": body, "headers": {"Expect": "100-continue"}}),
+            ("GET", "/b?list-type=2&prefix=x", {}),
+            ("DELETE", "/b/plain", {}),
+        ):
             connection.request(method, path, **kwargs)
             answers.append(connection.getresponse().read().decode())
         connection.close()
-        assert answers == [f"PUT /b/plain {len(body)} {md5}", f"POST /b/chunked?uploads {len(body)} {md5}",
-                           f"PUT /b/expect {len(body)} {md5}", f"GET /b?list-type=2&prefix=x 0 {EMPTY_MD5}",
-                           f"DELETE /b/plain 0 {EMPTY_MD5}"]
+        assert answers == [
+            f"PUT /b/plain {len(body)} {md5}",
+            f"POST /b/chunked?uploads {len(body)} {md5}",
+            f"PUT /b/expect {len(body)} {md5}",
+            f"GET /b?list-type=2&prefix=x 0 {EMPTY_MD5}",
+            f"DELETE /b/plain 0 {EMPTY_MD5}",
+        ]
         assert len(set(echo.seen)) == 1  # one upstream connection carried them all
         assert proxy.counts() == {**ZERO, "PUT": 2, "POST": 1, "LIST": 1, "DELETE": 1}
 
@@ -329,9 +348,18 @@ def test_stop_closes_live_connections_promptly(echo):
 
 
 def test_main_prints_the_endpoint_and_the_counts(moto_port):
-    process = subprocess.Popen([sys.executable, str(ROOT / "jobs/benchmarks/s3_proxy.py"), "--upstream",
-                                f"127.0.0.1:{moto_port}", "--latency-ms", "1"],
-                               stdout=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "jobs/benchmarks/s3_proxy.py"),
+            "--upstream",
+            f"127.0.0.1:{moto_port}",
+            "--latency-ms",
+            "1",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         endpoint = process.stdout.readline().strip()
         assert endpoint.startswith("http://127.0.0.1:")

@@ -18,7 +18,6 @@ from storelib import Message, MessageStore
 from storelib.delta.log import entry_actions
 from storelib.local.relay import REQUESTS_INFO, relay_for
 from storelib.storage.commitlog import EncodedMessage, now_millis
-
 from tests.send.test_group_commit import _check_offsets
 
 
@@ -32,8 +31,12 @@ def store(spark, store_path):
 
 
 def _rows(store, *keys: str):
-    return store.context.commitlog.stage([EncodedMessage("TopicTest", i % 4, 0, 0, k.encode(), {"UNIQ_KEY": k},
-                                                         now_millis(), "127.0.0.1:0") for i, k in enumerate(keys)])
+    return store.context.commitlog.stage(
+        [
+            EncodedMessage("TopicTest", i % 4, 0, 0, k.encode(), {"UNIQ_KEY": k}, now_millis(), "127.0.0.1:0")
+            for i, k in enumerate(keys)
+        ]
+    )
 
 
 def _commit_infos(store, since: int) -> list[dict]:
@@ -73,15 +76,24 @@ def test_producer_processes_hand_their_groups_to_the_leader(store, python_env):
         relay = relay_for(store.context.commitlog)
         assert relay.leading
         before = store.context.tables.commitlog.view().version
-        procs = [subprocess.Popen([sys.executable, "-c", CLIENT, store.root, f"p{p}", "30"], env=python_env,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for p in range(2)]
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", CLIENT, store.root, f"p{p}", "30"],
+                env=python_env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for p in range(2)
+        ]
         outs = [p.communicate(timeout=300) for p in procs]
         assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
         assert [o[0].split() for o in outs] == [["0", "False", "120"]] * 2
         assert relay.committer.committed >= 2 * 4 * 30 // 1000 + 1
     rows = _check_offsets(store)
-    assert sorted(r["body"] for r in rows) == sorted([b"first"] + [f"p{p}-{t}-{i}".encode() for p in range(2)
-                                                                   for t in range(4) for i in range(30)])
+    assert sorted(r["body"] for r in rows) == sorted(
+        [b"first"] + [f"p{p}-{t}-{i}".encode() for p in range(2) for t in range(4) for i in range(30)]
+    )
     infos = _commit_infos(store, before)
     assert all(REQUESTS_INFO in i for i in infos)  # every commit since was the leader's
 
@@ -164,8 +176,14 @@ def test_the_leader_going_away_loses_and_doubles_nothing(store, python_env, how)
     """Another process leads; this one sends from 8 threads while the leader is killed (SIGKILL, groups
     in its hands) or closes its producer: every send is acknowledged, stored once, where its result
     says; this process then leads."""
-    leader = subprocess.Popen([sys.executable, "-c", LEADER, store.root, how], env=python_env, stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    leader = subprocess.Popen(
+        [sys.executable, "-c", LEADER, store.root, how],
+        env=python_env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert leader.stdout.readline().strip() == "leading", leader.stderr.read()[-2000:]
         producer, results, running = _sending(store, 60)
@@ -190,10 +208,12 @@ def test_the_leader_going_away_loses_and_doubles_nothing(store, python_env, how)
     sent = [r for rs in results.values() for r in rs]
     assert len(sent) == 8 * 60 and {r.send_status for r in sent} == {"SEND_OK"}
     _check_offsets(store)
-    rows = store.context.tables.commitlog.read_arrow(columns=["physical_offset", "queue_id", "queue_offset", "msg_id",
-                                                               "body"]).to_pylist()
-    assert sorted(r["body"] for r in rows) == sorted([b"leader-0"] + [f"c-{t}-{i}".encode() for t in range(8)
-                                                                      for i in range(60)])
+    rows = store.context.tables.commitlog.read_arrow(
+        columns=["physical_offset", "queue_id", "queue_offset", "msg_id", "body"]
+    ).to_pylist()
+    assert sorted(r["body"] for r in rows) == sorted(
+        [b"leader-0"] + [f"c-{t}-{i}".encode() for t in range(8) for i in range(60)]
+    )
     by_offset = {r["physical_offset"]: r for r in rows}
     for r in sent:  # each result is where its message is
         row = by_offset[r.commitlog_offset]
@@ -207,8 +227,14 @@ def test_groups_under_way_when_the_leader_dies_land_once_in_the_order_sent(store
     """Groups are handed on without waiting for the last to land: two are under way at a leader that
     is stopped, then killed; both are recovered in the order sent, once each, and the next group,
     handed on after them, lands after them."""
-    leader = subprocess.Popen([sys.executable, "-c", LEADER, store.root, "stay"], env=python_env, stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    leader = subprocess.Popen(
+        [sys.executable, "-c", LEADER, store.root, "stay"],
+        env=python_env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     relay = relay_for(store.context.commitlog).acquire()
     try:
         assert leader.stdout.readline().strip() == "leading", leader.stderr.read()[-2000:]
@@ -249,8 +275,8 @@ def test_rows_of_another_layout_fail_alone_with_a_typed_error(store):
 
     import pyarrow as pa
 
-    from storelib.model.errors import StoreStateError
     from storelib.local import wire
+    from storelib.model.errors import StoreStateError
 
     with store.producer() as producer:
         producer.send(Message("TopicTest", body=b"lead"))
@@ -280,8 +306,13 @@ def test_a_forked_child_lets_go_of_the_role_and_the_leader_keeps_serving(store, 
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0
         assert relay.leading
-        client = subprocess.run([sys.executable, "-c", CLIENT, store.root, "after-fork", "5"], env=python_env,
-                                capture_output=True, text=True, timeout=300)
+        client = subprocess.run(
+            [sys.executable, "-c", CLIENT, store.root, "after-fork", "5"],
+            env=python_env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert client.returncode == 0, client.stderr[-2000:]
         assert client.stdout.split() == ["0", "False", "20"]  # it committed nothing itself: the parent took its groups
     assert len(_check_offsets(store)) == 21
@@ -359,7 +390,6 @@ def test_an_answer_to_no_group_under_way_is_skipped_and_the_group_lands_once(sto
     assert any(warning in r.getMessage() for r in caplog.records)
 
 
-
 def test_landed_rows_that_cannot_be_read_are_found_in_the_log(store, caplog):
     """The leader commits the group and answers with rows that are not Arrow: the send neither hangs
     nor fails, nor commits again. Its rows are read back from the leader's commit, found by request id."""
@@ -383,8 +413,8 @@ def test_landed_rows_that_cannot_be_read_are_found_in_the_log(store, caplog):
 def test_a_failure_whose_error_cannot_be_read_fails_the_group_with_a_typed_error(store):
     """The leader fails the group and answers with an error record that is not JSON: the send fails
     with StoreStateError saying so (rather than hanging), and nothing is written."""
-    from storelib.model.errors import StoreStateError
     from storelib.local import wire
+    from storelib.model.errors import StoreStateError
 
     def answer(client, request_id, rows):
         wire.send_frame(client, wire.FAILED, request_id, b"not JSON")

@@ -12,16 +12,30 @@ from storelib import Message, MessageSelector, MessageStore
 from storelib.local.tail import TailServer, tail_client
 
 #: Small queue files and transfer limits, so scans stop at a file's end and batches fill by bytes or count.
-SETTINGS = {"consume_queue_file_units": 40, "max_transfer_count_on_message_in_memory": 7,
-            "max_transfer_bytes_on_message_in_memory": 2_000}
+SETTINGS = {
+    "consume_queue_file_units": 40,
+    "max_transfer_count_on_message_in_memory": 7,
+    "max_transfer_bytes_on_message_in_memory": 2_000,
+}
 SELECTORS = ["*", "TagA", "TagA || TagB", "TagZ"]
 
 
 def _send(store: MessageStore, n: int, start: int = 0, server: TailServer | None = None) -> None:
     """Send ``n`` messages and dispatch them; with ``server``, as a serving follower does: the round's
     units handed to it."""
-    store.send_batch([Message("TopicTest", body=b"x" * (7 * (i % 40)), tags=["TagA", "TagB", "TagC", None][i % 4],
-                              keys=[f"k{i}"], properties={"n": str(i)}, queue_id=i % 2) for i in range(start, start + n)])
+    store.send_batch(
+        [
+            Message(
+                "TopicTest",
+                body=b"x" * (7 * (i % 40)),
+                tags=["TagA", "TagB", "TagC", None][i % 4],
+                keys=[f"k{i}"],
+                properties={"n": str(i)},
+                queue_id=i % 2,
+            )
+            for i in range(start, start + n)
+        ]
+    )
     if server is None:
         store.dispatch()
         return
@@ -49,8 +63,18 @@ def _pulls(store: MessageStore) -> list:
             for max_msgs in (1, 3, 32):
                 for expression in SELECTORS:
                     p = store.pull("GroupT", "TopicTest", q, offset, max_msgs, selector=expression)
-                    out.append(((q, offset, max_msgs, expression), p.status, p.get_status, p.response_code,
-                                p.next_begin_offset, p.min_offset, p.max_offset, p.messages))
+                    out.append(
+                        (
+                            (q, offset, max_msgs, expression),
+                            p.status,
+                            p.get_status,
+                            p.response_code,
+                            p.next_begin_offset,
+                            p.min_offset,
+                            p.max_offset,
+                            p.messages,
+                        )
+                    )
     return out
 
 
@@ -99,7 +123,9 @@ def test_the_tail_follows_new_rounds_and_merges(stores):
         before = client.answered
         assert _pulls(asking) == _pulls(reading)
         assert client.answered > before
-        assert all(t.units.column("queue_offset").to_pylist() == list(range(t.start, t.end)) for t in server._tails.values())
+        assert all(
+            t.units.column("queue_offset").to_pylist() == list(range(t.start, t.end)) for t in server._tails.values()
+        )
         assert {t.end for t in server._tails.values()} == {43}
 
 
@@ -123,7 +149,10 @@ def test_pulls_the_tail_cannot_answer_read_the_tables(stores):
         assert client.answered == 0
         serving.subscribe("GroupSql", "TopicTest", "TagA")  # no SQL92 subscription left: new units hold tag codes
         _send(serving, 10, 40)
-        assert asking.pull("GroupT", "TopicTest", 0, 20, 32).messages == reading.pull("GroupT", "TopicTest", 0, 20, 32).messages
+        assert (
+            asking.pull("GroupT", "TopicTest", 0, 20, 32).messages
+            == reading.pull("GroupT", "TopicTest", 0, 20, 32).messages
+        )
         assert client.answered == 1
 
 
@@ -149,7 +178,9 @@ def test_the_tails_stay_within_tail_pulls_max_mb_the_least_recently_pulled_going
     serving.subscribe("GroupT", "TopicTest", "*")
     asking = MessageStore.open(serving.root, spark)
     reading = MessageStore.open(serving.root, spark, tail_pulls=False)
-    serving.send_batch([Message("TopicTest", body=bytes([i]) * 60_000, queue_id=i % 2) for i in range(24)])  # 720 kB a queue
+    serving.send_batch(
+        [Message("TopicTest", body=bytes([i]) * 60_000, queue_id=i % 2) for i in range(24)]
+    )  # 720 kB a queue
     serving.dispatch()
     try:
         with TailServer(serving.context) as server:
@@ -234,8 +265,12 @@ def test_a_pull_between_a_commit_and_its_hand_over_waits_for_the_units(stores):
                         time.sleep(late)
                         server.publish(units)
 
-            serving.send_batch([Message("TopicTest", body=b"x", properties={"n": str(i)}, queue_id=i % 2)
-                                for i in range(start, start + 4)])
+            serving.send_batch(
+                [
+                    Message("TopicTest", body=b"x", properties={"n": str(i)}, queue_id=i % 2)
+                    for i in range(start, start + 4)
+                ]
+            )
             dispatcher = serving.dispatcher()
             dispatcher.feed = Late()
             running = threading.Thread(target=dispatcher.run)
@@ -250,7 +285,9 @@ def test_a_pull_between_a_commit_and_its_hand_over_waits_for_the_units(stores):
             assert client.answered == answered + 1 and "tail behind" not in server.declined
             assert waited >= 0.2  # it waited for the hand-over (0.3 s), or for the time it is given (0.5 s)
         assert _pulls(asking) == _pulls(reading)
-        assert all(t.units.column("queue_offset").to_pylist() == list(range(t.start, t.end)) for t in server._tails.values())
+        assert all(
+            t.units.column("queue_offset").to_pylist() == list(range(t.start, t.end)) for t in server._tails.values()
+        )
 
 
 def test_a_held_pull_waits_at_the_follower_and_wakes_when_a_round_is_handed_over(stores):
@@ -263,7 +300,9 @@ def test_a_held_pull_waits_at_the_follower_and_wakes_when_a_round_is_handed_over
         p = asking.pull("GroupT", "TopicTest", 0, 5, suspend_timeout_ms=300)  # nothing arrives: held the whole time
         q = reading.pull("GroupT", "TopicTest", 0, 5, suspend_timeout_ms=300)
         assert (p.status, p.next_begin_offset, p.messages) == (q.status, q.next_begin_offset, q.messages)
-        assert p.status.value == "NO_NEW_MSG" and p.suspended_ms >= 300 and client.answered >= 3  # pull, wait(s), pull again
+        assert (
+            p.status.value == "NO_NEW_MSG" and p.suspended_ms >= 300 and client.answered >= 3
+        )  # pull, wait(s), pull again
         answered = client.answered
         later = threading.Timer(0.5, _send, args=(serving, 4, 10, server))
         later.start()

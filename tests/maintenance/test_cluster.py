@@ -21,11 +21,19 @@ N = 3 * CLUSTERED_ROW_GROUP_ROWS + 200  # a few row groups per clustered file
 def fill(store, n: int = N, batches: int = 3) -> None:
     """Messages with tags Tag0..Tag9 (TagRare on every 100th), regions r0..r6 and a 'v' property."""
     store.create_topic("TopicTest", queues=4, cluster_by=["TAGS", "region"])
-    msgs = [Message("TopicTest", tags="TagRare" if i % 100 == 7 else f"Tag{i % 10}", keys=[f"k{i}"],
-                    body=f"m{i}".encode(), properties={"region": f"r{i % 7}", "v": str(i % 50)}) for i in range(n)]
+    msgs = [
+        Message(
+            "TopicTest",
+            tags="TagRare" if i % 100 == 7 else f"Tag{i % 10}",
+            keys=[f"k{i}"],
+            body=f"m{i}".encode(),
+            properties={"region": f"r{i % 7}", "v": str(i % 50)},
+        )
+        for i in range(n)
+    ]
     step = -(-n // batches)
     for lo in range(0, n, step):
-        store.send_batch(msgs[lo:lo + step])
+        store.send_batch(msgs[lo : lo + step])
         store.dispatch()
 
 
@@ -71,14 +79,20 @@ class TestClusteringKeepsEveryAddress:
         probes = [0, 7, 1234, N - 1]
         by_key = [filled.query_by_key("TopicTest", f"k{i}")[0] for i in probes]
         by_id = [filled.query_by_id(m.msg_id) for m in by_key]
-        pulls = {(g, q): filled.pull(g, "TopicTest", q, 5, max_msgs=32) for g in ("GRare", "GTag", "GAll") for q in range(4)}
+        pulls = {
+            (g, q): filled.pull(g, "TopicTest", q, 5, max_msgs=32) for g in ("GRare", "GTag", "GAll") for q in range(4)
+        }
         cluster_commitlog(filled.context, settle_ms=0)
         assert [filled.query_by_key("TopicTest", f"k{i}")[0] for i in probes] == by_key
         assert [filled.query_by_id(m.msg_id) for m in by_key] == by_id
         assert by_key[1].body == b"m7" and by_key[1].properties["region"] == "r0"
         for (g, q), r in pulls.items():
             again = filled.pull(g, "TopicTest", q, 5, max_msgs=32)
-            assert (again.status, again.next_begin_offset, again.messages) == (r.status, r.next_begin_offset, r.messages)
+            assert (again.status, again.next_begin_offset, again.messages) == (
+                r.status,
+                r.next_begin_offset,
+                r.messages,
+            )
         assert all(any(r.messages for (g2, _), r in pulls.items() if g2 == g) for g in ("GRare", "GTag", "GAll"))
 
     def test_key_lookup_opens_one_commitlog_file(self, filled):
@@ -92,7 +106,7 @@ class TestClusteringKeepsEveryAddress:
     def test_unsettled_data_waits(self, store):
         fill(store, n=300, batches=1)
         store.send(Message("TopicTest", tags="TagX", body=b"late"))  # not dispatched: its file stays
-        assert cluster_commitlog(store.context, settle_ms=10 ** 9).files_added == 0  # nothing old enough yet
+        assert cluster_commitlog(store.context, settle_ms=10**9).files_added == 0  # nothing old enough yet
         assert cluster_commitlog(store.context, settle_ms=0).files_removed == 1
         assert sum(not is_clustered(p) for p in commitlog_files(store)) == 1
 
@@ -118,9 +132,16 @@ def reader(request, monkeypatch):
 
 
 class TestReadsOnClusteredData:
-    @pytest.mark.parametrize("selector", [MessageSelector.by_tag("TagRare"), MessageSelector.by_tag("Tag3 || TagRare"),
-                                          MessageSelector.by_sql("v = '7'"), MessageSelector.by_sql("region = 'r2'"),
-                                          MessageSelector.by_tag("*")])
+    @pytest.mark.parametrize(
+        "selector",
+        [
+            MessageSelector.by_tag("TagRare"),
+            MessageSelector.by_tag("Tag3 || TagRare"),
+            MessageSelector.by_sql("v = '7'"),
+            MessageSelector.by_sql("region = 'r2'"),
+            MessageSelector.by_tag("*"),
+        ],
+    )
     def test_read_equals_the_exact_scan(self, filled, selector, reader):
         cluster_commitlog(filled.context, settle_ms=0)
         filled.send_batch([Message("TopicTest", tags="TagRare", body=b"fresh", properties={"v": "7", "region": "r2"})])
@@ -139,8 +160,9 @@ class TestReadsOnClusteredData:
         assert e.ranges == 0  # Spark's reader: the tag predicate's pushdown skips the row groups by statistics
         assert e.estimated_bytes < e.scan_bytes / 2
         assert "PRUNE" in str(e) and ("pyarrow" in str(e)) == (reader == "row groups")
-        assert sorted(r.body for r in filled.read("TopicTest", MessageSelector.by_tag("TagRare")).collect()) == \
-            sorted(f"m{i}".encode() for i in range(N) if i % 100 == 7)
+        assert sorted(r.body for r in filled.read("TopicTest", MessageSelector.by_tag("TagRare")).collect()) == sorted(
+            f"m{i}".encode() for i in range(N) if i % 100 == 7
+        )
 
     def test_row_group_reader_reads_only_the_kept_row_groups(self, spark, filled, monkeypatch):
         """The kept row groups, each read once (by its task), whatever the split of the files."""
@@ -153,10 +175,10 @@ class TestReadsOnClusteredData:
         plan = read.plan_read(filled.context, "TopicTest", "TagRare")
         [only] = plan.row_groups
         assert only.row_groups == (next(i for i, r in enumerate(_row_group_tags(only.path)) if "TagRare" in r),)
+        import pyarrow.compute as pc
+
         from storelib.delta.spark_read import read_row_groups
         from storelib.storage.schema import COMMITLOG
-
-        import pyarrow.compute as pc
 
         everything = read_row_groups(spark, COMMITLOG.arrow, plan.row_groups, pc.scalar(True))
         assert everything.count() == pq.ParquetFile(only.path).metadata.row_group(only.row_groups[0]).num_rows  # whole
@@ -180,9 +202,11 @@ class TestReadsOnClusteredData:
         cluster_commitlog(filled.context, settle_ms=0)
         plan = filled.read("TopicTest", group="GRare")._jdf.queryExecution().executedPlan().toString()
         assert "cluster_seq" in plan and "PushedFilters" in plan
-        tag_plan = filled.read("TopicTest", MessageSelector.by_tag("TagRare"))._jdf.queryExecution().executedPlan().toString()
+        tag_plan = (
+            filled.read("TopicTest", MessageSelector.by_tag("TagRare"))._jdf.queryExecution().executedPlan().toString()
+        )
         spark.conf.set("spark.sql.maxMetadataStringLength", before)
-        pushed = tag_plan[tag_plan.index("PushedFilters"):]
+        pushed = tag_plan[tag_plan.index("PushedFilters") :]
         assert "EqualTo(tags,TagRare)" in pushed or "In(tags" in pushed
 
     def test_plain_scan_where_pruning_cannot_pay(self, filled):
@@ -236,8 +260,13 @@ class TestCrashSafety:
 
     def test_killed_process_then_rerun(self, spark, filled, python_env):
         before = messages(filled).localCheckpoint()
-        crashed = subprocess.run([sys.executable, "-c", CRASHING_CLUSTER, filled.root, "summarized"], env=python_env,
-                                 capture_output=True, text=True, timeout=300)
+        crashed = subprocess.run(
+            [sys.executable, "-c", CRASHING_CLUSTER, filled.root, "summarized"],
+            env=python_env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert crashed.returncode == 86, crashed.stderr[-2000:]
         assert not any(is_clustered(p) for p in commitlog_files(filled))
         assert cluster_commitlog(filled.context, settle_ms=0).files_added == 1

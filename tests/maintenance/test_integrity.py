@@ -11,20 +11,22 @@ import sys
 import pytest
 
 from storelib import Message, MessageSelector, MessageStore, StoreConfig
-from storelib.delta.orphans import orphan_files
 from storelib.delta.commit import remove_actions
 from storelib.delta.log import add_actions
+from storelib.delta.orphans import orphan_files
 from storelib.dispatch.reput import Dispatcher
-from storelib.storage.summaries import read_summaries
 from storelib.maintenance.cluster import cluster_commitlog
 from storelib.model.errors import StoreCorruptedError, StoreError
 from storelib.schedule.check import check_transactions
 from storelib.schedule.deliver import deliver
+from storelib.storage.summaries import read_summaries
 
 
 def filled(store, batches: int = 3) -> MessageStore:
     for i in range(batches):
-        store.send_batch([Message("TopicTest", body=b"m%d" % j, tags=f"Tag{j % 2}", keys=[f"k{i}-{j}"]) for j in range(5)])
+        store.send_batch(
+            [Message("TopicTest", body=b"m%d" % j, tags=f"Tag{j % 2}", keys=[f"k{i}-{j}"]) for j in range(5)]
+        )
     store.dispatch()
     return store
 
@@ -149,6 +151,7 @@ def _kill_at(step):
     def fault(name):
         if name == step:
             raise Killed(name)
+
     return fault
 
 
@@ -172,11 +175,15 @@ def test_kill_and_rerun_every_job_leaves_no_orphans_after_vacuum(spark, store_pa
     store.register_transaction_checker("PG", "storelib.schedule.check:commit_all")
     sent, removed = 0, {}
     for job, step, run in JOBS:
-        store.send_batch([Message("TopicTest", body=b"x", keys=[f"k{sent + i}"], delay_level=1 + i % 2) for i in range(6)])
+        store.send_batch(
+            [Message("TopicTest", body=b"x", keys=[f"k{sent + i}"], delay_level=1 + i % 2) for i in range(6)]
+        )
         sent += 6
         if job == "check-back":
             for _ in range(3):
-                store.send_in_transaction(Message("TopicTest", body=b"half"), lambda m, a: "UNKNOW", producer_group="PG")
+                store.send_in_transaction(
+                    Message("TopicTest", body=b"half"), lambda m, a: "UNKNOW", producer_group="PG"
+                )
             sent += 3
         with pytest.raises(Killed):
             run(store.context, _kill_at(step))
@@ -210,8 +217,13 @@ Dispatcher.of(store.context, fault=lambda step: os._exit(86) if step == "index.w
 
 def test_a_killed_process_leaves_orphans_that_vacuum_removes(spark, store, python_env):
     store.send_batch([Message("TopicTest", body=b"x", keys=[f"k{i}"], tags=f"Tag{i % 2}") for i in range(20)])
-    crashed = subprocess.run([sys.executable, "-c", CRASHING_DISPATCH, store.root], env=python_env,
-                             capture_output=True, text=True, timeout=300)
+    crashed = subprocess.run(
+        [sys.executable, "-c", CRASHING_DISPATCH, store.root],
+        env=python_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert crashed.returncode == 86, crashed.stderr[-2000:]
     left = orphans(store)
     assert set(left) == {"index"}  # the ext and consume queue rows were committed before the kill
@@ -224,8 +236,9 @@ def test_a_killed_process_leaves_orphans_that_vacuum_removes(spark, store, pytho
     assert len(fresh.query_by_key("TopicTest", "k7")) == 1
     # the ext files' summaries come after the commits, so the kill left them unrecorded: reads use the files
     assert read_summaries(fresh.context.tables.ext_summary, "TopicTest") == {}
-    assert sorted(r.keys for r in fresh.read("TopicTest", MessageSelector.by_tag("Tag1")).collect()) == \
-        sorted(f"k{i}" for i in range(1, 20, 2))
+    assert sorted(r.keys for r in fresh.read("TopicTest", MessageSelector.by_tag("Tag1")).collect()) == sorted(
+        f"k{i}" for i in range(1, 20, 2)
+    )
 
 
 def test_a_library_error_under_a_call_leaves_as_a_store_error(spark, store):
@@ -248,9 +261,11 @@ def test_a_store_opens_while_another_process_sends(store):
     """Opening lists each table's folder, then reads its log: a file committed in between is not 'missing'."""
     from storelib.delta.health import table_problems
 
-    script = ("import sys, time\nfrom storelib import Message, MessageStore\ns = MessageStore.open(sys.argv[1])\n"
-              "end = time.monotonic() + 5\nwhile time.monotonic() < end:\n"
-              "    s.send_batch([Message('TopicTest', body=b'x')])\n")
+    script = (
+        "import sys, time\nfrom storelib import Message, MessageStore\ns = MessageStore.open(sys.argv[1])\n"
+        "end = time.monotonic() + 5\nwhile time.monotonic() < end:\n"
+        "    s.send_batch([Message('TopicTest', body=b'x')])\n"
+    )
     sender = subprocess.Popen([sys.executable, "-c", script, store.root])
     try:
         table = store.context.tables.commitlog

@@ -28,8 +28,9 @@ def send_batches(store, count, start=0, queues=range(4)):
     """``count`` batches (one commit, so one commitlog file, each), one message per queue; their offsets."""
     batches = []
     for b in range(start, start + count):
-        results = store.send_batch([Message("TopicTest", body=b"x" * 100, queue_id=q, keys=[f"k{b}-{q}"])
-                                    for q in queues])
+        results = store.send_batch(
+            [Message("TopicTest", body=b"x" * 100, queue_id=q, keys=[f"k{b}-{q}"]) for q in queues]
+        )
         batches.append([r.commitlog_offset for r in results])
         time.sleep(0.005)  # each batch gets its own store time in milliseconds
     return batches
@@ -58,13 +59,18 @@ def rows_from(store, name, min_phy):
 
 def sortable(df):
     """Maps (commitlog properties) as sorted entry arrays: Spark cannot sort or compare maps."""
-    return df.select(*[F.array_sort(F.map_entries(f.name)).alias(f.name) if f.dataType.typeName() == "map"
-                       else F.col(f.name) for f in df.schema.fields])
+    return df.select(
+        *[
+            F.array_sort(F.map_entries(f.name)).alias(f.name) if f.dataType.typeName() == "map" else F.col(f.name)
+            for f in df.schema.fields
+        ]
+    )
 
 
 def assert_same_rows(actual, expected):
-    assert_df_equality(sortable(actual), sortable(expected), ignore_row_order=True, ignore_nullable=True,
-                       ignore_metadata=True)
+    assert_df_equality(
+        sortable(actual), sortable(expected), ignore_row_order=True, ignore_nullable=True, ignore_metadata=True
+    )
 
 
 def test_prefix_removed_oldest_first_and_stops_at_first_unexpired(store):
@@ -82,7 +88,9 @@ def test_prefix_removed_oldest_first_and_stops_at_first_unexpired(store):
     assert_same_rows(store.messages(), kept)
     assert store.clean_commitlog(now=now) == 0  # nothing more has expired
     assert store.clean_commitlog(reserved_hours=1, now=newest_ms(store, batches[2]) + HOUR_MS - 1) == 0
-    aware = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(milliseconds=newest_ms(store, batches[2]) + HOUR_MS)
+    aware = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(
+        milliseconds=newest_ms(store, batches[2]) + HOUR_MS
+    )
     assert store.clean_commitlog(reserved_hours=1, now=aware) == 1
     assert store.min_offset() == batches[3][0]
     history = store.context.tables.commitlog.snapshot().history(1)[0]
@@ -172,8 +180,11 @@ def test_consume_queue_ext_and_index_follow_the_commitlog(store):
 
 def test_min_offsets_of_straddling_and_emptied_queues(store):
     """One dispatch over all batches: files straddle the minimum, and some queues lose every message."""
-    batches = [send_batches(store, 1, queues=range(4))[0], send_batches(store, 1, start=1, queues=(0, 1))[0],
-               send_batches(store, 1, start=2, queues=(0,))[0]]
+    batches = [
+        send_batches(store, 1, queues=range(4))[0],
+        send_batches(store, 1, start=1, queues=(0, 1))[0],
+        send_batches(store, 1, start=2, queues=(0,))[0],
+    ]
     store.dispatch()
     maxes = {0: 3, 1: 2, 2: 1, 3: 1}
     assert {q: store.max_queue_offset("TopicTest", q) for q in range(4)} == maxes
@@ -243,8 +254,11 @@ def test_crash_between_steps_then_rerun_converges(store):
     assert rerun["commitlog"] == 0 and rerun["consume_queue"] == 0
     assert rerun["consume_queue_ext"] > 0 and rerun["index"] > 0
     for name in QUEUED:
-        assert min(add_actions(store.context.tables.by_name()[name].snapshot()).column("min.commitlog_offset").to_pylist()) \
-            == store.min_offset() == batches[2][0]
+        assert (
+            min(add_actions(store.context.tables.by_name()[name].snapshot()).column("min.commitlog_offset").to_pylist())
+            == store.min_offset()
+            == batches[2][0]
+        )
     assert store.query_by_key("TopicTest", "k0-1") == []
     assert [m.queue_offset for m in store.query_by_key("TopicTest", "k3-1")] == [3]
     assert store.delete_expired_files(now=now) == dict.fromkeys(TABLES, 0)
@@ -259,8 +273,10 @@ def test_dispatch_and_compact_after_cleaning(store):
 
     send_batches(store, 2, start=3)
     result = store.dispatch()
-    assert result.from_offset == batches[2][-1] + store.messages().where(
-        F.col("physical_offset") == batches[2][-1]).first()["size"]
+    assert (
+        result.from_offset
+        == batches[2][-1] + store.messages().where(F.col("physical_offset") == batches[2][-1]).first()["size"]
+    )
     assert result.consume_queue_rows == 8
     assert set(store.dispatch_progress().values()) == {store.max_offset()}
     assert {q: store.max_queue_offset("TopicTest", q) for q in range(4)} == {q: 5 for q in range(4)}
@@ -286,14 +302,17 @@ def test_empty_store(store):
     assert store.context.tables.commitlog.snapshot().version() == 0
 
 
-@pytest.mark.parametrize("kwargs, field", [
-    ({"reserved_hours": -1}, "reserved_hours"),
-    ({"reserved_hours": True}, "reserved_hours"),
-    ({"reserved_hours": float("nan")}, "reserved_hours"),
-    ({"reserved_hours": "72"}, "reserved_hours"),
-    ({"now": dt.datetime(2030, 1, 1)}, "now"),  # naive: which time zone?
-    ({"now": "tomorrow"}, "now"),
-])
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        ({"reserved_hours": -1}, "reserved_hours"),
+        ({"reserved_hours": True}, "reserved_hours"),
+        ({"reserved_hours": float("nan")}, "reserved_hours"),
+        ({"reserved_hours": "72"}, "reserved_hours"),
+        ({"now": dt.datetime(2030, 1, 1)}, "now"),  # naive: which time zone?
+        ({"now": "tomorrow"}, "now"),
+    ],
+)
 def test_bad_input(store, kwargs, field):
     with pytest.raises(ConfigError) as e:
         store.delete_expired_files(**kwargs)

@@ -13,17 +13,23 @@ from pyspark.sql import functions as F
 
 from storelib import Message, MessageSelector, MessageStore
 from storelib.consume.get_message import GetMessageStatus
+from storelib.consume.pull import PullStatus
 from storelib.delta.log import add_actions
 from storelib.delta.table import Table
-from storelib.consume.pull import PullStatus
 from storelib.maintenance.topic_retention import EXPIRE_TOPIC, expire_topics
 from storelib.model.errors import ConfigError, MessageNotFoundError
 from storelib.sql import register_views
 
 HOUR_MS = 3_600_000
 SHORT = "Short"
-FAULTS = ("consume_queue.committed", "runs.recorded", "commitlog.written", "commitlog.summarized",
-          "commitlog.committed", "consume_queue_ext.committed")
+FAULTS = (
+    "consume_queue.committed",
+    "runs.recorded",
+    "commitlog.written",
+    "commitlog.summarized",
+    "commitlog.committed",
+    "consume_queue_ext.committed",
+)
 
 
 class Crash(Exception):
@@ -35,8 +41,10 @@ def send_shared(store, count, start=0):
     and of each TopicTest queue; per batch the SendResults of Short and of TopicTest."""
     batches = []
     for b in range(start, start + count):
-        results = store.send_batch([Message(SHORT, body=b"s" * 50, queue_id=q, keys=[f"s{b}-{q}"]) for q in range(2)]
-                                   + [Message("TopicTest", body=b"t" * 80, queue_id=q, keys=[f"k{b}-{q}"]) for q in range(4)])
+        results = store.send_batch(
+            [Message(SHORT, body=b"s" * 50, queue_id=q, keys=[f"s{b}-{q}"]) for q in range(2)]
+            + [Message("TopicTest", body=b"t" * 80, queue_id=q, keys=[f"k{b}-{q}"]) for q in range(4)]
+        )
         batches.append((results[:2], results[2:]))
         time.sleep(0.005)  # each batch its own store time in milliseconds
     return batches
@@ -46,7 +54,9 @@ def stored_ms(store, results):
     """The newest store time (epoch ms) of these sends, read from the commitlog rows."""
     offsets = [r.commitlog_offset for r in results]
     rows = store.context.tables.commitlog.read_arrow(columns=["physical_offset", "store_timestamp"])
-    micros = dict(zip(rows.column("physical_offset").to_pylist(), rows.column("store_timestamp").cast(pa.int64()).to_pylist()))
+    micros = dict(
+        zip(rows.column("physical_offset").to_pylist(), rows.column("store_timestamp").cast(pa.int64()).to_pylist())
+    )
     return max(micros[o] for o in offsets) // 1000
 
 
@@ -61,13 +71,18 @@ def make_store(spark, path, **settings):
 
 def sortable(df):
     """Maps (commitlog properties) as sorted entry arrays: Spark cannot sort or compare maps."""
-    return df.select(*[F.array_sort(F.map_entries(f.name)).alias(f.name) if f.dataType.typeName() == "map"
-                       else F.col(f.name) for f in df.schema.fields]).drop("cluster_seq")
+    return df.select(
+        *[
+            F.array_sort(F.map_entries(f.name)).alias(f.name) if f.dataType.typeName() == "map" else F.col(f.name)
+            for f in df.schema.fields
+        ]
+    ).drop("cluster_seq")
 
 
 def assert_same_rows(actual, expected):
-    assert_df_equality(sortable(actual), sortable(expected), ignore_row_order=True, ignore_nullable=True,
-                       ignore_metadata=True)
+    assert_df_equality(
+        sortable(actual), sortable(expected), ignore_row_order=True, ignore_nullable=True, ignore_metadata=True
+    )
 
 
 def frozen(df):
@@ -125,8 +140,12 @@ def assert_expired(store, spark, batches):
     register_views(spark, store)
     assert spark.sql(f"SELECT count(*) AS n FROM commitlog WHERE topic = '{SHORT}'").first().n == 4
     assert spark.sql(f"SELECT count(*) AS n FROM messages WHERE topic = '{SHORT}'").first().n == 4
-    assert spark.sql(f"SELECT count(*) AS n FROM messages_by_key WHERE topic = '{SHORT}' AND key = 's1-1'").first().n == 0
-    assert spark.sql(f"SELECT count(*) AS n FROM messages_by_key WHERE topic = '{SHORT}' AND key = 's3-1'").first().n == 1
+    assert (
+        spark.sql(f"SELECT count(*) AS n FROM messages_by_key WHERE topic = '{SHORT}' AND key = 's1-1'").first().n == 0
+    )
+    assert (
+        spark.sql(f"SELECT count(*) AS n FROM messages_by_key WHERE topic = '{SHORT}' AND key = 's3-1'").first().n == 1
+    )
     assert spark.sql("SELECT count(*) AS n FROM messages WHERE topic = 'TopicTest'").first().n == 16
     for view in ("consume_queue", "consume_queue_ext"):  # units below the min offsets are not served
         rows = spark.sql(f"SELECT topic, queue_offset FROM {view} WHERE topic IN ('{SHORT}', 'TopicTest')").collect()
@@ -161,7 +180,10 @@ def test_expired_messages_leave_every_read_and_the_other_topic_stays(spark, stor
     # Later on, the rest of Short expires too: each queue's min offset reaches its max offset.
     assert store.delete_expired_files(now=stored_ms(store, batches[3][0]) + HOUR_MS)["commitlog"] == 0
     assert store.messages(SHORT).count() == 0
-    assert {q: (store.min_queue_offset(SHORT, q), store.max_queue_offset(SHORT, q)) for q in range(2)} == {0: (4, 4), 1: (4, 4)}
+    assert {q: (store.min_queue_offset(SHORT, q), store.max_queue_offset(SHORT, q)) for q in range(2)} == {
+        0: (4, 4),
+        1: (4, 4),
+    }
     assert store.get_message("G", SHORT, 0, 4).status == GetMessageStatus.OFFSET_OVERFLOW_ONE
     assert_same_rows(store.messages("TopicTest"), others)
     assert MessageStore.verify(store.root, spark, full=True) == []
@@ -209,8 +231,12 @@ def test_after_compaction(spark, store_path):
 
 
 def folder_usage(path):
-    files = [os.path.join(d, f) for d, _, names in os.walk(path) for f in names
-             if f.endswith(".parquet") and "_delta_log" not in d]
+    files = [
+        os.path.join(d, f)
+        for d, _, names in os.walk(path)
+        for f in names
+        if f.endswith(".parquet") and "_delta_log" not in d
+    ]
     return len(files), sum(os.path.getsize(f) for f in files)
 
 
@@ -236,8 +262,10 @@ def test_vacuum_reclaims_the_space(spark, store_path):
 def queue_files(store, name):
     """Files per queue of a consume queue table, by topic."""
     actions = add_actions(store.context.tables.by_name()[name].snapshot())
-    return {t: [Table.only(actions, {"topic": t, "queue_id": q}).num_rows for q in range(n)]
-            for t, n in ((SHORT, 2), ("TopicTest", 4))}
+    return {
+        t: [Table.only(actions, {"topic": t, "queue_id": q}).num_rows for q in range(n)]
+        for t, n in ((SHORT, 2), ("TopicTest", 4))
+    }
 
 
 def test_undispatched_messages_are_never_removed(spark, store_path):
@@ -281,8 +309,8 @@ def test_retention_setting(store):
 
 def test_store_from_before_per_topic_retention(spark, store_path):
     """A store written without retention_ms and commitlog_expired: it verifies, opens, and gets both."""
-    import shutil
     import datetime as dt
+    import shutil
 
     from deltalake import DeltaTable, write_deltalake
 
@@ -298,9 +326,25 @@ def test_store_from_before_per_topic_retention(spark, store_path):
     old = pa.schema([f for f in TOPIC_CONFIG.arrow if f.name != "retention_ms"])
     shutil.rmtree(tables.topic_config.path)
     DeltaTable.create(tables.topic_config.path, old)
-    write_deltalake(tables.topic_config.path, pa.Table.from_pylist(
-        [{"topic": "TopicTest", "read_queue_nums": 4, "write_queue_nums": 4, "perm": 6, "topic_filter_type": "SINGLE_TAG",
-          "order": False, "updated_at": dt.datetime.now(dt.timezone.utc), "cluster_by": None}], schema=old), mode="append")
+    write_deltalake(
+        tables.topic_config.path,
+        pa.Table.from_pylist(
+            [
+                {
+                    "topic": "TopicTest",
+                    "read_queue_nums": 4,
+                    "write_queue_nums": 4,
+                    "perm": 6,
+                    "topic_filter_type": "SINGLE_TAG",
+                    "order": False,
+                    "updated_at": dt.datetime.now(dt.timezone.utc),
+                    "cluster_by": None,
+                }
+            ],
+            schema=old,
+        ),
+        mode="append",
+    )
 
     assert MessageStore.verify(store_path, spark, full=True) == []
     reopened = MessageStore.open(store_path, spark)

@@ -58,10 +58,20 @@ def test_notebook_runs_end_to_end(spark, tmp_path, monkeypatch, path):
 
 @pytest.mark.slow
 def test_quickstart_runs_as_a_script(tmp_path, python_env):
-    env = {**python_env, ENV_PREFIX + "STORE": str(tmp_path / "store"), ENV_PREFIX + "OUTPUT": str(tmp_path / "out"),
-           ENV_PREFIX + "MESSAGES": "400"}
-    out = subprocess.run([sys.executable, str(ROOT / "notebooks" / "quickstart.py")], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=600)
+    env = {
+        **python_env,
+        ENV_PREFIX + "STORE": str(tmp_path / "store"),
+        ENV_PREFIX + "OUTPUT": str(tmp_path / "out"),
+        ENV_PREFIX + "MESSAGES": "400",
+    }
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "notebooks" / "quickstart.py")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "sql/messages_by_key.sql" in out.stdout and "consumer lag of Shipping" in out.stdout
     assert (tmp_path / "out" / "messages_per_queue.png").read_bytes().startswith(PNG)

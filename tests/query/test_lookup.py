@@ -27,8 +27,12 @@ def filled(store):
     """Three rounds of sends (distinct store times), dispatched; ``order-1`` appears once per round."""
     results = []
     for r in range(3):
-        batch = [Message("TopicTest", body=f"r{r}-{i}".encode(), tags="TagA", keys=[f"order-{i}", f"round-{r}"],
-                         queue_id=i % 2) for i in range(4)]
+        batch = [
+            Message(
+                "TopicTest", body=f"r{r}-{i}".encode(), tags="TagA", keys=[f"order-{i}", f"round-{r}"], queue_id=i % 2
+            )
+            for i in range(4)
+        ]
         results.append(store.send_batch(batch))
         time.sleep(0.02)
     store.dispatch()
@@ -40,8 +44,12 @@ class TestById:
         store, rounds = filled
         for r in rounds[1]:
             m = store.query_by_id(r.msg_id)
-            assert (m.msg_id, m.queue_id, m.queue_offset, m.commitlog_offset) == (r.msg_id, r.queue_id, r.queue_offset,
-                                                                                  r.commitlog_offset)
+            assert (m.msg_id, m.queue_id, m.queue_offset, m.commitlog_offset) == (
+                r.msg_id,
+                r.queue_id,
+                r.queue_offset,
+                r.commitlog_offset,
+            )
             assert m.uniq_key == r.uniq_key and m.tags == "TagA"
 
     def test_lower_case_id(self, filled):
@@ -79,8 +87,9 @@ class TestByKey:
         middle = store.query_by_key("TopicTest", "order-1", begin=t1, end=t1)
         assert [m.commitlog_offset for m in middle] == [rounds[1][1].commitlog_offset]
         ms = int(t1.timestamp() * 1000)
-        assert [m.commitlog_offset for m in store.query_by_key("TopicTest", "order-1", end=ms - 1)] == \
-            [rounds[0][1].commitlog_offset]
+        assert [m.commitlog_offset for m in store.query_by_key("TopicTest", "order-1", end=ms - 1)] == [
+            rounds[0][1].commitlog_offset
+        ]
 
     def test_max_num_is_capped_at_64(self, store):
         store.send_batch([Message("TopicTest", body=b"x", keys=["hot"]) for _ in range(70)])
@@ -102,8 +111,9 @@ class TestByKey:
         assert store.query_by_key("Other", "order-1") == []
         assert store.query_by_key("TopicTest", "no-such-key") == []
 
-    @pytest.mark.parametrize("kwargs", [{"max_num": 0}, {"key": ""}, {"begin": "yesterday"},
-                                        {"begin": dt.datetime(2024, 1, 1)}])
+    @pytest.mark.parametrize(
+        "kwargs", [{"max_num": 0}, {"key": ""}, {"begin": "yesterday"}, {"begin": dt.datetime(2024, 1, 1)}]
+    )
     def test_bad_arguments(self, filled, kwargs):
         args = {"topic": "TopicTest", "key": "order-1", **kwargs}
         with pytest.raises(StoreError):
@@ -143,10 +153,13 @@ class TestSql:
     def test_messages_by_key_equals_python(self, spark, filled):
         store, _ = filled
         register_views(spark, store)
-        rows = run_file(spark, SQL / "messages_by_key.sql", {"topic": "TopicTest", "key": "order-1", "max_num": 2}).collect()
+        rows = run_file(
+            spark, SQL / "messages_by_key.sql", {"topic": "TopicTest", "key": "order-1", "max_num": 2}
+        ).collect()
         python = store.query_by_key("TopicTest", "order-1", max_num=2)
-        assert [(r.msg_id, r.commitlog_offset, r.queue_offset) for r in rows] == \
-            [(m.msg_id, m.commitlog_offset, m.queue_offset) for m in python]
+        assert [(r.msg_id, r.commitlog_offset, r.queue_offset) for r in rows] == [
+            (m.msg_id, m.commitlog_offset, m.queue_offset) for m in python
+        ]
 
     def test_message_by_id_equals_python(self, spark, filled):
         store, rounds = filled
@@ -155,17 +168,33 @@ class TestSql:
         row = run_file(spark, SQL / "message_by_id.sql", {"msg_id": r.msg_id.lower()}).collect()
         m = store.query_by_id(r.msg_id)
         assert len(row) == 1
-        assert (row[0].msg_id, row[0].commitlog_offset, bytes(row[0].body), dict(row[0].properties)) == \
-            (m.msg_id, m.commitlog_offset, m.body, m.properties)
+        assert (row[0].msg_id, row[0].commitlog_offset, bytes(row[0].body), dict(row[0].properties)) == (
+            m.msg_id,
+            m.commitlog_offset,
+            m.body,
+            m.properties,
+        )
 
     def test_messages_by_time_equals_dataframe(self, spark, filled):
         store, rounds = filled
         register_views(spark, store)
         t0 = store.query_by_id(rounds[1][0].msg_id).store_timestamp
         got = run_file(spark, SQL / "messages_by_time.sql", {"topic": "TopicTest", "begin": t0, "end": t0})
-        want = (store.messages("TopicTest").where(F.col("store_timestamp") == t0).orderBy("physical_offset")
-                .select("msg_id", "topic", "queue_id", "queue_offset", F.col("physical_offset").alias("commitlog_offset"),
-                        "store_timestamp", "tags", "keys"))
+        want = (
+            store.messages("TopicTest")
+            .where(F.col("store_timestamp") == t0)
+            .orderBy("physical_offset")
+            .select(
+                "msg_id",
+                "topic",
+                "queue_id",
+                "queue_offset",
+                F.col("physical_offset").alias("commitlog_offset"),
+                "store_timestamp",
+                "tags",
+                "keys",
+            )
+        )
         assert_df_equality(got, want, ignore_nullable=True, ignore_metadata=True)
         firsts = {r.queue_id: r.queue_offset for r in got.collect()[::-1]}
         assert firsts == {q: store.search_offset("TopicTest", q, t0) for q in firsts}
@@ -189,8 +218,21 @@ class TestSql:
 
     def test_one_liner_runs(self, filled, python_env):
         store, rounds = filled
-        out = subprocess.run([sys.executable, "-m", "storelib.sql", "--store", store.root, str(SQL / "message_by_id.sql"),
-                              f"msg_id={rounds[0][0].msg_id}"], env=python_env, capture_output=True, text=True,
-                             timeout=300, cwd=ROOT)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "storelib.sql",
+                "--store",
+                store.root,
+                str(SQL / "message_by_id.sql"),
+                f"msg_id={rounds[0][0].msg_id}",
+            ],
+            env=python_env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=ROOT,
+        )
         assert out.returncode == 0, out.stderr[-2000:]
         assert rounds[0][0].msg_id in out.stdout

@@ -12,8 +12,14 @@ from storelib.encoding.tags import tags_code
 from storelib.filter.bloom import BloomFilter
 from storelib.filter.selector import MessageSelector
 from storelib.filter.sql92 import parse_sql92
-from storelib.model.errors import (FilterClassError, FilterExpressionError, FilterNotSupportedError, InvalidTopicError,
-                                   SubscriptionNotFoundError, TopicNotFoundError)
+from storelib.model.errors import (
+    FilterClassError,
+    FilterExpressionError,
+    FilterNotSupportedError,
+    InvalidTopicError,
+    SubscriptionNotFoundError,
+    TopicNotFoundError,
+)
 
 SQL_B = "(TAGS is not null and TAGS in ('TagA', 'TagB')) and (a is not null and a between 0 and 3)"
 TAGS = ("TagA", "TagB", "TagC", "Aa", "BB")
@@ -21,9 +27,18 @@ TAGS = ("TagA", "TagB", "TagC", "Aa", "BB")
 
 def send_props(store, n, start=0, topic="TopicTest"):
     """Messages with tags cycling over TAGS and properties a = i % 7, b = 'x' or 'y'."""
-    return store.send_batch([Message(topic, body=f"m{i}".encode(), tags=TAGS[i % len(TAGS)], keys=[f"k{i}"],
-                                     properties={"a": str(i % 7), "b": "x" if i % 2 else "y"})
-                             for i in range(start, start + n)])
+    return store.send_batch(
+        [
+            Message(
+                topic,
+                body=f"m{i}".encode(),
+                tags=TAGS[i % len(TAGS)],
+                keys=[f"k{i}"],
+                properties={"a": str(i % 7), "b": "x" if i % 2 else "y"},
+            )
+            for i in range(start, start + n)
+        ]
+    )
 
 
 def bodies(df):
@@ -32,8 +47,9 @@ def bodies(df):
 
 def expected_bodies(store, predicate):
     """The answer computed the slow way: every message through the Python evaluator."""
-    return sorted(r.body.decode() for r in store.messages("TopicTest").collect()
-                  if predicate(r.tags, dict(r.properties or {})))
+    return sorted(
+        r.body.decode() for r in store.messages("TopicTest").collect() if predicate(r.tags, dict(r.properties or {}))
+    )
 
 
 class TestRegistry:
@@ -82,8 +98,9 @@ class TestRegistry:
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(4) as pool:
-            subs = list(pool.map(lambda i: store.subscribe(f"G{i}", "TopicTest", MessageSelector.by_sql(f"a = {i}")),
-                                 range(8)))
+            subs = list(
+                pool.map(lambda i: store.subscribe(f"G{i}", "TopicTest", MessageSelector.by_sql(f"a = {i}")), range(8))
+            )
         assert sorted(s.version for s in subs) == list(range(1, 9))  # one commit each, none lost
         assert {s.group for s in store.context.registry.all()} == {f"G{i}" for i in range(8)}
 
@@ -95,14 +112,17 @@ class TestRegistry:
             store.subscription("GroupA", "TopicTest")
         assert e.value.code == "SUBSCRIPTION_NOT_EXIST"
 
-    @pytest.mark.parametrize("selector, error", [
-        ("||", FilterExpressionError),
-        (MessageSelector.by_sql("a LIKE 'x%'"), FilterExpressionError),
-        (MessageSelector.by_sql("a = 1 garbage"), FilterExpressionError),
-        (MessageSelector("CLASS", "com.x.Filter"), FilterClassError),  # a class selector names no class
-        (MessageSelector("CLASS", "*", "com.x.NotInstalled"), FilterClassError),
-        (MessageSelector("JAVA", "com.x.Filter"), FilterNotSupportedError),
-    ])
+    @pytest.mark.parametrize(
+        "selector, error",
+        [
+            ("||", FilterExpressionError),
+            (MessageSelector.by_sql("a LIKE 'x%'"), FilterExpressionError),
+            (MessageSelector.by_sql("a = 1 garbage"), FilterExpressionError),
+            (MessageSelector("CLASS", "com.x.Filter"), FilterClassError),  # a class selector names no class
+            (MessageSelector("CLASS", "*", "com.x.NotInstalled"), FilterClassError),
+            (MessageSelector("JAVA", "com.x.Filter"), FilterNotSupportedError),
+        ],
+    )
     def test_bad_subscriptions_write_nothing(self, store, selector, error):
         with pytest.raises(error):
             store.subscribe("GroupA", "TopicTest", selector)
@@ -127,8 +147,10 @@ class TestRegistry:
 
 class TestBitmaps:
     def test_dispatch_sets_bloom_bits_of_matching_subscriptions(self, spark, store):
-        subs = {g: store.subscribe(g, "TopicTest", MessageSelector.by_sql(e))
-                for g, e in [("G1", "a > 3"), ("G2", "b = 'x'"), ("G3", SQL_B)]}
+        subs = {
+            g: store.subscribe(g, "TopicTest", MessageSelector.by_sql(e))
+            for g, e in [("G1", "a > 3"), ("G2", "b = 'x'"), ("G3", SQL_B)]
+        }
         send_props(store, 20)
         store.dispatch()
         bf = BloomFilter()
@@ -143,8 +165,7 @@ class TestBitmaps:
             assert unit.filter_bitmap == bytes(bits) and unit.filter_version == version
             assert unit.tags_code == tags_code(m.tags)
         cq = store.table("consume_queue").collect()
-        assert all(is_ext_addr(r.tags_code) and undecorate_ext_addr(r.tags_code) == r.queue_offset
-                   for r in cq)
+        assert all(is_ext_addr(r.tags_code) and undecorate_ext_addr(r.tags_code) == r.queue_offset for r in cq)
 
     def test_no_sql92_subscription_no_bitmap(self, store):
         store.subscribe("GroupA", "TopicTest", "TagA")
@@ -187,8 +208,9 @@ class TestTagReads:
         store.subscribe("GroupA", "TopicTest", "TagA || TagB")
         send_props(store, 10)
         store.dispatch()
-        assert bodies(store.read("TopicTest", group="GroupA")) == \
-            expected_bodies(store, lambda t, p: t in ("TagA", "TagB"))
+        assert bodies(store.read("TopicTest", group="GroupA")) == expected_bodies(
+            store, lambda t, p: t in ("TagA", "TagB")
+        )
         with pytest.raises(SubscriptionNotFoundError):
             store.read("TopicTest", group="Nobody")
 
@@ -204,7 +226,9 @@ class TestTagReads:
         from storelib import Message
 
         store.create_topic("Other", queues=2)
-        store.send_batch([Message("TopicTest" if i % 2 else "Other", tags="TagA", body=f"m{i}".encode()) for i in range(8)])
+        store.send_batch(
+            [Message("TopicTest" if i % 2 else "Other", tags="TagA", body=f"m{i}".encode()) for i in range(8)]
+        )
         store.dispatch()
         store.send_batch([Message("TopicTest", tags="TagA", body=b"late")] * 3)  # in the same table, not dispatched
         assert bodies(store.read("TopicTest", "TagA")) == [f"m{i}" for i in range(1, 8, 2)]
@@ -240,8 +264,9 @@ class TestTagReads:
         send_props(plain, 12)
         plain.dispatch()
         assert bodies(plain.read("TopicTest", "Aa")) == expected_bodies(plain, lambda t, p: t == "Aa")
-        assert bodies(plain.read("TopicTest", MessageSelector.by_sql("a >= 5"))) == \
-            expected_bodies(plain, lambda t, p: int(p["a"]) >= 5)
+        assert bodies(plain.read("TopicTest", MessageSelector.by_sql("a >= 5"))) == expected_bodies(
+            plain, lambda t, p: int(p["a"]) >= 5
+        )
 
 
 class TestSql92Reads:
@@ -278,11 +303,13 @@ class TestSql92Reads:
 
     def test_whole_files_are_skipped(self, spark, store):
         store.subscribe("GroupB", "TopicTest", MessageSelector.by_sql("region = 'eu'"))
-        store.send_batch([Message("TopicTest", body=b"us", tags="T", properties={"region": "us"}, queue_id=0)
-                          for _ in range(10)])
+        store.send_batch(
+            [Message("TopicTest", body=b"us", tags="T", properties={"region": "us"}, queue_id=0) for _ in range(10)]
+        )
         store.dispatch()
-        store.send_batch([Message("TopicTest", body=b"eu", tags="T", properties={"region": "eu"}, queue_id=0)
-                          for _ in range(3)])
+        store.send_batch(
+            [Message("TopicTest", body=b"eu", tags="T", properties={"region": "eu"}, queue_id=0) for _ in range(3)]
+        )
         store.dispatch()
         from storelib.query.read import plan_read
 
@@ -305,20 +332,30 @@ class TestSql92Reads:
         assert store.explain_read("TopicTest", MessageSelector.by_tag("TagA")).spark_sql is None
         from storelib.query.read import filter_stats
 
-        assert filter_stats(store.context, "TopicTest", MessageSelector.by_sql("b CONTAINS 'x'")).spark_sql \
+        assert (
+            filter_stats(store.context, "TopicTest", MessageSelector.by_sql("b CONTAINS 'x'")).spark_sql
             == "CONTAINS(b, 'x')"
+        )
 
     def test_read_equals_exact_filter_over_every_message(self, spark, store):
         store.subscribe("GroupB", "TopicTest", MessageSelector.by_sql(SQL_B))
         send_props(store, 30)
         store.dispatch()
         slow = store.messages("TopicTest").where(parse_sql92(SQL_B).to_column("properties"))
-        assert_df_equality(store.read("TopicTest", group="GroupB").drop("properties"), slow.drop("properties"),
-                           ignore_row_order=True, ignore_nullable=True)  # (chispa cannot sort map columns)
+        assert_df_equality(
+            store.read("TopicTest", group="GroupB").drop("properties"),
+            slow.drop("properties"),
+            ignore_row_order=True,
+            ignore_nullable=True,
+        )  # (chispa cannot sort map columns)
 
     def test_ansi_mode_never_fails_a_read(self, spark, store):
-        store.send_batch([Message("TopicTest", body=b"x", properties={"a": v})
-                          for v in ("abc", " 7", "99999999999999999999", "1e400", "3")])
+        store.send_batch(
+            [
+                Message("TopicTest", body=b"x", properties={"a": v})
+                for v in ("abc", " 7", "99999999999999999999", "1e400", "3")
+            ]
+        )
         store.dispatch()
         assert spark.conf.get("spark.sql.ansi.enabled") == "true"
         assert len(bodies(store.read("TopicTest", MessageSelector.by_sql("a > 2")))) == 1

@@ -46,8 +46,18 @@ def test_delay_level_is_stored_in_the_schedule_queue(store):
 
 
 def test_nothing_is_visible_before_its_time_then_delivered_once(store):
-    sent = store.send(Message("TopicTest", body=b"late", tags="TagA", keys=["k1"], properties={"a": "1"},
-                              delay_level=2, queue_id=1, flag=3))
+    sent = store.send(
+        Message(
+            "TopicTest",
+            body=b"late",
+            tags="TagA",
+            keys=["k1"],
+            properties={"a": "1"},
+            delay_level=2,
+            queue_id=1,
+            flag=3,
+        )
+    )
     store.dispatch()
     due = _stored_ms(store, sent) + store.config.delay_levels_ms[1]
     assert store.deliver_delayed(now=due - 1).delivered == 0
@@ -75,15 +85,17 @@ def _dispatch_with_every_unit_in_the_ext_table(store) -> None:
     """Dispatch as stores did before ext units were kept for bitmaps alone: every consume queue unit points at
     an ext unit holding its real tag code (a delayed message's deliver time)."""
     from storelib.delta.writer import Target, write_items_here
-    from storelib.storage.dispatched import REPUT_MARKER
     from storelib.dispatch.request import CommitlogFiles, DispatchRequests
+    from storelib.storage.dispatched import REPUT_MARKER
 
     tables, end = store.context.tables, store.max_offset()
     start = store.dispatch_progress()["consume_queue"]
     names = ("consume_queue_ext", "consume_queue")
     requests = DispatchRequests(dict.fromkeys(names, start), True, 25, tuple(store.config.delay_levels_ms))
     paths = [(p, False, True) for p in tables.commitlog.files(tables.commitlog.snapshot())]
-    written = write_items_here(paths, {n: Target.of(tables.by_name()[n]) for n in names}, CommitlogFiles(start, end, True, requests))
+    written = write_items_here(
+        paths, {n: Target.of(tables.by_name()[n]) for n in names}, CommitlogFiles(start, end, True, requests)
+    )
     for name in names:
         table = tables.by_name()[name]
         table.commit(table.snapshot(), written[name], markers={REPUT_MARKER: end})
@@ -122,8 +134,12 @@ def test_timer_messages_any_time(store):
     d = store.send(Message("TopicTest", body=b"d", deliver_time_ms=real - 5))  # already due: a normal message
     assert {a.topic, b.topic, c.topic} == {TIMER_TOPIC} and d.topic == "TopicTest"
     pa_ = store.query_by_id(a.msg_id).properties
-    assert (pa_["TIMER_OUT_MS"], pa_["TIMER_DELIVER_MS"], pa_["REAL_TOPIC"], pa_["REAL_QID"]) == \
-        (str(base + 3000), str(base + 3000), "TopicTest", "3")
+    assert (pa_["TIMER_OUT_MS"], pa_["TIMER_DELIVER_MS"], pa_["REAL_TOPIC"], pa_["REAL_QID"]) == (
+        str(base + 3000),
+        str(base + 3000),
+        "TopicTest",
+        "3",
+    )
     c_at = int(store.query_by_id(c.msg_id).properties["TIMER_OUT_MS"])
     assert base + 1000 < c_at
     store.dispatch()
@@ -213,15 +229,17 @@ def test_retry_to_dlq_end_to_end(store):
 def _filled(store, n: int = 30):
     now = _ms(dt.datetime.now(dt.timezone.utc))
     store.send_batch([Message("TopicTest", body=b"L%d" % i, delay_level=1 + i % 3, queue_id=i % 4) for i in range(n)])
-    store.send_batch([Message("TopicTest", body=b"T%d" % i, deliver_time_ms=now + 1000 + (i * 7919) % 5000)
-                      for i in range(n)])
+    store.send_batch(
+        [Message("TopicTest", body=b"T%d" % i, deliver_time_ms=now + 1000 + (i * 7919) % 5000) for i in range(n)]
+    )
     store.dispatch()
     return now + 10 * HOUR
 
 
 def _delivered(store):
-    return store.messages("TopicTest").select("topic", "queue_id", "queue_offset", "body", "flag", "sysflag",
-                                              "uniq_key", "tags", "size", "reconsume_times")
+    return store.messages("TopicTest").select(
+        "topic", "queue_id", "queue_offset", "body", "flag", "sysflag", "uniq_key", "tags", "size", "reconsume_times"
+    )
 
 
 def test_spark_and_arrow_paths_deliver_the_same(spark, store, tmp_path):
@@ -238,8 +256,10 @@ def test_spark_and_arrow_paths_deliver_the_same(spark, store, tmp_path):
     b = _delivered(other).where("body like 'L%'").drop("uniq_key")
     assert_df_equality(a, b, ignore_row_order=True, ignore_nullable=True)
     order = [r.body for r in other.messages("TopicTest").where("body like 'T%'").orderBy("physical_offset").collect()]
-    times = [int(dict(r.properties)["TIMER_OUT_MS"]) for r in other.messages("TopicTest").where(
-        "body like 'T%'").orderBy("physical_offset").collect()]
+    times = [
+        int(dict(r.properties)["TIMER_OUT_MS"])
+        for r in other.messages("TopicTest").where("body like 'T%'").orderBy("physical_offset").collect()
+    ]
     assert len(order) == 30 and times == sorted(times)
     assert deliver(other.context, now=now2, spark_rows=0).delivered == 0
 
@@ -263,8 +283,13 @@ class TestCrashSafety:
 
     def test_killed_process_then_rerun(self, store, python_env):
         now = _filled(store, 10)
-        crashed = subprocess.run([sys.executable, "-c", CRASHING_DELIVERY, store.root, "committed", str(now)],
-                                 env=python_env, capture_output=True, text=True, timeout=300)
+        crashed = subprocess.run(
+            [sys.executable, "-c", CRASHING_DELIVERY, store.root, "committed", str(now)],
+            env=python_env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert crashed.returncode == 86, crashed.stderr[-2000:]
         assert store.deliver_delayed(now=now).delivered == 0
         assert store.messages("TopicTest").count() == 20
@@ -287,11 +312,21 @@ def test_deliver_job(store, python_env):
 
     now = _filled(store, 4)
     job = Path(__file__).resolve().parents[2] / "jobs" / "deliver_delayed.py"
-    out = subprocess.run([sys.executable, str(job), "--store", store.root, "--now", str(now)], env=python_env,
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, str(job), "--store", store.root, "--now", str(now)],
+        env=python_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "delivered 8 messages (level 1: 2, level 2: 1, level 3: 1; timer: 4; recalled: 0)" in out.stdout
     assert store.max_queue_offset("TopicTest", 0) + store.max_queue_offset("TopicTest", 1) >= 1  # dispatched
-    bad = subprocess.run([sys.executable, str(job), "--store", store.root, "--now", "x"], env=python_env,
-                         capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [sys.executable, str(job), "--store", store.root, "--now", "x"],
+        env=python_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode == 2 and "Traceback" not in bad.stderr

@@ -41,13 +41,19 @@ def _bodies(store, topic):
 
 
 def test_commit_writes_the_real_message_once(store):
-    r = store.send_in_transaction(Message("TopicTest", body=b"order", tags="TagA", keys=["o-1"], queue_id=2), _unknown,
-                                  producer_group="PG")
+    r = store.send_in_transaction(
+        Message("TopicTest", body=b"order", tags="TagA", keys=["o-1"], queue_id=2), _unknown, producer_group="PG"
+    )
     half = store.query_by_id(r.msg_id)
     p = half.properties
     assert (half.topic, half.queue_id, half.sysflag & SysFlag.TRANSACTION_ROLLBACK_TYPE) == (TRANS_HALF_TOPIC, 0, 0)
-    assert (p["TRAN_MSG"], p["PGROUP"], p["REAL_TOPIC"], p["REAL_QID"], p["__transactionId__"]) == \
-        ("true", "PG", "TopicTest", "2", r.transaction_id)
+    assert (p["TRAN_MSG"], p["PGROUP"], p["REAL_TOPIC"], p["REAL_QID"], p["__transactionId__"]) == (
+        "true",
+        "PG",
+        "TopicTest",
+        "2",
+        r.transaction_id,
+    )
     store.dispatch()
     assert store.read("TopicTest").count() == 0 and store.query_by_key("TopicTest", "o-1") == []
     assert store.pull("GroupA", "TopicTest", 2, 0, selector="*").messages == []
@@ -72,7 +78,9 @@ def test_commit_writes_the_real_message_once(store):
 
 
 def test_rollback_is_never_visible(store):
-    r = store.send_in_transaction(Message("TopicTest", body=b"no"), lambda m, a: "ROLLBACK_MESSAGE", producer_group="PG")
+    r = store.send_in_transaction(
+        Message("TopicTest", body=b"no"), lambda m, a: "ROLLBACK_MESSAGE", producer_group="PG"
+    )
     assert r.local_state is TransactionState.ROLLBACK
     with pytest.raises(TransactionEndedError):
         store.end_transaction(r.transaction_id, "COMMIT_MESSAGE")
@@ -96,11 +104,15 @@ def test_check_back_applies_the_answers(spark, store_path):
     store = MessageStore.create(store_path, spark, transaction_checker_timeout_ms=300)
     store.create_topic("TopicTest", queues=4)
     store.register_transaction_checker("PG", CHECKER)
-    sent = {body: store.send_in_transaction(Message("TopicTest", body=body), _unknown, producer_group="PG")
-            for body in (b"commit", b"rollback", b"boom", b"hang", b"later")}
-    young = store.send_in_transaction(Message("TopicTest", body=b"commit-young",
-                                              properties={"CHECK_IMMUNITY_TIME_IN_SECONDS": "3600"}),
-                                      _unknown, producer_group="PG")
+    sent = {
+        body: store.send_in_transaction(Message("TopicTest", body=body), _unknown, producer_group="PG")
+        for body in (b"commit", b"rollback", b"boom", b"hang", b"later")
+    }
+    young = store.send_in_transaction(
+        Message("TopicTest", body=b"commit-young", properties={"CHECK_IMMUNITY_TIME_IN_SECONDS": "3600"}),
+        _unknown,
+        producer_group="PG",
+    )
     born = store.query_by_id(young.msg_id).born_timestamp.timestamp() * 1000
     assert store.check_transactions(now=int(born) + 1000).checked == 0  # under transaction_timeout_ms (6 s)
 
@@ -165,8 +177,13 @@ def test_check_job(store, python_env):
     store.register_transaction_checker("PG", "storelib.schedule.check:commit_all")
     store.send_in_transaction(Message("TopicTest", body=b"x"), _unknown, producer_group="PG")
     job = Path(__file__).resolve().parents[2] / "jobs" / "check_transactions.py"
-    out = subprocess.run([sys.executable, str(job), "--store", store.root, "--now", str(FAR)], env=python_env,
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, str(job), "--store", store.root, "--now", str(FAR)],
+        env=python_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "checked 1 half messages: 1 committed, 0 rolled back, 0 unknown, 0 given up" in out.stdout
     assert _bodies(store, "TopicTest") == [b"x"]

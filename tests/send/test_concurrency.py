@@ -33,14 +33,25 @@ def test_parallel_producers(spark, store_path, python_env):
     store = MessageStore.create(store_path, spark)
     store.create_topic("TopicTest", queues=2)
     batches = 25
-    procs = [subprocess.Popen([sys.executable, "-c", PRODUCER, store.root, name, str(batches)], env=python_env,
-                              stderr=subprocess.PIPE, text=True) for name in ("p1", "p2")]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", PRODUCER, store.root, name, str(batches)],
+            env=python_env,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name in ("p1", "p2")
+    ]
     for p in procs:
         _, err = p.communicate(timeout=300)
         assert p.returncode == 0, err
 
-    rows = store.messages().orderBy("physical_offset").select(
-        "physical_offset", "size", "queue_id", "queue_offset", "body").collect()
+    rows = (
+        store.messages()
+        .orderBy("physical_offset")
+        .select("physical_offset", "size", "queue_id", "queue_offset", "body")
+        .collect()
+    )
     bodies = sorted(bytes(r.body).decode() for r in rows)
     expected = sorted(f"{n}-{b}-{i}" for n in ("p1", "p2") for b in range(batches) for i in range(3))
     assert bodies == expected  # every message once: nothing lost, nothing twice

@@ -17,13 +17,20 @@ class TestEncodedFrame:
         """A batch as ``Producer.encode_dataframe`` sends it: names and values joined, nulls as \\x02."""
         n = len(rows)
         join = lambda parts: "\x01".join(parts) if parts else None  # noqa: E731
-        return pa.RecordBatch.from_pydict({
-            "topic": pa.array(["T"] * n), "queue_id": pa.nulls(n, pa.int32()), "body": pa.array([b"x"] * n),
-            "property_names": pa.array([join([k for k, _ in r]) for r in rows], pa.string()),
-            "property_values": pa.array([join(["\x02" if v is None else v for _, v in r]) for r in rows], pa.string()),
-            "property_count": pa.array([len(r) for r in rows], pa.int32()),
-            "tags": pa.array(tags or [None] * n, pa.string()), "keys": pa.array(keys or [None] * n, pa.string()),
-        })
+        return pa.RecordBatch.from_pydict(
+            {
+                "topic": pa.array(["T"] * n),
+                "queue_id": pa.nulls(n, pa.int32()),
+                "body": pa.array([b"x"] * n),
+                "property_names": pa.array([join([k for k, _ in r]) for r in rows], pa.string()),
+                "property_values": pa.array(
+                    [join(["\x02" if v is None else v for _, v in r]) for r in rows], pa.string()
+                ),
+                "property_count": pa.array([len(r) for r in rows], pa.int32()),
+                "tags": pa.array(tags or [None] * n, pa.string()),
+                "keys": pa.array(keys or [None] * n, pa.string()),
+            }
+        )
 
     @staticmethod
     def frame():
@@ -43,18 +50,35 @@ class TestEncodedFrame:
             assert self.frame().refusals(part).null_count == hi - lo
             cols = self.frame().complete(part, 0, lo)
             uniq = cols["uniq_key"].to_pylist()
-            expected = [r + ([("TAGS", t)] if t else []) + ([("KEYS", k)] if k else []) + [("UNIQ_KEY", u)]
-                        for r, t, k, u in zip(rows[lo:hi], tags[lo:hi], keys[lo:hi], uniq)]
+            expected = [
+                r + ([("TAGS", t)] if t else []) + ([("KEYS", k)] if k else []) + [("UNIQ_KEY", u)]
+                for r, t, k, u in zip(rows[lo:hi], tags[lo:hi], keys[lo:hi], uniq)
+            ]
             assert cols["properties"].to_pylist() == expected
 
-    @pytest.mark.parametrize("props, tags, keys", [
-        ({"a": "1"}, "T", "k1 k2"), ({"UNIQ_KEY": "x"}, None, None), ({"a": "1", "DELAY": "3"}, None, None),
-        ({"a": " "}, None, None), ({"a": "\t"}, None, None), ({"a": "\x00"}, None, None), ({"a": "\u00a0"}, None, None),
-        ({" \r": "1"}, None, None), ({"a": "1", "b": ""}, None, None), ({"a": None}, None, None),
-        ({"a\x01b": "1"}, None, None), ({"a": "1\x012"}, None, None), ({"a\x01b": "1\x012"}, None, None),
-        ({"a": "x\x02"}, None, None), ({"a\x02": "x"}, None, None), ({}, "T\x01", None), ({}, None, "k\x02"),
-        ({"a": "1"}, "  ", "  "),
-    ])
+    @pytest.mark.parametrize(
+        "props, tags, keys",
+        [
+            ({"a": "1"}, "T", "k1 k2"),
+            ({"UNIQ_KEY": "x"}, None, None),
+            ({"a": "1", "DELAY": "3"}, None, None),
+            ({"a": " "}, None, None),
+            ({"a": "\t"}, None, None),
+            ({"a": "\x00"}, None, None),
+            ({"a": "\u00a0"}, None, None),
+            ({" \r": "1"}, None, None),
+            ({"a": "1", "b": ""}, None, None),
+            ({"a": None}, None, None),
+            ({"a\x01b": "1"}, None, None),
+            ({"a": "1\x012"}, None, None),
+            ({"a\x01b": "1\x012"}, None, None),
+            ({"a": "x\x02"}, None, None),
+            ({"a\x02": "x"}, None, None),
+            ({}, "T\x01", None),
+            ({}, None, "k\x02"),
+            ({"a": "1"}, "  ", "  "),
+        ],
+    )
     def test_refusals_agree_with_the_list_path(self, props, tags, keys):
         """Each row is refused exactly when ``validate_message`` refuses the same message, for the same field."""
         from storelib import Message
@@ -62,7 +86,9 @@ class TestEncodedFrame:
         from storelib.model.validation import validate_message
 
         try:
-            validate_message(Message("T", tags=tags, keys=keys, properties={k: v for k, v in props.items()}), max_body=10)
+            validate_message(
+                Message("T", tags=tags, keys=keys, properties={k: v for k, v in props.items()}), max_body=10
+            )
             expected = None
         except StoreError as e:
             expected = (type(e).__name__, e.field.split("[")[0])
@@ -73,4 +99,3 @@ class TestEncodedFrame:
         record = errors[3] and json.loads(errors[3])
         found = record and (record["error"], record["field"])
         assert found == expected
-

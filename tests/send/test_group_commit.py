@@ -19,9 +19,12 @@ from storelib.send.group_commit import GroupCommitProducer
 
 def _check_offsets(store, topic: str = "TopicTest") -> list[dict]:
     """Every stored message of ``topic``: physical offsets back to back, queue offsets 0..n-1 per queue."""
-    rows = sorted(store.context.tables.commitlog.read_arrow(columns=["physical_offset", "size", "topic", "queue_id",
-                                                                     "queue_offset", "body"]).to_pylist(),
-                  key=lambda r: r["physical_offset"])
+    rows = sorted(
+        store.context.tables.commitlog.read_arrow(
+            columns=["physical_offset", "size", "topic", "queue_id", "queue_offset", "body"]
+        ).to_pylist(),
+        key=lambda r: r["physical_offset"],
+    )
     for a, b in zip(rows, rows[1:]):
         assert b["physical_offset"] == a["physical_offset"] + a["size"], (a, b)
     per_queue = defaultdict(list)
@@ -38,9 +41,11 @@ def test_threads_share_commits_and_keep_their_order(store):
     results: dict[int, list] = {}
 
     with store.producer() as producer:
+
         def work(t: int) -> None:
-            results[t] = [producer.send(Message("TopicTest", body=f"{t}-{i}".encode(), queue_id=t % 4))
-                          for i in range(each)]
+            results[t] = [
+                producer.send(Message("TopicTest", body=f"{t}-{i}".encode(), queue_id=t % 4)) for i in range(each)
+            ]
 
         running = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
         for th in running:
@@ -51,8 +56,8 @@ def test_threads_share_commits_and_keep_their_order(store):
     sent = [r for rs in results.values() for r in rs]
     assert len(sent) == threads * each and {r.send_status for r in sent} == {"SEND_OK"}
     assert len({r.msg_id for r in sent}) == len(sent) and len({r.commitlog_offset for r in sent}) == len(sent)
-    assert commits < len(sent)                                      # sends waiting on a commit went in together
-    for t, rs in results.items():                                   # each thread's sends in order in its queue
+    assert commits < len(sent)  # sends waiting on a commit went in together
+    for t, rs in results.items():  # each thread's sends in order in its queue
         assert [r.queue_offset for r in rs] == sorted(r.queue_offset for r in rs)
     rows = _check_offsets(store)
     assert sorted(r["body"] for r in rows) == sorted(f"{t}-{i}".encode() for t in range(threads) for i in range(each))
@@ -101,7 +106,7 @@ def test_a_failed_commit_fails_every_send_of_its_group():
         for f in first:
             with pytest.raises(ConcurrentWriteError):
                 f.result()
-        assert producer.send(9) == "ok 9"                      # the next group commits
+        assert producer.send(9) == "ok 9"  # the next group commits
     assert calls == [[0, 1, 2], [9]] and producer.commits == 1
 
 
@@ -126,10 +131,10 @@ def test_submit_keeps_in_flight_groups_handed_on_and_settles_them_in_order():
     a = producer.send_async(1)
     wait_for(1)
     b = producer.send_async(2)
-    wait_for(2)                                       # handed on while the first is under way
+    wait_for(2)  # handed on while the first is under way
     c, d = producer.send_async(3), producer.send_async(4)
     time.sleep(0.2)
-    assert [g for g, _ in handed] == [[1], [2]]       # two under way: the third waits for a slot
+    assert [g for g, _ in handed] == [[1], [2]]  # two under way: the third waits for a slot
     handed[0][1].set_result(["one"])
     wait_for(3)
     assert [g for g, _ in handed] == [[1], [2], [3, 4]] and a.result() == "one"
@@ -191,14 +196,23 @@ PRODUCER = textwrap.dedent("""
 def test_producer_processes_never_share_or_skip_an_offset(store, python_env):
     """Two processes, four threads each, one store: every message once, offsets back to back (no Spark)."""
     each = 15
-    procs = [subprocess.Popen([sys.executable, "-c", PRODUCER, store.root, str(p), str(each)], env=python_env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for p in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", PRODUCER, store.root, str(p), str(each)],
+            env=python_env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for p in range(2)
+    ]
     outs = [p.communicate(timeout=300) for p in procs]
     assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
     assert [int(o[0].split()[1]) for o in outs] == [4 * each, 4 * each]
     rows = _check_offsets(store)
-    assert sorted(r["body"] for r in rows) == sorted(f"{p}-{t}-{i}".encode() for p in range(2) for t in range(4)
-                                                     for i in range(each))
+    assert sorted(r["body"] for r in rows) == sorted(
+        f"{p}-{t}-{i}".encode() for p in range(2) for t in range(4) for i in range(each)
+    )
 
 
 HOLDER = textwrap.dedent("""
@@ -215,13 +229,15 @@ HOLDER = textwrap.dedent("""
 def test_sends_wait_for_another_process_turn_and_then_share_one_commit(store, python_env):
     """Processes of one machine take turns to commit: sends queued while another process holds the
     commitlog's turn wait, then go in one commit; a holder killed mid-turn frees it."""
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, store.root], env=python_env, stdout=subprocess.PIPE,
-                              text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, store.root], env=python_env, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         with store.producer() as producer:
-            futures = [producer.send_async(Message("TopicTest", body=str(i).encode(), queue_id=i % 4))
-                       for i in range(50)]
+            futures = [
+                producer.send_async(Message("TopicTest", body=str(i).encode(), queue_id=i % 4)) for i in range(50)
+            ]
             done = threading.Event()
             done.wait(0.5)
             assert not any(f.done() for f in futures)  # no commit while the other process holds the turn

@@ -22,9 +22,12 @@ def recomputed_size(r) -> int:
     from storelib.model.message import SysFlag
 
     return message_length(
-        body_length=len(r.body), topic_length=len(r.topic.encode()),
+        body_length=len(r.body),
+        topic_length=len(r.topic.encode()),
         properties_length=len(properties_to_string(dict(r.properties)).encode()),
-        born_host_v6=bool(r.sysflag & SysFlag.BORNHOST_V6), store_host_v6=bool(r.sysflag & SysFlag.STOREHOSTADDRESS_V6))
+        born_host_v6=bool(r.sysflag & SysFlag.BORNHOST_V6),
+        store_host_v6=bool(r.sysflag & SysFlag.STOREHOSTADDRESS_V6),
+    )
 
 
 def assert_offsets_contiguous(rows):
@@ -49,14 +52,21 @@ class TestSend:
         assert len(r.uniq_key) == 32
 
     def test_message_is_stored_with_rocketmq_properties(self, store):
-        r = store.send(Message("TopicTest", tags="TagA", keys=["order-1", "order-2"], body=b"hi", properties={"a": "5"}))
+        r = store.send(
+            Message("TopicTest", tags="TagA", keys=["order-1", "order-2"], body=b"hi", properties={"a": "5"})
+        )
         row = commitlog_rows(store)[0]
         props = dict(row.properties)
-        assert props == {"a": "5", MessageConst.TAGS: "TagA", MessageConst.KEYS: "order-1 order-2",
-                         MessageConst.UNIQ_KEY: r.uniq_key}
+        assert props == {
+            "a": "5",
+            MessageConst.TAGS: "TagA",
+            MessageConst.KEYS: "order-1 order-2",
+            MessageConst.UNIQ_KEY: r.uniq_key,
+        }
         assert (row.tags, row.keys, row.uniq_key, row.body) == ("TagA", "order-1 order-2", r.uniq_key, bytearray(b"hi"))
-        assert row.size == message_length(body_length=2, topic_length=9,
-                                                properties_length=len(properties_to_string(props).encode()))
+        assert row.size == message_length(
+            body_length=2, topic_length=9, properties_length=len(properties_to_string(props).encode())
+        )
         assert row.msg_id == r.msg_id
 
     def test_offsets_run_on_across_sends(self, store):
@@ -90,7 +100,8 @@ class TestSendDataFrame:
             F.concat(F.lit("body-"), F.col("id").cast("string")).alias("body"),
             F.concat(F.lit("Tag"), (F.col("id") % 2).cast("string")).alias("tags"),
             F.array(F.concat(F.lit("k"), F.col("id").cast("string"))).alias("keys"),
-            F.create_map(F.lit("n"), F.col("id").cast("string")).alias("properties"))
+            F.create_map(F.lit("n"), F.col("id").cast("string")).alias("properties"),
+        )
 
     def test_rows_offsets_and_encoding(self, spark, store):
         store.create_topic("TopicOther", queues=2)
@@ -109,8 +120,10 @@ class TestSendDataFrame:
             assert props[MessageConst.KEYS] == r.keys == f"k{n}"
             assert props[MessageConst.UNIQ_KEY] == r.uniq_key
             assert r.size == message_length(
-                body_length=len(r.body), topic_length=len(r.topic),
-                properties_length=len(properties_to_string(props).encode()))
+                body_length=len(r.body),
+                topic_length=len(r.topic),
+                properties_length=len(properties_to_string(props).encode()),
+            )
             assert r.msg_id == create_message_id("127.0.0.1", 10911, r.physical_offset)
             assert r.body_crc == (__import__("zlib").crc32(r.body) & 0x7FFFFFFF)
         assert len({r.uniq_key for r in rows}) == 301
@@ -121,15 +134,34 @@ class TestSendDataFrame:
 
         other = MessageStore.create(store_path + "-list", spark)
         other.create_topic("TopicTest", queues=4)
-        msgs = [Message("TopicTest", body=f"b{i}".encode(), tags="T", keys=[f"k{i}"], properties={"i": str(i)}, queue_id=i % 4)
-                for i in range(20)]
+        msgs = [
+            Message(
+                "TopicTest", body=f"b{i}".encode(), tags="T", keys=[f"k{i}"], properties={"i": str(i)}, queue_id=i % 4
+            )
+            for i in range(20)
+        ]
         other.send_batch(msgs)
-        df = spark.createDataFrame([(m.topic, m.body, m.tags, m.keys, dict(m.properties), m.queue_id) for m in msgs],
-                                   "topic string, body binary, tags string, keys array<string>, properties map<string,string>, queue_id int")
+        df = spark.createDataFrame(
+            [(m.topic, m.body, m.tags, m.keys, dict(m.properties), m.queue_id) for m in msgs],
+            "topic string, body binary, tags string, keys array<string>, properties map<string,string>, queue_id int",
+        )
         store.send_dataframe(df.coalesce(1))
-        cols = ["physical_offset", "size", "topic", "queue_id", "queue_offset", "sysflag", "flag", "body_crc", "body", "tags", "keys"]
-        assert_df_equality(store.messages().select(*cols), other.messages().select(*cols),
-                           ignore_row_order=True, ignore_nullable=True)
+        cols = [
+            "physical_offset",
+            "size",
+            "topic",
+            "queue_id",
+            "queue_offset",
+            "sysflag",
+            "flag",
+            "body_crc",
+            "body",
+            "tags",
+            "keys",
+        ]
+        assert_df_equality(
+            store.messages().select(*cols), other.messages().select(*cols), ignore_row_order=True, ignore_nullable=True
+        )
 
     def test_empty_frame(self, spark, store):
         result = store.send_dataframe(self.frame(spark, 0).where("topic = 'TopicTest'"))
@@ -137,8 +169,9 @@ class TestSendDataFrame:
 
     def test_nondeterministic_frame_is_read_once(self, spark, store):
         """rand() differs on every read: one read means every stored row is consistent with its size."""
-        df = spark.range(0, 200, 1, 4).select(F.lit("TopicTest").alias("topic"),
-                                              F.expr("repeat('x', cast(rand() * 50 as int))").alias("body"))
+        df = spark.range(0, 200, 1, 4).select(
+            F.lit("TopicTest").alias("topic"), F.expr("repeat('x', cast(rand() * 50 as int))").alias("body")
+        )
         store.send_dataframe(df)
         rows = commitlog_rows(store)
         assert len(rows) == 200
@@ -152,8 +185,10 @@ class TestSendDataFrame:
 
         from storelib.model.errors import ExternalError
 
-        df = spark.range(0, 50, 1, 2).select(F.lit("TopicTest").alias("topic"), F.when(
-            F.col("id") == 42, F.raise_error(F.lit("boom"))).otherwise(F.lit("b")).alias("body"))
+        df = spark.range(0, 50, 1, 2).select(
+            F.lit("TopicTest").alias("topic"),
+            F.when(F.col("id") == 42, F.raise_error(F.lit("boom"))).otherwise(F.lit("b")).alias("body"),
+        )
         before = store.context.tables.commitlog.snapshot().version()
         with pytest.raises(ExternalError, match="boom") as info:  # Spark's error, under the store's hierarchy
             store.send_dataframe(df)
@@ -204,7 +239,10 @@ def test_given_born_hosts_set_the_born_v6_flag_per_row(spark, store):
     rows = commitlog_rows(store)
     assert_offsets_contiguous(rows)
     assert [(r.born_host, bool(r.sysflag & SysFlag.BORNHOST_V6)) for r in rows] == [
-        ("[::1]:5000", True), ("10.0.0.1:5000", False), ("fe80::1:7", True)]
+        ("[::1]:5000", True),
+        ("10.0.0.1:5000", False),
+        ("fe80::1:7", True),
+    ]
     for r in rows:
         assert r.size == recomputed_size(r)
 
@@ -212,8 +250,15 @@ def test_given_born_hosts_set_the_born_v6_flag_per_row(spark, store):
 def test_dataframe_queue_ids_given_or_turned(spark, store):
     """Rows naming a queue land in it; the others turn round-robin over the topic's write queues,
     as RocketMQ's producer does, so a run of 40 messages with no queue fills all 4 evenly."""
-    df = spark.range(48).select(F.lit("TopicTest").alias("topic"), F.col("id").cast("string").alias("body"),
-                                F.when(F.col("id") >= 40, F.lit(3)).cast("int").alias("queue_id")).coalesce(1)
+    df = (
+        spark.range(48)
+        .select(
+            F.lit("TopicTest").alias("topic"),
+            F.col("id").cast("string").alias("body"),
+            F.when(F.col("id") >= 40, F.lit(3)).cast("int").alias("queue_id"),
+        )
+        .coalesce(1)
+    )
     store.send_dataframe(df)
     rows = commitlog_rows(store)
     assert_offsets_contiguous(rows)

@@ -38,8 +38,9 @@ def operations(store) -> list[str]:
 
 def committer(store, **settings) -> ConsumerOffsetTable:
     """A committer of its own (own Table object), as another broker thread or client would have."""
-    return ConsumerOffsetTable(Table(store.context.tables.consumer_offset.path, CONSUMER_OFFSET),
-                               store.config.replace(**settings))
+    return ConsumerOffsetTable(
+        Table(store.context.tables.consumer_offset.path, CONSUMER_OFFSET), store.config.replace(**settings)
+    )
 
 
 class TestCommitAndQuery:
@@ -55,8 +56,8 @@ class TestCommitAndQuery:
     def test_minus_one_when_none(self, store):
         assert store.committed_offset("GroupA", "TopicTest", 0) == -1
         store.commit_offset("GroupA", "TopicTest", 0, 5)
-        assert store.committed_offset("GroupA", "TopicTest", 1) == -1   # another queue
-        assert store.committed_offset("GroupB", "TopicTest", 0) == -1   # another group
+        assert store.committed_offset("GroupA", "TopicTest", 1) == -1  # another queue
+        assert store.committed_offset("GroupB", "TopicTest", 0) == -1  # another group
         assert store.committed_offset("GroupA", "OtherTopic", 0) == -1  # another topic
 
     def test_last_write_wins_also_backwards(self, store):
@@ -73,7 +74,9 @@ class TestCommitAndQuery:
         assert store.context.offsets.commit_many("GroupA", entries) == before + 1
         assert version(store) == before + 1
         assert {k: store.committed_offset("GroupA", *k) for k in entries} == entries
-        assert DeltaTable(store.context.tables.consumer_offset.path).history(1)[0]["storelib.operation"] == "COMMIT_OFFSET"
+        assert (
+            DeltaTable(store.context.tables.consumer_offset.path).history(1)[0]["storelib.operation"] == "COMMIT_OFFSET"
+        )
         assert store.context.offsets.commit_many("GroupA", {}) == before + 1  # nothing to commit: nothing written
         assert version(store) == before + 1
 
@@ -82,9 +85,11 @@ class TestCommitAndQuery:
         store.context.offsets.commit_many("GroupB", {("TopicTest", 0): 1})
         v = store.context.offsets.commit("GroupA", "TopicTest", 0, 2)
         rows = store.context.offsets.offsets().select(["consumer_group", "topic", "queue_id", "offset"]).to_pylist()
-        assert rows == [{"consumer_group": "GroupA", "topic": "TopicTest", "queue_id": 0, "offset": 2},
-                        {"consumer_group": "GroupA", "topic": "TopicTest", "queue_id": 1, "offset": 8},
-                        {"consumer_group": "GroupB", "topic": "TopicTest", "queue_id": 0, "offset": 1}]
+        assert rows == [
+            {"consumer_group": "GroupA", "topic": "TopicTest", "queue_id": 0, "offset": 2},
+            {"consumer_group": "GroupA", "topic": "TopicTest", "queue_id": 1, "offset": 8},
+            {"consumer_group": "GroupB", "topic": "TopicTest", "queue_id": 0, "offset": 1},
+        ]
         mine = store.context.offsets.offsets("GroupA")
         assert mine.column("offset").to_pylist() == [2, 8]
         assert mine.column("commit_version").to_pylist() == [v, v - 2]
@@ -123,11 +128,13 @@ class TestBadInput:
     def test_one_bad_entry_fails_the_whole_batch(self, store):
         store.commit_offset("GroupA", "TopicTest", 0, 1)
         before = version(store)
-        for entries, field in [({("TopicTest", 0): 5, ("TopicTest", 1): -3}, "offset"),
-                               ({("TopicTest", 0): 5, ("TopicTest", -1): 3}, "queue_id"),
-                               ({("TopicTest", 0): 5, ("bad topic", 1): 3}, "topic"),
-                               ({("TopicTest", 0): 5, "TopicTest": 3}, "entries"),
-                               ([(("TopicTest", 0), 5)], "entries")]:
+        for entries, field in [
+            ({("TopicTest", 0): 5, ("TopicTest", 1): -3}, "offset"),
+            ({("TopicTest", 0): 5, ("TopicTest", -1): 3}, "queue_id"),
+            ({("TopicTest", 0): 5, ("bad topic", 1): 3}, "topic"),
+            ({("TopicTest", 0): 5, "TopicTest": 3}, "entries"),
+            ([(("TopicTest", 0), 5)], "entries"),
+        ]:
             with pytest.raises((OffsetError, InvalidTopicError)) as e:
                 store.context.offsets.commit_many("GroupA", entries)
             assert e.value.field == field
@@ -154,7 +161,10 @@ class TestCompaction:
             assert data_files(store) <= 3
         # files after each commit: 1 2 3 4->1 2 3 4->1 2 3 4->1 2 3
         assert operations(store).count("COMMIT_OFFSET") == 12 and operations(store).count("COMPACT_OFFSETS") == 3
-        latest = {(r["consumer_group"], r["topic"], r["queue_id"]): r["offset"] for r in store.context.offsets.offsets().to_pylist()}
+        latest = {
+            (r["consumer_group"], r["topic"], r["queue_id"]): r["offset"]
+            for r in store.context.offsets.offsets().to_pylist()
+        }
         assert latest == want
         assert {k: store.committed_offset(*k) for k in want} == want
 
@@ -238,8 +248,15 @@ class TestConcurrency:
                 offsets.commit("GroupP", "TopicTest", 9, r)
         """)
         rounds = 12
-        procs = [subprocess.Popen([sys.executable, "-c", script, store.root, str(first), str(rounds)], env=python_env,
-                                  stderr=subprocess.PIPE, text=True) for first in (0, 2)]
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", script, store.root, str(first), str(rounds)],
+                env=python_env,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for first in (0, 2)
+        ]
         for p in procs:
             _, err = p.communicate(timeout=120)
             assert p.returncode == 0, err
@@ -268,8 +285,9 @@ class TestConcurrency:
             offsets = ConsumerOffsetTable(Table(sys.argv[1] + "/consumer_offset", CONSUMER_OFFSET), StoreConfig(), fault=die)
             offsets.commit_many("GroupA", {("TopicTest", 0): 77, ("TopicTest", 1): 78})
         """)
-        crashed = subprocess.run([sys.executable, "-c", script, store.root], env=python_env, capture_output=True,
-                                 text=True, timeout=120)
+        crashed = subprocess.run(
+            [sys.executable, "-c", script, store.root], env=python_env, capture_output=True, text=True, timeout=120
+        )
         assert crashed.returncode == 86, crashed.stderr[-2000:]
         folder = store.context.tables.consumer_offset.path
         on_disk = [f for f in os.listdir(folder) if f.endswith(".parquet")]
@@ -289,8 +307,11 @@ class TestConsumerLag:
         store.create_topic("%RETRY%GroupA", queues=1)
         store.create_topic("Unrelated", queues=2)
         counts = {0: 3, 1: 1, 3: 2}
-        store.send_batch([Message("TopicTest", body=b"x", queue_id=q) for q, n in counts.items() for _ in range(n)]
-                         + [Message("OtherTopic", body=b"y", queue_id=1)] * 4 + [Message("Unrelated", body=b"z")])
+        store.send_batch(
+            [Message("TopicTest", body=b"x", queue_id=q) for q, n in counts.items() for _ in range(n)]
+            + [Message("OtherTopic", body=b"y", queue_id=1)] * 4
+            + [Message("Unrelated", body=b"z")]
+        )
         store.dispatch()
         store.subscribe("GroupA", "TopicTest", "*")
         store.subscribe("GroupB", "Unrelated", "*")
@@ -298,22 +319,27 @@ class TestConsumerLag:
         store.commit_offset("GroupA", "TopicTest", 3, 2)
         store.commit_offset("GroupA", "OtherTopic", 1, 1)
         store.commit_offset("GroupB", "TopicTest", 1, 1)
-        expected = spark.createDataFrame([
-            ("%RETRY%GroupA", 0, 0, 0, 0),
-            ("OtherTopic", 0, 0, 0, 0),
-            ("OtherTopic", 1, 4, 1, 3),
-            ("TopicTest", 0, 3, 2, 1),
-            ("TopicTest", 1, 1, 0, 1),
-            ("TopicTest", 2, 0, 0, 0),
-            ("TopicTest", 3, 2, 2, 0),
-        ], LAG_DDL)
+        expected = spark.createDataFrame(
+            [
+                ("%RETRY%GroupA", 0, 0, 0, 0),
+                ("OtherTopic", 0, 0, 0, 0),
+                ("OtherTopic", 1, 4, 1, 3),
+                ("TopicTest", 0, 3, 2, 1),
+                ("TopicTest", 1, 1, 0, 1),
+                ("TopicTest", 2, 0, 0, 0),
+                ("TopicTest", 3, 2, 2, 0),
+            ],
+            LAG_DDL,
+        )
         assert_df_equality(store.consumer_lag("GroupA"), expected)
 
     def test_unsubscribed_group_keeps_only_its_retry_queue_and_bad_group_is_refused(self, spark, store):
         assert_df_equality(store.consumer_lag("GroupC"), spark.createDataFrame([], LAG_DDL))
         store.subscribe("GroupC", "TopicTest", "TagA")  # as a heartbeat, creates %RETRY%GroupC
         store.unsubscribe("GroupC", "TopicTest")
-        assert_df_equality(store.consumer_lag("GroupC"), spark.createDataFrame([("%RETRY%GroupC", 0, 0, 0, 0)], LAG_DDL))
+        assert_df_equality(
+            store.consumer_lag("GroupC"), spark.createDataFrame([("%RETRY%GroupC", 0, 0, 0, 0)], LAG_DDL)
+        )
         with pytest.raises(InvalidTopicError) as e:
             store.consumer_lag("bad group")
         assert e.value.field == "group"
@@ -322,6 +348,14 @@ class TestConsumerLag:
         store.send_batch([Message("TopicTest", body=b"x", queue_id=0)])
         store.dispatch()
         store.commit_offset("GroupD", "TopicTest", 7, 3)  # e.g. before the topic shrank
-        expected = spark.createDataFrame([("TopicTest", 0, 1, 0, 1), ("TopicTest", 1, 0, 0, 0), ("TopicTest", 2, 0, 0, 0),
-                                          ("TopicTest", 3, 0, 0, 0), ("TopicTest", 7, 0, 3, -3)], LAG_DDL)
+        expected = spark.createDataFrame(
+            [
+                ("TopicTest", 0, 1, 0, 1),
+                ("TopicTest", 1, 0, 0, 0),
+                ("TopicTest", 2, 0, 0, 0),
+                ("TopicTest", 3, 0, 0, 0),
+                ("TopicTest", 7, 0, 3, -3),
+            ],
+            LAG_DDL,
+        )
         assert_df_equality(store.consumer_lag("GroupD"), expected)

@@ -14,5 +14,13 @@ from storelib.filter.sql92.expression import Sql92Expression, compile_sql92, par
 from storelib.filter.sql92.parser import MAX_EXPRESSION_LENGTH, MAX_NESTING, Sql92Parser
 from storelib.filter.sql92.tree import Node
 
-__all__ = ["parse_sql92", "compile_sql92", "Sql92Expression", "RocketMQSQL92", "Sql92Parser", "Node",
-           "MAX_NESTING", "MAX_EXPRESSION_LENGTH"]
+__all__ = [
+    "parse_sql92",
+    "compile_sql92",
+    "Sql92Expression",
+    "RocketMQSQL92",
+    "Sql92Parser",
+    "Node",
+    "MAX_NESTING",
+    "MAX_EXPRESSION_LENGTH",
+]

@@ -36,10 +36,33 @@ import pyarrow.compute as pc
 
 from storelib.encoding.properties import property_array
 from storelib.filter.sql92.java import ASCII_DIGITS, JAVA_DOUBLE_SYNTAX, UNICODE_DIGITS, java_parse_double
-from storelib.filter.sql92.states import (ERROR, FALSE, LOGIC_TABLES, NULL, TRUE, ConstantComparison,
-                                          constant_comparison, outcome_table, outcomes, reads_text, state_of)
-from storelib.filter.sql92.tree import (Between, Comparison, InList, IsNull, JavaType, Logic, Match, Negate, Node,
-                                        Property, Truth, property_names)
+from storelib.filter.sql92.states import (
+    ERROR,
+    FALSE,
+    LOGIC_TABLES,
+    NULL,
+    TRUE,
+    ConstantComparison,
+    constant_comparison,
+    outcome_table,
+    outcomes,
+    reads_text,
+    state_of,
+)
+from storelib.filter.sql92.tree import (
+    Between,
+    Comparison,
+    InList,
+    IsNull,
+    JavaType,
+    Logic,
+    Match,
+    Negate,
+    Node,
+    Property,
+    Truth,
+    property_names,
+)
 
 __all__ = ["ArrowSql92", "evaluate_batch"]
 
@@ -51,15 +74,21 @@ _INT_BOUNDS = {JavaType.INT: 2**31, JavaType.LONG: 2**63}
 _JAVA_TRIMMED = "".join(map(chr, range(33)))  # String.trim removes every char <= ' '
 _DOUBLE_RE = rf"^(?:{JAVA_DOUBLE_SYNTAX})\z"
 #: Per ASCII digit, a character class of the other Unicode digits of that value (Integer.valueOf).
-_DIGIT_CLASSES = tuple((f"[{''.join(u for u, a in zip(UNICODE_DIGITS, ASCII_DIGITS) if a == d)}]", d)
-                       for d in "0123456789")
+_DIGIT_CLASSES = tuple(
+    (f"[{''.join(u for u, a in zip(UNICODE_DIGITS, ASCII_DIGITS) if a == d)}]", d) for d in "0123456789"
+)
 _TESTS = {"CONTAINS": pc.match_substring, "STARTSWITH": pc.starts_with, "ENDSWITH": pc.ends_with}
 _LOGIC = {op: np.asarray(table, dtype=np.uint8) for op, table in LOGIC_TABLES.items()}
 _CODES = tuple(np.uint8(s) for s in (FALSE, TRUE, NULL, ERROR))
 #: Which of (below, equal, above) the constant a number comparison holds for -> the numpy test.
 _SIGN_TESTS: dict[tuple[bool, bool, bool], Callable[[Any, Any], np.ndarray]] = {
-    (False, False, True): operator.gt, (False, True, True): operator.ge, (True, False, False): operator.lt,
-    (True, True, False): operator.le, (False, True, False): operator.eq, (True, False, True): operator.ne}
+    (False, False, True): operator.gt,
+    (False, True, True): operator.ge,
+    (True, False, False): operator.lt,
+    (True, True, False): operator.le,
+    (False, True, False): operator.eq,
+    (True, False, True): operator.ne,
+}
 #: A compiled step: the _Evaluation method, its constant argument, the slots of its child states.
 Step = tuple[str, Any, tuple[int, ...]]
 
@@ -160,8 +189,12 @@ class ArrowSql92:
         if isinstance(node, Negate) and isinstance(node.operand, Property):
             return ("constant", NULL, ())  # -'text' is null
         children, table = outcome_table(node)
-        slots = tuple(self._add(("class", c.name), ("property_class", c.name, ())) if isinstance(c, Property)
-                      else self._compile(c) for c in children)
+        slots = tuple(
+            self._add(("class", c.name), ("property_class", c.name, ()))
+            if isinstance(c, Property)
+            else self._compile(c)
+            for c in children
+        )
         return ("lookup_table", np.asarray(table, dtype=np.uint8), slots)
 
 
@@ -170,7 +203,7 @@ def _bools(array: pa.Array) -> np.ndarray:
     if array.null_count:
         array = pc.fill_null(array, False)
     bits = np.frombuffer(array.buffers()[1], dtype=np.uint8)
-    return np.unpackbits(bits, count=array.offset + len(array), bitorder="little")[array.offset:].view(bool)
+    return np.unpackbits(bits, count=array.offset + len(array), bitorder="little")[array.offset :].view(bool)
 
 
 class _Evaluation:
@@ -190,16 +223,19 @@ class _Evaluation:
 
     def entries(self) -> tuple[pa.Array, pa.Array]:
         """``(keys, values)``: the entries the maps span (the child array is not sliced with the maps)."""
+
         def build() -> tuple[pa.Array, pa.Array]:
             offsets = self.properties.offsets
             low, high = offsets[0].as_py(), offsets[-1].as_py()
             keys, values = self.properties.values.flatten()
             return keys.slice(low, high - low), values.slice(low, high - low)
+
         return self._cached(("entries",), build)
 
     def layout(self) -> list[str] | None:
         """The keys every map has, in order, when all maps have the same keys in the same order (the
         usual case: one producer's properties), else None. Checked on the key bytes with numpy."""
+
         def build() -> list[str] | None:
             keys, _ = self.entries()
             if self.rows == 0 or self.properties.null_count or keys.type != pa.string():
@@ -208,21 +244,23 @@ class _Evaluation:
             width = int(counts[0])
             if width == 0 or not (counts == width).all():
                 return None
-            ends = np.frombuffer(keys.buffers()[1], dtype=np.int32)[keys.offset:keys.offset + len(keys) + 1]
+            ends = np.frombuffer(keys.buffers()[1], dtype=np.int32)[keys.offset : keys.offset + len(keys) + 1]
             # Periodic key lengths and key bytes (equal to themselves shifted by one map): every map
             # has the first one's keys.
             lengths = np.diff(ends)
             if not np.array_equal(lengths[width:], lengths[:-width]):
                 return None
-            data = np.frombuffer(keys.buffers()[2], dtype=np.uint8)[ends[0]:ends[-1]]
+            data = np.frombuffer(keys.buffers()[2], dtype=np.uint8)[ends[0] : ends[-1]]
             first = int(ends[width] - ends[0])
             return keys.slice(0, width).to_pylist() if np.array_equal(data[first:], data[:-first]) else None
+
         return self._cached(("layout",), build)
 
     def lookup(self, name: str) -> tuple[pa.Array, np.ndarray]:
         """``(values, absent)`` of a property (the first value of a repeated key): the entries with
         its key, taken to their rows (much cheaper than ``map_lookup``); by position when all maps
         have the same :meth:`layout`."""
+
         def build() -> tuple[pa.Array, np.ndarray]:
             layout = self.layout()
             if layout is not None:
@@ -232,6 +270,7 @@ class _Evaluation:
                 return self.entries()[1].take(pa.array(at)), np.zeros(self.rows, dtype=bool)
             values = property_array(self.properties, name)
             return values, ~_bools(values.is_valid())
+
         return self._cached(("lookup", name), build)
 
     def truthy(self, name: str) -> np.ndarray:
@@ -314,8 +353,9 @@ class _Evaluation:
             return self.cases((same, hit), (a_absent, NULL), otherwise=miss)
         (x, x_ok), (y, y_ok) = self.parsed(left, D), self.parsed(right, D)  # two Strings: ordered as doubles
         holds = _SIGN_TESTS[(op[0] == "<", "=" in op, op[0] == ">")](_double_sign(x, y), 0)
-        return self.cases((a_absent, NULL), (b_absent, NULL), (~x_ok, ERROR), (~y_ok, ERROR), (holds, hit),
-                          otherwise=miss)
+        return self.cases(
+            (a_absent, NULL), (b_absent, NULL), (~x_ok, ERROR), (~y_ok, ERROR), (holds, hit), otherwise=miss
+        )
 
     def is_null(self, spec: tuple[str, int, int]) -> States:
         name, hit, miss = spec
@@ -335,8 +375,13 @@ class _Evaluation:
 @lru_cache(maxsize=1024)
 def _first_branch_table(states: tuple[int, ...], otherwise: int) -> np.ndarray:
     """For each combination of conditions (bit ``i``: condition ``i`` holds), the first holding one's state."""
-    return np.array([next((s for i, s in enumerate(states) if combination >> i & 1), otherwise)
-                     for combination in range(1 << len(states))], dtype=np.uint8)
+    return np.array(
+        [
+            next((s for i, s in enumerate(states) if combination >> i & 1), otherwise)
+            for combination in range(1 << len(states))
+        ],
+        dtype=np.uint8,
+    )
 
 
 def _double_sign(a: np.ndarray, b: np.ndarray | float) -> np.ndarray:
@@ -357,8 +402,9 @@ def _parse_int(text: pa.Array, java_type: JavaType) -> tuple[np.ndarray, np.ndar
     overflow) and the range is checked on the numbers; ``-2^31`` (``-2^63``) is the one value past
     the positive bound.
     """
-    if pc.all(pc.ascii_is_decimal(text)).as_py() is not False and (
-            pc.max(pc.binary_length(text)).as_py() or 0) < len(str(_INT_BOUNDS[java_type])):
+    if pc.all(pc.ascii_is_decimal(text)).as_py() is not False and (pc.max(pc.binary_length(text)).as_py() or 0) < len(
+        str(_INT_BOUNDS[java_type])
+    ):
         values = pc.fill_null(pc.cast(text, pa.int64()), 0).to_numpy(zero_copy_only=False)
         return values, _bools(pc.is_valid(text))
     if not pc.all(pc.fill_null(pc.string_is_ascii(text), True)).as_py():

@@ -26,11 +26,32 @@ from sqlglot.tokens import Token, TokenType
 
 from storelib.filter.sql92.lexer import KEYWORDS, OPERATORS, Sql92Lexer
 from storelib.filter.sql92.parser import number_literal
-from storelib.filter.sql92.tree import (Between, Comparison, InList, IsNull, JavaType, Literal, Logic, Match, Negate,
-                                        Node, Not, Property, Truth)
+from storelib.filter.sql92.tree import (
+    Between,
+    Comparison,
+    InList,
+    IsNull,
+    JavaType,
+    Literal,
+    Logic,
+    Match,
+    Negate,
+    Node,
+    Not,
+    Property,
+    Truth,
+)
 
-__all__ = ["RocketMQSQL92", "UnaryOperand", "MATCH_TOKENS", "PRECEDENCE_CASES", "DISPLAY_MAX_DEPTH", "to_sqlglot",
-           "typed_tree", "spark_sql"]
+__all__ = [
+    "RocketMQSQL92",
+    "UnaryOperand",
+    "MATCH_TOKENS",
+    "PRECEDENCE_CASES",
+    "DISPLAY_MAX_DEPTH",
+    "to_sqlglot",
+    "typed_tree",
+    "spark_sql",
+]
 
 #: The deepest tree the dialect reads (:attr:`~storelib.filter.sql92.tree.Node.depth`). sqlglot's parser
 #: recurses through some thirty frames per level of nesting, so under Python's default recursion limit
@@ -44,9 +65,12 @@ DISPLAY_MAX_DEPTH = 24
 #: is too: RocketMQ's NOT takes one operand where sqlglot's takes a comparison, its ordering operators
 #: share a level with BETWEEN/IN/CONTAINS, and IS NULL shares ``=``'s.
 PRECEDENCE_CASES = (
-    ("NOT a = 1", "(NOT a) = 1"), ("NOT a IS NULL", "(NOT a) IS NULL"),
-    ("NOT a CONTAINS 'x'", "(NOT a) CONTAINS 'x'"), ("NOT NOT a = TRUE", "(NOT (NOT a)) = TRUE"),
-    ("a > 1 CONTAINS 'x'", "(a > 1) CONTAINS 'x'"), ("a = 1 IS NULL", "(a = 1) IS NULL"),
+    ("NOT a = 1", "(NOT a) = 1"),
+    ("NOT a IS NULL", "(NOT a) IS NULL"),
+    ("NOT a CONTAINS 'x'", "(NOT a) CONTAINS 'x'"),
+    ("NOT NOT a = TRUE", "(NOT (NOT a)) = TRUE"),
+    ("a > 1 CONTAINS 'x'", "(a > 1) CONTAINS 'x'"),
+    ("a = 1 IS NULL", "(a = 1) IS NULL"),
 )
 
 #: The token type each pattern operator is tokenized as. sqlglot's TokenType has no member of its own
@@ -148,8 +172,10 @@ class RocketMQSQL92(Dialect):
         QUOTES = ["'"]
         STRING_ESCAPES = ["'"]
         COMMENTS = ["--", ("/*", "*/")]
-        KEYWORDS = {**{k: MATCH_TOKENS.get(k, v) for k, v in KEYWORDS.items()},
-                    **{k: v for k, v in OPERATORS.items() if len(k) == 2}}
+        KEYWORDS = {
+            **{k: MATCH_TOKENS.get(k, v) for k, v in KEYWORDS.items()},
+            **{k: v for k, v in OPERATORS.items() if len(k) == 2},
+        }
         SINGLE_TOKENS = {k: v for k, v in OPERATORS.items() if len(k) == 1}
 
         def tokenize(self, sql: str) -> list[Token]:
@@ -188,8 +214,11 @@ class RocketMQSQL92(Dialect):
         COMPARISON: dict = {}
         RANGE_PARSERS = {
             **{token: binary_range_parser(kind) for token, kind in parser.Parser.COMPARISON.items()},
-            **{k: v for k, v in parser.Parser.RANGE_PARSERS.items()
-               if k in (TokenType.BETWEEN, TokenType.IN, TokenType.IS)},
+            **{
+                k: v
+                for k, v in parser.Parser.RANGE_PARSERS.items()
+                if k in (TokenType.BETWEEN, TokenType.IN, TokenType.IS)
+            },
             **{MATCH_TOKENS[name]: binary_range_parser(kind) for name, kind in _MATCH_EXPRESSIONS.items()},
         }
 
@@ -201,8 +230,12 @@ class RocketMQSQL92(Dialect):
         "a CONTAINS 'x'"
         """
 
-        TRANSFORMS = {**generator.Generator.TRANSFORMS, exp.Not: _not, exp.Neg: _neg,
-                      **{kind: lambda self, e: _predicate(self, e, False) for kind in _PREDICATES}}
+        TRANSFORMS = {
+            **generator.Generator.TRANSFORMS,
+            exp.Not: _not,
+            exp.Neg: _neg,
+            **{kind: lambda self, e: _predicate(self, e, False) for kind in _PREDICATES},
+        }
 
 
 def to_sqlglot(tree: Node) -> exp.Expr:
@@ -217,8 +250,9 @@ def to_sqlglot(tree: Node) -> exp.Expr:
     ValueError: the tree nests 31 deep, more than the dialect reads (DISPLAY_MAX_DEPTH = 24)
     """
     if tree.depth > DISPLAY_MAX_DEPTH:
-        raise ValueError(f"the tree nests {tree.depth} deep, more than the dialect reads "
-                         f"(DISPLAY_MAX_DEPTH = {DISPLAY_MAX_DEPTH})")
+        raise ValueError(
+            f"the tree nests {tree.depth} deep, more than the dialect reads (DISPLAY_MAX_DEPTH = {DISPLAY_MAX_DEPTH})"
+        )
     return sqlglot.parse_one(str(tree), read=RocketMQSQL92)
 
 
@@ -299,8 +333,11 @@ def _typed(e: exp.Expr) -> Node:
 def _predicate_node(e: exp.Expr, negated: bool) -> Node:
     if isinstance(e, exp.Is) and isinstance(e.expression, exp.Null):
         return IsNull(_typed(e.this), negated)
-    if isinstance(e, exp.In) and isinstance(operand := _typed(e.this), Property) and \
-            all(isinstance(v, exp.Literal) and v.is_string for v in e.expressions):
+    if (
+        isinstance(e, exp.In)
+        and isinstance(operand := _typed(e.this), Property)
+        and all(isinstance(v, exp.Literal) and v.is_string for v in e.expressions)
+    ):
         return InList(operand, tuple(v.this for v in e.expressions), negated)
     if isinstance(e, exp.Between):
         return Between(_typed(e.this), _typed(e.args["low"]), _typed(e.args["high"]), negated)

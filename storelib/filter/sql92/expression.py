@@ -111,7 +111,9 @@ class Sql92Expression:
         return f"Sql92Expression({str(self.tree)!r})"
 
 
-def parse_sql92(text: str, *, max_length: int = MAX_EXPRESSION_LENGTH, max_nesting: int = MAX_NESTING) -> Sql92Expression:
+def parse_sql92(
+    text: str, *, max_length: int = MAX_EXPRESSION_LENGTH, max_nesting: int = MAX_NESTING
+) -> Sql92Expression:
     """Parse and validate a SQL92 subscription expression; :class:`FilterExpressionError` if invalid.
 
     A text longer than ``max_length`` characters is refused before it is read (at offset
@@ -133,8 +135,9 @@ def parse_sql92(text: str, *, max_length: int = MAX_EXPRESSION_LENGTH, max_nesti
     if not isinstance(text, str):
         raise FilterExpressionError(f"expression must be a string, not {type(text).__name__}", repr(text), 0)
     if len(text) > max_length:
-        raise FilterExpressionError(f"expression longer than {max_length} characters (max_filter_expression_length)",
-                                    text, max_length)
+        raise FilterExpressionError(
+            f"expression longer than {max_length} characters (max_filter_expression_length)", text, max_length
+        )
     return _parse(text, max_nesting)
 
 
@@ -151,8 +154,13 @@ def _parse(text: str, max_nesting: int) -> Sql92Expression:
     return Sql92Expression(text, tree)
 
 
-def compile_sql92(text: str, properties: Column | str = "properties", *, max_length: int = MAX_EXPRESSION_LENGTH,
-                  max_nesting: int = MAX_NESTING) -> Column:
+def compile_sql92(
+    text: str,
+    properties: Column | str = "properties",
+    *,
+    max_length: int = MAX_EXPRESSION_LENGTH,
+    max_nesting: int = MAX_NESTING,
+) -> Column:
     """Parse ``text`` and compile it to a boolean Column over a ``map<string,string>`` properties column
     (the limits are :func:`parse_sql92`'s).
 

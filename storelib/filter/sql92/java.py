@@ -18,19 +18,45 @@ import re
 import unicodedata
 from typing import Callable, Mapping
 
-from storelib.filter.sql92.tree import (Between, Comparison, InList, IsNull, JavaType, JavaValue, Literal, Logic, Match,
-                                        Negate, Node, Not, Property, Truth)
+from storelib.filter.sql92.tree import (
+    Between,
+    Comparison,
+    InList,
+    IsNull,
+    JavaType,
+    JavaValue,
+    Literal,
+    Logic,
+    Match,
+    Negate,
+    Node,
+    Not,
+    Property,
+    Truth,
+)
 
-__all__ = ["JavaEvaluationError", "evaluate", "node_value", "java_compare", "java_parse_int",
-           "java_parse_long", "java_parse_double", "java_boolean", "JAVA_DOUBLE_SYNTAX", "JAVA_INT_SYNTAX",
-           "UNICODE_DIGITS", "ASCII_DIGITS"]
+__all__ = [
+    "JavaEvaluationError",
+    "evaluate",
+    "node_value",
+    "java_compare",
+    "java_parse_int",
+    "java_parse_long",
+    "java_parse_double",
+    "java_boolean",
+    "JAVA_DOUBLE_SYNTAX",
+    "JAVA_INT_SYNTAX",
+    "UNICODE_DIGITS",
+    "ASCII_DIGITS",
+]
 
 S, I, L, D, B = JavaType.STRING, JavaType.INT, JavaType.LONG, JavaType.DOUBLE, JavaType.BOOLEAN
 
 #: The Unicode decimal digits of the Basic Multilingual Plane other than 0-9 (what Java's
 #: Character.digit accepts in Integer.valueOf; a supplementary digit is two chars, neither a digit).
-UNICODE_DIGITS = "".join(chr(c) for c in range(128, 0x10000) if not 0xD800 <= c < 0xE000
-                         and unicodedata.category(chr(c)) == "Nd")
+UNICODE_DIGITS = "".join(
+    chr(c) for c in range(128, 0x10000) if not 0xD800 <= c < 0xE000 and unicodedata.category(chr(c)) == "Nd"
+)
 #: The ASCII digit of each character of :data:`UNICODE_DIGITS`.
 ASCII_DIGITS = "".join(str(unicodedata.decimal(c)) for c in UNICODE_DIGITS)
 _TO_ASCII = str.maketrans(UNICODE_DIGITS, ASCII_DIGITS)
@@ -38,8 +64,10 @@ _TO_ASCII = str.maketrans(UNICODE_DIGITS, ASCII_DIGITS)
 #: Integer/Long.valueOf after digits are made ASCII (no trimming, one optional sign).
 JAVA_INT_SYNTAX = r"[+-]?[0-9]+"
 #: Double.valueOf after trimming chars <= ' ' (FloatingDecimal.readJavaFormatString and its hex form).
-JAVA_DOUBLE_SYNTAX = (r"[+-]?(?:NaN|Infinity|(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?[fFdD]?"
-                      r"|0[xX](?:[0-9a-fA-F]+\.?|[0-9a-fA-F]*\.[0-9a-fA-F]+)[pP][+-]?[0-9]+[fFdD]?)")
+JAVA_DOUBLE_SYNTAX = (
+    r"[+-]?(?:NaN|Infinity|(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?[fFdD]?"
+    r"|0[xX](?:[0-9a-fA-F]+\.?|[0-9a-fA-F]*\.[0-9a-fA-F]+)[pP][+-]?[0-9]+[fFdD]?)"
+)
 _INT_RE, _DOUBLE_RE = re.compile(JAVA_INT_SYNTAX), re.compile(JAVA_DOUBLE_SYNTAX)
 _RANGES = {I: 2**31, L: 2**63}
 _JAVA_TRIMMED = "".join(map(chr, range(33)))  # String.trim removes every char <= ' '
@@ -119,8 +147,10 @@ def java_boolean(text: str) -> bool:
 
 def _double_compare(a: float, b: float) -> int:
     """``Double.compare``: NaN equals itself and is above everything, -0.0 < 0.0."""
+
     def key(x: float) -> tuple[int, float, float]:
         return (1, 0.0, 0.0) if math.isnan(x) else (0, x, math.copysign(1.0, x))
+
     ka, kb = key(a), key(b)
     return (ka > kb) - (ka < kb)
 
@@ -129,8 +159,7 @@ def _sign(a: int | float | str | bool, b: int | float | str | bool) -> int:
     return (a > b) - (a < b)  # type: ignore[operator]
 
 
-_PARSERS: dict[JavaType, Callable[[str], int | float]] = {I: java_parse_int, L: java_parse_long,
-                                                         D: java_parse_double}
+_PARSERS: dict[JavaType, Callable[[str], int | float]] = {I: java_parse_int, L: java_parse_long, D: java_parse_double}
 
 
 def java_compare(lt: JavaType, lv: JavaValue, rt: JavaType, rv: JavaValue) -> int:
@@ -160,8 +189,12 @@ def java_compare(lt: JavaType, lv: JavaValue, rt: JavaType, rv: JavaValue) -> in
     return -1
 
 
-_ORDER: dict[str, Callable[[int], bool]] = {">": lambda c: c > 0, ">=": lambda c: c >= 0,
-                                            "<": lambda c: c < 0, "<=": lambda c: c <= 0}
+_ORDER: dict[str, Callable[[int], bool]] = {
+    ">": lambda c: c > 0,
+    ">=": lambda c: c >= 0,
+    "<": lambda c: c < 0,
+    "<=": lambda c: c <= 0,
+}
 
 
 def _ordering(op: str, left: Node, right: Node, props: Mapping[str, str]) -> bool | None:
@@ -199,7 +232,10 @@ def _and(values: Callable[[int], bool | None], count: int, stop: bool) -> bool |
 
 
 _MATCHERS: dict[str, Callable[[str, str], bool]] = {
-    "CONTAINS": lambda s, p: p in s, "STARTSWITH": str.startswith, "ENDSWITH": str.endswith}
+    "CONTAINS": lambda s, p: p in s,
+    "STARTSWITH": str.startswith,
+    "ENDSWITH": str.endswith,
+}
 
 
 def node_value(node: Node, props: Mapping[str, str]) -> JavaValue:
@@ -221,8 +257,11 @@ def node_value(node: Node, props: Mapping[str, str]) -> JavaValue:
     if isinstance(node, Truth):
         return None if node_value(node.operand, props) is None else False
     if isinstance(node, Logic):
-        return _and(lambda i: node_value(node.terms[i], props), len(node.terms),  # type: ignore[arg-type,return-value]
-                    node.op == "OR")
+        return _and(
+            lambda i: node_value(node.terms[i], props),
+            len(node.terms),  # type: ignore[arg-type,return-value]
+            node.op == "OR",
+        )
     if isinstance(node, Comparison):
         if node.op in ("=", "<>"):
             eq = _equal(node.left, node.right, props)

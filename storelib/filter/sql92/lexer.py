@@ -24,17 +24,40 @@ from storelib.model.validation import lone_surrogate
 
 __all__ = ["Sql92Lexer", "tokenize_sql92", "KEYWORDS", "OPERATORS", "surrogate_reason"]
 
-KEYWORDS = {"NOT": TokenType.NOT, "AND": TokenType.AND, "OR": TokenType.OR, "BETWEEN": TokenType.BETWEEN,
-            "IN": TokenType.IN, "TRUE": TokenType.TRUE, "FALSE": TokenType.FALSE, "NULL": TokenType.NULL,
-            "IS": TokenType.IS, "CONTAINS": TokenType.OPERATOR, "STARTSWITH": TokenType.OPERATOR,
-            "ENDSWITH": TokenType.OPERATOR}
-OPERATORS = {"<>": TokenType.NEQ, ">=": TokenType.GTE, "<=": TokenType.LTE, "=": TokenType.EQ,
-             ">": TokenType.GT, "<": TokenType.LT, "(": TokenType.L_PAREN, ")": TokenType.R_PAREN,
-             ",": TokenType.COMMA, "+": TokenType.PLUS, "-": TokenType.DASH}
-_BAD_CHAR_HINTS = {'"': "double quotes are not allowed, string literals use single quotes",
-                   ";": "';' is not allowed, a subscription is one expression",
-                   "*": "arithmetic is not supported", "/": "arithmetic is not supported",
-                   "%": "arithmetic is not supported"}
+KEYWORDS = {
+    "NOT": TokenType.NOT,
+    "AND": TokenType.AND,
+    "OR": TokenType.OR,
+    "BETWEEN": TokenType.BETWEEN,
+    "IN": TokenType.IN,
+    "TRUE": TokenType.TRUE,
+    "FALSE": TokenType.FALSE,
+    "NULL": TokenType.NULL,
+    "IS": TokenType.IS,
+    "CONTAINS": TokenType.OPERATOR,
+    "STARTSWITH": TokenType.OPERATOR,
+    "ENDSWITH": TokenType.OPERATOR,
+}
+OPERATORS = {
+    "<>": TokenType.NEQ,
+    ">=": TokenType.GTE,
+    "<=": TokenType.LTE,
+    "=": TokenType.EQ,
+    ">": TokenType.GT,
+    "<": TokenType.LT,
+    "(": TokenType.L_PAREN,
+    ")": TokenType.R_PAREN,
+    ",": TokenType.COMMA,
+    "+": TokenType.PLUS,
+    "-": TokenType.DASH,
+}
+_BAD_CHAR_HINTS = {
+    '"': "double quotes are not allowed, string literals use single quotes",
+    ";": "';' is not allowed, a subscription is one expression",
+    "*": "arithmetic is not supported",
+    "/": "arithmetic is not supported",
+    "%": "arithmetic is not supported",
+}
 # JavaCC token regular expressions of SelectorParser.jj, ASCII only (ID has no Unicode letters). Each
 # pattern is a run of one character class: it examines what it consumes and one character more.
 _SPACES = re.compile(r"[ \t\n\r\f]+")
@@ -123,7 +146,7 @@ class Sql92Lexer:
                 kind = KEYWORDS.get(text.upper())
                 yield self._token(kind or TokenType.VAR, text.upper() if kind else text, pos, end)
                 pos = end
-            elif char in _DIGIT_CHARS or (char == "." and sql[pos + 1:pos + 2] in _DIGIT_CHARS):
+            elif char in _DIGIT_CHARS or (char == "." and sql[pos + 1 : pos + 2] in _DIGIT_CHARS):
                 for start, end in self._numbers(pos):
                     yield self._token(TokenType.NUMBER, sql[start:end], start, end)
                     pos = end
@@ -135,7 +158,7 @@ class Sql92Lexer:
                 if (bad := self._surrogate(pos, end)) is not None:
                     yield self._token(TokenType.UNKNOWN, surrogate_reason(sql[bad]), bad, bad + 1)
                     return
-                yield self._token(TokenType.STRING, sql[pos + 1:end - 1].replace("''", "'"), pos, end)
+                yield self._token(TokenType.STRING, sql[pos + 1 : end - 1].replace("''", "'"), pos, end)
                 self._passed(pos, end)
                 pos = end
             elif char == "/" and sql.startswith("*", pos + 1):
@@ -159,13 +182,16 @@ class Sql92Lexer:
                 self._passed(pos, end)
                 pos = end
             elif char in _OPERATOR_CHARS:
-                end = pos + 2 if sql[pos:pos + 2] in _TWO_CHAR_OPERATORS else pos + 1
+                end = pos + 2 if sql[pos : pos + 2] in _TWO_CHAR_OPERATORS else pos + 1
                 self.steps += 1
                 yield self._token(OPERATORS[sql[pos:end]], sql[pos:end], pos, end)
                 pos = end
             else:
-                reason = (surrogate_reason(char) if "\ud800" <= char <= "\udfff"
-                          else _BAD_CHAR_HINTS.get(char, f"unexpected character {char!r}"))
+                reason = (
+                    surrogate_reason(char)
+                    if "\ud800" <= char <= "\udfff"
+                    else _BAD_CHAR_HINTS.get(char, f"unexpected character {char!r}")
+                )
                 yield self._token(TokenType.UNKNOWN, reason, pos, pos + 1)
                 return
 
@@ -191,7 +217,7 @@ class Sql92Lexer:
             if digits_end > pos or fraction_end > end + 1:
                 end, is_float = fraction_end, True
         if end < size and sql[end] in "eE":
-            exponent = end + 2 if sql[end + 1:end + 2] in ("+", "-") else end + 1
+            exponent = end + 2 if sql[end + 1 : end + 2] in ("+", "-") else end + 1
             exponent_end = _DIGITS.match(sql, exponent).end()  # type: ignore[union-attr]
             if exponent_end > exponent:
                 end, is_float = exponent_end, True
@@ -203,7 +229,7 @@ class Sql92Lexer:
             yield pos, pos + 1
             pos += 1
         if pos < digits_end:
-            yield pos, digits_end + 1 if sql[digits_end:digits_end + 1] in ("l", "L") else digits_end
+            yield pos, digits_end + 1 if sql[digits_end : digits_end + 1] in ("l", "L") else digits_end
 
     def _string_end(self, start: int) -> int | None:
         """End (exclusive) of the longest ``'...'`` literal at ``start`` (``''`` escapes a quote).

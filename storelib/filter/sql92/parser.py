@@ -23,8 +23,21 @@ from sqlglot.tokens import Token, TokenType
 
 from storelib.filter.sql92.java import java_compare
 from storelib.filter.sql92.lexer import Sql92Lexer
-from storelib.filter.sql92.tree import (Between, Comparison, InList, IsNull, JavaType, Literal, Logic, Match, Negate,
-                                        Node, Not, Property, Truth)
+from storelib.filter.sql92.tree import (
+    Between,
+    Comparison,
+    InList,
+    IsNull,
+    JavaType,
+    Literal,
+    Logic,
+    Match,
+    Negate,
+    Node,
+    Not,
+    Property,
+    Truth,
+)
 from storelib.model.errors import FilterExpressionError
 
 __all__ = ["Sql92Parser", "number_literal", "MAX_NESTING", "MAX_EXPRESSION_LENGTH"]
@@ -39,8 +52,17 @@ MAX_EXPRESSION_LENGTH = 64 * 1024
 _DECIMAL = re.compile(r"(0|[1-9][0-9]*)[lL]?")
 _INT_MAX, _LONG_MAX = 2**31 - 1, 2**63 - 1
 _LOGIC_LEVELS = ((TokenType.OR, "OR"), (TokenType.AND, "AND"))
-_OPERAND_ENDS = {TokenType.VAR, TokenType.NUMBER, TokenType.STRING, TokenType.R_PAREN, TokenType.TRUE,
-                 TokenType.FALSE, TokenType.NULL}
+_OPERAND_ENDS = {
+    TokenType.VAR,
+    TokenType.NUMBER,
+    TokenType.STRING,
+    TokenType.R_PAREN,
+    TokenType.TRUE,
+    TokenType.FALSE,
+    TokenType.NULL,
+}
+
+
 class Sql92Parser:
     """RocketMQ's selector grammar over :class:`~storelib.filter.sql92.lexer.Sql92Lexer` tokens, building the typed tree.
 
@@ -143,7 +165,7 @@ class Sql92Parser:
             self._fail(f"unexpected end of expression, expected {expected}", None)
         if tok.token_type == TokenType.UNKNOWN:
             self._fail(tok.text, tok)
-        shown = self.sql[tok.start:tok.end + 1]
+        shown = self.sql[tok.start : tok.end + 1]
         shown = repr(shown if len(shown) <= 20 else shown[:20] + "...")
         after_operand = bool(self.previous) and self.previous.token_type in _OPERAND_ENDS
         if tok.token_type == TokenType.DASH and self.sql.startswith("--", tok.start):
@@ -222,8 +244,9 @@ class Sql92Parser:
                 self._step()
                 nxt = self.current.token_type if self.current else None
                 if nxt not in (TokenType.OPERATOR, TokenType.BETWEEN, TokenType.IN):
-                    self._fail("NOT after an operand must be followed by CONTAINS, STARTSWITH, ENDSWITH, "
-                               "BETWEEN or IN", tok)
+                    self._fail(
+                        "NOT after an operand must be followed by CONTAINS, STARTSWITH, ENDSWITH, BETWEEN or IN", tok
+                    )
                 kind = nxt
             if kind == TokenType.OPERATOR:
                 op = self.current.text
@@ -236,8 +259,12 @@ class Sql92Parser:
                 low = self._orderable(self._unary(), None)
                 self._expect(TokenType.AND, "AND of BETWEEN")
                 high = self._orderable(self._unary(), None)
-                if not negated and isinstance(low, Literal) and isinstance(high, Literal) \
-                        and java_compare(high.type, high.value, low.type, low.value) < 0:
+                if (
+                    not negated
+                    and isinstance(low, Literal)
+                    and isinstance(high, Literal)
+                    and java_compare(high.type, high.value, low.type, low.value) < 0
+                ):
                     self._fail(f"BETWEEN bounds out of order: {low} is greater than {high}", high)
                 left = self._built(Between(left, low, high, negated, pos=left.pos), tok)
             elif kind == TokenType.IN:

@@ -27,10 +27,32 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from storelib.filter.sql92.java import ASCII_DIGITS, JAVA_DOUBLE_SYNTAX, JAVA_INT_SYNTAX, UNICODE_DIGITS
-from storelib.filter.sql92.states import (ERROR, FALSE, LOGIC_TABLES, NULL, TRUE, constant_comparison, outcome_table,
-                                          outcomes, reads_text, state_of)
-from storelib.filter.sql92.tree import (Between, Comparison, InList, IsNull, JavaType, Logic, Match, Negate, Node,
-                                        Property, Truth, property_names)
+from storelib.filter.sql92.states import (
+    ERROR,
+    FALSE,
+    LOGIC_TABLES,
+    NULL,
+    TRUE,
+    constant_comparison,
+    outcome_table,
+    outcomes,
+    reads_text,
+    state_of,
+)
+from storelib.filter.sql92.tree import (
+    Between,
+    Comparison,
+    InList,
+    IsNull,
+    JavaType,
+    Logic,
+    Match,
+    Negate,
+    Node,
+    Property,
+    Truth,
+    property_names,
+)
 
 __all__ = ["to_column", "to_columns"]
 
@@ -39,7 +61,11 @@ _SPARK_TYPES = {JavaType.INT: "int", JavaType.LONG: "bigint", D: "double"}
 _JAVA_TRIM = r"^[\x00-\x20]+|[\x00-\x20]+\z"  # String.trim; \z, as $ also matches before a final \n
 _TESTS = {"CONTAINS": F.contains, "STARTSWITH": F.startswith, "ENDSWITH": F.endswith}
 _ORDER: dict[str, Callable[[Column, Column], Column]] = {
-    ">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}
+    ">": operator.gt,
+    ">=": operator.ge,
+    "<": operator.lt,
+    "<=": operator.le,
+}
 
 
 def to_column(tree: Node, properties: Column | str = "properties") -> Column:
@@ -98,8 +124,10 @@ class _Compiler:
 
     def lookup(self, table: list, indexes: Sequence[Column]) -> Column:
         """``table[i][j]...`` for int Columns ``indexes`` (``table`` nested as deep as there are)."""
+
         def build(cell: list | int) -> Column:
             return F.array(*(build(c) for c in cell)) if isinstance(cell, list) else self.code(cell)
+
         result = self._cached(("table", repr(table)), lambda: build(table))
         for index in indexes:
             result = F.get(result, index)
@@ -127,7 +155,7 @@ class _Compiler:
             states = [self.state(t) for t in node.terms]
             while len(states) > 1:
                 pairs = [self.lookup(table, (a, b)) for a, b in zip(states[::2], states[1::2])]
-                states = pairs + states[len(pairs) * 2:]
+                states = pairs + states[len(pairs) * 2 :]
             return states[0]
         if isinstance(node, Between):
             ops, logic = (("<", ">"), "OR") if node.negated else ((">=", "<="), "AND")
@@ -145,8 +173,12 @@ class _Compiler:
         """A node whose children are constants, states, or properties only tested for null/"true"."""
         children, table = outcome_table(node)
         assert children, "a node reading properties has a non-constant child"
-        indexes = [self.cases((self.absent(c), 0), (self.truthy(c), 1), otherwise=2) if isinstance(c, Property)
-                   else self.state(c) for c in children]
+        indexes = [
+            self.cases((self.absent(c), 0), (self.truthy(c), 1), otherwise=2)
+            if isinstance(c, Property)
+            else self.state(c)
+            for c in children
+        ]
         return self.lookup(table, indexes)  # type: ignore[arg-type]
 
     # -- what depends on property text -----------------------------------------------------------
@@ -157,19 +189,24 @@ class _Compiler:
         c = constant_comparison(node)
         absent_ = self.absent(c.prop)
         if c.java_type is S:
-            return self.cases((absent_, c.absent), (F.equal_null(self.prop(c.prop), F.lit(c.value)), c.hit),
-                              otherwise=c.miss)
+            return self.cases(
+                (absent_, c.absent), (F.equal_null(self.prop(c.prop), F.lit(c.value)), c.hit), otherwise=c.miss
+            )
         if c.java_type is B:
             if c.throws:
                 return self.cases((absent_, c.absent), otherwise=ERROR)
-            return self.cases((absent_, c.absent), (F.equal_null(self.truthy(c.prop), F.lit(c.value)), c.hit),
-                              otherwise=c.miss)
+            return self.cases(
+                (absent_, c.absent), (F.equal_null(self.truthy(c.prop), F.lit(c.value)), c.hit), otherwise=c.miss
+            )
         # A number: the sign of compare(property, constant) picks the outcome; null sign: absent or unparsable.
         # A CASE over the sign, not a lookup in a literal map: a map lookup per row and comparison
         # made CalcBitMap's 32 subscriptions about twice as slow.
         sign = self.sign(c.prop, c.java_type, c.value)  # type: ignore[arg-type]
-        outcome = (F.when(sign < 0, self.code(c.by_sign[0])).when(sign == 0, self.code(c.by_sign[1]))
-                   .when(sign > 0, self.code(c.by_sign[2])))
+        outcome = (
+            F.when(sign < 0, self.code(c.by_sign[0]))
+            .when(sign == 0, self.code(c.by_sign[1]))
+            .when(sign > 0, self.code(c.by_sign[2]))
+        )
         return F.nvl(outcome, self.cases((absent_, c.absent), otherwise=ERROR))
 
     def sign(self, prop: Property, java_type: JavaType, value: int | float) -> Column:
@@ -185,8 +222,14 @@ class _Compiler:
         if op == "=":  # null = null is TRUE, null = x null, x = null FALSE, else String.equals
             return self.cases((F.equal_null(a, b), hit), (a_absent, NULL), otherwise=miss)
         x, y = self.parsed(left, D), self.parsed(right, D)  # two Strings are ordered as doubles
-        return self.cases((a_absent, NULL), (b_absent, NULL), (F.isnull(x), ERROR), (F.isnull(y), ERROR),
-                          (_double_compare(op, x, y), hit), otherwise=miss)
+        return self.cases(
+            (a_absent, NULL),
+            (b_absent, NULL),
+            (F.isnull(x), ERROR),
+            (F.isnull(y), ERROR),
+            (_double_compare(op, x, y), hit),
+            otherwise=miss,
+        )
 
     def _property_test(self, node: IsNull | InList | Match) -> Column:
         hit, miss = (FALSE, TRUE) if node.negated else (TRUE, FALSE)
@@ -227,7 +270,11 @@ def _double_compare(op: str, a: Column, b: Column) -> Column:
     but it has -0.0 = 0.0 where Java puts -0.0 first."""
     a_neg_zero = (a == F.lit(0.0)) & a.cast("string").startswith("-")
     b_neg_zero = (b == F.lit(0.0)) & b.cast("string").startswith("-")
-    sign = (F.when(a < b, F.lit(-1)).when(a > b, F.lit(1))
-            .when(a_neg_zero & ~b_neg_zero, F.lit(-1)).when(b_neg_zero & ~a_neg_zero, F.lit(1))
-            .otherwise(F.lit(0)))
+    sign = (
+        F.when(a < b, F.lit(-1))
+        .when(a > b, F.lit(1))
+        .when(a_neg_zero & ~b_neg_zero, F.lit(-1))
+        .when(b_neg_zero & ~a_neg_zero, F.lit(1))
+        .otherwise(F.lit(0))
+    )
     return _ORDER[op](sign, F.lit(0))

@@ -25,11 +25,35 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 from storelib.filter.sql92.java import JavaEvaluationError, node_value
-from storelib.filter.sql92.tree import (Comparison, IsNull, JavaType, JavaValue, Literal, Logic, Match, Negate, Node,
-                                        Not, Property, property_names)
+from storelib.filter.sql92.tree import (
+    Comparison,
+    IsNull,
+    JavaType,
+    JavaValue,
+    Literal,
+    Logic,
+    Match,
+    Negate,
+    Node,
+    Not,
+    Property,
+    property_names,
+)
 
-__all__ = ["FALSE", "TRUE", "NULL", "ERROR", "state_of", "LOGIC_TABLES", "outcome_table", "reads_text",
-           "ConstantComparison", "constant_comparison", "outcomes", "PROPERTY_CLASSES"]
+__all__ = [
+    "FALSE",
+    "TRUE",
+    "NULL",
+    "ERROR",
+    "state_of",
+    "LOGIC_TABLES",
+    "outcome_table",
+    "reads_text",
+    "ConstantComparison",
+    "constant_comparison",
+    "outcomes",
+    "PROPERTY_CLASSES",
+]
 
 #: The states of a boolean node: FALSE, TRUE, null, an exception.
 FALSE, TRUE, NULL, ERROR = 0, 1, 2, 3
@@ -38,15 +62,27 @@ PROPERTY_CLASSES = ("absent", "true", "other")
 
 S, B = JavaType.STRING, JavaType.BOOLEAN
 _ORDER: dict[str, Callable[[Any, Any], bool]] = {
-    ">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le, "=": operator.eq}
+    ">": operator.gt,
+    ">=": operator.ge,
+    "<": operator.lt,
+    "<=": operator.le,
+    "=": operator.eq,
+}
 # Stand-ins for a child whose state is only known per row: one node per state (0..3) that
 # evaluates to FALSE, TRUE, null or throws; for a property, one per class of PROPERTY_CLASSES.
 _THROWS = Comparison("=", Literal("x", S), Literal(1, JavaType.INT))
-_STAND_INS = {B: (Literal(False, B), Literal(True, B), Literal(None, B), _THROWS),
-              JavaType.NULL: (Literal(None, JavaType.NULL),) * 3 + (Negate(_THROWS),)}
+_STAND_INS = {
+    B: (Literal(False, B), Literal(True, B), Literal(None, B), _THROWS),
+    JavaType.NULL: (Literal(None, JavaType.NULL),) * 3 + (Negate(_THROWS),),
+}
 _PROPERTY_STAND_INS = (Literal(None, S), Literal("true", S), Literal("x", S))
-_CHILD_FIELDS = {Comparison: ("left", "right"), Not: ("operand",), Negate: ("operand",),
-                 IsNull: ("operand",), Match: ("operand",)}
+_CHILD_FIELDS = {
+    Comparison: ("left", "right"),
+    Not: ("operand",),
+    Negate: ("operand",),
+    IsNull: ("operand",),
+    Match: ("operand",),
+}
 
 
 def state_of(node: Node) -> int:
@@ -64,8 +100,9 @@ def state_of(node: Node) -> int:
 
 
 #: AND/OR of two states: ``LOGIC_TABLES[op][left][right]``.
-LOGIC_TABLES = {op: [[state_of(Logic(op, (a, b))) for b in _STAND_INS[B]] for a in _STAND_INS[B]]
-                for op in ("AND", "OR")}
+LOGIC_TABLES = {
+    op: [[state_of(Logic(op, (a, b))) for b in _STAND_INS[B]] for a in _STAND_INS[B]] for op in ("AND", "OR")
+}
 
 
 def outcome_table(node: Node) -> tuple[list[Node], list | int]:
@@ -164,9 +201,16 @@ def constant_comparison(node: Comparison) -> ConstantComparison:
     # An absent property gives null, except in 'x' = prop, FALSE (so 'x' <> prop is TRUE).
     absent = miss if op == "=" and not prop_left else NULL
     by_sign = tuple(hit if _ORDER[op](s if prop_left else -s, 0) else miss for s in (-1, 0, 1))
-    return ConstantComparison(prop, node_value(constant, {}), constant.type, absent, hit, miss,
-                              by_sign,  # type: ignore[arg-type]
-                              throws=constant.type is B and not prop_left)
+    return ConstantComparison(
+        prop,
+        node_value(constant, {}),
+        constant.type,
+        absent,
+        hit,
+        miss,
+        by_sign,  # type: ignore[arg-type]
+        throws=constant.type is B and not prop_left,
+    )
 
 
 def outcomes(node: Comparison) -> tuple[str, int, int]:

@@ -22,8 +22,23 @@ import enum
 from dataclasses import dataclass, field
 from typing import Iterator, Union
 
-__all__ = ["JavaType", "JavaValue", "Node", "Property", "Literal", "Negate", "Not", "Truth", "Logic",
-           "Comparison", "IsNull", "Between", "InList", "Match", "property_names"]
+__all__ = [
+    "JavaType",
+    "JavaValue",
+    "Node",
+    "Property",
+    "Literal",
+    "Negate",
+    "Not",
+    "Truth",
+    "Logic",
+    "Comparison",
+    "IsNull",
+    "Between",
+    "InList",
+    "Match",
+    "property_names",
+]
 
 #: A value in RocketMQ's evaluator: String, Integer/Long (int), Double (float), Boolean or null.
 JavaValue = Union[str, int, float, bool, None]
@@ -297,5 +312,6 @@ def _pieces(node: Node) -> list[Node | str]:
 def _operand(node: Node) -> list[Node | str]:
     """An operand of a comparison: bare if it is atomic, else in parentheses."""
     atomic = isinstance(node, (Property, Literal, Truth)) or (
-        isinstance(node, Negate) and isinstance(node.operand, (Property, Literal)))
+        isinstance(node, Negate) and isinstance(node.operand, (Property, Literal))
+    )
     return [node] if atomic else ["(", node, ")"]
