@@ -31,7 +31,11 @@ from storelib.consume.pull import PullResult, PullStatus
 from storelib.context import StoreContext
 from storelib.delta.stats import Prune
 from storelib.dispatch.result import DispatchResult
-from storelib.encoding.ext_addr import decorate_ext_addr, is_ext_addr, undecorate_ext_addr
+from storelib.encoding.ext_addr import (
+    decorate_ext_addr,
+    is_ext_addr,
+    undecorate_ext_addr,
+)
 from storelib.encoding.index_key import index_key_hash
 from storelib.encoding.message_id import create_message_id, decode_message_id
 from storelib.encoding.tags import tags_code
@@ -49,7 +53,7 @@ from storelib.model.group import GroupConfig
 from storelib.model.message import Message, SendResult, StoredMessage
 from storelib.model.timestamps import Timestamp
 from storelib.model.topic import PERM_READ, PERM_WRITE, TopicConfig
-from storelib.query.read import FilterStats
+from storelib.query.filter_stats import FilterStats
 from storelib.schedule.check import CheckResult
 from storelib.schedule.deliver import DeliveryResult
 from storelib.schedule.transaction import TransactionSendResult, TransactionState

@@ -20,7 +20,16 @@ import random
 import time
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+    TypeVar,
+)
 from urllib.parse import unquote
 
 import pyarrow as pa
@@ -72,7 +81,7 @@ class WrittenFile:
     """A Parquet file written into a table's folder, not yet committed.
 
     ``path`` is relative to the table root; ``stats`` is Delta's per-file statistics JSON;
-    ``summary`` what the writer's :class:`~storelib.delta.writer.Summarizer` made of the file, if any.
+    ``summary`` what the writer's :class:`~storelib.delta.sink.Summarizer` made of the file, if any.
 
     >>> WrittenFile("part-0.parquet", 100, 3, "{}").add_action(data_change=False).data_change
     False

@@ -20,11 +20,17 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from storelib.delta.commit import CommitConflict, WrittenFile, remove_actions, with_retries
+from storelib.delta.commit import (
+    CommitConflict,
+    WrittenFile,
+    remove_actions,
+    with_retries,
+)
 from storelib.delta.log import add_actions
 from storelib.delta.spark_read import read_paths
 from storelib.delta.table import Table
-from storelib.delta.writer import Summarizer, write_dataframe, write_files
+from storelib.delta.sink import Summarizer
+from storelib.delta.writer import write_dataframe, write_files
 
 if TYPE_CHECKING:
     from typing import Callable

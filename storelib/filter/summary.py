@@ -67,7 +67,7 @@ def subscription_key(group: str, version: int) -> str:
 
 
 class ExtSummarizer:
-    """A :class:`~storelib.delta.writer.Summarizer` for ``consume_queue_ext`` files.
+    """A :class:`~storelib.delta.sink.Summarizer` for ``consume_queue_ext`` files.
 
     ``subscriptions`` maps :func:`subscription_key` to (registry version, Bloom data) for the SQL92
     subscriptions whose hits each file should record.
@@ -201,7 +201,7 @@ class FileSummary:
 
 
 class RowGroupSummarizer:
-    """A :class:`~storelib.delta.writer.Summarizer` for clustered commitlog files: one
+    """A :class:`~storelib.delta.sink.Summarizer` for clustered commitlog files: one
     :class:`ExtSummarizer` summary per row group of ``row_group_rows`` rows (the writer cuts row
     groups at exact multiples), over batches of commitlog rows carrying their ``filter_bitmap``
     and ``filter_version``; tag codes come from ``tags``.

@@ -330,7 +330,7 @@ class TestSql92Reads:
         explain = store.explain_read("TopicTest", MessageSelector.by_sql("b = 'x' AND a NOT IN ('3')"))
         assert explain.spark_sql == "b = 'x' AND NOT a IN ('3')" and "  spark sql   b = 'x'" in str(explain)
         assert store.explain_read("TopicTest", MessageSelector.by_tag("TagA")).spark_sql is None
-        from storelib.query.read import filter_stats
+        from storelib.query.filter_stats import filter_stats
 
         assert (
             filter_stats(store.context, "TopicTest", MessageSelector.by_sql("b CONTAINS 'x'")).spark_sql
