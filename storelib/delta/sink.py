@@ -67,7 +67,8 @@ class FileSink:
     >>> sink.write([pa.RecordBatch.from_pydict({"q": pa.array([0, 1, 0], pa.int32()), "v": [1, 2, 3]})])
     >>> sorted(f.num_records for f in sink.close())                # one file per cluster value
     [1, 2]
-    >>> sink = FileSink(tmp, pa.schema([("q", pa.int32())])); sink.write([pa.RecordBatch.from_pydict({"q": pa.array([1], pa.int32())})])
+    >>> sink = FileSink(tmp, pa.schema([("q", pa.int32())]))
+    >>> sink.write([pa.RecordBatch.from_pydict({"q": pa.array([1], pa.int32())})])
     >>> sink.abort()                                              # nothing written is left behind
     """
 
@@ -192,9 +193,10 @@ class _OpenFile:
 
     def close(self) -> WrittenFile:
         self.flush()
-        (self.writer or self._open(small=True)).close()
+        writer = self.writer or self._open(small=True)
+        writer.close()
         size = self.fs.get_file_info(self.path).size
-        stats = _Stats.from_metadata(self.schema, self.writer.writer.metadata)
+        stats = _Stats.from_metadata(self.schema, writer.writer.metadata)
         summary = self.summarize.finish(self.summary) if self.summarize else None
         return WrittenFile(self.name, size, stats.rows, stats.to_json(), summary)
 

@@ -200,7 +200,9 @@ def write_items(
     >>> from storelib.storage.consume_queue import units
     >>> paths = store.context.tables.commitlog.files(store.context.tables.commitlog.snapshot())
     >>> targets = {"consume_queue": Target.of(store.context.tables.consume_queue)}
-    >>> per_file = lambda path: ({"consume_queue": units(b, b.column("queue_offset"))} for b in pq.read_table(path).to_batches())
+    >>> per_file = lambda path: (
+    ...     {"consume_queue": units(b, b.column("queue_offset"))} for b in pq.read_table(path).to_batches()
+    ... )
     >>> files = write_items(spark, paths, [1] * len(paths), targets, per_file)
     >>> sum(f.num_records for f in files["consume_queue"])
     1

@@ -35,6 +35,7 @@ namespace); the follower answers only processes of its own user.
 from __future__ import annotations
 
 import collections
+import enum
 import logging
 import threading
 import time
@@ -99,8 +100,14 @@ _WAKE_S = 0.1
 _PUBLISH_WAIT_S = 0.5
 #: Seconds a consumer waits, after finding no follower serving, before it looks again.
 _LOOK_AGAIN_S = 1.0
+
+
 #: :meth:`TailServer._answer`'s "wait for the units a dispatcher here has committed".
-_HANDING = object()
+class _Handing(enum.Enum):
+    HANDING = 0
+
+
+_HANDING = _Handing.HANDING
 _UNIT_COLUMNS = ["queue_offset", "commitlog_offset", "size", "tags_code"]
 #: The messages' columns as the tail keeps and sends them.
 MESSAGE_SCHEMA = pa.schema([COMMITLOG.arrow.field(c) for c in MESSAGE_COLUMNS])
@@ -194,7 +201,7 @@ class TailServer:
 
     def _answer(
         self, topic: str, queue_id: int, offset: int, max_msgs: int, expression: str
-    ) -> tuple[dict, pa.Table | None] | None:
+    ) -> tuple[dict, pa.Table | None] | _Handing | None:
         """:meth:`get` without waiting, in the lock; ``_HANDING`` while the units that would answer it are
         on their way from a dispatcher here (:meth:`expect`)."""
         cq, config = self.ctx.tables.consume_queue, self.ctx.config
@@ -212,8 +219,8 @@ class TailServer:
         )
         if why == "tail behind" and self._handing:  # _refresh has just let go of a hand-over waited for too long
             return _HANDING
-        if why is not None:
-            self.declined[why] += 1
+        if why is not None or tail is None:
+            self.declined[why or "no tail"] += 1
             return None
         head = {
             "min_offset": min_offset,
@@ -253,7 +260,8 @@ class TailServer:
         )
         memory = self._memory * config.access_message_in_memory_max_ratio // 100
         end_py = clog.marker(COMMITLOG_MARKER)
-        status, taken, total, picked, last = GetMessageStatus.NO_MATCHED_MESSAGE, 0, 0, [], 0
+        picked: list[int] = []
+        status, taken, total, last = GetMessageStatus.NO_MATCHED_MESSAGE, 0, 0, 0
         sizes = window.column("size").to_pylist()
         for i, (physical_py, size_py) in enumerate(zip(physical, sizes)):
             last = physical_py  # the last unit looked at, taken or not (maxPhyOffsetPulling)

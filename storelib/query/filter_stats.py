@@ -13,6 +13,7 @@ from pyspark.sql import functions as F
 
 from storelib.context import StoreContext
 from storelib.delta.stats import Prune
+from storelib.filter.class_batch import FilterFailure
 from storelib.filter.selector import MessageSelector
 from storelib.query.class_scan import count_kept
 from storelib.query.read import plan_read
@@ -83,7 +84,9 @@ def filter_stats(
         F.count_if(F.col("_pass")).alias("passed"),
         F.count_if(F.col("_pass") & exact).alias("matched"),
     ).first()
-    matched, failures = int(row["matched"]), ()
+    assert row is not None  # an aggregate without grouping has one row
+    matched = int(row["matched"])
+    failures: tuple[FilterFailure, ...] = ()
     if plan.filter.class_filter is not None:  # the rows the read gives the class, counted on the executors
         matched, failures = count_kept(spark, plan.filter.class_filter, plan.commitlog.path, *plan.class_scan())
     e = plan.explain()

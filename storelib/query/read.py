@@ -125,14 +125,17 @@ class ReadExplain:
 
     def __str__(self) -> str:
         pct = 100 * self.estimated_bytes / max(1, self.scan_bytes)
+        skipped = (
+            f"{self.row_groups_skipped_by_statistics} skipped by tag codes, "
+            f"{self.row_groups_skipped_by_bitmap} by bitmap summaries"
+        )
         return "\n".join(
             [
                 f"read {self.topic} where {self.expression}: {self.choice.upper()} ({self.reason})",
                 *([f"  spark sql   {self.spark_sql}"] if self.spark_sql is not None else []),
                 f"  files       {self.files_considered} considered, {self.files_skipped_by_summary} skipped by "
                 f"consume_queue_ext summaries, {self.files_read} read",
-                f"  row groups  {self.row_groups_considered} clustered, {self.row_groups_skipped_by_statistics} skipped by "
-                f"tag codes, {self.row_groups_skipped_by_bitmap} by bitmap summaries, {self.row_groups_read} read "
+                f"  row groups  {self.row_groups_considered} clustered, {skipped}, {self.row_groups_read} read "
                 + (
                     " by pyarrow tasks"
                     if self.reader == "row groups"
@@ -164,7 +167,8 @@ class ReadPlan:
     ranges: list[tuple[int, int]] | None
     #: Add actions of the fresh (append-order) commitlog files to read.
     fresh_actions: pa.Table
-    #: The consume queue files the fresh part's choice came from (for :func:`~storelib.query.filter_stats.filter_stats`).
+    #: The consume queue files the fresh part's choice came from
+    #: (for :func:`~storelib.query.filter_stats.filter_stats`).
     ext_files: list[str]
     cq_files: list[str]
     units_total: int
@@ -256,7 +260,8 @@ class ReadPlan:
         the topic, dispatched and queued rows, the exact tag check and, in clustered files, the kept
         row groups' ``cluster_seq`` ranges (the same rows :meth:`dataframe` reads for other selectors).
 
-        >>> plan = plan_read(store.context, "TopicTest", MessageSelector.by_class("storelib.filter.class_filter:Everything"))
+        >>> everything = MessageSelector.by_class("storelib.filter.class_filter:Everything")
+        >>> plan = plan_read(store.context, "TopicTest", everything)
         >>> files, filters = plan.class_scan()
         >>> len(files), len(filters)
         (1, 1)
@@ -272,9 +277,11 @@ class ReadPlan:
         """The rows a read keeps, as a pyarrow expression: the topic's dispatched, queued messages that
         pass the selector's exact tag check (all of them for a SQL92 selector, checked later).
 
-        >>> rows = pa.table({"topic": ["TopicTest", "TopicTest", "Other", "TopicTest"], "tags": ["TagA", "TagA", "TagA", "TagB"],
+        >>> rows = pa.table({"topic": ["TopicTest", "TopicTest", "Other", "TopicTest"],
+        ...                  "tags": ["TagA", "TagA", "TagA", "TagB"],
         ...                  "physical_offset": [0, 10**12, 0, 0], "sysflag": [0, 0, 0, 0]})
-        >>> rows.filter(plan_read(store.context, "TopicTest", "TagA").arrow_rows()).num_rows  # not: undispatched, other topic, TagB
+        >>> # kept: not the undispatched one, the other topic's, nor TagB
+        >>> rows.filter(plan_read(store.context, "TopicTest", "TagA").arrow_rows()).num_rows
         1
         """
 
@@ -499,13 +506,13 @@ def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 def _cap(ranges: list[tuple[int, int]], limit: int) -> list[tuple[int, int]]:
     """At most ``limit`` ranges covering ``ranges``: the two with the smallest gap are joined first."""
-    ranges = [list(r) for r in ranges]
-    while len(ranges) > limit:
-        gaps = np.array([ranges[i + 1][0] - ranges[i][1] for i in range(len(ranges) - 1)])
-        cut = np.sort(np.argsort(gaps, kind="stable")[: len(ranges) - limit])
+    spans = list(ranges)
+    while len(spans) > limit:
+        gaps = np.array([spans[i + 1][0] - spans[i][1] for i in range(len(spans) - 1)])
+        cut = np.sort(np.argsort(gaps, kind="stable")[: len(spans) - limit])
         for i in cut[::-1]:
-            ranges[i : i + 2] = [[ranges[i][0], ranges[i + 1][1]]]
-    return [(lo, hi) for lo, hi in ranges]
+            spans[i : i + 2] = [(spans[i][0], spans[i + 1][1])]
+    return spans
 
 
 def _any_between(col, ranges: list[tuple[int, int]], lit):
@@ -559,9 +566,10 @@ def _overlapping(actions: pa.Table, ranges: list[tuple[int | None, int | None]])
     """The commitlog add actions whose physical offsets overlap any of ``ranges`` (unknown bounds overlap all)."""
     if not ranges or actions.num_rows == 0:
         return actions.slice(0, 0)
-    if any(lo is None or hi is None for lo, hi in ranges):
+    known = [(lo, hi) for lo, hi in ranges if lo is not None and hi is not None]
+    if len(known) < len(ranges):
         return actions
-    spans = sorted(ranges)
+    spans = sorted(known)
     merged = [list(spans[0])]
     for lo, hi in spans[1:]:
         if lo <= merged[-1][1] + 1:

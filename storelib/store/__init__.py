@@ -104,7 +104,8 @@ class MessageStore(Lookups, Upkeep):
         Settings come from ``config``, else from ``spark.storelib.*`` Spark settings, with
         ``settings`` keywords on top (``enable_consume_queue_ext=True``, ...); an unknown setting
         raises :class:`~storelib.model.errors.ConfigError`. A session made elsewhere is given what the
-        store needs; with none given or active, Spark starts when first needed (:func:`~storelib.session.session_source`).
+        store needs; with none given or active, Spark starts when first needed
+        (:func:`~storelib.session.session_source`).
 
         >>> MessageStore.open(tmp + "/other", spark, create=True, max_message_size=1024).config.max_message_size
         1024
