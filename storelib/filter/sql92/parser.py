@@ -171,7 +171,12 @@ class Sql92Parser:
         after_operand = bool(prev) and prev is not None and prev.token_type in _OPERAND_ENDS
         if tok.token_type == TokenType.DASH and self.sql.startswith("--", tok.start):
             self._fail(f"a '--' comment must end with a line break: unexpected {shown}", tok)
-        if tok.token_type == TokenType.L_PAREN and prev is not None and prev.token_type == TokenType.VAR:
+        if (
+            tok.token_type == TokenType.L_PAREN
+            and after_operand
+            and prev is not None
+            and prev.token_type == TokenType.VAR
+        ):
             self._fail(f"function calls are not supported: unexpected {shown}", tok)
         if tok.token_type in (TokenType.PLUS, TokenType.DASH) and after_operand:
             self._fail(f"arithmetic is not supported: unexpected {shown}", tok)
