@@ -19,7 +19,7 @@ import gc
 import threading
 import weakref
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Mapping, Union
+from typing import TYPE_CHECKING, Callable, Mapping, Union, cast
 
 from storelib.delta import location
 from storelib.delta.health import table_problems, unsafe_commits
@@ -120,9 +120,9 @@ class StoreContext:
         """The Spark session, started here on first use when the context was given a function."""
         if not self.spark_started:
             with _LAZY:
-                if not self.spark_started:
+                if callable(self.session):  # not self.spark_started, under the lock
                     self.session = self.session()
-        return self.session
+        return cast("SparkSession", self.session)  # started above
 
     @property
     def spark_started(self) -> bool:

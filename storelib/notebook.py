@@ -228,7 +228,7 @@ def setup(notebook_globals: Mapping[str, Any], name: str, **defaults: str) -> No
     wanted = {**standard, **{k: str(v) for k, v in defaults.items()}}
     params = {}
     for key, default in wanted.items():
-        if on_databricks:
+        if dbutils is not None:  # on_databricks
             dbutils.widgets.text(key, default)
             params[key] = dbutils.widgets.get(key)
         else:

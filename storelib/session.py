@@ -306,6 +306,8 @@ def delta_available(spark: "SparkSession") -> bool:
     True
     """
     try:
+        if spark._jvm is None:  # a Spark Connect session (no JVM here to ask)
+            return False
         spark._jvm.org.apache.spark.util.Utils.classForName("org.apache.spark.sql.delta.DeltaLog", True, False)
         return True
     except Exception:  # not on the classpath, or a Spark Connect session (no JVM here to ask)

@@ -18,6 +18,7 @@ total lag: 1
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from storelib.admin.command import add_verb
 from storelib.admin.output import Output
@@ -87,7 +88,7 @@ def _subscriptions(store: MessageStore, args: argparse.Namespace, out: Output, p
 
 
 def _progress(store: MessageStore, args: argparse.Namespace, out: Output, progress: Progress) -> str | None:
-    rows = [dict(zip(LAG_COLUMNS, r)) for r in consumer_lag_rows(store.context, args.group)]
+    rows: list[dict[str, Any]] = [dict(zip(LAG_COLUMNS, r)) for r in consumer_lag_rows(store.context, args.group)]
     out.table(rows, nothing=f"group {args.group} reads no queue: no subscription and no committed offset")
     return None if out.as_json else f"total lag: {sum(r['lag'] for r in rows)}"
 

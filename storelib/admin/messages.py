@@ -22,7 +22,7 @@ import argparse
 import base64
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from storelib.admin.command import add_verb
 from storelib.admin.output import Output, message_record, message_row
@@ -160,7 +160,8 @@ def _send(store: MessageStore, args: argparse.Namespace, out: Output, progress: 
         index = (e.where or "message 0").removeprefix("message ") if args.file else ""
         if not index.isdigit():
             raise
-        raise _at(e, f"{args.file} line {messages.line_of[int(index)]}") from None
+        lines = cast(_Lines, messages)  # args.file: read_messages_file's
+        raise _at(e, f"{args.file} line {lines.line_of[int(index)]}") from None
     fields = ("send_status", "msg_id", "uniq_key", "topic", "queue_id", "queue_offset")
     if out.as_json or len(results) <= SHOWN_RESULTS:
         out.table([{f: getattr(r, f) for f in fields} for r in results])

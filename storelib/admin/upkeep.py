@@ -183,7 +183,7 @@ def _inspect(store: MessageStore, args: argparse.Namespace, out: Output, progres
     return f"commitlog offsets [{low}, {high}); " + ", ".join(f"{n} {k}" for k, n in counts.items())
 
 
-def _verify(store: None, args: argparse.Namespace, out: Output, progress: Progress) -> str:
+def _verify(store: MessageStore | None, args: argparse.Namespace, out: Output, progress: Progress) -> str:
     problems = MessageStore.verify(args.store, full=args.full, storage_options=dict(args.storage_options) or None)
     if problems:
         raise StoreCorruptedError(problems, args.store)

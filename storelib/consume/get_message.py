@@ -131,7 +131,8 @@ class ConsumeQueueFilter(Protocol):
     (False, [False], True)
     """
 
-    passes_every_unit: bool
+    @property
+    def passes_every_unit(self) -> bool: ...
 
     def consume_queue_mask(self, units: pa.Table) -> "np.ndarray": ...
 

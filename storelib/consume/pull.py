@@ -301,7 +301,9 @@ class PullMessageProcessor:
                     )
 
             def look(offset: int) -> GetMessageResult:  # the follower, if any, declined just before
-                return kept(offset, self.get(request, message_filter, offset, ask_tail=wait is None))
+                got = self.get(request, message_filter, offset, ask_tail=wait is None)
+                kept(offset, got)
+                return got
 
             suspended_ms = hold(
                 self.ctx.config, self.ctx.arrivals, request.offset, request.suspend_timeout_ms, look, moved, wait
@@ -413,7 +415,7 @@ class PullMessageProcessor:
         if registered is None:
             if request.topic == retry_topic(request.group):  # consumers subscribe their retry topic to "*"
                 return MessageSelector.by_tag("*"), None
-            self.ctx.registry.get(request.group, request.topic)  # raises SUBSCRIPTION_NOT_EXIST
+            registered = self.ctx.registry.get(request.group, request.topic)  # raises SUBSCRIPTION_NOT_EXIST
         if request.sub_version is not None and registered.sub_version < request.sub_version:
             raise SubscriptionNotLatestError(
                 "sub_version",
@@ -431,7 +433,7 @@ class PullMessageProcessor:
             if real_topic not in cache:
                 sub = subs.get((group, real_topic))
                 usable = sub is not None and not real_topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
-                cache[real_topic] = MessageFilter(real_topic, sub.selector, sub) if usable else None
+                cache[real_topic] = MessageFilter(real_topic, sub.selector, sub) if sub is not None and usable else None
             return cache[real_topic]
 
         return real_filter

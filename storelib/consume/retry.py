@@ -219,7 +219,9 @@ def send_back(
         old.born_host,
         reconsume_times=times,
     )
-    row = ctx.commitlog.append([encoded]).rows[0]
+    rows = ctx.commitlog.append([encoded]).rows
+    assert rows is not None  # append answers a row per message
+    row = rows[0]
     return SendResult(
         "SEND_OK",
         row["msg_id"],

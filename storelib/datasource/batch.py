@@ -33,12 +33,13 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
+from pyspark.sql.types import StructType
 
 from storelib.datasource.options import MESSAGES, SourceOptions
 from storelib.datasource.pushdown import Pushdown
@@ -82,7 +83,7 @@ class ReadPartition(InputPartition):
 class MessageReader(DataSourceReader):
     """The batch reader: accepts the filters it can answer, plans partitions, reads them with pyarrow."""
 
-    def __init__(self, options: SourceOptions, schema: object) -> None:
+    def __init__(self, options: SourceOptions, schema: StructType | None) -> None:
         self.options = options
         self.schema = schema
         self.pushdown = Pushdown(options.arrow_schema())
@@ -94,13 +95,13 @@ class MessageReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         return plan(self.options, self.pushdown)
 
-    def read(self, partition: ReadPartition) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, ReadPartition):
             return  # Spark's one empty partition when the plan has none
         yield from read_partition(self.options, self.pushdown, partition, output_schema(self.schema))
 
 
-def output_schema(spark_schema: object) -> pa.Schema | None:
+def output_schema(spark_schema: StructType | None) -> pa.Schema | None:
     """The exact Arrow schema Spark expects of the batches a Python data source returns."""
     if spark_schema is None:
         return None
@@ -116,7 +117,7 @@ def plan(options: SourceOptions, pushdown: Pushdown) -> list[ReadPartition]:
     actions = add_actions(commitlog.snapshot())
     ids = pushdown.values("msg_id")
     if ids is not None:
-        offsets = sorted({_offset_of(i) for i in ids} - {None})
+        offsets = sorted({o for o in (_offset_of(i) for i in ids) if o is not None})
         return _by_offsets("msg_id", commitlog, actions, offsets)
     topics = pushdown.topics
     lo_ms, hi_ms = _time_bounds(pushdown)
@@ -143,9 +144,9 @@ def plan(options: SourceOptions, pushdown: Pushdown) -> list[ReadPartition]:
                     (2**62) if hi is None else hi + 1,
                 )
                 found_offsets.append(units.column("commitlog_offset").to_numpy())
-        offsets = np.unique(np.concatenate(found_offsets)) if found_offsets else np.array([], np.int64)
+        unique = np.unique(np.concatenate(found_offsets)) if found_offsets else np.array([], np.int64)
         marker = Table.marker(cq_snapshot, REPUT_MARKER)
-        return _by_offsets("consume_queue", commitlog, actions, offsets.tolist()) + _tail(commitlog, actions, marker)
+        return _by_offsets("consume_queue", commitlog, actions, unique.tolist()) + _tail(commitlog, actions, marker)
     return _scan(options, commitlog, actions, pushdown)
 
 
@@ -158,7 +159,7 @@ def read_partition(
     on_messages = pushdown.predicate(own)
     if part.offsets is not None:
         rows = read_rows(commitlog, part.paths, pa.array(part.offsets, pa.int64()))
-        batches = [rows.filter(on_messages) if on_messages is not None else rows]
+        batches: Iterable[Any] = [rows.filter(on_messages) if on_messages is not None else rows]
     else:
         test = pc.field("physical_offset") >= part.min_offset
         batches = commitlog.scan(list(part.paths), test if on_messages is None else test & on_messages)

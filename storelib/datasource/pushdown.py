@@ -69,9 +69,9 @@ def predicate_of(f: Filter, schema: pa.Schema) -> pc.Expression | None:
     if isinstance(f, Not):
         inner = predicate_of(f.child, schema)
         return None if inner is None else ~inner
-    if len(f.attribute) != 1 or f.attribute[0] not in schema.names:
+    if len(f.attribute) != 1 or f.attribute[0] not in schema.names:  # type: ignore[attr-defined]
         return None
-    name = f.attribute[0]
+    name = f.attribute[0]  # type: ignore[attr-defined]
     kind = schema.field(name).type
     if not any(test(kind) for test in _SCALARS):
         return None
@@ -79,7 +79,8 @@ def predicate_of(f: Filter, schema: pa.Schema) -> pc.Expression | None:
     if isinstance(f, (IsNull, IsNotNull)):
         return column.is_null() if isinstance(f, IsNull) else column.is_valid()
     if type(f) in _STRINGS:
-        return _STRINGS[type(f)](column, f.value) if pa.types.is_string(kind) and isinstance(f.value, str) else None
+        value = f.value  # type: ignore[attr-defined]
+        return _STRINGS[type(f)](column, value) if pa.types.is_string(kind) and isinstance(value, str) else None
     if isinstance(f, In):
         values = [_value(v, kind) for v in f.value]
         if any(v is _BAD for v in values):
@@ -87,7 +88,7 @@ def predicate_of(f: Filter, schema: pa.Schema) -> pc.Expression | None:
         return column.isin(pa.array([v for v in values if v is not None], kind))
     if not isinstance(f, EqualTo) and type(f) not in _COMPARE:
         return None  # EqualNullSafe and filters newer than this source: Spark evaluates them
-    value = _value(f.value, kind)
+    value = _value(f.value, kind)  # type: ignore[attr-defined]
     if value is _BAD or value is None:
         return None
     scalar = pa.scalar(value, kind)
@@ -169,12 +170,12 @@ class Pushdown:
         for f in self.accepted:
             if (
                 isinstance(f, Not)
-                or f.attribute != (column,)
+                or f.attribute != (column,)  # type: ignore[attr-defined]
                 or (type(f) not in _COMPARE and not isinstance(f, EqualTo))
-                or f.value is None
+                or f.value is None  # type: ignore[attr-defined]
             ):
                 continue
-            v = _value(f.value, self.schema.field(column).type)
+            v = _value(f.value, self.schema.field(column).type)  # type: ignore[attr-defined]
             if v is _BAD:
                 continue
             step = 1 if isinstance(v, int) else dt.timedelta(microseconds=1)
@@ -192,4 +193,4 @@ def _vals_key(v: Any) -> Any:
 
 
 def _columns(f: Filter) -> tuple[str, ...]:
-    return _columns(f.child) if isinstance(f, Not) else f.attribute
+    return _columns(f.child) if isinstance(f, Not) else f.attribute  # type: ignore[attr-defined]

@@ -76,7 +76,7 @@ class MessageWriter(DataSourceArrowWriter):
         self.attempt = uuid.uuid4().hex[:12]
 
     def _context(self) -> StoreContext:
-        ctx = StoreContext.build(self.options.store, None, StoreConfig())  # type: ignore[arg-type]  (no Spark here)
+        ctx = StoreContext.build(self.options.store, None, StoreConfig())  # type: ignore[arg-type]  # no Spark here
         if not ctx.tables.exists():
             raise StoreNotFoundError("store", f"no store at {self.options.store}: create it with MessageStore.create")
         return ctx
@@ -90,10 +90,11 @@ class MessageWriter(DataSourceArrowWriter):
 
         fs, base = filesystem(self._staging)
         fs.create_dir(base, recursive=True)
-        pid = TaskContext.get().partitionId() if TaskContext.get() else 0
+        task = TaskContext.get()
+        pid = task.partitionId() if task else 0
         return StagedPart(stage_partition(self._staging, self.frame, pid, (encode_batch(b) for b in iterator)))
 
-    def commit(
+    def commit(  # type: ignore[override]  # Spark hands back the StagedParts of write
         self, messages: Sequence[StagedPart | None], progress: Progress | None = None, attempt: str | None = None
     ) -> None:
         try:
@@ -110,7 +111,7 @@ class MessageWriter(DataSourceArrowWriter):
         finally:
             self._clean()
 
-    def abort(self, messages: Sequence[StagedPart | None]) -> None:
+    def abort(self, messages: Sequence[StagedPart | None]) -> None:  # type: ignore[override]
         self._clean()
 
     def _clean(self) -> None:
@@ -148,7 +149,7 @@ class MessageStreamWriter(DataSourceStreamArrowWriter, MessageWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedPart:
         return MessageWriter.write(self, iterator)
 
-    def commit(self, messages: Sequence[StagedPart | None], batchId: int) -> None:  # noqa: N803  (Spark's name)
+    def commit(self, messages: Sequence[StagedPart | None], batchId: int) -> None:  # type: ignore[override]  # noqa: N803
         done = Table.marker(self._context().tables.commitlog.snapshot(), self.query)  # batches stored: 0, 1, ...
         if batchId < done:  # committed before a restart: Spark replays it, the store has it
             self._clean()
@@ -157,5 +158,5 @@ class MessageStreamWriter(DataSourceStreamArrowWriter, MessageWriter):
             self, messages, Progress({self.query: done}, {self.query: batchId + 1}), attempt=f"{self.attempt}-{batchId}"
         )
 
-    def abort(self, messages: Sequence[StagedPart | None], batchId: int) -> None:  # noqa: N803
+    def abort(self, messages: Sequence[StagedPart | None], batchId: int) -> None:  # type: ignore[override]  # noqa: N803
         self._clean()

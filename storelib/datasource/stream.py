@@ -37,6 +37,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.types import StructType
 
 from storelib.context import StoreContext
 from storelib.datasource.batch import MAX_SCAN_PARTITIONS, output_schema
@@ -85,7 +86,7 @@ class BatchFiles(InputPartition):
 class GroupStreamReader(DataSourceStreamReader, _AvailableNow):
     """A group's stream over one topic (see the module's description)."""
 
-    def __init__(self, options: SourceOptions, schema: object) -> None:
+    def __init__(self, options: SourceOptions, schema: StructType | None) -> None:
         self.options = options
         self.schema = schema
         self.group, self.topic = str(options.group), str(options.topic)
@@ -103,7 +104,7 @@ class GroupStreamReader(DataSourceStreamReader, _AvailableNow):
         self.subscription = subscription
 
     def _context(self) -> StoreContext:
-        return StoreContext.build(self.options.store, None, StoreConfig())  # type: ignore[arg-type]  (no Spark here)
+        return StoreContext.build(self.options.store, None, StoreConfig())  # type: ignore[arg-type]  # no Spark here
 
     # ---- offsets -------------------------------------------------------------------------------
     def initialOffset(self) -> dict:
@@ -198,7 +199,7 @@ class GroupStreamReader(DataSourceStreamReader, _AvailableNow):
         )
         return [BatchFiles(tuple(run), lo, hi, ranges) for run in runs if run]
 
-    def read(self, partition: "BatchFiles") -> Iterator[pa.RecordBatch]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, BatchFiles):
             return  # Spark's one empty partition when a batch has none
         ctx = self._context()

@@ -258,6 +258,7 @@ def with_retries(
         try:
             if serial:
                 with table.commit_turn() as snapshot:
+                    assert snapshot is not None  # commit_turn() yields one
                     return step(snapshot)
             return step(table.snapshot())
         except CommitConflict:

@@ -60,7 +60,7 @@ def plan_groups(
             groups.setdefault(lo, []).append(r)
         else:
             groups.setdefault((), []).append(r)
-    out = []
+    out: list[list[dict]] = []
     for files in groups.values():
         if order_by:
             files.sort(key=lambda r: (r.get(f"min.{order_by}") is None, r.get(f"min.{order_by}")))
@@ -182,7 +182,8 @@ def compact_here(
     order = list(spec.sort_by or spec.cluster_by or ((order_by,) if order_by else ()))
 
     def step(snapshot) -> tuple[int, int]:
-        groups, rows = [], 0
+        groups: list[list[dict]] = []
+        rows = 0
         for group in _snapshot_groups(snapshot, spec, order_by, leave, small_bytes, target_file_size):
             count = sum(r.get("num_records") or 0 for r in group)
             if groups and rows + count > max_rows:

@@ -87,7 +87,7 @@ class ByteLRU:
                 return hit[0]
             under_way = self._building.get(key)
             mine = under_way is None
-            if mine:
+            if under_way is None:  # mine
                 under_way = self._building[key] = Future()
         if not mine:
             return under_way.result()  # that build's value, or its error
@@ -281,9 +281,14 @@ def keyed_rows(
     """
     keys = rows.column(column).to_numpy()
     if len(keys) > 1 and not (keys[1:] >= keys[:-1]).all():  # not in order: test every row
-        mask = np.isin(keys, values) if values is not None else (keys >= between[0]) & (keys < between[1])
+        if values is not None:
+            mask = np.isin(keys, values)
+        else:
+            assert between is not None  # the caller gives values or between
+            mask = (keys >= between[0]) & (keys < between[1])
         return rows.take(np.flatnonzero(mask))
     if values is None:
+        assert between is not None  # the caller gives values or between
         lo, hi = np.searchsorted(keys, between)
         return rows.slice(int(lo), int(max(hi - lo, 0)))
     at = np.searchsorted(keys, values)

@@ -157,7 +157,7 @@ def options_for(path: str) -> dict[str, str] | None:
         best = max((r for r in _roots if path == r or path.startswith(r + "/")), key=len, default=None)
         if best is None and ANY_ROOT not in _roots:
             return None
-        return {**_roots.get(ANY_ROOT, {}), **_roots.get(best, {})}
+        return {**_roots.get(ANY_ROOT, {}), **(_roots.get(best, {}) if best is not None else {})}
 
 
 def settings_of(conf: Mapping[str, str] | None) -> dict[str, str]:

@@ -93,7 +93,8 @@ class LogChanges:
 def changes_since(table_path: str, version: int) -> LogChanges | None:
     """The changes committed after ``version``, read from the entries up to the newest; None when an
     entry cannot be read whole (cleaned up, or not JSON), for the caller to load the snapshot instead."""
-    changes, added = LogChanges(version), {}  # added: by path, so a compaction's removes cost one look each
+    changes = LogChanges(version)
+    added: dict[str, Any] = {}  # by path, so a compaction's removes cost one look each
     while True:
         try:
             actions = entry_actions(table_path, changes.version + 1)

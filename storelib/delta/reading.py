@@ -57,6 +57,10 @@ class Reading:
     path: str
     spec: "TableSpec"
 
+    if TYPE_CHECKING:
+
+        def snapshot(self, version: int | None = None) -> DeltaTable: ...  # the Table's
+
     def files(self, dt: DeltaTable, prune: Prune | None = None) -> list[str]:
         """Absolute paths of the snapshot's data files that may hold rows matching ``prune``.
 
@@ -151,11 +155,11 @@ class Reading:
         parts = [keyed_rows(rows, column, values, between).select(wanted) for rows in small]
         if large:
             key = pc.field(column)
-            test = (
-                key.isin(pa.array(values, pa.int64()))
-                if values is not None
-                else (key >= between[0]) & (key < between[1])
-            )
+            if values is not None:
+                test = key.isin(pa.array(values, pa.int64()))
+            else:
+                assert between is not None  # the caller gives values or between
+                test = (key >= between[0]) & (key < between[1])
             parts.append(self.read_arrow(paths=large, columns=wanted, filter=test))
         if not parts:
             return self.spec.arrow.empty_table().select(wanted)

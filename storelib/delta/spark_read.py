@@ -136,4 +136,5 @@ def parallelism(spark: "SparkSession") -> int:
     try:
         return max(1, spark.sparkContext.defaultParallelism)
     except Exception:  # Spark Connect
-        return max(1, int(spark.conf.get("spark.default.parallelism", str(os.cpu_count() or 1))))
+        default = str(os.cpu_count() or 1)  # with a default, get returns a str (its stub says str | None)
+        return max(1, int(spark.conf.get("spark.default.parallelism", default)))  # type: ignore[arg-type]

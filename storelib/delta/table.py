@@ -205,9 +205,16 @@ class Table(Reading, Committing):
             same = view is not None and view.version == version
             names = set(wanted) | (set(view.markers) if view is not None else set())
             found = {
-                m: view.markers[m] if same and m in view.markers else self._warm.transaction_version(m) for m in names
+                m: view.markers[m]
+                if view is not None and same and m in view.markers
+                else self._warm.transaction_version(m)
+                for m in names
             }
-            actions = view.actions if same else narrowed(add_actions(self._warm), self.spec.view_statistics)
+            actions = (
+                view.actions
+                if view is not None and same
+                else narrowed(add_actions(self._warm), self.spec.view_statistics)
+            )
             self._view = TableView(version, actions, {m: None if v is None else int(v) for m, v in found.items()})
             return self._view
 

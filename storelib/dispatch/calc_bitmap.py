@@ -69,9 +69,7 @@ class FilterBitmaps:
     def of(cls, subs: Sequence["Subscription"], version: int) -> "FilterBitmaps":
         """For registry subscriptions: live SQL92 ones with valid Bloom data, all of one bit count."""
         entries = tuple(
-            (s.topic, s.compiled.tree, s.bloom)
-            for s in subs  # type: ignore[union-attr]
-            if s.compiled is not None and s.bloom is not None
+            (s.topic, s.compiled.tree, s.bloom) for s in subs if s.compiled is not None and s.bloom is not None
         )
         return cls(entries, version, entries[0][2].bit_num if entries else 0)
 

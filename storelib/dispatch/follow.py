@@ -52,7 +52,9 @@ class Rounds(Protocol):
     ['commitlog', 'consume_queue']
     """
 
-    targets: Mapping[str, object]
+    @property
+    def targets(self) -> Mapping[str, object]:
+        """The tables it dispatches to, by name (read only here)."""
 
     def run(self) -> DispatchResult:
         """One round."""

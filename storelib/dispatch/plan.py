@@ -101,7 +101,8 @@ def plan_round(
         holding(SCHEDULE_TOPIC) | holding(TIMER_TOPIC) if coded else set(),
     )
     shift = hash_range_shift(config.index_hash_ranges)
-    ext_from, ext_had = 0, ()
+    ext_from = 0
+    ext_had: tuple[int, ...] = ()
     if ext_enabled and "consume_queue" in writing and ext_at is not None and ext_at > writing["consume_queue"]:
         ext_from = ext_at
         ext_had = _ext_units_between(tables["consume_queue_ext"], writing["consume_queue"], min(ext_at, end))

@@ -39,7 +39,7 @@ import contextlib
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import pyarrow as pa
 
@@ -218,7 +218,7 @@ class Dispatcher:
             )
         }
         for name in self.targets:
-            extra = {}
+            extra: dict[str, Any] = {}
             if name == "consume_queue_ext" and self.summaries is not None:
                 subs = self.registry.all() if self.registry is not None else []
                 extra = {
@@ -330,6 +330,7 @@ class Dispatcher:
                 else:
                     self._step(f"{name}.written")
                     if name == "consume_queue" and self._kept:  # kept only for a feed
+                        assert self.feed is not None
                         self.feed.expect([f.path for f in written])
                     try:
                         version = table.commit(
@@ -345,7 +346,8 @@ class Dispatcher:
                         return pending[i:]
                     if name == "consume_queue_ext" and self.summaries is not None:
                         summarize = written
-                if name == "consume_queue" and not left and self._kept:
+                if name == "consume_queue" and not left and self._kept:  # kept only for a feed
+                    assert self.feed is not None
                     self.feed.publish(pa.Table.from_batches(self._kept))
                 result.rows[name] = sum(f.num_records for f in written)
                 result.versions[name] = version  # committed: its files are the table's now
@@ -364,6 +366,7 @@ class Dispatcher:
         if not written or (not force and time.monotonic() - self._summarized_at < self._summary_every_s):
             return
         self._unsummarized, self._summarized_at = [], time.monotonic()
+        assert self.summaries is not None  # ext files wait for their summaries only when there is a summary table
         try:
             record_summaries(self.summaries, written, self.config.max_commit_attempts)
         except StoreError as e:

@@ -177,7 +177,9 @@ class BloomFilter:
         m = 8 * math.ceil(bits / 8.0)
         if m > _INT_MAX:
             raise BloomFilterError("expect_num", "gives more bits than a Java int holds", value=expect_num)
-        self.f, self.n, self.k, self.m = max_error_rate, expect_num, k, m
+        self.f: int | None = max_error_rate  # None: a filter of_shape, of its data alone
+        self.n: int | None = expect_num
+        self.k, self.m = k, m
 
     @classmethod
     def of_shape(cls, data: "BloomFilterData") -> "BloomFilter":
@@ -399,7 +401,7 @@ def bitmap_array(
         validity = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
     return pa.Array.from_buffers(
         pa.binary(), rows, [validity, pa.py_buffer(offsets), pa.py_buffer(data_bytes)], null_count=nulls
-    )  # type: ignore[return-value]
+    )
 
 
 def is_hit_column(bitmap: Column, data: BloomFilterData) -> Column:

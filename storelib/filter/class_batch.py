@@ -116,7 +116,9 @@ class _Columns:
     __slots__ = ("batch", "lists", "props")
 
     def __init__(self, batch: pa.RecordBatch | pa.Table):
-        self.batch, self.lists, self.props = batch, {}, {}
+        self.batch = batch
+        self.lists: dict[str, list] = {}
+        self.props: dict[str, list] = {}
 
     def column(self, name: str) -> list:
         values = self.lists.get(name)

@@ -255,6 +255,8 @@ class ClassFilter:
 
     @classmethod
     def of(cls, selector: "MessageSelector", group: str | None, topic: str) -> "ClassFilter":
+        if selector.filter_class is None:  # a class selector names its class (MessageSelector.parse)
+            raise FilterClassError("filter_class", "must be an import path 'package.module:Class'", value=None)
         return cls(selector.filter_class, selector.filter_class_crc, selector.filter_class_source, group, topic)
 
     @property

@@ -165,6 +165,7 @@ class MessageFilter:
     def bitmap_hit(self) -> "Column":
         from pyspark.sql import functions as F
 
+        assert self.bloom is not None  # asked only of a filter that uses_bitmap
         return F.coalesce(may_match_column(F.col("filter_bitmap"), self.bloom), F.lit(True))
 
     def commitlog_column(self) -> "Column":
@@ -201,7 +202,7 @@ class MessageFilter:
             return not any(self.data.matches_code(c) for c in summary.codes)
         if self.bloom is None:
             return False
-
+        assert self.subscription is not None and self.version is not None  # the Bloom data's subscription
         if subscription_key(self.subscription.group, self.version) in summary.no_hit:
             return True
         if summary.bitmap is None or summary.version_min is None:
@@ -246,14 +247,17 @@ class MessageFilter:
         """Step 1 for one unit (tag code real, not an ext address)."""
         if self.selector.by_tags:
             return tags_code is None or self.data.matches_code(tags_code)
-        if self.bloom is None or filter_bitmap is None or filter_version is None or filter_version < self.version:
+        if self.bloom is None or filter_bitmap is None or filter_version is None:
+            return True
+        assert self.version is not None  # the Bloom data's subscription's
+        if filter_version < self.version:
             return True
         if len(filter_bitmap) * 8 != self.bloom.bit_num:
             return True
         return self._hit(filter_bitmap)
 
     def _hit(self, bitmap: bytes) -> bool:
-
+        assert self.bloom is not None  # asked only of a filter that uses_bitmap
         return (self.bloom_filter or BloomFilter()).is_hit(self.bloom, bytearray(bitmap))
 
     def is_matched_by_commitlog(self, tags: str | None = None, properties: Mapping[str, str] | None = None) -> bool:

@@ -106,6 +106,7 @@ def check_selector(
         )
     selector.parse(topic, config)
     if selector.is_class:
+        assert selector.filter_class is not None  # parse checked its import path
         if subscribing:
             return selector.with_crc(load_filter(selector.filter_class, selector.filter_class_source, refresh=True).crc)
         return selector.with_crc(ClassFilter.of(selector, group, topic).load().crc)

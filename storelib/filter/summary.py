@@ -107,7 +107,7 @@ class ExtSummarizer:
             if state["hit"].get(key) is False:  # None: unknown for this file; True: some row hits
                 if low < version or matrix is None or matrix.shape[1] * 8 != data.bit_num:
                     state["hit"][key] = None
-                elif all(ored[p // 8] >> (p % 8) & 1 for p in data.bit_pos):  # else no row can hit
+                elif ored is not None and all(ored[p // 8] >> (p % 8) & 1 for p in data.bit_pos):  # else no row can hit
                     state["hit"][key] = bool(_hits(matrix, data).any())
         if ored is None or (state["bitmap"] is not None and len(state["bitmap"]) != len(ored)):
             state["no_bitmap"] = True
@@ -251,7 +251,9 @@ class RowGroupSummarizer:
         return state
 
     def _close(self, state: dict[str, Any]) -> None:
-        summary = json.loads(self.groups.finish(state["current"]))
+        finished = self.groups.finish(state["current"])
+        assert finished is not None  # a group closed has rows, so a topic
+        summary = json.loads(finished)
         summary.update(
             row_group=len(state["done"]),
             num_records=state["rows"],

@@ -239,7 +239,7 @@ def build_subscription_data(topic: str, sub_string: str | None, expression_type:
     """
     _check_args(topic, sub_string, expression_type)
     sub = _tag_subscription(topic, sub_string)
-    if not _is_blank(expression_type):
+    if expression_type is not None and not _is_blank(expression_type):
         sub = SubscriptionData(
             sub.topic,
             sub.sub_string,

@@ -53,7 +53,7 @@ import uuid
 import weakref
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -287,7 +287,7 @@ class Relay:
                 entry = entry_actions(table.path, version)
             except (OSError, ValueError):
                 return None  # cleaned up (or being written): this walk cannot tell
-            info = next((a["commitInfo"] for a in entry if "commitInfo" in a), {})
+            info: dict[str, Any] = next((a["commitInfo"] for a in entry if "commitInfo" in a), {})
             if request_id in str(info.get(REQUESTS_INFO, "")).split(","):
                 return [os.path.join(table.path, a["add"]["path"]) for a in entry if "add" in a]
             if info.get("timestamp", 0) < (sent_at - LOOK_BACK_S) * 1000:
@@ -454,6 +454,7 @@ class _Leader:
         rows = pa.concat_tables([g.rows for g in groups])
         info = {REQUESTS_INFO: ",".join(g.request_id for g in groups)}
         landed = self.relay.commitlog.append_arrow(rows, results="arrow", info=info).landed
+        assert landed is not None  # results="arrow", and every group has rows
         out, at = [], 0
         for g in groups:
             out.append(landed.slice(at, g.rows.num_rows))

@@ -319,7 +319,7 @@ class Clusterer:
             if key is not None:
                 columns[f"_k{i}"] = key
         n = rows.num_rows
-        hits = []
+        hits: list[tuple[float, int, np.ndarray]] = []
         usable = pc.fill_null(pc.is_valid(bitmaps), False).to_numpy(zero_copy_only=False)
         if self.subs and usable.any():
             vers = pc.fill_null(versions, -1).to_numpy(zero_copy_only=False)
@@ -331,6 +331,7 @@ class Clusterer:
                     & pc.fill_null(pc.equal(topic, sub.topic), False).to_numpy(zero_copy_only=False)
                 )
                 if rows_of.any():
+                    assert sub.bloom is not None  # subs have Bloom data (see where they are chosen)
                     idx = np.flatnonzero(rows_of)
                     hit[idx] = bitmap_hits(bitmaps.take(pa.array(idx)), sub.bloom)
                 share = hit.sum() / max(1, n)

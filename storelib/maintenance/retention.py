@@ -109,7 +109,7 @@ def expired_prefix(spans: Sequence[Span], deadline_ms: int, dispatched_below: in
     """
     if not spans:
         return 0
-    newest = max(range(len(spans)), key=lambda i: -1 if spans[i].max_offset is None else spans[i].max_offset)
+    newest = max(range(len(spans)), key=lambda i: -1 if (top := spans[i].max_offset) is None else top)
     n = 0
     for i, s in enumerate(spans):
         if i == newest or s.min_offset is None or s.max_offset is None or s.newest_ms is None:
@@ -117,8 +117,9 @@ def expired_prefix(spans: Sequence[Span], deadline_ms: int, dispatched_below: in
         if s.newest_ms > deadline_ms or s.max_offset >= dispatched_below:
             break
         n += 1
-    highest = np.maximum.accumulate([s.max_offset for s in spans[:n]]) if n else []
-    while n > 0 and (spans[n].min_offset is None or highest[n - 1] >= spans[n].min_offset):
+    tops = [s.max_offset for s in spans[:n] if s.max_offset is not None]  # every one: the walk stops at a None
+    highest: np.ndarray | list[int] = np.maximum.accumulate(tops) if n else []
+    while n > 0 and ((low := spans[n].min_offset) is None or highest[n - 1] >= low):
         n -= 1
     return n
 
@@ -187,7 +188,7 @@ def clean_consume_queue(ctx: StoreContext, *, fault: Callable[[str], None] | Non
     out: dict[str, int] = {}
     for name in ("consume_queue", "consume_queue_ext"):
         table = getattr(ctx.tables, name)
-        out[name] = with_retries(table, attempts, lambda s, t=table: _clean_queues(t, s, min_phy), what=f"clean {name}")
+        out[name] = with_retries(table, attempts, lambda s: _clean_queues(table, s, min_phy), what=f"clean {name}")
         if fault is not None:
             fault(f"{name}.committed")
     index = ctx.tables.index

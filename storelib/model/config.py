@@ -231,7 +231,7 @@ class StoreConfig:
         return cls(**values)  # __init__ refuses a name it does not have
 
 
-def _parse(key: str, kind: str, raw: str) -> Any:
+def _parse(key: str, kind: object, raw: str) -> Any:  # kind: a field's annotation, a string here
     text = str(raw).strip()
     if kind == "bool":
         if text.lower() in ("true", "1", "yes"):
@@ -257,7 +257,7 @@ def _check_names(settings: Mapping[str, Any], cls: type = StoreConfig, what: str
             raise ConfigError(name, f"is not a {what}{hint}", value=value)
 
 
-def refuse_unknown_settings(cls: type, what: str) -> type:
+def refuse_unknown_settings(cls: type[Any], what: str) -> type[Any]:
     """Make a settings dataclass refuse a misspelled keyword with :class:`ConfigError` naming it
     (Python's own error would be a ``TypeError`` about ``__init__``).
 
@@ -277,7 +277,7 @@ def refuse_unknown_settings(cls: type, what: str) -> type:
         _check_names(settings, cls, what)
         init(self, *args, **settings)
 
-    cls.__init__ = checked  # type: ignore[method-assign]
+    cls.__init__ = checked
     return cls
 
 

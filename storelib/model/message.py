@@ -291,12 +291,17 @@ class StoredMessage:
             utc_datetimes(col) if pa.types.is_timestamp(col.type) else col.to_pylist()
             for col in map(rows.column, MESSAGE_COLUMNS)
         ]
-        return [cls(*fields, dict(properties), bytes(body)) for *fields, properties, body in zip(*columns)]
+        return [
+            cls(*fields, dict(properties), bytes(body))  # type: ignore[call-arg]  # mypy: too many after *fields
+            for *fields, properties, body in zip(*columns)
+        ]
 
     @classmethod
     def from_row(cls, row: dict) -> "StoredMessage":
         """The message of one commitlog row (a dict by column; those :data:`MESSAGE_COLUMNS` names are read)."""
-        return cls(*(row[name] for name in MESSAGE_COLUMNS[:-2]), dict(row["properties"]), bytes(row["body"]))
+        return cls(  # type: ignore[call-arg]  # mypy: too many after *(...)
+            *(row[name] for name in MESSAGE_COLUMNS[:-2]), dict(row["properties"]), bytes(row["body"])
+        )
 
 
 #: The commitlog columns a :class:`StoredMessage` is made of, in the order of its fields (``physical_offset``

@@ -196,7 +196,7 @@ class _CheckerRun:
                 if state is None:
                     state = TransactionState.of(value)
                     states[value] = state
-                answer = (state, None)
+                answer: tuple[TransactionState, str | None] = (state, None)
             except Exception as e:
                 answer = (TransactionState.UNKNOW, f"{type(e).__name__}: {e}")
             if self.abandoned:
@@ -308,7 +308,7 @@ def _ask(ctx: StoreContext, rows: pa.Table) -> list[tuple[TransactionState, str 
         try:
             checker = checker_of(ctx, group) if group else None
         except TransactionError as e:
-            got = [(TransactionState.UNKNOW, str(e))] * len(at)
+            got: list[tuple[TransactionState, str | None]] = [(TransactionState.UNKNOW, str(e))] * len(at)
         else:
             got = ask_checker(checker, [messages[i] for i in at], timeout)
         for i, answer in zip(at, got):

@@ -145,7 +145,9 @@ def send_half(ctx: StoreContext, message: Message, producer_group: str) -> SendR
     props[MessageConst.REAL_QID] = str(encoded.queue_id)
     encoded.properties, encoded.topic, encoded.queue_id = props, TRANS_HALF_TOPIC, 0
     encoded.sysflag &= ~SysFlag.TRANSACTION_ROLLBACK_TYPE
-    row = ctx.commitlog.append([encoded]).rows[0]
+    rows = ctx.commitlog.append([encoded]).rows
+    assert rows is not None  # append answers a row per message
+    row = rows[0]
     return SendResult(
         "SEND_OK",
         row["msg_id"],
@@ -202,7 +204,7 @@ def pending_halves(ctx: StoreContext, snapshot_view=None) -> tuple[pa.Table, dic
     is_half = pc.equal(tail.column("topic"), TRANS_HALF_TOPIC)
     halves = keep(tail, is_half)
     ops = tail.filter(pc.invert(is_half))
-    done = set()
+    done: set[int] = set()
     for body in ops.column("body").to_pylist():  # op messages are few per run: one per ended transaction
         done.update(int(x) for x in body.decode().split(",") if x.strip().isdigit())
     tid = pc.coalesce(

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import zlib
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, cast
 
 import numpy as np
 import pyarrow as pa
@@ -165,7 +165,7 @@ class EncodedFrame:
         tags = Distinct.of(batch.column("tags"))
         per_topic = topics.distinct.per_row
         # (rows refused, their record): a record per rule, or per distinct topic (an index into ``texts``).
-        checks: list[tuple[np.ndarray, str | list[str | None]]] = [
+        checks: list[tuple[np.ndarray, str | list[str | None] | list[str]]] = [
             (per_topic(np.array([r is not None for r in topics.name_refusals])), topics.name_refusals),
             (pc.is_null(body).to_numpy(zero_copy_only=False), _record(BODY_NULL.error())),
             (
@@ -277,7 +277,7 @@ class EncodedFrame:
             raise StoreError(None, "property names and values fell out of step; the rows were not checked")
         cols["properties"] = pa.MapArray.from_arrays(names.offsets, pc.list_flatten(names), pc.list_flatten(values))
         # The hosts' address families set their sysflag bits, and with them 12 bytes of size each.
-        born_v6 = bool(self.defaults["sysflag"] & SysFlag.BORNHOST_V6)
+        born_v6: bool | np.ndarray = bool(cast(int, self.defaults["sysflag"]) & SysFlag.BORNHOST_V6)
         if "born_host" in batch.schema.names:  # given hosts: an IPv6 ip:port has more than one colon
             born_v6 = matches(pc.greater(pc.count_substring(cols["born_host"], ":"), 1))
         sysflag = (cols["sysflag"].to_numpy() & ~SysFlag.BORNHOST_V6) | np.where(born_v6, SysFlag.BORNHOST_V6, 0)

@@ -225,6 +225,7 @@ class GroupCommitProducer(Generic[M, E, R]):
                             )
                         )
                         continue
+                    assert self._append is not None  # exactly one of append and submit
                     results = self._append(encoded)
             except Exception as e:  # noqa: BLE001  (every caller of the group gets the commit's error)
                 if not group:  # the turn itself failed: fail what is queued
@@ -248,6 +249,7 @@ class GroupCommitProducer(Generic[M, E, R]):
             if error is not None:
                 future.set_exception(error)
             else:
+                assert results is not None  # checked above: one per send
                 future.set_result(results[i])
         with self._cond:
             if error is None:

@@ -109,7 +109,9 @@ class Producer:
         messages = list(messages)
         if not messages:
             return []
-        return self._results(commitlog.append(self.encode(messages, topics)).rows)
+        rows = commitlog.append(self.encode(messages, topics)).rows
+        assert rows is not None  # append answers a row per message, and there are some
+        return self._results(rows)
 
     @staticmethod
     def _results(rows: list[dict]) -> list[SendResult]:
@@ -156,13 +158,13 @@ class Producer:
                 current = known[0] = topics()
             return self.encode([message], current)[0]
 
-        def results(landed: pa.Table) -> list[SendResult]:
+        def results(landed: pa.Table) -> Sequence[SendResult]:
             known[0] = topics()  # for the next group's senders: a changed permission is seen one commit later
             return self._results(landed.to_pylist())
 
         if relay.enabled:  # groups handed on to the machine's committer, RELAY_IN_FLIGHT at a time
 
-            def submit(group: Sequence[EncodedMessage]) -> "Future[list[SendResult]]":
+            def submit(group: Sequence[EncodedMessage]) -> "Future[Sequence[SendResult]]":
                 return then(relay.submit(commitlog.stage(group)), results)
 
             return GroupCommitProducer(

@@ -288,7 +288,7 @@ class CommitLog:
                 start,
                 end,
                 batch.num_rows,
-                rows=landed.to_pylist() if results is True else None,
+                rows=landed.to_pylist() if results is True and landed is not None else None,
                 queues={k: (first[k], counters[k]) for k in first},
                 landed=pa.Table.from_batches([landed]) if results == "arrow" else None,
             )
@@ -470,7 +470,9 @@ class _Stage:
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
-        row = stage_partition(self.root, self.frame, TaskContext.get().partitionId(), batches)
+        task = TaskContext.get()
+        assert task is not None  # called in a Spark task
+        row = stage_partition(self.root, self.frame, task.partitionId(), batches)
         yield pa.RecordBatch.from_pylist([row], schema=_STAGED_ARROW)
 
 

@@ -220,6 +220,7 @@ def latest_offsets(rows: pa.Table) -> pa.Table:
         col = rows.column(k)
         differs = pc.not_equal(col.slice(1), col.slice(0, n - 1))
         first = differs if first is None else pc.or_(first, differs)
+    assert first is not None  # _KEYS is not empty
     mask = pa.concat_arrays([pa.array([True]), *first.chunks]) if n > 1 else pa.array([True])
     return rows.filter(mask)
 

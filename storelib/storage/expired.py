@@ -18,6 +18,7 @@ harmless, the checks only use runs to bridge gaps, and a rerun records nothing t
 from __future__ import annotations
 
 import datetime as dt
+from typing import Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -30,7 +31,7 @@ from storelib.storage.schema import COMMITLOG_EXPIRED
 __all__ = ["removed_runs", "record_runs", "read_runs", "bridged", "expired_mask", "COMMITLOG_EXPIRED"]
 
 
-def expired_mask(rows: pa.Table, cuts: dict[str, dict[int, int]]) -> np.ndarray:
+def expired_mask(rows: pa.Table, cuts: Mapping[str, Mapping[int, int]]) -> np.ndarray:
     """Which commitlog ``rows`` (with ``topic``, ``queue_id``, ``queue_offset``) lie below their queue's
     cut: ``cuts[topic][queue_id]`` is the first queue offset kept.
 

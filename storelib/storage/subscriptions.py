@@ -78,6 +78,7 @@ class SubscriptionRegistry:
         newest = max((s for s in subs if s.bloom is not None), key=lambda s: s.version, default=None)
         if newest is None or configured.is_valid(newest.bloom):
             return configured
+        assert newest.bloom is not None  # the newest of those with Bloom data
         if (c.max_error_rate_of_bloom_filter, c.expect_consumer_num_use_filter) == _BLOOM_DEFAULTS:
             return BloomFilter.of_shape(newest.bloom)
         log.warning(

@@ -136,7 +136,8 @@ class ArrowSql92:
         """Per tree, a numpy bool array: does the row match (Boolean TRUE)?"""
         if isinstance(properties, pa.ChunkedArray):
             properties = properties.combine_chunks()
-        evaluation, slots = _Evaluation(properties), []
+        evaluation = _Evaluation(properties)
+        slots: list[Any] = []  # per step, its states
         for method, argument, children in self.steps:
             slots.append(getattr(evaluation, method)(argument, *(slots[i] for i in children)))
         out = []
@@ -300,7 +301,7 @@ class _Evaluation:
             condition = branches[0][0] if otherwise == FALSE else ~branches[0][0]
             return condition.view(np.uint8)  # the states are the condition's bytes
         table = _first_branch_table(tuple(state for _, state in branches), otherwise)
-        index = branches[0][0].view(np.uint8)
+        index: np.ndarray = branches[0][0].view(np.uint8)
         for bit, (condition, _) in enumerate(branches[1:], 1):
             index = index | condition.view(np.uint8) << bit
         return table.take(index)
@@ -345,7 +346,7 @@ class _Evaluation:
         if c.java_type is D:
             holds = np.asarray(hits).take(_double_sign(values, c.value) + 1)  # type: ignore[arg-type]
         elif hits in _SIGN_TESTS:
-            holds = _SIGN_TESTS[hits](values, c.value)  # type: ignore[assignment]
+            holds = _SIGN_TESTS[hits](values, c.value)
         else:  # holds for every sign, or for none
             holds = np.full(self.rows, hits[0])
         return self.cases((absent, c.absent), (~ok, ERROR), (holds, c.hit), otherwise=c.miss)

@@ -18,6 +18,8 @@ the typed tree, never from text.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import sqlglot
 from sqlglot import exp, generator, parser, tokens
 from sqlglot.dialects.dialect import Dialect
@@ -83,7 +85,14 @@ _MATCH_EXPRESSIONS = {"CONTAINS": exp.Contains, "STARTSWITH": exp.StartsWith, "E
 #: Operands written bare; anything else is parenthesized, so RocketMQ's grammar reads the text as the
 #: tree it came from whatever the two grammars' precedences (as the typed tree's canonical text does).
 _ATOMS = (exp.Column, exp.Literal, exp.Boolean, exp.Null, exp.Paren)
-_COMPARISONS = {exp.EQ: "=", exp.NEQ: "<>", exp.GT: ">", exp.GTE: ">=", exp.LT: "<", exp.LTE: "<="}
+_COMPARISONS: dict[type[exp.Expr], str] = {
+    exp.EQ: "=",
+    exp.NEQ: "<>",
+    exp.GT: ">",
+    exp.GTE: ">=",
+    exp.LT: "<",
+    exp.LTE: "<=",
+}
 
 
 def _operand(self: generator.Generator, node: exp.Expr) -> str:
@@ -108,7 +117,7 @@ def _predicate(self: generator.Generator, node: exp.Expr, negated: bool) -> str:
     return f"{this} {_COMPARISONS[type(node)]} {_operand(self, node.expression)}"
 
 
-_PREDICATES = (exp.Is, exp.In, exp.Between, *_MATCH_EXPRESSIONS.values(), *_COMPARISONS)
+_PREDICATES: tuple[type[exp.Expr], ...] = (exp.Is, exp.In, exp.Between, *_MATCH_EXPRESSIONS.values(), *_COMPARISONS)
 
 
 def _not(self: generator.Generator, expression: exp.Not) -> str:
@@ -143,7 +152,9 @@ _read_operand = binary_range_parser(UnaryOperand)
 
 def _not_operand(self: parser.Parser) -> exp.Expr:
     """RocketMQ's unary NOT: the operand after it is one unary expression (``NOT a = 1`` is ``(NOT a) = 1``)."""
-    return self.expression(exp.Not(this=_read_operand(self, None).expression))
+    operand = _read_operand(self, None)
+    assert operand is not None  # the range parser builds its node
+    return self.expression(exp.Not(this=operand.expression))
 
 
 class RocketMQSQL92(Dialect):
@@ -210,8 +221,8 @@ class RocketMQSQL92(Dialect):
 
         IS_PREDICATE_PRECEDENCE = IsPredicatePrecedence.EQUALITY
         UNARY_PARSERS = {**parser.Parser.UNARY_PARSERS, TokenType.NOT: _not_operand}
-        FUNCTIONS: dict = {}
-        COMPARISON: dict = {}
+        FUNCTIONS: ClassVar[dict] = {}
+        COMPARISON: ClassVar[dict] = {}
         RANGE_PARSERS = {
             **{token: binary_range_parser(kind) for token, kind in parser.Parser.COMPARISON.items()},
             **{
@@ -269,8 +280,8 @@ def spark_sql(tree: Node) -> str | None:
     return to_sqlglot(tree).sql(dialect="spark")
 
 
-_CONNECTORS = {exp.And: "AND", exp.Or: "OR"}
-_MATCH_NAMES = {kind: name for name, kind in _MATCH_EXPRESSIONS.items()}
+_CONNECTORS: dict[type[exp.Expr], str] = {exp.And: "AND", exp.Or: "OR"}
+_MATCH_NAMES: dict[type[exp.Expr], str] = {kind: name for name, kind in _MATCH_EXPRESSIONS.items()}
 
 
 def typed_tree(expression: exp.Expr) -> Node:
@@ -321,7 +332,7 @@ def _typed(e: exp.Expr) -> Node:
     if isinstance(e, exp.Neg):
         return Negate(_typed(e.this))
     if isinstance(e, exp.Not):
-        inner = e.this  # a predicate right under NOT, not in parentheses, is a negated predicate
+        inner: exp.Expr = e.this  # a predicate right under NOT, not in parentheses, is a negated predicate
         if isinstance(inner, (exp.Is, exp.In, exp.Between, *_MATCH_NAMES)):
             return _predicate_node(inner, True)
         return Not(_boolean(_typed(inner)))

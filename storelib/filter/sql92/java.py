@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from typing import Callable, Mapping
+from typing import Callable, Mapping, cast
 
 from storelib.filter.sql92.tree import (
     Between,
@@ -184,8 +184,8 @@ def java_compare(lt: JavaType, lv: JavaValue, rt: JavaType, rv: JavaValue) -> in
         return java_compare(lt, lv, lt, _PARSERS[lt](rv)) if lt in _PARSERS else -1  # type: ignore[arg-type]
     if lt in _PARSERS and rt in _PARSERS:
         if D in (lt, rt):
-            return _double_compare(float(lv), float(rv))  # type: ignore[arg-type]
-        return _sign(lv, rv)  # type: ignore[arg-type]
+            return _double_compare(float(lv), float(rv))
+        return _sign(lv, rv)
     return -1
 
 
@@ -258,8 +258,8 @@ def node_value(node: Node, props: Mapping[str, str]) -> JavaValue:
         return None if node_value(node.operand, props) is None else False
     if isinstance(node, Logic):
         return _and(
-            lambda i: node_value(node.terms[i], props),
-            len(node.terms),  # type: ignore[arg-type,return-value]
+            lambda i: cast("bool | None", node_value(node.terms[i], props)),  # a Logic's terms are boolean
+            len(node.terms),
             node.op == "OR",
         )
     if isinstance(node, Comparison):

@@ -167,10 +167,16 @@ class Sql92Parser:
             self._fail(tok.text, tok)
         shown = self.sql[tok.start : tok.end + 1]
         shown = repr(shown if len(shown) <= 20 else shown[:20] + "...")
-        after_operand = bool(self.previous) and self.previous.token_type in _OPERAND_ENDS
+        prev = self.previous
+        after_operand = bool(prev) and prev is not None and prev.token_type in _OPERAND_ENDS
         if tok.token_type == TokenType.DASH and self.sql.startswith("--", tok.start):
             self._fail(f"a '--' comment must end with a line break: unexpected {shown}", tok)
-        if tok.token_type == TokenType.L_PAREN and after_operand and self.previous.token_type == TokenType.VAR:
+        if (
+            tok.token_type == TokenType.L_PAREN
+            and after_operand
+            and prev is not None
+            and prev.token_type == TokenType.VAR
+        ):
             self._fail(f"function calls are not supported: unexpected {shown}", tok)
         if tok.token_type in (TokenType.PLUS, TokenType.DASH) and after_operand:
             self._fail(f"arithmetic is not supported: unexpected {shown}", tok)
@@ -181,6 +187,7 @@ class Sql92Parser:
     def _expect(self, kind: TokenType, expected: str) -> Token:
         if not self._take(kind):
             self._unexpected(expected)
+        assert self.previous is not None  # the token _take stepped past
         return self.previous
 
     # -- grammar (a method per production of SelectorParser.jj; OR and AND share one) ---------------
@@ -195,8 +202,10 @@ class Sql92Parser:
             return left
         op = self.previous
         first = self._as_boolean(left, op)
-        merged = isinstance(first, Logic) and first.op == name
-        terms, depth = (list(first.terms), first.depth - 1) if merged else ([first], first.depth)
+        if isinstance(first, Logic) and first.op == name:  # merged
+            terms, depth = list(first.terms), first.depth - 1
+        else:
+            terms, depth = [first], first.depth
         while True:
             if depth >= self._max_nesting:  # the Logic node is one level above its deepest term
                 self._too_deep(op)
@@ -213,6 +222,7 @@ class Sql92Parser:
         while True:
             if self._take_any((TokenType.EQ, TokenType.NEQ)):
                 op = self.previous
+                assert op is not None  # the token _take_any stepped past
                 right = self._comparison()
                 for side, at in ((left, op), (right, right)):
                     if isinstance(side, Literal) and side.type is JavaType.NULL:
@@ -222,6 +232,7 @@ class Sql92Parser:
                 left = self._built(Comparison(op.text, left, right, pos=left.pos), op)
             elif self._take(TokenType.IS):
                 op = self.previous
+                assert op is not None  # the token _take stepped past
                 negated = self._take(TokenType.NOT)
                 self._expect(TokenType.NULL, "NULL" if negated else "NULL or NOT NULL")
                 left = self._built(IsNull(left, negated, pos=left.pos), op)
@@ -232,7 +243,9 @@ class Sql92Parser:
         left = self._unary()
         while True:
             tok = self.current
-            kind = tok.token_type if tok else None
+            if tok is None:  # the end: no operator follows
+                return left
+            kind = tok.token_type
             if kind in (TokenType.GT, TokenType.GTE, TokenType.LT, TokenType.LTE):
                 self._step()
                 self._orderable(left, tok)
@@ -249,6 +262,7 @@ class Sql92Parser:
                     )
                 kind = nxt
             if kind == TokenType.OPERATOR:
+                assert self.current is not None  # the OPERATOR token
                 op = self.current.text
                 self._step()
                 pattern = self._expect(TokenType.STRING, f"a string literal after {op}").text
@@ -284,33 +298,35 @@ class Sql92Parser:
         tok = self.current
         self._nest(tok)
         try:
-            if self._take(TokenType.PLUS):
-                return replace(self._unary(), pos=tok.start)
-            if self._take(TokenType.DASH):
-                return self._built(Negate(self._unary(), pos=tok.start), tok)
-            if self._take(TokenType.NOT):
-                operand = self._unary()
-                return self._built(Not(self._as_boolean(operand, None), pos=tok.start), tok)
+            if tok is not None:  # else no sign nor NOT: the end, which _primary reports
+                if self._take(TokenType.PLUS):
+                    return replace(self._unary(), pos=tok.start)
+                if self._take(TokenType.DASH):
+                    return self._built(Negate(self._unary(), pos=tok.start), tok)
+                if self._take(TokenType.NOT):
+                    operand = self._unary()
+                    return self._built(Not(self._as_boolean(operand, None), pos=tok.start), tok)
             return self._primary()
         finally:
             self._depth -= 1
 
     def _primary(self) -> Node:
         tok = self.current
-        if self._take(TokenType.L_PAREN):
-            inner = self._or()
-            self._expect(TokenType.R_PAREN, "')'")
-            return replace(inner, pos=tok.start)
-        if self._take(TokenType.VAR):
-            return Property(tok.text, pos=tok.start)
-        if self._take(TokenType.STRING):
-            return Literal(tok.text, JavaType.STRING, pos=tok.start)
-        if self._take_any((TokenType.TRUE, TokenType.FALSE)):
-            return Literal(tok.token_type == TokenType.TRUE, JavaType.BOOLEAN, pos=tok.start)
-        if self._take(TokenType.NULL):
-            return Literal(None, JavaType.NULL, pos=tok.start)
-        if self._take(TokenType.NUMBER):
-            return self._number(tok)
+        if tok is not None:  # else the end, reported below
+            if self._take(TokenType.L_PAREN):
+                inner = self._or()
+                self._expect(TokenType.R_PAREN, "')'")
+                return replace(inner, pos=tok.start)
+            if self._take(TokenType.VAR):
+                return Property(tok.text, pos=tok.start)
+            if self._take(TokenType.STRING):
+                return Literal(tok.text, JavaType.STRING, pos=tok.start)
+            if self._take_any((TokenType.TRUE, TokenType.FALSE)):
+                return Literal(tok.token_type == TokenType.TRUE, JavaType.BOOLEAN, pos=tok.start)
+            if self._take(TokenType.NULL):
+                return Literal(None, JavaType.NULL, pos=tok.start)
+            if self._take(TokenType.NUMBER):
+                return self._number(tok)
         self._unexpected("a property, a literal, '(', NOT, '+' or '-'")
 
     def _number(self, tok: Token) -> Literal:
