@@ -90,7 +90,7 @@ class Tails(dict):
         self.nbytes -= self[key].nbytes
         super().__delitem__(key)
 
-    def pop(self, key: tuple[str, int], *default):  # type: ignore[override]
+    def pop(self, key: tuple[str, int], *default):
         if key not in self:
             return default[0] if default else super().pop(key)
         tail = self[key]
