@@ -127,7 +127,8 @@ class ConsumeQueueFilter(Protocol):
     >>> f: ConsumeQueueFilter = PullFilter(MessageFilter("TopicTest", MessageSelector.by_tag("TagB")))
     >>> units = pa.table({"tags_code": [2598919], "filter_bitmap": pa.nulls(1, pa.binary()),
     ...                   "filter_version": pa.nulls(1, pa.int64())})
-    >>> f.passes_every_unit, f.consume_queue_mask(units).tolist(), f.is_matched_by_commitlog(store.query_by_id(r.msg_id))
+    >>> f.passes_every_unit, f.consume_queue_mask(units).tolist(), f.is_matched_by_commitlog(
+    ...     store.query_by_id(r.msg_id))
     (False, [False], True)
     """
 

@@ -116,8 +116,9 @@ def plan_send_back(
 ) -> SendBackPlan:
     """The decision of ``consumerSendMsgBack`` and ``transformDelayLevelMessage`` for one message.
 
-    >>> plan_send_back(0, "G", 0, 0, 16, 18)
-    SendBackPlan(topic='SCHEDULE_TOPIC_XXXX', queue_id=2, real_topic='%RETRY%G', real_queue_id=0, delay_level=3, dead=False)
+    >>> plan_send_back(0, "G", 0, 0, 16, 18)  # doctest: +NORMALIZE_WHITESPACE
+    SendBackPlan(topic='SCHEDULE_TOPIC_XXXX', queue_id=2, real_topic='%RETRY%G', real_queue_id=0,
+        delay_level=3, dead=False)
     >>> plan_send_back(16, "G", 0, 0, 16, 18).topic, plan_send_back(0, "G", 0, -1, 16, 18).topic
     ('%DLQ%G', '%DLQ%G')
     >>> plan_send_back(15, "G", 0, 0, 16, 18).delay_level      # 3 + 15, still within the 18 levels

@@ -158,10 +158,11 @@ def load_filter(name: str, source: str | None = None, *, refresh: bool = False) 
     since this process loaded it (what subscribing does). :class:`FilterClassError` when it cannot be
     loaded or has neither ``match`` nor ``match_batch``.
 
-    >>> load_filter("storelib.nowhere:Even")
+    >>> load_filter("storelib.nowhere:Even")  # doctest: +NORMALIZE_WHITESPACE
     Traceback (most recent call last):
     ...
-    storelib.model.errors.FilterClassError: filter_class: cannot import module 'storelib.nowhere': ModuleNotFoundError: No module named 'storelib.nowhere' (got 'storelib.nowhere:Even')
+    storelib.model.errors.FilterClassError: filter_class: cannot import module 'storelib.nowhere': ModuleNotFoundError:
+        No module named 'storelib.nowhere' (got 'storelib.nowhere:Even')
     >>> load_filter("Even", "class Even:\\n    def match(self, msg, context):\\n        return True\\n").has_batch
     False
     """

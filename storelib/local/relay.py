@@ -34,7 +34,8 @@ processes of its own user (the peer's credentials); others' producers commit the
 >>> from storelib.storage.commitlog import EncodedMessage, now_millis
 >>> relaying = MessageStore.open(store.root, spark, relay_sends=True)
 >>> relay = relay_for(relaying.context.commitlog)
->>> rows = relaying.context.commitlog.stage([EncodedMessage("TopicTest", 0, 0, 0, b"r", {"UNIQ_KEY": "R1"}, now_millis(), "h:0")])
+>>> rows = relaying.context.commitlog.stage(
+...     [EncodedMessage("TopicTest", 0, 0, 0, b"r", {"UNIQ_KEY": "R1"}, now_millis(), "h:0")])
 >>> with relay:
 ...     relay.commit(rows).column("uniq_key").to_pylist(), relay.leading
 (['R1'], True)
@@ -196,7 +197,8 @@ class Relay:
 
     # ---- committing ---------------------------------------------------------------------------
     def commit(self, rows: pa.Table) -> pa.Table:
-        """Append ``rows`` in one atomic commit (shared with other groups where a leader takes it); where each row landed."""
+        """Append ``rows`` in one atomic commit (shared with other groups where a leader takes it); where each
+        row landed."""
         return self.submit(rows).result()
 
     def submit(self, rows: pa.Table) -> "Future[pa.Table]":
@@ -208,7 +210,8 @@ class Relay:
 
         >>> from storelib.storage.commitlog import EncodedMessage, now_millis
         >>> relay = relay_for(store.context.commitlog)          # a store without relay_sends: committed here
-        >>> rows = store.context.commitlog.stage([EncodedMessage("TopicTest", 0, 0, 0, b"s", {"UNIQ_KEY": "S1"}, now_millis(), "h:0")])
+        >>> rows = store.context.commitlog.stage(
+        ...     [EncodedMessage("TopicTest", 0, 0, 0, b"s", {"UNIQ_KEY": "S1"}, now_millis(), "h:0")])
         >>> future = relay.submit(rows)
         >>> future.done(), future.result().column("uniq_key").to_pylist()
         (True, ['S1'])

@@ -277,7 +277,8 @@ def _first_valid_offsets(table: Table, files: pa.Table, min_phy: int, into: dict
 
 
 def _clean_index(table: Table, snapshot: "DeltaTable", min_phy: int) -> int:
-    """One commit on the index: files whose every entry points below ``min_phy`` (``IndexService.deleteExpiredFile``)."""
+    """One commit on the index: files whose every entry points below ``min_phy``
+    (``IndexService.deleteExpiredFile``)."""
     actions = add_actions(snapshot)
     if actions.num_rows == 0 or min_phy <= 0:
         return 0

@@ -103,7 +103,8 @@ class GroupCommitProducer(Generic[M, E, R]):
     storelib.model.errors.StoreStateError: producer: is closed; make a new one with store.producer()
     >>> from concurrent.futures import ThreadPoolExecutor
     >>> with ThreadPoolExecutor(1) as pool, GroupCommitProducer(
-    ...         lambda m: m, None, submit=lambda group: pool.submit(lambda: [sum(group)] * len(group)), in_flight=2) as q:
+    ...         lambda m: m, None, submit=lambda group: pool.submit(lambda: [sum(group)] * len(group)),
+    ...         in_flight=2) as q:
     ...     q.send(3)
     3
     """
