@@ -5,11 +5,12 @@
     spark-submit --properties-file spark-defaults.conf jobs/benchmark.py --suite pull     # pull latency
     spark-submit --properties-file spark-defaults.conf jobs/benchmark.py --suite custom   # class filters
     spark-submit --properties-file spark-defaults.conf jobs/benchmark.py --suite sql      # SQL by key, the data source
-    spark-submit --properties-file spark-defaults.conf jobs/benchmark.py --suite schedule --messages 1000000  # delivery, check-back
-    spark-submit --properties-file spark-defaults.conf jobs/benchmark.py --suite admin --messages 1000000     # the storelib command
-    python jobs/benchmark.py --suite online --seconds 60       # 4 producer processes x 16 threads, a follower, 4 consumers
-    python jobs/benchmark.py --suite online --seconds 60 --relay   # the same, the producers handing groups to one committer
-    python jobs/benchmark.py --suite online --seconds 60 --consumer-nice 10   # the consumers yielding the CPU to the producers
+    # delivery and check-back, then the storelib command:
+    spark-submit --properties-file spark-defaults.conf jobs/benchmark.py --suite schedule --messages 1000000
+    spark-submit --properties-file spark-defaults.conf jobs/benchmark.py --suite admin --messages 1000000
+    python jobs/benchmark.py --suite online --seconds 60       # 4 producers x 16 threads, a follower, 4 consumers
+    python jobs/benchmark.py --suite online --seconds 60 --relay   # the producers handing groups to one committer
+    python jobs/benchmark.py --suite online --seconds 60 --consumer-nice 10   # consumers yield the CPU to producers
     python jobs/benchmark.py --suite growth --commits 10000    # send, dispatch, pull: the first and last 1,000 commits
     python jobs/benchmark.py --suite s3 --messages 10000 --latency-ms 20   # requests and latency on an S3 store
 

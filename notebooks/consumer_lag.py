@@ -67,7 +67,8 @@ assert sum(r.messages for r in depth) == 2 * N and len(depth) == 12
 
 # MAGIC %md ## The groups consume
 # MAGIC Shipping pulls queue `q` of Orders `q + 1` times, 8 messages a pull, committing as it goes (the pull's
-# MAGIC commit-offset flag). Billing reads Payments' queues 0 and 1 to their end. Each pull is a point read, no Spark job.
+# MAGIC commit-offset flag). Billing reads Payments' queues 0 and 1 to their end. Each pull is a point read, no
+# MAGIC Spark job.
 
 # COMMAND ----------
 

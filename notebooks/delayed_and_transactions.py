@@ -6,8 +6,9 @@
 # MAGIC **Transactional**: a half message stays invisible until the producer commits it; what the producer leaves
 # MAGIC unanswered, `check_transactions` asks the producer group's registered checker about.
 # MAGIC
-# MAGIC Both runs take a `now=`: this notebook injects the clock instead of waiting (a scheduled job, `jobs/deliver_delayed.py`
-# MAGIC or `jobs/check_transactions.py`, uses the real one). **Parameters**: `store`, `output` (PNG figures), `per_level`.
+# MAGIC Both runs take a `now=`: this notebook injects the clock instead of waiting (a scheduled job,
+# MAGIC `jobs/deliver_delayed.py` or `jobs/check_transactions.py`, uses the real one). **Parameters**: `store`,
+# MAGIC `output` (PNG figures), `per_level`.
 
 # COMMAND ----------
 

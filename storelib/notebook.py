@@ -124,7 +124,8 @@ class Notebook:
         >>> nb = setup({"__file__": tmp + "/demo.py", "spark": spark}, "demo", store=tmp + "/fresh")
         >>> Path(nb.fresh_store(), "commitlog").mkdir(parents=True); nb.fresh_store() == nb.store
         True
-        >>> Path(nb.store).mkdir(); _ = Path(nb.store, "notes.txt").write_text("mine"); nb.fresh_store()  # doctest: +ELLIPSIS
+        >>> Path(nb.store).mkdir(); _ = Path(nb.store, "notes.txt").write_text("mine")
+        >>> nb.fresh_store()  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
         storelib.model.errors.StoreError: store: holds more than a store (notes.txt); choose an empty folder (got ...)

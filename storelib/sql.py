@@ -2,9 +2,9 @@
 
 :func:`register_views` names each table's current snapshot (``commitlog``, ``consume_queue``,
 ``consume_queue_ext``, ``index``, ``topic_config``; the queue tables without units below their queue's
-min offset, which retention passed) plus ``messages_by_key``, the index joined to the messages it points at. Files in ``sql/`` are one statement each, with a header naming their
-parameters (``-- :topic string``); :func:`run_file` binds the values as Spark SQL parameters, so a
-value is never part of the statement's text.
+min offset, which retention passed) plus ``messages_by_key``, the index joined to the messages it points
+at. Files in ``sql/`` are one statement each, with a header naming their parameters (``-- :topic string``);
+:func:`run_file` binds the values as Spark SQL parameters, so a value is never part of the statement's text.
 
     python -m storelib.sql --store ./data/quickstart sql/messages_by_key.sql topic=OrderEvents key=order-42
 

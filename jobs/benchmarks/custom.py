@@ -60,7 +60,8 @@ class CustomFigures:
             rate = self.messages / seconds
             out.append(
                 f"{name:<12} {rate:>12,.0f} msgs/s ({seconds:.2f} s) vs Column {base:,.0f} msgs/s "
-                f"({self.baseline_seconds:.2f} s) = {speedup(self.baseline_seconds, seconds)} (target >= {TARGETS[name]}x)"
+                f"({self.baseline_seconds:.2f} s) = {speedup(self.baseline_seconds, seconds)} "
+                f"(target >= {TARGETS[name]}x)"
             )
         out.append(f"matched      {self.matched:,} of {self.messages:,} messages, the same on every side")
         return out

@@ -8,8 +8,9 @@ every window of 1,000 steps between, to show where any growth happens (tables ke
 log entries, so the first windows run with fewer of them to list).
 
 >>> figures = GrowthFigures(2000, {"send": ([0.01] * 1000, [0.012] * 1000)}, {"send": [0.01, 0.012]})
->>> figures.lines()
-['send p50: first 1,000 of 2,000 commits 10.0 ms, last 1,000 12.0 ms (1.20x)', 'send p50 per 1,000 commits (ms): 10.0 12.0']
+>>> figures.lines()  # doctest: +NORMALIZE_WHITESPACE
+['send p50: first 1,000 of 2,000 commits 10.0 ms, last 1,000 12.0 ms (1.20x)',
+ 'send p50 per 1,000 commits (ms): 10.0 12.0']
 """
 
 from __future__ import annotations

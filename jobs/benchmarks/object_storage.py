@@ -48,8 +48,10 @@ class Op:
     def line(self) -> str:
         per = {k: round(v / max(1, self.count), 1) for k, v in sorted(self.requests.items()) if v}
         return (
-            f"{self.name:<18} local p50 {percentile(self.local, 0.5) * 1000:7.1f} ms p99 {percentile(self.local, 0.99) * 1000:7.1f} ms"
-            f" | s3 p50 {percentile(self.remote, 0.5) * 1000:7.1f} ms p99 {percentile(self.remote, 0.99) * 1000:7.1f} ms"
+            f"{self.name:<18} local p50 {percentile(self.local, 0.5) * 1000:7.1f} ms "
+            f"p99 {percentile(self.local, 0.99) * 1000:7.1f} ms"
+            f" | s3 p50 {percentile(self.remote, 0.5) * 1000:7.1f} ms "
+            f"p99 {percentile(self.remote, 0.99) * 1000:7.1f} ms"
             f" | requests per op {per}"
         )
 

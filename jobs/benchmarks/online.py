@@ -2,9 +2,10 @@
 
 ``P`` producer processes of ``T`` threads each send 100-byte messages through the store's group-commit
 producer for ``seconds``; a follower (``storelib dispatch --follow``) dispatches as they arrive;
-``C`` consumer processes long-poll the topic's queues (a thread per queue) and time each message from its send call to the
-pull that returned it (a ``sent_ns`` property). Reported: send throughput, the send ack p50/p99, end
-to end p50/p99, and whether commits stay as fast (the last 1,000 commits against the first 1,000), each
+``C`` consumer processes long-poll the topic's queues (a thread per queue) and time each message from
+its send call to the pull that returned it (a ``sent_ns`` property). Reported: send throughput, the
+send ack p50/p99, end to end p50/p99, and whether commits stay as fast (the last 1,000 commits
+against the first 1,000), each
 against ``send_batch`` of the same messages in batches of 1,000 in the same run (the throughput ceiling);
 how long the producers' commits held the table's commit turn (the writers of one machine take turns;
 counted by the process that committed, the machine's committer for the others, :mod:`storelib.local.relay`),
@@ -16,12 +17,17 @@ follower is following: all producers start sending at the same moment, and the t
 figures count from then to the last producer's last ack (a process's start is not a send's cost).
 No Spark: every process works with pyarrow and deltalake.
 
->>> figures = OnlineFigures(1000, 10.0, 5000.0, [0.01] * 10, [0.02] * 10, 0.01, 0.011, cpu={"producers": [0.1, 0.1]}, cores=2,
+>>> figures = OnlineFigures(1000, 10.0, 5000.0, [0.01] * 10, [0.02] * 10, 0.01, 0.011,
+...                         cpu={"producers": [0.1, 0.1]}, cores=2,
 ...                         turn_held=9.0, in_flight=2, nice={"consumers": [10], "follower": [0]})
->>> figures.lines()[0].split()[:4], figures.lines()[-1]
-(['send', '100', 'msg/s', 'from'], 'CPU per message sent: producers 200 us (0.2 s); 1% of the 20 s 2 cores had while the producers sent (consumers at nice 10)')
->>> figures.lines()[-2]
-"commit turn held 90% of the run by the producers' commits; 2 sends in flight: a mean ack of 20 ms at this throughput (Little's law), 10 ms measured"
+>>> figures.lines()[0].split()[:4]
+['send', '100', 'msg/s', 'from']
+>>> print(figures.lines()[-1])  # doctest: +NORMALIZE_WHITESPACE
+CPU per message sent: producers 200 us (0.2 s); 1% of the 20 s 2 cores had while the producers sent
+(consumers at nice 10)
+>>> print(figures.lines()[-2])  # doctest: +NORMALIZE_WHITESPACE
+commit turn held 90% of the run by the producers' commits; 2 sends in flight: a mean ack of 20 ms at this
+throughput (Little's law), 10 ms measured
 """
 
 from __future__ import annotations
@@ -48,7 +54,8 @@ PRODUCER = textwrap.dedent("""
     import collections, json, os, sys, threading, time
     from storelib import Message, MessageStore
     from storelib.local.relay import relay_for
-    root, seconds, threads, window, out = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+    root, seconds, threads = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+    window, out = int(sys.argv[4]), sys.argv[5]
     store = MessageStore.open(root, relay_sends=sys.argv[6] == "relay")
     store.context.sends  # the producer made before the clock starts
     ready(out)
@@ -150,11 +157,14 @@ class OnlineFigures:
             [
                 f"send {rate:,.0f} msg/s from all producers ({self.sent:,} in {self.seconds:.0f} s); "
                 f"send_batch of 1,000s: {self.ceiling:,.0f} msg/s ({rate / self.ceiling:.2f}x the ceiling)",
-                f"send ack p50 {percentile(self.acks, 0.5) * 1000:.0f} ms, p99 {percentile(self.acks, 0.99) * 1000:.0f} ms; "
-                f"end to end p50 {percentile(self.end_to_end, 0.5) * 1000:.0f} ms, p99 {percentile(self.end_to_end, 0.99) * 1000:.0f} ms "
+                f"send ack p50 {percentile(self.acks, 0.5) * 1000:.0f} ms, "
+                f"p99 {percentile(self.acks, 0.99) * 1000:.0f} ms; "
+                f"end to end p50 {percentile(self.end_to_end, 0.5) * 1000:.0f} ms, "
+                f"p99 {percentile(self.end_to_end, 0.99) * 1000:.0f} ms "
                 f"over {len(self.end_to_end):,} messages pulled"
                 + (
-                    f"; store timestamp to pull p50 {percentile(self.stored, 0.5) * 1000:.0f} ms, p99 {percentile(self.stored, 0.99) * 1000:.0f} ms"
+                    f"; store timestamp to pull p50 {percentile(self.stored, 0.5) * 1000:.0f} ms, "
+                    f"p99 {percentile(self.stored, 0.99) * 1000:.0f} ms"
                     if self.stored
                     else ""
                 ),
@@ -174,7 +184,8 @@ class OnlineFigures:
         mean = sum(self.acks) / len(self.acks) if self.acks else float("nan")
         return [
             f"commit turn held {self.turn_held / self.seconds:.0%} of the run by the producers' commits; "
-            f"{self.in_flight:,} sends in flight: a mean ack of {self.in_flight / rate * 1000:.0f} ms at this throughput "
+            f"{self.in_flight:,} sends in flight: "
+            f"a mean ack of {self.in_flight / rate * 1000:.0f} ms at this throughput "
             f"(Little's law), {mean * 1000:.0f} ms measured"
         ]
 
@@ -186,7 +197,8 @@ class OnlineFigures:
         roles = "; ".join(f"{role} {sum(v) / self.sent * 1e6:,.0f} us ({sum(v):.1f} s)" for role, v in self.cpu.items())
         lower = ", ".join(f"{role} at nice {max(v)}" for role, v in self.nice.items() if any(v))
         return [
-            f"CPU per message sent: {roles}; {spent / had:.0%} of the {had:.0f} s {self.cores} cores had while the producers sent"
+            f"CPU per message sent: {roles}; "
+            f"{spent / had:.0%} of the {had:.0f} s {self.cores} cores had while the producers sent"
             + (f" ({lower})" if lower else "")
             + (f"; {self.tail_answered:,} pulls answered by the follower's tail" if self.tail_answered else "")
         ]

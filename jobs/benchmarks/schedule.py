@@ -74,7 +74,8 @@ def half_commit(message: StoredMessage) -> TransactionState:
     """The benchmark's check-back: COMMIT when the message's ``seq`` property is even, else ROLLBACK.
 
     >>> from types import SimpleNamespace
-    >>> half_commit(SimpleNamespace(properties={"seq": "4"})).name, half_commit(SimpleNamespace(properties={"seq": "7"})).name
+    >>> (half_commit(SimpleNamespace(properties={"seq": "4"})).name,
+    ...  half_commit(SimpleNamespace(properties={"seq": "7"})).name)
     ('COMMIT_MESSAGE', 'ROLLBACK_MESSAGE')
     """
     return (
@@ -160,8 +161,9 @@ class Scheduled:
     >>> from storelib.send.frame import EncodedFrame, UniqKeys
     >>> from storelib.model.topic import TopicConfig
     >>> from storelib.storage.commitlog import now_millis
-    >>> sent = EncodedFrame({"sysflag": 0, "flag": 0, "born_host": "h:0", "born_timestamp": now_millis(), "reconsume_times": 0,
-    ...                      "prepared_transaction_offset": 0}, UniqKeys("0A0000010001", "x", 5), {"T": TopicConfig("T")}, 99)
+    >>> defaults = {"sysflag": 0, "flag": 0, "born_host": "h:0", "born_timestamp": now_millis(), "reconsume_times": 0,
+    ...             "prepared_transaction_offset": 0}
+    >>> sent = EncodedFrame(defaults, UniqKeys("0A0000010001", "x", 5), {"T": TopicConfig("T")}, 99)
     >>> batch = pa.RecordBatch.from_pydict({"topic": ["T"], "body": [b"x"], "body_crc": pa.array([0], pa.int32()),
     ...     "tags": pa.nulls(1, pa.string()), "keys": pa.nulls(1, pa.string()), "property_names": ["seq"],
     ...     "property_values": ["0"], "property_count": pa.array([1], pa.int32())})

@@ -13,8 +13,9 @@ One module per group of verbs (:mod:`~storelib.admin.topics`, :mod:`~storelib.ad
 :mod:`~storelib.admin.consumers`, :mod:`~storelib.admin.upkeep`), the parser and run loop in
 :mod:`~storelib.admin.command`, tables and JSON in :mod:`~storelib.admin.output`.
 
->>> main(["group", "list", "--store", store.root, "--json"])
-[{"group": "GroupA", "consume_enable": true, "consume_broadcast_enable": true, "retry_queue_nums": 1, "retry_max_times": 16}]
+>>> main(["group", "list", "--store", store.root, "--json"])  # doctest: +NORMALIZE_WHITESPACE
+[{"group": "GroupA", "consume_enable": true, "consume_broadcast_enable": true, "retry_queue_nums": 1,
+    "retry_max_times": 16}]
 0
 """
 

@@ -59,10 +59,11 @@ def read_messages_file(path: str, topic: str | None = None) -> list[Message]:
     naming the file and line.
 
     >>> p = tmp + "/m.jsonl"; _ = open(p, "w").write('{"body": "a", "tags": "TagA"}\\n{"body": "b", "colour": 1}\\n')
-    >>> read_messages_file(p, "TopicTest")
+    >>> read_messages_file(p, "TopicTest")  # doctest: +NORMALIZE_WHITESPACE
     Traceback (most recent call last):
     ...
-    storelib.model.errors.MessageError: colour: is not a message field; the fields are topic, body, ... [at .../m.jsonl line 2]
+    storelib.model.errors.MessageError: colour: is not a message field; the fields are topic, body, ...
+        [at .../m.jsonl line 2]
     """
     messages = _Lines()
     try:

@@ -69,7 +69,8 @@ def _follow(store: MessageStore, args: argparse.Namespace, progress: Progress) -
     with TailServer(store.context) if args.serve_pulls else contextlib.nullcontext() as server:
         if server is not None:
             progress.say(
-                f"serving tail pulls: {'yes' if server.serving else 'no (another process does, or the store is not local)'}"
+                "serving tail pulls: "
+                f"{'yes' if server.serving else 'no (another process does, or the store is not local)'}"
             )
         dispatcher = store.dispatcher()
         if server is not None:  # a round's units go to the tail as they are committed, without a read of their files
@@ -225,7 +226,8 @@ def register(sub: "argparse._SubParsersAction") -> None:
         "--compact-every-ms",
         type=non_negative_int,
         default=10_000,
-        help="with --follow: merge the fresh small files of the commitlog, consume queue and index this often (0: never)",
+        help="with --follow: merge the fresh small files of the commitlog, consume queue and index "
+        "this often (0: never)",
     )
     for name, run, doc in (
         ("deliver", _deliver, "Deliver the delayed, timer and sent-back messages that are due, then dispatch them."),

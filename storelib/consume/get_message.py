@@ -1,30 +1,8 @@
 """``getMessage``: one batch of a queue from a given offset, as RocketMQ's DefaultMessageStore answers it.
 
 The store answers a pull with a status, the messages it found and the offset the consumer should
-ask for next (``nextBeginOffset``). The statuses and their corrections are RocketMQ's:
-
-==========================  =======================================  ==============================
-status                      when                                     next_begin_offset
-==========================  =======================================  ==============================
-``NO_MATCHED_LOGIC_QUEUE``  the store has no such queue              0
-``NO_MESSAGE_IN_QUEUE``     the queue is empty (max offset 0)        0
-``OFFSET_TOO_SMALL``        offset below the queue's min offset      min offset
-``OFFSET_OVERFLOW_ONE``     offset == max offset (caught up)         offset
-``OFFSET_OVERFLOW_BADLY``   offset > max offset                      min offset if it is 0, else max
-``OFFSET_FOUND_NULL``       no consume queue unit at the offset      start of the next queue file
-``MESSAGE_WAS_REMOVING``    retention removed the commitlog data     past the scanned units
-``NO_MATCHED_MESSAGE``      units scanned, none matched the filter   past the scanned units
-``FOUND``                   messages found                           past the last unit taken
-==========================  =======================================  ==============================
-
-A scan reads at most ``max(max_filter_message_size, max_msgs * 20)`` bytes of 20-byte units, never
-past the end of the queue file holding the offset, and stops when the batch is full
-(``isTheBatchFull``: ``max_msgs`` messages, or the transfer limits of 256 KiB / 32 messages for
-recent data and 64 KiB / 8 messages for data older than the share of memory RocketMQ assumes cached).
-
-Everything is a point read with pyarrow on this process, over warm snapshot views: the queue's
-units, their ext rows, and the commitlog rows of the units that pass the consume queue stage.
-No Spark job runs.
+ask for next (``nextBeginOffset``), all by point reads with pyarrow (no Spark job). The statuses, their
+corrections and the scan limits are in ``docs/internals.md``.
 
 >>> g = store.get_message("GroupA", "TopicTest", r.queue_id, 0, 32)
 >>> g.status, g.next_begin_offset, len(g.messages)
@@ -127,7 +105,8 @@ class ConsumeQueueFilter(Protocol):
     >>> f: ConsumeQueueFilter = PullFilter(MessageFilter("TopicTest", MessageSelector.by_tag("TagB")))
     >>> units = pa.table({"tags_code": [2598919], "filter_bitmap": pa.nulls(1, pa.binary()),
     ...                   "filter_version": pa.nulls(1, pa.int64())})
-    >>> f.passes_every_unit, f.consume_queue_mask(units).tolist(), f.is_matched_by_commitlog(store.query_by_id(r.msg_id))
+    >>> f.passes_every_unit, f.consume_queue_mask(units).tolist(), f.is_matched_by_commitlog(
+    ...     store.query_by_id(r.msg_id))
     (False, [False], True)
     """
 

@@ -28,10 +28,11 @@ def commit_offset(ctx: StoreContext, group: str, topic: str, queue_id: int, offs
     too (``TOPIC_NOT_EXIST``). As on a broker, a queue id past the topic's read queues is kept, not
     refused (a topic may grow; :func:`consumer_lag` shows such a queue).
 
-    >>> commit_offset(store.context, "GroupA", "NoSuchTopic", 0, 1)
+    >>> commit_offset(store.context, "GroupA", "NoSuchTopic", 0, 1)  # doctest: +NORMALIZE_WHITESPACE
     Traceback (most recent call last):
     ...
-    storelib.model.errors.TopicNotFoundError: topic: topic NoSuchTopic does not exist in this store; create it first (got 'NoSuchTopic')
+    storelib.model.errors.TopicNotFoundError: topic: topic NoSuchTopic does not exist in this store; create it first
+        (got 'NoSuchTopic')
     """
     validate_group(group)
     check_offset_entry(topic, queue_id, offset)

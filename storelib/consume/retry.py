@@ -1,26 +1,8 @@
 """Sending a message back after its consumption failed: RocketMQ's ``consumerSendMsgBack``.
 
-A consumer that could not process a message hands it back to the store with the group's name.
-The store looks the message up again by its commitlog offset and stores a copy of it for later:
-
-* normally into the group's retry topic ``%RETRY%<group>`` (created on first use with the group's
-  ``retry_queue_nums`` queues), but *delayed*: a copy with delay level ``n > 0`` is stored under
-  ``SCHEDULE_TOPIC_XXXX``, queue ``n - 1``, with ``REAL_TOPIC``/``REAL_QID`` naming the retry
-  queue it will be delivered to, as ``HookUtils.transformDelayLevelMessage`` redirects it. The
-  consume queue unit of such a copy carries its deliver timestamp (store time + the level's
-  delay) instead of a tag code, as ``CommitLog.checkMessageAndReturnSize`` computes it
-  (see :mod:`storelib.dispatch`). Delay level 0 means "the next level": ``3 + reconsume times``,
-  so the waits grow 10s, 30s, 1m, 2m, ... up to the last level (2h), which caps every level;
-* into the dead letter topic ``%DLQ%<group>`` (one queue) once the message was already
-  redelivered ``max_reconsume_times`` times (the group's ``retry_max_times``, 16 by default),
-  or when the consumer asks for it with a negative delay level. Nothing there is redelivered.
-
-The copy keeps the body, flag, sysflag, born time and host, and every property (its UNIQ_KEY too:
-no new client id is made); its ``reconsume_times`` is one more than the original's, and it gets
-``RETRY_TOPIC`` (the first topic it came from, kept across retries), ``ORIGIN_MESSAGE_ID`` (the
-first store id, kept across retries), ``RECONSUME_TIME`` (the new count, as RocketMQ's client
-sets it) and ``DELAY``. It is written with one atomic commitlog append, so its commitlog and
-queue offsets follow RocketMQ's rules like any other message's.
+The store stores a copy of the message for later: delayed into the group's retry topic
+``%RETRY%<group>``, or into the dead letter topic ``%DLQ%<group>`` once it was redelivered too often.
+The rules and the copy's properties are in ``docs/internals.md``.
 
 >>> m = store.query_by_id(r.msg_id)
 >>> sent = store.send_back(m, "GroupA")
@@ -116,8 +98,9 @@ def plan_send_back(
 ) -> SendBackPlan:
     """The decision of ``consumerSendMsgBack`` and ``transformDelayLevelMessage`` for one message.
 
-    >>> plan_send_back(0, "G", 0, 0, 16, 18)
-    SendBackPlan(topic='SCHEDULE_TOPIC_XXXX', queue_id=2, real_topic='%RETRY%G', real_queue_id=0, delay_level=3, dead=False)
+    >>> plan_send_back(0, "G", 0, 0, 16, 18)  # doctest: +NORMALIZE_WHITESPACE
+    SendBackPlan(topic='SCHEDULE_TOPIC_XXXX', queue_id=2, real_topic='%RETRY%G', real_queue_id=0,
+        delay_level=3, dead=False)
     >>> plan_send_back(16, "G", 0, 0, 16, 18).topic, plan_send_back(0, "G", 0, -1, 16, 18).topic
     ('%DLQ%G', '%DLQ%G')
     >>> plan_send_back(15, "G", 0, 0, 16, 18).delay_level      # 3 + 15, still within the 18 levels

@@ -21,7 +21,8 @@ transactional ones).
 >>> reader = MessageReader(SourceOptions.parse({"store": store.root}), None)
 >>> list(reader.pushFilters([EqualTo(("msg_id",), r.msg_id), EqualTo(("properties", "a"), "5")]))   # left to Spark
 [EqualTo(attribute=('properties', 'a'), value='5')]
->>> [(p.way, p.offsets) for p in reader.partitions()] == [(p.way, p.offsets) for p in plan(reader.options, reader.pushdown)]
+>>> [(p.way, p.offsets) for p in reader.partitions()] == [
+...     (p.way, p.offsets) for p in plan(reader.options, reader.pushdown)]
 True
 >>> [(p.way, p.offsets) for p in reader.partitions()]
 [('msg_id', (0,))]

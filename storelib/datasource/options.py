@@ -23,9 +23,10 @@ option                     meaning
 ('/data/store', 'messages_by_key', ['topic', 'key', 'kind'])
 >>> o.arrow_schema().field("key").type
 DataType(string)
->>> SourceOptions.parse({})
+>>> SourceOptions.parse({})  # doctest: +NORMALIZE_WHITESPACE
 Traceback (most recent call last):
-storelib.model.errors.DataSourceOptionError: store: the rocketmq data source needs the store's path: .option("store", path) or .load(path)
+storelib.model.errors.DataSourceOptionError: store: the rocketmq data source needs the store's path:
+    .option("store", path) or .load(path)
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ Spark does not evaluate them again. The hints only choose which rows are read at
 file, a key's index slot, a queue's consume queue range, the files whose statistics hold a range).
 
 >>> from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, In
->>> p = Pushdown.of([EqualTo(("topic",), "Orders"), In(("queue_id",), (1, 2)), GreaterThanOrEqual(("queue_offset",), 10)],
+>>> p = Pushdown.of([EqualTo(("topic",), "Orders"), In(("queue_id",), (1, 2)),
+...                  GreaterThanOrEqual(("queue_offset",), 10)],
 ...                 MESSAGES)
 >>> list(p.take([EqualTo(("properties", "a"), "5")]))        # a map entry: left to Spark
 [EqualTo(attribute=('properties', 'a'), value='5')]

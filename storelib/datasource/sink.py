@@ -57,7 +57,8 @@ class MessageWriter(DataSourceArrowWriter):
     :meth:`abort` removes what was staged.
 
     >>> from pyspark.sql.types import StringType, StructField, StructType
-    >>> w = MessageWriter(SourceOptions.parse({"store": store.root}), StructType([StructField("topic", StringType())]), False)
+    >>> w = MessageWriter(SourceOptions.parse({"store": store.root}),
+    ...                   StructType([StructField("topic", StringType())]), False)
     >>> part = w.write(iter([pa.RecordBatch.from_pydict({"topic": ["TopicTest", "TopicTest"]})]))
     >>> part.record["rows"], w.commit([part]), store.messages("TopicTest").count()
     (2, None, 3)

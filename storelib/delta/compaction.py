@@ -45,7 +45,8 @@ def plan_groups(
 ) -> list[list[dict]]:
     """Groups of small files worth rewriting together: same cluster values, or adjacent ranges of ``order_by``.
 
-    >>> files = pa.table({"path": ["a", "b", "c"], "size_bytes": [10, 10, 10 ** 9], "min.q": [0, 0, 0], "max.q": [0, 0, 0]})
+    >>> files = pa.table({"path": ["a", "b", "c"], "size_bytes": [10, 10, 10 ** 9],
+    ...                   "min.q": [0, 0, 0], "max.q": [0, 0, 0]})
     >>> [[f["path"] for f in group] for group in plan_groups(files, ("q",), None, small=1000, target=10 ** 6)]
     [['a', 'b']]
     """

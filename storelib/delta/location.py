@@ -52,7 +52,8 @@ __all__ = [
 
 #: The environment variable that carries every registered root's options to Spark's Python workers (JSON).
 ENV_KEY = "STORELIB_STORAGE_OPTIONS"
-#: Spark settings under this prefix are storage options of every object-store root (``spark.storelib.storage.AWS_REGION``).
+#: Spark settings under this prefix are storage options of every object-store root
+#: (``spark.storelib.storage.AWS_REGION``).
 CONF_PREFIX = "spark.storelib.storage."
 #: URI schemes of object stores deltalake and pyarrow both reach.
 OBJECT_STORE_SCHEMES = ("s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl")

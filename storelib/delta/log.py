@@ -122,7 +122,8 @@ def changes_since(table_path: str, version: int) -> LogChanges | None:
 
 
 def entry_actions(table_path: str, version: int) -> list[dict[str, Any]]:
-    """The actions of version ``version``'s log entry, one dict each (``{"add": {...}}``, ``{"commitInfo": {...}}``, ...).
+    """The actions of version ``version``'s log entry, one dict each (``{"add": {...}}``,
+    ``{"commitInfo": {...}}``, ...).
     Raises ``FileNotFoundError`` where there is no such entry (not yet written, or cleaned up), and
     ``ValueError`` where it is not JSON.
 

@@ -2,9 +2,9 @@
 
 A :class:`Table` creates itself where absent and keeps a view of its newest version warm (brought
 forward from the log entries since). What it does to read is :mod:`storelib.delta.reading`, to
-commit :mod:`storelib.delta.commit`, to take turns :mod:`storelib.delta.turn`. Progress markers (how far the commitlog has been sequenced, how far dispatch has come) are
-Delta ``txn`` actions committed in the same commit as the data they describe, so a marker is never
-ahead of or behind its rows.
+commit :mod:`storelib.delta.commit`, to take turns :mod:`storelib.delta.turn`. Progress markers (how
+far the commitlog has been sequenced, how far dispatch has come) are Delta ``txn`` actions committed
+in the same commit as the data they describe, so a marker is never ahead of or behind its rows.
 
 >>> from storelib.delta.spec import TableSpec
 >>> t = Table(tmp + "/events", TableSpec("events", pa.schema([("id", pa.int64())]))).ensure()
@@ -133,7 +133,8 @@ class Table(Reading, Committing):
 
     @property
     def _brief(self) -> bool:
-        """Whether this table keeps tombstones only :data:`TOMBSTONE_RETENTION` (its spec allows it, and it is local)."""
+        """Whether this table keeps tombstones only :data:`TOMBSTONE_RETENTION` (its spec allows it, and it
+        is local)."""
         return self.spec.brief_tombstones and is_local(self.path)
 
     def _shorten_tombstones(self, dt: DeltaTable) -> None:
@@ -261,7 +262,8 @@ class Table(Reading, Committing):
         stands at ``dt``'s version (brought forward first, for more than two names), else asked of ``dt``
         one by one (~0.4 ms each: less than applying a dispatch round's files to the view).
 
-        >>> store.context.tables.commitlog.markers_at(store.context.tables.commitlog.snapshot(), ["commitlog"])["commitlog"] > 0
+        >>> commitlog = store.context.tables.commitlog
+        >>> commitlog.markers_at(commitlog.snapshot(), ["commitlog"])["commitlog"] > 0
         True
         """
         names = list(names)

@@ -54,7 +54,8 @@ class FilterBitmaps:
     >>> bitmaps = FilterBitmaps(((("T", parse_sql92("a > 1").tree, data)),), 5, 112)
     >>> props = pa.array([[("a", "2")], [("a", "0")], [("a", "2")]], pa.map_(pa.string(), pa.string()))
     >>> out = bitmaps(pa.RecordBatch.from_pydict({"topic": ["T", "T", "U"], "properties": props}))
-    >>> [None if b is None else b.hex() for b in out.column("filter_bitmap").to_pylist()], out.column("filter_version").to_pylist()
+    >>> ([None if b is None else b.hex() for b in out.column("filter_bitmap").to_pylist()],
+    ...  out.column("filter_version").to_pylist())
     (['0000000500000000000008000000', '0000000000000000000000000000', None], [5, 5, None])
     >>> bitmaps.topics
     ('T',)

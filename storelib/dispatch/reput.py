@@ -1,30 +1,9 @@
 """Dispatch: RocketMQ's ReputMessageService, as a Spark job over the new part of the commitlog, or, for
 an increment of at most ``dispatch_local_max_bytes``, the same work in this process with pyarrow alone.
 
-Each target table (``consume_queue``, ``consume_queue_ext`` and ``index``) keeps its
-own ``reput`` marker in its Delta log: the commitlog offset up to which it holds rows. A run reads
-the commitlog's sequenced end from one snapshot; one Spark job reads the commitlog files of
-``[lowest marker, end)`` once and writes every target's rows from its own marker on (see
-:mod:`storelib.dispatch.request`); then each target commits its files together with its advanced
-marker, ext first, then consume queue, then index (putMessagePositionInfoWrapper writes the ext
-unit before the unit pointing at it). A run that dies anywhere leaves each target either fully at
-its old marker or fully at the new one, so the next run redoes exactly what is missing: nothing
-twice, nothing skipped.
-
-With the ext queue on (``enable_consume_queue_ext``), a message of a topic with live SQL92
-subscriptions gets a ``consume_queue_ext`` row holding its real tag code, store time and filter
-bitmap, and its consume queue row's tag code is the decorated address of it:
-CommitLogDispatcherCalcBitMap evaluates every live SQL92 subscription of the message's topic (on the
-executors, vectorized over each batch the job reads: see :mod:`storelib.dispatch.calc_bitmap`) and
-sets the subscription's Bloom bits where it returns TRUE. Each ext row records the registry version
-its bitmap was computed with. Other messages have no ext row (there is no bitmap to keep), and their
-consume queue rows hold their real tag codes, as a stock broker's do. A one-off run moves the ext
-marker with the others; a follower's round only when it adds ext rows, or once a second: up to the
-consume queue's marker, no unit points past the ext marker.
-
-A follower (``Dispatcher.run(follow=True)``, ``storelib dispatch --follow``) runs dispatch as messages
-arrive, round after round, until it is told to stop; each round is one run like any other, so a
-follower killed anywhere is restarted with nothing lost or dispatched twice.
+Each target table keeps its own ``reput`` marker, committed with its rows, so a run that dies anywhere is
+redone with nothing twice and nothing skipped. The details (ext units, followers) are in
+``docs/internals.md``.
 
 >>> from storelib import Message
 >>> sent = store.send(Message("TopicTest", keys=["k1", "k2"]))

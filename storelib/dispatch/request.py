@@ -11,7 +11,8 @@ subscriptions need filter bitmaps, CalcBitMap runs on the same batches
 (:class:`~storelib.dispatch.calc_bitmap.FilterBitmaps`), vectorized on the executors.
 
 >>> import pyarrow as pa
->>> deliver_times(pa.array(["3", None, "x", "0", "99", "+1"]), pa.array([1000] * 6, pa.int64()), [1000, 5000, 10000]).to_pylist()
+>>> deliver_times(pa.array(["3", None, "x", "0", "99", "+1"]), pa.array([1000] * 6, pa.int64()),
+...               [1000, 5000, 10000]).to_pylist()
 [11000, None, None, None, 11000, 2000]
 """
 

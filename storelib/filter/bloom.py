@@ -186,7 +186,8 @@ class BloomFilter:
         """The filter ``data`` came from, as far as bits go: ``m = data.bit_num`` and ``k`` its positions
         (a key's positions depend on nothing else; ``f`` and ``n``, which only sized it, are unknown).
 
-        >>> BloomFilter.of_shape(BloomFilter(20, 64).generate("G#T")).generate("G#T") == BloomFilter(20, 64).generate("G#T")
+        >>> data = BloomFilter(20, 64).generate("G#T")
+        >>> BloomFilter.of_shape(data).generate("G#T") == data
         True
         """
         if not isinstance(data, BloomFilterData) or not data.bit_pos or not 1 <= data.bit_num <= _INT_MAX:

@@ -3,13 +3,14 @@
 On the executors a filter's ``match(msg, context)`` gets a :class:`MessageView` per row of an
 Arrow batch: the attributes of a :class:`~storelib.model.message.StoredMessage`, each converted
 from the batch only when the filter first asks for it, and ``msg.properties`` looked up for the
-whole batch at once by key (:func:`~storelib.encoding.properties.property_array`). ``match_batch(batch, context)`` gets the batch
-itself. :func:`evaluate_batch` calls either; a message the filter raises on, or gives anything but
-a bool for, is not kept and is counted in :class:`FilterFailures` (kind, count, one message id and
-the innermost traceback line).
+whole batch at once by key (:func:`~storelib.encoding.properties.property_array`).
+``match_batch(batch, context)`` gets the batch itself. :func:`evaluate_batch` calls either; a message
+the filter raises on, or gives anything but a bool for, is not kept and is counted in
+:class:`FilterFailures` (kind, count, one message id and the innermost traceback line).
 
 >>> from types import SimpleNamespace
->>> even = SimpleNamespace(has_batch=False, instance=SimpleNamespace(match=lambda m, c: int(m.properties["n"]) % 2 == 0))
+>>> even = SimpleNamespace(has_batch=False,
+...                        instance=SimpleNamespace(match=lambda m, c: int(m.properties["n"]) % 2 == 0))
 >>> batch = pa.RecordBatch.from_pydict({"msg_id": ["A", "B", "C"], "properties": pa.array(
 ...     [[("n", "2")], [("n", "3")], [("n", "x")]], pa.map_(pa.string(), pa.string()))})
 >>> failures = FilterFailures("m:Even")
@@ -100,8 +101,9 @@ def error_line(error: BaseException) -> str:
     >>> try:
     ...     int("x")
     ... except ValueError as e:
-    ...     error_line(e)
-    "<doctest storelib.filter.class_batch.error_line[0]>:2 in <module>: ValueError: invalid literal for int() with base 10: 'x'"
+    ...     print(error_line(e))  # doctest: +NORMALIZE_WHITESPACE
+    <doctest storelib.filter.class_batch.error_line[0]>:2 in <module>: ValueError: invalid literal for int() with
+    base 10: 'x'
     """
     frames = traceback.extract_tb(error.__traceback__)
     where = f"{frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno} in {frames[-1].name}: " if frames else ""

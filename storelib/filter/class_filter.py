@@ -1,29 +1,8 @@
 """Class filters: a consumer's own Python filter, run where RocketMQ's filter servers ran it.
 
-In RocketMQ a consumer could subscribe with a class implementing ``MessageFilter.match(MessageExt,
-FilterContext)``; filter servers next to the broker compiled it (checking a CRC of its source) and
-ran it on every message they pulled for the consumer. RocketMQ 4.3 removed the filter servers.
-Here Spark's executors take their place:
-
-* a filter is a class with ``match(self, msg, context) -> bool``, named by import path
-  (``'mypkg.filters:EvenSequence'``) and built without arguments. ``msg`` has the attributes of a
-  :class:`~storelib.model.message.StoredMessage` (topic, tags, keys, properties, body, queue id and
-  offset, commitlog offset, store and born timestamps, msg id, ...), ``context`` is a
-  :class:`FilterContext` (group and topic). A class may offer ``match_batch(self, batch, context)``
-  instead, taking a ``pyarrow.RecordBatch`` of commitlog rows and returning a ``pyarrow.BooleanArray``;
-  then it is called once per batch;
-* reads run it on the executors over Arrow batches: each task of a ``mapInArrow`` job reads one
-  commitlog file of the read's plan with pyarrow, runs the class over its batches and hands Spark
-  only the rows kept (:mod:`storelib.query.class_scan`); pulls, a few dozen messages on the driver,
-  call it in-process (:meth:`ClassFilter.match_rows`);
-* a message on which the filter raises or returns anything but a bool does not match, and so does
-  every message where the executor cannot import the class; each failure is counted by kind with
-  the filter's name, one message id and one traceback line (:class:`FilterFailure`); the read goes on;
-* a subscription records the class's import path and a CRC of its module's source, as RocketMQ
-  kept the CRC of ``filterClassSource``. Re-subscribing picks up a changed module (a new registry
-  version); a process whose loaded class has another CRC gets :class:`SubscriptionNotLatestError`;
-* running uploaded source text instead of importing is possible only with
-  ``enable_filter_class_source`` (off by default): it runs anyone's code on every executor.
+A filter is a class with ``match(self, msg, context) -> bool`` (or ``match_batch``), named by import
+path; reads run it on Spark's executors over Arrow batches, pulls in-process, and its failures are
+counted, never raised. The details are in ``docs/internals.md``.
 
 >>> f = load_filter("storelib.filter.class_filter:EveryTenth")
 >>> f.name, f.has_batch, f.crc == source_crc(open(sys.modules["storelib.filter.class_filter"].__file__).read())
@@ -158,10 +137,11 @@ def load_filter(name: str, source: str | None = None, *, refresh: bool = False) 
     since this process loaded it (what subscribing does). :class:`FilterClassError` when it cannot be
     loaded or has neither ``match`` nor ``match_batch``.
 
-    >>> load_filter("storelib.nowhere:Even")
+    >>> load_filter("storelib.nowhere:Even")  # doctest: +NORMALIZE_WHITESPACE
     Traceback (most recent call last):
     ...
-    storelib.model.errors.FilterClassError: filter_class: cannot import module 'storelib.nowhere': ModuleNotFoundError: No module named 'storelib.nowhere' (got 'storelib.nowhere:Even')
+    storelib.model.errors.FilterClassError: filter_class: cannot import module 'storelib.nowhere': ModuleNotFoundError:
+        No module named 'storelib.nowhere' (got 'storelib.nowhere:Even')
     >>> load_filter("Even", "class Even:\\n    def match(self, msg, context):\\n        return True\\n").has_batch
     False
     """

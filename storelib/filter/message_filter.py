@@ -64,14 +64,15 @@ class MessageFilter:
     (1, True)
     >>> tag = MessageFilter("TopicTest", MessageSelector.by_tag("TagA"))
     >>> from storelib import Message
-    >>> _ = store.subscribe("GroupS", "TopicTest", MessageSelector.by_sql("a > 3"))   # the topic's messages get ext units
+    >>> _ = store.subscribe("GroupS", "TopicTest", MessageSelector.by_sql("a > 3"))  # the topic gets ext units
     >>> _ = store.send(Message("TopicTest", tags="TagA", properties={"a": "5"})); _ = store.dispatch()
     >>> ext = store.context.tables.consume_queue_ext.read(spark)     # real tag codes, bitmaps
     >>> ext.where(tag.consume_queue_column()).count()
     1
     >>> import pyarrow as pa
     >>> from storelib.filter.summary import FileSummary
-    >>> units = pa.table({"tags_code": [2598919, 7], "filter_bitmap": pa.nulls(2, pa.binary()), "filter_version": pa.nulls(2, pa.int64())})
+    >>> units = pa.table({"tags_code": [2598919, 7], "filter_bitmap": pa.nulls(2, pa.binary()),
+    ...                   "filter_version": pa.nulls(2, pa.int64())})
     >>> tag.consume_queue_mask(units).tolist(), tag.may_skip_file(FileSummary(None, None, [7]))
     ([True, False], True)
     >>> ext.select(sql.trusted_bitmap().alias("t")).first().t          # no Bloom data registered: not trusted
@@ -118,7 +119,8 @@ class MessageFilter:
 
     @functools.cached_property
     def sql(self):
-        """The SQL92 expression, parsed with the store's limits (the registered subscription's, if it is this selector)."""
+        """The SQL92 expression, parsed with the store's limits (the registered subscription's, if it is
+        this selector)."""
 
         if not self.selector.is_sql92:
             return None

@@ -45,10 +45,11 @@ class MessageSelector:
     >>> s = MessageSelector.of("TagA || TagB")
     >>> s.is_tag, s.is_sql92, MessageSelector.by_sql("a > 1").is_sql92
     (True, False, True)
-    >>> MessageSelector.by_sql("a >").parse("TopicTest")
+    >>> MessageSelector.by_sql("a >").parse("TopicTest")  # doctest: +NORMALIZE_WHITESPACE
     Traceback (most recent call last):
     ...
-    storelib.model.errors.FilterExpressionError: expression: unexpected end of expression, expected a property, a literal, '(', NOT, '+' or '-' (got 'a >') [at line 1, column 4]
+    storelib.model.errors.FilterExpressionError: expression: unexpected end of expression, expected a property, a
+        literal, '(', NOT, '+' or '-' (got 'a >') [at line 1, column 4]
     """
 
     expression_type: str
@@ -90,10 +91,11 @@ class MessageSelector:
         >>> s = MessageSelector.by_class("mypkg.filters.EvenSequence")
         >>> s.is_class, s.filter_class, s.expression
         (True, 'mypkg.filters:EvenSequence', '*')
-        >>> MessageSelector.by_class("no class")
+        >>> MessageSelector.by_class("no class")  # doctest: +NORMALIZE_WHITESPACE
         Traceback (most recent call last):
         ...
-        storelib.model.errors.FilterClassError: filter_class: must be an import path 'package.module:Class' (got 'no class')
+        storelib.model.errors.FilterClassError: filter_class: must be an import path 'package.module:Class'
+            (got 'no class')
         """
         name = _class_path(filter_class, source is not None)
         if source is not None and not isinstance(source, str):
@@ -138,10 +140,12 @@ class MessageSelector:
         ...
         storelib.model.errors.FilterExpressionError: expression: ...
         >>> from storelib.model.config import StoreConfig
-        >>> MessageSelector.by_sql("a = 1 OR b = 2").parse("TopicTest", StoreConfig(max_filter_expression_length=8))
+        >>> MessageSelector.by_sql("a = 1 OR b = 2").parse(  # doctest: +NORMALIZE_WHITESPACE
+        ...     "TopicTest", StoreConfig(max_filter_expression_length=8))
         Traceback (most recent call last):
         ...
-        storelib.model.errors.FilterExpressionError: expression: expression longer than 8 characters (max_filter_expression_length) ...
+        storelib.model.errors.FilterExpressionError: expression: expression longer than 8 characters
+            (max_filter_expression_length) ...
         """
         if self.is_sql92:
             parse_sql92(self.expression, **sql92_limits(config))

@@ -81,10 +81,11 @@ def check_selector(
 
     >>> check_selector("TopicTest", "TagA || TagB", StoreConfig()).expression
     'TagA || TagB'
-    >>> check_selector("TopicTest", MessageSelector.by_sql("a >"), StoreConfig())
+    >>> check_selector("TopicTest", MessageSelector.by_sql("a >"), StoreConfig())  # doctest: +NORMALIZE_WHITESPACE
     Traceback (most recent call last):
     ...
-    storelib.model.errors.FilterExpressionError: expression: unexpected end of expression, expected a property, a literal, '(', NOT, '+' or '-' (got 'a >') [at line 1, column 4]
+    storelib.model.errors.FilterExpressionError: expression: unexpected end of expression, expected a property, a
+        literal, '(', NOT, '+' or '-' (got 'a >') [at line 1, column 4]
     >>> check_selector("TopicTest", MessageSelector.by_class("storelib.filter.class_filter:Everything"),
     ...                StoreConfig()).filter_class_crc > 0
     True

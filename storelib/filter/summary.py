@@ -208,7 +208,8 @@ class RowGroupSummarizer:
 
     >>> s = RowGroupSummarizer(ExtSummarizer(), 2)
     >>> batch = pa.RecordBatch.from_pydict({"topic": ["T"] * 3, "queue_id": [0] * 3, "tags": ["TagA", "TagA", None],
-    ...     "cluster_seq": [10, 11, 12], "filter_bitmap": pa.nulls(3, pa.binary()), "filter_version": pa.nulls(3, pa.int64())})
+    ...     "cluster_seq": [10, 11, 12], "filter_bitmap": pa.nulls(3, pa.binary()),
+    ...     "filter_version": pa.nulls(3, pa.int64())})
     >>> [(g["row_group"], g["num_records"], g["codes"]) for g in json.loads(s.finish(s.add(s.start(), batch)))]
     [(0, 2, [2598919]), (1, 1, [0])]
     """

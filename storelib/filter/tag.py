@@ -162,7 +162,8 @@ class SubscriptionData:
         return tags is not None and tags in self.tags_set
 
     def matches(self, tags: str | None) -> bool:
-        """Both stages for a message with TAGS ``tags`` (its code being ``tags_code(tags)``, :mod:`storelib.encoding.tags`).
+        """Both stages for a message with TAGS ``tags`` (its code being ``tags_code(tags)``,
+        :mod:`storelib.encoding.tags`).
 
         >>> build_subscription("T", "Aa").matches("BB"), build_subscription("T", "Aa").matches("Aa")
         (False, True)

@@ -1,40 +1,15 @@
 """The machine's committer: the producer processes of one machine hand their groups to one of them.
 
-RocketMQ's producers do not write the commit log: they hand their messages to the broker, whose one
-append thread gives every message its offsets. Without that, each producer process of a machine
-commits to the commitlog table itself, in the table's commit turn, and each turn first reads every
-commit the other processes made since its last one: with four processes, about half of a turn.
-So the first process on a machine to open a producer on a store becomes the machine's committer,
-its *leader*: it holds a lock file beside the commitlog's commit lock and listens on a Unix socket
-named after the table. The producers of the other processes send it their groups, encoded rows in
-Arrow's IPC format (the wire: :mod:`storelib.local.wire`); its one committer appends every
-group that arrived during its last commit in one commit (a second level of group commit), and
-answers each group with where its rows landed. A producer does not wait for that answer to send its
-next group (:data:`RELAY_IN_FLIGHT` are under way at once), so its next group is at the leader,
-ready to join the next commit, while the last one lands.
-
-Nothing depends on the leader for safety:
-
-- no leader reachable: the producer commits the group itself, in the commit turn, as before;
-- the leader's commit fails: each of its groups gets the error, typed, as a failed commit fails
-  every send of its group, and nothing of them is written;
-- the leader dies with groups in hand: the producer takes the commit turn (so the dead leader's
-  commit has landed or never will), looks for each group's request id in the commits made since it
-  sent it, and either reads back where its rows landed or commits them itself, group after group in
-  the order sent, before it hands on another. No send is lost and none is written twice. Then the
-  next producer to find no leader becomes it.
-
-The leader hands the role on when its process closes its last producer. Only local stores on Linux
-with the setting ``relay_sends`` on (in every producer process; off by default) have a leader (the
-socket lives in Linux's abstract namespace, so nothing is left on disk); elsewhere every producer
-commits itself. An abstract socket has no file permissions, so the leader takes groups only from
-processes of its own user (the peer's credentials); others' producers commit themselves.
+The first process on a machine to open a producer on a store (local, Linux, ``relay_sends`` on) becomes
+the leader and appends every group that arrived during its last commit in one commit; nothing depends
+on it for safety. Why, and what happens when it fails, is in ``docs/internals.md``.
 
 >>> from storelib import MessageStore
 >>> from storelib.storage.commitlog import EncodedMessage, now_millis
 >>> relaying = MessageStore.open(store.root, spark, relay_sends=True)
 >>> relay = relay_for(relaying.context.commitlog)
->>> rows = relaying.context.commitlog.stage([EncodedMessage("TopicTest", 0, 0, 0, b"r", {"UNIQ_KEY": "R1"}, now_millis(), "h:0")])
+>>> rows = relaying.context.commitlog.stage(
+...     [EncodedMessage("TopicTest", 0, 0, 0, b"r", {"UNIQ_KEY": "R1"}, now_millis(), "h:0")])
 >>> with relay:
 ...     relay.commit(rows).column("uniq_key").to_pylist(), relay.leading
 (['R1'], True)
@@ -196,7 +171,8 @@ class Relay:
 
     # ---- committing ---------------------------------------------------------------------------
     def commit(self, rows: pa.Table) -> pa.Table:
-        """Append ``rows`` in one atomic commit (shared with other groups where a leader takes it); where each row landed."""
+        """Append ``rows`` in one atomic commit (shared with other groups where a leader takes it); where each
+        row landed."""
         return self.submit(rows).result()
 
     def submit(self, rows: pa.Table) -> "Future[pa.Table]":
@@ -208,7 +184,8 @@ class Relay:
 
         >>> from storelib.storage.commitlog import EncodedMessage, now_millis
         >>> relay = relay_for(store.context.commitlog)          # a store without relay_sends: committed here
-        >>> rows = store.context.commitlog.stage([EncodedMessage("TopicTest", 0, 0, 0, b"s", {"UNIQ_KEY": "S1"}, now_millis(), "h:0")])
+        >>> rows = store.context.commitlog.stage(
+        ...     [EncodedMessage("TopicTest", 0, 0, 0, b"s", {"UNIQ_KEY": "S1"}, now_millis(), "h:0")])
         >>> future = relay.submit(rows)
         >>> future.done(), future.result().column("uniq_key").to_pylist()
         (True, ['S1'])

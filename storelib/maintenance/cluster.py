@@ -1,26 +1,8 @@
 """Clustering the commitlog: settled messages sorted so that filtered reads skip row groups.
 
-The commitlog is written in offset order, so a 1% selection lands in every row group and a
-filtered read has nothing to skip. Compaction therefore rewrites *settled* commitlog files (every
-message dispatched, the newest older than ``cluster_settle_ms``) the way Delta's liquid clustering
-rewrites a table, while keeping every RocketMQ address:
-
-* each new file holds one contiguous run of commitlog offsets, as the files it replaces did, so
-  file-level ``physical_offset`` statistics still find a message by its offset, id or key;
-* inside a file, rows are sorted by topic, then the topic's clustering keys (``TAGS`` and/or
-  property values, :attr:`~storelib.model.topic.TopicConfig.cluster_by`), then the Bloom hits of
-  the registered SQL92 groups, rarest group first (from the messages' ``consume_queue_ext``
-  bitmaps), then offset; row groups are cut every
-  :data:`~storelib.storage.schema.CLUSTERED_ROW_GROUP_ROWS` rows;
-* each row gets ``cluster_seq`` (the file's first offset plus the row's rank), so a read can name
-  the row groups it wants as ``cluster_seq`` ranges that Spark pushes down to Parquet;
-* each row group is summed up in ``commitlog_summary`` (tag codes, OR of the bitmaps, groups no
-  bitmap hits) before the files are committed, and a point read finds a row by offset through
-  the file's ``physical_offset`` column (:func:`storelib.storage.commitlog_reads.read_messages`).
-
-The rewrite commits with ``dataChange=false`` in one Delta commit; producers and dispatch keep
-appending meanwhile (the commit lands after theirs unless they touched the same files). A crash
-anywhere leaves at most unreferenced files: a rerun plans from the table again.
+Settled commitlog files are rewritten the way Delta's liquid clustering rewrites a table (one commit,
+``dataChange=false``, safe to crash in), while every RocketMQ address keeps working. How rows are
+ordered, numbered and summed up is in ``docs/internals.md``.
 
 >>> from storelib import Message
 >>> _ = store.send(Message("TopicTest", tags="TagB")); _ = store.dispatch()

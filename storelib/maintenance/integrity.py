@@ -41,7 +41,10 @@ from storelib.storage.expired import bridged, read_runs
 __all__ = ["store_problems", "check_store"]
 
 #: Repair hint for a dispatched table that lost its footing (they are rebuilt from the commitlog).
-_REBUILD = "restore the commitlog's lost commits, or move the consume_queue, consume_queue_ext and index folders away to rebuild them"
+_REBUILD = (
+    "restore the commitlog's lost commits, or move the consume_queue, consume_queue_ext and index folders away "
+    "to rebuild them"
+)
 
 
 def check_store(ctx: StoreContext) -> None:

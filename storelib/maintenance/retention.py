@@ -1,33 +1,8 @@
 """Retention: dropping expired commitlog files, then what pointed into them (RocketMQ's clean services).
 
-RocketMQ keeps a commitlog file for ``fileReservedTime`` hours (72 by default) after its last
-write. ``CleanCommitLogService`` deletes expired files oldest first and stops at the first one
-that has not expired (``MappedFileQueue.deleteExpiredFileByTime``), so what is left is always a
-suffix of the log and ``getMinPhyOffset`` is where it now starts. ``CleanConsumeQueueService``
-then follows that minimum: each ConsumeQueue drops the files whose units all point below it
-(``deleteExpiredFileByOffset``) but always keeps its last file, so the queue's max offset
-survives; ``correctMinOffset`` moves the queue's min logical offset (``getMinOffsetInQueue``) to
-its first unit still in the commitlog, or to its max offset when none is; and
-``IndexService.deleteExpiredFile`` drops index files whose entries all point below it.
-
-Here the same steps are Delta commits that remove whole data files (``remove`` actions; the bytes
-go when the store is vacuumed):
-
-* :func:`clean_commitlog` removes the expired prefix of the commitlog, judged by each file's
-  newest ``store_timestamp`` statistic, in one commit. It never removes the file holding the
-  newest offset, nor any file holding an offset that some dispatch target (``consume_queue``,
-  ``consume_queue_ext``, ``index``) has not yet dispatched: its ``reput`` marker bounds it.
-* :func:`clean_consume_queue` removes, from ``consume_queue`` and ``consume_queue_ext``, the files
-  whose largest ``commitlog_offset`` is below the commitlog's minimum, except each queue's file
-  holding its largest queue offset, and records each moved min logical offset as a ``txn`` marker
-  ``cqmin/<topic>/<queue_id>`` in the same commit as the consume queue removals. It also removes
-  index files wholly below the minimum. Each table is one commit of its own, so a crash between
-  them leaves every table consistent, and running it again finishes the job.
-* :func:`min_physical_offset` and :func:`queue_min_offset` read the minimums from the snapshots'
-  add actions alone: no data file is opened.
-
-Between the two steps a consume queue may still hold units whose message is gone; a pull at such
-an offset is what RocketMQ answers with ``MESSAGE_WAS_REMOVING``.
+:func:`clean_commitlog` removes the expired prefix of the commitlog, :func:`clean_consume_queue` the
+consume queue, ext and index files below the new minimum, each as Delta commits removing whole data
+files; how they follow RocketMQ's services is in ``docs/internals.md``.
 
 Planning the commitlog step is a pure function of each file's offset range and newest store time:
 
@@ -278,7 +253,8 @@ def _first_valid_offsets(table: Table, files: pa.Table, min_phy: int, into: dict
 
 
 def _clean_index(table: Table, snapshot: "DeltaTable", min_phy: int) -> int:
-    """One commit on the index: files whose every entry points below ``min_phy`` (``IndexService.deleteExpiredFile``)."""
+    """One commit on the index: files whose every entry points below ``min_phy``
+    (``IndexService.deleteExpiredFile``)."""
     actions = add_actions(snapshot)
     if actions.num_rows == 0 or min_phy <= 0:
         return 0

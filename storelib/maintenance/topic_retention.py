@@ -1,36 +1,8 @@
 """Per-topic retention: a topic's messages go ``retention_ms`` after their store time, whatever else
 shares their commitlog files.
 
-RocketMQ has only the global ``fileReservedTime`` (:mod:`storelib.maintenance.retention`), which
-removes whole commitlog files. A topic's ``retention_ms`` (:attr:`~storelib.model.topic.TopicConfig.retention_ms`)
-is finer: its messages stored at or before ``now - retention_ms`` go, while other topics' messages in the
-same files stay. :func:`expire_topics` does it in steps, each one commit, each safe to crash after:
-
-1. **queues** (``consume_queue``): each queue of the topic gets a *cut*, the first queue offset whose
-   unit is not expired; the walk starts at the queue's min offset and stops at the first unit stored
-   after the deadline or not yet dispatched to every table (the ``reput`` markers), so what goes is
-   always a prefix of the queue and never anything undispatched. The cut is committed as the queue's
-   ``cqmin/<topic>/<queue_id>`` marker (the one :func:`~storelib.maintenance.retention.clean_consume_queue`
-   moves), together with the removal of the queue's files wholly below it (never its last file, which
-   holds its max offset). From here on a pull below the cut answers ``OFFSET_TOO_SMALL`` with the cut as
-   ``next_begin_offset``; a pull that read the queue before the cut may still meet units whose message
-   step 3 removed, and gets RocketMQ's ``MESSAGE_WAS_REMOVING`` (or the messages past them). The
-   markers are the decision: the next steps only carry it out. (A unit stored earlier than a unit
-   before it in the queue, which clocks can cause, goes with the first later cut past both.)
-2. **runs** (``commitlog_expired``): the commitlog rows below the cuts, as runs of adjacent offsets,
-   are recorded (:mod:`storelib.storage.expired`) so the integrity checks see no hole where they go.
-3. **commitlog**: the commitlog files holding such rows (all of whose rows are dispatched) are rewritten
-   without them by the clustering machinery (:class:`~storelib.maintenance.cluster.Clusterer`, with its
-   row group summaries), runs of adjacent files into one file each; a file left with no row is only
-   removed. One commit, ``dataChange=true`` (rows are gone); ``vacuum`` later deletes the old files.
-   Reads, ``messages()``, key and id look-ups and the SQL views then no longer see the messages.
-4. **ext** (``consume_queue_ext``): the topic's ext files wholly below the cuts are removed.
-
-A crash after any step leaves the store consistent and a rerun finishes the job: the cuts only grow,
-so step 3 finds what is still to remove from the markers, whatever the clock says then. Until it has
-(a crash after step 1 or 2), reads and look-ups still find the messages below the cuts. Index rows of
-removed messages stay until the global retention removes their files; a look-up finds no message
-behind them and skips them, as RocketMQ's ``queryMessage`` skips entries whose message is gone.
+:func:`expire_topics` does it in four steps (queues, runs, commitlog, ext), each one commit and safe to
+crash after; the steps and what reads see between them are in ``docs/internals.md``.
 
 >>> import time
 >>> from storelib import Message

@@ -35,10 +35,11 @@ class StoreConfig:
 
     >>> StoreConfig(store_host="10.0.0.7:10911").replace(file_reserved_time=48).file_reserved_time
     48
-    >>> StoreConfig(max_msg_size=1024)
+    >>> StoreConfig(max_msg_size=1024)  # doctest: +NORMALIZE_WHITESPACE
     Traceback (most recent call last):
     ...
-    storelib.model.errors.ConfigError: max_msg_size: is not a storelib setting; did you mean 'max_message_size'? (got 1024)
+    storelib.model.errors.ConfigError: max_msg_size: is not a storelib setting; did you mean 'max_message_size'?
+        (got 1024)
     """
 
     #: ``ip:port`` of this store as written into message ids (``brokerIP1`` and ``listenPort``).
@@ -204,10 +205,11 @@ class StoreConfig:
 
         >>> StoreConfig().replace(file_reserved_time=1).file_reserved_time
         1
-        >>> StoreConfig().replace(max_msg_size=1)
+        >>> StoreConfig().replace(max_msg_size=1)  # doctest: +NORMALIZE_WHITESPACE
         Traceback (most recent call last):
         ...
-        storelib.model.errors.ConfigError: max_msg_size: is not a storelib setting; did you mean 'max_message_size'? (got 1)
+        storelib.model.errors.ConfigError: max_msg_size: is not a storelib setting; did you mean 'max_message_size'?
+            (got 1)
         """
         return dataclasses.replace(self, **changes)  # __init__ refuses a name it does not have
 

@@ -245,10 +245,11 @@ def translate_external(func: Any) -> Any:
     >>> @translate_external
     ... def read(path):
     ...     return open(path)
-    >>> read("/no/such/file")
+    >>> read("/no/such/file")  # doctest: +NORMALIZE_WHITESPACE
     Traceback (most recent call last):
     ...
-    storelib.model.errors.StoreIOError: FileNotFoundError: [Errno 2] No such file or directory: '/no/such/file' [at read]
+    storelib.model.errors.StoreIOError: FileNotFoundError: [Errno 2] No such file or directory: '/no/such/file'
+        [at read]
     """
 
     @functools.wraps(func)
@@ -276,10 +277,11 @@ def translate_methods(cls: type) -> type:
     ...     def load(self):
     ...         import pyarrow as pa
     ...         return pa.array([1]).cast(pa.string()).cast(pa.int8()).cast(pa.date32())
-    >>> Handle().load()
+    >>> Handle().load()  # doctest: +NORMALIZE_WHITESPACE
     Traceback (most recent call last):
     ...
-    storelib.model.errors.ExternalError: pyarrow.lib.ArrowNotImplementedError: Unsupported cast from int8 to date32 using function cast_date32 [at load]
+    storelib.model.errors.ExternalError: pyarrow.lib.ArrowNotImplementedError: Unsupported cast from int8 to date32
+        using function cast_date32 [at load]
     """
     for name, member in list(vars(cls).items()):
         if name.startswith("_"):

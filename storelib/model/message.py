@@ -153,7 +153,8 @@ PROPERTY_JOIN = NAME_VALUE_SEPARATOR
 class SysFlag:
     """RocketMQ's ``MessageSysFlag`` bits.
 
-    >>> SysFlag.transaction_value(SysFlag.TRANSACTION_COMMIT_TYPE | SysFlag.BORNHOST_V6) == SysFlag.TRANSACTION_COMMIT_TYPE
+    >>> commit = SysFlag.TRANSACTION_COMMIT_TYPE
+    >>> SysFlag.transaction_value(commit | SysFlag.BORNHOST_V6) == commit
     True
     """
 

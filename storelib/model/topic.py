@@ -2,10 +2,11 @@
 
 >>> validate_topic("TopicTest")
 'TopicTest'
->>> validate_topic("bad topic")
+>>> validate_topic("bad topic")  # doctest: +NORMALIZE_WHITESPACE
 Traceback (most recent call last):
 ...
-storelib.model.errors.InvalidTopicError: topic: contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$ (got 'bad topic')
+storelib.model.errors.InvalidTopicError: topic: contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$
+    (got 'bad topic')
 >>> retry_topic("GroupA"), dlq_topic("GroupA")
 ('%RETRY%GroupA', '%DLQ%GroupA')
 """
@@ -163,10 +164,11 @@ def validate_cluster_by(keys: object, field: str = "cluster_by") -> tuple[str, .
 
     >>> validate_cluster_by(["TAGS", "region"])
     ('TAGS', 'region')
-    >>> validate_cluster_by(["a", "b", "c", "d", "e"])
+    >>> validate_cluster_by(["a", "b", "c", "d", "e"])  # doctest: +NORMALIZE_WHITESPACE
     Traceback (most recent call last):
     ...
-    storelib.model.errors.InvalidTopicError: cluster_by: at most 4 clustering keys, as Delta's liquid clustering (got ['a', 'b', 'c', 'd', 'e'])
+    storelib.model.errors.InvalidTopicError: cluster_by: at most 4 clustering keys, as Delta's liquid clustering
+        (got ['a', 'b', 'c', 'd', 'e'])
     """
     if isinstance(keys, str) or not isinstance(keys, (list, tuple)):
         raise InvalidTopicError(field, "must be a list of key names, e.g. ['TAGS', 'region']", value=keys)

@@ -208,10 +208,11 @@ def check_send_topic(topics: Mapping[str, TopicConfig], topic: str, where: str |
     """The configuration of the topic a message goes to, once its name is valid: not a topic only the
     store writes, one that exists, and writable.
 
-    >>> check_send_topic({}, "SCHEDULE_TOPIC_XXXX")
+    >>> check_send_topic({}, "SCHEDULE_TOPIC_XXXX")  # doctest: +NORMALIZE_WHITESPACE
     Traceback (most recent call last):
     ...
-    storelib.model.errors.ReservedTopicError: topic: is a system topic that producers may not send to (got 'SCHEDULE_TOPIC_XXXX')
+    storelib.model.errors.ReservedTopicError: topic: is a system topic that producers may not send to
+        (got 'SCHEDULE_TOPIC_XXXX')
     """
     if topic in NOT_ALLOWED_SEND_TOPICS:
         raise ReservedTopicError("topic", "is a system topic that producers may not send to", value=topic, where=where)

@@ -95,10 +95,11 @@ def register_checker(ctx: StoreContext, producer_group: str, checker: str) -> No
     :class:`~storelib.model.message.StoredMessage` (the half message) and answering a
     :class:`TransactionState` (or its name). It must import here; the latest registration wins.
 
-    >>> register_checker(store.context, "PG", "no.such.module:f")
+    >>> register_checker(store.context, "PG", "no.such.module:f")  # doctest: +NORMALIZE_WHITESPACE
     Traceback (most recent call last):
     ...
-    storelib.model.errors.TransactionError: checker: can not be imported: ModuleNotFoundError: No module named 'no' (got 'no.such.module:f')
+    storelib.model.errors.TransactionError: checker: can not be imported: ModuleNotFoundError: No module named 'no'
+        (got 'no.such.module:f')
     """
     validate_group(producer_group, "producer_group")
     _load(checker)

@@ -1,34 +1,9 @@
 """Delivering delayed messages: RocketMQ's ScheduleMessageService and the 5.x timer's dequeue.
 
-What waits (see :mod:`storelib.send.schedule`):
-
-* ``SCHEDULE_TOPIC_XXXX`` queue ``n - 1`` holds the messages of delay level ``n`` (sent with a level,
-  or sent back by :func:`~storelib.consume.retry.send_back`). Their consume queue tag code is their
-  deliver time, and a level's messages fall due in queue order, so each level's progress is one
-  queue offset: the level's messages before it are delivered (``delayOffsetTable``).
-* ``rmq_sys_wheel_timer`` queue 0 holds timer messages, due at their ``TIMER_OUT_MS`` in any order.
-  Its progress is a time ``T`` and a queue offset ``Q``: exactly the timer messages with offset
-  below ``Q`` due at or before ``T`` are delivered. A run at ``now`` delivers the rest of those
-  due by ``now``, then moves ``(T, Q)`` to ``(now, the queue's end)``.
-
-A run reads the due units from the consume queue (a unit pointing at an ext unit, as every unit did
-in a store dispatched before ext units were kept for filter bitmaps alone, takes the ext unit's tag
-code) plus the part of the commitlog dispatch has not reached yet, so it needs no
-dispatch first. It then reads the due messages and stores each under its ``REAL_TOPIC`` /
-``REAL_QID``, as ``messageTimeUp`` does: body, flag, sysflag, born time and host, reconsume times
-and the other properties kept; a level's ``DELAY``, ``TIMER_DELIVER_MS`` and ``TIMER_DELAY_SEC``
-cleared; a timer message's ``REAL_TOPIC`` / ``REAL_QID`` cleared and ``TIMER_ENQUEUE_MS`` /
-``TIMER_DEQUEUE_MS`` set (``convertMessage``). Delivered messages are appended in deliver-time
-order within each level and the timer, in ONE commitlog commit together with the advanced
-progress markers (``txn`` markers of the commitlog). Kill a run anywhere and rerun it: each message
-is delivered exactly once, and concurrent runs cannot both deliver one
-(:class:`~storelib.storage.commitlog.Progress`).
-
-Small runs move rows with pyarrow on the driver; large ones (over ``SPARK_ROWS`` due messages)
-read, convert and write them on the executors in one Spark job, committed once.
-
-A timer message can be recalled before its time (5.3.2's recall): :func:`recall` stores a
-``TIMER_DEL_UNIQKEY`` marker with the same deliver time; the run that finds both due delivers neither.
+:func:`deliver` stores the due messages of ``SCHEDULE_TOPIC_XXXX`` (delay levels) and
+``rmq_sys_wheel_timer`` (timers) under their real topic and queue, in one commitlog commit with the
+advanced progress markers, so each is delivered exactly once; :func:`recall` cancels a timer message.
+The details are in ``docs/internals.md``.
 
 >>> import time
 >>> from storelib import Message

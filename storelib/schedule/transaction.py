@@ -19,13 +19,15 @@ expects the check progress and the op queue's end to be what it read, so an end 
 can never both decide one transaction.
 
 >>> from storelib import Message
->>> r = send_in_transaction(store.context, Message("TopicTest", body=b"order"), lambda m, arg: TransactionState.COMMIT, "PG")
+>>> r = send_in_transaction(store.context, Message("TopicTest", body=b"order"),
+...                         lambda m, arg: TransactionState.COMMIT, "PG")
 >>> r.local_state, r.topic
 (<TransactionState.COMMIT_MESSAGE: 'COMMIT_MESSAGE'>, 'RMQ_SYS_TRANS_HALF_TOPIC')
->>> end_transaction(store.context, r.transaction_id, TransactionState.ROLLBACK)
+>>> end_transaction(store.context, r.transaction_id, TransactionState.ROLLBACK)  # doctest: +NORMALIZE_WHITESPACE
 Traceback (most recent call last):
 ...
-storelib.model.errors.TransactionEndedError: transaction_id: was already committed or rolled back; nothing was written (got '...')
+storelib.model.errors.TransactionEndedError: transaction_id: was already committed or rolled back; nothing was written
+    (got '...')
 """
 
 from __future__ import annotations
@@ -339,7 +341,8 @@ def end_transaction(ctx: StoreContext, transaction_id: str, state: TransactionSt
 
 
 def _ever_sent(ctx: StoreContext, transaction_id: str) -> bool:
-    """Whether a half message with this transaction id was stored (dispatched: by the index; else the commitlog tail)."""
+    """Whether a half message with this transaction id was stored (dispatched: by the index; else the
+    commitlog tail)."""
 
     try:
         MessageQuery(ctx).by_unique_key(TRANS_HALF_TOPIC, transaction_id)

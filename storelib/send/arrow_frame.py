@@ -12,12 +12,14 @@ null), and the optional columns given (queue id, flag, born host, born time in m
 ([b'hi'], ['k1 k2'], [1])
 >>> e.column("body_crc").to_pylist()          # RocketMQ's UtilAll.crc32 of the UTF-8 bytes
 [1486039724]
->>> check_columns({"topic": "string", "colour": "string"})
+>>> check_columns({"topic": "string", "colour": "string"})  # doctest: +NORMALIZE_WHITESPACE
 Traceback (most recent call last):
-storelib.model.errors.MessageError: columns: unknown message columns ['colour']; allowed: ['body', 'born_host', 'born_timestamp', 'flag', 'keys', 'properties', 'queue_id', 'tags', 'topic']
->>> check_columns({"topic": "string", "keys": "int", "queue_id": "double"})
+storelib.model.errors.MessageError: columns: unknown message columns ['colour']; allowed: ['body', 'born_host',
+    'born_timestamp', 'flag', 'keys', 'properties', 'queue_id', 'tags', 'topic']
+>>> check_columns({"topic": "string", "keys": "int", "queue_id": "double"})  # doctest: +NORMALIZE_WHITESPACE
 Traceback (most recent call last):
-storelib.model.errors.MessageError: columns: wrongly typed message columns: keys int (allowed: string, array<string>), queue_id double (allowed: tinyint, smallint, int, bigint); nothing is cast silently
+storelib.model.errors.MessageError: columns: wrongly typed message columns: keys int (allowed: string, array<string>),
+    queue_id double (allowed: tinyint, smallint, int, bigint); nothing is cast silently
 """
 
 from __future__ import annotations
@@ -96,7 +98,8 @@ def spark_types(schema: object) -> dict[str, str]:
 def arrow_types(schema: pa.Schema) -> dict[str, str]:
     """``{name: Spark simpleString}`` of an Arrow schema, for :func:`check_columns`.
 
-    >>> arrow_types(pa.schema([("topic", pa.string()), ("keys", pa.list_(pa.string())), ("born_timestamp", pa.timestamp("us", "UTC"))]))
+    >>> arrow_types(pa.schema([("topic", pa.string()), ("keys", pa.list_(pa.string())),
+    ...                        ("born_timestamp", pa.timestamp("us", "UTC"))]))
     {'topic': 'string', 'keys': 'array<string>', 'born_timestamp': 'timestamp'}
     """
 

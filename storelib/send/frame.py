@@ -87,19 +87,22 @@ class BatchTopics:
 
 
 def _record(error: StoreError) -> str:
-    """An error as it travels from the executors: its record as JSON (see :func:`~storelib.model.errors.error_from_record`)."""
+    """An error as it travels from the executors: its record as JSON (see
+    :func:`~storelib.model.errors.error_from_record`)."""
     return json.dumps(error.to_record())
 
 
 @dataclass(frozen=True)
 class EncodedFrame:
-    """The executors' half of a DataFrame send: they check the rows :meth:`~storelib.send.producer.Producer.encode_dataframe`
-    sends (the rules of :mod:`storelib.model.validation`, as Arrow batch operations) and complete them
-    into commitlog rows: ``defaults`` for the columns the DataFrame did not have, the queue where the
-    row names none, the UNIQ_KEY, the properties map and the size.
+    """The executors' half of a DataFrame send: they check the rows
+    :meth:`~storelib.send.producer.Producer.encode_dataframe` sends (the rules of
+    :mod:`storelib.model.validation`, as Arrow batch operations) and complete them into commitlog rows:
+    ``defaults`` for the columns the DataFrame did not have, the queue where the row names none, the
+    UNIQ_KEY, the properties map and the size.
 
     >>> from storelib.model.topic import TopicConfig
-    >>> frame = EncodedFrame({"sysflag": 0, "flag": 0}, UniqKeys("0A0000010001", "nonce", 5), {"T": TopicConfig("T")}, max_body=10)
+    >>> frame = EncodedFrame({"sysflag": 0, "flag": 0}, UniqKeys("0A0000010001", "nonce", 5), {"T": TopicConfig("T")},
+    ...                      max_body=10)
     >>> batch = pa.RecordBatch.from_pydict({"topic": ["T", "U"], "body": [b"x", b"y"], "tags": pa.nulls(2, pa.string()),
     ...     "keys": pa.nulls(2, pa.string()), "property_names": pa.nulls(2, pa.string()),
     ...     "property_values": pa.nulls(2, pa.string()), "property_count": pa.array([0, 0], pa.int32())})

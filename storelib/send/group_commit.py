@@ -1,24 +1,8 @@
 """Group commit: sends from many threads of one process share one commitlog commit.
 
-RocketMQ's broker acknowledges a synchronous send after its ``GroupCommitService`` flushes the commit
-log, and one flush serves every request that arrived while the last one was under way. Here a commit
-is a Delta commit, which costs tens of milliseconds whatever it holds, so the same idea matters more:
-:class:`GroupCommitProducer` takes each caller's message, checks and encodes it at once in the
-caller's thread (a bad message fails only its own send, before anything is queued), and one committer
-thread appends everything queued so far in a single atomic commit (Kafka's ``linger.ms`` lets it wait a
-little for more). Each caller then gets its own :class:`~storelib.model.message.SendResult` with
-RocketMQ's offsets; a commit that fails fails every send of its group with the same typed error, and
-writes none of them.
-
-Order: messages are committed in the order they were queued, so the sends of one thread keep their
-order in every queue. Across processes nothing changes: each commit is still exactly the version after
-the one it read, or starts over (:func:`storelib.delta.table.with_retries`).
-
-Where someone else commits (the machine's committer, :mod:`storelib.local.relay`), the committer need not
-wait for one group to land before handing on the next: with ``submit`` (a group in, a future of its
-results out, groups landing in the order they were handed on) it keeps up to ``in_flight`` groups
-handed on at once, so a group waits at the machine's committer to join its next commit instead of in
-this process.
+:class:`GroupCommitProducer` checks and encodes each message in its caller's thread, and one committer
+thread appends everything queued so far in a single atomic commit, as RocketMQ's ``GroupCommitService``
+serves every request of one flush. Ordering and handing groups on are in ``docs/internals.md``.
 
 >>> sent = []
 >>> def append(encoded):                 # what a commit does with a group; here, remember it
@@ -103,7 +87,8 @@ class GroupCommitProducer(Generic[M, E, R]):
     storelib.model.errors.StoreStateError: producer: is closed; make a new one with store.producer()
     >>> from concurrent.futures import ThreadPoolExecutor
     >>> with ThreadPoolExecutor(1) as pool, GroupCommitProducer(
-    ...         lambda m: m, None, submit=lambda group: pool.submit(lambda: [sum(group)] * len(group)), in_flight=2) as q:
+    ...         lambda m: m, None, submit=lambda group: pool.submit(lambda: [sum(group)] * len(group)),
+    ...         in_flight=2) as q:
     ...     q.send(3)
     3
     """

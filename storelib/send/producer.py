@@ -80,7 +80,8 @@ class Producer:
     >>> encoded, frame = producer.encode_dataframe(df, ctx.topics.all())
     >>> encoded.columns[:3]
     ['topic', 'body_crc', 'property_names']
-    >>> Producer.refuse({"error": "BodyTooLargeError", "field": "body", "reason": "too big", "topic": "T", "partition": 0})
+    >>> Producer.refuse({"error": "BodyTooLargeError", "field": "body", "reason": "too big",
+    ...                  "topic": "T", "partition": 0})
     Traceback (most recent call last):
     ...
     storelib.model.errors.BodyTooLargeError: body: too big [at DataFrame partition 0, topic 'T'; nothing was written]
@@ -140,9 +141,9 @@ class Producer:
         each message is checked and encoded in its caller's thread, and each group appended to
         ``commitlog`` in one atomic commit: by this process, in the commit turn, or (with the setting
         ``relay_sends``) by the machine's committer, often with other processes' groups
-        (:mod:`storelib.local.relay`). The topics' configuration is read (``topics()``, a look at the topic table's log) once per
-        commit, not once per message, and again at once for a topic it does not know yet, as a broker
-        keeps its topic table in memory.
+        (:mod:`storelib.local.relay`). The topics' configuration is read (``topics()``, a look at the topic
+        table's log) once per commit, not once per message, and again at once for a topic it does not know
+        yet, as a broker keeps its topic table in memory.
 
         >>> ctx = store.context
         >>> with ctx.producer.group_commit(ctx.commitlog, ctx.topics.all) as p:
@@ -309,7 +310,8 @@ class Producer:
         """The user properties as two strings, names and values each joined by NAME_VALUE_SEPARATOR
         (null when there are none), and their count: strings cross from Spark to Python far cheaper
         than a map.
-        A null value is joined as :data:`NULL_VALUE` (blank, as Java trims it). :meth:`EncodedFrame.refusals` checks them."""
+        A null value is joined as :data:`NULL_VALUE` (blank, as Java trims it). :meth:`EncodedFrame.refusals`
+        checks them."""
         from pyspark.sql import functions as F
 
         count = F.size(user)
@@ -350,7 +352,8 @@ class Producer:
 
     @staticmethod
     def refuse(bad: Mapping[str, object]) -> None:
-        """Raise the typed error of a refused row: its error record, with the ``topic`` and ``partition`` it came from."""
+        """Raise the typed error of a refused row: its error record, with the ``topic`` and ``partition`` it
+        came from."""
         raise error_from_record(
             dict(bad), where=f"DataFrame partition {bad['partition']}, topic {bad['topic']!r}; nothing was written"
         )

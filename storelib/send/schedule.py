@@ -52,7 +52,8 @@ def timer_deliver_ms(timer: Mapping[str, object], deliver_time_ms: object, now: 
     """The deliver time a 5.x client asked for: ``TIMER_DELAY_SEC`` first, then ``TIMER_DELAY_MS``, then
     ``TIMER_DELIVER_MS`` (or ``deliver_time_ms``); None when it asked for none.
 
-    >>> timer_deliver_ms({"TIMER_DELAY_SEC": "2"}, None, 1000), timer_deliver_ms({}, 7, 0), timer_deliver_ms({}, None, 0)
+    >>> (timer_deliver_ms({"TIMER_DELAY_SEC": "2"}, None, 1000), timer_deliver_ms({}, 7, 0),
+    ...  timer_deliver_ms({}, None, 0))
     (3000, 7, None)
     """
 
@@ -91,10 +92,12 @@ def plan_schedule(
 
     >>> plan_schedule("T", 0, {}, delay_level=40, deliver_ms=None, now=0, levels=18, max_delay_ms=1)[:2]
     ('SCHEDULE_TOPIC_XXXX', 17)
-    >>> plan_schedule("T", 0, {}, delay_level=0, deliver_ms=99, now=0, levels=18, max_delay_ms=10)
+    >>> plan_schedule("T", 0, {}, delay_level=0, deliver_ms=99, now=0,  # doctest: +NORMALIZE_WHITESPACE
+    ...               levels=18, max_delay_ms=10)
     Traceback (most recent call last):
     ...
-    storelib.model.errors.TimerMessageError: deliver_time_ms: is 99 ms away, over the timer's maximum of 10 ms (timer_max_delay_ms) (got 99)
+    storelib.model.errors.TimerMessageError: deliver_time_ms: is 99 ms away, over the timer's maximum of 10 ms
+        (timer_max_delay_ms) (got 99)
     """
     if isinstance(delay_level, bool) or not isinstance(delay_level, int):
         raise MessageError("delay_level", "must be an integer (0: not delayed)", value=delay_level)

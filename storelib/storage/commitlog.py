@@ -190,7 +190,8 @@ class CommitLog:
     >>> before = log.next_offset()
     >>> m = EncodedMessage("DocTopic", 0, 0, 0, b"x", {"UNIQ_KEY": "K"}, now_millis(), "127.0.0.1:0")
     >>> result = log.append([m])
-    >>> (result.first_offset, result.next_offset - result.first_offset) == (before, m.size), log.queue_next("DocTopic", 0)
+    >>> ((result.first_offset, result.next_offset - result.first_offset) == (before, m.size),
+    ...  log.queue_next("DocTopic", 0))
     (True, 1)
     """
 
@@ -483,7 +484,8 @@ def stage_partition(root: str, frame: "BatchCompleter", pid: int, batches: Itera
 
     >>> from storelib.send.arrow_frame import encode_batch
     >>> frame = store.context.producer.frame(store.context.topics.all(), keys_array=False)
-    >>> part = stage_partition(tmp, frame, 0, iter([encode_batch(pa.RecordBatch.from_pydict({"topic": ["TopicTest"]}))]))
+    >>> batch = encode_batch(pa.RecordBatch.from_pydict({"topic": ["TopicTest"]}))
+    >>> part = stage_partition(tmp, frame, 0, iter([batch]))
     >>> part["rows"], part["refused"]
     (1, None)
     """

@@ -61,7 +61,8 @@ def min_physical_offset(actions: pa.Table) -> int:
 def read_messages(
     commitlog: Table, actions: pa.Table, offsets: Sequence[int], files_touched: dict[str, int] | None = None
 ) -> dict[int, StoredMessage]:
-    """The messages at these commitlog offsets, by offset (missing ones left out): :func:`message_rows`, made messages."""
+    """The messages at these commitlog offsets, by offset (missing ones left out): :func:`message_rows`, made
+    messages."""
     rows = message_rows(commitlog, actions, offsets, files_touched) if len(offsets) else None
     return {m.commitlog_offset: m for m in StoredMessage.from_rows(rows)} if rows is not None else {}
 

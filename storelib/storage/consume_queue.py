@@ -123,7 +123,8 @@ def queue_min_offset(marker: int | None, queue_actions: pa.Table) -> int:
 def queue_max_offset(queue_actions: pa.Table) -> int:
     """``getMaxOffsetInQueue`` from the add actions of one queue's files: one past its last unit, 0 for none.
 
-    >>> actions = Table.only(store.context.tables.consume_queue.view().actions, {"topic": "TopicTest", "queue_id": r.queue_id})
+    >>> actions = Table.only(store.context.tables.consume_queue.view().actions,
+    ...                      {"topic": "TopicTest", "queue_id": r.queue_id})
     >>> queue_max_offset(actions)
     1
     """
@@ -209,7 +210,8 @@ def units(b: pa.RecordBatch, tags_code: pa.Array) -> pa.RecordBatch:
     """Consume queue units of a batch of commitlog rows (``putMessagePositionInfo``): where each
     message is, its size, and ``tags_code`` (its tag code, or the decorated address of its ext unit).
 
-    >>> units(store.context.tables.commitlog.read_arrow().to_batches()[0], pa.array([7], pa.int64())).column("tags_code").to_pylist()
+    >>> batch = store.context.tables.commitlog.read_arrow().to_batches()[0]
+    >>> units(batch, pa.array([7], pa.int64())).column("tags_code").to_pylist()
     [7]
     """
     return pa.RecordBatch.from_arrays(

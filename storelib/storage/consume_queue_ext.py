@@ -1,7 +1,8 @@
 """The ConsumeQueueExt: per (topic, queue), one ext unit per message of a topic with SQL92 groups (one
 a bitmap is computed for), addressed by ``ext_offset``: the real tag code, the store time and the
-filter bitmap (CalcBitMap's Bloom bits), with the registry version the bitmap was computed with. A consume queue unit points at its ext unit by a
-decorated address in its tag code field (:mod:`storelib.encoding.ext_addr`).
+filter bitmap (CalcBitMap's Bloom bits), with the registry version the bitmap was computed with. A
+consume queue unit points at its ext unit by a decorated address in its tag code field
+(:mod:`storelib.encoding.ext_addr`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ def ext_units(ext: Table, topic: str, queue_id: int, lo: int, hi: int) -> pa.Tab
     """Ext units of the queue with ``lo <= ext_offset <= hi``, sorted: real tags code, bitmap, bitmap version.
 
     >>> from storelib import Message, MessageSelector
-    >>> _ = store.subscribe("GroupS", "TopicTest", MessageSelector.by_sql("a > 3"))   # the topic's messages get ext units
+    >>> _ = store.subscribe("GroupS", "TopicTest", MessageSelector.by_sql("a > 3"))  # the topic gets ext units
     >>> sent = store.send(Message("TopicTest", tags="TagA", properties={"a": "5"})); _ = store.dispatch()
     >>> ext = ext_units(store.context.tables.consume_queue_ext, "TopicTest", sent.queue_id, 0, 9)
     >>> ext.column("ext_offset").to_pylist() == [sent.queue_offset], ext.column("tags_code").to_pylist()
@@ -50,10 +51,11 @@ def ext_units_of(
 
     >>> from storelib import Message, MessageSelector
     >>> from storelib.encoding.ext_addr import decorate_ext_addrs
-    >>> _ = store.subscribe("GroupS", "TopicTest", MessageSelector.by_sql("a > 3"))   # the topic's messages get ext units
+    >>> _ = store.subscribe("GroupS", "TopicTest", MessageSelector.by_sql("a > 3"))  # the topic gets ext units
     >>> sent = store.send(Message("TopicTest", tags="TagA", properties={"a": "5"})); _ = store.dispatch()
     >>> codes = np.array([7, decorate_ext_addrs(pa.array([sent.queue_offset])).to_pylist()[0]])
-    >>> rows, at, is_ext, found = ext_units_of(store.context.tables.consume_queue_ext, "TopicTest", sent.queue_id, codes)
+    >>> rows, at, is_ext, found = ext_units_of(
+    ...     store.context.tables.consume_queue_ext, "TopicTest", sent.queue_id, codes)
     >>> is_ext.tolist(), found.tolist(), rows.column("tags_code").to_numpy()[at[found]].tolist()
     ([False, True], [False, True], [2598919])
     """

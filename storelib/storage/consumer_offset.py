@@ -28,7 +28,8 @@ no Spark job runs.
 1
 >>> offsets.commit_many("GroupA", {("TopicTest", 0): 40, ("TopicTest", 1): 7})
 2
->>> offsets.query("GroupA", "TopicTest", 0), offsets.query("GroupA", "TopicTest", 1), offsets.query("GroupB", "TopicTest", 0)
+>>> (offsets.query("GroupA", "TopicTest", 0), offsets.query("GroupA", "TopicTest", 1),
+...  offsets.query("GroupB", "TopicTest", 0))
 (40, 7, -1)
 >>> offsets.commit("GroupA", "TopicTest", -1, 0)
 Traceback (most recent call last):

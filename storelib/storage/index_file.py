@@ -6,8 +6,9 @@ statistics hold its hash and checks the real key on the messages it points at.
 >>> import pyarrow as pa
 >>> hash_range_shift(64)
 25
->>> batch = pa.RecordBatch.from_pydict({"topic": ["TopicTest"], "keys": ["order-1 order-2"], "uniq_key": pa.array([None], pa.string()),
-...     "physical_offset": pa.array([0], pa.int64()), "store_timestamp": pa.array([0], pa.timestamp("us", "UTC"))})
+>>> batch = pa.RecordBatch.from_pydict({"topic": ["TopicTest"], "keys": ["order-1 order-2"],
+...     "uniq_key": pa.array([None], pa.string()), "physical_offset": pa.array([0], pa.int64()),
+...     "store_timestamp": pa.array([0], pa.timestamp("us", "UTC"))})
 >>> entries(batch, hash_range_shift(64)).column("key_hash").to_pylist()[0] == index_key_hash("TopicTest#order-1")
 True
 """

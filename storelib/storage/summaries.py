@@ -66,7 +66,7 @@ def read_summaries(table: Table, topic: str) -> dict[str, FileSummary]:
     """Summaries of the topic's ext files, by add path.
 
     >>> from storelib import Message, MessageSelector
-    >>> _ = store.subscribe("GroupS", "TopicTest", MessageSelector.by_sql("a > 3"))   # the topic's messages get ext units
+    >>> _ = store.subscribe("GroupS", "TopicTest", MessageSelector.by_sql("a > 3"))  # the topic gets ext units
     >>> _ = store.send(Message("TopicTest", tags="TagA", properties={"a": "5"})); _ = store.dispatch()
     >>> [sorted(s.codes) for s in read_summaries(store.context.tables.ext_summary, "TopicTest").values()]
     [[2598919]]

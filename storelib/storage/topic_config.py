@@ -121,7 +121,8 @@ class TopicConfigTable:
         >>> topics = TopicConfigTable(store.context.tables.topic_config)
         >>> topics.create("DocTopic", 2, 2, cluster_by=["region"], retention_ms=60_000).cluster_by
         ('region',)
-        >>> topics.create("DocTopic", 4, 4).retention_ms, topics.create("DocTopic", 4, 4, retention_ms=None).retention_ms
+        >>> (topics.create("DocTopic", 4, 4).retention_ms,
+        ...  topics.create("DocTopic", 4, 4, retention_ms=None).retention_ms)
         (60000, None)
         """
         validate_topic(topic)

@@ -293,12 +293,14 @@ SCRIPT = textwrap.dedent("""
     with open(sys.argv[1] + "-in/a.json", "w") as f:
         f.write("\\n".join(json.dumps({"topic": "Orders", "body": str(i)}) for i in range(10)))
     w = (spark.readStream.schema("topic string, body string").json(sys.argv[1] + "-in").writeStream.format("rocketmq")
-         .option("store", store.root).option("checkpointLocation", sys.argv[1] + "-wck").trigger(availableNow=True).start())
+         .option("store", store.root).option("checkpointLocation", sys.argv[1] + "-wck")
+         .trigger(availableNow=True).start())
     w.awaitTermination()
     assert store.messages("Orders").count() == 80
     from storelib.maintenance.cluster import cluster_commitlog
     from storelib.query.read import plan_read
-    store.send_batch([Message("Orders", tags="Rare" if i % 1000 == 0 else f"T{i % 2}", body=b"y") for i in range(40000)])
+    store.send_batch([Message("Orders", tags="Rare" if i % 1000 == 0 else f"T{i % 2}", body=b"y")
+                      for i in range(40000)])
     store.dispatch()
     cluster_commitlog(store.context, settle_ms=0)
     assert plan_read(store.context, "Orders", "Rare").explain().reader == "row groups"  # tasks on both executors

@@ -1,4 +1,5 @@
-"""Clustering the commitlog (storelib.maintenance.cluster): every address keeps working, reads prune, crashes are safe."""
+"""Clustering the commitlog (storelib.maintenance.cluster): every address keeps working, reads prune, crashes are
+safe."""
 
 from __future__ import annotations
 

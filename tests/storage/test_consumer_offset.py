@@ -282,7 +282,8 @@ class TestConcurrency:
                 if point == "written":
                     os._exit(86)
 
-            offsets = ConsumerOffsetTable(Table(sys.argv[1] + "/consumer_offset", CONSUMER_OFFSET), StoreConfig(), fault=die)
+            table = Table(sys.argv[1] + "/consumer_offset", CONSUMER_OFFSET)
+            offsets = ConsumerOffsetTable(table, StoreConfig(), fault=die)
             offsets.commit_many("GroupA", {("TopicTest", 0): 77, ("TopicTest", 1): 78})
         """)
         crashed = subprocess.run(

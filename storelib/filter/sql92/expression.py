@@ -38,7 +38,8 @@ class Sql92Expression:
     >>> e = parse_sql92("a BETWEEN 1 AND 9 AND TAGS IS NOT NULL")
     >>> sorted(e.properties), e.evaluate({"a": "5", "TAGS": "x"}), e.evaluate({"a": "5"})
     (['TAGS', 'a'], True, False)
-    >>> spark.createDataFrame([({"a": "5", "TAGS": "x"},)], "properties map<string,string>").where(e.to_column()).count()
+    >>> df = spark.createDataFrame([({"a": "5", "TAGS": "x"},)], "properties map<string,string>")
+    >>> df.where(e.to_column()).count()
     1
     """
 
@@ -123,14 +124,16 @@ def parse_sql92(
     >>> e = parse_sql92("TAGS = 'TagA' AND price > 100")
     >>> sorted(e.properties), e.evaluate({"TAGS": "TagA", "price": "250"})
     (['TAGS', 'price'], True)
-    >>> parse_sql92("a = 'x' OR b = 'y'", max_length=10)
+    >>> parse_sql92("a = 'x' OR b = 'y'", max_length=10)  # doctest: +NORMALIZE_WHITESPACE
     Traceback (most recent call last):
     ...
-    storelib.model.errors.FilterExpressionError: expression: expression longer than 10 characters (max_filter_expression_length) (got "a = 'x' OR b = 'y'") [at line 1, column 11]
-    >>> parse_sql92("NOT NOT NOT a", max_nesting=3).text
+    storelib.model.errors.FilterExpressionError: expression: expression longer than 10 characters
+        (max_filter_expression_length) (got "a = 'x' OR b = 'y'") [at line 1, column 11]
+    >>> parse_sql92("NOT NOT NOT a", max_nesting=3).text  # doctest: +NORMALIZE_WHITESPACE
     Traceback (most recent call last):
     ...
-    storelib.model.errors.FilterExpressionError: expression: expression nested more than 3 deep (max_filter_expression_nesting) (got 'NOT NOT NOT a') [at line 1, column 13]
+    storelib.model.errors.FilterExpressionError: expression: expression nested more than 3 deep
+        (max_filter_expression_nesting) (got 'NOT NOT NOT a') [at line 1, column 13]
     """
     if not isinstance(text, str):
         raise FilterExpressionError(f"expression must be a string, not {type(text).__name__}", repr(text), 0)

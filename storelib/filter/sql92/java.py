@@ -50,7 +50,7 @@ __all__ = [
     "ASCII_DIGITS",
 ]
 
-S, I, L, D, B = JavaType.STRING, JavaType.INT, JavaType.LONG, JavaType.DOUBLE, JavaType.BOOLEAN
+S, INT, L, D, B = JavaType.STRING, JavaType.INT, JavaType.LONG, JavaType.DOUBLE, JavaType.BOOLEAN
 
 #: The Unicode decimal digits of the Basic Multilingual Plane other than 0-9 (what Java's
 #: Character.digit accepts in Integer.valueOf; a supplementary digit is two chars, neither a digit).
@@ -69,7 +69,7 @@ JAVA_DOUBLE_SYNTAX = (
     r"|0[xX](?:[0-9a-fA-F]+\.?|[0-9a-fA-F]*\.[0-9a-fA-F]+)[pP][+-]?[0-9]+[fFdD]?)"
 )
 _INT_RE, _DOUBLE_RE = re.compile(JAVA_INT_SYNTAX), re.compile(JAVA_DOUBLE_SYNTAX)
-_RANGES = {I: 2**31, L: 2**63}
+_RANGES = {INT: 2**31, L: 2**63}
 _JAVA_TRIMMED = "".join(map(chr, range(33)))  # String.trim removes every char <= ' '
 
 
@@ -90,7 +90,7 @@ def evaluate(tree: Node, properties: Mapping[str, str]) -> bool:
         return False
 
 
-def java_parse_int(text: str, java_type: JavaType = I) -> int:
+def java_parse_int(text: str, java_type: JavaType = INT) -> int:
     """``Integer.valueOf`` (or ``Long.valueOf`` for ``JavaType.LONG``), JavaEvaluationError if it throws.
 
     >>> java_parse_int("+0５"), java_parse_int("2147483648", JavaType.LONG)
@@ -159,7 +159,7 @@ def _sign(a: int | float | str | bool, b: int | float | str | bool) -> int:
     return (a > b) - (a < b)  # type: ignore[operator]
 
 
-_PARSERS: dict[JavaType, Callable[[str], int | float]] = {I: java_parse_int, L: java_parse_long, D: java_parse_double}
+_PARSERS: dict[JavaType, Callable[[str], int | float]] = {INT: java_parse_int, L: java_parse_long, D: java_parse_double}
 
 
 def java_compare(lt: JavaType, lv: JavaValue, rt: JavaType, rv: JavaValue) -> int:

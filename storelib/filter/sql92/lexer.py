@@ -7,8 +7,9 @@ characters examined (each call of a scanning primitive by the span it covers, pl
 so that tests can check the work is linear in the text's length without timing anything.
 
 >>> tokens, steps = tokenize_sql92("a = 'it''s' -- note\\nAND b > .5")
->>> [(t.token_type.name, t.text, t.line, t.col, t.start, t.end) for t in tokens]
-[('VAR', 'a', 1, 1, 0, 0), ('EQ', '=', 1, 3, 2, 2), ('STRING', "it's", 1, 5, 4, 10), ('AND', 'AND', 2, 1, 20, 22), ('VAR', 'b', 2, 5, 24, 24), ('GT', '>', 2, 7, 26, 26), ('NUMBER', '.5', 2, 9, 28, 29)]
+>>> [(t.token_type.name, t.text, t.line, t.col, t.start, t.end) for t in tokens]  # doctest: +NORMALIZE_WHITESPACE
+[('VAR', 'a', 1, 1, 0, 0), ('EQ', '=', 1, 3, 2, 2), ('STRING', "it's", 1, 5, 4, 10), ('AND', 'AND', 2, 1, 20, 22),
+    ('VAR', 'b', 2, 5, 24, 24), ('GT', '>', 2, 7, 26, 26), ('NUMBER', '.5', 2, 9, 28, 29)]
 >>> steps <= 4 * len("a = 'it''s' -- note\\nAND b > .5") + 4
 True
 """

@@ -64,7 +64,8 @@ _OPERAND_ENDS = {
 
 
 class Sql92Parser:
-    """RocketMQ's selector grammar over :class:`~storelib.filter.sql92.lexer.Sql92Lexer` tokens, building the typed tree.
+    """RocketMQ's selector grammar over :class:`~storelib.filter.sql92.lexer.Sql92Lexer` tokens, building the
+    typed tree.
 
     A recursive-descent parser with a one-token cursor of its own. Tokens are pulled one at a time as
     the grammar needs them (no lookahead), so a text refused at a token is not lexed past it;
@@ -138,7 +139,8 @@ class Sql92Parser:
         return False
 
     def _nest(self, tok: Token | None) -> None:
-        """One level deeper into parentheses, NOT or a sign; refused past the limit at ``tok``, the level's first token."""
+        """One level deeper into parentheses, NOT or a sign; refused past the limit at ``tok``, the level's
+        first token."""
         self._depth += 1
         if self._depth > self._max_nesting:
             self._too_deep(tok)
