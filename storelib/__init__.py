@@ -31,11 +31,7 @@ from storelib.consume.pull import PullResult, PullStatus
 from storelib.context import StoreContext
 from storelib.delta.stats import Prune
 from storelib.dispatch.result import DispatchResult
-from storelib.encoding.ext_addr import (
-    decorate_ext_addr,
-    is_ext_addr,
-    undecorate_ext_addr,
-)
+from storelib.encoding.ext_addr import decorate_ext_addr, is_ext_addr, undecorate_ext_addr
 from storelib.encoding.index_key import index_key_hash
 from storelib.encoding.message_id import create_message_id, decode_message_id
 from storelib.encoding.tags import tags_code

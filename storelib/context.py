@@ -24,11 +24,7 @@ from typing import TYPE_CHECKING, Callable, Mapping, Union, cast
 from storelib.delta import location
 from storelib.delta.health import table_problems, unsafe_commits
 from storelib.model.config import StoreConfig
-from storelib.model.errors import (
-    StorageAccessError,
-    StoreCorruptedError,
-    StoreNotFoundError,
-)
+from storelib.model.errors import StorageAccessError, StoreCorruptedError, StoreNotFoundError
 from storelib.send.producer import Producer
 from storelib.storage.commitlog import CommitLog
 from storelib.storage.consumer_offset import ConsumerOffsetTable

@@ -17,7 +17,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TREE = ["storelib", "jobs", "tests", "notebooks"]
 
-#: pycodestyle errors and warnings, pyflakes, import order; 120 characters a line.
+#: pycodestyle errors and warnings, pyflakes, import order (an import that fits on one line is on one line);
+#: 120 characters a line.
 RUFF = [
     "--config",
     "line-length = 120",
@@ -25,6 +26,8 @@ RUFF = [
     "lint.select = ['E', 'W', 'F', 'I']",
     "--config",
     "lint.isort.known-first-party = ['storelib', 'jobs', 'tests']",
+    "--config",
+    "lint.isort.split-on-trailing-comma = false",
 ]
 
 

@@ -56,12 +56,7 @@ from storelib.model.errors import (
     require_int,
 )
 from storelib.model.message import MessageConst, StoredMessage
-from storelib.model.topic import (
-    PERM_READ,
-    RETRY_GROUP_TOPIC_PREFIX,
-    retry_topic,
-    validate_group,
-)
+from storelib.model.topic import PERM_READ, RETRY_GROUP_TOPIC_PREFIX, retry_topic, validate_group
 from storelib.storage.commitlog_reads import message_batch
 from storelib.storage.consume_queue import queue_offsets
 

@@ -25,11 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
 import pyarrow as pa
-from pyspark.sql.datasource import (
-    DataSourceArrowWriter,
-    DataSourceStreamArrowWriter,
-    WriterCommitMessage,
-)
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
 from storelib.context import StoreContext
 from storelib.datasource.options import SourceOptions

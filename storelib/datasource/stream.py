@@ -50,21 +50,13 @@ from storelib.filter.message_filter import MessageFilter
 from storelib.filter.sql92.arrow import evaluate_batch
 from storelib.model.config import StoreConfig
 from storelib.model.errors import SubscriptionNotFoundError
-from storelib.storage.consume_queue import (
-    max_offsets,
-    min_queue_marker,
-    queue_files,
-    queue_min_offset,
-    read_units,
-)
+from storelib.storage.consume_queue import max_offsets, min_queue_marker, queue_files, queue_min_offset, read_units
 from storelib.storage.dispatched import queued_expression
 
 __all__ = ["GroupStreamReader", "BatchFiles"]
 
 try:  # PySpark 4.2+
-    from pyspark.sql.streaming.datasource import (
-        SupportsTriggerAvailableNow as _AvailableNow,
-    )
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow as _AvailableNow
 except ImportError:  # pragma: no cover
     _AvailableNow = object  # type: ignore[assignment,misc]
 

@@ -20,16 +20,11 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from storelib.delta.commit import (
-    CommitConflict,
-    WrittenFile,
-    remove_actions,
-    with_retries,
-)
+from storelib.delta.commit import CommitConflict, WrittenFile, remove_actions, with_retries
 from storelib.delta.log import add_actions
+from storelib.delta.sink import Summarizer
 from storelib.delta.spark_read import read_paths
 from storelib.delta.table import Table
-from storelib.delta.sink import Summarizer
 from storelib.delta.writer import write_dataframe, write_files
 
 if TYPE_CHECKING:

@@ -26,13 +26,7 @@ from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from storelib.delta.commit import Committing, commits_here
 from storelib.delta.location import is_local, options_for
-from storelib.delta.log import (
-    TableView,
-    add_actions,
-    apply_changes,
-    changes_since,
-    tombstones,
-)
+from storelib.delta.log import TableView, add_actions, apply_changes, changes_since, tombstones
 from storelib.delta.reading import Reading
 from storelib.delta.spec import TableSpec
 from storelib.delta.stats import Prune, narrowed
@@ -118,9 +112,7 @@ class Table(Reading, Committing):
         have = [f.name for f in dt.schema().fields]
         added = [self.spec.arrow.field(i) for i in range(len(have), len(self.spec.columns))]
         if have == self.spec.columns[: len(have)] and added and all(f.nullable for f in added):
-            from deltalake.schema import (
-                Field,  # columns a newer storelib added: nullable, at the end
-            )
+            from deltalake.schema import Field  # columns a newer storelib added: nullable, at the end
 
             dt.alter.add_columns([Field.from_arrow(f) for f in added])
             have = [f.name for f in self.snapshot().schema().fields]

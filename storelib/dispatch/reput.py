@@ -34,11 +34,7 @@ from storelib.filter.summary import summarizer_for
 from storelib.model.config import StoreConfig
 from storelib.model.errors import ConcurrentWriteError, StoreCorruptedError, StoreError
 from storelib.storage.commitlog import COMMITLOG_MARKER, is_clustered
-from storelib.storage.dispatched import (
-    REPUT_MARKER,
-    ahead_of_commitlog,
-    dispatch_targets,
-)
+from storelib.storage.dispatched import REPUT_MARKER, ahead_of_commitlog, dispatch_targets
 from storelib.storage.schema import CLUSTERED_ROW_GROUP_ROWS
 from storelib.storage.summaries import compact_summaries, record_summaries
 

@@ -18,12 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from storelib.encoding.arrow import Distinct
-from storelib.encoding.hashcode import (
-    java_hash_code_column,
-    java_string_hash,
-    powers_of_31,
-    string_hashes,
-)
+from storelib.encoding.hashcode import java_hash_code_column, java_string_hash, powers_of_31, string_hashes
 from storelib.model.errors import StoreError, require_int
 
 if TYPE_CHECKING:

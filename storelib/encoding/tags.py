@@ -15,11 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
-from storelib.encoding.hashcode import (
-    java_hash_code_column,
-    java_hash_codes,
-    java_string_hash,
-)
+from storelib.encoding.hashcode import java_hash_code_column, java_hash_codes, java_string_hash
 
 if TYPE_CHECKING:
     from pyspark.sql import Column

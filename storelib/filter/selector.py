@@ -18,11 +18,7 @@ from typing import TYPE_CHECKING
 
 from storelib.filter.sql92 import parse_sql92
 from storelib.filter.tag import ExpressionType, build_subscription
-from storelib.model.errors import (
-    FilterClassError,
-    FilterExpressionError,
-    FilterNotSupportedError,
-)
+from storelib.model.errors import FilterClassError, FilterExpressionError, FilterNotSupportedError
 
 if TYPE_CHECKING:
     from storelib.model.config import StoreConfig

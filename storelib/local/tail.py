@@ -58,25 +58,12 @@ from storelib.encoding.ext_addr import MAX_EXT_ADDR
 from storelib.filter.message_filter import MessageFilter
 from storelib.filter.selector import MessageSelector
 from storelib.local.tails import TAIL_UNITS, Tail, Tails, by_queue
-from storelib.local.wire import (
-    ANSWER,
-    Client,
-    Request,
-    Server,
-    local_address,
-    pack,
-    unpack,
-)
+from storelib.local.wire import ANSWER, Client, Request, Server, local_address, pack, unpack
 from storelib.model.errors import StoreStateError
 from storelib.model.message import MESSAGE_COLUMNS, StoredMessage
 from storelib.storage.commitlog import COMMITLOG_MARKER
 from storelib.storage.commitlog_reads import message_rows, min_physical_offset
-from storelib.storage.consume_queue import (
-    min_queue_marker,
-    queue_files,
-    queue_offsets,
-    read_units,
-)
+from storelib.storage.consume_queue import min_queue_marker, queue_files, queue_offsets, read_units
 from storelib.storage.schema import COMMITLOG
 
 __all__ = [

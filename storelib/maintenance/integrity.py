@@ -31,11 +31,7 @@ from storelib.delta.table import Table
 from storelib.encoding.record import message_lengths
 from storelib.model.errors import StoreCorruptedError
 from storelib.storage.commitlog import COMMITLOG_MARKER
-from storelib.storage.dispatched import (
-    REPUT_MARKER,
-    ahead_of_commitlog,
-    dispatch_targets,
-)
+from storelib.storage.dispatched import REPUT_MARKER, ahead_of_commitlog, dispatch_targets
 from storelib.storage.expired import bridged, read_runs
 
 __all__ = ["store_problems", "check_store"]

@@ -16,12 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from storelib.model.errors import (
-    ConfigError,
-    InvalidTopicError,
-    TopicPermissionError,
-    require_int,
-)
+from storelib.model.errors import ConfigError, InvalidTopicError, TopicPermissionError, require_int
 
 __all__ = [
     "PERM_READ",

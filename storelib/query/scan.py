@@ -10,12 +10,7 @@ from typing import TYPE_CHECKING
 
 from storelib.context import StoreContext
 from storelib.delta.stats import Prune
-from storelib.model.errors import (
-    InvalidQueueIdError,
-    OffsetError,
-    StoreError,
-    require_int,
-)
+from storelib.model.errors import InvalidQueueIdError, OffsetError, StoreError, require_int
 from storelib.model.topic import validate_topic
 from storelib.storage.consume_queue import min_offset
 

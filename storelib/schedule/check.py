@@ -44,19 +44,9 @@ from storelib.filter.class_batch import message_views
 from storelib.model.errors import ProgressMovedError, TransactionError
 from storelib.model.message import MessageConst, StoredMessage
 from storelib.model.timestamps import epoch_ms, now_ms
-from storelib.model.topic import (
-    TRANS_CHECK_MAX_TIME_TOPIC,
-    TRANS_HALF_TOPIC,
-    validate_group,
-)
+from storelib.model.topic import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, validate_group
 from storelib.schedule.deliver import restaged
-from storelib.schedule.transaction import (
-    CHECK_MARKER,
-    TransactionState,
-    ended_rows,
-    keep,
-    pending_halves,
-)
+from storelib.schedule.transaction import CHECK_MARKER, TransactionState, ended_rows, keep, pending_halves
 from storelib.storage.commitlog import Progress
 from storelib.storage.schema import TRANSACTION_CHECKER
 

@@ -37,21 +37,11 @@ from storelib.encoding.ext_addr import MAX_EXT_ADDR
 from storelib.encoding.message_id import decode_message_id
 from storelib.encoding.properties import edit_properties, properties_lengths
 from storelib.encoding.record import message_lengths
-from storelib.model.errors import (
-    MessageNotFoundError,
-    ProgressMovedError,
-    StoreError,
-    TimerMessageError,
-)
+from storelib.model.errors import MessageNotFoundError, ProgressMovedError, StoreError, TimerMessageError
 from storelib.model.message import MessageConst, SysFlag
 from storelib.model.timestamps import epoch_ms, now_ms
 from storelib.model.topic import SCHEDULE_TOPIC, TIMER_TOPIC
-from storelib.storage.commitlog import (
-    STAGED_SCHEMA,
-    EncodedMessage,
-    Progress,
-    now_millis,
-)
+from storelib.storage.commitlog import STAGED_SCHEMA, EncodedMessage, Progress, now_millis
 from storelib.storage.commitlog_reads import read_messages
 from storelib.storage.consume_queue_ext import ext_units_of
 from storelib.storage.dispatched import REPUT_MARKER

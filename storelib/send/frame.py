@@ -25,13 +25,7 @@ from storelib.encoding.properties import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATO
 from storelib.encoding.record import message_lengths
 from storelib.encoding.uniq_id import uniq_ids
 from storelib.model.errors import StoreError
-from storelib.model.message import (
-    BLANK_ENTRY_PATTERN,
-    PROPERTY_JOIN,
-    RESERVED_PROPERTIES,
-    MessageConst,
-    SysFlag,
-)
+from storelib.model.message import BLANK_ENTRY_PATTERN, PROPERTY_JOIN, RESERVED_PROPERTIES, MessageConst, SysFlag
 from storelib.model.topic import TopicConfig, validate_topic
 from storelib.model.validation import (
     BLANK_PROPERTY,

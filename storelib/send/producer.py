@@ -22,43 +22,18 @@ from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 import pyarrow as pa
 
-from storelib.encoding.uniq_id import (
-    UniqIdGenerator,
-    local_ip,
-    month_start_ms,
-    uniq_id_prefix_hex,
-)
+from storelib.encoding.uniq_id import UniqIdGenerator, local_ip, month_start_ms, uniq_id_prefix_hex
 from storelib.local.relay import RELAY_IN_FLIGHT, relay_for
 from storelib.model.config import StoreConfig
 from storelib.model.errors import MessageError, error_from_record
-from storelib.model.message import (
-    PROPERTY_JOIN,
-    Message,
-    MessageConst,
-    SendResult,
-    SysFlag,
-)
+from storelib.model.message import PROPERTY_JOIN, Message, MessageConst, SendResult, SysFlag
 from storelib.model.topic import TopicConfig
 from storelib.model.validation import check_queue_id, check_send_topic, validate_message
-from storelib.send.arrow_frame import (
-    DATAFRAME_COLUMNS,
-    NULL_VALUE,
-    check_columns,
-    spark_types,
-)
+from storelib.send.arrow_frame import DATAFRAME_COLUMNS, NULL_VALUE, check_columns, spark_types
 from storelib.send.frame import NULL_KEY, EncodedFrame, UniqKeys
 from storelib.send.group_commit import GroupCommitProducer, then
-from storelib.send.schedule import (
-    plan_schedule,
-    split_timer_properties,
-    timer_deliver_ms,
-)
-from storelib.storage.commitlog import (
-    AppendResult,
-    CommitLog,
-    EncodedMessage,
-    now_millis,
-)
+from storelib.send.schedule import plan_schedule, split_timer_properties, timer_deliver_ms
+from storelib.storage.commitlog import AppendResult, CommitLog, EncodedMessage, now_millis
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame

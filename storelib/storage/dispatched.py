@@ -33,9 +33,7 @@ def queued(rows: "DataFrame") -> "DataFrame":
     >>> queued(store.messages("TopicTest")).count()       # not prepared, not rolled back
     1
     """
-    from pyspark.sql import (
-        functions as F,  # pyspark is not imported by the pyarrow-only paths
-    )
+    from pyspark.sql import functions as F  # pyspark is not imported by the pyarrow-only paths
 
     kind = F.col("sysflag").bitwiseAND(F.lit(SysFlag.TRANSACTION_ROLLBACK_TYPE))
     return rows.where(kind.isin(*SysFlag.QUEUED_TRANSACTION_TYPES))

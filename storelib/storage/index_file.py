@@ -21,11 +21,7 @@ import pyarrow.compute as pc
 
 from storelib.delta.stats import Prune
 from storelib.delta.table import Table
-from storelib.encoding.index_key import (  # noqa: F401  (doctest)
-    index_key_hash,
-    index_key_hashes,
-    topic_key_prefixes,
-)
+from storelib.encoding.index_key import index_key_hash, index_key_hashes, topic_key_prefixes  # noqa: F401  (doctest)
 from storelib.model.message import MessageConst
 from storelib.model.timestamps import arrow_timestamp
 from storelib.storage.schema import INDEX

@@ -13,13 +13,7 @@ import pyarrow as pa
 
 from storelib.delta.rows import delete_rows, replace_rows
 from storelib.delta.table import Table
-from storelib.model.errors import (
-    ConfigError,
-    InvalidQueueIdError,
-    ReservedTopicError,
-    TopicNotFoundError,
-    require_int,
-)
+from storelib.model.errors import ConfigError, InvalidQueueIdError, ReservedTopicError, TopicNotFoundError, require_int
 from storelib.model.topic import (
     PERM_INHERIT,
     PERM_PRIORITY,

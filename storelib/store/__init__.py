@@ -23,12 +23,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from storelib.consume.get_message import GetMessageResult
 from storelib.consume.offsets import commit_offset, consumer_lag
-from storelib.consume.pull import (
-    PullMessageProcessor,
-    PullRequest,
-    PullResult,
-    get_message_by_selector,
-)
+from storelib.consume.pull import PullMessageProcessor, PullRequest, PullResult, get_message_by_selector
 from storelib.consume.retry import send_back
 from storelib.consume.subscription import subscribe
 from storelib.context import StoreContext
@@ -49,12 +44,7 @@ from storelib.query.lookup import MessageQuery
 from storelib.query.read import ReadExplain, explain_read, read_topic
 from storelib.schedule.check import CheckResult, check_transactions, register_checker
 from storelib.schedule.deliver import DeliveryResult, deliver, recall
-from storelib.schedule.transaction import (
-    TransactionSendResult,
-    TransactionState,
-    end_transaction,
-    send_in_transaction,
-)
+from storelib.schedule.transaction import TransactionSendResult, TransactionState, end_transaction, send_in_transaction
 from storelib.send.group_commit import GroupCommitProducer
 from storelib.session import ensure_session, get_spark, session_source
 from storelib.storage.commitlog import AppendResult

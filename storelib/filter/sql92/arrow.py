@@ -35,12 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from storelib.encoding.properties import property_array
-from storelib.filter.sql92.java import (
-    ASCII_DIGITS,
-    JAVA_DOUBLE_SYNTAX,
-    UNICODE_DIGITS,
-    java_parse_double,
-)
+from storelib.filter.sql92.java import ASCII_DIGITS, JAVA_DOUBLE_SYNTAX, UNICODE_DIGITS, java_parse_double
 from storelib.filter.sql92.states import (
     ERROR,
     FALSE,

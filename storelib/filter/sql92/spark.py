@@ -26,12 +26,7 @@ from typing import Callable, Sequence
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
-from storelib.filter.sql92.java import (
-    ASCII_DIGITS,
-    JAVA_DOUBLE_SYNTAX,
-    JAVA_INT_SYNTAX,
-    UNICODE_DIGITS,
-)
+from storelib.filter.sql92.java import ASCII_DIGITS, JAVA_DOUBLE_SYNTAX, JAVA_INT_SYNTAX, UNICODE_DIGITS
 from storelib.filter.sql92.states import (
     ERROR,
     FALSE,
