@@ -1,29 +1,6 @@
 """Pulling: RocketMQ's PullMessageProcessor and the client's PullAPIWrapper over :mod:`storelib.consume.get_message`.
 
-A pull checks the request as the broker does, each refusal a typed error with RocketMQ's response
-code; asks the store for a batch (:func:`~storelib.consume.get_message.get_message`); turns the store's
-status into a response code and the client's ``PullStatus``; and, on the client side, re-checks
-each message's TAGS string (the broker matches tag *hash codes* only):
-
-=========================  =====================================  ===================
-GetMessageStatus           response code                          PullStatus
-=========================  =====================================  ===================
-FOUND                      SUCCESS                                FOUND
-NO_MATCHED_MESSAGE         PULL_RETRY_IMMEDIATELY                 NO_MATCHED_MSG
-MESSAGE_WAS_REMOVING       PULL_RETRY_IMMEDIATELY                 NO_MATCHED_MSG
-OFFSET_FOUND_NULL          PULL_NOT_FOUND                         NO_NEW_MSG
-OFFSET_OVERFLOW_ONE        PULL_NOT_FOUND                         NO_NEW_MSG
-NO_MESSAGE_IN_QUEUE        PULL_NOT_FOUND (offset 0), else MOVED  NO_NEW_MSG / ILLEGAL
-OFFSET_TOO_SMALL           PULL_OFFSET_MOVED                      OFFSET_ILLEGAL
-OFFSET_OVERFLOW_BADLY      PULL_OFFSET_MOVED                      OFFSET_ILLEGAL
-=========================  =====================================  ===================
-
-A pull that finds nothing new (``PULL_NOT_FOUND``) with ``suspend_timeout_ms`` is held until a
-matching message arrives or the time runs out (:mod:`storelib.consume.long_polling`).
-
-A class subscription filters as its tag expression does, then runs its class on each message that
-passes, in this process, where RocketMQ's filter server ran it; the class's failures come back in
-:attr:`PullResult.filter_errors`.
+Details: ``docs/internals.md``, section storelib.consume.pull.
 
 >>> p = store.pull("GroupA", "TopicTest", queue_id=r.queue_id, offset=0, max_msgs=32)
 >>> p.status, p.next_begin_offset, len(p.messages)

@@ -1,21 +1,6 @@
 """Batch reads of the ``rocketmq`` source: pushed filters answered the way the store's API answers them.
 
-The planner (:func:`plan`) runs where Spark plans the read, with pyarrow and deltalake only; it picks the
-first of these that the accepted filters allow:
-
-1. ``msg_id = / IN``: the ids' commitlog offsets (``viewMessageById``): one file each;
-2. a key (``keys =``, ``uniq_key =``, or ``key =`` of ``messages_by_key``) with the topic: the index's hash
-   slot (``queryMessage``), then the messages it points at;
-3. ``topic`` and ``queue_id`` (with an optional ``queue_offset`` range): the consume queue's units of
-   those queues, then their messages;
-4. otherwise a scan of the commitlog files whose statistics can hold the rows (topic, commitlog offset
-   and store time ranges), one partition per file, run by the executors.
-
-Ways 2 and 3 answer from what dispatch has built; the commitlog past the index's or the consume queue's
-dispatch marker (not dispatched yet) is scanned too, so no message is missed. Every partition then
-applies the exact predicate of the accepted filters, so a row comes back only if it passes them all.
-Like the consume queue, way 3 sees only messages a consumer can get (not prepared or rolled-back
-transactional ones).
+Details: ``docs/internals.md``, section storelib.datasource.batch.
 
 >>> from pyspark.sql.datasource import EqualTo
 >>> reader = MessageReader(SourceOptions.parse({"store": store.root}), None)

@@ -1,22 +1,6 @@
 """The ``rocketmq`` data source's options, checked once, and the shapes of its tables.
 
-=========================  ================================================================================
-option                     meaning
-=========================  ================================================================================
-``store`` (or ``path``)    the store's root folder or URI (``load(path)`` sets ``path``); required
-``table``                  ``messages`` (one row per message, the default) or ``messages_by_key`` (one row
-                           per message and key, with ``key`` and ``kind`` = ``KEYS`` / ``UNIQ_KEY``)
-``group``                  streams: the consumer group whose subscription and offsets the stream uses
-``topic``                  streams: the topic it consumes
-``startingOffsets``        streams: ``group`` (its committed offsets, the default; ``earliest`` where it has
-                           none), ``earliest`` or ``latest``
-``maxMessagesPerTrigger``  streams: at most this many consume queue units per micro-batch (all by default)
-``commitOffsets``          streams: commit the group's offsets when Spark commits a batch (``true``)
-``partitions``             batch reads: how many partitions a scan is split into (default: the files' count,
-                           at most 256)
-``checkpointLocation``     streaming writes: the query's checkpoint (Spark's own option), which names its
-                           batches in the commitlog so a replayed batch is stored once
-=========================  ================================================================================
+Details: ``docs/internals.md``, section storelib.datasource.options.
 
 >>> o = SourceOptions.parse({"path": "/data/store", "table": "messages_by_key"})
 >>> o.store, o.table, o.schema().fieldNames()[:3]

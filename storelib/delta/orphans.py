@@ -1,19 +1,6 @@
 """Orphan files: data files in a table's folder that no commit of its log mentions.
 
-A writer that dies between writing its Parquet files and committing them (a killed dispatch,
-compaction or send) leaves files no snapshot will ever read. Delta's VACUUM only deletes files a
-commit removed; these it never sees. Here a file is an orphan when it is neither in the newest
-snapshot nor a tombstone that VACUUM will handle, and it is older than a safety window longer than
-any job runs (``orphan_file_min_age_hours``): a younger unreferenced file may belong to a write
-that is about to commit, and is left alone.
-
-Files a commit removed are orphans too once their tombstones have left the log, which a store's
-local tables keep only briefly (:data:`~storelib.delta.table.TOMBSTONE_RETENTION`). Their age counts
-from their removal, not their writing: :meth:`~storelib.delta.table.Table.commit` stamps each removed
-file with the time. So the same window keeps them for readers still on an older snapshot.
-
-Folders whose names start with ``_`` or ``.`` (``_delta_log``, ``_staging``) are not data; the
-staging folder has its own clean-up (:meth:`~storelib.storage.commitlog.CommitLog.clean_staging`).
+Details: ``docs/internals.md``, section storelib.delta.orphans.
 
 >>> import os
 >>> t = store.context.tables.consume_queue

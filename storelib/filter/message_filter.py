@@ -1,20 +1,6 @@
 """``MessageFilter``: one selector's two checks, RocketMQ's ExpressionMessageFilter as Spark columns.
 
-A read asks two questions of every message, as the broker does:
-
-1. **by consume queue** (``isMatchedByConsumeQueue``), over the queue unit alone: the real tag
-   code against the subscription's code set, or - for a registered SQL92 subscription - the
-   group's Bloom bits against the message's filter bitmap. Units whose bitmap cannot be trusted
-   (none, the wrong length, or computed before the subscription was registered) pass, as
-   RocketMQ lets them pass, and are decided by step 2.
-2. **by commitlog** (``isMatchedByCommitLog`` and the client's tag re-check): the exact test on
-   the message - its TAGS string in the tags set, or the SQL92 predicate over its properties.
-
-Step 1 never drops a message step 2 would keep; step 2 makes the answer exact (hash collisions,
-Bloom false positives). The same checks exist as Python methods for point reads of a few messages.
-
-A class selector's tag expression makes both stages a tag subscription's; its class runs after
-step 2 (:attr:`MessageFilter.class_filter`, :mod:`storelib.filter.class_filter`).
+Details: ``docs/internals.md``, section storelib.filter.message_filter.
 
 >>> from storelib.filter.selector import MessageSelector
 >>> f = MessageFilter("TopicTest", MessageSelector.by_tag("Aa"))

@@ -1,20 +1,6 @@
 """Tag subscriptions: RocketMQ's ``FilterAPI``, ``SubscriptionData`` and its two-stage tag match.
 
-A consumer subscribes to a topic with a *tag expression*: ``"*"`` (everything) or tags joined by
-``||`` (``"TagA || TagB"``). ``FilterAPI`` turns the text into a ``SubscriptionData``: the tags,
-trimmed, in ``tags_set``, and each tag's Java ``String.hashCode`` in ``code_set``. A message
-carries at most one TAGS string, stored whole (never split) with its hash in the consume queue
-as ``tagsCode``. Matching then happens twice:
-
-1. **Code stage** (broker, ``ExpressionMessageFilter.isMatchedByConsumeQueue``): only the consume
-   queue's 64-bit ``tagsCode`` is at hand; it passes when its low 32 bits are in ``code_set``. Two
-   different tags with the same hash (``"Aa"`` and ``"BB"``) both pass.
-2. **Tag stage** (client, ``PullAPIWrapper.processPullResult``): the message's TAGS string must be
-   in ``tags_set``, which tells such collisions apart.
-
-:func:`code_match_column` and :func:`tag_match_column` are both stages as Spark columns;
-:meth:`SubscriptionData.matches_code` / :meth:`SubscriptionData.matches_tag` are the same for a
-single value.
+Details: ``docs/internals.md``, section storelib.filter.tag.
 
 >>> sub = build_subscription("TopicTest", "TagA || TagB")
 >>> sorted(sub.tags_set), sub.matches_tag("TagB"), sub.matches_tag("TagC")

@@ -1,21 +1,6 @@
 """The transaction check-back: RocketMQ's TransactionalMessageCheckService.
 
-:func:`check_transactions` looks at every pending half message (:func:`~storelib.schedule.transaction.pending_halves`)
-older than ``transaction_timeout_ms`` (or its own ``CHECK_IMMUNITY_TIME_IN_SECONDS``, whichever is
-later), and asks its producer group's checker (a Python callable registered by import path with
-:func:`register_checker`) for the state of its local transaction:
-
-* COMMIT / ROLLBACK end it as :func:`~storelib.schedule.transaction.end_transaction` would;
-* UNKNOW (also a checker that raises, hangs past ``transaction_checker_timeout_ms``, or is not
-  registered; the error is reported) puts the half message back at the end of the half queue with
-  ``TRANSACTION_CHECK_TIMES`` one higher (``putBackHalfMsgQueue``), to be asked again;
-* a half message already checked ``transaction_check_max`` (15) times is given up: rolled back (an op
-  message) and kept in ``TRANS_CHECK_MAX_TIME_TOPIC`` (``resolveDiscardMsg``).
-
-Everything a run decides is written in ONE commitlog commit together with the moved check progress
-(the oldest half message still too young, or the commitlog's end), expecting the progress and the op
-queue to be as read: kill the run anywhere and rerun it, nothing is committed twice and no decision
-is lost (the checker is simply asked again).
+Details: ``docs/internals.md``, section storelib.schedule.check.
 
 >>> from storelib import Message
 >>> from storelib.schedule.transaction import send_half

@@ -1,22 +1,6 @@
 """Transactional messages: half messages, ending them, and the broker's check-back.
 
-RocketMQ's two-phase send, on the commitlog:
-
-1. :func:`send_half` stores the message as a *half message* (``TransactionalMessageBridge.parseHalfMessageInner``):
-   ``TRAN_MSG=true``, ``PGROUP`` (the producer group), ``__transactionId__`` (its UNIQ_KEY, the
-   transaction id), ``REAL_TOPIC`` / ``REAL_QID``, under ``RMQ_SYS_TRANS_HALF_TOPIC`` queue 0 with
-   its transaction bits reset to "not a transaction" as the broker stores it (the client sent it
-   prepared). No consumer of the real topic sees it, nor a key lookup of the real topic.
-2. :func:`end_transaction` writes an *op message* (``RMQ_SYS_TRANS_OP_HALF_TOPIC`` queue 0, tag ``d``,
-   body ``"<half queue offset>,"``) and, on COMMIT, the real message (``endMessageTransaction``:
-   ``REAL_TOPIC`` / ``REAL_QID`` cleared, sysflag COMMIT), both in ONE commitlog commit. A
-   transaction already ended raises :class:`~storelib.model.errors.TransactionEndedError` and writes nothing.
-
-Which half messages are pending is read from the commitlog past the check progress (a ``txn``
-marker of the commitlog: every half message before it has been ended, given up, or put back for a
-later check): half messages there without an op message. Every write that ends a transaction
-expects the check progress and the op queue's end to be what it read, so an end and a check-back
-can never both decide one transaction.
+Details: ``docs/internals.md``, section storelib.schedule.transaction.
 
 >>> from storelib import Message
 >>> r = send_in_transaction(store.context, Message("TopicTest", body=b"order"),

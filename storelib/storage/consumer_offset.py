@@ -1,24 +1,6 @@
 """Consumer offsets: RocketMQ's ConsumerOffsetManager on the ``consumer_offset`` Delta table.
 
-A consumer group commits, per queue, the next queue offset it will consume (``commitOffset``) and
-asks for it back when it starts or rebalances (``queryOffset``: -1 when it never committed). Here
-every commit is one Delta commit of the ``consumer_offset`` table, made as exactly the version after
-the snapshot it read (N+1), and each row it writes carries that version in ``commit_version``. The
-row with the highest ``commit_version`` of a (group, topic, queue) is the committed offset, so
-
-* committers of different queues never lose each other's commits (each commit only adds rows), and
-* of two commits of the same queue the later one wins, even when it moves the offset backwards
-  (a reset), as ``commitOffset`` overwrites.
-
-Each commit adds a small file. When a table holds more than ``consumer_offset_compact_files`` of
-them, the latest row of every queue is rewritten into one file sorted by group, topic and queue,
-and the old files are removed, in one commit that again must be exactly version N+1: if another
-commit lands first, the rewrite is computed again from the newer snapshot, so no commit is lost.
-A process that dies between writing its file and committing it leaves an unreferenced file that no
-snapshot reads (``vacuum`` deletes it); the next commit goes through normally.
-
-Lookups prune files by their ``consumer_group`` statistics and read with pyarrow on this process:
-no Spark job runs.
+Details: ``docs/internals.md``, section storelib.storage.consumer_offset.
 
 >>> import tempfile
 >>> from storelib.storage.schema import CONSUMER_OFFSET

@@ -1,29 +1,6 @@
 """The store's tables and their columns: the one place they are defined and documented.
 
-Each column's description is written into the Delta table's schema as the field's ``comment``, so
-users see it where they look at the data (``DESCRIBE TABLE`` on Databricks, ``DeltaTable.schema()``
-in deltalake). ``python -m storelib.storage.schema`` prints them all.
-
-Tables, as folders under the store's root:
-
-=============================  ====================================================================
-``commitlog``                  every message, in append order (RocketMQ's CommitLog)
-``commitlog_summary``          per clustered commitlog row group: tag codes, OR of bitmaps (pruning)
-``consume_queue``              one row per message and queue: where to find it (ConsumeQueue)
-``consume_queue_ext``          filter bitmap, store time, real tag code (ConsumeQueueExt)
-``consume_queue_ext_summary``  per ext file: OR of its bitmaps, its tag codes (file-level pruning)
-``index``                      one row per KEYS key and per UNIQ_KEY (IndexFile)
-``topic_config``               topics with their queue counts and permissions (TopicConfigManager)
-``subscription``               subscriptions by consumer group and topic (ConsumerFilterManager)
-``subscription_group``         consumer group settings (SubscriptionGroupManager)
-``consumer_offset``            committed offsets by group, topic and queue (ConsumerOffsetManager)
-``transaction_checker``        check-back callables of producer groups, by import path
-``commitlog_expired``          commitlog offset runs that per-topic retention removed from shared files
-=============================  ====================================================================
-
-No table is Delta-partitioned: the writers cluster rows into files instead (one queue's offset
-range, one key-hash range, one commitlog offset range per file) and every file carries min/max
-statistics, so readers skip files the way Delta's data skipping does.
+Details: ``docs/internals.md``, section storelib.storage.schema.
 
 >>> TABLES["consume_queue"].arrow.names
 ['topic', 'queue_id', 'queue_offset', 'commitlog_offset', 'size', 'tags_code', 'store_timestamp']

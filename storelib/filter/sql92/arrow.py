@@ -1,19 +1,6 @@
 """SQL92 trees evaluated over Arrow arrays of properties, vectorized: pyarrow.compute and numpy.
 
-The Arrow counterpart of :mod:`~storelib.filter.sql92.spark`, for work on whole record batches
-(dispatch's CalcBitMap on the executors): every boolean node gives a numpy array of *states*
-(:mod:`~storelib.filter.sql92.states`: FALSE, TRUE, null, an exception) with one entry per row, and a
-parent combines its children's states through the tables the reference evaluator
-(:mod:`~storelib.filter.sql92.java`) fills in, so three-valued logic, left-to-right short-circuit and
-exceptions are RocketMQ's by construction. The trees are compiled once into a list of steps
-(common subtrees shared), so a batch costs only its array operations. Only what depends on property
-text is computed by hand, once per array for all trees: each property's values (by position when
-every map has the same keys in the same order, else by matching keys), null tests, string
-equality, ``IN``/``CONTAINS``-like tests, ``Boolean.valueOf`` and the Java number parsers. Those
-parse the common case in Arrow kernels (plain ASCII digits: a cast; a decimal double: the Java syntax
-as a regular expression, then a cast); the rare cases take slower routes that are still vectorized:
-signs and overflow by a few more kernels, Unicode digits made ASCII by ten regular-expression
-replacements, hex doubles parsed once per distinct value. No Python runs per row.
+Details: ``docs/internals.md``, section storelib.filter.sql92.arrow.
 
 >>> from storelib.filter.sql92 import parse_sql92
 >>> props = pa.array([[("a", "7")], [("a", "x")], [], [("a", "+0５")]], pa.map_(pa.string(), pa.string()))
