@@ -204,13 +204,4 @@ def send_back(
     )
     rows = ctx.commitlog.append([encoded]).rows
     assert rows is not None  # append answers a row per message
-    row = rows[0]
-    return SendResult(
-        "SEND_OK",
-        row["msg_id"],
-        row["uniq_key"],
-        row["topic"],
-        row["queue_id"],
-        row["queue_offset"],
-        row["physical_offset"],
-    )
+    return SendResult.of_row(rows[0])

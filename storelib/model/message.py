@@ -237,6 +237,24 @@ class SendResult:
     def offset_msg_id(self) -> str:
         return self.msg_id
 
+    @classmethod
+    def of_row(cls, row: Mapping) -> "SendResult":
+        """The result of a message appended as ``row`` (a row the commitlog's append answers with).
+
+        >>> SendResult.of_row({"msg_id": "ID", "uniq_key": "K", "topic": "T", "queue_id": 1, "queue_offset": 2,
+        ...                    "physical_offset": 3}).commitlog_offset
+        3
+        """
+        return cls(
+            "SEND_OK",
+            row["msg_id"],
+            row["uniq_key"],
+            row["topic"],
+            row["queue_id"],
+            row["queue_offset"],
+            row["physical_offset"],
+        )
+
 
 @dataclass(frozen=True)
 class StoredMessage:

@@ -91,18 +91,7 @@ class Producer:
 
     @staticmethod
     def _results(rows: list[dict]) -> list[SendResult]:
-        return [
-            SendResult(
-                "SEND_OK",
-                r["msg_id"],
-                r["uniq_key"],
-                r["topic"],
-                r["queue_id"],
-                r["queue_offset"],
-                r["physical_offset"],
-            )
-            for r in rows
-        ]
+        return [SendResult.of_row(r) for r in rows]
 
     def group_commit(
         self,
