@@ -1,16 +1,6 @@
 """Structured Streaming reads of the ``rocketmq`` source: a consumer group consuming one topic.
 
-An offset is the group's position in each queue, ``{"<queue_id>": <queue offset>}`` (Kafka's source
-keeps partition → offset the same way). A stream starts from the group's committed offsets (``earliest``
-where it has none), or from ``earliest`` / ``latest``; Spark's checkpoint takes over once the query
-has run. A micro-batch takes, per queue, the messages between its start and end: it finds in the consume
-queue where the range starts and ends in the commitlog, reads each commitlog file in that span once
-(one task per run of files, whatever queues the rows belong to; tags pushed down to the Parquet row
-groups), and keeps what the group's subscription takes (TAGS for tag subscriptions, the SQL92 expression
-over the properties, or the filter class), so the stream delivers what the group's pulls would, with
-the consume queue's rule for transactional messages. ``maxMessagesPerTrigger`` caps the units per batch;
-when Spark commits a batch the group's consumer offsets move to its end (``commitOffsets``), so
-``consumer_lag`` and a new query see the progress.
+Details: ``docs/internals.md``, section storelib.datasource.stream.
 
 >>> _ = store.subscribe("GroupS", "TopicTest", "TagA")
 >>> reader = GroupStreamReader(SourceOptions.parse({"store": store.root, "group": "GroupS", "topic": "TopicTest"},

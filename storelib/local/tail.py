@@ -1,27 +1,6 @@
 """Tail pulls: the follower answers pulls of what it has just dispatched, from memory.
 
-RocketMQ's broker answers a pull of fresh messages from its page cache: it wrote them a moment
-ago. Without a broker, every consumer process reads the tail itself: it brings its warm views of
-the consume queue and the commitlog forward, finds and decodes the new files, and takes its
-queues' units and messages out of them, every process the same files. A follower that serves
-pulls (``storelib dispatch --follow``, unless ``--no-serve-pulls``; :class:`TailServer`) instead reads each
-new consume queue version's units, and their messages, once, keeps the last :data:`TAIL_UNITS` units
-of every queue it was asked for, with their messages, within the ``tail_pulls_max_mb`` setting
-(:class:`Tails`: past it, the tails of the queues pulled least recently go first), and answers the
-pulls of that tail over a local socket (:mod:`storelib.local.wire`). The consumer's processor still
-makes every check of the request and turns the answer into the client's result as before; only
-``getMessage`` is asked of the follower.
-
-The follower answers only what it can answer exactly as :func:`~storelib.consume.get_message.get_message`
-would, from the newest consume queue version: a tag (or ``*``) subscription on a topic that is not
-a retry topic, an offset inside its tail, a tail that reaches the queue's end, no unit of the scan
-pointing at an ext unit, and every message still in the commitlog. Anything else, a follower that
-cannot be reached, or one that does not answer within :data:`TAIL_TIMEOUT_S`, and the pull reads
-the tables itself, as before: no answer depends on the follower being there.
-
-Consumers ask whenever a follower serves (the ``tail_pulls`` setting, on by default; a consumer that
-finds none looks again a second later); local stores on Linux (the socket lives in Linux's abstract
-namespace); the follower answers only processes of its own user.
+Details: ``docs/internals.md``, section storelib.local.tail.
 
 >>> from storelib import MessageStore
 >>> asking = MessageStore.open(store.root, spark)

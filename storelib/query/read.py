@@ -1,26 +1,6 @@
 """Reading a topic through a selector: pruning from what the store already knows, then the exact check.
 
-:func:`read_topic` is ``store.read(topic, selector | group=)``. The plan (:func:`plan_read`) is
-made on the driver from Delta statistics and summaries alone, without a Spark job:
-
-* **clustered data** (commitlog files compaction clustered, :mod:`storelib.maintenance.cluster`):
-  each row group's summary in ``commitlog_summary`` - its tag codes, the OR of its messages'
-  filter bitmaps, the groups no bitmap hits - rules it out or keeps it
-  (:meth:`MessageFilter.may_skip_file`). When they are a small share of the scan
-  (:data:`ROW_GROUP_LIMIT`), pyarrow tasks read the kept row groups and nothing else
-  (:mod:`storelib.delta.spark_read`); else Spark reads the files, the kept row groups named by
-  ``cluster_seq`` ranges pushed down to Parquet (for a tag selector the pushed ``tags`` predicate
-  skips the same row groups by their statistics, so no ranges are added);
-* **the fresh tail** (files still in append order): the topic's ``consume_queue_ext`` files whose
-  summaries cannot rule them out say which commitlog files may hold a match; only those are read.
-
-Then the plan estimates the bytes it will read against the plain scan of the topic's files; where
-pruning would not save enough (:data:`PRUNE_LIMIT`), that part is read as the plain scan. Either
-way the exact check (tag string or SQL92 predicate) runs on every row read, so hash collisions and
-Bloom false positives never reach the user, and tag predicates reach the Parquet reader as pushed
-filters too. A class selector prunes and checks by its tag expression, then its class runs on the
-executors over Arrow batches of the rows read (:mod:`storelib.filter.class_filter`).
-:func:`explain_read` returns the plan as data (:mod:`storelib.query.filter_stats` counts what each stage does).
+Details: ``docs/internals.md``, section storelib.query.read.
 
 >>> store.read("TopicTest", MessageSelector.by_tag("TagA")).count()
 1

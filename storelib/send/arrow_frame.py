@@ -1,9 +1,7 @@
 """User rows of messages as Arrow batches, encoded the way :meth:`Producer.encode_dataframe` encodes a
 DataFrame with Spark columns: for writers that get Arrow batches (the ``rocketmq`` sink), not a DataFrame.
 
-The encoded batch is what :class:`~storelib.send.frame.EncodedFrame` checks and completes: topic, body
-and its CRC, the user properties as joined names and values and their count, tags and keys (empty ones
-null), and the optional columns given (queue id, flag, born host, born time in milliseconds).
+Details: ``docs/internals.md``, section storelib.send.arrow_frame.
 
 >>> b = pa.RecordBatch.from_pydict({"topic": ["T"], "body": ["hi"], "keys": [["k1", "k2"]],
 ...                                 "properties": pa.array([[("a", "5")]], pa.map_(pa.string(), pa.string()))})

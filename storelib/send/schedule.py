@@ -1,17 +1,6 @@
 """Where a delayed message waits: RocketMQ's ``HookUtils.handleScheduleMessage`` at send time.
 
-* A **delay level** ``n > 0`` (4.x ``setDelayTimeLevel``; above the last level it is the last) stores
-  the message under ``SCHEDULE_TOPIC_XXXX``, queue ``n - 1``, with ``DELAY=n`` and ``REAL_TOPIC`` /
-  ``REAL_QID`` naming where it goes (``transformDelayLevelMessage``). Timer properties are dropped: a
-  level wins over a deliver time, as ``checkIfTimerMessage`` decides.
-* A **deliver time** (5.x ``setDeliverTimeMs``, or the ``TIMER_DELIVER_MS`` / ``TIMER_DELAY_SEC`` /
-  ``TIMER_DELAY_MS`` properties a 5.x client sets) in the future stores it under the timer topic
-  ``rmq_sys_wheel_timer``, queue 0, with ``TIMER_OUT_MS`` (the deliver time, to the millisecond: no
-  wheel precision here) and ``REAL_TOPIC`` / ``REAL_QID`` (``transformTimerMessage``). A deliver time
-  that is not a number, or further than ``timer_max_delay_ms`` away, is refused
-  (``WHEEL_TIMER_MSG_ILLEGAL``); one already past is stored as a normal message.
-
-:mod:`storelib.schedule` delivers both when their time comes.
+Details: ``docs/internals.md``, section storelib.send.schedule.
 
 >>> plan_schedule("Orders", 1, {"UNIQ_KEY": "K"}, delay_level=3, deliver_ms=None, now=0, levels=18, max_delay_ms=10)
 ('SCHEDULE_TOPIC_XXXX', 2, {'UNIQ_KEY': 'K', 'DELAY': '3', 'REAL_TOPIC': 'Orders', 'REAL_QID': '1'})
