@@ -37,7 +37,7 @@ SUMMARY_EVERY_S = 1.0
 INDEX_EVERY_S = 1.0
 #: A follower starts a round at most this often (ms) while messages keep coming: a round's commits, and the
 #: pulls it wakes in every consumer, cost per round, so back-to-back rounds of a few hundred messages cost
-#: more CPU than they save in wait on a busy machine (see the README's online figures).
+#: more CPU than they save in wait on a busy machine (see the online figures in docs/benchmarks.md).
 ROUND_MS = 120
 
 
