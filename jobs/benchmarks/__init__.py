@@ -1,6 +1,13 @@
 """Benchmark suites behind ``jobs/benchmark.py``: each measures the store against a baseline run in the
 same process (``send``: send and dispatch, key look-ups; ``filter``: filtered reads; ``pull``: pulls)."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
+
 
 def speedup(baseline_seconds: float, ours_seconds: float, digits: int = 2) -> str:
     """How many times faster ours is than the baseline, saying "slower" when it is below 1.
@@ -20,3 +27,18 @@ def percentile(values: list[float], q: float) -> float:
     """
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def keys_and_body(i: "Column") -> list["Column"]:
+    """A generated message's ``keys`` (``order-<i>``) and a 96-byte body of hashes of ``i``, as Spark columns:
+    what every suite's messages carry besides their topic, tags and properties.
+
+    >>> row = spark.range(7, 8).select(*keys_and_body(F.col("id"))).first()
+    >>> row.keys, len(row.body)
+    (['order-7'], 96)
+    """
+    from pyspark.sql import functions as F
+
+    text = i.cast("string")
+    body = F.concat(*(F.sha2(F.concat(text, F.lit(s)) if s else text, 256) for s in ("", "b", "c")))
+    return [F.array(F.concat(F.lit("order-"), text)).alias("keys"), F.unhex(body).alias("body")]

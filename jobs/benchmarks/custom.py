@@ -27,7 +27,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from jobs.benchmarks import speedup
+from jobs.benchmarks import keys_and_body, speedup
 from storelib.filter.selector import MessageSelector
 from storelib.session import parallelism
 
@@ -104,15 +104,8 @@ def custom_frame(spark: "SparkSession", n: int, partitions: int) -> "DataFrame":
     return spark.range(0, n, 1, partitions).select(
         F.lit(TOPIC).alias("topic"),
         F.concat(F.lit("Tag"), F.pmod(i, 8).cast("string")).alias("tags"),
-        F.array(F.concat(F.lit("order-"), i.cast("string"))).alias("keys"),
         props.alias("properties"),
-        F.unhex(
-            F.concat(
-                F.sha2(i.cast("string"), 256),
-                F.sha2(F.concat(i.cast("string"), F.lit("b")), 256),
-                F.sha2(F.concat(i.cast("string"), F.lit("c")), 256),
-            )
-        ).alias("body"),
+        *keys_and_body(i),
     )
 
 

@@ -41,7 +41,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
-from jobs.benchmarks import speedup
+from jobs.benchmarks import keys_and_body, percentile, speedup
 from storelib.filter.selector import MessageSelector
 from storelib.session import parallelism
 
@@ -85,15 +85,8 @@ def filter_frame(spark: "SparkSession", n: int, partitions: int) -> "DataFrame":
     return spark.range(0, n, 1, partitions).select(
         F.lit(TOPIC).alias("topic"),
         tags.alias("tags"),
-        F.array(F.concat(F.lit("order-"), i.cast("string"))).alias("keys"),
         props.alias("properties"),
-        F.unhex(
-            F.concat(
-                F.sha2(i.cast("string"), 256),
-                F.sha2(F.concat(i.cast("string"), F.lit("b")), 256),
-                F.sha2(F.concat(i.cast("string"), F.lit("c")), 256),
-            )
-        ).alias("body"),
+        *keys_and_body(i),
     )
 
 
@@ -183,7 +176,7 @@ class FilterFigures:
             )
         for kind, times in self.point_reads.items():
             out.append(
-                f"{kind:<30} p50 {1000 * _pct(times, 0.5):7.1f} ms  p99 {1000 * _pct(times, 0.99):7.1f} ms"
+                f"{kind:<30} p50 {1000 * percentile(times, 0.5):7.1f} ms  p99 {1000 * percentile(times, 0.99):7.1f} ms"
                 + (f"  commitlog files {self.lookup_files[kind]}" if kind in self.lookup_files else "")
             )
         if self.spark_floor_seconds:
@@ -225,19 +218,14 @@ class FilterFigures:
             "bare_sort_seconds": round(self.bare_sort_seconds, 3),
             "point_reads": {
                 k: {
-                    "p50_ms": round(1000 * _pct(t, 0.5), 1),
-                    "p99_ms": round(1000 * _pct(t, 0.99), 1),
+                    "p50_ms": round(1000 * percentile(t, 0.5), 1),
+                    "p99_ms": round(1000 * percentile(t, 0.99), 1),
                     "commitlog_files": self.lookup_files.get(k),
                 }
                 for k, t in self.point_reads.items()
             },
             "spark_floor_seconds": round(self.spark_floor_seconds, 3),
         }
-
-
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
 def input_bytes(spark: "SparkSession") -> dict[int, int]:

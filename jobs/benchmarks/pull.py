@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from jobs.benchmarks import speedup
+from jobs.benchmarks import percentile, speedup
 from storelib.session import parallelism
 
 if TYPE_CHECKING:
@@ -38,11 +38,6 @@ KINDS = [
 ]
 
 
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 @dataclass(frozen=True)
 class PullFigures:
     """Seconds per pull for each kind, the baseline's seconds per pull, and Spark jobs the pulls ran."""
@@ -53,30 +48,34 @@ class PullFigures:
     spark_jobs: int
 
     def lines(self) -> list[str]:
-        base50 = _pct(self.baseline, 0.5)
+        base50 = percentile(self.baseline, 0.5)
         out = [
             f"pull of 32 from a warm store of {self.messages:,} msgs; Spark jobs run by the pulls: {self.spark_jobs}"
         ]
         for name, times in self.pulls.items():
-            p50, p99 = _pct(times, 0.5), _pct(times, 0.99)
+            p50, p99 = percentile(times, 0.5), percentile(times, 0.99)
             out.append(
                 f"{name:<14} p50 {p50 * 1000:6.1f} ms  p99 {p99 * 1000:6.1f} ms  over {len(times)} pulls   "
                 f"baseline/ours at p50 {speedup(base50, p50, 1)}"
             )
         out.append(
-            f"{'spark pull':<14} p50 {base50 * 1000:6.1f} ms  p99 {_pct(self.baseline, 0.99) * 1000:6.1f} ms  "
+            f"{'spark pull':<14} p50 {base50 * 1000:6.1f} ms  p99 {percentile(self.baseline, 0.99) * 1000:6.1f} ms  "
             f"over {len(self.baseline)} pulls (baseline)"
         )
         return out
 
     def as_dict(self) -> dict:
         out = {
-            name: {"p50_ms": round(_pct(t, 0.5) * 1000, 1), "p99_ms": round(_pct(t, 0.99) * 1000, 1), "pulls": len(t)}
+            name: {
+                "p50_ms": round(percentile(t, 0.5) * 1000, 1),
+                "p99_ms": round(percentile(t, 0.99) * 1000, 1),
+                "pulls": len(t),
+            }
             for name, t in self.pulls.items()
         }
         out["baseline"] = {
-            "p50_ms": round(_pct(self.baseline, 0.5) * 1000, 1),
-            "p99_ms": round(_pct(self.baseline, 0.99) * 1000, 1),
+            "p50_ms": round(percentile(self.baseline, 0.5) * 1000, 1),
+            "p99_ms": round(percentile(self.baseline, 0.99) * 1000, 1),
             "pulls": len(self.baseline),
         }
         out["spark_jobs"] = self.spark_jobs

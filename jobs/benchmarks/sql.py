@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from jobs.benchmarks import speedup
+from jobs.benchmarks import keys_and_body, speedup
 from storelib.session import parallelism
 
 if TYPE_CHECKING:
@@ -103,15 +103,8 @@ def _frame(spark: "SparkSession", n: int, partitions: int) -> "DataFrame":
     return spark.range(0, n, 1, partitions).select(
         F.lit(TOPIC).alias("topic"),
         F.concat(F.lit("Tag"), F.pmod(i, 100).cast("string")).alias("tags"),
-        F.array(F.concat(F.lit("order-"), i.cast("string"))).alias("keys"),
         F.create_map(F.lit("a"), F.pmod(i, 7).cast("string")).alias("properties"),
-        F.unhex(
-            F.concat(
-                F.sha2(i.cast("string"), 256),
-                F.sha2(F.concat(i.cast("string"), F.lit("b")), 256),
-                F.sha2(F.concat(i.cast("string"), F.lit("c")), 256),
-            )
-        ).alias("body"),
+        *keys_and_body(i),
     )
 
 

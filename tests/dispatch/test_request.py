@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from storelib import Message
-from storelib.dispatch.request import DispatchRequests, deliver_times
+from storelib.dispatch.request import REQUEST_COLUMNS, DispatchRequests, deliver_times
 from storelib.encoding.ext_addr import decorate_ext_addr, is_ext_addr
 from storelib.encoding.index_key import index_key_hash
 from storelib.encoding.tags import tags_code
@@ -51,18 +51,7 @@ def batch(rows: list[dict]) -> pa.RecordBatch:
         "keys": None,
         "uniq_key": None,
     }
-    columns = [
-        "physical_offset",
-        "size",
-        "topic",
-        "queue_id",
-        "queue_offset",
-        "store_timestamp",
-        "sysflag",
-        "tags",
-        "keys",
-        "uniq_key",
-    ]
+    columns = list(REQUEST_COLUMNS)
     data = {c: [{**base, **r}[c] for r in rows] for c in columns}
     return pa.RecordBatch.from_pydict(data, schema=pa.schema([COMMITLOG.arrow.field(c) for c in columns]))
 
