@@ -368,8 +368,6 @@ class PullMessageProcessor:
                 value=selector.expression,
                 code="SYSTEM_ERROR",
             )
-        if selector.is_class:  # loads here, is the registered class, source allowed
-            selector = check_selector(topic, selector, ctx.config, group)
         message_filter = MessageFilter(topic, selector, subscription, ctx.registry.bloom_filter, config=ctx.config)
         if ctx.config.filter_support_retry and topic == retry_topic(group):
             return PullFilter(message_filter, retry=self._retry_filters(group))
@@ -379,7 +377,7 @@ class PullMessageProcessor:
         registered = self.ctx.registry.current().get((request.group, request.topic))
         if request.selector is not None:  # the pull carries its subscription (hasSubscriptionFlag)
             selector = request.selector
-            if selector.is_class and selector.filter_class_crc is None:  # compared by CRC with the registered one
+            if selector.is_class:  # loads here, is the registered class, source allowed; compared by CRC below
                 selector = check_selector(request.topic, selector, self.ctx.config, request.group)
             else:
                 selector.parse(request.topic, self.ctx.config)  # FilterAPI.build of the pull's own subscription
@@ -395,6 +393,8 @@ class PullMessageProcessor:
                 f"{request.group} to {request.topic}, older than the consumer's",
                 value=request.sub_version,
             )
+        if registered.selector.is_class:  # loads here, is the registered class
+            return check_selector(request.topic, registered.selector, self.ctx.config, request.group), registered
         return registered.selector, registered
 
     def _retry_filters(self, group: str) -> Callable[[str], MessageFilter | None]:
