@@ -28,6 +28,7 @@ __all__ = [
     "CONSUMER_OFFSET",
     "TRANSACTION_CHECKER",
     "COMMITLOG_EXPIRED",
+    "POP_LOG",
 ]
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
@@ -464,6 +465,29 @@ COMMITLOG_EXPIRED = TableSpec(
     ),
 )
 
+POP_LOG = TableSpec(
+    "pop_log",
+    pa.schema(
+        [
+            _f("kind", pa.int8(), "0 checkpoint (a message received), 1 ack, 2 sent to the DLQ, 3 pop offset", False),
+            _f("consumer_group", pa.string(), "Consumer group that received the message", False),
+            _f("topic", pa.string(), "Topic", False),
+            _f("queue_id", pa.int32(), "Queue of the topic", False),
+            _f("queue_offset", pa.int64(), "The message's queue offset; for kind 3, the queue's next pop offset", False),
+            _f("commitlog_offset", pa.int64(), "The message's commitlog offset (-1 for kind 3)", False),
+            _f("attempt", pa.int32(), "Delivery attempt of the checkpoint (1 the first time; 0 for kind 3)", False),
+            _f("pop_time", pa.int64(), "Epoch ms of the receive the row names (its receipt handle's)", False),
+            _f("invisible_until", pa.int64(), "Epoch ms when an unacked checkpoint's message is received again", False),
+        ]
+    ),
+    cluster_by=("consumer_group",),
+    sort_by=("consumer_group", "topic", "queue_id", "queue_offset"),
+    description=(
+        "Pop consumption (RocketMQ 5's receive, ack and invisibility): checkpoints, acks and pop offsets, "
+        "as RocketMQ's revive log holds them; rows merge in any order (storelib.storage.pop_log)."
+    ),
+)
+
 TABLES: dict[str, TableSpec] = {
     t.name: t
     for t in (
@@ -479,6 +503,7 @@ TABLES: dict[str, TableSpec] = {
         CONSUMER_OFFSET,
         TRANSACTION_CHECKER,
         COMMITLOG_EXPIRED,
+        POP_LOG,
     )
 }
 

@@ -23,7 +23,7 @@ class StoreTables:
 
     >>> tables = StoreTables.at(tmp + "/fresh").ensure()
     >>> tables.index.spec.name, len(tables.by_name())
-    ('index', 12)
+    ('index', 13)
     """
 
     commitlog: Table
@@ -38,6 +38,7 @@ class StoreTables:
     consumer_offset: Table
     transaction_checker: Table
     commitlog_expired: Table
+    pop_log: Table
 
     @classmethod
     def at(cls, root: str, properties: Mapping[str, str] | None = None) -> "StoreTables":
