@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from storelib.admin.output import Output
 from storelib.cli import Progress, run_job
+from storelib.model.config import SPARK_CONF_PREFIX, StoreConfig
 from storelib.store import MessageStore
 
 __all__ = ["build_parser", "main", "Verb", "add_verb"]
@@ -28,7 +29,13 @@ __all__ = ["build_parser", "main", "Verb", "add_verb"]
 Verb = Callable[[MessageStore, argparse.Namespace, Any, Progress], "str | None"]
 
 #: Where the verbs live, in the order ``--help`` lists them.
-VERB_MODULES = ("storelib.admin.topics", "storelib.admin.messages", "storelib.admin.consumers", "storelib.admin.upkeep")
+VERB_MODULES = (
+    "storelib.admin.topics",
+    "storelib.admin.messages",
+    "storelib.admin.consumers",
+    "storelib.admin.upkeep",
+    "storelib.admin.serving",
+)
 
 
 class _Help(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -53,6 +60,15 @@ def _common() -> argparse.ArgumentParser:
         dest="storage_options",
         help="an option reaching an object-store root (deltalake's keys: "
         "AWS_ENDPOINT_URL=..., AWS_REGION=...), over the standard AWS_* variables; repeatable",
+    )
+    common.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        type=storage_option,
+        metavar="SETTING=VALUE",
+        dest="settings",
+        help="a store setting for this run (StoreConfig's names: transaction_check_interval_ms=1000, ...); repeatable",
     )
     common.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
     return common
@@ -131,8 +147,13 @@ def main(argv: list[str] | None = None) -> int:
         if not args.opens:
             summary = args.run(None, args, out, progress)
         else:
+            settings = StoreConfig.from_mapping({SPARK_CONF_PREFIX + k: v for k, v in args.settings})
+            changed = {k: getattr(settings, k) for k, _ in args.settings}
             with MessageStore.open(
-                args.store, create=getattr(args, "create", False), storage_options=dict(args.storage_options) or None
+                args.store,
+                create=getattr(args, "create", False),
+                storage_options=dict(args.storage_options) or None,
+                **changed,
             ) as store:
                 summary = args.run(store, args, out, progress)
         if summary is not None:

@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 if TYPE_CHECKING:
     from pyspark.sql import Column
 
-__all__ = ["java_string_hash", "java_hash_codes", "java_hash_code_column", "string_hashes", "powers_of_31"]
+__all__ = ["java_string_hash", "consistent_hash", "java_hash_codes", "java_hash_code_column", "string_hashes", "powers_of_31"]
 
 
 def java_string_hash(s: str) -> int:
@@ -51,6 +51,25 @@ def java_string_hash(s: str) -> int:
 
 
 _POW31 = np.array([1], dtype=np.uint32)
+
+
+def consistent_hash(key: int, buckets: int) -> int:
+    """Guava's ``Hashing.consistentHash(long, int)``: the bucket RocketMQ 5's proxy sends a message group
+    to (``consistentHash(messageGroup.hashCode(), writeQueues)``); few keys move when buckets are added.
+
+    >>> consistent_hash(java_string_hash("order-1"), 8), [consistent_hash(k, 1) for k in (0, -5, 99)]
+    (3, [0, 0, 0])
+    """
+    if buckets < 1:
+        raise ValueError(f"buckets must be positive, got {buckets}")
+    state, candidate = key & 0xFFFFFFFFFFFFFFFF, 0
+    while True:
+        state = (2862933555777941757 * state + 1) & 0xFFFFFFFFFFFFFFFF
+        following = (candidate + 1) / ((float((state >> 33) + 1)) / 2.0**31)
+        following = min(int(following), 2**31 - 1)  # Java's (int) of a double saturates
+        if not 0 <= following < buckets:
+            return candidate
+        candidate = following
 
 
 def powers_of_31(n: int) -> np.ndarray:

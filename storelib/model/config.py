@@ -133,6 +133,8 @@ class StoreConfig:
     transaction_timeout_ms: int = 6000
     #: Check-backs of one half message before it is given up (``transactionCheckMax``).
     transaction_check_max: int = 15
+    #: How often the gRPC endpoint checks back pending half messages, in ms (``transactionCheckInterval``).
+    transaction_check_interval_ms: int = 30_000
     #: How long a producer group's checker may take for one message before it counts as UNKNOW, in ms.
     transaction_checker_timeout_ms: int = 3000
     #: Hours a commitlog file is kept after its newest message (``fileReservedTime``).

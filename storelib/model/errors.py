@@ -28,6 +28,8 @@ from typing import Any
 __all__ = [
     "StoreError",
     "SessionError",
+    "ReceiptHandleError",
+    "RequestError",
     "StoreNotFoundError",
     "StoreCorruptedError",
     "StorageAccessError",
@@ -445,6 +447,23 @@ class TransactionEndedError(TransactionError):
 class ProgressMovedError(ConcurrentWriteError):
     """Progress a write was planned from (delivery, transaction checks) moved before it committed:
     another run got there first. Nothing of ours was committed; plan again."""
+
+
+class ReceiptHandleError(StoreError, ValueError):
+    """A receipt handle that is not one, or names no live claim any more (acked, expired, renewed)."""
+
+    code = "INVALID_RECEIPT_HANDLE"
+
+
+class RequestError(StoreError, ValueError):
+    """A request the gRPC endpoint refuses with RocketMQ 5's proxy checks; ``code`` is the
+    ``apache.rocketmq.v2.Code`` name it answers with (ILLEGAL_TOPIC, ILLEGAL_MESSAGE_GROUP, ...).
+
+    >>> RequestError("message_group", "message group exceed the max size 64", code="ILLEGAL_MESSAGE_GROUP").code
+    'ILLEGAL_MESSAGE_GROUP'
+    """
+
+    code = "BAD_REQUEST"
 
 
 def error_from_record(record: dict[str, Any], where: str | None = None) -> StoreError:

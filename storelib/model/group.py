@@ -31,12 +31,14 @@ class GroupConfig:
     retry_max_times: int = 16
     broker_id: int = 0
     which_broker_when_consume_slowly: int = 1
+    #: RocketMQ's ``consumeMessageOrderly``: a FIFO group (RocketMQ 5 clients consume each message group in order).
+    consume_message_orderly: bool = False
 
     def __post_init__(self) -> None:
         validate_group(self.group_name)
         for name in ("retry_queue_nums", "retry_max_times", "broker_id", "which_broker_when_consume_slowly"):
             require_int(ConfigError, name, getattr(self, name), 0)
-        for name in ("consume_enable", "consume_from_min_enable", "consume_broadcast_enable"):
+        for name in ("consume_enable", "consume_from_min_enable", "consume_broadcast_enable", "consume_message_orderly"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(name, "must be true or false", value=getattr(self, name))
 

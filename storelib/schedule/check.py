@@ -35,7 +35,7 @@ from storelib.schedule.transaction import CHECK_MARKER, TransactionState, ended_
 from storelib.storage.commitlog import Progress
 from storelib.storage.schema import TRANSACTION_CHECKER
 
-__all__ = ["CheckResult", "check_transactions", "register_checker", "checker_of", "commit_all", "ask_checker"]
+__all__ = ["CheckResult", "check_transactions", "register_checker", "checker_of", "commit_all", "ask_checker", "ask_registered"]
 
 
 @dataclass
@@ -182,11 +182,17 @@ class _CheckerRun:
 
 
 def check_transactions(
-    ctx: StoreContext, now: object = None, *, fault: Callable[[str], None] | None = None
+    ctx: StoreContext,
+    now: object = None,
+    *,
+    fault: Callable[[str], None] | None = None,
+    ask: Callable[[StoreContext, pa.Table], list[tuple[TransactionState, str | None]]] | None = None,
 ) -> CheckResult:
     """One check-back run over the pending half messages at ``now`` (epoch ms or an aware datetime;
-    default the clock); see the module docstring. ``fault`` (a test seam) is called with ``asked``
-    (every checker answered, nothing written) and ``committed``."""
+    default the clock); see the module docstring. ``ask`` answers for the half messages due (default: each
+    producer group's registered checker; the gRPC endpoint asks its connected producers, which answer
+    later, so it says UNKNOW). ``fault`` (a test seam) is called with ``asked`` (every checker answered,
+    nothing written) and ``committed``."""
     now = epoch_ms(now, "now", default=now_ms())
     config = ctx.config
     for _ in range(config.max_commit_attempts):
@@ -217,7 +223,7 @@ def check_transactions(
         states: list[TransactionState] = [TransactionState.ROLLBACK_MESSAGE] * checked.num_rows
         asked_rows = keep(checked, ~give_up)
         if asked_rows.num_rows:
-            answers = _ask(ctx, asked_rows)
+            answers = (ask or ask_registered)(ctx, asked_rows)
             for k, (state, error) in zip(np.nonzero(~give_up)[0].tolist(), answers):
                 states[k] = state
                 if error:
@@ -273,8 +279,8 @@ def check_transactions(
     raise ProgressMovedError(None, "transaction ends kept moving first")
 
 
-def _ask(ctx: StoreContext, rows: pa.Table) -> list[tuple[TransactionState, str | None]]:
-    """Every row's answer from its producer group's checker, group by group."""
+def ask_registered(ctx: StoreContext, rows: pa.Table) -> list[tuple[TransactionState, str | None]]:
+    """Every row's answer from its producer group's registered checker, group by group."""
     groups = property_array(rows.column("properties"), MessageConst.PGROUP).to_pylist()
     messages = message_views(rows.drop_columns(["transaction_id"]))  # attributes read from the batch on demand
     answers: list[tuple[TransactionState, str | None]] = [(TransactionState.UNKNOW, None)] * len(messages)

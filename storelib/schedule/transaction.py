@@ -40,11 +40,12 @@ from storelib.model.message import Message, MessageConst, SendResult, SysFlag
 from storelib.model.topic import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, validate_group
 from storelib.query.lookup import MessageQuery
 from storelib.schedule.deliver import restaged
-from storelib.storage.commitlog import STAGED_SCHEMA, Progress, now_millis, queue_marker
+from storelib.storage.commitlog import STAGED_SCHEMA, EncodedMessage, Progress, now_millis, queue_marker
 
 __all__ = [
     "TransactionState",
     "TransactionSendResult",
+    "as_half",
     "send_half",
     "send_in_transaction",
     "end_transaction",
@@ -112,6 +113,26 @@ class TransactionSendResult:
         return self.half.msg_id
 
 
+def as_half(encoded: EncodedMessage, producer_group: str) -> EncodedMessage:
+    """``encoded`` made a half message of ``producer_group`` (``TransactionalMessageBridge.parseHalfMessageInner``):
+    stored in the half topic, its real topic and queue in properties, its UNIQ_KEY its transaction id.
+
+    >>> from storelib.storage.commitlog import now_millis
+    >>> h = as_half(EncodedMessage("T", 2, 0, 0, b"", {"UNIQ_KEY": "K"}, now_millis(), "127.0.0.1:0"), "PG")
+    >>> h.topic, h.queue_id, h.properties["REAL_QID"], h.properties["TRANSACTION_ID"]
+    ('RMQ_SYS_TRANS_HALF_TOPIC', 0, '2', 'K')
+    """
+    props = dict(encoded.properties)
+    props[MessageConst.TRAN_MSG] = "true"
+    props[MessageConst.PGROUP] = producer_group
+    props[MessageConst.TRANSACTION_ID] = props[MessageConst.UNIQ_KEY]
+    props[MessageConst.REAL_TOPIC] = encoded.topic
+    props[MessageConst.REAL_QID] = str(encoded.queue_id)
+    encoded.properties, encoded.topic, encoded.queue_id = props, TRANS_HALF_TOPIC, 0
+    encoded.sysflag &= ~SysFlag.TRANSACTION_ROLLBACK_TYPE
+    return encoded
+
+
 def send_half(ctx: StoreContext, message: Message, producer_group: str) -> SendResult:
     """Store ``message`` as a half message of ``producer_group`` (see the module docstring).
 
@@ -122,15 +143,7 @@ def send_half(ctx: StoreContext, message: Message, producer_group: str) -> SendR
     validate_group(producer_group, "producer_group")
     if getattr(message, "delay_level", 0) or getattr(message, "deliver_time_ms", None) is not None:
         raise MessageError("message", "a transactional message can not be delayed (RocketMQ clears DELAY)")
-    encoded = ctx.producer.encode([message], ctx.topics.all())[0]
-    props = dict(encoded.properties)
-    props[MessageConst.TRAN_MSG] = "true"
-    props[MessageConst.PGROUP] = producer_group
-    props[MessageConst.TRANSACTION_ID] = props[MessageConst.UNIQ_KEY]
-    props[MessageConst.REAL_TOPIC] = encoded.topic
-    props[MessageConst.REAL_QID] = str(encoded.queue_id)
-    encoded.properties, encoded.topic, encoded.queue_id = props, TRANS_HALF_TOPIC, 0
-    encoded.sysflag &= ~SysFlag.TRANSACTION_ROLLBACK_TYPE
+    encoded = as_half(ctx.producer.encode([message], ctx.topics.all())[0], producer_group)
     rows = ctx.commitlog.append([encoded]).rows
     assert rows is not None  # append answers a row per message
     return SendResult.of_row(rows[0])

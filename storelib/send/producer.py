@@ -100,6 +100,7 @@ class Producer:
         *,
         linger_ms: int = 0,
         max_batch: int = 1000,
+        encoded: bool = False,
     ) -> GroupCommitProducer[Message, EncodedMessage, SendResult]:
         """A thread-safe producer whose concurrent sends share commits (:mod:`storelib.send.group_commit`):
         each message is checked and encoded in its caller's thread, and each group appended to
@@ -107,7 +108,8 @@ class Producer:
         ``relay_sends``) by the machine's committer, often with other processes' groups
         (:mod:`storelib.local.relay`). The topics' configuration is read (``topics()``, a look at the topic
         table's log) once per commit, not once per message, and again at once for a topic it does not know
-        yet, as a broker keeps its topic table in memory.
+        yet, as a broker keeps its topic table in memory. With ``encoded``, what is sent is already an
+        :class:`~storelib.storage.commitlog.EncodedMessage`.
 
         >>> ctx = store.context
         >>> with ctx.producer.group_commit(ctx.commitlog, ctx.topics.all) as p:
@@ -118,6 +120,8 @@ class Producer:
         relay = relay_for(commitlog).acquire()
 
         def encode(message: Message) -> EncodedMessage:
+            if encoded:  # checked and encoded by the caller (the gRPC endpoint, with the proxy's checks)
+                return message  # type: ignore[return-value]
             current = known[0]
             if getattr(message, "topic", None) not in current:
                 current = known[0] = topics()

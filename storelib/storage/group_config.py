@@ -46,7 +46,7 @@ class GroupConfigTable:
     def _latest(rows: list[dict]) -> dict[str, GroupConfig]:
         names = {f.name for f in fields(GroupConfig)}
         return {
-            r["group_name"]: GroupConfig(**{k: v for k, v in r.items() if k in names})
+            r["group_name"]: GroupConfig(**{k: v for k, v in r.items() if k in names and v is not None})
             for r in sorted(rows, key=lambda r: r["updated_at"])
         }
 

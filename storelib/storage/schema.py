@@ -402,6 +402,7 @@ SUBSCRIPTION_GROUP = TableSpec(
             _f("broker_id", pa.int64(), "brokerId", False),
             _f("which_broker_when_consume_slowly", pa.int64(), "whichBrokerWhenConsumeSlowly", False),
             _f("updated_at", TIMESTAMP, "When this configuration was last written", False),
+            _f("consume_message_orderly", pa.bool_(), "consumeMessageOrderly: a FIFO group (null: false)"),
         ]
     ),
     description="Consumer group configuration (RocketMQ's SubscriptionGroupManager).",
