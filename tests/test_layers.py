@@ -29,6 +29,7 @@ LAYERS = [
     ["storelib.datasource"],
     ["storelib.session"],
     ["storelib.store"],
+    ["storelib.serve"],  # the gRPC endpoint: a RocketMQ 5 proxy over a store
     ["storelib.sql", "storelib.cli", "storelib.admin", "storelib.__main__", "storelib"],
 ]
 

@@ -6,7 +6,7 @@ import argparse
 import signal
 from typing import TYPE_CHECKING
 
-from storelib.admin.command import add_verb, storage_option
+from storelib.admin.command import add_verb
 from storelib.admin.output import Output
 from storelib.cli import Progress
 from storelib.serve import Endpoint

@@ -103,8 +103,11 @@ class PopService:
         deadline = time.monotonic() + wait_ms / 1000
         while True:
             seen = self.ctx.arrivals.generation
-            got = self._run(lambda state, now: self._claim(state, now, group, topic, max_msgs, invisible_ms,
-                                                            message_filter, fifo, max_attempts))
+            got = self._run(
+                lambda state, now: self._claim(
+                    state, now, group, topic, max_msgs, invisible_ms, message_filter, fifo, max_attempts
+                )
+            )
             left = deadline - time.monotonic()
             if got or left <= 0:
                 return got
@@ -205,8 +208,9 @@ class PopService:
                 got = get_message(self.ctx, group, topic, queue_id, offset, max_msgs - len(claimed), message_filter)
                 kept = message_filter.client_kept(got.messages)
                 for m in kept:
-                    ck = Checkpoint(group, topic, queue_id, m.queue_offset, m.commitlog_offset, 1, now,
-                                    now + invisible_ms)
+                    ck = Checkpoint(
+                        group, topic, queue_id, m.queue_offset, m.commitlog_offset, 1, now, now + invisible_ms
+                    )
                     claimed.append(ck)
                     messages[m.commitlog_offset] = m
                 moved = got.next_begin_offset != offset

@@ -28,7 +28,14 @@ import pyarrow.compute as pc
 if TYPE_CHECKING:
     from pyspark.sql import Column
 
-__all__ = ["java_string_hash", "consistent_hash", "java_hash_codes", "java_hash_code_column", "string_hashes", "powers_of_31"]
+__all__ = [
+    "java_string_hash",
+    "consistent_hash",
+    "java_hash_codes",
+    "java_hash_code_column",
+    "string_hashes",
+    "powers_of_31",
+]
 
 
 def java_string_hash(s: str) -> int:

@@ -6,10 +6,10 @@ brokerName queueId offset commitLogOffset`` (the last one the proxy's, optional 
 >>> h = ReceiptHandle.decode("12 1700000000000 30000 0 0 broker-a 3 157 98765")
 >>> h.queue_id, h.offset, h.next_visible_time, h.encode() == "12 1700000000000 30000 0 0 broker-a 3 157 98765"
 (3, 157, 1700000030000, True)
->>> ReceiptHandle.decode("12 x")
+>>> ReceiptHandle.decode("12 x")  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
-storelib.model.errors.ReceiptHandleError: receipt_handle: is not a receipt handle: 2 fields, 8 or 9 expected (got '12 x')
+storelib.model.errors.ReceiptHandleError: receipt_handle: is not a receipt handle: 2 fields, 8 or 9 expected ...
 """
 
 from __future__ import annotations
@@ -78,7 +78,8 @@ class ReceiptHandle:
         try:
             numbers = [int(parts[i]) for i in (0, 1, 2, 3, 6, 7)] + [int(parts[8]) if len(parts) == 9 else -1]
         except ValueError:
-            raise ReceiptHandleError("receipt_handle", "is not a receipt handle: a number field is not a number",
-                                     value=text) from None
+            raise ReceiptHandleError(
+                "receipt_handle", "is not a receipt handle: a number field is not a number", value=text
+            ) from None
         start, retrieve, invisible, revive, queue_id, offset, clo = numbers
         return cls(start, retrieve, invisible, revive, parts[4], parts[5], queue_id, offset, clo)

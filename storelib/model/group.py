@@ -38,7 +38,12 @@ class GroupConfig:
         validate_group(self.group_name)
         for name in ("retry_queue_nums", "retry_max_times", "broker_id", "which_broker_when_consume_slowly"):
             require_int(ConfigError, name, getattr(self, name), 0)
-        for name in ("consume_enable", "consume_from_min_enable", "consume_broadcast_enable", "consume_message_orderly"):
+        for name in (
+            "consume_enable",
+            "consume_from_min_enable",
+            "consume_broadcast_enable",
+            "consume_message_orderly",
+        ):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(name, "must be true or false", value=getattr(self, name))
 

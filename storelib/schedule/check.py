@@ -35,7 +35,15 @@ from storelib.schedule.transaction import CHECK_MARKER, TransactionState, ended_
 from storelib.storage.commitlog import Progress
 from storelib.storage.schema import TRANSACTION_CHECKER
 
-__all__ = ["CheckResult", "check_transactions", "register_checker", "checker_of", "commit_all", "ask_checker", "ask_registered"]
+__all__ = [
+    "CheckResult",
+    "check_transactions",
+    "register_checker",
+    "checker_of",
+    "commit_all",
+    "ask_checker",
+    "ask_registered",
+]
 
 
 @dataclass

@@ -143,11 +143,13 @@ def check_message_group(group: str) -> None:
         return
     code = "ILLEGAL_MESSAGE_GROUP"
     if not group.strip():
-        raise RequestError("message_group", "message group cannot be the char sequence of whitespace", value=group,
-                           code=code)
+        raise RequestError(
+            "message_group", "message group cannot be the char sequence of whitespace", value=group, code=code
+        )
     if len(group.encode()) >= MAX_MESSAGE_GROUP_SIZE:
-        raise RequestError("message_group", f"message group exceed the max size {MAX_MESSAGE_GROUP_SIZE}",
-                           value=group, code=code)
+        raise RequestError(
+            "message_group", f"message group exceed the max size {MAX_MESSAGE_GROUP_SIZE}", value=group, code=code
+        )
     if _control(group):
         raise RequestError("message_group", "message group cannot contain control character", value=group, code=code)
 
@@ -155,24 +157,41 @@ def check_message_group(group: str) -> None:
 def check_user_properties(props: Mapping[str, str], tag: str, keys: Iterable[str]) -> None:
     """The user properties' count, names and values, then the size of them with the tag and keys."""
     if len(props) > MAX_USER_PROPERTIES:
-        raise RequestError("user_properties", f"too many user properties, max is {MAX_USER_PROPERTIES}",
-                           value=len(props), code="MESSAGE_PROPERTIES_TOO_LARGE")
+        raise RequestError(
+            "user_properties",
+            f"too many user properties, max is {MAX_USER_PROPERTIES}",
+            value=len(props),
+            code="MESSAGE_PROPERTIES_TOO_LARGE",
+        )
     size = 0
     for k, v in props.items():
         if k in SYSTEM_PROPERTY_NAMES:
-            raise RequestError("user_properties", f"property is used by system: {k}", value=k,
-                               code="ILLEGAL_MESSAGE_PROPERTY_KEY")
+            raise RequestError(
+                "user_properties", f"property is used by system: {k}", value=k, code="ILLEGAL_MESSAGE_PROPERTY_KEY"
+            )
         if _control(k):
-            raise RequestError("user_properties", "the key of property cannot contain control character", value=k,
-                               code="ILLEGAL_MESSAGE_PROPERTY_KEY")
+            raise RequestError(
+                "user_properties",
+                "the key of property cannot contain control character",
+                value=k,
+                code="ILLEGAL_MESSAGE_PROPERTY_KEY",
+            )
         if _control(v):
-            raise RequestError("user_properties", f"the value of property {k} cannot contain control character",
-                               value=v, code="ILLEGAL_MESSAGE_PROPERTY_KEY")
+            raise RequestError(
+                "user_properties",
+                f"the value of property {k} cannot contain control character",
+                value=v,
+                code="ILLEGAL_MESSAGE_PROPERTY_KEY",
+            )
         size += len(k.encode()) + len(v.encode())
     size += len(tag.encode()) + sum(len(k.encode()) for k in keys)
     if size > MAX_USER_PROPERTY_SIZE:
-        raise RequestError("user_properties", f"the total size of user property is too large, max is "
-                           f"{MAX_USER_PROPERTY_SIZE}", value=size, code="MESSAGE_PROPERTIES_TOO_LARGE")
+        raise RequestError(
+            "user_properties",
+            f"the total size of user property is too large, max is {MAX_USER_PROPERTY_SIZE}",
+            value=size,
+            code="MESSAGE_PROPERTIES_TOO_LARGE",
+        )
 
 
 def check_invisible_time(ms: int, minimum: int = 0) -> None:
@@ -184,11 +203,19 @@ def check_invisible_time(ms: int, minimum: int = 0) -> None:
     storelib.model.errors.RequestError: invisible_duration: the invisibleTime is too small. min is 10000 (got 5000)
     """
     if ms < minimum:
-        raise RequestError("invisible_duration", f"the invisibleTime is too small. min is {minimum}", value=ms,
-                           code="ILLEGAL_INVISIBLE_TIME")
+        raise RequestError(
+            "invisible_duration",
+            f"the invisibleTime is too small. min is {minimum}",
+            value=ms,
+            code="ILLEGAL_INVISIBLE_TIME",
+        )
     if ms > MAX_INVISIBLE_MS:
-        raise RequestError("invisible_duration", f"the invisibleTime is too large. max is {MAX_INVISIBLE_MS}",
-                           value=ms, code="ILLEGAL_INVISIBLE_TIME")
+        raise RequestError(
+            "invisible_duration",
+            f"the invisibleTime is too large. max is {MAX_INVISIBLE_MS}",
+            value=ms,
+            code="ILLEGAL_INVISIBLE_TIME",
+        )
 
 
 def check_delivery_time(deliver_ms: int, now_ms: int, max_delay_ms: int = MAX_DELAY_MS) -> None:
@@ -198,8 +225,12 @@ def check_delivery_time(deliver_ms: int, now_ms: int, max_delay_ms: int = MAX_DE
     >>> check_delivery_time(1_700_000_000_000 * 1000, 1_700_000_000_000)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    storelib.model.errors.RequestError: delivery_timestamp: the max delay time of message is too large, max is 86400000...
+    storelib.model.errors.RequestError: delivery_timestamp: the max delay time of message is too large, ...
     """
     if deliver_ms - now_ms > max_delay_ms:
-        raise RequestError("delivery_timestamp", f"the max delay time of message is too large, max is {max_delay_ms}",
-                           value=deliver_ms, code="ILLEGAL_DELIVERY_TIME")
+        raise RequestError(
+            "delivery_timestamp",
+            f"the max delay time of message is too large, max is {max_delay_ms}",
+            value=deliver_ms,
+            code="ILLEGAL_DELIVERY_TIME",
+        )

@@ -196,9 +196,7 @@ def merged_settings(ctx: "StoreContext", settings: pb.Settings) -> pb.Settings:
             )
         )
     else:
-        raise RequestError(
-            "settings", "there is no publishing or subscription data in settings", code="BAD_REQUEST"
-        )
+        raise RequestError("settings", "there is no publishing or subscription data in settings", code="BAD_REQUEST")
     out.metric.on = False
     return out
 

@@ -183,8 +183,9 @@ class Consuming:
             check_group(group)
             invisible = request.invisible_duration.ToMilliseconds()
             check_invisible_time(invisible)
-            renewed = self.pop.change_invisible(group, claim_of(group, topic, request.receipt_handle, now_ms()),
-                                                invisible)
+            renewed = self.pop.change_invisible(
+                group, claim_of(group, topic, request.receipt_handle, now_ms()), invisible
+            )
             if renewed is None:
                 raise ReceiptHandleError("receipt_handle", "receipt handle is expired", value=request.receipt_handle)
         except Exception as e:  # noqa: BLE001
@@ -217,15 +218,19 @@ class Consuming:
             if not topic.readable or topic.read_queue_nums <= 0:
                 return spb.QueryAssignmentResponse(status=status("FORBIDDEN", "no readable queue"))
             perm = pb.Permission.READ_WRITE if topic.writable else pb.Permission.READ
-            ids = range(topic.read_queue_nums) if self.ctx.groups.find(request.group.name).consume_message_orderly \
+            ids = (
+                range(topic.read_queue_nums)
+                if self.ctx.groups.find(request.group.name).consume_message_orderly
                 else [-1]
+            )
         except Exception as e:  # noqa: BLE001
             return spb.QueryAssignmentResponse(status=status_of(e))
         return spb.QueryAssignmentResponse(
             status=ok(),
             assignments=[
-                pb.Assignment(message_queue=pb.MessageQueue(topic=request.topic, id=i, permission=perm,
-                                                             broker=self.broker))
+                pb.Assignment(
+                    message_queue=pb.MessageQueue(topic=request.topic, id=i, permission=perm, broker=self.broker)
+                )
                 for i in ids
             ],
         )

@@ -37,7 +37,12 @@ __all__ = [
     "body_digest",
 ]
 
-_DELAYED = (MessageConst.DELAY, MessageConst.TIMER_DELIVER_MS, MessageConst.TIMER_DELAY_SEC, MessageConst.TIMER_DELAY_MS)
+_DELAYED = (
+    MessageConst.DELAY,
+    MessageConst.TIMER_DELIVER_MS,
+    MessageConst.TIMER_DELAY_SEC,
+    MessageConst.TIMER_DELAY_MS,
+)
 
 
 def timestamp(ms: int) -> Timestamp:

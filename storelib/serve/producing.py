@@ -93,7 +93,7 @@ class Producing:
         except Exception as e:  # noqa: BLE001  (answered as the proxy answers it)
             return spb.SendMessageResponse(status=status_of(e))
         entries = []
-        for m, e, future in zip(request.messages, encoded, futures):
+        for m, sent, future in zip(request.messages, encoded, futures):
             try:
                 result = future.result()
             except Exception as err:  # noqa: BLE001
@@ -102,7 +102,7 @@ class Producing:
             entry = spb.SendResultEntry(status=ok(), message_id=result.uniq_key, offset=result.queue_offset)
             if m.system_properties.message_type == pb.MessageType.TRANSACTION:
                 entry.transaction_id = result.uniq_key
-            deliver = e.properties.get(MessageConst.TIMER_DELIVER_MS)
+            deliver = sent.properties.get(MessageConst.TIMER_DELIVER_MS)
             if deliver:
                 entry.recall_handle = recall_handle(
                     m.topic.name, self.broker_name, int(deliver), result.uniq_key, result.msg_id
@@ -127,13 +127,18 @@ class Producing:
         for m in messages:
             sp = m.system_properties
             if m.topic.name != topic:
-                raise RequestError("topic", "topic in message is not same", value=m.topic.name,
-                                   code="MESSAGE_CORRUPTED")
+                raise RequestError(
+                    "topic", "topic in message is not same", value=m.topic.name, code="MESSAGE_CORRUPTED"
+                )
             if not m.body:
                 raise RequestError("body", "message body cannot be empty", code="MESSAGE_BODY_EMPTY")
             if len(m.body) > self.ctx.config.max_message_size:
-                raise RequestError("body", f"message body cannot exceed the max {self.ctx.config.max_message_size}",
-                                   value=len(m.body), code="MESSAGE_BODY_TOO_LARGE")
+                raise RequestError(
+                    "body",
+                    f"message body cannot exceed the max {self.ctx.config.max_message_size}",
+                    value=len(m.body),
+                    code="MESSAGE_BODY_TOO_LARGE",
+                )
             check_user_properties(m.user_properties, sp.tag, sp.keys)
             check_tag(sp.tag)
             check_keys(sp.keys)
@@ -141,9 +146,11 @@ class Producing:
                 raise RequestError("message_id", "message id cannot be empty", code="ILLEGAL_MESSAGE_ID")
             transactional = sp.message_type == pb.MessageType.TRANSACTION
             if transactional and sp.orphaned_transaction_recovery_duration.seconds > 3600:
-                raise RequestError("orphaned_transaction_recovery_duration",
-                                   "the max transaction recovery time of message is too large, max is 3600",
-                                   code="BAD_REQUEST")
+                raise RequestError(
+                    "orphaned_transaction_recovery_duration",
+                    "the max transaction recovery time of message is too large, max is 3600",
+                    code="BAD_REQUEST",
+                )
             deliver = sp.delivery_timestamp.ToMilliseconds() if sp.HasField("delivery_timestamp") else None
             if deliver is not None:
                 check_delivery_time(deliver, now)

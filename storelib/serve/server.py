@@ -76,8 +76,8 @@ class Endpoint:
         if self.port == 0:
             raise StoreError("port", f"cannot listen on {self.host}:{self._port}", value=self._port)
         broker = pb.Broker(name=BROKER_NAME, id=0, endpoints=endpoints(self.advertise, self.port))
-        self.service = MessagingService(self.store.context, broker)
-        add_MessagingServiceServicer_to_server(self.service, server)
+        service = self.service = MessagingService(self.store.context, broker)
+        add_MessagingServiceServicer_to_server(service, server)
         server.start()
         self._server = server
         ctx = self.store.context
@@ -85,7 +85,7 @@ class Endpoint:
             self._thread("follow", lambda: self.store.dispatcher().run(follow=True, stop=self._stop))
         self._every("deliver", DELIVER_EVERY_S, lambda: deliver(ctx))
         interval = ctx.config.transaction_check_interval_ms / 1000
-        self._every("check", interval, lambda: check_transactions(ctx, ask=self.service.producing.ask_producers))
+        self._every("check", interval, lambda: check_transactions(ctx, ask=service.producing.ask_producers))
         return self
 
     def stop(self, grace_s: float = 2.0) -> None:

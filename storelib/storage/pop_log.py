@@ -132,8 +132,8 @@ class PopState:
         rows = list(rows)
         for r in rows:
             if r["kind"] == OFFSET:
-                key = (r["consumer_group"], r["topic"], r["queue_id"])
-                self.offsets[key] = max(self.offsets.get(key, r["queue_offset"]), r["queue_offset"])
+                queue: QueueKey = (r["consumer_group"], r["topic"], r["queue_id"])
+                self.offsets[queue] = max(self.offsets.get(queue, r["queue_offset"]), r["queue_offset"])
             elif r["kind"] == CHECKPOINT:
                 ck = Checkpoint(
                     r["consumer_group"],
@@ -224,7 +224,12 @@ class PopLog:
         return dt
 
     def commit(
-        self, rows: Sequence[dict], snapshot: "DeltaTable | None" = None, operation: str = "POP", *, applied: bool = False
+        self,
+        rows: Sequence[dict],
+        snapshot: "DeltaTable | None" = None,
+        operation: str = "POP",
+        *,
+        applied: bool = False,
     ) -> int:
         """Commit ``rows`` as exactly the version after ``snapshot`` (default: the state's), or raise
         :class:`~storelib.delta.commit.CommitConflict`; the state then includes them (``applied``: the

@@ -474,7 +474,9 @@ POP_LOG = TableSpec(
             _f("consumer_group", pa.string(), "Consumer group that received the message", False),
             _f("topic", pa.string(), "Topic", False),
             _f("queue_id", pa.int32(), "Queue of the topic", False),
-            _f("queue_offset", pa.int64(), "The message's queue offset; for kind 3, the queue's next pop offset", False),
+            _f(
+                "queue_offset", pa.int64(), "The message's queue offset; for kind 3, the queue's next pop offset", False
+            ),
             _f("commitlog_offset", pa.int64(), "The message's commitlog offset (-1 for kind 3)", False),
             _f("attempt", pa.int32(), "Delivery attempt of the checkpoint (1 the first time; 0 for kind 3)", False),
             _f("pop_time", pa.int64(), "Epoch ms of the receive the row names (its receipt handle's)", False),
