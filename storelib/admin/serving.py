@@ -1,4 +1,9 @@
-"""``storelib serve``: a RocketMQ 5 gRPC endpoint over the store, until SIGTERM or SIGINT."""
+"""``storelib serve``: a RocketMQ 5 gRPC endpoint over the store, until SIGTERM or SIGINT.
+
+>>> top = argparse.ArgumentParser(); register(top.add_subparsers())
+>>> top.parse_args(["serve", "--store", "/tmp/s", "--port", "0"]).port
+0
+"""
 
 from __future__ import annotations
 

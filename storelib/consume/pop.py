@@ -50,7 +50,12 @@ LOOK_AGAIN_S = 0.1
 
 @dataclass(frozen=True)
 class Received:
-    """A message a receive handed out, with the checkpoint that names it (its receipt)."""
+    """A message a receive handed out, with the checkpoint that names it (its receipt).
+
+    >>> got = PopService(store.context).receive("GroupPopDoc", "TopicTest", 1, invisible_ms=1000)
+    >>> got[0].delivery_attempt
+    1
+    """
 
     message: StoredMessage
     checkpoint: Checkpoint
@@ -68,6 +73,14 @@ class PopService:
 
     Concurrent calls share commits: the first caller to find no commit under way commits every step
     queued so far (each step sees the ones before it), then hands the results out.
+
+    >>> pop = PopService(store.context)
+    >>> (got,) = pop.receive("GroupPopDoc2", "TopicTest", 1, invisible_ms=60_000)
+    >>> renewed = pop.change_invisible("GroupPopDoc2", got.checkpoint, 1_000)
+    >>> [ck.pop_time for ck in pop.live("GroupPopDoc2", "TopicTest")] == [renewed.pop_time]
+    True
+    >>> pop.to_dead_letter("GroupPopDoc2", renewed), pop.live("GroupPopDoc2", "TopicTest")
+    (True, [])
     """
 
     def __init__(self, ctx: StoreContext):

@@ -288,7 +288,11 @@ def check_transactions(
 
 
 def ask_registered(ctx: StoreContext, rows: pa.Table) -> list[tuple[TransactionState, str | None]]:
-    """Every row's answer from its producer group's registered checker, group by group."""
+    """Every row's answer from its producer group's registered checker, group by group.
+
+    >>> ask_registered(store.context, pending_halves(store.context)[0])
+    []
+    """
     groups = property_array(rows.column("properties"), MessageConst.PGROUP).to_pylist()
     messages = message_views(rows.drop_columns(["transaction_id"]))  # attributes read from the batch on demand
     answers: list[tuple[TransactionState, str | None]] = [(TransactionState.UNKNOW, None)] * len(messages)

@@ -119,7 +119,7 @@ def as_half(encoded: EncodedMessage, producer_group: str) -> EncodedMessage:
 
     >>> from storelib.storage.commitlog import now_millis
     >>> h = as_half(EncodedMessage("T", 2, 0, 0, b"", {"UNIQ_KEY": "K"}, now_millis(), "127.0.0.1:0"), "PG")
-    >>> h.topic, h.queue_id, h.properties["REAL_QID"], h.properties["TRANSACTION_ID"]
+    >>> h.topic, h.queue_id, h.properties["REAL_QID"], h.properties["__transactionId__"]
     ('RMQ_SYS_TRANS_HALF_TOPIC', 0, '2', 'K')
     """
     props = dict(encoded.properties)

@@ -1,7 +1,12 @@
 """The checks RocketMQ 5's proxy makes of a request before it reaches the store (``GrpcValidator`` and the
 activities' own), each raising :class:`~storelib.model.errors.RequestError` with the proxy's code and text.
 
->>> check_topic("Orders")
+>>> check_topic("Orders"), check_group("GroupA"), check_tag("TagA"), check_keys(["k1"])
+(None, None, None, None)
+>>> check_user_properties({"KEYS": "x"}, "", [])
+Traceback (most recent call last):
+...
+storelib.model.errors.RequestError: user_properties: property is used by system: KEYS (got 'KEYS')
 >>> check_topic("rmq_sys_x")  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...

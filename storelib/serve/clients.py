@@ -7,8 +7,15 @@ FIFO flag and attempts), and later pushes transaction check-backs on the same st
 
 >>> sessions = Sessions()
 >>> s = sessions.session("host@1@0@abc", "ipv4:127.0.0.1:5000")
->>> s.client_id, s.producer_of("Orders")
-('host@1@0@abc', False)
+>>> sql = pb.FilterExpression(type=pb.FilterType.SQL, expression="a > 1")
+>>> s.client_id, s.producer_of("Orders"), selector_of(sql).is_sql92
+('host@1@0@abc', False, True)
+>>> broker = pb.Broker(name="storelib", id=0, endpoints=endpoints("127.0.0.1", 8081))
+>>> [pb.Permission.Name(q.permission) for q in route(pb.Resource(name="T"), TopicConfig("T", 2, 2), broker)]
+['READ_WRITE', 'READ_WRITE']
+>>> settings = pb.Settings(client_type=pb.ClientType.PRODUCER, publishing=pb.Publishing(topics=[pb.Resource(name="T")]))
+>>> merged_settings(store.context, settings).publishing.max_body_size
+4194304
 """
 
 from __future__ import annotations
@@ -48,7 +55,11 @@ _CLOSE = object()
 
 @dataclass
 class Session:
-    """One client: its id, its address, its settings once told, and its Telemetry stream's outbox."""
+    """One client: its id, its address, its settings once told, and its Telemetry stream's outbox.
+
+    >>> s = Session("c1", "ipv4:127.0.0.1:1"); s.push(spb.TelemetryCommand())
+    False
+    """
 
     client_id: str
     peer: str
@@ -76,7 +87,16 @@ class Session:
 
 
 class Sessions:
-    """Every client that called, by client id."""
+    """Every client that called, by client id.
+
+    >>> sessions = Sessions(); s = sessions.session("c1", "peer")
+    >>> box = sessions.open_stream(s); s.push(spb.TelemetryCommand()), sessions.get("c1") is s
+    (True, True)
+    >>> sessions.producers_of("T"), sessions.close_stream(s, box)
+    ([], None)
+    >>> box.get() is not None and Sessions.closed(box.get()), sessions.forget("c1") is s
+    (True, True)
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

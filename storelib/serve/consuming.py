@@ -65,7 +65,18 @@ def claim_of(group: str, topic: str, handle: str, now: int | None = None) -> Che
 
 
 class Consuming:
-    """The consumer RPCs over one store's pop service."""
+    """The consumer RPCs over one store's pop service.
+
+    >>> from rocketmq.grpc_protocol import service_pb2 as spb
+    >>> c = Consuming(store.context, Sessions(), pb.Broker(name="storelib"))
+    >>> a = c.assignment(spb.QueryAssignmentRequest(topic=pb.Resource(name="TopicTest"), group=pb.Resource(name="G")))
+    >>> [q.message_queue.id for q in a.assignments]
+    [-1]
+    >>> ack = c.ack(spb.AckMessageRequest(topic=pb.Resource(name="TopicTest"), group=pb.Resource(name="G"),
+    ...     entries=[spb.AckMessageEntry(message_id="x", receipt_handle="bad")]))
+    >>> pb.Code.Name(ack.status.code), ack.entries[0].status.message
+    ('INVALID_RECEIPT_HANDLE', "receipt_handle: is not a receipt handle: 1 fields, 8 or 9 expected (got 'bad')")
+    """
 
     def __init__(self, ctx: "StoreContext", sessions: Sessions, broker: pb.Broker):
         self.ctx = ctx

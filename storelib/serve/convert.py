@@ -10,6 +10,11 @@
 ('TagA', 'k1 k2', '01ABC', 'g1', '1')
 >>> message_type_of(props) == pb.MessageType.FIFO, user_properties(props)
 (True, {'a': '1'})
+>>> timestamp(1500).nanos, duration(2500).seconds, millis(dt.datetime(1970, 1, 1, 0, 0, 1, tzinfo=dt.timezone.utc))
+(500000000, 2, 1000)
+>>> received = to_proto(store.query_by_id(r.msg_id), receipt_handle="h", delivery_attempt=2)
+>>> received.system_properties.message_id == r.uniq_key, received.system_properties.delivery_attempt
+(True, 2)
 """
 
 from __future__ import annotations

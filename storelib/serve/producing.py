@@ -31,7 +31,7 @@ from storelib.model.timestamps import now_ms
 from storelib.model.topic import PERM_WRITE
 from storelib.schedule.check import ask_registered
 from storelib.schedule.deliver import recall
-from storelib.schedule.transaction import TransactionState, as_half, end_transaction
+from storelib.schedule.transaction import TransactionState, as_half, end_transaction, pending_halves  # noqa: F401
 from storelib.send.schedule import plan_schedule
 from storelib.serve.checks import (
     check_delivery_time,
@@ -73,7 +73,21 @@ def read_recall_handle(handle: str) -> tuple[str, str, str]:
 
 
 class Producing:
-    """SendMessage, EndTransaction and RecallMessage over one store, and the check-back asker."""
+    """SendMessage, EndTransaction and RecallMessage over one store, and the check-back asker.
+
+    >>> p = Producing(store.context, Sessions(), "storelib")
+    >>> m = pb.Message(topic=pb.Resource(name="TopicTest"), body=b"x",
+    ...                system_properties=pb.SystemProperties(message_id="01AB", message_type=pb.MessageType.NORMAL))
+    >>> sent = p.send(spb.SendMessageRequest(messages=[m]), "127.0.0.1")
+    >>> pb.Code.Name(sent.status.code), sent.entries[0].message_id
+    ('OK', '01AB')
+    >>> end = p.end(spb.EndTransactionRequest(topic=pb.Resource(name="TopicTest"), transaction_id=""))
+    >>> pb.Code.Name(end.status.code), pb.Code.Name(p.recall(spb.RecallMessageRequest(
+    ...     topic=pb.Resource(name="TopicTest"), recall_handle="x")).status.code)
+    ('INVALID_TRANSACTION_ID', 'INTERNAL_SERVER_ERROR')
+    >>> p.ask_producers(store.context, pending_halves(store.context)[0]); p.close()
+    []
+    """
 
     def __init__(self, ctx: "StoreContext", sessions: Sessions, broker_name: str):
         self.ctx = ctx

@@ -41,7 +41,11 @@ DELIVER_EVERY_S = 0.2
 class Endpoint:
     """A RocketMQ 5 gRPC endpoint over ``store``, listening on ``host:port`` (0: a free port, see
     :attr:`address`). ``follow``: dispatch new messages here (a second endpoint over the same store may
-    leave it to the first); ``advertise``: the host clients are told to reach (default ``host``)."""
+    leave it to the first); ``advertise``: the host clients are told to reach (default ``host``).
+
+    >>> endpoint = Endpoint(store, port=0, follow=False).start()
+    >>> endpoint.request_stop(); endpoint.wait(); endpoint.stop()
+    """
 
     def __init__(
         self,

@@ -47,7 +47,11 @@ def _peer_host(context: grpc.ServicerContext) -> str:
 
 
 class MessagingService(MessagingServiceServicer):
-    """The RPCs of RocketMQ 5's proxy, answered by one store."""
+    """The RPCs of RocketMQ 5's proxy, answered by one store (each method is the RPC of its name; a
+    running endpoint's client calls them, see ``tests/serve``).
+
+    >>> service = MessagingService(store.context, pb.Broker(name="storelib")); service.close()
+    """
 
     def __init__(self, ctx: "StoreContext", broker: pb.Broker):
         self.ctx = ctx

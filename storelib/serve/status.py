@@ -3,8 +3,9 @@
 A failure is a response with only its status set (never a gRPC error), as the proxy's ``ResponseBuilder``
 makes it; :func:`status_of` maps the store's typed errors onto the proxy's codes.
 
->>> ok().message, Code.Name(status_of(TopicNotFoundError("topic", "no such topic")).code)
-('OK', 'TOPIC_NOT_FOUND')
+>>> missing = status_of(TopicNotFoundError("topic", "no such topic"))
+>>> ok().message, status("MESSAGE_NOT_FOUND", "no new message").message, Code.Name(missing.code)
+('OK', 'no new message', 'TOPIC_NOT_FOUND')
 >>> s = status_of(RequestError("tag", "tag cannot contain '|'", code="ILLEGAL_MESSAGE_TAG"))
 >>> Code.Name(s.code), s.message
 ('ILLEGAL_MESSAGE_TAG', "tag cannot contain '|'")

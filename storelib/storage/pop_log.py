@@ -184,6 +184,12 @@ class PopLog:
 
     The state is kept warm: :meth:`catch_up` reads only the files added since, and reads everything
     again when files were removed (a compaction by any writer).
+
+    >>> log = PopLog(store.context.tables.pop_log)
+    >>> log.catch_up().version() == log.version, log.compact(min_files=10**6)
+    (True, (0, 0))
+    >>> log.forget(); log.version
+    -1
     """
 
     def __init__(self, table: Table, target_file_size: int = 64 << 20):
