@@ -52,7 +52,7 @@ transactions. The endpoint dispatches what arrives (unless --no-follow), deliver
 back orphaned transactions. Several endpoints over one store act as one proxy cluster.""",
         create=True,
     )
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
-    p.add_argument("--port", type=int, default=8081, help="port to listen on (0: a free one, printed)")
-    p.add_argument("--advertise", default=None, help="host clients are told to reach (default: --host)")
+    p.add_argument("--host", default="127.0.0.1", help="listen address (0.0.0.0: all)")
+    p.add_argument("--port", type=int, default=8081, help="port (0: a free one)")
+    p.add_argument("--advertise", default=None, help="host clients are told to reach; --host when not given")
     p.add_argument("--no-follow", action="store_true", help="leave dispatching to another process")
