@@ -13,6 +13,7 @@
     python jobs/benchmark.py --suite online --seconds 60 --consumer-nice 10   # consumers yield the CPU to producers
     python jobs/benchmark.py --suite growth --commits 10000    # send, dispatch, pull: the first and last 1,000 commits
     python jobs/benchmark.py --suite s3 --messages 10000 --latency-ms 20   # requests and latency on an S3 store
+    python jobs/benchmark.py --suite grpc --seconds 30 --producers 2 --consumers 2   # RocketMQ's client, storelib serve
 
 Prints messages per second and the ratio to the baseline measured in the same run.
 """
@@ -30,6 +31,7 @@ from jobs.benchmarks.admin import bench_admin  # noqa: E402
 from jobs.benchmarks.custom import bench_custom  # noqa: E402
 from jobs.benchmarks.filter import bench_filtering  # noqa: E402
 from jobs.benchmarks.growth import bench_growth  # noqa: E402
+from jobs.benchmarks.grpc import bench_grpc  # noqa: E402
 from jobs.benchmarks.object_storage import bench_object_storage  # noqa: E402
 from jobs.benchmarks.online import bench_online  # noqa: E402
 from jobs.benchmarks.pull import bench_pull  # noqa: E402
@@ -41,7 +43,7 @@ from storelib.model.errors import StoreError  # noqa: E402
 from storelib.session import get_spark  # noqa: E402
 
 #: The suites ``--suite`` may name.
-SUITES = ("send", "lookup", "filter", "pull", "custom", "schedule", "sql", "admin", "online", "growth", "s3")
+SUITES = ("send", "lookup", "filter", "pull", "custom", "schedule", "sql", "admin", "online", "growth", "s3", "grpc")
 
 
 def suite_list(text: str) -> list[str]:
@@ -168,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     out: dict = {}
     try:
         # the online and growth suites run no Spark job: a JVM starting beside them would take their CPU
-        spark = get_spark("storelib-benchmark") if suites - {"online", "growth"} else None
+        spark = get_spark("storelib-benchmark") if suites - {"online", "growth", "grpc"} else None
         if "send" in suites:
             figures = bench_send_and_dispatch(
                 spark,
@@ -262,6 +264,13 @@ def main(argv: list[str] | None = None) -> int:
                     "window": args.window,
                     "consumers": args.consumers,
                 },
+            ),
+            "grpc": lambda: bench_grpc(
+                args.seconds,
+                producers=args.producers,
+                window=args.window * args.threads,
+                consumers=args.consumers,
+                root=args.root,
             ),
             "schedule": lambda: bench_schedule(
                 spark, args.messages, root=args.root, partitions=args.partitions, repeats=args.repeats

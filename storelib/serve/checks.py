@@ -76,8 +76,11 @@ SYSTEM_PROPERTY_NAMES = RESERVED_PROPERTIES | {
 }
 
 
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")  # Java's Character.isISOControl
+
+
 def _control(text: str) -> bool:
-    return any(ord(c) < 32 or 127 <= ord(c) < 160 for c in text)
+    return _CONTROL.search(text) is not None
 
 
 def check_topic(name: str) -> None:

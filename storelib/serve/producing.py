@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import itertools
 import logging
+import time
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Sequence
 
@@ -28,7 +29,7 @@ from storelib.encoding.hashcode import consistent_hash, java_string_hash
 from storelib.model.errors import RequestError, TopicPermissionError, TransactionEndedError
 from storelib.model.message import MessageConst, SendResult, StoredMessage
 from storelib.model.timestamps import now_ms
-from storelib.model.topic import PERM_WRITE
+from storelib.model.topic import PERM_WRITE, TopicConfig
 from storelib.schedule.check import ask_registered
 from storelib.schedule.deliver import recall
 from storelib.schedule.transaction import TransactionState, as_half, end_transaction, pending_halves  # noqa: F401
@@ -53,6 +54,9 @@ if TYPE_CHECKING:
 __all__ = ["Producing", "recall_handle", "read_recall_handle"]
 
 log = logging.getLogger("storelib.serve")
+
+#: How old the endpoint's view of the topics may be when a send checks its topic (seconds).
+TOPICS_LOOK_S = 1.0
 
 
 def recall_handle(topic: str, broker: str, deliver_ms: int, uniq_key: str, msg_id: str) -> str:
@@ -95,9 +99,20 @@ class Producing:
         self.broker_name = broker_name
         self.sends: "GroupCommitProducer" = ctx.producer.group_commit(ctx.commitlog, ctx.topics.all, encoded=True)
         self._rotation = itertools.count()
+        self._topics: dict[str, TopicConfig] = {}
+        self._topics_read = 0.0
 
     def close(self) -> None:
         self.sends.close()
+
+    def _topic(self, topic: str) -> TopicConfig:
+        """The topic's configuration as of at most :data:`TOPICS_LOOK_S` ago (a broker keeps its topic
+        table in memory), read again at once for a topic not seen yet."""
+        now = time.monotonic()
+        if now - self._topics_read > TOPICS_LOOK_S or topic not in self._topics:
+            self._topics, self._topics_read = self.ctx.topics.all(), now
+        found = self._topics.get(topic)
+        return found if found is not None else self.ctx.topics.get(topic)  # raises TopicNotFoundError
 
     # ---- SendMessage ---------------------------------------------------------------------------
     def send(self, request: spb.SendMessageRequest, peer_host: str) -> spb.SendMessageResponse:
@@ -134,7 +149,7 @@ class Producing:
         check_topic(topic)
         now = now_ms()
         born_now = now_millis()
-        config = self.ctx.topics.get(topic)
+        config = self._topic(topic)
         if not config.perm & PERM_WRITE:
             raise TopicPermissionError("topic", "no writable queue", value=topic)
         out = []

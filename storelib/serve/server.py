@@ -35,7 +35,7 @@ BROKER_NAME = "storelib"
 #: Threads answering calls: a long-polling receive and a Telemetry stream each hold one while open.
 WORKERS = 256
 #: How often due delayed messages are moved to their topics (RocketMQ's timer ticks once a second).
-DELIVER_EVERY_S = 0.2
+DELIVER_EVERY_S = 1.0
 
 
 class Endpoint:
