@@ -366,10 +366,27 @@ def _filesystem(kind: str, netloc: str, options_json: str):
         )
         return fs.S3FileSystem(**kwargs)
     if kind in ("abfs", "abfss", "az", "adl"):
+        # deltalake reads the AZURE_* variables itself; pyarrow's Azure filesystem does not: it gets them here
+        o = {**{k.upper(): v for k, v in os.environ.items() if k.upper().startswith("AZURE_")}, **o}
         account = o.get("AZURE_STORAGE_ACCOUNT_NAME") or netloc.split("@", 1)[-1].split(".", 1)[0]
+        where: dict[str, Any] = {}
+        endpoint = o.get("AZURE_STORAGE_ENDPOINT") or o.get("AZURE_ENDPOINT")
+        if o.get("AZURE_STORAGE_USE_EMULATOR", "").lower() == "true":  # Azurite, as deltalake reaches it
+            account = o.get("AZURE_STORAGE_ACCOUNT_NAME") or "devstoreaccount1"
+            endpoint = endpoint or "http://127.0.0.1:10000"
+        if endpoint:
+            split = urlsplit(endpoint)
+            auth, scheme_ = split.netloc, split.scheme or "https"
+            where = {
+                "blob_storage_authority": auth,
+                "blob_storage_scheme": scheme_,
+                "dfs_storage_authority": auth,
+                "dfs_storage_scheme": scheme_,
+            }
         return fs.AzureFileSystem(
             account_name=account,
             account_key=o.get("AZURE_STORAGE_ACCOUNT_KEY"),
             sas_token=o.get("AZURE_STORAGE_SAS_TOKEN"),
+            **where,
         )
     return fs.FileSystem.from_uri(f"{kind}://{netloc}")[0]  # gs: credentials from the environment
