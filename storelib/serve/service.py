@@ -125,8 +125,9 @@ class MessagingService(MessagingServiceServicer):
                 for command in request_iterator:
                     if command.HasField("settings"):
                         try:
-                            session.settings = command.settings
-                            box.put(settings_reply(merged_settings(self.ctx, command.settings)))
+                            merged = merged_settings(self.ctx, command.settings)
+                            session.settings = merged  # the store's view (fifo, attempts), as the proxy keeps it
+                            box.put(settings_reply(merged))
                         except Exception as e:  # noqa: BLE001
                             failure.append(f"process client telemetryCommand failed. {status_of(e).message}")
                             break
