@@ -15,7 +15,7 @@ True
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
@@ -86,10 +86,14 @@ class Consuming:
 
     # ---- ReceiveMessage ------------------------------------------------------------------------
     def receive(
-        self, request: spb.ReceiveMessageRequest, client_id: str, time_left_s: float | None
+        self,
+        request: spb.ReceiveMessageRequest,
+        client_id: str,
+        time_left_s: float | None,
+        waiting: Callable[[], bool] | None = None,
     ) -> Iterator[spb.ReceiveMessageResponse]:
         try:
-            found = self._receive(request, client_id, time_left_s)
+            found = self._receive(request, client_id, time_left_s, waiting)
         except Exception as e:  # noqa: BLE001
             yield spb.ReceiveMessageResponse(status=status_of(e))
         else:
@@ -109,7 +113,13 @@ class Consuming:
                 yield spb.ReceiveMessageResponse(status=status("MESSAGE_NOT_FOUND", "no new message"))
         yield spb.ReceiveMessageResponse(delivery_timestamp=timestamp(now_ms()))
 
-    def _receive(self, request: spb.ReceiveMessageRequest, client_id: str, time_left_s: float | None) -> list:
+    def _receive(
+        self,
+        request: spb.ReceiveMessageRequest,
+        client_id: str,
+        time_left_s: float | None,
+        waiting: Callable[[], bool] | None = None,
+    ) -> list:
         group, topic = request.group.name, request.message_queue.topic.name
         polling = request.long_polling_timeout.ToMilliseconds() if request.HasField("long_polling_timeout") else 0
         polling = min(max(polling or MAX_POLLING_MS, MIN_POLLING_MS), MAX_POLLING_MS)
@@ -146,6 +156,7 @@ class Consuming:
             fifo=fifo,
             wait_ms=polling,
             max_attempts=attempts or config.retry_max_times + 1,
+            waiting=waiting,
         )
 
     # ---- AckMessage ----------------------------------------------------------------------------

@@ -194,7 +194,12 @@ class MessagingService(MessagingServiceServicer):
         except Exception as e:  # noqa: BLE001
             yield spb.ReceiveMessageResponse(status=status_of(e))
             return
-        yield from self.consuming.receive(request, client_id, context.time_remaining())
+        yield from self.consuming.receive(
+            request,
+            client_id,
+            context.time_remaining(),
+            waiting=lambda: context.is_active() and not self.stopping.is_set(),
+        )
 
     def AckMessage(self, request: spb.AckMessageRequest, context: grpc.ServicerContext) -> spb.AckMessageResponse:
         try:
