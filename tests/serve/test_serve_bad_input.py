@@ -199,6 +199,25 @@ def test_client_cancels_a_long_poll(server):
         channel.close()
 
 
+def test_cancelled_long_poll_claims_nothing_afterwards(server):
+    """A long poll whose client went away must stop polling: a message sent after the cancel goes to the
+    next receive of the group at once (attempt 1), not to the dead call (invisible for 15 s)."""
+    stub, channel = raw_stub(server.address)
+    try:
+        call = stub.ReceiveMessage(receive_request("Bad", "GAfterCancel", polling_s=20), metadata=meta(), timeout=30)
+        time.sleep(1)
+        call.cancel()
+    finally:
+        channel.close()
+    time.sleep(0.5)
+    with producer(server.address, "Bad") as p:
+        receipt = p.send(message("Bad", b"after the cancel"))
+    with simple_consumer(server.address, "GAfterCancel", {"Bad": "*"}) as c:
+        got = [m for m in receive_until(c, 1, timeout=8) if m.message_id == receipt.message_id]
+        assert got and got[0].delivery_attempt == 1, "the cancelled call claimed the message"
+        c.ack(got[0])
+
+
 def test_client_closes_its_channel_mid_stream(server):
     stub, channel = raw_stub(server.address)
     calls = [stub.ReceiveMessage(receive_request("Bad", f"GVanish{i}", polling_s=20), metadata=meta(), timeout=30)
