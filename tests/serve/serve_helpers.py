@@ -215,3 +215,15 @@ def wait_for(predicate, timeout: float = 30, every: float = 0.3):
         if value or time.monotonic() > deadline:
             return value
         time.sleep(every)
+
+
+def live_claims(path: str, group: str, topic: str) -> list:
+    """The group's receipts of ``topic`` not yet acked, read from the store (commits nothing)."""
+    from storelib import MessageStore
+    from storelib.consume.pop import PopService
+
+    s = MessageStore.open(path)
+    try:
+        return PopService(s.context).live(group, topic)
+    finally:
+        s.close()
