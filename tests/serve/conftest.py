@@ -29,6 +29,8 @@ def serve(tmp_path_factory) -> Iterator:
         rc = server.stop()
         if rc != 0:
             failures.append(f"{server.address}: exit {rc}; stderr: {server.stderr()}")
+        elif "Traceback" in server.stderr():
+            failures.append(f"{server.address}: a traceback on stderr: {server.stderr()}")
     assert not failures, failures
 
 

@@ -133,14 +133,16 @@ def test_bad_sql92_filter(stub):
 
 def test_bad_sql92_filter_through_the_client(server):
     from rocketmq import SimpleConsumer
+    from rocketmq.v5.exception import BadRequestException
 
     from serve_helpers import config
 
     c = SimpleConsumer(config(server.address), "GBadSql2", {"Bad": FilterExpression("a >>> (", FilterType.SQL)}, 5)
     try:
-        with pytest.raises(Exception):  # noqa: B017  (startup or the receive: either refuses, the server lives)
+        with pytest.raises(BadRequestException) as e:
             c.startup()
             c.receive(16, 15)
+        assert str(pb.Code.Value("ILLEGAL_FILTER_EXPRESSION")) in str(e.value)
     finally:
         try:
             c.shutdown()

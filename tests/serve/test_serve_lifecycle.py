@@ -11,7 +11,7 @@ from rocketmq import ConsumeResult, MessageListener, PushConsumer, TransactionCh
 
 from serve_helpers import config, live_claims, make_store, message, producer, receive_until, simple_consumer, wait_for
 
-TOPICS = {"TxCommit": 2, "TxRollback": 2, "TxCheck": 2, "Retry": 2, "Push": 4, "Renew": 1}
+TOPICS = {"TxCommit": 2, "TxRollback": 2, "TxCheck": 2, "Retry": 2, "Push": 4, "Renew": 1, "PushRetry": 1}
 GROUPS = {"GRetry": {"retry_max_times": 1}}
 
 
@@ -145,3 +145,34 @@ def test_push_consumer_receives_and_acks(server):
     assert sorted(listener.bodies) == [f"push-{i}".encode() for i in range(5)]
     # acked: the group holds no claim on the topic any more
     assert wait_for(lambda: live_claims(server.path, "GPush", "Push") == [], timeout=10)
+
+
+class FailingOnce(MessageListener):
+    """Fails each message's first delivery, then succeeds."""
+
+    def __init__(self):
+        self.attempts: dict[str, list[int]] = {}
+        self.done = threading.Event()
+
+    def consume(self, message):
+        self.attempts.setdefault(message.message_id, []).append(message.delivery_attempt)
+        if message.delivery_attempt >= 2:
+            self.done.set()
+            return ConsumeResult.SUCCESS
+        return ConsumeResult.FAILURE
+
+
+def test_push_consumer_failure_is_redelivered(server):
+    from rocketmq import FilterExpression
+
+    with producer(server.address, "PushRetry") as p:
+        receipt = p.send(message("PushRetry", b"fail once"))
+    listener = FailingOnce()
+    consumer = PushConsumer(config(server.address), "GPushRetry", listener, {"PushRetry": FilterExpression()})
+    consumer.startup()
+    try:
+        assert listener.done.wait(40), listener.attempts
+    finally:
+        consumer.shutdown()
+    assert listener.attempts[receipt.message_id][:2] == [1, 2]
+    assert wait_for(lambda: live_claims(server.path, "GPushRetry", "PushRetry") == [], timeout=10)

@@ -17,8 +17,12 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 
 from serve_helpers import make_store, message, meta, producer, raw_stub, receive_until, simple_consumer, wait_for
 
-TOPICS = {"RoundTrip": 4, "Lookup": 2, "Tagged": 4, "Sql": 4, "Fifo": 4, "Delayed": 2, "DelayedMs": 2, "FifoBlock": 1}
-GROUPS = {"GFifo": {"consume_message_orderly": True}, "GFifoBlock": {"consume_message_orderly": True}}
+TOPICS = {"RoundTrip": 4, "Lookup": 2, "Tagged": 4, "Sql": 4, "Fifo": 4, "Delayed": 2, "DelayedMs": 2, "FifoBlock": 1, "Recall": 2, "FifoRetry": 1}
+GROUPS = {
+    "GFifo": {"consume_message_orderly": True},
+    "GFifoBlock": {"consume_message_orderly": True},
+    "GFifoRetry": {"consume_message_orderly": True},
+}
 
 
 @pytest.fixture(scope="module")
@@ -198,3 +202,54 @@ def test_delivery_time_in_milliseconds_is_refused(server):
         assert not r.entries
     finally:
         channel.close()
+
+
+def test_recalled_delayed_message_is_never_delivered(server):
+    with producer(server.address, "Recall") as p:
+        at = int(time.time()) + 3
+        recalled = p.send(message("Recall", b"recalled", deliver_at=at))
+        kept = p.send(message("Recall", b"kept", deliver_at=at))
+        assert recalled.recall_handle
+        assert p.recall_message("Recall", recalled.recall_handle) == recalled.message_id
+    with simple_consumer(server.address, "GRecall", {"Recall": "*"}) as c:
+        got = receive_until(c, 1, timeout=20)
+        for m in got:
+            c.ack(m)
+        got += c.receive(32, 15)
+        assert [m.message_id for m in got] == [kept.message_id]
+
+
+def test_reserved_property_key_is_refused(server):
+    stub, channel = raw_stub(server.address)
+    try:
+        m = pb.Message(
+            topic=pb.Resource(name="Recall"),
+            body=b"x",
+            user_properties={"UNIQ_KEY": "mine"},
+            system_properties=pb.SystemProperties(
+                message_id="01RAWRESERVED",
+                message_type=pb.MessageType.NORMAL,
+                body_encoding=pb.Encoding.IDENTITY,
+                born_timestamp=Timestamp(seconds=int(time.time())),
+            ),
+        )
+        r = stub.SendMessage(spb.SendMessageRequest(messages=[m]), metadata=meta(), timeout=10)
+        assert pb.Code.Name(r.status.code) == "ILLEGAL_MESSAGE_PROPERTY_KEY"
+    finally:
+        channel.close()
+
+
+def test_fifo_redelivers_the_head_before_the_rest(server):
+    with producer(server.address, "FifoRetry") as p:
+        for i in range(2):
+            p.send(message("FifoRetry", f"head-{i}".encode(), group="retrying"))
+    with simple_consumer(server.address, "GFifoRetry", {"FifoRetry": "*"}) as c:
+        (first,) = receive_until(c, 1, batch=1)
+        assert (first.body, first.delivery_attempt) == (b"head-0", 1)
+        c.change_invisible_duration(first, 1)
+        (again,) = receive_until(c, 1, batch=1)
+        assert (again.body, again.delivery_attempt) == (b"head-0", 2), "the queue skipped its unacked head"
+        c.ack(again)
+        (nxt,) = receive_until(c, 1, batch=1)
+        assert (nxt.body, nxt.delivery_attempt) == (b"head-1", 1)
+        c.ack(nxt)
