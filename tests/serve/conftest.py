@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Iterator
 
 import pytest
-
 from serve_helpers import Server
 
 
@@ -32,5 +31,3 @@ def serve(tmp_path_factory) -> Iterator:
         elif "Traceback" in server.stderr():
             failures.append(f"{server.address}: a traceback on stderr: {server.stderr()}")
     assert not failures, failures
-
-

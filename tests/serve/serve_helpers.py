@@ -17,9 +17,6 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Iterator
-
-
 
 ROOT = Path(__file__).resolve().parents[2]
 READY = "serving RocketMQ 5 gRPC on "

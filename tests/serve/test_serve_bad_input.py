@@ -14,7 +14,6 @@ from rocketmq import FilterExpression
 from rocketmq.grpc_protocol import FilterType
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
-
 from serve_helpers import make_store, message, meta, producer, raw_stub, receive_until, simple_consumer
 
 TOPICS = {"Bad": 2, "Healthy": 2}
@@ -134,7 +133,6 @@ def test_bad_sql92_filter(stub):
 def test_bad_sql92_filter_through_the_client(server):
     from rocketmq import SimpleConsumer
     from rocketmq.v5.exception import BadRequestException
-
     from serve_helpers import config
 
     c = SimpleConsumer(config(server.address), "GBadSql2", {"Bad": FilterExpression("a >>> (", FilterType.SQL)}, 5)
@@ -222,8 +220,10 @@ def test_cancelled_long_poll_claims_nothing_afterwards(server):
 
 def test_client_closes_its_channel_mid_stream(server):
     stub, channel = raw_stub(server.address)
-    calls = [stub.ReceiveMessage(receive_request("Bad", f"GVanish{i}", polling_s=20), metadata=meta(), timeout=30)
-             for i in range(3)]
+    calls = [
+        stub.ReceiveMessage(receive_request("Bad", f"GVanish{i}", polling_s=20), metadata=meta(), timeout=30)
+        for i in range(3)
+    ]
     telemetry = stub.Telemetry(iter([]), metadata=meta("vanishing@1@0@x"), timeout=30)
 
     def drain(call):

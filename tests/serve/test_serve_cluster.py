@@ -6,7 +6,6 @@ from __future__ import annotations
 import time
 
 import pytest
-
 from serve_helpers import live_claims, make_store, message, producer, receive_until, simple_consumer, stop_cleanly
 
 

@@ -8,7 +8,6 @@ import time
 
 import pytest
 from rocketmq import ConsumeResult, MessageListener, PushConsumer, TransactionChecker, TransactionResolution
-
 from serve_helpers import config, live_claims, make_store, message, producer, receive_until, simple_consumer, wait_for
 
 TOPICS = {"TxCommit": 2, "TxRollback": 2, "TxCheck": 2, "Retry": 2, "Push": 4, "Renew": 1, "PushRetry": 1}

@@ -7,17 +7,26 @@ from __future__ import annotations
 import time
 
 import pytest
+from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq import FilterExpression
 from rocketmq.grpc_protocol import FilterType
-from rocketmq.v5.exception import BadRequestException
-
-from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
-
+from rocketmq.v5.exception import BadRequestException
 from serve_helpers import make_store, message, meta, producer, raw_stub, receive_until, simple_consumer, wait_for
 
-TOPICS = {"RoundTrip": 4, "Lookup": 2, "Tagged": 4, "Sql": 4, "Fifo": 4, "Delayed": 2, "DelayedMs": 2, "FifoBlock": 1, "Recall": 2, "FifoRetry": 1}
+TOPICS = {
+    "RoundTrip": 4,
+    "Lookup": 2,
+    "Tagged": 4,
+    "Sql": 4,
+    "Fifo": 4,
+    "Delayed": 2,
+    "DelayedMs": 2,
+    "FifoBlock": 1,
+    "Recall": 2,
+    "FifoRetry": 1,
+}
 GROUPS = {
     "GFifo": {"consume_message_orderly": True},
     "GFifoBlock": {"consume_message_orderly": True},
