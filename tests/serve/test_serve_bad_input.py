@@ -155,6 +155,20 @@ def test_invisible_time_too_short(stub):
     assert [code(r.status) for r in responses if r.HasField("status")] == ["ILLEGAL_INVISIBLE_TIME"]
 
 
+def test_invisible_time_out_of_range(stub):
+    request = receive_request("Bad", "GBadInvisible")
+    request.invisible_duration.seconds = 10**13  # beyond protobuf's range of durations
+    responses = list(stub.ReceiveMessage(request, metadata=meta(), timeout=10))
+    assert [code(r.status) for r in responses if r.HasField("status")] == ["ILLEGAL_INVISIBLE_TIME"]
+
+
+def test_born_timestamp_out_of_range(stub):
+    m = raw_message("Bad", message_id="01RAWBORN")
+    m.system_properties.born_timestamp.seconds = 10**15
+    r = send(stub, m)
+    assert code(r.status) == "BAD_REQUEST" and not r.entries
+
+
 @pytest.mark.parametrize(
     "handle",
     ["bad", "not a handle at all", f"3 {int(time.time() * 1000)} 60000 0 0 storelib 1 3 12345"],

@@ -185,30 +185,29 @@ def test_delivery_time_too_far_ahead_is_refused(server):
 
 
 def test_delivery_time_in_milliseconds_is_refused(server):
-    """The client puts the number into ``delivery_timestamp.seconds``: milliseconds there are refused
-    (by the client when beyond protobuf's range, else by the endpoint), and nothing is stored."""
-    from rocketmq.v5.exception import ClientException
-
+    """The client puts the number into ``delivery_timestamp.seconds``: epoch milliseconds there are a time
+    far beyond a day ahead (and beyond protobuf's range), refused with ILLEGAL_DELIVERY_TIME."""
     with producer(server.address, "DelayedMs") as p:
-        with pytest.raises(ClientException):
+        with pytest.raises(BadRequestException) as e:
             p.send(message("DelayedMs", b"ms", deliver_at=int(time.time() * 1000) + 5000))
+        assert str(pb.Code.Value("ILLEGAL_DELIVERY_TIME")) in str(e.value)
     stub, channel = raw_stub(server.address)
     try:
-        m = pb.Message(
-            topic=pb.Resource(name="DelayedMs"),
-            body=b"ms",
-            system_properties=pb.SystemProperties(
-                message_id="01RAWDELAYMS",
-                message_type=pb.MessageType.DELAY,
-                body_encoding=pb.Encoding.IDENTITY,
-                born_timestamp=Timestamp(seconds=int(time.time())),
-            ),
-        )
-        # a value in protobuf's range yet far beyond a day ahead, as milliseconds mistaken for seconds are
-        m.system_properties.delivery_timestamp.seconds = 253402300799
-        r = stub.SendMessage(spb.SendMessageRequest(messages=[m]), metadata=meta(), timeout=10)
-        assert pb.Code.Name(r.status.code) == "ILLEGAL_DELIVERY_TIME"
-        assert not r.entries
+        for seconds in (int(time.time() * 1000), 253402300799):  # beyond protobuf's range, and its last second
+            m = pb.Message(
+                topic=pb.Resource(name="DelayedMs"),
+                body=b"ms",
+                system_properties=pb.SystemProperties(
+                    message_id="01RAWDELAYMS",
+                    message_type=pb.MessageType.DELAY,
+                    body_encoding=pb.Encoding.IDENTITY,
+                    born_timestamp=Timestamp(seconds=int(time.time())),
+                ),
+            )
+            m.system_properties.delivery_timestamp.seconds = seconds
+            r = stub.SendMessage(spb.SendMessageRequest(messages=[m]), metadata=meta(), timeout=10)
+            assert pb.Code.Name(r.status.code) == "ILLEGAL_DELIVERY_TIME", seconds
+            assert not r.entries
     finally:
         channel.close()
 
