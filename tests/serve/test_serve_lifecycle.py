@@ -10,8 +10,17 @@ import pytest
 from rocketmq import ConsumeResult, MessageListener, PushConsumer, TransactionChecker, TransactionResolution
 from serve_helpers import config, live_claims, make_store, message, producer, receive_until, simple_consumer, wait_for
 
-TOPICS = {"TxCommit": 2, "TxRollback": 2, "TxCheck": 2, "Retry": 2, "Push": 4, "Renew": 1, "PushRetry": 1}
-GROUPS = {"GRetry": {"retry_max_times": 1}}
+TOPICS = {
+    "TxCommit": 2,
+    "TxRollback": 2,
+    "TxCheck": 2,
+    "Retry": 2,
+    "Push": 4,
+    "Renew": 1,
+    "PushRetry": 1,
+    "FifoPush": 1,
+}
+GROUPS = {"GRetry": {"retry_max_times": 1}, "GFifoPush": {"retry_max_times": 1, "consume_message_orderly": True}}
 
 
 @pytest.fixture(scope="module")
@@ -175,3 +184,46 @@ def test_push_consumer_failure_is_redelivered(server):
         consumer.shutdown()
     assert listener.attempts[receipt.message_id][:2] == [1, 2]
     assert wait_for(lambda: live_claims(server.path, "GPushRetry", "PushRetry") == [], timeout=10)
+
+
+class FailingBody(MessageListener):
+    """Fails every delivery of the message with body ``bad``; records the order of the rest."""
+
+    def __init__(self):
+        self.seen: list[bytes] = []
+        self.done = threading.Event()
+
+    def consume(self, message):
+        self.seen.append(message.body)
+        if message.body == b"bad":
+            return ConsumeResult.FAILURE
+        if message.body == b"after":
+            self.done.set()
+        return ConsumeResult.SUCCESS
+
+
+def test_fifo_push_consumer_dead_letters_then_moves_on(server):
+    from rocketmq import FilterExpression
+
+    with producer(server.address, "FifoPush") as p:
+        bad = p.send(message("FifoPush", b"bad", group="fp")).message_id
+        p.send(message("FifoPush", b"after", group="fp"))
+    listener = FailingBody()
+    consumer = PushConsumer(config(server.address), "GFifoPush", listener, {"FifoPush": FilterExpression()})
+    consumer.startup()
+    try:
+        assert listener.done.wait(40), listener.seen
+    finally:
+        consumer.shutdown()
+    assert listener.seen == [b"bad", b"bad", b"after"]  # max attempts 2 (retry_max_times=1), in order
+    from storelib import MessageStore
+
+    def dead_lettered():
+        s = MessageStore.open(server.path)
+        try:
+            return s.get_message("GFifoPush", "%DLQ%GFifoPush", 0, 0).messages
+        finally:
+            s.close()
+
+    dlq = wait_for(dead_lettered, timeout=30)
+    assert dlq and [m.uniq_key for m in dlq] == [bad]
