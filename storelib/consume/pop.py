@@ -104,11 +104,13 @@ class PopService:
         fifo: bool = False,
         wait_ms: int = 0,
         max_attempts: int | None = None,
+        waiting: Callable[[], bool] | None = None,
     ) -> list[Received]:
         """Up to ``max_msgs`` messages of ``topic`` for ``group`` (``popMessage``), invisible to the
         group for ``invisible_ms``; waits up to ``wait_ms`` for one (long polling). ``fifo``: a queue
         with a message in flight hands out nothing more until it is acked or visible again, so each
-        message group is consumed in order. Raises what a pull's checks raise (topic, group, filter)."""
+        message group is consumed in order. ``waiting``: asked between looks; the wait ends when it says
+        no (the caller went away, the server stops). Raises what a pull's checks raise (topic, group, filter)."""
         selector = selector or MessageSelector.by_tag("*")  # a receive carries its filter, as a pull may
         message_filter = self._pulls.check(PullRequest(group, topic, 0, 0, max_msgs, selector))
         if max_attempts is None:
@@ -122,7 +124,7 @@ class PopService:
                 )
             )
             left = deadline - time.monotonic()
-            if got or left <= 0:
+            if got or left <= 0 or (waiting is not None and not waiting()):
                 return got
             self.ctx.arrivals.wait(seen, min(left, LOOK_AGAIN_S))
 

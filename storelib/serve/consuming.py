@@ -15,7 +15,7 @@ True
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
@@ -26,7 +26,7 @@ from storelib.model.errors import ReceiptHandleError, RequestError
 from storelib.model.timestamps import now_ms
 from storelib.serve.checks import MIN_INVISIBLE_MS_RECEIVE, check_group, check_invisible_time, check_topic
 from storelib.serve.clients import LONG_POLLING_MS, RECEIVE_BATCH_SIZE, Sessions, selector_of
-from storelib.serve.convert import timestamp, to_proto
+from storelib.serve.convert import proto_ms, timestamp, to_proto
 from storelib.serve.status import ok, status, status_of
 from storelib.storage.pop_log import Checkpoint
 
@@ -86,10 +86,14 @@ class Consuming:
 
     # ---- ReceiveMessage ------------------------------------------------------------------------
     def receive(
-        self, request: spb.ReceiveMessageRequest, client_id: str, time_left_s: float | None
+        self,
+        request: spb.ReceiveMessageRequest,
+        client_id: str,
+        time_left_s: float | None,
+        waiting: Callable[[], bool] | None = None,
     ) -> Iterator[spb.ReceiveMessageResponse]:
         try:
-            found = self._receive(request, client_id, time_left_s)
+            found = self._receive(request, client_id, time_left_s, waiting)
         except Exception as e:  # noqa: BLE001
             yield spb.ReceiveMessageResponse(status=status_of(e))
         else:
@@ -109,9 +113,15 @@ class Consuming:
                 yield spb.ReceiveMessageResponse(status=status("MESSAGE_NOT_FOUND", "no new message"))
         yield spb.ReceiveMessageResponse(delivery_timestamp=timestamp(now_ms()))
 
-    def _receive(self, request: spb.ReceiveMessageRequest, client_id: str, time_left_s: float | None) -> list:
+    def _receive(
+        self,
+        request: spb.ReceiveMessageRequest,
+        client_id: str,
+        time_left_s: float | None,
+        waiting: Callable[[], bool] | None = None,
+    ) -> list:
         group, topic = request.group.name, request.message_queue.topic.name
-        polling = request.long_polling_timeout.ToMilliseconds() if request.HasField("long_polling_timeout") else 0
+        polling = proto_ms(request.long_polling_timeout) if request.HasField("long_polling_timeout") else 0
         polling = min(max(polling or MAX_POLLING_MS, MIN_POLLING_MS), MAX_POLLING_MS)
         if time_left_s is not None and polling > time_left_s * 1000:
             if time_left_s * 1000 < MIN_POLLING_MS:
@@ -126,7 +136,7 @@ class Consuming:
         if request.auto_renew:
             invisible = DEFAULT_INVISIBLE_MS
         else:
-            invisible = request.invisible_duration.ToMilliseconds()
+            invisible = proto_ms(request.invisible_duration)
             check_invisible_time(invisible, MIN_INVISIBLE_MS_RECEIVE)
         try:
             selector = selector_of(request.filter_expression)
@@ -146,6 +156,7 @@ class Consuming:
             fifo=fifo,
             wait_ms=polling,
             max_attempts=attempts or config.retry_max_times + 1,
+            waiting=waiting,
         )
 
     # ---- AckMessage ----------------------------------------------------------------------------
@@ -192,7 +203,7 @@ class Consuming:
             group, topic = request.group.name, request.topic.name
             check_topic(topic)
             check_group(group)
-            invisible = request.invisible_duration.ToMilliseconds()
+            invisible = proto_ms(request.invisible_duration)
             check_invisible_time(invisible)
             renewed = self.pop.change_invisible(
                 group, claim_of(group, topic, request.receipt_handle, now_ms()), invisible

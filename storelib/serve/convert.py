@@ -39,6 +39,7 @@ __all__ = [
     "timestamp",
     "duration",
     "millis",
+    "proto_ms",
     "body_digest",
 ]
 
@@ -65,6 +66,16 @@ def duration(ms: int) -> Duration:
 
 def millis(value: dt.datetime) -> int:
     return int(value.timestamp() * 1000)
+
+
+def proto_ms(value: Timestamp | Duration) -> int:
+    """Milliseconds of a client's timestamp or duration, however far out of protobuf's range (its own
+    ``ToMilliseconds`` raises ValueError there: a client's epoch milliseconds put where seconds belong).
+
+    >>> proto_ms(Timestamp(seconds=1_700_000_000_000)), proto_ms(Duration(seconds=2, nanos=500_000_000))
+    (1700000000000000, 2500)
+    """
+    return value.seconds * 1000 + value.nanos // 1_000_000
 
 
 def body_digest(body: bytes) -> pb.Digest:

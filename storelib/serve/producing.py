@@ -43,7 +43,7 @@ from storelib.serve.checks import (
     check_user_properties,
 )
 from storelib.serve.clients import Sessions
-from storelib.serve.convert import message_properties, to_proto
+from storelib.serve.convert import message_properties, proto_ms, to_proto
 from storelib.serve.status import ok, status, status_of
 from storelib.storage.commitlog import EncodedMessage, now_millis
 
@@ -180,7 +180,7 @@ class Producing:
                     "the max transaction recovery time of message is too large, max is 3600",
                     code="BAD_REQUEST",
                 )
-            deliver = sp.delivery_timestamp.ToMilliseconds() if sp.HasField("delivery_timestamp") else None
+            deliver = proto_ms(sp.delivery_timestamp) if sp.HasField("delivery_timestamp") else None
             if deliver is not None:
                 check_delivery_time(deliver, now)
             check_message_group(sp.message_group)
@@ -191,7 +191,12 @@ class Producing:
                 queue_id = next(self._rotation) % config.write_queue_nums
             born = born_now
             if sp.HasField("born_timestamp"):
-                born = sp.born_timestamp.ToDatetime().replace(tzinfo=born_now.tzinfo)
+                try:
+                    born = sp.born_timestamp.ToDatetime().replace(tzinfo=born_now.tzinfo)
+                except (ValueError, OverflowError):
+                    raise RequestError(
+                        "born_timestamp", "born timestamp is not valid", value=sp.born_timestamp.seconds
+                    ) from None
             target, queue_id, props = plan_schedule(
                 topic,
                 queue_id,

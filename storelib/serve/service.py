@@ -125,8 +125,9 @@ class MessagingService(MessagingServiceServicer):
                 for command in request_iterator:
                     if command.HasField("settings"):
                         try:
-                            session.settings = command.settings
-                            box.put(settings_reply(merged_settings(self.ctx, command.settings)))
+                            merged = merged_settings(self.ctx, command.settings)
+                            session.settings = merged  # the store's view (fifo, attempts), as the proxy keeps it
+                            box.put(settings_reply(merged))
                         except Exception as e:  # noqa: BLE001
                             failure.append(f"process client telemetryCommand failed. {status_of(e).message}")
                             break
@@ -193,7 +194,12 @@ class MessagingService(MessagingServiceServicer):
         except Exception as e:  # noqa: BLE001
             yield spb.ReceiveMessageResponse(status=status_of(e))
             return
-        yield from self.consuming.receive(request, client_id, context.time_remaining())
+        yield from self.consuming.receive(
+            request,
+            client_id,
+            context.time_remaining(),
+            waiting=lambda: context.is_active() and not self.stopping.is_set(),
+        )
 
     def AckMessage(self, request: spb.AckMessageRequest, context: grpc.ServicerContext) -> spb.AckMessageResponse:
         try:
