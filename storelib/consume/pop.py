@@ -19,6 +19,7 @@ alike (same message id, delivery attempt + 1). Claims and acks are rows of the p
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
@@ -36,14 +37,18 @@ from storelib.model.errors import ConcurrentWriteError, StoreError
 from storelib.model.message import StoredMessage
 from storelib.model.timestamps import now_ms
 from storelib.storage.commitlog_reads import read_messages
-from storelib.storage.pop_log import Checkpoint, PopLog, PopState, offset_row
+from storelib.storage.pop_log import OFFSET, Checkpoint, PopLog, PopState, offset_row
 
 __all__ = ["PopService", "Received"]
+
+log = logging.getLogger("storelib.consume.pop")
 
 #: Commit attempts before a batch of receives and acks gives way (other servers took the versions).
 _ATTEMPTS = 30
 #: Files in the pop log that make the next committer compact it.
 COMPACT_FILES = 200
+#: How often the pop offsets moved are committed as consumer offsets (what consumer lag reads), in seconds.
+OFFSETS_EVERY_S = 1.0
 #: How often a held receive looks again when nothing woke it (other machines dispatch, claims expire).
 LOOK_AGAIN_S = 0.1
 
@@ -91,6 +96,8 @@ class PopService:
         self._queue: list[tuple[Step, Future]] = []
         self._leading = False
         self._rotation = random.randrange(1 << 16)
+        self._moved: dict[str, dict[tuple[str, int], int]] = {}  # pop offsets not yet committed as consumer offsets
+        self._offsets_committed = 0.0
 
     # ---- what clients ask ----------------------------------------------------------------------
     def receive(
@@ -302,6 +309,7 @@ class PopService:
                 rows.extend(more)
                 results.append((future, result, None))
             if not rows:
+                self._commit_offsets(rows)  # a receive waiting for messages still commits what moved before
                 return results
             try:
                 self.log.commit(rows, dt, applied=True)
@@ -310,8 +318,27 @@ class PopService:
                 time.sleep(min(0.2, 0.002 * 2**attempt) * random.uniform(0.5, 1.5))
                 continue
             self._compact()
+            self._commit_offsets(rows)
             return results
         raise ConcurrentWriteError("pop_log", f"other servers won {_ATTEMPTS} commits in a row")
+
+    def _commit_offsets(self, rows: list[dict]) -> None:
+        """The pop offsets moved, committed as the groups' consumer offsets at most every :data:`OFFSETS_EVERY_S`
+        (RocketMQ's pop commits a queue's consumer offset as it pops), so consumer lag counts what no receive
+        has taken yet."""
+        for r in rows:
+            if r["kind"] == OFFSET:
+                self._moved.setdefault(r["consumer_group"], {})[(r["topic"], r["queue_id"])] = r["queue_offset"]
+        now = time.monotonic()
+        if not self._moved or now - self._offsets_committed < OFFSETS_EVERY_S:
+            return
+        moved, self._moved, self._offsets_committed = self._moved, {}, now
+        for group, entries in moved.items():
+            try:
+                self.ctx.offsets.commit_many(group, entries)
+            except StoreError as e:  # the pop log holds the truth; the next receive's commit tries again
+                log.warning("consumer offsets of %s after a receive: %s", group, e)
+                self._moved.setdefault(group, {}).update(entries)
 
     def _compact(self) -> None:
         try:

@@ -151,3 +151,10 @@ def test_two_servers_never_hand_out_one_message_twice(store):
     for t in threads:
         t.join()
     assert sorted(got[0] + got[1]) == sorted(ids)
+
+
+def test_receives_commit_the_groups_consumer_offsets_so_lag_counts_what_no_receive_took(store):
+    _sent(store, 3, queue_id=2)
+    pop = PopService(store.context)
+    assert len(pop.receive("GPopLag", "TopicTest", 32, invisible_ms=60_000)) == 3
+    assert store.committed_offset("GPopLag", "TopicTest", 2) == 3
