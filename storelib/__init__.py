@@ -13,17 +13,7 @@ engineer would check, is importable from here.
 >>> BloomFilter().generate("G2#T1").bit_pos
 [111, 20, 41]
 
-The package is layered; each layer imports only from those above it in this list:
-
-``model`` (errors, settings, messages, topics, groups, send rules) - ``encoding`` (RocketMQ's
-encodings) - ``delta`` (tables, pruning, the Parquet sink, commits, compaction) - ``storage``
-(CommitLog, ConsumeQueue, ConsumeQueueExt, IndexFile, config tables) - ``filter`` (tags, SQL92,
-Bloom, registry) and ``send`` (the producer) - ``context`` (what services get) - ``dispatch``
-(reput, CalcBitMap) - ``query`` (look-ups, filtered reads) - ``consume`` (getMessage, pull, long
-polling, retry) - ``maintenance`` (retention, compaction, vacuum) - ``schedule`` (delayed and timer
-delivery, transactions and their check-back) - ``datasource`` (the ``rocketmq`` Spark data source) -
-``session`` (Spark sessions with Delta and the data source) - ``store`` (the handle) - ``sql`` (views and
-SQL files).
+Its layers, each importing only from those below it, are listed in ``docs/internals.md`` (Layout).
 """
 
 from storelib.consume.get_message import GetMessageResult, GetMessageStatus

@@ -1,17 +1,7 @@
 """RocketMQ's Bloom filter for SQL92 subscriptions (``BloomFilter``, ``BloomFilterData``, ``BitsArray``).
 
-A broker with ``enableCalcFilterBitMap`` gives every SQL92 subscription ``group#topic`` ``k`` bit
-positions out of ``m`` (``BloomFilter.generate``: Guava's murmur3_128 of the UTF-8 bytes, then
-Kirsch-Mitzenmacher double hashing). When a message is dispatched, every subscription of its topic
-whose expression is TRUE sets its bits in a fresh ``m``-bit map (``CommitLogDispatcherCalcBitMap``);
-the map is stored with the message in the ConsumeQueueExt. A pull then skips a message when one of
-the subscription's bits is clear: no false negatives, a few false positives (about ``f``% once
-``n`` subscriptions share a map).
-
-Bitmaps are ``ceil(m/8)`` bytes in ``BitsArray`` layout: bit ``i`` is ``1 << (i % 8)`` of byte
-``i // 8``. :func:`bitmap_column`, :func:`is_hit_column` and :func:`may_match_column` are the same
-operations as Spark columns, pure arithmetic on columns (no UDF), safe under ANSI mode;
-:func:`bitmap_array` builds the bitmaps of a whole Arrow batch with numpy.
+Each SQL92 subscription gets ``k`` of ``m`` bits; dispatch sets a matching subscription's bits in a message's
+bitmap, and a pull skips a message missing one. Details: ``docs/internals.md``.
 
 >>> bf = BloomFilter(20, 32)
 >>> bits = bf.new_bits()

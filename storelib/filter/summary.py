@@ -1,19 +1,6 @@
 """Per-file summaries of ``consume_queue_ext``: what a whole file can match, to skip it unopened.
 
-Min/max statistics cannot say whether a file holds a message whose bitmap hits a group's Bloom
-bits, so the writer also sums each ext file up while writing it (:class:`ExtSummarizer`): for each
-SQL92 subscription it was given, whether any row's bitmap hits the subscription's bits (the
-``isHit`` test, row by row: an OR of the bitmaps would soon have every bit set once a few dozen
-groups subscribe); the OR of the bitmaps and the lowest registry version they were computed with;
-and the file's distinct real tag codes (up to 64). A read skips a file when the summary proves that
-no row can pass the consume queue stage:
-
-* SQL92 with Bloom data: the subscription (at its version) is among the file's ``no_hit`` keys -
-  every row has a bitmap computed knowing it and none hits its bits - or, failing that, the OR of
-  the bitmaps misses one of its bits;
-* tags: none of the file's tag codes is in the subscription's code set.
-
-:mod:`storelib.storage.summaries` keeps them in the summary tables, before the ext files are committed.
+A read skips an ext file its summary proves holds no row for the subscription; how, in ``docs/internals.md``.
 
 >>> from storelib.filter.bloom import BloomFilterData
 >>> s = ExtSummarizer({"G1@3": (3, BloomFilterData([0, 2], 16)), "G2@3": (3, BloomFilterData([1], 16))})

@@ -1,18 +1,7 @@
 """Does the store hold together? The checks a store gets when it opens, and a fuller one on demand.
 
-At open (cheap: table logs and file statistics, no data file read):
-
-* every table is whole (:func:`~storelib.delta.health.table_problems`);
-* no dispatched table (consume queue, ext, index) is ahead of the commitlog's end: a marker past it
-  means the commitlog lost commits its consume queue still points at, and a send would hand out
-  the same offsets and message ids again;
-* the commitlog's files do not overlap, no gap between them is wider than one message can be, and
-  its end marker lies just past its last file; offset runs that per-topic retention removed
-  (:mod:`storelib.storage.expired`) count as present.
-
-``full=True`` also reads each commitlog file's ``physical_offset`` and ``size`` and checks that every
-message starts where the one before it ends, from the min offset to the end (RocketMQ's
-``checkSelf`` over the mapped files), or where a removed run recorded there ends.
+At open the cheap checks (table logs and file statistics); with ``full=True`` every commitlog file's offsets
+too. What each checks: ``docs/internals.md``.
 
 >>> store_problems(store.context)
 []

@@ -1,16 +1,7 @@
 """RocketMQ's SQL92 selector language as a sqlglot dialect, built from sqlglot's public extension points only.
 
-The dialect's tokenizer, parser and generator are sqlglot's, configured by their documented class
-attributes (``KEYWORDS``, ``QUOTES``, ``STRING_ESCAPES``, ``COMMENTS``, ``COMPARISON``,
-``UNARY_PARSERS``, ``RANGE_PARSERS``, ``FUNCTIONS``, ``IS_PREDICATE_PRECEDENCE``, ``TRANSFORMS``), and
-read every valid selector as RocketMQ does (:func:`typed_tree` of the dialect's expression is the
-store's parser's tree; tests check it on every case). ``CONTAINS``, ``STARTSWITH`` and ``ENDSWITH``
-parse into sqlglot's own ``Contains``, ``StartsWith`` and ``EndsWith``, so
-``sqlglot.transpile(text, read=RocketMQSQL92, write="spark")`` gives Spark SQL, and the generator
-writes any such expression as text RocketMQ's grammar reads as that expression. The store's parser of
-record is its own (see :data:`DISPLAY_MAX_DEPTH` for why); the dialect serves display
-(:attr:`~storelib.filter.sql92.expression.Sql92Expression.spark_sql`), and Columns are built by walking
-the typed tree, never from text.
+It reads every valid selector as RocketMQ does and serves display (``spark_sql``); the store's parser of
+record is its own (:data:`DISPLAY_MAX_DEPTH` says why). Details: ``docs/internals.md``.
 
 >>> sqlglot.transpile("a BETWEEN 1 AND 2 AND b NOT CONTAINS 'x'", read=RocketMQSQL92, write="spark")
 ["a BETWEEN 1 AND 2 AND NOT CONTAINS(b, 'x')"]

@@ -1,16 +1,7 @@
 """SQL92 trees compiled to a pyspark Column over a ``map<string,string>`` column of properties.
 
-Every boolean node becomes one non-null int Column, its *state* in RocketMQ's evaluator (0 FALSE,
-1 TRUE, 2 null, 3 an exception; :mod:`~storelib.filter.sql92.states`). A parent reads each child's
-state once, through a small lookup table that the Python reference evaluator fills in (so AND/OR
-short-circuit, ``NOT null`` and the like are RocketMQ's by construction), which keeps the plan
-linear in the size of the expression.
-Only what depends on property text is written out in Spark: null tests, string equality,
-IN/CONTAINS, and the Java number parsers (a regular-expression guard and ``try_cast``, so no
-property value can fail a query, ANSI mode on or off). Subtrees that read no property are folded on
-the driver. Columns are built from ``pyspark.sql.functions`` (no SQL text, no UDF), preferring
-functions to Column methods and caching what repeats: in classic PySpark each Column method costs
-about eleven py4j round trips (call-site capture), a function three.
+Every boolean node becomes one int Column holding its state in RocketMQ's evaluator; no SQL text, no UDF.
+How, and why it stays linear: ``docs/internals.md``.
 
 >>> from storelib.filter.sql92 import parse_sql92
 >>> df = spark.createDataFrame([({"a": "7"},), ({"a": "x"},), ({},)], "properties map<string,string>")
