@@ -46,7 +46,7 @@ def python_env() -> dict:
     return env
 
 
-from jobs.benchmarks.s3_proxy_process import start_moto  # noqa: E402  (tests import it from here)
+from jobs.benchmarks.s3_proxy_process import start_moto  # noqa: E402
 
 
 class S3Server:

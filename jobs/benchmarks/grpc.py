@@ -70,6 +70,7 @@ CONSUMER = textwrap.dedent("""
                               {"Grpc": FilterExpression("*")}, await_duration=5)
     consumer.startup()
     until = ready(out) + seconds + 5
+    cpu = time.process_time()
     latencies, acked = [], [0]
     def work():  # receives in flight at once, as a SimpleConsumer's worker threads keep them
         while time.time() < until:
@@ -81,8 +82,9 @@ CONSUMER = textwrap.dedent("""
             acked[0] += len(got)
     running = [threading.Thread(target=work) for _ in range(threads)]
     [t.start() for t in running]; [t.join() for t in running]
+    cpu = time.process_time() - cpu
     consumer.shutdown()
-    json.dump({"latencies": latencies, "acked": acked[0]}, open(out, "w"))
+    json.dump({"latencies": latencies, "acked": acked[0], "cpu": cpu}, open(out, "w"))
 """)
 
 
@@ -212,7 +214,7 @@ def bench_grpc(
         server.wait(timeout=60)
         produced = [json.load(open(out)) for out in sends]
         consumed = [json.load(open(out)) for out in outs]
-        cpu = {"producers": [p["cpu"] for p in produced]}
+        cpu = {"producers": [p["cpu"] for p in produced], "consumers": [c["cpu"] for c in consumed]}
         if before is not None and after is not None:
             cpu["endpoint"] = [after - before]
         base = None

@@ -272,7 +272,7 @@ def test_a_server_that_ignores_conditional_puts_is_refused_at_create(spark, s3):
 
 
 def test_wrong_credentials_are_refused_by_name(spark):
-    from conftest import start_moto
+    from jobs.benchmarks.s3_proxy_process import start_moto
 
     port, process = start_moto({"INITIAL_NO_AUTH_ACTION_COUNT": "0"})  # this server checks credentials
     try:

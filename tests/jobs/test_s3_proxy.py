@@ -52,7 +52,7 @@ def _client(endpoint: str):
 @pytest.fixture(scope="module")
 def moto_port() -> Iterator[int]:
     """A ``moto_server`` of this module's own, with :data:`BUCKET` in it."""
-    from conftest import start_moto
+    from jobs.benchmarks.s3_proxy_process import start_moto
 
     port, process = start_moto()
     try:
