@@ -25,7 +25,14 @@ __all__ = ["register"]
 def _serve(store: "MessageStore", args: argparse.Namespace, out: Output, progress: Progress) -> str:
     """Serve until SIGTERM or SIGINT; acks are stored, so stopping anywhere loses nothing."""
     why: list[str] = []
-    endpoint = Endpoint(store, host=args.host, port=args.port, follow=not args.no_follow, advertise=args.advertise)
+    endpoint = Endpoint(
+        store,
+        host=args.host,
+        port=args.port,
+        follow=not args.no_follow,
+        advertise=args.advertise,
+        min_polling_ms=args.min_long_polling_ms,
+    )
 
     def on_signal(signum: int, frame: object) -> None:
         why.append(signal.Signals(signum).name)
@@ -56,3 +63,9 @@ back orphaned transactions. Several endpoints over one store act as one proxy cl
     p.add_argument("--port", type=int, default=8081, help="port (0: a free one)")
     p.add_argument("--advertise", default=None, help="host clients are told to reach; --host when not given")
     p.add_argument("--no-follow", action="store_true", help="leave dispatching to another process")
+    p.add_argument(
+        "--min-long-polling-ms",
+        type=int,
+        default=5000,
+        help="shortest hold of a receive that finds nothing (ms)",
+    )

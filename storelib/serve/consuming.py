@@ -78,10 +78,13 @@ class Consuming:
     ('INVALID_RECEIPT_HANDLE', "receipt_handle: is not a receipt handle: 1 fields, 8 or 9 expected (got 'bad')")
     """
 
-    def __init__(self, ctx: "StoreContext", sessions: Sessions, broker: pb.Broker):
+    def __init__(
+        self, ctx: "StoreContext", sessions: Sessions, broker: pb.Broker, min_polling_ms: int = MIN_POLLING_MS
+    ):
         self.ctx = ctx
         self.sessions = sessions
         self.broker = broker
+        self.min_polling_ms = min_polling_ms
         self.pop = PopService(ctx)
 
     # ---- ReceiveMessage ------------------------------------------------------------------------
@@ -122,9 +125,9 @@ class Consuming:
     ) -> list:
         group, topic = request.group.name, request.message_queue.topic.name
         polling = proto_ms(request.long_polling_timeout) if request.HasField("long_polling_timeout") else 0
-        polling = min(max(polling or MAX_POLLING_MS, MIN_POLLING_MS), MAX_POLLING_MS)
+        polling = min(max(polling or MAX_POLLING_MS, self.min_polling_ms), MAX_POLLING_MS)
         if time_left_s is not None and polling > time_left_s * 1000:
-            if time_left_s * 1000 < MIN_POLLING_MS:
+            if time_left_s * 1000 < self.min_polling_ms:
                 raise RequestError(
                     "long_polling_timeout",
                     "The deadline time remaining is not enough for polling, please check network condition",

@@ -21,6 +21,7 @@ from storelib.model.errors import StoreError
 from storelib.schedule.check import check_transactions
 from storelib.schedule.deliver import deliver
 from storelib.serve.clients import endpoints
+from storelib.serve.consuming import MIN_POLLING_MS
 from storelib.serve.service import MessagingService
 
 if TYPE_CHECKING:
@@ -41,7 +42,9 @@ DELIVER_EVERY_S = 1.0
 class Endpoint:
     """A RocketMQ 5 gRPC endpoint over ``store``, listening on ``host:port`` (0: a free port, see
     :attr:`address`). ``follow``: dispatch new messages here (a second endpoint over the same store may
-    leave it to the first); ``advertise``: the host clients are told to reach (default ``host``).
+    leave it to the first); ``advertise``: the host clients are told to reach (default ``host``);
+    ``min_polling_ms``: the shortest hold of a receive that finds nothing (the proxy's
+    ``grpcClientConsumerMinLongPollingTimeoutMillis``, 5 s).
 
     >>> endpoint = Endpoint(store, port=0, follow=False).start()
     >>> endpoint.request_stop(); endpoint.wait(); endpoint.stop()
@@ -55,12 +58,14 @@ class Endpoint:
         port: int = 8081,
         follow: bool = True,
         advertise: str | None = None,
+        min_polling_ms: int = MIN_POLLING_MS,
     ):
         self.store = store
         self.host = host
         self._port = port
         self.follow = follow
         self.advertise = advertise or host
+        self.min_polling_ms = min_polling_ms
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._server: grpc.Server | None = None
@@ -80,7 +85,7 @@ class Endpoint:
         if self.port == 0:
             raise StoreError("port", f"cannot listen on {self.host}:{self._port}", value=self._port)
         broker = pb.Broker(name=BROKER_NAME, id=0, endpoints=endpoints(self.advertise, self.port))
-        service = self.service = MessagingService(self.store.context, broker)
+        service = self.service = MessagingService(self.store.context, broker, self.min_polling_ms)
         add_MessagingServiceServicer_to_server(service, server)
         server.start()
         self._server = server

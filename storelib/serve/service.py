@@ -19,7 +19,7 @@ from rocketmq.grpc_protocol.service_pb2_grpc import MessagingServiceServicer
 from storelib.model.errors import RequestError
 from storelib.serve.checks import check_group, check_topic
 from storelib.serve.clients import Sessions, merged_settings, route, settings_reply
-from storelib.serve.consuming import Consuming
+from storelib.serve.consuming import MIN_POLLING_MS, Consuming
 from storelib.serve.producing import Producing
 from storelib.serve.status import ok, status, status_of
 
@@ -53,12 +53,12 @@ class MessagingService(MessagingServiceServicer):
     >>> service = MessagingService(store.context, pb.Broker(name="storelib")); service.close()
     """
 
-    def __init__(self, ctx: "StoreContext", broker: pb.Broker):
+    def __init__(self, ctx: "StoreContext", broker: pb.Broker, min_polling_ms: int = MIN_POLLING_MS):
         self.ctx = ctx
         self.broker = broker
         self.sessions = Sessions()
         self.producing = Producing(ctx, self.sessions, broker.name)
-        self.consuming = Consuming(ctx, self.sessions, broker)
+        self.consuming = Consuming(ctx, self.sessions, broker, min_polling_ms)
         self.stopping = threading.Event()
 
     def close(self) -> None:

@@ -66,7 +66,8 @@ class Server:
         self.stderr_path: Path | None = None
 
     def start(self) -> "Server":
-        cmd = [sys.executable, "-m", "storelib", "serve", "--store", self.path, "--port", str(self.port), *self.args]
+        cmd = [sys.executable, "-m", "storelib", "serve", "--store", self.path, "--port", str(self.port)]
+        cmd += ["--min-long-polling-ms", "1000", *self.args]  # a receive that finds nothing answers in 1 s, not 5
         stderr = subprocess.DEVNULL
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -148,7 +149,7 @@ def producer(address: str, *topics: str, checker=None):
 
 
 @contextlib.contextmanager
-def simple_consumer(address: str, group: str, subscription: dict, await_duration: int = 5):
+def simple_consumer(address: str, group: str, subscription: dict, await_duration: int = 1):
     from rocketmq import FilterExpression, SimpleConsumer
 
     subs = {t: (e if isinstance(e, FilterExpression) else FilterExpression(e)) for t, e in subscription.items()}
