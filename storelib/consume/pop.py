@@ -296,23 +296,16 @@ class PopService:
 
     def _attempts(self, batch: list[tuple[Step, Future]]) -> list[tuple[Future, Any, BaseException | None]]:
         for attempt in range(_ATTEMPTS):
-            dt = self.log.catch_up()
-            state, now = self.log.state(), now_ms()
-            rows: list[dict] = []
-            results: list[tuple[Future, Any, BaseException | None]] = []
-            for step, future in batch:
-                try:
-                    more, result = step(state, now)
-                except Exception as e:  # noqa: BLE001  (the step's caller gets it)
-                    results.append((future, None, e))
-                    continue
-                rows.extend(more)
-                results.append((future, result, None))
-            if not rows:
-                self._commit_offsets(rows)  # a receive waiting for messages still commits what moved before
-                return results
             try:
-                self.log.commit(rows, dt, applied=True)
+                # the machine's turn (other endpoints here queue rather than conflict) and its warm snapshot
+                with self.log.table.commit_turn() as dt:
+                    assert dt is not None  # commit_turn() yields one
+                    self.log.catch_up(dt)
+                    results, rows = self._steps(batch, self.log.current, now_ms())
+                    if not rows:
+                        self._commit_offsets(rows)  # a receive waiting for messages still commits what moved
+                        return results
+                    self.log.commit(rows, dt, applied=True)
             except CommitConflict:
                 self.log.forget()  # the steps changed the state: read it again, then run them again
                 time.sleep(min(0.2, 0.002 * 2**attempt) * random.uniform(0.5, 1.5))
@@ -321,6 +314,23 @@ class PopService:
             self._commit_offsets(rows)
             return results
         raise ConcurrentWriteError("pop_log", f"other servers won {_ATTEMPTS} commits in a row")
+
+    @staticmethod
+    def _steps(
+        batch: list[tuple[Step, Future]], state: PopState, now: int
+    ) -> tuple[list[tuple[Future, Any, BaseException | None]], list[dict]]:
+        """Run each step of a batch on the state (each sees the ones before it): their results and rows."""
+        rows: list[dict] = []
+        results: list[tuple[Future, Any, BaseException | None]] = []
+        for step, future in batch:
+            try:
+                more, result = step(state, now)
+            except Exception as e:  # noqa: BLE001  (the step's caller gets it)
+                results.append((future, None, e))
+                continue
+            rows.extend(more)
+            results.append((future, result, None))
+        return results, rows
 
     def _commit_offsets(self, rows: list[dict]) -> None:
         """The pop offsets moved, committed as the groups' consumer offsets at most every :data:`OFFSETS_EVERY_S`
@@ -341,7 +351,10 @@ class PopService:
                 self._moved.setdefault(group, {}).update(entries)
 
     def _compact(self) -> None:
+        if self.log.files < COMPACT_FILES:
+            return
         try:
-            self.log.compact(COMPACT_FILES)
+            with self.log.table.commit_turn() as dt:
+                self.log.compact(COMPACT_FILES, dt)
         except (CommitConflict, StoreError):  # another writer landed first: the next commit tries again
             self.log.forget()

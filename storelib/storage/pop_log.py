@@ -210,6 +210,16 @@ class PopLog:
         self.catch_up()
         return self._state
 
+    @property
+    def files(self) -> int:
+        """Data files in the table as the state knows it (what makes a :meth:`compact` due)."""
+        return len(self._files)
+
+    @property
+    def current(self) -> PopState:
+        """The merged state as the last :meth:`catch_up` or commit left it (no look at the table)."""
+        return self._state
+
     def catch_up(self, snapshot: "DeltaTable | None" = None) -> "DeltaTable":
         """Bring the state to ``snapshot`` (default: the newest); return the snapshot it stands at."""
         if not self._ensured:
@@ -257,11 +267,13 @@ class PopLog:
         """Drop the merged state: the next :meth:`catch_up` reads the whole table again."""
         self._state, self._files, self._version = PopState(), set(), -1
 
-    def compact(self, min_files: int = 64) -> tuple[int, int]:
+    def compact(self, min_files: int = 64, snapshot: "DeltaTable | None" = None) -> tuple[int, int]:
         """Rewrite the state's rows (live checkpoints and pop offsets) as one file, removing the table's
         files, when it has at least ``min_files``; (files removed, files added), (0, 0) when not due.
         Raises :class:`~storelib.delta.commit.CommitConflict` when another commit landed first."""
-        dt = self.catch_up()
+        if self._version >= 0 and len(self._files) < max(2, min_files):
+            return 0, 0  # not due as far as this handle knows: no look at the table
+        dt = self.catch_up(snapshot)
         actions = add_actions(dt)
         if actions.num_rows < max(2, min_files):
             return 0, 0
