@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from storelib.context import StoreContext
-from storelib.delta.stats import Prune
+from storelib.delta.stats import Prune, prune_actions
 from storelib.dispatch.request import deliver_times, timer_out_times
 from storelib.encoding.arrow import Distinct
 from storelib.encoding.ext_addr import MAX_EXT_ADDR
@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DeliveryResult",
     "deliver",
+    "may_hold_scheduled",
     "recall",
     "delivered_rows",
     "restaged",
@@ -222,6 +223,18 @@ def _plan(ctx: StoreContext, now: int) -> _Plan:
         Progress(expect, advance),
         recalls,
     )
+
+
+def may_hold_scheduled(ctx: StoreContext) -> bool:
+    """Whether any commitlog file may hold a delayed, timer or sent-back message (its topic statistics only,
+    no file read): when none does, a delivery run has nothing to do. A service that delivers every second
+    asks this first.
+
+    >>> may_hold_scheduled(store.context)
+    False
+    """
+    actions = ctx.tables.commitlog.view().actions
+    return any(prune_actions(actions, Prune(equal={"topic": t})).num_rows for t in (SCHEDULE_TOPIC, TIMER_TOPIC))
 
 
 def delivered_rows(rows: pa.Table | pa.RecordBatch, now: int) -> pa.Table:

@@ -19,7 +19,7 @@ from rocketmq.grpc_protocol.service_pb2_grpc import add_MessagingServiceServicer
 
 from storelib.model.errors import StoreError
 from storelib.schedule.check import check_transactions
-from storelib.schedule.deliver import deliver
+from storelib.schedule.deliver import deliver, may_hold_scheduled
 from storelib.serve.clients import endpoints
 from storelib.serve.consuming import MIN_POLLING_MS
 from storelib.serve.service import MessagingService
@@ -92,7 +92,7 @@ class Endpoint:
         ctx = self.store.context
         if self.follow:
             self._thread("follow", lambda: self.store.dispatcher().run(follow=True, stop=self._stop))
-        self._every("deliver", DELIVER_EVERY_S, lambda: deliver(ctx))
+        self._every("deliver", DELIVER_EVERY_S, lambda: may_hold_scheduled(ctx) and deliver(ctx))
         interval = ctx.config.transaction_check_interval_ms / 1000
         self._every("check", interval, lambda: check_transactions(ctx, ask=service.producing.ask_producers))
         return self

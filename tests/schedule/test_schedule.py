@@ -330,3 +330,12 @@ def test_deliver_job(store, python_env):
         timeout=120,
     )
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+def test_may_hold_scheduled_is_false_until_a_message_waits(store):
+    from storelib.schedule.deliver import may_hold_scheduled
+
+    store.send(Message("TopicTest", body=b"now"))
+    assert not may_hold_scheduled(store.context)
+    store.send(Message("TopicTest", body=b"later", delay_level=2))
+    assert may_hold_scheduled(store.context)
