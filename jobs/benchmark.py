@@ -124,6 +124,9 @@ def main(argv: list[str] | None = None) -> int:
         help="growth suite: merge fresh small files this often, as the follower does (0: never)",
     )
     parser.add_argument("--seconds", type=positive_int, default=60, help="online suite: how long the producers send")
+    parser.add_argument(
+        "--rate", type=non_negative_int, default=0, help="grpc suite: messages a second all producers send (0: no cap)"
+    )
     parser.add_argument("--producers", type=positive_int, default=4, help="online suite: producer processes")
     parser.add_argument("--threads", type=positive_int, default=16, help="online suite: sending threads per producer")
     parser.add_argument(
@@ -271,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
                 window=args.window * args.threads,
                 consumers=args.consumers,
                 root=args.root,
+                rate=args.rate,
             ),
             "schedule": lambda: bench_schedule(
                 spark, args.messages, root=args.root, partitions=args.partitions, repeats=args.repeats

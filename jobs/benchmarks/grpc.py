@@ -2,10 +2,12 @@
 client, a SimpleConsumer group receiving and acking, beside the in-process online suite in the same run.
 
 ``P`` producer processes keep ``window`` asynchronous sends each in flight (``Producer.send_async``) for
-``seconds``; ``C`` consumer processes of one group loop ``receive(32)`` and ack what they got (``ack_async``), timing each message from its send (a ``sent_ns`` property) to the receive that returned
-it. The endpoint is one ``storelib serve`` process (its follower dispatching in it). Reported: throughput
-acked by the endpoint, send ack p50/p99, end to end p50/p99, messages received and acked, and the CPU
-each role spent per message; then the online suite's figures at the same processes for the baseline.
+``seconds`` (at most ``rate`` a second, when given); ``C`` consumer processes of one group loop
+``receive(32)`` and ack what they got (``ack_async``), timing each message from its send (a ``sent_ns``
+property) to the receive that returned it. The endpoint is one ``storelib serve`` process (its follower
+dispatching in it). Reported: throughput acked by the endpoint, send ack p50/p99, end to end p50/p99,
+messages received and acked, and the CPU each role spent per message; then the online suite's figures
+at the same processes for the baseline.
 
 >>> f = GrpcFigures(3000, 10.0, [0.01] * 9, [0.2] * 9, 3000, 0, {"endpoint": [5.0]}, 2)
 >>> f.lines()[0]
@@ -35,6 +37,7 @@ PRODUCER = textwrap.dedent("""
     import json, sys, threading, time
     from rocketmq import ClientConfiguration, Credentials, Message, Producer
     address, seconds, window, out = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    rate = float(sys.argv[5])
     producer = Producer(ClientConfiguration(address, Credentials("ak", "sk")), ("Grpc",))
     producer.startup()
     ready(out)
@@ -49,7 +52,11 @@ PRODUCER = textwrap.dedent("""
             else:
                 errors[0] += 1
         slots.release()
+    began, sent = time.monotonic(), 0
     while time.monotonic() < end:
+        if rate:  # paced: the n-th send leaves no sooner than n / rate seconds in
+            time.sleep(max(0.0, began + sent / rate - time.monotonic()))
+        sent += 1
         slots.acquire()
         m = Message(); m.topic = "Grpc"; m.body = b"x" * 100; m.add_property("sent_ns", str(time.time_ns()))
         t = time.perf_counter()
@@ -150,9 +157,14 @@ def bench_grpc(
     root: str | None = None,
     baseline: bool = True,
     serve_prefix: tuple[str, ...] = (),
+    follower_process: bool = False,
+    rate: int = 0,
 ) -> GrpcFigures:
     """Run the gRPC suite for ``seconds`` (see the module docstring), then, with ``baseline``, the in-process
-    online suite with as many producer and consumer processes."""
+    online suite with as many producer and consumer processes. ``rate``: the producers together send at most
+    this many messages a second (0: as fast as acks come back), to time end to end at a load the consumers
+    keep up with; ``serve_prefix`` runs the endpoint under another command (a profiler); ``follower_process``:
+    the endpoint leaves dispatch to a ``storelib dispatch --follow`` process of its own."""
     from storelib import MessageStore
 
     work = root or tempfile.mkdtemp(prefix="storelib-bench-grpc-")
@@ -164,13 +176,24 @@ def bench_grpc(
         store.close()
         with open(f"{work}/serve.err", "w") as err:
             server = subprocess.Popen(
-                [*serve_prefix, sys.executable, "-m", "storelib", "serve", "--store", f"{work}/grpc", "--port", "0"],
+                [*serve_prefix, sys.executable, "-m", "storelib", "serve", "--store", f"{work}/grpc", "--port", "0"]
+                + (["--no-follow"] if follower_process else []),
                 env=env,
                 stdout=subprocess.PIPE,
                 stderr=err,
                 text=True,
             )
         procs.append(server)
+        if follower_process:
+            with open(f"{work}/follower.err", "w") as err:
+                procs.append(
+                    subprocess.Popen(
+                        [sys.executable, "-m", "storelib", "dispatch", "--follow", "--store", f"{work}/grpc"],
+                        env=env,
+                        stdout=subprocess.DEVNULL,
+                        stderr=err,
+                    )
+                )
         line = ""
         while server.stdout is not None and "serving" not in line and server.poll() is None:
             line = server.stdout.readline()  # a profiler may say something first
@@ -183,7 +206,20 @@ def bench_grpc(
             _started([sys.executable, "-c", READY + CONSUMER, address, str(seconds), out], env, out) for out in outs
         ]
         senders = [
-            _started([sys.executable, "-c", READY + PRODUCER, address, str(seconds), str(window), out], env, out)
+            _started(
+                [
+                    sys.executable,
+                    "-c",
+                    READY + PRODUCER,
+                    address,
+                    str(seconds),
+                    str(window),
+                    out,
+                    str(rate / producers),
+                ],
+                env,
+                out,
+            )
             for out in sends
         ]
         procs.extend(pulling + senders)

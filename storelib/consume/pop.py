@@ -37,6 +37,7 @@ from storelib.model.errors import ConcurrentWriteError, StoreError
 from storelib.model.message import StoredMessage
 from storelib.model.timestamps import now_ms
 from storelib.storage.commitlog_reads import read_messages
+from storelib.storage.consume_queue import min_queue_marker, queue_offsets
 from storelib.storage.pop_log import OFFSET, Checkpoint, PopLog, PopState, offset_row
 
 __all__ = ["PopService", "Received"]
@@ -123,17 +124,30 @@ class PopService:
         if max_attempts is None:
             max_attempts = self.ctx.groups.find(group).retry_max_times + 1
         deadline = time.monotonic() + wait_ms / 1000
+        cq = self.ctx.tables.consume_queue
         while True:
-            seen = self.ctx.arrivals.generation
+            seen, version = self.ctx.arrivals.generation, cq.view().version
+            next_due: list[int] = []
             got = self._run(
                 lambda state, now: self._claim(
-                    state, now, group, topic, max_msgs, invisible_ms, message_filter, fifo, max_attempts
+                    state, now, group, topic, max_msgs, invisible_ms, message_filter, fifo, max_attempts, next_due
                 )
             )
-            left = deadline - time.monotonic()
-            if got or left <= 0 or (waiting is not None and not waiting()):
+            # Nothing to hand out: look again only once something may have changed (a dispatch here or by
+            # another process, a claim's invisible time over), not on every tick of the wait.
+            while not got:
+                left = deadline - time.monotonic()
+                if left <= 0 or (waiting is not None and not waiting()):
+                    return got
+                self.ctx.arrivals.wait(seen, min(left, LOOK_AGAIN_S))
+                if (
+                    self.ctx.arrivals.generation != seen
+                    or cq.view().version != version
+                    or (next_due and now_ms() >= next_due[0])
+                ):
+                    break
+            if got:
                 return got
-            self.ctx.arrivals.wait(seen, min(left, LOOK_AGAIN_S))
 
     def ack(self, group: str, receipts: Sequence[Checkpoint]) -> list[bool]:
         """Ack received messages (``ackMessage``): for each, whether its claim was live and is now
@@ -199,12 +213,16 @@ class PopService:
         message_filter: PullFilter,
         fifo: bool,
         max_attempts: int,
+        next_due: list[int] | None = None,
     ) -> tuple[list[dict], list[Received]]:
+        """One receive's claim on the state; ``next_due`` gets when the earliest claim still invisible ends."""
         rows: list[dict] = []
         claimed: list[Checkpoint] = []
         messages: dict[int, StoredMessage] = {}
         live = state.live(group, topic)
         due = [ck for ck in live if ck.expired(now)]
+        if next_due is not None:
+            next_due[:] = [min((ck.invisible_until for ck in live if not ck.expired(now)), default=2**62)]
         busy = {ck.queue_id for ck in live} if fifo else set()
         dead = [ck for ck in due if ck.attempt >= max_attempts]
         if dead:
@@ -216,6 +234,8 @@ class PopService:
             table = self.ctx.tables.commitlog
             messages.update(read_messages(table, table.view().actions, [ck.commitlog_offset for ck in claimed]))
         queues = self.ctx.topics.get(topic).read_queue_nums
+        cq = self.ctx.tables.consume_queue
+        view = cq.view(markers=[min_queue_marker(topic, q) for q in range(queues)])
         self._rotation += 1
         for i in range(queues):
             if len(claimed) >= max_msgs:
@@ -226,6 +246,8 @@ class PopService:
             offset = state.pop_offset(group, topic, queue_id)
             if offset is None:
                 offset = max(0, self.ctx.offsets.query(group, topic, queue_id))
+            if offset == queue_offsets(cq, view, topic, queue_id)[1]:
+                continue  # caught up: nothing dispatched past the pop offset (no read of the queue)
             for _ in range(2):  # a second look when the first only corrected the offset
                 got = get_message(self.ctx, group, topic, queue_id, offset, max_msgs - len(claimed), message_filter)
                 kept = message_filter.client_kept(got.messages)
