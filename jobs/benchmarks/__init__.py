@@ -29,6 +29,19 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
+def latency_figures(acks: list[float], end_to_end: list[float]) -> dict[str, float]:
+    """Send ack and end-to-end p50 and p99 in milliseconds, as the online and grpc suites report them.
+
+    >>> latency_figures([0.01, 0.02], [0.1])["e2e_p99_ms"]
+    100.0
+    """
+    return {
+        f"{name}_p{q}_ms": round(percentile(values, q / 100) * 1000, 1)
+        for name, values in (("ack", acks), ("e2e", end_to_end))
+        for q in (50, 99)
+    }
+
+
 def keys_and_body(i: "Column") -> list["Column"]:
     """A generated message's ``keys`` (``order-<i>``) and a 96-byte body of hashes of ``i``, as Spark columns:
     what every suite's messages carry besides their topic, tags and properties.

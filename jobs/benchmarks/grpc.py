@@ -26,7 +26,7 @@ import textwrap
 import time
 from dataclasses import dataclass, field
 
-from jobs.benchmarks import percentile
+from jobs.benchmarks import latency_figures, percentile
 from jobs.benchmarks.online import READY, ROOT, _cpu_seconds, _finished, _go, _started
 
 __all__ = ["GrpcFigures", "bench_grpc"]
@@ -137,10 +137,7 @@ class GrpcFigures:
         return {
             "sent": self.sent,
             "msgs_per_s": round(self.sent / self.seconds),
-            "ack_p50_ms": round(percentile(self.acks, 0.5) * 1000, 1),
-            "ack_p99_ms": round(percentile(self.acks, 0.99) * 1000, 1),
-            "e2e_p50_ms": round(percentile(self.end_to_end, 0.5) * 1000, 1),
-            "e2e_p99_ms": round(percentile(self.end_to_end, 0.99) * 1000, 1),
+            **latency_figures(self.acks, self.end_to_end),
             "received": self.received,
             "errors": self.errors,
             **{f"cpu_us_per_msg_{r}": round(sum(v) / max(1, self.sent) * 1e6) for r, v in self.cpu.items()},

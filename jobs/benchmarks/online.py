@@ -43,7 +43,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jobs.benchmarks import percentile
+from jobs.benchmarks import latency_figures, percentile
 
 __all__ = ["OnlineFigures", "bench_online"]
 
@@ -208,10 +208,7 @@ class OnlineFigures:
             "sent": self.sent,
             "msgs_per_s": round(self.sent / self.seconds),
             "ceiling_msgs_per_s": round(self.ceiling),
-            "ack_p50_ms": round(percentile(self.acks, 0.5) * 1000, 1),
-            "ack_p99_ms": round(percentile(self.acks, 0.99) * 1000, 1),
-            "e2e_p50_ms": round(percentile(self.end_to_end, 0.5) * 1000, 1),
-            "e2e_p99_ms": round(percentile(self.end_to_end, 0.99) * 1000, 1),
+            **latency_figures(self.acks, self.end_to_end),
             "pulled": len(self.end_to_end),
             **(
                 {

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator, TypeVar
 
 import grpc
 from rocketmq.grpc_protocol import definition_pb2 as pb
@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 __all__ = ["MessagingService"]
 
 log = logging.getLogger("storelib.serve")
+
+R = TypeVar("R")
 
 
 def _client_id(context: grpc.ServicerContext) -> str:
@@ -64,6 +66,14 @@ class MessagingService(MessagingServiceServicer):
     def close(self) -> None:
         self.stopping.set()
         self.producing.close()
+
+    def _answered(self, context: grpc.ServicerContext, response: Callable[..., R], answer: Callable[[], R]) -> R:
+        """``answer()`` for a known client, else ``response`` carrying CLIENT_ID_REQUIRED's status."""
+        try:
+            self._known(context)
+        except Exception as e:  # noqa: BLE001
+            return response(status=status_of(e))
+        return answer()
 
     def _known(self, context: grpc.ServicerContext) -> str:
         client_id = _client_id(context)
@@ -152,39 +162,25 @@ class MessagingService(MessagingServiceServicer):
 
     # ---- producers -----------------------------------------------------------------------------
     def SendMessage(self, request: spb.SendMessageRequest, context: grpc.ServicerContext) -> spb.SendMessageResponse:
-        try:
-            self._known(context)
-        except Exception as e:  # noqa: BLE001
-            return spb.SendMessageResponse(status=status_of(e))
-        return self.producing.send(request, _peer_host(context))
+        return self._answered(
+            context, spb.SendMessageResponse, lambda: self.producing.send(request, _peer_host(context))
+        )
 
     def EndTransaction(
         self, request: spb.EndTransactionRequest, context: grpc.ServicerContext
     ) -> spb.EndTransactionResponse:
-        try:
-            self._known(context)
-        except Exception as e:  # noqa: BLE001
-            return spb.EndTransactionResponse(status=status_of(e))
-        return self.producing.end(request)
+        return self._answered(context, spb.EndTransactionResponse, lambda: self.producing.end(request))
 
     def RecallMessage(
         self, request: spb.RecallMessageRequest, context: grpc.ServicerContext
     ) -> spb.RecallMessageResponse:
-        try:
-            self._known(context)
-        except Exception as e:  # noqa: BLE001
-            return spb.RecallMessageResponse(status=status_of(e))
-        return self.producing.recall(request)
+        return self._answered(context, spb.RecallMessageResponse, lambda: self.producing.recall(request))
 
     # ---- consumers -----------------------------------------------------------------------------
     def QueryAssignment(
         self, request: spb.QueryAssignmentRequest, context: grpc.ServicerContext
     ) -> spb.QueryAssignmentResponse:
-        try:
-            self._known(context)
-        except Exception as e:  # noqa: BLE001
-            return spb.QueryAssignmentResponse(status=status_of(e))
-        return self.consuming.assignment(request)
+        return self._answered(context, spb.QueryAssignmentResponse, lambda: self.consuming.assignment(request))
 
     def ReceiveMessage(
         self, request: spb.ReceiveMessageRequest, context: grpc.ServicerContext
@@ -202,26 +198,18 @@ class MessagingService(MessagingServiceServicer):
         )
 
     def AckMessage(self, request: spb.AckMessageRequest, context: grpc.ServicerContext) -> spb.AckMessageResponse:
-        try:
-            self._known(context)
-        except Exception as e:  # noqa: BLE001
-            return spb.AckMessageResponse(status=status_of(e))
-        return self.consuming.ack(request)
+        return self._answered(context, spb.AckMessageResponse, lambda: self.consuming.ack(request))
 
     def ChangeInvisibleDuration(
         self, request: spb.ChangeInvisibleDurationRequest, context: grpc.ServicerContext
     ) -> spb.ChangeInvisibleDurationResponse:
-        try:
-            self._known(context)
-        except Exception as e:  # noqa: BLE001
-            return spb.ChangeInvisibleDurationResponse(status=status_of(e))
-        return self.consuming.change_invisible(request)
+        return self._answered(
+            context, spb.ChangeInvisibleDurationResponse, lambda: self.consuming.change_invisible(request)
+        )
 
     def ForwardMessageToDeadLetterQueue(
         self, request: spb.ForwardMessageToDeadLetterQueueRequest, context: grpc.ServicerContext
     ) -> spb.ForwardMessageToDeadLetterQueueResponse:
-        try:
-            self._known(context)
-        except Exception as e:  # noqa: BLE001
-            return spb.ForwardMessageToDeadLetterQueueResponse(status=status_of(e))
-        return self.consuming.to_dead_letter(request)
+        return self._answered(
+            context, spb.ForwardMessageToDeadLetterQueueResponse, lambda: self.consuming.to_dead_letter(request)
+        )

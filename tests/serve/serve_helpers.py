@@ -225,3 +225,29 @@ def live_claims(path: str, group: str, topic: str) -> list:
         return PopService(s.context).live(group, topic)
     finally:
         s.close()
+
+
+def dead_letters(path: str, group: str, timeout: float = 30) -> list:
+    """The messages in ``%DLQ%<group>`` of the store at ``path``, once there are any (waits up to ``timeout``)."""
+    from storelib import MessageStore
+
+    def found():
+        s = MessageStore.open(path)
+        try:
+            return s.get_message(group, "%DLQ%" + group, 0, 0).messages
+        finally:
+            s.close()
+
+    return wait_for(found, timeout=timeout)
+
+
+def send_and_receive(send_to: str, receive_from: str, topic: str, group: str, body: bytes):
+    """Send one message through one endpoint and receive (and ack) it through another: the send's
+    receipt and what was received."""
+    with producer(send_to, topic) as p:
+        receipt = p.send(message(topic, body))
+    with simple_consumer(receive_from, group, {topic: "*"}) as c:
+        got = receive_until(c, 1)
+        for m in got:
+            c.ack(m)
+    return receipt, got

@@ -14,7 +14,16 @@ from rocketmq import FilterExpression
 from rocketmq.grpc_protocol import FilterType
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
-from serve_helpers import make_store, message, meta, producer, raw_stub, receive_until, simple_consumer
+from serve_helpers import (
+    make_store,
+    message,
+    meta,
+    producer,
+    raw_stub,
+    receive_until,
+    send_and_receive,
+    simple_consumer,
+)
 
 TOPICS = {"Bad": 2, "Healthy": 2}
 
@@ -72,13 +81,8 @@ def still_serving(server):
     """After every test: the server is alive and a normal send and receive work."""
     yield
     assert server.alive(), server.stderr()
-    with producer(server.address, "Healthy") as p:
-        receipt = p.send(message("Healthy", b"still here"))
-    with simple_consumer(server.address, "GHealthy", {"Healthy": "*"}) as c:
-        got = receive_until(c, 1)
-        for m in got:
-            c.ack(m)
-        assert receipt.message_id in {m.message_id for m in got}
+    receipt, got = send_and_receive(server.address, server.address, "Healthy", "GHealthy", b"still here")
+    assert receipt.message_id in {m.message_id for m in got}
 
 
 def test_invalid_topic_name(stub):

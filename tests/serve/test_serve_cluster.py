@@ -6,7 +6,16 @@ from __future__ import annotations
 import time
 
 import pytest
-from serve_helpers import live_claims, make_store, message, producer, receive_until, simple_consumer, stop_cleanly
+from serve_helpers import (
+    live_claims,
+    make_store,
+    message,
+    producer,
+    receive_until,
+    send_and_receive,
+    simple_consumer,
+    stop_cleanly,
+)
 
 
 @pytest.fixture(scope="module")
@@ -30,12 +39,7 @@ def test_sent_to_one_received_from_the_other(pair):
 
 def test_sent_to_the_follower_less_one_is_dispatched_by_the_other(pair):
     first, second = pair
-    with producer(second.address, "Back") as p:
-        receipt = p.send(message("Back", b"via second"))
-    with simple_consumer(first.address, "GBack", {"Back": "*"}) as c:
-        got = receive_until(c, 1)
-        for m in got:
-            c.ack(m)
+    receipt, got = send_and_receive(second.address, first.address, "Back", "GBack", b"via second")
     assert [m.message_id for m in got] == [receipt.message_id]
 
 

@@ -8,7 +8,17 @@ import time
 
 import pytest
 from rocketmq import ConsumeResult, MessageListener, PushConsumer, TransactionChecker, TransactionResolution
-from serve_helpers import config, live_claims, make_store, message, producer, receive_until, simple_consumer, wait_for
+from serve_helpers import (
+    config,
+    dead_letters,
+    live_claims,
+    make_store,
+    message,
+    producer,
+    receive_until,
+    simple_consumer,
+    wait_for,
+)
 
 TOPICS = {
     "TxCommit": 2,
@@ -80,8 +90,6 @@ def test_transaction_check_back_commits(server):
 
 
 def test_unacked_message_is_redelivered_then_dead_lettered(server):
-    from storelib import MessageStore
-
     with producer(server.address, "Retry") as p:
         receipt = p.send(message("Retry", b"poison"))
     with simple_consumer(server.address, "GRetry", {"Retry": "*"}) as c:
@@ -94,14 +102,7 @@ def test_unacked_message_is_redelivered_then_dead_lettered(server):
         time.sleep(1.5)
         assert c.receive(32, 15) == [], "delivered past the group's max attempts (retry_max_times=1)"
 
-    def dead_lettered():
-        s = MessageStore.open(server.path)
-        try:
-            return s.get_message("GRetry", "%DLQ%GRetry", 0, 0).messages
-        finally:
-            s.close()
-
-    dlq = wait_for(dead_lettered, timeout=30)
+    dlq = dead_letters(server.path, "GRetry")
     assert dlq and [m.uniq_key for m in dlq] == [receipt.message_id]
     assert dlq[0].body == b"poison"
 
@@ -216,14 +217,5 @@ def test_fifo_push_consumer_dead_letters_then_moves_on(server):
     finally:
         consumer.shutdown()
     assert listener.seen == [b"bad", b"bad", b"after"]  # max attempts 2 (retry_max_times=1), in order
-    from storelib import MessageStore
-
-    def dead_lettered():
-        s = MessageStore.open(server.path)
-        try:
-            return s.get_message("GFifoPush", "%DLQ%GFifoPush", 0, 0).messages
-        finally:
-            s.close()
-
-    dlq = wait_for(dead_lettered, timeout=30)
+    dlq = dead_letters(server.path, "GFifoPush")
     assert dlq and [m.uniq_key for m in dlq] == [bad]
