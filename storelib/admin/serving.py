@@ -29,7 +29,7 @@ def _serve(store: "MessageStore", args: argparse.Namespace, out: Output, progres
         store,
         host=args.host,
         port=args.port,
-        follow=not args.no_follow,
+        follow=False if args.no_follow else args.follow,
         advertise=args.advertise,
         min_polling_ms=args.min_long_polling_ms,
     )
@@ -62,6 +62,12 @@ back orphaned transactions. Several endpoints over one store act as one proxy cl
     p.add_argument("--host", default="127.0.0.1", help="listen address (0.0.0.0: all)")
     p.add_argument("--port", type=int, default=8081, help="port (0: a free one)")
     p.add_argument("--advertise", default=None, help="host clients are told to reach; --host when not given")
+    p.add_argument(
+        "--follow",
+        choices=("process", "thread"),
+        default="process",
+        help="dispatch in a follower process of the endpoint's, or on a thread of it",
+    )
     p.add_argument("--no-follow", action="store_true", help="leave dispatching to another process")
     p.add_argument(
         "--min-long-polling-ms",

@@ -9,6 +9,10 @@ True
 from __future__ import annotations
 
 import logging
+import signal
+import subprocess
+import sys
+import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Callable
@@ -17,6 +21,7 @@ import grpc
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol.service_pb2_grpc import add_MessagingServiceServicer_to_server
 
+from storelib.delta import location
 from storelib.model.errors import StoreError
 from storelib.schedule.check import check_transactions
 from storelib.schedule.deliver import deliver, may_hold_scheduled
@@ -39,10 +44,20 @@ WORKERS = 256
 DELIVER_EVERY_S = 1.0
 
 
+def _die_with_parent() -> None:
+    """In a child about to run: have Linux stop it when its parent dies (a killed endpoint leaves no follower)."""
+    if sys.platform.startswith("linux"):
+        import ctypes  # noqa: PLC0415  (Linux only, in the child)
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 class Endpoint:
     """A RocketMQ 5 gRPC endpoint over ``store``, listening on ``host:port`` (0: a free port, see
-    :attr:`address`). ``follow``: dispatch new messages here (a second endpoint over the same store may
-    leave it to the first); ``advertise``: the host clients are told to reach (default ``host``);
+    :attr:`address`). ``follow``: dispatch new messages on a thread here (``"thread"`` or True), in a
+    ``storelib dispatch --follow`` process of the endpoint's (``"process"``: the two use two cores rather
+    than share one interpreter's lock), or not at all (False: a second endpoint over the store may leave it
+    to the first); ``advertise``: the host clients are told to reach (default ``host``);
     ``min_polling_ms``: the shortest hold of a receive that finds nothing (the proxy's
     ``grpcClientConsumerMinLongPollingTimeoutMillis``, 5 s).
 
@@ -56,7 +71,7 @@ class Endpoint:
         *,
         host: str = "127.0.0.1",
         port: int = 8081,
-        follow: bool = True,
+        follow: bool | str = True,
         advertise: str | None = None,
         min_polling_ms: int = MIN_POLLING_MS,
     ):
@@ -90,7 +105,9 @@ class Endpoint:
         server.start()
         self._server = server
         ctx = self.store.context
-        if self.follow:
+        if self.follow == "process":
+            self._thread("follow", self._follower_process)
+        elif self.follow:
             self._thread("follow", lambda: self.store.dispatcher().run(follow=True, stop=self._stop))
         self._every("deliver", DELIVER_EVERY_S, lambda: may_hold_scheduled(ctx) and deliver(ctx))
         interval = ctx.config.transaction_check_interval_ms / 1000
@@ -133,6 +150,31 @@ class Endpoint:
         t = threading.Thread(target=body, name=f"storelib-serve-{name}", daemon=True)
         t.start()
         self._threads.append(t)
+
+    def _follower_process(self) -> None:
+        """Keep a ``storelib dispatch --follow`` process running until the endpoint stops (started again,
+        said on the log, if it ever exits)."""
+        argv = [sys.executable, "-m", "storelib", "dispatch", "--follow", "--store", self.store.root]
+        for key, value in (location.options_for(self.store.root) or {}).items():
+            argv += ["--storage-option", f"{key}={value}"]
+        while not self._stop.is_set():
+            with tempfile.TemporaryFile() as err:  # its progress lines, read only if it fails
+                proc = subprocess.Popen(
+                    argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, preexec_fn=_die_with_parent
+                )
+                while proc.poll() is None and not self._stop.wait(0.2):
+                    pass
+                if proc.poll() is None:
+                    proc.terminate()
+                    try:
+                        proc.wait(timeout=30)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+                    return
+                err.seek(0)
+                said = (err.read().decode(errors="replace").strip().splitlines() or [""])[-1]
+            log.error("the follower process exited with %s (%s); starting it again", proc.returncode, said[:300])
+            self._stop.wait(1.0)
 
     def _every(self, name: str, seconds: float, run: Callable[[], object]) -> None:
         def loop() -> None:

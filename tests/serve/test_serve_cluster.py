@@ -3,6 +3,7 @@ loses nothing: after a restart nothing acked comes again and nothing unacked is 
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -15,6 +16,7 @@ from serve_helpers import (
     send_and_receive,
     simple_consumer,
     stop_cleanly,
+    wait_for,
 )
 
 
@@ -81,7 +83,11 @@ def test_kill_9_loses_nothing_and_repeats_no_ack(serve, tmp_path_factory):
             c.change_invisible_duration(m, 2)  # back soon after the restart
     with producer(server.address, "Crash") as p:
         late = p.send(message("Crash", b"late")).message_id  # sent, never received before the crash
+    assert server.proc is not None
+    followers = _children(server.proc.pid)
+    assert followers, "the endpoint runs its follower in a process of its own"
     server.kill()
+    assert wait_for(lambda: not any(_running(pid) for pid in followers), timeout=15), "a follower outlived its endpoint"
 
     claims = live_claims(path, "GCrash", "Crash")  # what the store holds after the crash
     assert len(claims) == len(unacked), "an ack was lost, or a claim was"
@@ -98,3 +104,22 @@ def test_kill_9_loses_nothing_and_repeats_no_ack(serve, tmp_path_factory):
         assert all(attempts[m.message_id] == 2 for m in unacked)
         assert attempts[late] == 1
         assert c.receive(32, 15) == [], "something acked before the crash came again"
+
+
+def _children(pid: int) -> set[int]:
+    out: set[int] = set()
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                out |= {int(x) for x in f.read().split()}
+        except OSError:
+            pass
+    return out
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
