@@ -84,12 +84,29 @@ def check_columns(types: Mapping[str, str]) -> None:
 
 
 def spark_types(schema: object) -> dict[str, str]:
-    """``{name: simpleString}`` of a Spark ``StructType``, for :func:`check_columns`.
+    """``{name: simpleString}`` of a Spark ``StructType``, for :func:`check_columns`; a name given twice
+    (Spark compares names without case) is refused by name, before Spark would fail on it mid-job.
 
     >>> from pyspark.sql.types import StructType, StructField, StringType
     >>> spark_types(StructType([StructField("topic", StringType())]))
     {'topic': 'string'}
+    >>> spark_types(StructType([StructField("topic", StringType()), StructField("Topic", StringType())]))
+    ... # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    storelib.model.errors.MessageError: columns: the DataFrame has more than one column named ['topic']; ...
     """
+    names = [f.name for f in schema.fields]  # type: ignore[attr-defined]
+    seen: dict[str, int] = {}
+    for n in names:
+        seen[n.lower()] = seen.get(n.lower(), 0) + 1
+    twice = sorted(n for n, k in seen.items() if k > 1)
+    if twice:
+        raise MessageError(
+            "columns",
+            f"the DataFrame has more than one column named {twice}; rename or drop all but one",
+            value=names,
+        )
     return {f.name: f.dataType.simpleString() for f in schema.fields}  # type: ignore[attr-defined]
 
 

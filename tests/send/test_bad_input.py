@@ -419,3 +419,12 @@ def test_every_bad_input_gets_its_typed_error(spark, small_store):
         if after != before and name.startswith("send"):
             wrong.append(f"{name}: wrote {[t for t in after if after[t] != before[t]]}")
     assert wrong == []
+
+
+def test_send_dataframe_refuses_duplicate_columns_by_name(spark, small_store):
+    df = spark.range(3).select(F.lit("TopicTest").alias("topic"), F.lit("a").alias("tags"), F.lit("b").alias("TAGS"))
+    before = commitlog_version(small_store)
+    with pytest.raises(MessageError, match=r"more than one column named \['tags'\]") as info:
+        small_store.send_dataframe(df)
+    assert info.value.field == "columns"
+    assert commitlog_version(small_store) == before
