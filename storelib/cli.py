@@ -20,6 +20,7 @@ did 3 things
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from typing import Callable
@@ -108,7 +109,9 @@ class NothingFound(LookupError):
 def run_job(job: str, body: Callable[[Progress], str | None], *, writes: bool = True) -> int:
     """Run ``body``; print the summary line it returns (if any) and return 0, or print one line saying what
     failed and return 2 (a :class:`~storelib.model.errors.StoreError`), 1 (:class:`NothingFound`, or
-    anything else) or 130 (interrupted). A job that ``writes`` adds that rerunning is safe.
+    anything else) or 130 (interrupted). A job that ``writes`` adds that rerunning is safe. A reader that
+    closes the output early (``| head``) is no failure of the job: :data:`READER_GONE` (141), and no claim
+    that nothing was written.
 
     >>> run_job("demo", lambda progress: 1 / 0)
     1
@@ -121,6 +124,11 @@ def run_job(job: str, body: Callable[[Progress], str | None], *, writes: bool = 
     safe = " Nothing was half-written; rerunning is safe." if writes else ""
     try:
         summary = body(progress)
+        if summary is not None:
+            print(summary, flush=True)
+        sys.stdout.flush()  # what the verb printed, while a closed pipe is still ours to answer
+    except BrokenPipeError:
+        return _reader_gone(job)
     except NothingFound as e:
         print(f"not found: {e}", file=sys.stderr)
         return 1
@@ -134,6 +142,22 @@ def run_job(job: str, body: Callable[[Progress], str | None], *, writes: bool = 
         first = (str(e).strip().splitlines() or [""])[0][:300]
         print(f"{job} failed: {type(e).__name__}: {first}.{safe}", file=sys.stderr)
         return 1
-    if summary is not None:
-        print(summary, flush=True)
     return 0
+
+
+#: The exit code of a command whose reader closed its output (a shell's for a process ended by SIGPIPE).
+READER_GONE = 141
+
+
+def _reader_gone(job: str) -> int:
+    """The reader of stdout went away (``| head``): what the command did stands, only its output was cut.
+    Says so in one line, and points stdout at nothing so the interpreter's last flush fails no more."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    print(
+        f"{job}: the reader closed the output before all of it was written; what the command did stands",
+        file=sys.stderr,
+    )
+    return READER_GONE
