@@ -34,9 +34,10 @@ print("finished")
 """
 
 
-def test_twenty_four_runs_all_exit_zero(tmp_path, python_env):
-    """Twenty runs without Spark (the native teardown races of deltalake and pyarrow threads show there, at
-    about 1.5 s a run) and four with a Spark session (its JVM and worker daemon at exit, at about 15 s a run)."""
+def test_twenty_runs_all_exit_zero(tmp_path, python_env):
+    """Eighteen runs without Spark (the native teardown races of deltalake and pyarrow threads show there, at
+    about 1.5 s a run) and two with a Spark session (its JVM and worker daemon at exit, at about 15 s a run;
+    the suite's budget keeps them to two)."""
 
     def run(i: int) -> subprocess.CompletedProcess:
         return subprocess.run(
@@ -46,7 +47,7 @@ def test_twenty_four_runs_all_exit_zero(tmp_path, python_env):
                 SCRIPT,
                 str(tmp_path / f"s{i}"),
                 "close" if i % 2 else "leave",
-                "spark" if i < 4 else "none",
+                "spark" if i < 2 else "none",
             ],
             env=python_env,
             capture_output=True,
@@ -55,7 +56,7 @@ def test_twenty_four_runs_all_exit_zero(tmp_path, python_env):
         )
 
     with ThreadPoolExecutor(2) as pool:  # two at a time: the machine has two cores
-        runs = list(pool.map(run, range(24)))
+        runs = list(pool.map(run, range(20)))
     bad = [
         (i, r.returncode, r.stderr[-600:])
         for i, r in enumerate(runs)
