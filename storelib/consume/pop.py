@@ -93,7 +93,7 @@ class PopService:
         self.ctx = ctx
         self.log = PopLog(ctx.tables.pop_log, ctx.config.target_file_size)
         self._pulls = PullMessageProcessor(ctx)
-        self._cond = threading.Condition()
+        self._cond = threading.Lock()  # guards the queue of steps and who leads
         self._queue: list[tuple[Step, Future]] = []
         self._leading = False
         self._rotation = random.randrange(1 << 16)
@@ -156,11 +156,9 @@ class PopService:
         def step(state: PopState, now: int) -> tuple[list[dict], list[bool]]:
             rows, out = [], []
             for r in receipts:
-                found = state.find(group, r.topic, r.queue_id, r.queue_offset)
-                live = found is not None and found.pop_time == r.pop_time and r.group == group
-                out.append(live)
-                if live:
-                    assert found is not None
+                found = state.live_claim(group, r)
+                out.append(found is not None)
+                if found is not None:
                     rows.append(found.ack_row())
                     state.apply([rows[-1]])
             return rows, out
@@ -172,8 +170,8 @@ class PopService:
         new receipt, or None when the receipt is not live (acked, or received again since)."""
 
         def step(state: PopState, now: int) -> tuple[list[dict], Checkpoint | None]:
-            found = state.find(group, receipt.topic, receipt.queue_id, receipt.queue_offset)
-            if found is None or found.pop_time != receipt.pop_time or receipt.group != group:
+            found = state.live_claim(group, receipt)
+            if found is None:
                 return [], None
             renewed = found.again(max(now, found.pop_time + 1), now + invisible_ms, next_attempt=False)
             rows = [found.ack_row(), renewed.row()]
@@ -187,8 +185,8 @@ class PopService:
         False when the receipt is not live."""
 
         def step(state: PopState, now: int) -> tuple[list[dict], bool]:
-            found = state.find(group, receipt.topic, receipt.queue_id, receipt.queue_offset)
-            if found is None or found.pop_time != receipt.pop_time or receipt.group != group:
+            found = state.live_claim(group, receipt)
+            if found is None:
                 return [], False
             self._bury([found], group)
             rows = [found.dead_row()]

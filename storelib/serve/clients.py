@@ -24,8 +24,7 @@ import ipaddress
 import queue
 import random
 import threading
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
@@ -65,7 +64,6 @@ class Session:
     peer: str
     settings: pb.Settings | None = None
     outbox: "queue.Queue[object] | None" = None
-    seen: float = field(default_factory=time.monotonic)
 
     def producer_of(self, topic: str) -> bool:
         """Whether this client is a producer publishing ``topic`` (the one a check-back of it goes to)."""
@@ -107,7 +105,6 @@ class Sessions:
             s = self._by_id.get(client_id)
             if s is None:
                 s = self._by_id[client_id] = Session(client_id, peer)
-            s.seen = time.monotonic()
             return s
 
     def get(self, client_id: str) -> Session | None:

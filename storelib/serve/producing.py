@@ -32,7 +32,7 @@ from storelib.model.timestamps import now_ms
 from storelib.model.topic import PERM_WRITE, TopicConfig
 from storelib.schedule.check import ask_registered
 from storelib.schedule.deliver import recall
-from storelib.schedule.transaction import TransactionState, as_half, end_transaction, pending_halves  # noqa: F401
+from storelib.schedule.transaction import TransactionState, as_half, end_transaction
 from storelib.send.schedule import plan_schedule
 from storelib.serve.checks import (
     check_delivery_time,
@@ -89,6 +89,7 @@ class Producing:
     >>> pb.Code.Name(end.status.code), pb.Code.Name(p.recall(spb.RecallMessageRequest(
     ...     topic=pb.Resource(name="TopicTest"), recall_handle="x")).status.code)
     ('INVALID_TRANSACTION_ID', 'INTERNAL_SERVER_ERROR')
+    >>> from storelib.schedule.transaction import pending_halves
     >>> p.ask_producers(store.context, pending_halves(store.context)[0]); p.close()
     []
     """

@@ -172,6 +172,18 @@ class PopState:
     def find(self, group: str, topic: str, queue_id: int, queue_offset: int) -> Checkpoint | None:
         return self.checkpoints.get((group, topic, queue_id, queue_offset))
 
+    def live_claim(self, group: str, receipt: Checkpoint) -> Checkpoint | None:
+        """The live checkpoint ``receipt`` names for ``group``, or None (acked, received again since, another
+        group's): what an ack, an invisibility change or a dead-letter may act on.
+
+        >>> s = PopState(); ck = Checkpoint("G", "T", 0, 3, 30, 1, pop_time=5, invisible_until=9); s.apply([ck.row()])
+        >>> s.live_claim("G", ck) == ck, s.live_claim("G", ck.again(6, 10)), s.live_claim("H", ck)
+        (True, None, None)
+        """
+        found = self.find(group, receipt.topic, receipt.queue_id, receipt.queue_offset)
+        live = found is not None and found.pop_time == receipt.pop_time and receipt.group == group
+        return found if live else None
+
     def rows(self) -> list[dict]:
         """The rows that say all of this state: every live checkpoint and every queue's pop offset."""
         out = [ck.row() for ck in self.checkpoints.values()]
