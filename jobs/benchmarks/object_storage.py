@@ -44,6 +44,7 @@ class Op:
     remote: list[float]
     requests: dict[str, int]
     count: int
+    log_requests: int = 0  # of ``requests``, those to Delta logs (looks for new versions, commits)
 
     def line(self) -> str:
         per = {k: round(v / max(1, self.count), 1) for k, v in sorted(self.requests.items()) if v}
@@ -52,7 +53,7 @@ class Op:
             f"p99 {percentile(self.local, 0.99) * 1000:7.1f} ms"
             f" | s3 p50 {percentile(self.remote, 0.5) * 1000:7.1f} ms "
             f"p99 {percentile(self.remote, 0.99) * 1000:7.1f} ms"
-            f" | requests per op {per}"
+            f" | requests per op {per}, of which to Delta logs {self.log_requests / max(1, self.count):.1f}"
         )
 
     def record(self) -> dict:
@@ -62,6 +63,7 @@ class Op:
             "s3_p50_ms": round(percentile(self.remote, 0.5) * 1000, 2),
             "s3_p99_ms": round(percentile(self.remote, 0.99) * 1000, 2),
             "requests_per_op": {k: round(v / max(1, self.count), 2) for k, v in self.requests.items() if v},
+            "log_requests_per_op": round(self.log_requests / max(1, self.count), 2),
         }
 
 
@@ -78,16 +80,18 @@ class S3Figures:
 
     def read_lines(self) -> list[str]:
         out = []
-        for side, t_read, t_scan, planned, scanned in self.reads:
+        for side, t_read, t_scan, planned, scanned, logs in self.reads:
             read, scan = percentile(t_read, 0.5), percentile(t_scan, 0.5)
             line = (
                 f"filtered read of 1% after clustering, {side}: {read:.3f} s against the plain scan's {scan:.3f} s "
                 f"({scan / read:.1f}x)"
             )
             if side == "s3":
+                data = (sum(planned.values()) - logs[0], sum(scanned.values()) - logs[1])
                 line += (
                     f"; requests {sum(planned.values())} against {sum(scanned.values())} "
-                    f"({100 * sum(planned.values()) / max(1, sum(scanned.values())):.1f}%)"
+                    f"({100 * sum(planned.values()) / max(1, sum(scanned.values())):.1f}%), to data files "
+                    f"{data[0]} against {data[1]} ({100 * data[0] / max(1, data[1]):.1f}%)"
                 )
             out.append(line)
         return out
@@ -111,8 +115,9 @@ class S3Figures:
                     "scan_s": round(percentile(b, 0.5), 3),
                     "read_requests": c,
                     "scan_requests": d,
+                    "log_requests": logs,
                 }
-                for side, a, b, c, d in self.reads
+                for side, a, b, c, d, logs in self.reads
             ],
             "delta_spark": self.delta_spark,
             "online": self.online.as_dict() if self.online is not None else None,
@@ -259,6 +264,7 @@ def bench_object_storage(
             )  # a round has a commit to dispatch, sent outside the count
             times: dict[str, list[float]] = {"local": [], "s3": []}
             counts: dict[str, int] = {}
+            logs = 0
             for side, store in (("local", local), ("s3", remote)):
                 before(store), run(store, 0)  # warm: views loaded, footers cached
                 for i in range(operations):
@@ -268,7 +274,8 @@ def bench_object_storage(
                     if side == "s3":
                         for k, v in counted.counts.items():
                             counts[k] = counts.get(k, 0) + v
-            ops.append(Op(name, times["local"], times["s3"], counts, operations))
+                        logs += counted.log_requests
+            ops.append(Op(name, times["local"], times["s3"], counts, operations, logs))
             print(ops[-1].line(), file=sys.stderr, flush=True)  # as it comes: the later steps take minutes
         reads = []
         for side, store in (("local", local), ("s3", remote)):
@@ -278,7 +285,8 @@ def bench_object_storage(
                 t_read = _timed(lambda: store.read(TOPIC, tag).count(), 3)
             with proxy.counting() as scanned:
                 t_scan = _timed(lambda: _scan(spark, store, tag), 3)
-            reads.append((side, t_read, t_scan, planned.counts, scanned.counts))
+            logs = (planned.log_requests, scanned.log_requests)
+            reads.append((side, t_read, t_scan, planned.counts, scanned.counts, logs))
         online_figures = None
         if online_seconds:
             from jobs.benchmarks.online import bench_online

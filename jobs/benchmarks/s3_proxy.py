@@ -467,6 +467,7 @@ class S3Proxy:
         self.requests: list[Request] = []
         self.max_log = max_log
         self._counts: dict[str, int] = {}
+        self._log_requests = 0
         self._cuts: list[_Cut] = []
         self._live: set[_Connection] = set()
         self._lock = threading.Lock()
@@ -525,10 +526,17 @@ class S3Proxy:
         with self._lock:
             return {**dict.fromkeys(KINDS, 0), **self._counts}
 
+    def log_requests(self) -> int:
+        """How many of the requests :meth:`counts` counts read or wrote a Delta log (a path with ``_delta_log``):
+        a process's looks for new versions and its commits, as against its reads of data files."""
+        with self._lock:
+            return self._log_requests
+
     def reset(self) -> None:
         """Zero the counts and empty the log (pending cuts stay; an open :meth:`counting` window goes wrong)."""
         with self._lock:
             self._counts.clear()
+            self._log_requests = 0
             self.requests.clear()
 
     @contextlib.contextmanager
@@ -595,6 +603,7 @@ class S3Proxy:
         """Count and log ``request``; the pending cut it takes, if any."""
         with self._lock:
             self._counts[request.kind] = self._counts.get(request.kind, 0) + 1
+            self._log_requests += "_delta_log" in unquote(request.target)
             self.requests.append(Request(request.method, request.kind, request.target))
             if len(self.requests) > self.max_log:
                 del self.requests[: len(self.requests) - self.max_log + self.max_log // 10]

@@ -105,6 +105,9 @@ class ProxyProcess:
     def counts(self) -> dict[str, int]:
         return self._call("counts")
 
+    def log_requests(self) -> int:
+        return self._call("log_requests")
+
     def ignore_conditions(self, on: bool = True) -> None:
         """Make the server behind an unsafe one: conditional puts lose their condition."""
         self._call("ignore_conditions", on=on)
@@ -140,14 +143,16 @@ class ProxyProcess:
     def counting(self) -> Iterator[Any]:
         class Window:
             counts: dict[str, int] = {}
+            log_requests = 0  # of which to Delta logs
 
-        before = self.counts()
+        before, logged = self.counts(), self.log_requests()
         window = Window()
         try:
             yield window
         finally:
             after = self.counts()
             window.counts = {k: v - before.get(k, 0) for k, v in after.items()}
+            window.log_requests = self.log_requests() - logged
 
 
 def serve(upstream_host: str, upstream_port: str, latency_s: str = "0") -> None:

@@ -29,7 +29,7 @@ from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, PostCommitHookProperties, RemoveAction
 
 from storelib.delta.location import filesystem, is_local
-from storelib.delta.log import committed_by
+from storelib.delta.log import LogChanges, committed_by
 from storelib.model.errors import ConcurrentWriteError
 
 if TYPE_CHECKING:
@@ -180,7 +180,13 @@ class Committing:
         if clean:
             self._cleaned = now
         self.touched()
+        if not rebase:  # landed exactly after dt's version: the view here may take it as it is
+            self._committed(dt.version(), _own_changes(dt.version() + 1, actions, txns))
         return dt.version() + 1
+
+    def _committed(self, base: int, changes: LogChanges) -> None:
+        """This process's commit of version ``base + 1`` (:class:`~storelib.delta.table.Table` applies it to its
+        warm view, which then needs no read of the entry just written)."""
 
     def touched(self) -> None:
         """Say this process committed to the table (views of it here look at the log at their next call)."""
@@ -218,6 +224,28 @@ class Committing:
                 fs.delete_file(f"{base}/{f.path}")
             except FileNotFoundError:
                 pass
+
+
+def _own_changes(version: int, actions: Sequence[AddAction | RemoveAction], txns: Sequence[Transaction]) -> LogChanges:
+    """What a commit of ``actions`` and ``txns`` as ``version`` did, as a view would read it from its entry.
+
+    >>> changes = _own_changes(3, [AddAction("part-1.parquet", 10, {}, 7, True, "{}")], [Transaction("m", 5)])
+    >>> changes.version, [a["path"] for a in changes.adds], changes.txns
+    (3, ['part-1.parquet'], {'m': 5})
+    """
+    adds = [
+        {
+            "path": a.path,
+            "size": a.size,
+            "modificationTime": a.modification_time,
+            "dataChange": a.data_change,
+            "stats": a.stats,
+        }
+        for a in actions
+        if isinstance(a, AddAction)
+    ]
+    removes = {a.path for a in actions if isinstance(a, RemoveAction)}
+    return LogChanges(version, adds, removes, {t.app_id: int(t.version) for t in txns})
 
 
 def remove_actions(files: "pa.Table | Iterable[Mapping[str, Any]]", data_change: bool = True) -> list[RemoveAction]:

@@ -45,6 +45,7 @@ __all__ = [
     "SMALL_FILE_CACHE_BYTES",
     "SMALL_FILE_ROWS",
     "SMALL_FILE_READ_BYTES",
+    "REMOTE_SMALL_FILE_BYTES",
 ]
 
 #: Parsed Parquet footers kept per process (the driver's point reads, an executor's row group reads), in
@@ -57,6 +58,10 @@ SMALL_FILE_CACHE_BYTES = 64 * 1024 * 1024
 SMALL_FILE_ROWS = 8192
 #: A local data file of at most this many bytes is read whole in one call before it is decoded.
 SMALL_FILE_READ_BYTES = 4 * 1024 * 1024
+#: An object store's data file of at most this many bytes is small whatever its rows (a queue's consume queue
+#: file of 10^5 units): decoded whole in one request and kept, since each later read of it would be a
+#: round trip.
+REMOTE_SMALL_FILE_BYTES = 2 * 1024 * 1024
 
 
 class ByteLRU:
@@ -110,15 +115,30 @@ class ByteLRU:
         return value
 
 
-@functools.lru_cache(maxsize=1)
-def parquet_format():
-    """pyarrow's Parquet format, made once.
+#: What a read request to an object store costs, for coalescing: the time to its first byte and the bytes a
+#: second one connection then brings (S3 from inside its region: tens of milliseconds, tens of MiB/s).
+REMOTE_FIRST_BYTE_MS = 20
+REMOTE_MIB_PER_S = 50
 
-    >>> parquet_format().default_extname
-    'parquet'
+
+@functools.lru_cache(maxsize=2)
+def parquet_format(remote: bool = False):
+    """pyarrow's Parquet format, made once; ``remote=True``: for an object store's files, whose wanted column
+    chunks are fetched together: ranges closer than what a request's wait would bring
+    (:data:`REMOTE_FIRST_BYTE_MS` at :data:`REMOTE_MIB_PER_S`: 1 MiB) in one request, of at most 9 MiB,
+    those requests at once. A pull of 32 from a clustered file of 10^6 messages (its messages in ~30 of
+    977 row groups), 20 ms added to each request: p50 59 ms and 3 requests, against 132 ms and 25 with
+    pyarrow's default (8 KiB), and 62 ms and 1.1 with 2 MiB (measured).
+
+    >>> parquet_format().default_extname, parquet_format(True) is parquet_format(True)
+    ('parquet', True)
     """
-
-    return ds.ParquetFileFormat()
+    if not remote:
+        return ds.ParquetFileFormat()
+    cache = pa.CacheOptions.from_network_metrics(REMOTE_FIRST_BYTE_MS, REMOTE_MIB_PER_S)
+    return ds.ParquetFileFormat(
+        default_fragment_scan_options=ds.ParquetFragmentScanOptions(pre_buffer=True, cache_options=cache)
+    )
 
 
 _footers = ByteLRU(FOOTER_CACHE_BYTES)
@@ -172,7 +192,7 @@ def fragment(path: str):
 
     def build():
         fs, local = filesystem(path)
-        made = parquet_format().make_fragment(local, fs, file_size=_sizes.get(path))
+        made = parquet_format(not is_local(path)).make_fragment(local, fs, file_size=_sizes.get(path))
         made.ensure_complete_metadata()
         return made, made.metadata.serialized_size * _FOOTER_MEMORY_PER_BYTE
 
@@ -182,7 +202,7 @@ def fragment(path: str):
 def small_file(path: str, schema: pa.Schema) -> pa.Table | None:
     """Every row of the data file at ``path`` in ``schema``'s columns (columns it lacks are null), kept
     decoded within :data:`SMALL_FILE_CACHE_BYTES`; None when the file has more than :data:`SMALL_FILE_ROWS`
-    rows (read those by row groups).
+    rows and, on an object store, more than :data:`REMOTE_SMALL_FILE_BYTES` bytes (read those by row groups).
 
     A local file of at most :data:`SMALL_FILE_READ_BYTES` is read whole in one call and decoded from
     memory: Parquet's many small reads of footer and pages were most of a small file's cost (0.14
@@ -226,13 +246,16 @@ def _small_rows(path: str, schema: pa.Schema) -> tuple[pa.Table | None, int]:
             rows = pa.Table.from_arrays(read.columns, schema=schema)
             return rows, rows.nbytes
     found = fragment(path)
-    return (None, 0) if found.metadata.num_rows > SMALL_FILE_ROWS else _decoded(found, path, schema)
+    remote_small = not is_local(path) and _sizes.get(path, REMOTE_SMALL_FILE_BYTES + 1) <= REMOTE_SMALL_FILE_BYTES
+    if found.metadata.num_rows > SMALL_FILE_ROWS and not remote_small:
+        return None, 0
+    return _decoded(found, path, schema)
 
 
 def _decoded(found: Any, path: str, schema: pa.Schema) -> tuple[pa.Table, int]:
     """The rows of a file whose footer is parsed (``found``, its :func:`fragment`) in ``schema``'s columns."""
     fs, local = filesystem(path)
-    if found.physical_schema.equals(schema, check_metadata=False):
+    if is_local(path) and found.physical_schema.equals(schema, check_metadata=False):
         # the file's own columns are the table's (the usual case): read them without a dataset
         # scan's set-up, which is most of a small file's cost (this whole call: 0.61 against 0.72 ms
         # for a 256-message commitlog file, 0.20 against 0.38 ms for a 64-unit consume queue one)
@@ -240,7 +263,8 @@ def _decoded(found: Any, path: str, schema: pa.Schema) -> tuple[pa.Table, int]:
         with pq.ParquetFile(local, metadata=found.metadata, filesystem=fs) as file:
             rows = pa.Table.from_arrays(file.read(use_threads=False).columns, schema=schema)
     else:
-        rows = ds.FileSystemDataset([found], schema, parquet_format(), fs).to_table(use_threads=False)
+        # (on an object store: through the fragment, which knows the file's size, so no HEAD request)
+        rows = ds.FileSystemDataset([found], schema, parquet_format(not is_local(path)), fs).to_table(use_threads=False)
     return rows, rows.nbytes
 
 
@@ -258,7 +282,8 @@ def scan_files(
 
     if not paths:
         return iter(())
-    dataset = ds.FileSystemDataset([fragment(p) for p in paths], schema, parquet_format(), filesystem(paths[0])[0])
+    fs, remote = filesystem(paths[0])[0], not is_local(paths[0])
+    dataset = ds.FileSystemDataset([fragment(p) for p in paths], schema, parquet_format(remote), fs)
     # one thread: an executor task has one core (Spark schedules a task per core), and pyarrow's own
     # pool would compete with the other tasks' Python
     return dataset.to_batches(filter=filter, batch_size=batch_size, use_threads=False)

@@ -129,7 +129,10 @@ class Reading:
             parts.append((rows if filter is None else rows.filter(filter)).select(wanted))
         if large:
             dataset = ds.FileSystemDataset(
-                [fragment(p) for p in large], self.spec.arrow, parquet_format(), filesystem(self.path)[0]
+                [fragment(p) for p in large],
+                self.spec.arrow,
+                parquet_format(not is_local(self.path)),
+                filesystem(self.path)[0],
             )
             parts.append(dataset.to_table(columns=wanted, filter=filter))
         return parts[0] if len(parts) == 1 else pa.concat_tables(parts)

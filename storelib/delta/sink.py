@@ -164,7 +164,8 @@ class _OpenFile:
         codec = "snappy" if small else "zstd"
         self.name = f"{self.prefix}-{uuid.uuid4().hex}.c000.{codec}.parquet"
         self.path = f"{self.base}/{self.name}"
-        self.writer = pq.ParquetWriter(self.path, self.schema, filesystem=self.fs, compression=codec, **self.options)
+        self.stream = self.fs.open_output_stream(self.path)  # its position at the end is the file's size
+        self.writer = pq.ParquetWriter(self.stream, self.schema, compression=codec, **self.options)
         return self.writer
 
     def add(self, part: pa.RecordBatch, row_group_rows: int, raw: pa.RecordBatch | None = None) -> None:
@@ -195,7 +196,8 @@ class _OpenFile:
         self.flush()
         writer = self.writer or self._open(small=True)
         writer.close()
-        size = self.fs.get_file_info(self.path).size
+        size = self.stream.tell()  # not asked of the store (on an object store: a HEAD request)
+        self.stream.close()
         stats = _Stats.from_metadata(self.schema, writer.writer.metadata)
         summary = self.summarize.finish(self.summary) if self.summarize else None
         return WrittenFile(self.name, size, stats.rows, stats.to_json(), summary)

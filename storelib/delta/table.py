@@ -26,11 +26,12 @@ from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from storelib.delta.commit import Committing, commits_here
 from storelib.delta.location import is_local, options_for
-from storelib.delta.log import TableView, add_actions, apply_changes, changes_since, tombstones
+from storelib.delta.log import LogChanges, TableView, add_actions, apply_changes, changes_since, tombstones
 from storelib.delta.reading import Reading
 from storelib.delta.spec import TableSpec
 from storelib.delta.stats import Prune, narrowed
 from storelib.delta.turn import CommitTurn
+from storelib.delta.watch import WATCHER
 from storelib.model.errors import StoreStateError
 
 __all__ = ["Table", "TABLE_DEFAULTS", "TOMBSTONE_RETENTION"]
@@ -59,6 +60,10 @@ _TOMBSTONES = "delta.deletedFileRetentionDuration"
 #: (whatever the entries could not say). Below the log retention, so no entry a view still needs is cleaned up.
 VIEW_RELOAD_S = 5.0
 
+#: While the watcher keeps an object store's table current, a view looked at this much longer ago than the
+#: table's ``remote_look_s`` is still used as it stands (a look takes a round trip, and its thread a turn).
+WATCH_SLACK_S = 0.25
+
 
 class Table(Reading, Committing):
     """One Delta table of the store, at ``path``, with the columns of ``spec``.
@@ -78,6 +83,7 @@ class Table(Reading, Committing):
         self.spec = spec
         self.properties = dict(properties or {})
         self._warm: DeltaTable | None = None
+        self._rolled_txns: dict[str, int] = {}  # txn markers of the log entries rolled over since _warm's version
         self._view: TableView | None = None
         self._lock = threading.Lock()
         self._memo: dict[str, tuple[int, Any]] = {}
@@ -143,6 +149,7 @@ class Table(Reading, Committing):
 
     def release(self) -> None:
         """Drop the warm snapshot, view and memos (native delta-rs and Arrow objects) this handle keeps."""
+        WATCHER.forget(self)
         with self._lock:
             self._warm, self._view = None, None
             self._memo.clear()
@@ -172,44 +179,98 @@ class Table(Reading, Committing):
         True
         """
         wanted = tuple(markers)
+        if not self._local:
+            view = self._view
+            if view is not None and commits_here(self.path) == self._seen and self._current():
+                # (this process's own commits are seen at once)
+                WATCHER.watch(self)
+                if all(m in view.markers for m in wanted):
+                    return view
+                with self._lock:
+                    filled = self._with_markers(view, wanted) if self._view is view else None
+                    if filled is not None:
+                        self._view = filled
+                        return filled
         with self._lock:
-            view, now = self._view, time.monotonic()
-            written = commits_here(self.path)  # this process's own commits are seen at once
-            if (
-                view is not None
-                and not self._local
-                and now - self._looked < self.spec.remote_look_s
-                and written == self._seen
-                and all(m in view.markers for m in wanted)
-            ):
-                return view
-            self._looked, self._seen = now, written
-            if view is not None and now - self._checked < VIEW_RELOAD_S:
-                rolled = self._roll(view)
-                if rolled is not None and all(m in rolled.markers for m in wanted):
-                    self._view = rolled
-                    return rolled
-            if self._warm is None:
-                self._warm = self.snapshot()
-            else:
-                self._warm.update_incremental()
-            self._checked = now
-            version = self._warm.version()
-            same = view is not None and view.version == version
-            names = set(wanted) | (set(view.markers) if view is not None else set())
-            found = {
-                m: view.markers[m]
-                if view is not None and same and m in view.markers
-                else self._warm.transaction_version(m)
-                for m in names
-            }
-            actions = (
-                view.actions
-                if view is not None and same
-                else narrowed(add_actions(self._warm), self.spec.view_statistics)
-            )
-            self._view = TableView(version, actions, {m: None if v is None else int(v) for m, v in found.items()})
-            return self._view
+            view = self._refresh(wanted)
+        if not self._local:
+            WATCHER.watch(self)
+        return view
+
+    def refresh(self) -> None:
+        """Bring the warm view forward now (what the :data:`~storelib.delta.watch.WATCHER` does for a table
+        on an object store every ``remote_look_s``, so that readers find it current)."""
+        with self._lock:
+            self._refresh(())
+
+    def _current(self) -> bool:
+        """Whether an object store's table's view may be used as it stands: looked at within
+        ``remote_look_s``, or within :data:`WATCH_SLACK_S` more while the watcher keeps it current."""
+        age, look = time.monotonic() - self._looked, self.spec.remote_look_s
+        return age < look or (age < look + WATCH_SLACK_S and WATCHER.watching(self))
+
+    def _refresh(self, wanted: tuple[str, ...]) -> TableView:
+        """The view brought forward (under the lock): see :meth:`view`. It counts as looked at (and as
+        holding this process's commits so far) only once the look succeeded."""
+        now, written = time.monotonic(), commits_here(self.path)
+        fresh = self._brought_forward(wanted, now)
+        self._looked, self._seen = now, written
+        return fresh
+
+    def _brought_forward(self, wanted: tuple[str, ...], now: float) -> TableView:
+        view = self._view
+        if view is not None and now - self._checked < VIEW_RELOAD_S:
+            rolled = self._roll(view)
+            filled = None if rolled is None else self._with_markers(rolled, wanted)
+            if filled is not None:
+                self._view = filled
+                return filled
+        if self._warm is None:
+            self._warm = self.snapshot()
+        else:
+            self._warm.update_incremental()
+        self._rolled_txns = {}
+        self._checked = now
+        version = self._warm.version()
+        same = view is not None and view.version == version
+        names = set(wanted) | (set(view.markers) if view is not None else set())
+        found = {
+            m: view.markers[m] if view is not None and same and m in view.markers else self._warm.transaction_version(m)
+            for m in names
+        }
+        actions = (
+            view.actions if view is not None and same else narrowed(add_actions(self._warm), self.spec.view_statistics)
+        )
+        self._view = TableView(version, actions, {m: None if v is None else int(v) for m, v in found.items()})
+        return self._view
+
+    def _committed(self, base: int, changes: LogChanges) -> None:
+        """This process's own commit of version ``base + 1``, applied to the warm view where it stands at
+        ``base``: the next :meth:`view` here holds it without reading the entry back (on an object store, a
+        round trip on the committer's path)."""
+        with self._lock:
+            view = self._view
+            if view is None or view.version != base:
+                return
+            actions = apply_changes(view.actions, changes)
+            if actions is None:
+                return
+            self._rolled_txns.update(changes.txns)
+            markers = {m: changes.txns.get(m, v) for m, v in view.markers.items()}
+            self._view, self._seen = TableView(changes.version, actions, markers), commits_here(self.path)
+
+    def _with_markers(self, view: TableView, wanted: tuple[str, ...]) -> TableView | None:
+        """``view`` that also knows the markers ``wanted``: as of the warm snapshot, unless a log entry rolled
+        over since set one (no request); None when one is missing and there is no warm snapshot to ask."""
+        missing = [m for m in wanted if m not in view.markers]
+        if not missing:
+            return view
+        if self._warm is None:
+            return None
+        known = {m: self._rolled_txns.get(m, self._warm.transaction_version(m)) for m in missing}
+        return TableView(
+            view.version, view.actions, {**view.markers, **{m: None if v is None else int(v) for m, v in known.items()}}
+        )
 
     def _roll(self, view: TableView) -> TableView | None:
         """``view`` brought forward through the log entries written since (itself when there are none:
@@ -222,6 +283,7 @@ class Table(Reading, Committing):
         actions = apply_changes(view.actions, changes)
         if actions is None:
             return None
+        self._rolled_txns.update(changes.txns)
         return TableView(changes.version, actions, {m: changes.txns.get(m, v) for m, v in view.markers.items()})
 
     def memo(self, name: str, build: Callable[[TableView], Any], view: TableView | None = None) -> Any:

@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from storelib.delta.files import local_bytes, parquet_format
+from storelib.delta.files import fragment, is_local, local_bytes, parquet_format
 from storelib.encoding.ext_addr import decorate_ext_addrs
 from storelib.encoding.tags import tags_codes
 from storelib.model.message import MessageConst, SysFlag
@@ -242,15 +242,13 @@ class CommitlogFiles:
             source.seek(0)
         # pyarrow's dataset reader for the rest: it decodes the properties map about twice as fast as
         # ParquetFile.iter_batches (0.07 s against 0.14 s per 280k messages, measured)
-        batches = (
-            parquet_format()
-            .make_fragment(source, fs)
-            .to_batches(
-                columns=columns,
-                filter=None if whole else (offset >= self.low) & (offset < self.end),
-                batch_size=self.batch_rows,
-                use_threads=False,
-            )
+        # (an object store's file through its kept fragment: its size known, no HEAD request)
+        made = fragment(path) if not is_local(path) else parquet_format().make_fragment(source, fs)
+        batches = made.to_batches(
+            columns=columns,
+            filter=None if whole else (offset >= self.low) & (offset < self.end),
+            batch_size=self.batch_rows,
+            use_threads=False,
         )
         yield from coalesce(batches, self.batch_rows)
 

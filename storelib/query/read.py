@@ -84,7 +84,8 @@ class ReadExplain:
     #: Commitlog files of the topic (by statistics), and those the read opens.
     files_considered: int
     files_read: int
-    #: Fresh files ruled out because no consume_queue_ext file that may match points into them.
+    #: Fresh files ruled out because no consume queue file that may match points into them (by its
+    #: consume_queue_ext summary, or for a tag selector by its tag code statistics).
     files_skipped_by_summary: int
     #: Row groups of clustered files: considered, ruled out by tag codes, by bitmap summaries, read.
     row_groups_considered: int
@@ -339,6 +340,7 @@ def plan_read(
         if cq_actions.num_rows
         else cq_actions
     )
+    cq_actions = _holding_tag(cq_actions, mf)
     spans = [
         (lo, hi)
         for a in (ext_actions, cq_actions)
@@ -388,6 +390,34 @@ def plan_read(
         counts["row_groups_read"] = counts["row_groups"]
         counts["estimated_bytes"] = scan
     return plan
+
+
+def _holding_tag(cq_actions: pa.Table, mf: MessageFilter) -> pa.Table:
+    """Consume queue files a tag selector may find units in: their ``tags_code`` statistics hold one of its
+    codes, unless a value outside int's range (RocketMQ tests ``tagsCode.intValue()``) makes the range say
+    nothing. A fresh commitlog file no kept file points into is not read.
+
+    >>> from storelib.filter.selector import MessageSelector
+    >>> mf = MessageFilter("T", MessageSelector.by_tag("TagA"))
+    >>> actions = pa.table({"path": ["a", "b", "c"], "min.tags_code": [2598919, 5, -2**40],
+    ...                     "max.tags_code": [2598919, 9, 9]})
+    >>> _holding_tag(actions, mf).column("path").to_pylist()
+    ['a', 'c']
+    """
+    if (
+        not mf.selector.by_tags
+        or mf.tags_all
+        or not cq_actions.num_rows
+        or "min.tags_code" not in cq_actions.column_names
+    ):
+        return cq_actions
+    lo = pc.fill_null(cq_actions.column("min.tags_code"), -(2**63)).to_numpy()
+    hi = pc.fill_null(cq_actions.column("max.tags_code"), 2**63 - 1).to_numpy()
+    plain = (lo >= -(2**31)) & (hi < 2**31)
+    codes = pa.array(sorted(mf.data.code_set), pa.int64())
+    held = {p for p in Table.holding(cq_actions.filter(pa.array(plain)), "tags_code", codes).column("path").to_pylist()}
+    keep = [not ok or p in held for p, ok in zip(cq_actions.column("path").to_pylist(), plain.tolist())]
+    return cq_actions.filter(pa.array(keep, pa.bool_()))
 
 
 def _message_filter(
