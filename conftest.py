@@ -27,14 +27,17 @@ MAX_RESULT_SIZE = "4m"
 def spark():
     from storelib.session import get_spark
 
-    session = get_spark("storelib-tests", conf={
-        "spark.master": "local[2]",
-        "spark.sql.shuffle.partitions": "4",
-        "spark.default.parallelism": "2",
-        "spark.driver.memory": "2g",
-        "spark.driver.maxResultSize": MAX_RESULT_SIZE,
-        "spark.sql.adaptive.enabled": "false",
-    })
+    session = get_spark(
+        "storelib-tests",
+        conf={
+            "spark.master": "local[2]",
+            "spark.sql.shuffle.partitions": "4",
+            "spark.default.parallelism": "2",
+            "spark.driver.memory": "2g",
+            "spark.driver.maxResultSize": MAX_RESULT_SIZE,
+            "spark.sql.adaptive.enabled": "false",
+        },
+    )
     yield session
     session.stop()
 
@@ -92,4 +95,7 @@ def pytest_unconfigure(config):
     if skipped:
         reporter.write_line(
             f"RocketMQ reference cases NOT checked: {len(skipped)} tests skipped because ../shared/conformance is "
-            "absent beside the repository (set STORELIB_CONFORMANCE to its folder)", yellow=True, bold=True)
+            "absent beside the repository (set STORELIB_CONFORMANCE to its folder)",
+            yellow=True,
+            bold=True,
+        )
