@@ -266,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
                     "threads": args.threads,
                     "window": args.window,
                     "consumers": args.consumers,
+                    "relay": args.relay,
                 },
             ),
             "grpc": lambda: bench_grpc(

@@ -33,6 +33,7 @@ from typing import Any, Callable, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from storelib.delta.location import is_local
 from storelib.delta.log import entry_actions
 from storelib.local.wire import (
     ANSWER,
@@ -44,6 +45,7 @@ from storelib.local.wire import (
     error_body,
     error_of,
     local_address,
+    local_lock_path,
     pack,
     unpack,
 )
@@ -60,6 +62,11 @@ except ImportError:  # pragma: no cover  (not POSIX: no leader)
 __all__ = ["Relay", "relay_for", "REQUESTS_INFO", "RELAY_IN_FLIGHT"]
 
 log = logging.getLogger(__name__)
+
+#: On an object store, how long a producer whose leader died waits before it looks for its group: a commit the
+#: leader sent whole before it died lands meanwhile (the server finishes a request it has), so the group is
+#: not committed twice.
+REMOTE_RECOVER_WAIT_S = 2.0
 
 #: The hidden file whose ``flock`` makes its holder the machine's committer for a commitlog.
 LEADER_LOCK = "_storelib_leader.lock"
@@ -240,6 +247,8 @@ class Relay:
     def _recover(self, request_id: str, rows: pa.Table, sent_at: float) -> pa.Table:
         """After the leader died holding our group: where its rows landed, or commit them now."""
         table = self.commitlog.table
+        if not is_local(table.path):  # a request the dead leader sent may still be landing (no machine-wide turn)
+            time.sleep(REMOTE_RECOVER_WAIT_S)
         with table.commit_turn(snapshot=False):  # whatever the dead leader was committing has landed, or never will
             paths = self._files_holding(request_id, sent_at)
             if paths is None:  # the log no longer reaches back to the send: every file written since may hold it
@@ -402,7 +411,7 @@ class _Leader:
 
     @classmethod
     def take(cls, relay: Relay) -> "_Leader | None":
-        fd = os.open(os.path.join(relay.commitlog.table.path, LEADER_LOCK), os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(local_lock_path(LEADER_LOCK, relay.commitlog.table.path), os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:

@@ -80,7 +80,7 @@ MESSAGE_SCHEMA = pa.schema([COMMITLOG.arrow.field(c) for c in MESSAGE_COLUMNS])
 
 
 def tail_address(ctx: StoreContext) -> str | None:
-    """The socket a store's follower serves pulls on (None where there can be none: not a local store on Linux).
+    """The socket a store's follower serves pulls on, on this machine (None where there can be none: not Linux).
 
     >>> tail_address(store.context).startswith("\\0storelib-tail-")
     True
@@ -490,7 +490,7 @@ _CLIENTS_LOCK = threading.Lock()
 
 def tail_client(ctx: StoreContext) -> TailClient | None:
     """The process's :class:`TailClient` for a store's context; None without the ``tail_pulls`` setting,
-    or where no follower can serve (not a local store on Linux).
+    or where no follower can serve (not Linux).
 
     >>> tail_client(store.context).get("TopicTest", r.queue_id, 0, 32, "*") is None     # no follower serves it
     True

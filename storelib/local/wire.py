@@ -68,20 +68,45 @@ _ID_BYTES = 16
 _MAX_HEAD = 1 << 20
 
 
+def _table_key(path: str) -> str:
+    """What names one table on this machine: a local folder's real path, however it is spelled, or an object
+    store's URI as given (the processes of one machine reach one bucket under one URI)."""
+    if "://" in path and not path.startswith("file://"):
+        return path.rstrip("/")
+    return os.path.realpath(path.removeprefix("file://"))
+
+
 def local_address(role: str, path: str) -> str | None:
-    """The name of a store's local socket for ``role``, in Linux's abstract namespace: one per table folder
-    (``path``, however it is spelled) and wire version; None where there can be none (not a local folder,
-    or not Linux).
+    """The name of a store's local socket for ``role``, in Linux's abstract namespace: one per table
+    (``path``, a folder however it is spelled, or an object store's URI) and wire version; None off Linux.
+    On an object store it names the table on this machine only: processes of other machines have their own.
 
     >>> local_address("commit", "/data/store/commitlog").startswith("\\0storelib-commit-v2-")
     True
-    >>> local_address("commit", "s3://bucket/store/commitlog") is None
+    >>> local_address("commit", "s3://bucket/store/commitlog") == local_address("commit", "s3://bucket/store/commitlog/")
     True
     """
-    if "://" in path or not sys.platform.startswith("linux"):
+    if not sys.platform.startswith("linux"):
         return None
-    digest = hashlib.sha1(os.path.realpath(path).encode()).hexdigest()[:24]
+    digest = hashlib.sha1(_table_key(path).encode()).hexdigest()[:24]
     return f"\0storelib-{role}-{PROTOCOL}-{digest}"
+
+
+def local_lock_path(name: str, path: str) -> str:
+    """The file whose ``flock`` is the machine-wide lock ``name`` of a table: a hidden file in a local
+    table's folder, or one in this machine's temporary folder for an object store's table.
+
+    >>> local_lock_path("_storelib_leader.lock", "/data/store/commitlog")
+    '/data/store/commitlog/_storelib_leader.lock'
+    >>> local_lock_path("_storelib_leader.lock", "s3://bucket/store/commitlog").endswith("_storelib_leader.lock")
+    True
+    """
+    if "://" in path and not path.startswith("file://"):
+        import tempfile
+
+        digest = hashlib.sha1(_table_key(path).encode()).hexdigest()[:24]
+        return os.path.join(tempfile.gettempdir(), f"storelib-{digest}{name}")
+    return os.path.join(path.removeprefix("file://"), name)
 
 
 def same_user(sock: socket.socket) -> bool:

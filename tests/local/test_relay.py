@@ -67,10 +67,30 @@ CLIENT = textwrap.dedent("""
 """)
 
 
+@pytest.fixture
+def s3_store(spark, s3, python_env):
+    """The same on the suite's S3 server (the machine's committer keyed by the store's URI), and the
+    environment its other processes reach the server with."""
+    s = MessageStore.create(s3.bucket() + "/store", spark, storage_options=s3.options, relay_sends=True)
+    s.create_topic("TopicTest", queues=4)
+    yield s, {**python_env, **s3.options}
+    s.close()
+
+
 @pytest.mark.slow
 def test_producer_processes_hand_their_groups_to_the_leader(store, python_env):
     """This process leads (its producer committed first); two others send through it: they commit
     nothing themselves, every message lands once with offsets back to back, in each thread's order."""
+    _hand_over(store, python_env)
+
+
+@pytest.mark.slow
+def test_producer_processes_on_s3_hand_their_groups_to_the_leader(s3_store):
+    """The same with the store on an object store: one committer per machine there too."""
+    _hand_over(*s3_store)
+
+
+def _hand_over(store, python_env) -> None:
     with store.producer() as producer:
         producer.send(Message("TopicTest", body=b"first"))
         relay = relay_for(store.context.commitlog)
@@ -176,6 +196,17 @@ def test_the_leader_going_away_loses_and_doubles_nothing(store, python_env, how)
     """Another process leads; this one sends from 8 threads while the leader is killed (SIGKILL, groups
     in its hands) or closes its producer: every send is acknowledged, stored once, where its result
     says; this process then leads."""
+    _leader_goes_away(store, python_env, how)
+
+
+@pytest.mark.slow
+def test_the_leader_killed_on_s3_loses_and_doubles_nothing(s3_store):
+    """The same on an object store, where no machine-wide commit turn says the dead leader's last commit
+    has landed or never will (the producer waits for it first)."""
+    _leader_goes_away(*s3_store, "killed")
+
+
+def _leader_goes_away(store, python_env, how: str) -> None:
     leader = subprocess.Popen(
         [sys.executable, "-c", LEADER, store.root, how],
         env=python_env,
