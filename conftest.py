@@ -36,6 +36,7 @@ def spark():
             "spark.driver.memory": "2g",
             "spark.driver.maxResultSize": MAX_RESULT_SIZE,
             "spark.sql.adaptive.enabled": "false",
+            "spark.databricks.delta.snapshotPartitions": "2",  # one task a core: small tables (spark-defaults.conf)
         },
     )
     yield session

@@ -73,7 +73,18 @@ class Watcher:
         return alive and asked is not None and time.monotonic() - asked < self.idle_s
 
     def forget(self, table: Any) -> None:
-        """Stop looking at ``table`` (its handle was released)."""
+        """Stop looking at ``table`` (its handle was released).
+
+        >>> class Quiet:
+        ...     spec = type("Spec", (), {"remote_look_s": 60.0})()
+        ...     def refresh(self): pass
+        >>> watcher, table = Watcher(), Quiet()
+        >>> watcher.watch(table); watcher.watching(table)
+        True
+        >>> watcher.forget(table); watcher.watching(table)
+        False
+        >>> watcher.stop()
+        """
         with self._lock:
             self._asked.pop(table, None)
             self._looked.pop(table, None)

@@ -203,10 +203,11 @@ def test_the_leader_going_away_loses_and_doubles_nothing(store, python_env, how)
 def test_the_leader_killed_on_s3_loses_and_doubles_nothing(s3_store):
     """The same on an object store, where no machine-wide commit turn says the dead leader's last commit
     has landed or never will (the producer waits for it first)."""
-    _leader_goes_away(*s3_store, "killed")
+    _leader_goes_away(*s3_store, "killed", n=20)
 
 
-def _leader_goes_away(store, python_env, how: str) -> None:
+def _leader_goes_away(store, python_env, how: str, n: int = 60) -> None:
+    """8 threads send ``n`` each; the leader goes away once 100 have been acknowledged."""
     leader = subprocess.Popen(
         [sys.executable, "-c", LEADER, store.root, how],
         env=python_env,
@@ -217,7 +218,7 @@ def _leader_goes_away(store, python_env, how: str) -> None:
     )
     try:
         assert leader.stdout.readline().strip() == "leading", leader.stderr.read()[-2000:]
-        producer, results, running = _sending(store, 60)
+        producer, results, running = _sending(store, n)
         relay = relay_for(store.context.commitlog)
         deadline = time.monotonic() + 60
         while sum(map(len, results.values())) < 100 and time.monotonic() < deadline:
@@ -237,13 +238,13 @@ def _leader_goes_away(store, python_env, how: str) -> None:
         leader.kill()
         leader.communicate()
     sent = [r for rs in results.values() for r in rs]
-    assert len(sent) == 8 * 60 and {r.send_status for r in sent} == {"SEND_OK"}
+    assert len(sent) == 8 * n and {r.send_status for r in sent} == {"SEND_OK"}
     _check_offsets(store)
     rows = store.context.tables.commitlog.read_arrow(
         columns=["physical_offset", "queue_id", "queue_offset", "msg_id", "body"]
     ).to_pylist()
     assert sorted(r["body"] for r in rows) == sorted(
-        [b"leader-0"] + [f"c-{t}-{i}".encode() for t in range(8) for i in range(60)]
+        [b"leader-0"] + [f"c-{t}-{i}".encode() for t in range(8) for i in range(n)]
     )
     by_offset = {r["physical_offset"]: r for r in rows}
     for r in sent:  # each result is where its message is
