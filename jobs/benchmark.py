@@ -12,6 +12,7 @@
     python jobs/benchmark.py --suite online --seconds 60 --relay   # the producers handing groups to one committer
     python jobs/benchmark.py --suite online --seconds 60 --consumer-nice 10   # consumers yield the CPU to producers
     python jobs/benchmark.py --suite growth --commits 10000    # send, dispatch, pull: the first and last 1,000 commits
+    python jobs/benchmark.py --suite flush                     # what SYNC_FLUSH costs a group commit
     python jobs/benchmark.py --suite s3 --messages 10000 --latency-ms 20   # requests and latency on an S3 store
     python jobs/benchmark.py --suite grpc --seconds 30 --producers 2 --consumers 2   # RocketMQ's client, storelib serve
 
@@ -30,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from jobs.benchmarks.admin import bench_admin  # noqa: E402
 from jobs.benchmarks.custom import bench_custom  # noqa: E402
 from jobs.benchmarks.filter import bench_filtering  # noqa: E402
+from jobs.benchmarks.flush import bench_flush  # noqa: E402
 from jobs.benchmarks.growth import bench_growth  # noqa: E402
 from jobs.benchmarks.grpc import bench_grpc  # noqa: E402
 from jobs.benchmarks.object_storage import bench_object_storage  # noqa: E402
@@ -43,7 +45,21 @@ from storelib.model.errors import StoreError  # noqa: E402
 from storelib.session import get_spark  # noqa: E402
 
 #: The suites ``--suite`` may name.
-SUITES = ("send", "lookup", "filter", "pull", "custom", "schedule", "sql", "admin", "online", "growth", "s3", "grpc")
+SUITES = (
+    "send",
+    "lookup",
+    "filter",
+    "pull",
+    "custom",
+    "schedule",
+    "sql",
+    "admin",
+    "online",
+    "growth",
+    "s3",
+    "grpc",
+    "flush",
+)
 
 
 def suite_list(text: str) -> list[str]:
@@ -82,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
         "admin (the storelib command's look-ups, a new process each), "
         "online (concurrent producers, a follower, long-polling consumers; --seconds), "
         "growth (send, dispatch, pull latency over --commits commits), "
-        "s3 (look-ups, pulls, group commits, follower rounds on an S3 store: requests and latency)",
+        "s3 (look-ups, pulls, group commits, follower rounds on an S3 store: requests and latency), "
+        "flush (group commits with flush_disk_type SYNC_FLUSH against ASYNC_FLUSH)",
     )
     parser.add_argument(
         "--store-uri",
@@ -116,7 +133,12 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="filter suite: Bloom filter sizing (expect_consumer_num_use_filter; RocketMQ's 32 by default)",
     )
-    parser.add_argument("--commits", type=positive_int, default=10_000, help="growth suite: commits each table takes")
+    parser.add_argument(
+        "--commits",
+        type=positive_int,
+        default=None,
+        help="growth suite: commits each table takes (default 10,000); flush suite: group commits per round (200)",
+    )
     parser.add_argument(
         "--compact-every-s",
         type=float,
@@ -173,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     out: dict = {}
     try:
         # the online and growth suites run no Spark job: a JVM starting beside them would take their CPU
-        spark = get_spark("storelib-benchmark") if suites - {"online", "growth", "grpc"} else None
+        spark = get_spark("storelib-benchmark") if suites - {"online", "growth", "grpc", "flush"} else None
         if "send" in suites:
             figures = bench_send_and_dispatch(
                 spark,
@@ -243,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
                 round_ms=args.round_ms,
             ),
             "growth": lambda: bench_growth(
-                args.commits,
+                args.commits or 10_000,
                 compact_every_s=args.compact_every_s,
                 root=args.root,
                 progress=lambda line: print(line, file=sys.stderr, flush=True),
@@ -277,6 +299,7 @@ def main(argv: list[str] | None = None) -> int:
                 root=args.root,
                 rate=args.rate,
             ),
+            "flush": lambda: bench_flush(args.commits or 200, root=args.root),
             "schedule": lambda: bench_schedule(
                 spark, args.messages, root=args.root, partitions=args.partitions, repeats=args.repeats
             ),

@@ -197,6 +197,7 @@ class StoreContext:
     def build(cls, root: str, spark: SessionSource, config: StoreConfig) -> "StoreContext":
         """The context of the store at ``root``, its tables not yet created."""
         tables = StoreTables.at(root, dict(config.table_properties))
+        tables.commitlog.sync_commits = config.flush_disk_type == "SYNC_FLUSH"  # what a send's ack promises
         return cls(
             root,
             spark,

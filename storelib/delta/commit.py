@@ -29,14 +29,23 @@ from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, PostCommitHookProperties, RemoveAction
 
 from storelib.delta.location import filesystem, is_local
-from storelib.delta.log import LogChanges, committed_by
+from storelib.delta.log import LogChanges, committed_by, entry_path
 from storelib.model.errors import ConcurrentWriteError
 
 if TYPE_CHECKING:
     from storelib.delta.spec import TableSpec
     from storelib.delta.turn import CommitTurn
 
-__all__ = ["Committing", "CommitConflict", "WrittenFile", "remove_actions", "with_retries", "commits_here", "COMMIT_ID"]
+__all__ = [
+    "Committing",
+    "CommitConflict",
+    "WrittenFile",
+    "remove_actions",
+    "with_retries",
+    "commits_here",
+    "flush_to_disk",
+    "COMMIT_ID",
+]
 
 log = logging.getLogger("storelib.delta.table")
 
@@ -105,6 +114,9 @@ class Committing:
 
     path: str
     spec: "TableSpec"
+    #: Whether a commit returns only once its files and log entry are on the disk (a local table; the
+    #: commitlog's under ``flush_disk_type`` SYNC_FLUSH).
+    sync_commits: bool = False
     _turns: "CommitTurn"
     _cleaned: float | None
     snapshot: Callable[..., DeltaTable]
@@ -146,6 +158,8 @@ class Committing:
         (:data:`TOMBSTONE_RETENTION`).
         """
         self.stamp(a.path for a in removes)
+        if self.sync_commits:  # the files first, so that no entry on the disk names a file that is not
+            flush_to_disk([f"{self.path}/{f.path}" for f in files], self.path)
         actions: list[AddAction | RemoveAction] = [f.add_action(data_change) for f in files]
         actions.extend(removes)
         txns = [Transaction(app, int(v)) for app, v in (markers or {}).items()]
@@ -165,6 +179,7 @@ class Committing:
         except (CommitFailedError, OSError) as e:
             landed = committed_by(self.path, dt.version(), COMMIT_ID, commit_id)  # its answer lost, it landed
             if landed is not None:
+                self._flushed(landed)
                 self.touched()
                 log.warning(
                     "%s: version %d was committed although its writer was told otherwise (%s)",
@@ -179,10 +194,16 @@ class Committing:
             raise  # it did not reach the store: nothing is committed (the files are orphans for the sweep)
         if clean:
             self._cleaned = now
+        self._flushed(dt.version() + 1)
         self.touched()
         if not rebase:  # landed exactly after dt's version: the view here may take it as it is
             self._committed(dt.version(), _own_changes(dt.version() + 1, actions, txns))
         return dt.version() + 1
+
+    def _flushed(self, version: int) -> None:
+        """With :attr:`sync_commits`, version ``version``'s log entry and the log folder's entry of it on the disk."""
+        if self.sync_commits:
+            flush_to_disk([entry_path(self.path, version)], f"{self.path}/_delta_log")
 
     def _committed(self, base: int, changes: LogChanges) -> None:
         """This process's commit of version ``base + 1`` (:class:`~storelib.delta.table.Table` applies it to its
@@ -224,6 +245,23 @@ class Committing:
                 fs.delete_file(f"{base}/{f.path}")
             except FileNotFoundError:
                 pass
+
+
+def flush_to_disk(paths: Sequence[str], folder: str) -> None:
+    """``fsync`` the local files ``paths``, then ``folder`` (their names in it): on the disk, not only in the
+    operating system's cache. Object-store paths are skipped (a PUT that succeeded is stored).
+
+    >>> import os
+    >>> open(os.path.join(tmp, "f"), "w").close(); flush_to_disk([os.path.join(tmp, "f")], tmp)
+    """
+    if not is_local(folder):
+        return
+    for path in [*paths, folder]:
+        fd = os.open(path.removeprefix("file://"), os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def _own_changes(version: int, actions: Sequence[AddAction | RemoveAction], txns: Sequence[Transaction]) -> LogChanges:
