@@ -20,6 +20,7 @@ process makes no requests); the next ask brings its view forward on the asker's 
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import threading
@@ -133,5 +134,7 @@ def _look(table: Any) -> str | None:
         return f"{table!r}: {e}"
 
 
-#: The process's watcher.
+#: The process's watcher, stopped before the interpreter tears down (a look in flight is native code that
+#: must not outlive the libraries it runs in).
 WATCHER = Watcher()
+atexit.register(WATCHER.stop)
