@@ -113,6 +113,20 @@ def add_verb(
     return parser
 
 
+def _version() -> str:
+    """The installed storelib's version (``unknown`` where it runs from a tree that was never installed).
+
+    >>> _version().count(".") >= 1 or _version() == "unknown"
+    True
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("storelib")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command's parser: every verb of :data:`VERB_MODULES`, each with ``--help`` showing its defaults."""
 
@@ -124,6 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit codes: 0 done, 1 not found (said on stderr), 2 refused input or a store error (one line "
         "on stderr). Look-ups, pulls and offsets answer without starting Spark.",
     )
+    parser.add_argument("--version", action="version", version=f"storelib {_version()}")
     sub = parser.add_subparsers(title="verbs", metavar="VERB", required=True)
     for name in VERB_MODULES:
         import_module(name).register(sub)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import sys
 from pathlib import Path
 from typing import Any, cast
 
@@ -67,13 +68,14 @@ def read_messages_file(path: str, topic: str | None = None) -> list[Message]:
     """
     messages = _Lines()
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise MessageError("file", f"cannot read {path}: {e}") from None
-    for n, line in enumerate(lines, 1):
+    name = "stdin" if path == "-" else path
+    for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
-        where = f"{path} line {n}"
+        where = f"{name} line {n}"
         try:
             record = json.loads(line)
         except json.JSONDecodeError as e:
@@ -252,7 +254,9 @@ def register(sub: "argparse._SubParsersAction") -> None:
     p.add_argument("--delay-level", type=non_negative_int, default=0, help="delay level 1..18 (0: none)")
     p.add_argument("--deliver-time-ms", type=non_negative_int, default=None, help="deliver at this epoch ms")
     p.add_argument("--count", type=positive_int, default=1, help="send the message this many times")
-    p.add_argument("--file", default=None, help="a JSON-lines file of messages instead of one test message")
+    p.add_argument(
+        "--file", default=None, help="a JSON-lines file of messages instead of one test message ('-': standard input)"
+    )
 
     p = add_verb(
         sub,

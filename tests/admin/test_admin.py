@@ -135,6 +135,26 @@ def test_send_a_test_message_and_a_file(store, tmp_path, capsys):
     assert code == 0 and out.startswith("sent 25 messages (SEND_OK) in one commit")
 
 
+def test_send_reads_standard_input_for_file_dash(store, capsys, monkeypatch):
+    import io
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO('{"body": "in-1"}\n{"body": "in-2", "tags": "TagA"}\n'))
+    code, out, err = run(capsys, "send", "TopicTest", "--file", "-", "--store", store.root)
+    assert code == 0 and out.count("SEND_OK") == 2, err
+    assert [store.query_by_id(i).body for i in _ids(out)] == [b"in-1", b"in-2"]
+    monkeypatch.setattr(sys, "stdin", io.StringIO('{"body": "ok"}\nnot json\n'))
+    code, out, err = run(capsys, "send", "TopicTest", "--file", "-", "--store", store.root)
+    assert code == 2 and "stdin line 2" in err and "file: is not JSON" in err
+
+
+def test_version_says_which_storelib(capsys):
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out.strip() == f"storelib {version('storelib')}"
+
+
 def _ids(table: str) -> list[str]:
     return re.findall(r"\b[0-9A-F]{32}\b", table)[::2]  # msg_id, then uniq_key, per row
 
