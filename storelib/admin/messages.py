@@ -87,6 +87,8 @@ def read_messages_file(path: str, topic: str | None = None) -> list[Message]:
         except StoreError as e:
             raise _at(e, where) from None
         messages.line_of.append(n)
+    if not messages:  # refused, not "nothing found": the input is what is wrong
+        raise MessageError("file", "holds no message: one JSON object per line", where=name)
     return messages
 
 

@@ -186,7 +186,12 @@ def _inspect(store: MessageStore, args: argparse.Namespace, out: Output, progres
 
 def _verify(store: MessageStore | None, args: argparse.Namespace, out: Output, progress: Progress) -> str:
     problems = MessageStore.verify(args.store, full=args.full, storage_options=dict(args.storage_options) or None)
-    if problems:
+    if problems:  # every one on stdout (a JSON list with --json), then the one line on stderr and exit 2
+        if out.as_json:
+            out.table([{"problem": p} for p in problems])
+        else:
+            for problem in problems:
+                out.summary(f"problem: {problem}")
         raise StoreCorruptedError(problems, args.store)
     return "the store is sound" + (" (every commitlog offset read)" if args.full else "")
 

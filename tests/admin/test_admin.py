@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from chispa import assert_df_equality
 
-from storelib import Message
+from storelib import Message, MessageStore
 from storelib.admin import main
 
 
@@ -145,6 +145,9 @@ def test_send_reads_standard_input_for_file_dash(store, capsys, monkeypatch):
     monkeypatch.setattr(sys, "stdin", io.StringIO('{"body": "ok"}\nnot json\n'))
     code, out, err = run(capsys, "send", "TopicTest", "--file", "-", "--store", store.root)
     assert code == 2 and "stdin line 2" in err and "file: is not JSON" in err
+    monkeypatch.setattr(sys, "stdin", io.StringIO("\n"))
+    code, out, err = run(capsys, "send", "TopicTest", "--file", "-", "--store", store.root)
+    assert code == 2 and "file: holds no message" in err and "[at stdin]" in err and out == "", err
 
 
 def test_version_says_which_storelib(capsys):
@@ -296,8 +299,13 @@ def test_a_damaged_store_is_reported_by_verify(filled, capsys):
     log = Path(store.root) / "consume_queue" / "_delta_log"
     for f in log.glob("*.json"):
         f.unlink()
+    (Path(store.root) / "index" / "_delta_log" / "00000000000000000000.json").unlink()
+    problems = MessageStore.verify(store.root)
     code, out, err = run(capsys, "verify", "--store", store.root)
     assert code == 2 and "is damaged" in err and "consume_queue" in err and err.count("\n") == 1
+    assert len(problems) >= 2 and out.splitlines() == [f"problem: {p}" for p in problems]  # every one, uncut
+    code, out, err = run(capsys, "verify", "--store", store.root, "--json")
+    assert code == 2 and json.loads(out) == [{"problem": p} for p in problems] and err.count("\n") == 1
     code, out, err = run(capsys, "topic", "list", "--store", store.root)
     assert code == 2 and "is damaged" in err
 
