@@ -76,6 +76,7 @@ def _subscriptions(store: MessageStore, args: argparse.Namespace, out: Output, p
                 skipped_by_file=f.skipped_by_file,
                 pruned_by_bitmap=f.pruned_by_bitmap,
                 passed=f.passed_consume_queue,
+                no_bitmap=f.no_bitmap,
                 matched=f.matched,
                 false_positives=f.false_positives,
                 spark_sql=f.spark_sql,

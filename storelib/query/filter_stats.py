@@ -56,11 +56,16 @@ class FilterStats:
     filter_errors: tuple = ()
     #: A SQL92 expression as Spark SQL (:attr:`ReadExplain.spark_sql`), for display.
     spark_sql: str | None = None
+    #: Of the units that passed the consume queue stage, those with no bitmap made for this subscription
+    #: (dispatched before it existed, or before its Bloom sizing): let through unjudged, not false
+    #: positives; and how many of them matched.
+    no_bitmap: int = 0
+    no_bitmap_matched: int = 0
 
     @property
     def false_positives(self) -> int:
-        """Units the consume queue stage let through that the exact check then refused."""
-        return self.passed_consume_queue - self.matched
+        """Units the consume queue stage judged by a bitmap and let through that the exact check then refused."""
+        return (self.passed_consume_queue - self.no_bitmap) - (self.matched - self.no_bitmap_matched)
 
 
 def filter_stats(
@@ -78,11 +83,14 @@ def filter_stats(
         "left",
     )
     exact = F.coalesce(plan.filter.commitlog_column(), F.lit(False))
+    unjudged = F.col("_pass") & (~plan.filter.trusted_bitmap() if plan.filter.uses_bitmap else F.lit(False))
     row = joined.agg(
         F.count(F.lit(1)).alias("opened"),
         F.count_if(~F.col("_pass")).alias("pruned"),
         F.count_if(F.col("_pass")).alias("passed"),
         F.count_if(F.col("_pass") & exact).alias("matched"),
+        F.count_if(unjudged).alias("no_bitmap"),
+        F.count_if(unjudged & exact).alias("no_bitmap_matched"),
     ).first()
     assert row is not None  # an aggregate without grouping has one row
     matched = int(row["matched"])
@@ -107,4 +115,6 @@ def filter_stats(
         e.reader,
         failures,
         e.spark_sql,
+        int(row["no_bitmap"]),
+        int(row["no_bitmap_matched"]) if plan.filter.class_filter is None else 0,
     )

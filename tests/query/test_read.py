@@ -293,6 +293,9 @@ class TestSql92Reads:
         assert bodies(store.read("TopicTest", group="GroupB")) == want
         s = store.filter_stats("GroupB", "TopicTest")
         assert s.passed_consume_queue >= 14  # the first 14 all pass the consume queue stage
+        # ... unjudged, not as false positives: a = i % 7 > 4 for 4 of them
+        assert (s.no_bitmap, s.no_bitmap_matched) == (14, 4)
+        assert s.false_positives == s.passed_consume_queue - 14 - (s.matched - 4) >= 0
 
     def test_replaced_subscription_does_not_trust_old_bitmaps(self, store):
         store.subscribe("GroupB", "TopicTest", MessageSelector.by_sql("a = 1"))
