@@ -264,7 +264,7 @@ def bench_object_storage(
             )  # a round has a commit to dispatch, sent outside the count
             times: dict[str, list[float]] = {"local": [], "s3": []}
             counts: dict[str, int] = {}
-            logs = 0
+            log_requests = 0
             for side, store in (("local", local), ("s3", remote)):
                 before(store), run(store, 0)  # warm: views loaded, footers cached
                 for i in range(operations):
@@ -274,8 +274,8 @@ def bench_object_storage(
                     if side == "s3":
                         for k, v in counted.counts.items():
                             counts[k] = counts.get(k, 0) + v
-                        logs += counted.log_requests
-            ops.append(Op(name, times["local"], times["s3"], counts, operations, logs))
+                        log_requests += counted.log_requests
+            ops.append(Op(name, times["local"], times["s3"], counts, operations, log_requests))
             print(ops[-1].line(), file=sys.stderr, flush=True)  # as it comes: the later steps take minutes
         reads = []
         for side, store in (("local", local), ("s3", remote)):

@@ -36,6 +36,7 @@ __all__ = [
     "local_bytes",
     "parquet_format",
     "fragment",
+    "fragment_dataset",
     "map_io",
     "remember_sizes",
     "small_file",
@@ -199,6 +200,18 @@ def fragment(path: str):
     return _footers.get(path, build)
 
 
+def fragment_dataset(paths: Sequence[str], schema: pa.Schema) -> ds.FileSystemDataset:
+    r"""The data files ``paths`` (one table's, non-empty) as a pyarrow dataset of their kept :func:`fragment`\ s,
+    read with the format those were made with (an object store's coalesces its ranges).
+
+    >>> t = store.context.tables.commitlog
+    >>> fragment_dataset(t.files(t.snapshot()), t.spec.arrow).count_rows()
+    1
+    """
+    made = [fragment(p) for p in paths]
+    return ds.FileSystemDataset(made, schema, made[0].format, filesystem(paths[0])[0])
+
+
 def small_file(path: str, schema: pa.Schema) -> pa.Table | None:
     """Every row of the data file at ``path`` in ``schema``'s columns (columns it lacks are null), kept
     decoded within :data:`SMALL_FILE_CACHE_BYTES`; None when the file has more than :data:`SMALL_FILE_ROWS`
@@ -264,7 +277,7 @@ def _decoded(found: Any, path: str, schema: pa.Schema) -> tuple[pa.Table, int]:
             rows = pa.Table.from_arrays(file.read(use_threads=False).columns, schema=schema)
     else:
         # (on an object store: through the fragment, which knows the file's size, so no HEAD request)
-        rows = ds.FileSystemDataset([found], schema, parquet_format(not is_local(path)), fs).to_table(use_threads=False)
+        rows = fragment_dataset([path], schema).to_table(use_threads=False)
     return rows, rows.nbytes
 
 
@@ -282,8 +295,7 @@ def scan_files(
 
     if not paths:
         return iter(())
-    fs, remote = filesystem(paths[0])[0], not is_local(paths[0])
-    dataset = ds.FileSystemDataset([fragment(p) for p in paths], schema, parquet_format(remote), fs)
+    dataset = fragment_dataset(paths, schema)
     # one thread: an executor task has one core (Spark schedules a task per core), and pyarrow's own
     # pool would compete with the other tasks' Python
     return dataset.to_batches(filter=filter, batch_size=batch_size, use_threads=False)

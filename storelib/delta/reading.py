@@ -13,16 +13,14 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 from deltalake import DeltaTable
 
 from storelib.delta.files import (
-    filesystem,
     fragment,
+    fragment_dataset,
     is_local,
     keyed_rows,
     map_io,
-    parquet_format,
     remember_sizes,
     scan_files,
     small_file,
@@ -128,13 +126,7 @@ class Reading:
             rows = small[0] if len(small) == 1 else pa.concat_tables(small)
             parts.append((rows if filter is None else rows.filter(filter)).select(wanted))
         if large:
-            dataset = ds.FileSystemDataset(
-                [fragment(p) for p in large],
-                self.spec.arrow,
-                parquet_format(not is_local(self.path)),
-                filesystem(self.path)[0],
-            )
-            parts.append(dataset.to_table(columns=wanted, filter=filter))
+            parts.append(fragment_dataset(large, self.spec.arrow).to_table(columns=wanted, filter=filter))
         return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
 
     def read_keyed(

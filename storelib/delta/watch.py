@@ -59,8 +59,9 @@ class Watcher:
                 self._looked[table] = now  # its asker has just brought it forward
             self._asked[table] = now
             if self._thread is None or self._pid != os.getpid() or not self._thread.is_alive():
-                self._pid, self._wake = os.getpid(), threading.Event()  # a forked child starts its own
-                self._pool = ThreadPoolExecutor(8, thread_name_prefix="storelib-watch-look")
+                if self._pool is None or self._pid != os.getpid():  # one pool a process (a forked child its own)
+                    self._pool = ThreadPoolExecutor(8, thread_name_prefix="storelib-watch-look")
+                self._pid, self._wake = os.getpid(), threading.Event()
                 self._thread = threading.Thread(
                     target=self._run, args=(self._wake,), name="storelib-watch", daemon=True
                 )

@@ -68,12 +68,15 @@ _ID_BYTES = 16
 _MAX_HEAD = 1 << 20
 
 
-def _table_key(path: str) -> str:
-    """What names one table on this machine: a local folder's real path, however it is spelled, or an object
-    store's URI as given (the processes of one machine reach one bucket under one URI)."""
-    if "://" in path and not path.startswith("file://"):
-        return path.rstrip("/")
-    return os.path.realpath(path.removeprefix("file://"))
+def _on_object_store(path: str) -> bool:
+    return "://" in path and not path.startswith("file://")
+
+
+def _table_digest(path: str) -> str:
+    """What names one table on this machine, hashed: a local folder's real path, however it is spelled, or an
+    object store's URI as given (the processes of one machine reach one bucket under one URI)."""
+    key = path.rstrip("/") if _on_object_store(path) else os.path.realpath(path.removeprefix("file://"))
+    return hashlib.sha1(key.encode()).hexdigest()[:24]
 
 
 def local_address(role: str, path: str) -> str | None:
@@ -88,8 +91,7 @@ def local_address(role: str, path: str) -> str | None:
     """
     if not sys.platform.startswith("linux"):
         return None
-    digest = hashlib.sha1(_table_key(path).encode()).hexdigest()[:24]
-    return f"\0storelib-{role}-{PROTOCOL}-{digest}"
+    return f"\0storelib-{role}-{PROTOCOL}-{_table_digest(path)}"
 
 
 def local_lock_path(name: str, path: str) -> str:
@@ -101,11 +103,10 @@ def local_lock_path(name: str, path: str) -> str:
     >>> local_lock_path("_storelib_leader.lock", "s3://bucket/store/commitlog").endswith("_storelib_leader.lock")
     True
     """
-    if "://" in path and not path.startswith("file://"):
+    if _on_object_store(path):
         import tempfile
 
-        digest = hashlib.sha1(_table_key(path).encode()).hexdigest()[:24]
-        return os.path.join(tempfile.gettempdir(), f"storelib-{digest}{name}")
+        return os.path.join(tempfile.gettempdir(), f"storelib-{_table_digest(path)}{name}")
     return os.path.join(path.removeprefix("file://"), name)
 
 

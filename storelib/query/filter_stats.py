@@ -116,5 +116,5 @@ def filter_stats(
         failures,
         e.spark_sql,
         int(row["no_bitmap"]),
-        int(row["no_bitmap_matched"]) if plan.filter.class_filter is None else 0,
+        int(row["no_bitmap_matched"]),
     )
