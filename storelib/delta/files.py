@@ -155,15 +155,18 @@ _SIZES_KEPT = 1_000_000
 _io_pool: Any = None
 
 
-def map_io(fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
-    """``fn`` over ``items`` (reads of data files), in order: one after another for local files, at once on
-    a few threads for an object store's, where each read waits a round trip (pyarrow releases the GIL).
+def map_io(fn: Callable[[Any], Any], items: Sequence[Any], remote: bool | None = None) -> list[Any]:
+    """``fn`` over ``items`` (reads or writes of data files), in order: one after another for local files, at
+    once on a few threads for an object store's, where each waits a round trip (pyarrow releases the GIL).
+    ``remote`` says where the files are when the items are not their paths.
 
-    >>> map_io(len, ["s3://b/a", "s3://b/bc"]), map_io(len, ["/a"])
-    ([8, 9], [2])
+    >>> map_io(len, ["s3://b/a", "s3://b/bc"]), map_io(len, ["/a"]), map_io(len, [[1], [2, 3]], remote=True)
+    ([8, 9], [2], [1, 2])
     """
     global _io_pool
-    if len(items) < 2 or all(is_local(str(i)) for i in items):
+    if remote is None:
+        remote = not all(is_local(str(i)) for i in items)
+    if len(items) < 2 or not remote:
         return [fn(i) for i in items]
     if _io_pool is None:
         _io_pool = ThreadPoolExecutor(8, thread_name_prefix="storelib-io")

@@ -25,8 +25,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from storelib.delta.commit import WrittenFile
-from storelib.delta.files import SMALL_FILE_ROWS
-from storelib.delta.location import filesystem
+from storelib.delta.files import SMALL_FILE_ROWS, map_io
+from storelib.delta.location import filesystem, is_local
 
 __all__ = ["FileSink", "Summarizer"]
 
@@ -117,8 +117,8 @@ class FileSink:
                     self.files.append(self._open.pop(key).close())
 
     def close(self) -> list[WrittenFile]:
-        for f in self._open.values():
-            self.files.append(f.close())
+        """Close every open file (on an object store at once: each is a PUT, and a round's files are many)."""
+        self.files.extend(map_io(_OpenFile.close, list(self._open.values()), remote=not is_local(self.root)))
         self._open.clear()
         return self.files
 

@@ -67,14 +67,7 @@ class CommitTurn:
                         os.path.join(self.path.removeprefix("file://"), COMMIT_LOCK), os.O_RDWR | os.O_CREAT, 0o644
                     )
                     fcntl.flock(fd, fcntl.LOCK_EX)
-                if not snapshot:
-                    yield None
-                    return
-                if self._committer is None:
-                    self._committer = self._load()
-                else:
-                    self._committer.update_incremental()
-                yield self._committer
+                yield self.snapshot() if snapshot else None
             except BaseException:
                 self._committer = None  # whatever failed, the next turn starts from a fresh load
                 raise
@@ -82,3 +75,18 @@ class CommitTurn:
                 self._depth -= 1
                 if fd is not None:
                     os.close(fd)
+
+    def snapshot(self) -> DeltaTable:
+        """The warm snapshot brought to the table's newest version: for a holder of the turn (one taken with
+        ``snapshot=False`` gets it here, e.g. several tables' at once).
+
+        >>> turn = CommitTurn(store.context.tables.topic_config.path, store.context.tables.topic_config.snapshot)
+        >>> with turn.hold(snapshot=False):
+        ...     turn.snapshot().version() >= 0
+        True
+        """
+        if self._committer is None:
+            self._committer = self._load()
+        else:
+            self._committer.update_incremental()
+        return self._committer

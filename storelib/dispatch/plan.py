@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from storelib.delta.commit import WrittenFile
+from storelib.delta.files import is_local, map_io
 from storelib.delta.stats import Prune
 from storelib.delta.table import Table
 from storelib.delta.writer import Target, write_items, write_items_here
@@ -37,6 +38,9 @@ if TYPE_CHECKING:
 
 __all__ = ["RoundPlan", "plan_round"]
 
+#: What a round does with each item it reads: each target's part of its rows.
+PerItem = Callable[[Any], Iterator[dict[str, pa.RecordBatch]]]
+
 
 @dataclass(frozen=True)
 class RoundPlan:
@@ -52,18 +56,25 @@ class RoundPlan:
     [1]
     """
 
-    files: list[tuple[str, bool, bool]]
+    files: list[tuple[str, bool, bool, int]]
     sizes: list[int]
     targets: dict[str, Target]
     per_file: CommitlogFiles
     local: bool
 
     def write(self, spark: Callable[[], "SparkSession"], kept: list | None = None) -> dict[str, list[WrittenFile]]:
-        """Write every target's files; ``kept`` (a local round) gathers the consume queue units on their way."""
+        """Write every target's files; ``kept`` (a local round) gathers the consume queue units on their way.
+        A local round reads an object store's files at once (each read waits its round trips), then cuts
+        their rows in commitlog order."""
         if not self.local:
             return write_items(spark(), self.files, self.sizes, self.targets, self.per_file)
-        work = functools.partial(_keeping, self.per_file, kept) if kept is not None else self.per_file
-        return write_items_here(self.files, self.targets, work)
+        items: list = self.files
+        work: PerItem = self.per_file
+        if self.files and not is_local(self.files[0][0]):
+            items, work = map_io(self.per_file.rows, self.files, remote=True), self.per_file.cut
+        if kept is not None:
+            work = functools.partial(_keeping, work, kept)
+        return write_items_here(items, self.targets, work)
 
 
 def plan_round(
@@ -122,11 +133,12 @@ def plan_round(
         targets[name] = Target.of(tables[name], target_file_size=config.target_file_size, summarize=summarize)
     actions = actions.sort_by("min.physical_offset")
     files = [
-        (commitlog.path_of(p), lo is not None and lo >= low and hi < end, p in with_properties)
-        for p, lo, hi in zip(
+        (commitlog.path_of(p), lo is not None and lo >= low and hi < end, p in with_properties, size)
+        for p, lo, hi, size in zip(
             actions.column("path").to_pylist(),
             actions.column("min.physical_offset").to_pylist(),
             actions.column("max.physical_offset").to_pylist(),
+            actions.column("size_bytes").to_pylist(),
         )
     ]
     return RoundPlan(
@@ -150,9 +162,9 @@ def _ext_units_between(ext: Table, low: int, high: int) -> tuple[int, ...]:
     return tuple(sorted(rows.column("commitlog_offset").to_pylist()))
 
 
-def _keeping(per_file: CommitlogFiles, kept: list, item) -> Iterator[dict[str, "pa.RecordBatch"]]:
-    """``per_file(item)``'s parts, the consume queue's kept in ``kept`` on their way to the writer."""
-    for parts in per_file(item):
+def _keeping(work: "PerItem", kept: list, item) -> Iterator[dict[str, pa.RecordBatch]]:
+    """``work(item)``'s parts, the consume queue's kept in ``kept`` on their way to the writer."""
+    for parts in work(item):
         if "consume_queue" in parts:
             kept.append(parts["consume_queue"])
         yield parts

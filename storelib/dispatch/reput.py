@@ -14,7 +14,6 @@ redone with nothing twice and nothing skipped. The details (ext units, followers
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -222,8 +221,9 @@ class Dispatcher:
         lazy = self._full_every_s > 0 and not full_due  # a follower's round between two full ones
         everything = len(pending) == len(targets) and not lazy
         for attempt in range(1, self.config.max_commit_attempts + 1):
-            with contextlib.ExitStack() as turns:  # the targets' turns, in one order: local dispatchers queue
-                snapshots = {name: turns.enter_context(self.targets[name].commit_turn()) for name in pending}
+            # the targets' turns, in one order: local dispatchers queue
+            with Table.commit_turns([self.targets[name] for name in pending]) as held:
+                snapshots = dict(zip(pending, held))
                 commitlog = self.commitlog.view(markers=[COMMITLOG_MARKER])  # read once the turns are held
                 if result is None:  # every attempt dispatches up to the first one's end
                     end = commitlog.marker(COMMITLOG_MARKER)

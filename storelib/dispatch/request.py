@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from storelib.delta.files import fragment, is_local, local_bytes, parquet_format
+from storelib.delta.files import fragment, is_local, local_bytes, parquet_format, remember_sizes
 from storelib.encoding.ext_addr import decorate_ext_addrs
 from storelib.encoding.tags import tags_codes
 from storelib.model.message import MessageConst, SysFlag
@@ -209,10 +209,11 @@ class DispatchRequests:
 @dataclass(frozen=True)
 class CommitlogFiles:
     """The commitlog rows of ``[low, end)``, read on the executors with pyarrow and cut by ``requests``:
-    the ``per_item`` of a :func:`~storelib.delta.writer.write_items` job over ``(path, whole)`` or
-    ``(path, whole, properties)`` items. A file ``whole`` in the range is read as it is; another is
-    filtered, skipping row groups outside the range by their statistics. The ``properties`` column
-    is read where the item says so, else where ``properties`` does.
+    the ``per_item`` of a :func:`~storelib.delta.writer.write_items` job over ``(path, whole)``,
+    ``(path, whole, properties)`` or ``(path, whole, properties, size)`` items. A file ``whole`` in the range
+    is read as it is; another is filtered, skipping row groups outside the range by their statistics. The
+    ``properties`` column is read where the item says so, else where ``properties`` does; a ``size`` (from
+    the file's add action) spares an object store the request for it.
     """
 
     low: int
@@ -224,11 +225,22 @@ class CommitlogFiles:
     #: at 8,192 and 65,536 rows, measured).
     batch_rows: int = 65_536
 
-    def __call__(self, item: tuple[str, bool] | tuple[str, bool, bool]) -> Iterator[dict[str, pa.RecordBatch]]:
+    def __call__(self, item: tuple) -> Iterator[dict[str, pa.RecordBatch]]:
         yield from self.requests(self._read(*item))
 
-    def _read(self, path: str, whole: bool = False, properties: bool | None = None) -> Iterator[pa.RecordBatch]:
+    def rows(self, item: tuple) -> list[pa.RecordBatch]:
+        """Item ``item``'s rows, read: what :meth:`cut` takes (a round reads its object-store files at once)."""
+        return list(self._read(*item))
 
+    def cut(self, rows: list[pa.RecordBatch]) -> Iterator[dict[str, pa.RecordBatch]]:
+        """What each target gets of rows read by :meth:`rows` (as :meth:`__call__` gives for the item)."""
+        yield from self.requests(iter(rows))
+
+    def _read(
+        self, path: str, whole: bool = False, properties: bool | None = None, size: int | None = None
+    ) -> Iterator[pa.RecordBatch]:
+        if size is not None:
+            remember_sizes([path], [size])
         wanted = self.properties if properties is None else properties
         columns = list(REQUEST_COLUMNS) + (["properties"] if wanted else [])
         offset = pc.field("physical_offset")

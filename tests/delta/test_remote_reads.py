@@ -15,6 +15,7 @@ import pytest
 from chispa import assert_df_equality
 
 from storelib import Message, MessageStore
+from storelib.delta import files
 from storelib.delta.table import WATCH_SLACK_S
 from storelib.delta.watch import Watcher
 
@@ -116,3 +117,28 @@ def test_a_filtered_read_skips_fresh_files_whose_tag_codes_rule_it_out(store, sp
     scan = store.messages("TopicTest").where("tags = 'TagB'").select("physical_offset", "body")
     assert_df_equality(read, scan, ignore_row_order=True)
     assert store.explain_read("TopicTest", "TagA || TagC").files_read == 2
+
+
+def _log_versions_read(proxy, table: str) -> list[int]:
+    return [
+        int(path.rsplit("/", 1)[1].split(".")[0])
+        for method, kind, path in proxy.requests()
+        if kind == "GET" and f"/{table}/_delta_log/" in path and path.endswith(".json")
+    ]
+
+
+def test_a_dispatch_round_reads_new_files_without_heads_and_no_old_log_entry(proxied):
+    store, proxy = proxied
+    dispatcher = store.dispatcher()
+    for _ in range(3):  # warm: the consume queue's log has entries a marker could be replayed from
+        store.send_batch([Message("TopicTest", body=b"w", keys=["w"])])
+        dispatcher.run()
+    for i in range(4):  # four commitlog files, each its own commit
+        store.send_batch([Message("TopicTest", body=b"n%d" % i, keys=[f"n{i}"]) for _ in range(5)])
+    files._sizes.clear()  # as a follower that wrote none of them
+    before = store.context.tables.consume_queue.view().version
+    proxy.reset()
+    assert dispatcher.run().consume_queue_rows == 20
+    assert _data_heads(proxy) == []
+    assert min(_log_versions_read(proxy, "consume_queue")) >= before  # no replay of the log for its marker
+    assert sum(store.max_queue_offset("TopicTest", q) for q in range(2)) == 23  # every unit, once
