@@ -1,4 +1,4 @@
-"""``storelib dispatch|deliver|check-transactions|retention|compact|vacuum|inspect|verify``: the store's
+"""``storelib dispatch|deliver|check-transactions|retention|compact|vacuum|inspect|verify|repair``: the store's
 services and upkeep, one verb each (the jobs under ``jobs/`` run the same verbs under spark-submit).
 
 >>> from storelib.admin import main
@@ -196,11 +196,22 @@ def _verify(store: MessageStore | None, args: argparse.Namespace, out: Output, p
     return "the store is sound" + (" (every commitlog offset read)" if args.full else "")
 
 
+def _repair(store: MessageStore | None, args: argparse.Namespace, out: Output, progress: Progress) -> str:
+    repaired = MessageStore.repair(args.store, storage_options=dict(args.storage_options) or None)
+    for line in repaired.lines():
+        out.summary(line)
+    if repaired.refused:
+        raise StoreCorruptedError(repaired.refused, args.store)
+    if not repaired.files:
+        return "nothing to repair: no commitlog data file continues the log"
+    return f"committed back {repaired.messages} messages in {len(repaired.files)} files"
+
+
 def register(sub: "argparse._SubParsersAction") -> None:
     """Add the service and upkeep verbs to the command's parser.
 
     >>> sub = argparse.ArgumentParser().add_subparsers(); register(sub); sorted(sub.choices)
-    ['check-transactions', 'compact', 'deliver', 'dispatch', 'inspect', 'retention', 'vacuum', 'verify']
+    ['check-transactions', 'compact', 'deliver', 'dispatch', 'inspect', 'repair', 'retention', 'vacuum', 'verify']
     """
     p = add_verb(
         sub,
@@ -299,3 +310,12 @@ def register(sub: "argparse._SubParsersAction") -> None:
         opens=False,
     )
     p.add_argument("--full", action="store_true", help="also read every commitlog offset")
+    add_verb(
+        sub,
+        "repair",
+        _repair,
+        "Commit back a lost tail: commitlog data files of acked sends whose log entries were lost (verify names "
+        "them); their messages are checked first.",
+        writes=True,
+        opens=False,
+    )

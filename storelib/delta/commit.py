@@ -135,6 +135,18 @@ class Committing:
         with self._turns.hold(snapshot) as held:
             yield held
 
+    @contextlib.contextmanager
+    def try_commit_turn(self) -> Iterator[bool]:
+        """Hold this table's turn if nobody does now, without waiting; yields whether it is held (never on an
+        object store).
+
+        >>> with store.context.tables.topic_config.try_commit_turn() as held:
+        ...     held
+        True
+        """
+        with self._turns.try_hold() as held:
+            yield held
+
     @staticmethod
     @contextlib.contextmanager
     def commit_turns(tables: Sequence["Committing"]) -> Iterator[list[DeltaTable]]:

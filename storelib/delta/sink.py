@@ -28,7 +28,7 @@ from storelib.delta.commit import WrittenFile
 from storelib.delta.files import SMALL_FILE_ROWS, map_io
 from storelib.delta.location import filesystem, is_local
 
-__all__ = ["FileSink", "Summarizer"]
+__all__ = ["FileSink", "Summarizer", "written_file"]
 
 _STATS_STRING_PREFIX = 32
 
@@ -242,6 +242,23 @@ def _groups(batch: pa.RecordBatch, cluster_by: Sequence[str]) -> Iterator[tuple[
     starts = [0] + [i + 1 for i in pc.indices_nonzero(change).to_pylist()]
     for start, end in zip(starts, starts[1:] + [n]):
         yield tuple(batch.column(c)[start].as_py() for c in cluster_by), batch.slice(start, end - start)
+
+
+def written_file(root: str, name: str, schema: pa.Schema) -> WrittenFile:
+    """A data file already in the table's folder at ``root``, as a :class:`WrittenFile` to commit: its size and
+    Delta statistics from its footer (a lost commit's file, committed back by a repair).
+
+    >>> sink = FileSink(tmp, pa.schema([("q", pa.int32())]))
+    >>> sink.write([pa.RecordBatch.from_pydict({"q": pa.array([4, 2], pa.int32())})]); name = sink.close()[0].path
+    >>> found = written_file(tmp, name, pa.schema([("q", pa.int32())]))
+    >>> found.num_records, json.loads(found.stats)["minValues"]
+    (2, {'q': 2})
+    """
+    fs, base = filesystem(root)
+    with fs.open_input_file(f"{base.rstrip('/')}/{name}") as f:
+        size, metadata = f.size(), pq.ParquetFile(f).metadata
+    stats = _Stats.from_metadata(schema, metadata)
+    return WrittenFile(name, size, stats.rows, stats.to_json())
 
 
 class _Stats:

@@ -76,6 +76,40 @@ class CommitTurn:
                 if fd is not None:
                     os.close(fd)
 
+    @contextlib.contextmanager
+    def try_hold(self) -> Iterator[bool]:
+        """Hold the turn if nobody holds it now, without waiting: yields whether it is held (on an object store,
+        where no machine-wide turn exists, it never is).
+
+        >>> turn = CommitTurn(store.context.tables.topic_config.path, store.context.tables.topic_config.snapshot)
+        >>> with turn.try_hold() as held:
+        ...     held
+        True
+        """
+        if not is_local(self.path) or fcntl is None or not self._lock.acquire(blocking=False):
+            yield False
+            return
+        fd = None
+        try:
+            if self._depth:  # this thread holds it already
+                yield True
+                return
+            fd = os.open(os.path.join(self.path.removeprefix("file://"), COMMIT_LOCK), os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield False
+                return
+            self._depth += 1
+            try:
+                yield True
+            finally:
+                self._depth -= 1
+        finally:
+            if fd is not None:
+                os.close(fd)
+            self._lock.release()
+
     def snapshot(self) -> DeltaTable:
         """The warm snapshot brought to the table's newest version: for a holder of the turn (one taken with
         ``snapshot=False`` gets it here, e.g. several tables' at once).

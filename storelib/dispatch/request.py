@@ -229,11 +229,24 @@ class CommitlogFiles:
         yield from self.requests(self._read(*item))
 
     def rows(self, item: tuple) -> list[pa.RecordBatch]:
-        """Item ``item``'s rows, read: what :meth:`cut` takes (a round reads its object-store files at once)."""
+        """Item ``item``'s rows, read: what :meth:`cut` takes (a round reads its object-store files at once).
+
+        >>> files = CommitlogFiles(0, store.max_offset(), False, DispatchRequests({"consume_queue": 0}, False, 25, ()))
+        >>> t = store.context.tables.commitlog
+        >>> rows = files.rows((t.files(t.snapshot())[0], True))
+        >>> sum(b.num_rows for b in rows)
+        1
+        """
         return list(self._read(*item))
 
     def cut(self, rows: list[pa.RecordBatch]) -> Iterator[dict[str, pa.RecordBatch]]:
-        """What each target gets of rows read by :meth:`rows` (as :meth:`__call__` gives for the item)."""
+        """What each target gets of rows read by :meth:`rows` (as :meth:`__call__` gives for the item).
+
+        >>> files = CommitlogFiles(0, store.max_offset(), False, DispatchRequests({"consume_queue": 0}, False, 25, ()))
+        >>> t = store.context.tables.commitlog
+        >>> next(files.cut(files.rows((t.files(t.snapshot())[0], True))))["consume_queue"].num_rows
+        1
+        """
         yield from self.requests(iter(rows))
 
     def _read(

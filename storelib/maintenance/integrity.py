@@ -18,6 +18,7 @@ from storelib.delta.health import table_problems
 from storelib.delta.log import add_actions
 from storelib.delta.table import Table
 from storelib.encoding.record import message_lengths
+from storelib.maintenance.lost_tail import lost_tail_problems
 from storelib.model.errors import StoreCorruptedError
 from storelib.storage.commitlog import COMMITLOG_MARKER
 from storelib.storage.dispatched import REPUT_MARKER, ahead_of_commitlog, dispatch_targets
@@ -27,15 +28,15 @@ __all__ = ["store_problems", "check_store"]
 
 #: Repair hint for a dispatched table that lost its footing (they are rebuilt from the commitlog).
 _REBUILD = (
-    "restore the commitlog's lost commits, or move the consume_queue, consume_queue_ext and index folders away "
-    "to rebuild them"
+    "commit the commitlog's lost tail back (storelib repair) where it is found, or else move the consume_queue, "
+    "consume_queue_ext and index folders away to rebuild them"
 )
 
 
 def check_store(ctx: StoreContext) -> None:
     """Raise :class:`~storelib.model.errors.StoreCorruptedError` when the checks across tables find a
     problem (the tables themselves were checked by ``StoreContext.open``)."""
-    problems = _across_tables(ctx, full=False)
+    problems = _across_tables(ctx, full=False) + lost_tail_problems(ctx.tables.commitlog)
     if problems:
         raise StoreCorruptedError(problems, ctx.root)
 
@@ -44,7 +45,9 @@ def store_problems(ctx: StoreContext, *, full: bool = False) -> list[str]:
     """Every problem found (see the module's description); ``[]`` for a sound store."""
     tables = ctx.tables.by_name()
     problems = [p for t in tables.values() for p in table_problems(t)]
-    return problems or _across_tables(ctx, full)  # the checks across tables read these logs
+    if problems:  # the checks across tables read these logs
+        return problems
+    return _across_tables(ctx, full) + lost_tail_problems(ctx.tables.commitlog)
 
 
 def _across_tables(ctx: StoreContext, full: bool) -> list[str]:

@@ -370,7 +370,7 @@ class CommitLog:
                     nexts[key] += n
                 placed.append(_StagedPart(r["path"], offset, bases, r["rows"], r["bytes"]))
                 offset += r["bytes"]
-            prefix = f"part-{attempt_id}"
+            prefix = f"placed-{attempt_id}"  # sent by a job: never a lost tail (lost_tail.py)
             place = _Place(now_millis(), self.store_host, self.msg_id_prefix)
             target = Target.of(self.table, target_file_size=self.config.target_file_size, prefix=prefix)
             try:

@@ -33,6 +33,7 @@ from storelib.dispatch.result import DispatchResult
 from storelib.filter.selector import MessageSelector
 from storelib.filter.subscription import Subscription
 from storelib.maintenance.integrity import check_store, store_problems
+from storelib.maintenance.lost_tail import Repaired, repair_lost_tail
 from storelib.model.config import StoreConfig
 from storelib.model.errors import translate_methods
 from storelib.model.group import GroupConfig
@@ -130,6 +131,22 @@ class MessageStore(Lookups, Upkeep):
 
         root = location.attach(root, storage_options)
         return store_problems(StoreContext.build(root, spark or get_spark, StoreConfig()), full=full)
+
+    @staticmethod
+    def repair(
+        root: str,
+        spark: "SparkSession | None" = None,
+        *,
+        storage_options: "dict[str, str] | None" = None,
+    ) -> Repaired:
+        """Commit back the commitlog's lost tail (data files of sends whose log entries were lost), after checking
+        their messages; also on a store :meth:`open` refuses for it (:mod:`storelib.maintenance.lost_tail`).
+
+        >>> MessageStore.repair(store.root, spark).lines()
+        []
+        """
+        root = location.attach(root, storage_options)
+        return repair_lost_tail(StoreContext.build(root, spark or get_spark, StoreConfig()).tables.commitlog)
 
     @classmethod
     def create(

@@ -97,13 +97,15 @@ def test_dispatch_refuses_when_the_commitlog_lost_commits(store):
 
 
 def test_no_offset_or_msg_id_is_handed_out_twice_after_a_lost_commit(spark, store):
-    """The damaged store is refused; rebuilding the derived tables lets sends go on without reusing an id
-    that the old consume queue or index pointed at."""
+    """A lost commit that was dispatched is refused; without its file (nothing to commit back), rebuilding the
+    derived tables lets sends go on without reusing an id that the old consume queue or index pointed at."""
     filled(store)
     old_ids = {r.msg_id for r in store.messages("TopicTest").select("msg_id").collect()}
     _delete_newest_commitlog_commit(store.root)
     with pytest.raises(StoreCorruptedError):
         MessageStore.open(store.root, spark)
+    newest = max(glob.glob(f"{store.root}/commitlog/part-*.parquet"), key=os.path.getmtime)
+    os.remove(newest)  # the lost commit's data file is gone too: its messages cannot come back
     for name in ("consume_queue", "consume_queue_ext", "index"):  # the repair the error names
         shutil.move(f"{store.root}/{name}", f"{store.root}/../{name}-damaged")
     reopened = MessageStore.open(store.root, spark)
