@@ -18,18 +18,21 @@ from __future__ import annotations
 
 import threading
 import uuid
+from typing import Callable
 from urllib.parse import unquote
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from pyarrow import fs as pafs
 
+from storelib.delta.files import map_io
 from storelib.delta.location import filesystem, is_local, options_for
 from storelib.delta.log import add_actions
 from storelib.delta.table import Table
 
-__all__ = ["table_problems", "unsafe_commits"]
+__all__ = ["table_problems", "damaged_files", "unsafe_commits"]
 
 
 def table_problems(table: Table) -> list[str]:
@@ -73,6 +76,41 @@ def table_problems(table: Table) -> list[str]:
             "dispatch again)"
         ]
     return []
+
+
+def damaged_files(table: Table, repair: str, check: Callable[[pa.Table], str | None] | None = None) -> list[str]:
+    """Every data file of ``table``'s snapshot read whole (``verify --full``): one problem per file whose footer or
+    pages cannot be decoded, whose rows are not as many as its add action says, or that ``check`` (given its rows)
+    finds wrong; each names the file, what is wrong and ``repair`` (what to do about it).
+
+    >>> damaged_files(store.context.tables.consume_queue, "rebuild it")
+    []
+    """
+    name, (fs, base) = table.spec.name, filesystem(table.path)
+    try:
+        actions = add_actions(table.snapshot())
+    except TableNotFoundError:  # not created yet: the store creates it
+        return []
+    paths = [unquote(p) for p in actions.column("path").to_pylist()]
+    counts = actions.column("num_records").to_pylist() if "num_records" in actions.column_names else [None] * len(paths)
+
+    def problem(item: tuple[str, int | None]) -> str | None:
+        path, expected = item
+        try:
+            rows = pq.read_table(f"{base}/{path}", filesystem=fs)  # every page decoded
+        except (OSError, pa.ArrowException) as e:
+            wrong: str | None = f"it cannot be read ({str(e).splitlines()[0][:160]})"
+        else:
+            wrong = (
+                f"it holds {rows.num_rows} rows where its log says {expected}"
+                if expected not in (None, rows.num_rows)
+                else None
+            )
+            wrong = wrong or (check(rows) if check else None)
+        return None if wrong is None else f"{name}: data file {path} is damaged: {wrong}; {repair}"
+
+    found = map_io(problem, list(zip(paths, counts)), remote=not is_local(table.path))
+    return [p for p in found if p is not None]
 
 
 def unsafe_commits(root: str) -> str | None:

@@ -25,6 +25,7 @@ __all__ = [
     "message_lengths",
     "body_crc",
     "body_crcs",
+    "crc_mismatches",
 ]
 
 #: The fixed-size fields of a commit log record, in order (all big-endian), as
@@ -72,6 +73,15 @@ def body_crcs(bodies: pa.Array | pa.ChunkedArray) -> pa.Array:
     [1486039724, 0]
     """
     return pa.array([0 if b is None else body_crc(b) for b in bodies.to_pylist()], pa.int32())
+
+
+def crc_mismatches(rows: pa.Table) -> np.ndarray:
+    """The indices of the rows (with ``body`` and ``body_crc`` columns) whose body does not match its CRC.
+
+    >>> crc_mismatches(pa.table({"body": [b"hi", b"yo"], "body_crc": pa.array([1486039724, 7], pa.int32())}))
+    array([1])
+    """
+    return np.flatnonzero(body_crcs(rows.column("body")).to_numpy() != rows.column("body_crc").to_numpy())
 
 
 def message_length(

@@ -1,7 +1,7 @@
 """Does the store hold together? The checks a store gets when it opens, and a fuller one on demand.
 
-At open the cheap checks (table logs and file statistics); with ``full=True`` every commitlog file's offsets
-too. What each checks: ``docs/internals.md``.
+At open the cheap checks (table logs, file statistics, a lost tail); with ``full=True`` every data file of every
+table read whole, the commitlog's offsets and its bodies' CRCs too. What each checks: ``docs/internals.md``.
 
 >>> store_problems(store.context)
 []
@@ -14,10 +14,10 @@ import numpy as np
 import pyarrow as pa
 
 from storelib.context import StoreContext
-from storelib.delta.health import table_problems
+from storelib.delta.health import damaged_files, table_problems
 from storelib.delta.log import add_actions
 from storelib.delta.table import Table
-from storelib.encoding.record import message_lengths
+from storelib.encoding.record import crc_mismatches, message_lengths
 from storelib.maintenance.lost_tail import lost_tail_problems
 from storelib.model.errors import StoreCorruptedError
 from storelib.storage.commitlog import COMMITLOG_MARKER
@@ -42,12 +42,36 @@ def check_store(ctx: StoreContext) -> None:
 
 
 def store_problems(ctx: StoreContext, *, full: bool = False) -> list[str]:
-    """Every problem found (see the module's description); ``[]`` for a sound store."""
+    """Every problem found (see the module's description); ``[]`` for a sound store. ``full`` also reads every
+    data file of every table whole, and checks each commitlog body against its CRC."""
     tables = ctx.tables.by_name()
     problems = [p for t in tables.values() for p in table_problems(t)]
     if problems:  # the checks across tables read these logs
         return problems
-    return _across_tables(ctx, full) + lost_tail_problems(ctx.tables.commitlog)
+    if full:
+        targets = dispatch_targets(ctx.tables, ctx.config)
+        for name, table in tables.items():
+            check = _crcs if table is ctx.tables.commitlog else None
+            problems += damaged_files(table, _repair_of(name, targets), check)
+    return problems + _across_tables(ctx, full and not problems) + lost_tail_problems(ctx.tables.commitlog)
+
+
+def _repair_of(name: str, derived: dict) -> str:
+    if name == "commitlog":
+        return "restore it from a copy: its messages are nowhere else"
+    if name in derived:
+        return f"move the {name} folder away and dispatch again to rebuild it"
+    if name.endswith("_summary"):
+        return f"move the {name} folder away: summaries only let filtered reads skip files"
+    return "restore it from a copy"
+
+
+def _crcs(rows: pa.Table) -> str | None:
+    bad = crc_mismatches(rows)
+    if not len(bad):
+        return None
+    first = rows.column("physical_offset")[int(bad[0])].as_py()
+    return f"{len(bad)} message bodies do not match their CRCs (the first at commitlog offset {first})"
 
 
 def _across_tables(ctx: StoreContext, full: bool) -> list[str]:

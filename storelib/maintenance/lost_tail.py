@@ -33,7 +33,7 @@ from storelib.delta.location import filesystem
 from storelib.delta.log import add_actions
 from storelib.delta.sink import written_file
 from storelib.delta.table import Table
-from storelib.encoding.record import body_crcs
+from storelib.encoding.record import crc_mismatches
 from storelib.storage.commitlog import COMMITLOG_MARKER, queue_marker
 
 __all__ = ["LostFile", "Repaired", "lost_tail", "lost_tail_problems", "repair_lost_tail", "GRACE_S"]
@@ -197,7 +197,7 @@ def _wrong(rows: pa.Table, first: int, snapshot: DeltaTable, queues: dict[str, i
     bad = np.flatnonzero(named.to_numpy(zero_copy_only=False) != np.char.mod("%016X", offsets))
     if len(bad):
         return f"the message at offset {offsets[bad[0]]} has an id that names another offset"
-    bad = np.flatnonzero(body_crcs(rows.column("body")).to_numpy() != rows.column("body_crc").to_numpy())
+    bad = crc_mismatches(rows)
     if len(bad):
         return f"the body of the message at offset {offsets[bad[0]]} does not match its CRC"
     moved = dict(queues)
