@@ -53,7 +53,36 @@ def store_problems(ctx: StoreContext, *, full: bool = False) -> list[str]:
         for name, table in tables.items():
             check = _crcs if table is ctx.tables.commitlog else None
             problems += damaged_files(table, _repair_of(name, targets), check)
+        if not problems:
+            problems += _queue_continuity(ctx.tables.consume_queue)
     return problems + _across_tables(ctx, full and not problems) + lost_tail_problems(ctx.tables.commitlog)
+
+
+def _queue_continuity(consume_queue: Table) -> list[str]:
+    """Each queue's units hold every queue offset from its first to its last once (retention cuts only below)."""
+    units = consume_queue.read_arrow(columns=["topic", "queue_id", "queue_offset"])
+    if not units.num_rows:
+        return []
+    spans = units.group_by(["topic", "queue_id"], use_threads=False).aggregate(
+        [
+            ("queue_offset", "count"),
+            ("queue_offset", "count_distinct"),
+            ("queue_offset", "min"),
+            ("queue_offset", "max"),
+        ]
+    )
+    out = []
+    for row in spans.to_pylist():
+        lo, hi, n, distinct = (row[f"queue_offset_{k}"] for k in ("min", "max", "count", "count_distinct"))
+        if n != distinct or n != hi - lo + 1:
+            out.append(
+                f"consume_queue: queue {row['topic']}:{row['queue_id']} holds {n} units ({distinct} distinct) for "
+                f"queue offsets {lo}..{hi}: some are missing or doubled; {_REBUILD_QUEUE}"
+            )
+    return out
+
+
+_REBUILD_QUEUE = "move the consume_queue folder away and dispatch again to rebuild it"
 
 
 def _repair_of(name: str, derived: dict) -> str:

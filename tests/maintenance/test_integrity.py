@@ -336,3 +336,22 @@ def test_full_verify_names_every_damaged_file_and_its_repair(spark, store, damag
     problems = MessageStore.verify(store.root, spark, full=True)
     named = [p for p in problems if says in p]
     assert named and repair in named[0] and "is damaged" in named[0]
+
+
+def test_full_verify_finds_a_queue_missing_units(spark, store):
+    """A consume queue file dropped from the log (a commit removing it) leaves a queue with a gap."""
+    filled(store, batches=1)
+    table = store.context.tables.consume_queue
+    for _ in range(2):  # a second round on the same queues, in its own files
+        store.send_batch([Message("TopicTest", body=b"x", queue_id=q) for q in range(4)])
+        store.dispatch()
+    dt = table.snapshot()
+    files = add_actions(dt).sort_by("min.queue_offset").to_pylist()
+    by_queue: dict = {}
+    for f in files:  # one queue a file
+        by_queue.setdefault((f["min.topic"], f["min.queue_id"]), []).append(f)
+    middle = [fs[1] for fs in by_queue.values() if len(fs) >= 3][:1]
+    assert middle
+    table.commit(dt, [], removes=remove_actions(middle))
+    problems = MessageStore.verify(store.root, spark, full=True)
+    assert any("some are missing or doubled" in p and "dispatch again" in p for p in problems)
