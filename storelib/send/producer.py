@@ -12,13 +12,15 @@ a bad row is reported before anything is written.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import logging
 import os
 import random
 import time
 import uuid
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Sequence
 
 import pyarrow as pa
 
@@ -39,6 +41,42 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
 __all__ = ["Producer", "DATAFRAME_COLUMNS"]
+
+
+def _ours(error: Exception) -> bool:
+    """Whether a Spark job's failure came from this package's own code on the executors (a Python traceback
+    through it), not from computing the user's DataFrame (a UDF of theirs, an ANSI cast of their column).
+
+    >>> _ours(ValueError('File "/x/storelib/send/frame.py", line 3')), _ours(ValueError("CAST_INVALID_INPUT"))
+    (True, False)
+    """
+    return f"{os.sep}storelib{os.sep}" in str(error)
+
+
+def _gist(error: Exception) -> str:
+    """A Spark job's failure in one line: a Python worker's exception (the last line of its traceback), else the
+    first line of Spark's message.
+
+    >>> _gist(ValueError("An exception was thrown from the Python worker:\\nTraceback ...\\nZeroDivisionError: x\\n"))
+    'ZeroDivisionError: x'
+    """
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    if lines and "Python worker" in lines[0]:
+        raised = [line for line in lines if line.split(":", 1)[0].endswith(("Error", "Exception"))]
+        lines = raised[-1:] or lines
+    return lines[0][:300] if lines else type(error).__name__
+
+
+@contextlib.contextmanager
+def _quiet_query_context() -> Iterator[None]:
+    """Keep pyspark's query-context logger quiet while a job computes a user's DataFrame: its failure is raised
+    as one :class:`MessageError`, not logged as well."""
+    logger = logging.getLogger("DataFrameQueryContextLogger")
+    was, logger.disabled = logger.disabled, True
+    try:
+        yield
+    finally:
+        logger.disabled = was
 
 
 class Producer:
@@ -158,12 +196,24 @@ class Producer:
 
     def send_dataframe(self, commitlog: CommitLog, topics: Mapping[str, TopicConfig], df: "DataFrame") -> AppendResult:
         """Check, complete and append a DataFrame of messages in one atomic commit (see :meth:`encode_dataframe`)."""
+        from pyspark.errors import PySparkException
         from pyspark.sql import DataFrame
 
         if not isinstance(df, DataFrame):
             raise MessageError("df", "must be a pyspark DataFrame of messages", value=type(df).__name__)
+        if df.isStreaming:
+            raise MessageError(
+                "df", "is a streaming DataFrame: send its rows with df.writeStream.format('rocketmq') instead"
+            )
         encoded, frame = self.encode_dataframe(df, topics)
-        return commitlog.append_dataframe(encoded, frame, Producer.refuse)
+        with _quiet_query_context():
+            try:
+                return commitlog.append_dataframe(encoded, frame, Producer.refuse)
+            except PySparkException as e:
+                if _ours(e):
+                    raise
+                why = f"Spark could not compute the DataFrame's rows ({_gist(e)}); nothing was sent"
+                raise MessageError("df", why, value=df.columns) from None
 
     # ---- lists of messages -----------------------------------------------------------------
     def encode(self, messages: Sequence[Message], topics: Mapping[str, TopicConfig]) -> list[EncodedMessage]:

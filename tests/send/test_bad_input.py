@@ -428,3 +428,36 @@ def test_send_dataframe_refuses_duplicate_columns_by_name(spark, small_store):
         small_store.send_dataframe(df)
     assert info.value.field == "columns"
     assert commitlog_version(small_store) == before
+
+
+def test_send_dataframe_refuses_a_streaming_frame(spark, small_store):
+    df = spark.readStream.format("rate").load().select(F.lit("TopicTest").alias("topic"))
+    with pytest.raises(MessageError, match="streaming DataFrame.*writeStream.format\\('rocketmq'\\)") as info:
+        small_store.send_dataframe(df)
+    assert info.value.field == "df"
+
+
+@pytest.mark.parametrize(
+    "frame, says",
+    [
+        pytest.param(
+            lambda spark: spark.range(2).select(F.udf(lambda x: 1 // 0, "string")(F.col("id")).alias("topic")),
+            "ZeroDivisionError",
+            id="their-udf-raises",
+        ),
+        pytest.param(
+            lambda spark: spark.createDataFrame([("TopicTest", "x")], "topic string, q string").select(
+                "topic", F.col("q").cast("int").alias("queue_id")
+            ),
+            "CAST_INVALID_INPUT",
+            id="their-cast-fails",
+        ),
+    ],
+)
+def test_send_dataframe_refuses_a_frame_spark_cannot_compute(spark, small_store, capfd, frame, says):
+    before = commitlog_version(small_store)
+    with pytest.raises(MessageError, match=f"could not compute the DataFrame's rows.*{says}.*nothing was sent") as info:
+        small_store.send_dataframe(frame(spark))
+    assert info.value.field == "df"
+    assert commitlog_version(small_store) == before
+    assert "DataFrameQueryContextLogger" not in capfd.readouterr().err  # said once, as the error
