@@ -50,6 +50,9 @@ MESSAGE_FIELDS = (
     "deliver_time_ms",
 )
 
+#: The options that make the one test message: a file's lines say all of it instead.
+_ONE_MESSAGE_OPTIONS = ("body", "tags", "keys", "property", "queue_id", "delay_level", "deliver_time_ms", "count")
+
 #: Sends of more messages than this print one summary line, not a row per message (``--json`` prints all).
 SHOWN_RESULTS = 20
 
@@ -167,6 +170,11 @@ def _send(store: MessageStore, args: argparse.Namespace, out: Output, progress: 
             raise
         lines = cast(_Lines, messages)  # args.file: read_messages_file's
         raise _at(e, f"{args.file} line {lines.line_of[int(index)]}") from None
+    topics = sorted({r.topic for r in results})
+    progress.committed(
+        f"{len(results)} messages sent to {', '.join(topics)} (commitlog offsets from {results[0].commitlog_offset})",
+        "rerunning sends them again; 'storelib query key' or 'query id' shows what is stored",
+    )
     fields = ("send_status", "msg_id", "uniq_key", "topic", "queue_id", "queue_offset")
     if out.as_json or len(results) <= SHOWN_RESULTS:
         out.table([{f: getattr(r, f) for f in fields} for r in results])
@@ -184,6 +192,11 @@ def _pull(store: MessageStore, args: argparse.Namespace, out: Output, progress: 
     )
     if args.commit and p.next_begin_offset != offset:
         store.commit_offset(args.group, args.topic, args.queue_id, p.next_begin_offset)
+        progress.committed(
+            f"{args.group}'s offset of {args.topic} queue {args.queue_id}: {p.next_begin_offset}",
+            f"rerunning pulls from {p.next_begin_offset}, past what this pull took; pull those again with OFFSET "
+            f"{offset} (without --commit)",
+        )
     head = {
         "status": str(p.status),
         "get_status": str(p.get_status),
@@ -246,6 +259,7 @@ def register(sub: "argparse._SubParsersAction") -> None:
         "Send a test message, or every message of a JSON-lines file, in one commit "
         "(sendMessage).\n\n" + __doc__.split("\n\n")[1],
         writes=True,
+        conflicts=[("delay_level", "deliver_time_ms")] + [("file", f) for f in _ONE_MESSAGE_OPTIONS],
     )
     p.add_argument("topic", nargs="?", default=None, help="topic (a file's lines may name their own)")
     p.add_argument("--body", default="Hello storelib", help="message body (text)")
@@ -265,6 +279,7 @@ def register(sub: "argparse._SubParsersAction") -> None:
         "pull",
         _pull,
         "Pull messages of one queue as a consumer of GROUP does, with RocketMQ's statuses and offsets.",
+        conflicts=[("tag", "sql")],
     )
     p.add_argument("group", help="consumer group")
     p.add_argument("topic", help="topic")

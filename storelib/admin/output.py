@@ -1,6 +1,7 @@
 """How the ``storelib`` command shows what it found: a readable table by default, JSON with ``--json``.
 
-Rows are plain dicts. In a table, long values are cut to fit a terminal; JSON keeps every value whole.
+Rows are plain dicts. In a table, long values are cut to fit a terminal and times are UTC times with
+milliseconds; JSON keeps every value whole, and times are epoch milliseconds.
 Nothing found is said (:class:`NothingFound`), never shown as an empty table.
 
 >>> out = Output()
@@ -28,7 +29,7 @@ from typing import IO, Any, Iterable, Mapping, Sequence
 from storelib.cli import NothingFound
 from storelib.model.message import StoredMessage
 
-__all__ = ["Output", "message_record", "message_row", "text_of"]
+__all__ = ["Output", "message_record", "message_row", "text_of", "epoch_ms"]
 
 #: Widest a table cell gets before it is cut (``…`` marks the cut).
 MAX_CELL = 48
@@ -128,9 +129,23 @@ def _cell(value: Any) -> str:
     return text if len(text) <= MAX_CELL else text[: MAX_CELL - 1] + "…"
 
 
+def epoch_ms(value: dt.datetime) -> int:
+    """A time as JSON shows it: epoch milliseconds (a time without a zone is taken as UTC).
+
+    >>> epoch_ms(dt.datetime(2026, 11, 25, 6, 30, 0, 123456, tzinfo=dt.timezone.utc))
+    1795588200123
+    """
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.timezone.utc)
+    return (value - _EPOCH) // dt.timedelta(milliseconds=1)
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+
+
 def _jsonable(value: Any) -> Any:
     if isinstance(value, dt.datetime):
-        return text_of(value)
+        return epoch_ms(value)
     if isinstance(value, Mapping):
         return {str(k): _jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

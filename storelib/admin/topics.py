@@ -151,7 +151,16 @@ def register(sub: "argparse._SubParsersAction") -> None:
         ("create", "Create a topic, or update it (updateTopic)."),
         ("update", "Update an existing topic (updateTopic); a topic that does not exist is refused."),
     ):
-        p = add_verb(verbs, name, _create, doc, writes=True, create=name == "create", prefix="topic")
+        p = add_verb(
+            verbs,
+            name,
+            _create,
+            doc,
+            writes=True,
+            create=name == "create",
+            prefix="topic",
+            conflicts=[("queues", "read_queues"), ("queues", "write_queues")],
+        )
         p.add_argument("topic", help="topic name")
         p.add_argument(
             "--queues",

@@ -210,6 +210,7 @@ def register(sub: "argparse._SubParsersAction") -> None:
         "(ReputMessageService): small increments here with pyarrow, large ones as one Spark job.",
         writes=True,
         create=True,
+        needs=[(option, "follow") for option in ("interval_ms", "round_ms", "serve_pulls", "compact_every_ms")],
     )
     p.add_argument("--follow", action="store_true", help="keep dispatching as messages arrive, until SIGTERM or SIGINT")
     p.add_argument("--interval-ms", type=positive_int, default=100, help="with --follow: wait between idle rounds")
