@@ -23,7 +23,7 @@ from storelib.cli import Progress, run_job
 from storelib.model.config import SPARK_CONF_PREFIX, StoreConfig
 from storelib.store import MessageStore
 
-__all__ = ["build_parser", "main", "Verb", "add_verb", "check_flags"]
+__all__ = ["build_parser", "main", "Verb", "add_verb", "check_flags", "open_store"]
 
 #: A verb: what it does with the opened store; returns its summary line, or None when it printed its answer.
 Verb = Callable[[MessageStore, argparse.Namespace, Any, Progress], "str | None"]
@@ -35,6 +35,7 @@ VERB_MODULES = (
     "storelib.admin.messages",
     "storelib.admin.consumers",
     "storelib.admin.upkeep",
+    "storelib.admin.sql_files",
     "storelib.admin.serving",
 )
 
@@ -181,6 +182,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def open_store(args: argparse.Namespace) -> MessageStore:
+    """The store a verb's arguments name (``--store``, ``--create``, ``--storage-option``, ``--set``), opened
+    without starting Spark: for a verb that ``opens`` nothing itself and opens the store when it is ready to.
+
+    >>> open_store(build_parser().parse_args(["inspect", "--store", store.root])).root == store.root
+    True
+    """
+    settings = StoreConfig.from_mapping({SPARK_CONF_PREFIX + k: v for k, v in args.settings})
+    changed = {k: getattr(settings, k) for k, _ in args.settings}
+    return MessageStore.open(
+        args.store,
+        create=getattr(args, "create", False),
+        storage_options=dict(args.storage_options) or None,
+        **changed,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command with ``argv`` (default: the process's arguments); returns the exit code.
 
@@ -199,14 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.opens:
             summary = args.run(None, args, out, progress)
         else:
-            settings = StoreConfig.from_mapping({SPARK_CONF_PREFIX + k: v for k, v in args.settings})
-            changed = {k: getattr(settings, k) for k, _ in args.settings}
-            with MessageStore.open(
-                args.store,
-                create=getattr(args, "create", False),
-                storage_options=dict(args.storage_options) or None,
-                **changed,
-            ) as store:
+            with open_store(args) as store:
                 summary = args.run(store, args, out, progress)
         if summary is not None:
             out.summary(summary)
