@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from storelib.admin.command import add_verb
-from storelib.admin.output import Output, message_record, message_row
+from storelib.admin.output import DISPATCH_HINT, Output, message_record, message_row, note_waiting
 from storelib.cli import NothingFound, Progress, non_negative_int, positive_int
 from storelib.consume.get_message import GetMessageStatus, get_message
 from storelib.filter.selector import MessageSelector
@@ -214,11 +214,14 @@ def _pull(store: MessageStore, args: argparse.Namespace, out: Output, progress: 
 
 
 def _query_id(store: MessageStore, args: argparse.Namespace, out: Output, progress: Progress) -> None:
-    out.record(message_record(_found(lambda: store.query_by_id(args.msg_id))))
+    found = _found(lambda: store.query_by_id(args.msg_id))
+    out.record(message_record(found))
+    note_waiting(store.undispatched(found.topic), found.topic)
 
 
 def _query_unique(store: MessageStore, args: argparse.Namespace, out: Output, progress: Progress) -> None:
     out.record(message_record(_found(lambda: store.query_by_unique_key(args.topic, args.uniq_key))))
+    note_waiting(store.undispatched(args.topic), args.topic)
 
 
 def _found(find):
@@ -234,15 +237,20 @@ def _query_key(store: MessageStore, args: argparse.Namespace, out: Output, progr
         [message_record(m) if out.as_json else message_row(m) for m in found],
         nothing=f"no message of topic {args.topic} has key {args.key!r}",
     )
+    note_waiting(store.undispatched(args.topic), args.topic)
 
 
 def _query_offset(store: MessageStore, args: argparse.Namespace, out: Output, progress: Progress) -> None:
     store.topic_config(args.topic)
     g = get_message(store.context, "", args.topic, args.queue_id, args.offset, 1)
     if g.status != GetMessageStatus.FOUND or not g.messages:
+        waiting = store.undispatched(args.topic).get((args.topic, args.queue_id), 0)
+        more = (
+            f"; {waiting} more {'waits' if waiting == 1 else 'wait'} for dispatch: {DISPATCH_HINT}" if waiting else ""
+        )
         raise NothingFound(
             f"no message at queue offset {args.offset} of {args.topic} queue {args.queue_id} "
-            f"({g.status}; the queue holds [{g.min_offset}, {g.max_offset}))"
+            f"({g.status}; the queue holds [{g.min_offset}, {g.max_offset}){more})"
         )
     out.record(message_record(g.messages[0]))
 

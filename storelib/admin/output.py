@@ -29,7 +29,19 @@ from typing import IO, Any, Iterable, Mapping, Sequence
 from storelib.cli import NothingFound
 from storelib.model.message import StoredMessage
 
-__all__ = ["Output", "message_record", "message_row", "text_of", "epoch_ms"]
+__all__ = [
+    "Output",
+    "message_record",
+    "message_row",
+    "text_of",
+    "epoch_ms",
+    "DISPATCH_HINT",
+    "note_waiting",
+    "waiting_text",
+]
+
+#: What makes sent messages visible to pulls, queue offsets and lag.
+DISPATCH_HINT = "run 'storelib dispatch' (or keep 'storelib dispatch --follow' running)"
 
 #: Widest a table cell gets before it is cut (``…`` marks the cut).
 MAX_CELL = 48
@@ -96,6 +108,35 @@ class Output:
             self._print(json.dumps(_jsonable({"summary": text, **data}), ensure_ascii=False))
         else:
             self._print(text)
+
+
+def note_waiting(waiting: Mapping[tuple[str, int], int], topic: str, stream: IO[str] | None = None) -> None:
+    """Say on stderr how many messages sent to ``topic`` wait for dispatch (``waiting``:
+    ``MessageStore.undispatched``), if any: a look-up finds them, pulls and queue offsets do not yet.
+
+    >>> note_waiting({("Orders", 0): 2, ("Orders", 3): 1}, "Orders", sys.stdout)   # doctest: +ELLIPSIS
+    note: 3 messages sent to Orders wait for dispatch (look-ups find them; pulls, ...): run 'storelib dispatch' ...
+    """
+    n = sum(count for (t, _), count in waiting.items() if t == topic)
+    if n:
+        print(
+            f"note: {waiting_text(n, topic)} (look-ups find them; pulls, topic status and lag do not yet): "
+            f"{DISPATCH_HINT}",
+            file=stream or sys.stderr,
+        )
+
+
+def waiting_text(n: int, topic: str) -> str:
+    """How many messages wait for dispatch, in words.
+
+    >>> waiting_text(1, "Orders"), waiting_text(3, "Orders")
+    ('1 message sent to Orders waits for dispatch', '3 messages sent to Orders wait for dispatch')
+    """
+    return (
+        f"{n} message sent to {topic} waits for dispatch"
+        if n == 1
+        else f"{n} messages sent to {topic} wait for dispatch"
+    )
 
 
 def text_of(value: Any) -> str:

@@ -131,3 +131,44 @@ def test_times_are_times_in_tables_and_epoch_ms_in_json(store, capsys):
     assert json.loads(out)[0]["Store Timestamp"] == ms
     code, out, _ = run(capsys, "topic", "status", "TopicTest", "--store", store.root, "--json")
     assert [q["last_store_time"] for q in json.loads(out) if q["queue_id"] == r.queue_id] == [ms]
+
+
+def test_lookups_find_what_waits_for_dispatch_and_say_how_much_waits(store, spark, capsys):
+    root = store.root
+    old = store.send(Message("TopicTest", keys=["order-1"], body=b"old", queue_id=0))
+    store.dispatch()
+    sent = store.send_batch([Message("TopicTest", keys=["order-1"], body=b"new", queue_id=q) for q in (0, 1, 1)])
+    assert store.undispatched("TopicTest") == {("TopicTest", 0): 1, ("TopicTest", 1): 2}
+    newest_first = [r.msg_id for r in reversed(sent)] + [old.msg_id]
+    assert [m.msg_id for m in store.query_by_key("TopicTest", "order-1")] == newest_first
+    source = spark.read.format("rocketmq").option("store", root).load()  # the data source finds the same
+    found = source.where("topic = 'TopicTest' AND keys = 'order-1'").select("msg_id").collect()
+    assert sorted(r.msg_id for r in found) == sorted(newest_first)
+    assert store.query_by_unique_key("TopicTest", sent[1].uniq_key).msg_id == sent[1].msg_id
+
+    waits = "note: 3 messages sent to TopicTest wait for dispatch (look-ups find them; pulls, topic status and lag"
+    code, out, err = run(capsys, "query", "key", "TopicTest", "order-1", "--store", root)
+    assert code == 0 and [line.split()[0] for line in out.splitlines()[2:]] == newest_first
+    assert err.startswith(waits) and "run 'storelib dispatch'" in err and err.count("\n") == 1
+    code, out, err = run(capsys, "query", "id", sent[2].msg_id, "--store", root)
+    assert code == 0 and f"OffsetID:          {sent[2].msg_id}" in out and err.startswith(waits)
+    code, out, err = run(capsys, "query", "unique-key", "TopicTest", sent[0].uniq_key, "--store", root, "--json")
+    assert code == 0 and json.loads(out)["OffsetID"] == sent[0].msg_id and err.startswith(waits)
+    code, out, err = run(capsys, "query", "offset", "TopicTest", "1", "0", "--store", root)
+    assert code == 1 and "2 more wait for dispatch: run 'storelib dispatch'" in err and err.count("\n") == 1
+    code, out, _ = run(capsys, "topic", "status", "TopicTest", "--store", root, "--json")
+    status = {q["queue_id"]: (q["max_offset"], q["undispatched"]) for q in json.loads(out)}
+    assert status == {0: (1, 1), 1: (0, 2), 2: (0, 0), 3: (0, 0)}
+    code, out, _ = run(capsys, "topic", "status", "TopicTest", "--store", root)
+    assert out.splitlines()[-1] == (
+        "3 messages sent to TopicTest wait for dispatch, not counted in max_offset: run 'storelib dispatch' "
+        "(or keep 'storelib dispatch --follow' running)"
+    )
+
+    store.dispatch()
+    assert store.undispatched() == {}
+    assert [m.msg_id for m in store.query_by_key("TopicTest", "order-1")] == newest_first  # the same, now indexed
+    code, out, err = run(capsys, "query", "key", "TopicTest", "order-1", "--store", root)
+    assert code == 0 and err == ""
+    code, out, _ = run(capsys, "topic", "status", "TopicTest", "--store", root)
+    assert "wait for dispatch" not in out and out.splitlines()[-1].split()[:3] == ["3", "0", "0"]
