@@ -147,7 +147,7 @@ def register(sub: "argparse._SubParsersAction") -> None:
         verbs,
         "progress",
         _progress,
-        "Per queue: max offset, committed offset and lag (consumerProgress).",
+        "Per queue: max offset (the next offset), committed offset and lag (consumerProgress).",
         prefix="consumer",
     )
     p.add_argument("group", help="consumer group")
