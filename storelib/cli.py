@@ -23,6 +23,7 @@ did 3 things
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import os
 import sys
 import time
@@ -34,6 +35,7 @@ __all__ = [
     "job_parser",
     "positive_int",
     "non_negative_int",
+    "time_ms",
     "Progress",
     "NothingFound",
     "run_job",
@@ -81,6 +83,30 @@ def non_negative_int(text: str) -> int:
     0
     """
     return _int_at_least(text, 0)
+
+
+def time_ms(text: str) -> int:
+    """An argparse type: a time, as epoch milliseconds or an ISO 8601 time (UTC unless it names a zone);
+    returns epoch milliseconds.
+
+    >>> time_ms("1795588200123"), time_ms("2026-11-25T06:30:00.123"), time_ms("2026-11-25 07:30:00.123+01:00")
+    (1795588200123, 1795588200123, 1795588200123)
+    >>> time_ms("yesterday")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: must be epoch milliseconds or an ISO 8601 time (2026-11-25T06:30:00), got 'yesterday'
+    """
+    if text.isdigit():
+        return int(text)
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be epoch milliseconds or an ISO 8601 time (2026-11-25T06:30:00), got {text!r}"
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.timezone.utc)
+    return (when - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)) // dt.timedelta(milliseconds=1)
 
 
 def _int_at_least(text: str, lo: int) -> int:
@@ -157,7 +183,7 @@ def run_job(job: str, body: Callable[[Progress], str | None], *, writes: bool = 
             print(summary, flush=True)
         sys.stdout.flush()  # what the verb printed, while a closed pipe is still ours to answer
     except BrokenPipeError:
-        return _reader_gone(job)
+        return _reader_gone(job, progress.done)
     except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001  (a job ends in one line, never a traceback)
         if progress.done is not None:
             return _failed_after_commit(job, progress.done, e)
@@ -212,12 +238,14 @@ def _quiet_stdout() -> None:
         pass
 
 
-def _reader_gone(job: str) -> int:
+def _reader_gone(job: str, done: tuple[str, str] | None = None) -> int:
     """The reader of stdout went away (``| head``): what the command did stands, only its output was cut.
-    Says so in one line, and points stdout at nothing so the interpreter's last flush fails no more."""
+    Says so in one line (with what was committed, and what a rerun would do), and points stdout at nothing
+    so the interpreter's last flush fails no more."""
     _quiet_stdout()
+    stands = f": {done[0]} ({done[1]})" if done else ""
     print(
-        f"{job}: the reader closed the output before all of it was written; what the command did stands",
+        f"{job}: the reader closed the output before all of it was written; what the command did stands{stands}",
         file=sys.stderr,
     )
     return READER_GONE

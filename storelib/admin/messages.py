@@ -27,7 +27,7 @@ from typing import Any, cast
 
 from storelib.admin.command import add_verb
 from storelib.admin.output import DISPATCH_HINT, Output, message_record, message_row, note_waiting
-from storelib.cli import NothingFound, Progress, non_negative_int, positive_int
+from storelib.cli import NothingFound, Progress, non_negative_int, positive_int, time_ms
 from storelib.consume.get_message import GetMessageStatus, get_message
 from storelib.filter.selector import MessageSelector
 from storelib.model.errors import MessageError, MessageNotFoundError, StoreError
@@ -276,7 +276,9 @@ def register(sub: "argparse._SubParsersAction") -> None:
     p.add_argument("--property", action="append", metavar="KEY=VALUE", help="a user property (repeatable)")
     p.add_argument("--queue-id", type=non_negative_int, default=None, help="queue to send to (None: round robin)")
     p.add_argument("--delay-level", type=non_negative_int, default=0, help="delay level 1..18 (0: none)")
-    p.add_argument("--deliver-time-ms", type=non_negative_int, default=None, help="deliver at this epoch ms")
+    p.add_argument(
+        "--deliver-time-ms", type=time_ms, default=None, help="deliver at this time: epoch ms or ISO 8601 (UTC)"
+    )
     p.add_argument("--count", type=positive_int, default=1, help="send the message this many times")
     p.add_argument(
         "--file", default=None, help="a JSON-lines file of messages instead of one test message ('-': standard input)"
@@ -315,8 +317,8 @@ def register(sub: "argparse._SubParsersAction") -> None:
     p.add_argument("topic", help="topic")
     p.add_argument("key", help="message key")
     p.add_argument("--max", type=positive_int, default=64, help="most messages to return (at most 64)")
-    p.add_argument("--begin", type=non_negative_int, default=None, help="earliest store time, epoch ms")
-    p.add_argument("--end", type=non_negative_int, default=None, help="latest store time, epoch ms")
+    p.add_argument("--begin", type=time_ms, default=None, help="earliest store time: epoch ms or ISO 8601 (UTC)")
+    p.add_argument("--end", type=time_ms, default=None, help="latest store time: epoch ms or ISO 8601 (UTC)")
     p = add_verb(
         verbs,
         "unique-key",

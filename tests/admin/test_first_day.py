@@ -172,3 +172,17 @@ def test_lookups_find_what_waits_for_dispatch_and_say_how_much_waits(store, spar
     assert code == 0 and err == ""
     code, out, _ = run(capsys, "topic", "status", "TopicTest", "--store", root)
     assert "wait for dispatch" not in out and out.splitlines()[-1].split()[:3] == ["3", "0", "0"]
+
+
+def test_times_are_taken_as_epoch_ms_or_iso_times(store, capsys):
+    store.send(Message("TopicTest", keys=["dated"]))
+    root = store.root
+    code, out, _ = run(capsys, "query", "key", "TopicTest", "dated", "--begin", "2000-01-01T00:00:00", "--store", root)
+    assert code == 0 and "dated" in out
+    code, _, _ = run(
+        capsys, "query", "key", "TopicTest", "dated", "--end", "2000-01-01 00:00:00+02:00", "--store", root
+    )
+    assert code == 1
+    code, out, _ = run(capsys, "query", "key", "TopicTest", "dated", "--end", "4102444800000", "--store", root)
+    assert code == 0 and "dated" in out
+    assert "epoch milliseconds or an ISO 8601 time" in refused(capsys, "query", "key", "T", "k", "--begin", "yesterday")
