@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from importlib import import_module
 from typing import Any, Callable, Sequence
 
@@ -23,7 +24,7 @@ from storelib.cli import Progress, run_job
 from storelib.model.config import SPARK_CONF_PREFIX, StoreConfig
 from storelib.store import MessageStore
 
-__all__ = ["build_parser", "main", "Verb", "add_verb", "check_flags", "open_store"]
+__all__ = ["build_parser", "main", "Verb", "add_verb", "check_flags", "open_store", "plain"]
 
 #: A verb: what it does with the opened store; returns its summary line, or None when it printed its answer.
 Verb = Callable[[MessageStore, argparse.Namespace, Any, Progress], "str | None"]
@@ -113,6 +114,7 @@ def add_verb(
     >>> add_verb(sub, "hello", lambda *a: "hi", "Say hi.").prog.endswith("hello")
     True
     """
+    doc = plain(doc)
     first, _, rest = doc.strip().partition("\n")
     parser = sub.add_parser(name, help=first, description=doc.strip(), parents=[_common(store)], formatter_class=_Help)
     if create:
@@ -125,6 +127,16 @@ def add_verb(
         flag_rules=(parser, tuple(conflicts), tuple(needs)),
     )
     return parser
+
+
+def plain(text: str) -> str:
+    """A docstring as a terminal shows it: reST's literals and roles as plain words.
+
+    >>> plain("``send --file`` reads :class:`~storelib.model.message.Message` lines")
+    'send --file reads Message lines'
+    """
+    text = re.sub(r":\w+:`~?(?:[\w.]+\.)?([^`]+)`", r"\1", text)
+    return re.sub(r"``([^`]+)``", r"\1", text)
 
 
 def check_flags(args: argparse.Namespace) -> None:
