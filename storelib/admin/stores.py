@@ -49,6 +49,7 @@ def _create(store: MessageStore | None, args: argparse.Namespace, out: Output, p
     if location.is_local(path) and Path(path).is_dir() and any(Path(path).iterdir()):
         raise StoreExistsError("PATH", f"{path} holds other files, not a store: give a new or empty folder")
     MessageStore.create(path, storage_options=options).close()
+    progress.committed(f"the store at {path}", "rerunning finds it there and refuses (--exist-ok accepts it)")
     quoted = shlex.quote(path)
     out.summary(f"created store at {path}: use it with --store {quoted} or export STORELIB_STORE={quoted}", store=path)
     return None

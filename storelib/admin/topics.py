@@ -92,6 +92,7 @@ def _list(store: MessageStore, args: argparse.Namespace, out: Output, progress: 
 
 def _delete(store: MessageStore, args: argparse.Namespace, out: Output, progress: Progress) -> str:
     store.delete_topic(args.topic)
+    progress.committed(f"the deletion of topic {args.topic}", "rerunning finds no such topic and refuses")
     return f"deleted topic {args.topic} (its messages stay until retention removes them)"
 
 

@@ -111,6 +111,10 @@ def test_a_failure_after_a_commit_has_its_own_exit_code_and_words(tmp_path, pyth
     assert pulled.returncode == 3 and "after committing G's offset of Orders queue 0: 3" in pulled.stderr
     assert "pull those again with OFFSET 0" in pulled.stderr and pulled.stderr.count("\n") == 1
     assert MessageStore.open(root).committed_offset("G", "Orders", 0) == 3
+    with open("/dev/full", "w") as full:  # a store made: a rerun would refuse, so no "rerunning is safe"
+        made = _command(python_env, "store", "create", str(tmp_path / "new"), stdout=full)
+    assert made.returncode == 3 and f"after committing the store at {tmp_path / 'new'}" in made.stderr
+    MessageStore.open(str(tmp_path / "new")).close()
     with open("/dev/full", "w") as full:  # nothing committed: the ordinary failure, which says so
         plain = _command(python_env, "pull", "G", "Orders", "0", "0", "--store", root, stdout=full)
     assert plain.returncode == 1 and "after committing" not in plain.stderr
