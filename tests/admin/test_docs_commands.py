@@ -8,9 +8,10 @@ command are its output: each must match a line of what it printed, in order, wit
 widths free (a time, an offset or a message id differs from run to run; the words and columns may not).
 
 Commands that run until stopped (``storelib serve``, ``... --follow``) are started, stopped with SIGTERM
-once they say they are serving, and must then exit 0. ``export`` lines set the variables of the commands
-after them; one whose values are ``...`` is the reader's to fill in, and the test's environment supplies
-them (for ``s3://`` roots: a local S3 server, with the bucket the block names). A block may be left out
+once they say they are serving, and must then exit 0 (``--port 8081`` taken by another process: port 0).
+``export`` lines set the variables of the commands after them; one whose values are ``...`` is the reader's
+to fill in, and the test's environment supplies them (for ``s3://`` roots: a local S3 server, with the
+bucket the block names). A block may be left out
 only for starting Spark, said in a comment just before it (``<!-- not run by ...: starts Spark ... -->``),
 which keeps this test to seconds.
 """
