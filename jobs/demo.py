@@ -110,10 +110,10 @@ def quickstart(spark: "SparkSession", root: str, messages: int = 3000) -> Quicks
     result = store.dispatch()
 
     cq = store.table("consume_queue")
-    per_queue = [
-        (r.topic, r.queue_id, r.n, r.m)
+    per_queue = [  # max offset as RocketMQ's getMaxOffsetInQueue: the next offset, one past the last message
+        (r.topic, r.queue_id, r.n, store.max_queue_offset(r.topic, r.queue_id))
         for r in cq.groupBy("topic", "queue_id")
-        .agg(F.count(F.lit(1)).alias("n"), F.max("queue_offset").alias("m"))
+        .agg(F.count(F.lit(1)).alias("n"))
         .orderBy("topic", "queue_id")
         .collect()
     ]

@@ -1,6 +1,6 @@
 -- Messages and offset range per queue, from the consume_queue table.
--- No parameters. Register the views first (storelib.sql.register_views), or run:
---   python -m storelib.sql --store ./data/quickstart sql/consume_queue_depth.sql
+-- No parameters. Register the views first (storelib.sql.register_views), or run (the store: $STORELIB_STORE):
+--   storelib sql consume_queue_depth
 SELECT topic,
        queue_id,
        count(*)          AS messages,

@@ -1,6 +1,6 @@
 -- Messages of a topic whose KEYS (or UNIQ_KEY) include a key, newest first: RocketMQ's queryMessage.
 -- Same rows as store.query_by_key(topic, key, max_num, begin, end), found the same way: the index's hash slot.
---   python -m storelib.sql --store ./data/quickstart sql/messages_by_key.sql topic=OrderEvents key=order-42
+--   storelib sql messages_by_key topic=OrderEvents key=order-42
 -- :topic string
 -- :key string
 -- :begin timestamp = 0

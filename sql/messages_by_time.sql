@@ -1,6 +1,6 @@
 -- Messages of a topic stored within a time range (both ends included), in store order.
 -- The first row of each queue is at store.search_offset(topic, queue_id, begin).
---   python -m storelib.sql --store ./data/quickstart sql/messages_by_time.sql topic=OrderEvents begin=2026-11-22T00:00:00+00:00 end=2026-11-23T00:00:00+00:00
+--   storelib sql messages_by_time topic=OrderEvents begin=2026-11-22T00:00:00+00:00 end=2026-11-23T00:00:00+00:00
 -- :topic string
 -- :begin timestamp
 -- :end timestamp

@@ -5,7 +5,10 @@ bad number before Spark starts (argparse's usage line and exit code 2). :func:`r
 body with a :class:`Progress` that logs to stderr what it is doing and for how long, prints the one
 summary line the body returns, and turns a failure into one line on stderr (exit code 2 for what the
 store refused, 1 for anything else; never a traceback) that says rerunning is safe: every job
-commits its work atomically, so a failed or killed run leaves nothing half-written.
+commits its work atomically, so a failed or killed run leaves nothing half-written. A body that failed
+after it committed something a rerun would do again (a send, a consumer offset) said so with
+:meth:`Progress.committed`: that failure is :data:`FAILED_AFTER_COMMIT` (3), in words that say what stands
+and what a rerun would do.
 
 >>> parser = job_parser("Dispatch job: build consume queue and index rows.")
 >>> parser.add_argument("--batch", type=positive_int, default=10, help="rows per batch")  # doctest: +ELLIPSIS
@@ -20,6 +23,7 @@ did 3 things
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import os
 import sys
 import time
@@ -27,7 +31,17 @@ from typing import Callable
 
 from storelib.model.errors import StoreError
 
-__all__ = ["job_parser", "positive_int", "non_negative_int", "Progress", "NothingFound", "run_job"]
+__all__ = [
+    "job_parser",
+    "positive_int",
+    "non_negative_int",
+    "time_ms",
+    "Progress",
+    "NothingFound",
+    "run_job",
+    "READER_GONE",
+    "FAILED_AFTER_COMMIT",
+]
 
 
 class _Help(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -71,6 +85,30 @@ def non_negative_int(text: str) -> int:
     return _int_at_least(text, 0)
 
 
+def time_ms(text: str) -> int:
+    """An argparse type: a time, as epoch milliseconds or an ISO 8601 time (UTC unless it names a zone);
+    returns epoch milliseconds.
+
+    >>> time_ms("1795588200123"), time_ms("2026-11-25T06:30:00.123"), time_ms("2026-11-25 07:30:00.123+01:00")
+    (1795588200123, 1795588200123, 1795588200123)
+    >>> time_ms("yesterday")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: must be epoch milliseconds or an ISO 8601 time (2026-11-25T06:30:00), got 'yesterday'
+    """
+    if text.isdigit():
+        return int(text)
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be epoch milliseconds or an ISO 8601 time (2026-11-25T06:30:00), got {text!r}"
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.timezone.utc)
+    return (when - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)) // dt.timedelta(milliseconds=1)
+
+
 def _int_at_least(text: str, lo: int) -> int:
     try:
         value = int(text)
@@ -93,6 +131,17 @@ class Progress:
     def __init__(self, job: str, stream=None, clock: Callable[[], float] = time.perf_counter) -> None:
         self.job, self.stream, self.clock = job, stream, clock
         self.started = clock()
+        #: What the job committed that a rerun would do again, and what a rerun would do (see :meth:`committed`).
+        self.done: tuple[str, str] | None = None
+
+    def committed(self, what: str, rerun: str) -> None:
+        """Say that ``what`` is committed and that a rerun would not simply redo nothing (``rerun``: what it
+        would do): from here on, a failure is :data:`FAILED_AFTER_COMMIT`, never "rerunning is safe".
+
+        >>> p = Progress("send"); p.committed("5 messages sent", "rerunning sends them again"); p.done[0]
+        '5 messages sent'
+        """
+        self.done = (what, rerun)
 
     @property
     def elapsed(self) -> float:
@@ -111,7 +160,8 @@ def run_job(job: str, body: Callable[[Progress], str | None], *, writes: bool = 
     failed and return 2 (a :class:`~storelib.model.errors.StoreError`), 1 (:class:`NothingFound`, or
     anything else) or 130 (interrupted). A job that ``writes`` adds that rerunning is safe. A reader that
     closes the output early (``| head``) is no failure of the job: :data:`READER_GONE` (141), and no claim
-    that nothing was written.
+    that nothing was written. A failure (or an interruption) after the body said :meth:`Progress.committed`
+    is :data:`FAILED_AFTER_COMMIT`, in its own words.
 
     >>> run_job("demo", lambda progress: 1 / 0)
     1
@@ -119,6 +169,11 @@ def run_job(job: str, body: Callable[[Progress], str | None], *, writes: bool = 
     ...     raise NothingFound("no message with key 'k' in topic TopicTest")
     >>> run_job("query", lookup, writes=False)
     1
+    >>> def sent_then_failed(progress):
+    ...     progress.committed("3 messages sent", "rerunning sends them again")
+    ...     raise RuntimeError("the printer caught fire")
+    >>> run_job("send", sent_then_failed)
+    3
     """
     progress = Progress(job)
     safe = " Nothing was half-written; rerunning is safe." if writes else ""
@@ -128,36 +183,69 @@ def run_job(job: str, body: Callable[[Progress], str | None], *, writes: bool = 
             print(summary, flush=True)
         sys.stdout.flush()  # what the verb printed, while a closed pipe is still ours to answer
     except BrokenPipeError:
-        return _reader_gone(job)
-    except NothingFound as e:
+        return _reader_gone(job, progress.done)
+    except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001  (a job ends in one line, never a traceback)
+        if progress.done is not None:
+            return _failed_after_commit(job, progress.done, e)
+        return _failed(job, e, progress, safe)
+    return 0
+
+
+def _failed(job: str, e: BaseException, progress: Progress, safe: str) -> int:
+    """One line for a failure before anything was committed: exit code 1, 2 or 130."""
+    if isinstance(e, NothingFound):
         print(f"not found: {e}", file=sys.stderr)
         return 1
-    except StoreError as e:
+    if isinstance(e, StoreError):
         print(f"{job} failed: {e}.{safe}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    if isinstance(e, KeyboardInterrupt):
         print(f"{job} interrupted after {progress.elapsed:.1f}s.{safe}", file=sys.stderr)
         return 130
-    except Exception as e:  # noqa: BLE001  (a job ends in one line, never a traceback)
-        first = (str(e).strip().splitlines() or [""])[0][:300]
-        print(f"{job} failed: {type(e).__name__}: {first}.{safe}", file=sys.stderr)
-        return 1
-    return 0
+    print(f"{job} failed: {type(e).__name__}: {_first_line(e)}.{safe}", file=sys.stderr)
+    return 1
+
+
+def _failed_after_commit(job: str, done: tuple[str, str], e: BaseException) -> int:
+    """One line for a failure after a commit a rerun would repeat: what stands, what failed, what a rerun
+    would do; :data:`FAILED_AFTER_COMMIT`."""
+    if isinstance(e, OSError):
+        _quiet_stdout()  # stdout itself may be what failed (a full disk): the last flush must not fail again
+    what, rerun = done
+    if isinstance(e, KeyboardInterrupt):
+        said = f"{job} was interrupted after committing {what}"
+    else:
+        said = f"{job} failed after committing {what}: {type(e).__name__}: {_first_line(e)}"
+    print(f"{said}. Do not simply rerun: {rerun}.", file=sys.stderr)
+    return FAILED_AFTER_COMMIT
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [""])[0][:300]
 
 
 #: The exit code of a command whose reader closed its output (a shell's for a process ended by SIGPIPE).
 READER_GONE = 141
+#: The exit code of a command that failed after it committed something a rerun would do again.
+FAILED_AFTER_COMMIT = 3
 
 
-def _reader_gone(job: str) -> int:
-    """The reader of stdout went away (``| head``): what the command did stands, only its output was cut.
-    Says so in one line, and points stdout at nothing so the interpreter's last flush fails no more."""
+def _quiet_stdout() -> None:
+    """Point stdout at nothing, so the interpreter's last flush of what could not be written fails no more."""
     try:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     except (OSError, ValueError):
         pass
+
+
+def _reader_gone(job: str, done: tuple[str, str] | None = None) -> int:
+    """The reader of stdout went away (``| head``): what the command did stands, only its output was cut.
+    Says so in one line (with what was committed, and what a rerun would do), and points stdout at nothing
+    so the interpreter's last flush fails no more."""
+    _quiet_stdout()
+    stands = f": {done[0]} ({done[1]})" if done else ""
     print(
-        f"{job}: the reader closed the output before all of it was written; what the command did stands",
+        f"{job}: the reader closed the output before all of it was written; what the command did stands{stands}",
         file=sys.stderr,
     )
     return READER_GONE

@@ -169,7 +169,7 @@ class StoreContext:
                 raise StoreNotFoundError(
                     "root",
                     f"no store at {root}: check the path, or make one with "
-                    "MessageStore.create(path) (a job's --create)",
+                    "'storelib store create PATH' (MessageStore.create(path); a job's --create)",
                 )
             unsafe = unsafe_commits(root)
             if unsafe:

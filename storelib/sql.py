@@ -6,7 +6,7 @@ min offset, which retention passed) plus ``messages_by_key``, the index joined t
 at. Files in ``sql/`` are one statement each, with a header naming their parameters (``-- :topic string``);
 :func:`run_file` binds the values as Spark SQL parameters, so a value is never part of the statement's text.
 
-    python -m storelib.sql --store ./data/quickstart sql/messages_by_key.sql topic=OrderEvents key=order-42
+    storelib sql messages_by_key topic=OrderEvents key=order-42 --store ./data/quickstart
 
 >>> parse_parameters("-- :topic string\\n-- :max_num int = 32\\nSELECT 1")
 {'topic': ('string', None), 'max_num': ('int', '32')}
@@ -16,14 +16,15 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
 import re
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from storelib.datasource import register
 from storelib.model.errors import SessionError, StoreError
-from storelib.session import delta_available, delta_settings, get_spark
+from storelib.session import delta_available, delta_settings
 from storelib.storage.consume_queue import moved_min_offsets
 from storelib.store import MessageStore
 
@@ -32,7 +33,16 @@ if TYPE_CHECKING:
 
     from storelib.store import MessageStore
 
-__all__ = ["register_views", "run_file", "parse_parameters", "SQL_DIR"]
+__all__ = [
+    "register_views",
+    "run_file",
+    "parse_parameters",
+    "bind",
+    "sql_file",
+    "parse_assignments",
+    "SqlParameterError",
+    "SQL_DIR",
+]
 
 SQL_DIR = Path(__file__).resolve().parents[1] / "sql"
 _PARAM = re.compile(r"^--\s*:(\w+)\s+(string|int|bigint|timestamp)\s*(?:=\s*(\S+))?\s*$")
@@ -111,26 +121,80 @@ def parse_parameters(text: str) -> dict[str, tuple[str, str | None]]:
     return out
 
 
+def sql_file(name: str | Path) -> Path:
+    """The SQL file ``name`` names: a path, else a file of ``sql/`` by its name (``.sql`` optional); a name of
+    neither raises :class:`SqlParameterError` listing the files of ``sql/``.
+
+    >>> sql_file("messages_by_key").name, sql_file(SQL_DIR / "message_by_id.sql").name
+    ('messages_by_key.sql', 'message_by_id.sql')
+    >>> sql_file("nope")   # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    storelib.sql.SqlParameterError: FILE: no SQL file 'nope', neither a path nor in sql/ (consume_queue_depth, ...)
+    """
+    path = Path(name)
+    if path.is_file():
+        return path
+    for candidate in (SQL_DIR / path.name, SQL_DIR / (path.name + ".sql")):
+        if path.parent == Path(".") and candidate.is_file():
+            return candidate
+    known = ", ".join(sorted(p.stem for p in SQL_DIR.glob("*.sql")))
+    raise SqlParameterError("FILE", f"no SQL file {str(name)!r}, neither a path nor in sql/ ({known})")
+
+
+def bind(path: str | Path, params: Mapping[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    """The statement of SQL file ``path`` and its parameters' values, checked against the file's header: an
+    unknown or missing parameter, or a value of the wrong kind, raises :class:`SqlParameterError`. Reads
+    the file alone: call it before a session starts, so a mistake costs no Spark start.
+
+    >>> bind(SQL_DIR / "message_by_id.sql", {"msg_id": "7F00"})[1]
+    {'msg_id': '7F00'}
+    >>> bind(SQL_DIR / "messages_by_key.sql", {"topic": "T"})
+    Traceback (most recent call last):
+    ...
+    storelib.sql.SqlParameterError: key: messages_by_key.sql needs :key (string)
+    """
+    path = sql_file(path)
+    text = path.read_text()
+    declared = parse_parameters(text)
+    given = dict(params or {})
+    unknown = sorted(set(given) - set(declared))
+    if unknown:
+        raise SqlParameterError("params", f"{path.name} takes {sorted(declared)}, not {unknown}")
+    args = {}
+    for name, (kind, default) in declared.items():
+        raw = given.get(name, default)
+        if raw is None:
+            raise SqlParameterError(name, f"{path.name} needs :{name} ({kind})")
+        args[name] = _convert(name, kind, raw)
+    return text.strip().rstrip(";"), args
+
+
+def parse_assignments(items: Sequence[str]) -> dict[str, str]:
+    """``name=value`` arguments as a dict; one without ``=`` raises :class:`SqlParameterError`.
+
+    >>> parse_assignments(["topic=Orders", "key=a=b"])
+    {'topic': 'Orders', 'key': 'a=b'}
+    """
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise SqlParameterError("params", "are name=value, one an argument", value=item)
+        out[name] = value
+    return out
+
+
 def run_file(spark: "SparkSession", path: str | Path, params: Mapping[str, Any] | None = None) -> "DataFrame":
     """Run one SQL file with its parameters bound (not formatted into the text); views must be registered.
+    ``path`` is a path or the name of a file of ``sql/`` (:func:`sql_file`).
 
     >>> _ = register_views(spark, store)
     >>> run_file(spark, SQL_DIR / "messages_by_key.sql", {"topic": "TopicTest", "key": "order-1"}).count()
     1
     """
-    text = Path(path).read_text()
-    declared = parse_parameters(text)
-    given = dict(params or {})
-    unknown = sorted(set(given) - set(declared))
-    if unknown:
-        raise SqlParameterError("params", f"{Path(path).name} takes {sorted(declared)}, not {unknown}")
-    args = {}
-    for name, (kind, default) in declared.items():
-        raw = given.get(name, default)
-        if raw is None:
-            raise SqlParameterError(name, f"{Path(path).name} needs :{name} ({kind})")
-        args[name] = _convert(name, kind, raw)
-    return spark.sql(text.strip().rstrip(";"), args=args)
+    text, args = bind(path, params)
+    return spark.sql(text, args=args)
 
 
 def _convert(name: str, kind: str, raw: Any) -> Any:
@@ -147,21 +211,19 @@ def _convert(name: str, kind: str, raw: Any) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m storelib.sql``: what ``storelib sql`` does (:mod:`storelib.admin`), with ``--store`` first.
+    The file and its parameters are checked before Spark starts; the store defaults to ``$STORELIB_STORE``."""
+    env = os.environ.get("STORELIB_STORE")
     parser = argparse.ArgumentParser(description="Run a storelib SQL file against a store.")
-    parser.add_argument("--store", required=True, help="root folder or URI of the store")
-    parser.add_argument("file", help="a .sql file, e.g. sql/messages_by_key.sql")
+    parser.add_argument("--store", default=env, required=env is None, help="root folder or URI ($STORELIB_STORE)")
+    parser.add_argument("file", help="a .sql file, or the name of one in sql/ (messages_by_key, ...)")
     parser.add_argument("params", nargs="*", help="name=value for each parameter in the file's header")
     args = parser.parse_args(argv)
-
     try:
-        params = dict(p.split("=", 1) for p in args.params)
-    except ValueError:
-        print("parameters are name=value", file=sys.stderr)
-        return 2
-    try:
-        spark = get_spark("storelib-sql")
-        register_views(spark, MessageStore.open(args.store, spark))
-        run_file(spark, args.file, params).show(truncate=False)
+        text, bound = bind(args.file, parse_assignments(args.params))
+        store = MessageStore.open(args.store)  # a wrong path is said before Spark starts, too
+        register_views(store.spark, store)  # Spark starts here, when first asked for
+        store.spark.sql(text, args=bound).show(truncate=False)
     except StoreError as e:
         print(f"sql failed: {e}", file=sys.stderr)
         return 2

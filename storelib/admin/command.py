@@ -15,25 +15,28 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from importlib import import_module
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from storelib.admin.output import Output
 from storelib.cli import Progress, run_job
 from storelib.model.config import SPARK_CONF_PREFIX, StoreConfig
 from storelib.store import MessageStore
 
-__all__ = ["build_parser", "main", "Verb", "add_verb"]
+__all__ = ["build_parser", "main", "Verb", "add_verb", "check_flags", "open_store", "plain"]
 
 #: A verb: what it does with the opened store; returns its summary line, or None when it printed its answer.
 Verb = Callable[[MessageStore, argparse.Namespace, Any, Progress], "str | None"]
 
 #: Where the verbs live, in the order ``--help`` lists them.
 VERB_MODULES = (
+    "storelib.admin.stores",
     "storelib.admin.topics",
     "storelib.admin.messages",
     "storelib.admin.consumers",
     "storelib.admin.upkeep",
+    "storelib.admin.sql_files",
     "storelib.admin.serving",
 )
 
@@ -42,15 +45,16 @@ class _Help(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpF
     """Defaults shown after each option's help, descriptions kept as written."""
 
 
-def _common() -> argparse.ArgumentParser:
+def _common(store: bool = True) -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     env = os.environ.get("STORELIB_STORE")
-    common.add_argument(
-        "--store",
-        default=env,
-        required=env is None,
-        help="root folder or URI of the store ($STORELIB_STORE when not given)",
-    )
+    if store:
+        common.add_argument(
+            "--store",
+            default=env,
+            required=env is None,
+            help="root folder or URI of the store ($STORELIB_STORE when not given)",
+        )
     common.add_argument(
         "--storage-option",
         action="append",
@@ -96,21 +100,66 @@ def add_verb(
     create: bool = False,
     opens: bool = True,
     prefix: str = "",
+    store: bool = True,
+    conflicts: Sequence[tuple[str, str]] = (),
+    needs: Sequence[tuple[str, str]] = (),
 ) -> argparse.ArgumentParser:
     """Register verb ``name`` (under ``prefix``, as ``topic`` is for ``topic create``): ``doc``'s first
     line is its one-line help, the rest its description; ``writes`` says a failure leaves nothing
-    half-written; ``create`` adds ``--create``; a verb that ``opens`` nothing gets ``None`` for the store.
+    half-written; ``create`` adds ``--create``; a verb that ``opens`` nothing gets ``None`` for the store;
+    one without ``store`` takes no ``--store``. Options named in a pair of ``conflicts`` are refused together,
+    the first of a pair of ``needs`` without the second (exit code 2, before anything is opened).
 
     >>> top = argparse.ArgumentParser(); sub = top.add_subparsers()
     >>> add_verb(sub, "hello", lambda *a: "hi", "Say hi.").prog.endswith("hello")
     True
     """
+    doc = plain(doc)
     first, _, rest = doc.strip().partition("\n")
-    parser = sub.add_parser(name, help=first, description=doc.strip(), parents=[_common()], formatter_class=_Help)
+    parser = sub.add_parser(name, help=first, description=doc.strip(), parents=[_common(store)], formatter_class=_Help)
     if create:
         parser.add_argument("--create", action="store_true", help="create the store if the path holds none")
-    parser.set_defaults(run=run, verb=f"{prefix} {name}".strip(), writes=writes, opens=opens)
+    parser.set_defaults(
+        run=run,
+        verb=f"{prefix} {name}".strip(),
+        writes=writes,
+        opens=opens,
+        flag_rules=(parser, tuple(conflicts), tuple(needs)),
+    )
     return parser
+
+
+def plain(text: str) -> str:
+    """A docstring as a terminal shows it: reST's literals and roles as plain words.
+
+    >>> plain("``send --file`` reads :class:`~storelib.model.message.Message` lines")
+    'send --file reads Message lines'
+    """
+    text = re.sub(r":\w+:`~?(?:[\w.]+\.)?([^`]+)`", r"\1", text)
+    return re.sub(r"``([^`]+)``", r"\1", text)
+
+
+def check_flags(args: argparse.Namespace) -> None:
+    """Refuse options given together that do not go together (the parser's usage line, exit code 2): the
+    verb's ``conflicts`` and ``needs`` (:func:`add_verb`). An option counts as given when its value is
+    not its default.
+
+    >>> args = build_parser().parse_args(["pull", "G", "T", "0", "--tag", "a", "--sql", "b > 1", "--store", "/s"])
+    >>> check_flags(args)
+    Traceback (most recent call last):
+    ...
+    SystemExit: 2
+    """
+    parser, conflicts, needs = args.flag_rules
+    defaults = {a.dest: a.default for a in parser._actions}
+    given = {dest for dest, default in defaults.items() if getattr(args, dest, default) != default}
+    flag = {a.dest: "/".join(a.option_strings) or a.dest for a in parser._actions}
+    for a, b in conflicts:
+        if a in given and b in given:
+            parser.error(f"{flag[a]} and {flag[b]} cannot be given together")
+    for a, b in needs:
+        if a in given and b not in given:
+            parser.error(f"{flag[a]} needs {flag[b]}")
 
 
 def _version() -> str:
@@ -145,6 +194,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def open_store(args: argparse.Namespace) -> MessageStore:
+    """The store a verb's arguments name (``--store``, ``--create``, ``--storage-option``, ``--set``), opened
+    without starting Spark: for a verb that ``opens`` nothing itself and opens the store when it is ready to.
+
+    >>> open_store(build_parser().parse_args(["inspect", "--store", store.root])).root == store.root
+    True
+    """
+    settings = StoreConfig.from_mapping({SPARK_CONF_PREFIX + k: v for k, v in args.settings})
+    changed = {k: getattr(settings, k) for k, _ in args.settings}
+    return MessageStore.open(
+        args.store,
+        create=getattr(args, "create", False),
+        storage_options=dict(args.storage_options) or None,
+        **changed,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command with ``argv`` (default: the process's arguments); returns the exit code.
 
@@ -156,20 +222,14 @@ def main(argv: list[str] | None = None) -> int:
     """
 
     args = build_parser().parse_args(argv)
+    check_flags(args)
     out = Output(as_json=args.json)
 
     def body(progress: Progress) -> str | None:
         if not args.opens:
             summary = args.run(None, args, out, progress)
         else:
-            settings = StoreConfig.from_mapping({SPARK_CONF_PREFIX + k: v for k, v in args.settings})
-            changed = {k: getattr(settings, k) for k, _ in args.settings}
-            with MessageStore.open(
-                args.store,
-                create=getattr(args, "create", False),
-                storage_options=dict(args.storage_options) or None,
-                **changed,
-            ) as store:
+            with open_store(args) as store:
                 summary = args.run(store, args, out, progress)
         if summary is not None:
             out.summary(summary)

@@ -126,7 +126,8 @@ def register(sub: "argparse._SubParsersAction") -> None:
         ("subscribe", _subscribe, "Register GROUP's subscription to TOPIC: a tag expression, SQL92 or a filter class."),
         ("unsubscribe", _unsubscribe, "Remove GROUP's subscription to TOPIC."),
     ):
-        p = add_verb(sub, name, run, doc, writes=True)
+        conflicts = [("tag", "sql"), ("sql", "filter_class")] if name == "subscribe" else []
+        p = add_verb(sub, name, run, doc, writes=True, conflicts=conflicts)
         p.add_argument("group", help="consumer group")
         p.add_argument("topic", help="topic")
         if name == "subscribe":
@@ -146,7 +147,7 @@ def register(sub: "argparse._SubParsersAction") -> None:
         verbs,
         "progress",
         _progress,
-        "Per queue: max offset, committed offset and lag (consumerProgress).",
+        "Per queue: max offset (the next offset), committed offset and lag (consumerProgress).",
         prefix="consumer",
     )
     p.add_argument("group", help="consumer group")

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any, cast
 
 from storelib.admin.command import add_verb
-from storelib.admin.output import Output, message_record, message_row
-from storelib.cli import NothingFound, Progress, non_negative_int, positive_int
+from storelib.admin.output import DISPATCH_HINT, Output, message_record, message_row, note_waiting
+from storelib.cli import NothingFound, Progress, non_negative_int, positive_int, time_ms
 from storelib.consume.get_message import GetMessageStatus, get_message
 from storelib.filter.selector import MessageSelector
 from storelib.model.errors import MessageError, MessageNotFoundError, StoreError
@@ -49,6 +49,9 @@ MESSAGE_FIELDS = (
     "delay_level",
     "deliver_time_ms",
 )
+
+#: The options that make the one test message: a file's lines say all of it instead.
+_ONE_MESSAGE_OPTIONS = ("body", "tags", "keys", "property", "queue_id", "delay_level", "deliver_time_ms", "count")
 
 #: Sends of more messages than this print one summary line, not a row per message (``--json`` prints all).
 SHOWN_RESULTS = 20
@@ -167,6 +170,11 @@ def _send(store: MessageStore, args: argparse.Namespace, out: Output, progress: 
             raise
         lines = cast(_Lines, messages)  # args.file: read_messages_file's
         raise _at(e, f"{args.file} line {lines.line_of[int(index)]}") from None
+    topics = sorted({r.topic for r in results})
+    progress.committed(
+        f"{len(results)} messages sent to {', '.join(topics)} (commitlog offsets from {results[0].commitlog_offset})",
+        "rerunning sends them again; 'storelib query key' or 'query id' shows what is stored",
+    )
     fields = ("send_status", "msg_id", "uniq_key", "topic", "queue_id", "queue_offset")
     if out.as_json or len(results) <= SHOWN_RESULTS:
         out.table([{f: getattr(r, f) for f in fields} for r in results])
@@ -184,6 +192,11 @@ def _pull(store: MessageStore, args: argparse.Namespace, out: Output, progress: 
     )
     if args.commit and p.next_begin_offset != offset:
         store.commit_offset(args.group, args.topic, args.queue_id, p.next_begin_offset)
+        progress.committed(
+            f"{args.group}'s offset of {args.topic} queue {args.queue_id}: {p.next_begin_offset}",
+            f"rerunning pulls from {p.next_begin_offset}, past what this pull took; pull those again with OFFSET "
+            f"{offset} (without --commit)",
+        )
     head = {
         "status": str(p.status),
         "get_status": str(p.get_status),
@@ -201,11 +214,14 @@ def _pull(store: MessageStore, args: argparse.Namespace, out: Output, progress: 
 
 
 def _query_id(store: MessageStore, args: argparse.Namespace, out: Output, progress: Progress) -> None:
-    out.record(message_record(_found(lambda: store.query_by_id(args.msg_id))))
+    found = _found(lambda: store.query_by_id(args.msg_id))
+    out.record(message_record(found))
+    note_waiting(store.undispatched(found.topic), found.topic)
 
 
 def _query_unique(store: MessageStore, args: argparse.Namespace, out: Output, progress: Progress) -> None:
     out.record(message_record(_found(lambda: store.query_by_unique_key(args.topic, args.uniq_key))))
+    note_waiting(store.undispatched(args.topic), args.topic)
 
 
 def _found(find):
@@ -221,15 +237,20 @@ def _query_key(store: MessageStore, args: argparse.Namespace, out: Output, progr
         [message_record(m) if out.as_json else message_row(m) for m in found],
         nothing=f"no message of topic {args.topic} has key {args.key!r}",
     )
+    note_waiting(store.undispatched(args.topic), args.topic)
 
 
 def _query_offset(store: MessageStore, args: argparse.Namespace, out: Output, progress: Progress) -> None:
     store.topic_config(args.topic)
     g = get_message(store.context, "", args.topic, args.queue_id, args.offset, 1)
     if g.status != GetMessageStatus.FOUND or not g.messages:
+        waiting = store.undispatched(args.topic).get((args.topic, args.queue_id), 0)
+        more = (
+            f"; {waiting} more {'waits' if waiting == 1 else 'wait'} for dispatch: {DISPATCH_HINT}" if waiting else ""
+        )
         raise NothingFound(
             f"no message at queue offset {args.offset} of {args.topic} queue {args.queue_id} "
-            f"({g.status}; the queue holds [{g.min_offset}, {g.max_offset}))"
+            f"({g.status}; the queue holds [{g.min_offset}, {g.max_offset}){more})"
         )
     out.record(message_record(g.messages[0]))
 
@@ -246,6 +267,7 @@ def register(sub: "argparse._SubParsersAction") -> None:
         "Send a test message, or every message of a JSON-lines file, in one commit "
         "(sendMessage).\n\n" + __doc__.split("\n\n")[1],
         writes=True,
+        conflicts=[("delay_level", "deliver_time_ms")] + [("file", f) for f in _ONE_MESSAGE_OPTIONS],
     )
     p.add_argument("topic", nargs="?", default=None, help="topic (a file's lines may name their own)")
     p.add_argument("--body", default="Hello storelib", help="message body (text)")
@@ -254,7 +276,9 @@ def register(sub: "argparse._SubParsersAction") -> None:
     p.add_argument("--property", action="append", metavar="KEY=VALUE", help="a user property (repeatable)")
     p.add_argument("--queue-id", type=non_negative_int, default=None, help="queue to send to (None: round robin)")
     p.add_argument("--delay-level", type=non_negative_int, default=0, help="delay level 1..18 (0: none)")
-    p.add_argument("--deliver-time-ms", type=non_negative_int, default=None, help="deliver at this epoch ms")
+    p.add_argument(
+        "--deliver-time-ms", type=time_ms, default=None, help="deliver at this time: epoch ms or ISO 8601 (UTC)"
+    )
     p.add_argument("--count", type=positive_int, default=1, help="send the message this many times")
     p.add_argument(
         "--file", default=None, help="a JSON-lines file of messages instead of one test message ('-': standard input)"
@@ -265,6 +289,7 @@ def register(sub: "argparse._SubParsersAction") -> None:
         "pull",
         _pull,
         "Pull messages of one queue as a consumer of GROUP does, with RocketMQ's statuses and offsets.",
+        conflicts=[("tag", "sql")],
     )
     p.add_argument("group", help="consumer group")
     p.add_argument("topic", help="topic")
@@ -292,8 +317,8 @@ def register(sub: "argparse._SubParsersAction") -> None:
     p.add_argument("topic", help="topic")
     p.add_argument("key", help="message key")
     p.add_argument("--max", type=positive_int, default=64, help="most messages to return (at most 64)")
-    p.add_argument("--begin", type=non_negative_int, default=None, help="earliest store time, epoch ms")
-    p.add_argument("--end", type=non_negative_int, default=None, help="latest store time, epoch ms")
+    p.add_argument("--begin", type=time_ms, default=None, help="earliest store time: epoch ms or ISO 8601 (UTC)")
+    p.add_argument("--end", type=time_ms, default=None, help="latest store time: epoch ms or ISO 8601 (UTC)")
     p = add_verb(
         verbs,
         "unique-key",

@@ -1,6 +1,7 @@
 """How the ``storelib`` command shows what it found: a readable table by default, JSON with ``--json``.
 
-Rows are plain dicts. In a table, long values are cut to fit a terminal; JSON keeps every value whole.
+Rows are plain dicts. In a table, long values are cut to fit a terminal and times are UTC times with
+milliseconds; JSON keeps every value whole, and times are epoch milliseconds.
 Nothing found is said (:class:`NothingFound`), never shown as an empty table.
 
 >>> out = Output()
@@ -28,7 +29,19 @@ from typing import IO, Any, Iterable, Mapping, Sequence
 from storelib.cli import NothingFound
 from storelib.model.message import StoredMessage
 
-__all__ = ["Output", "message_record", "message_row", "text_of"]
+__all__ = [
+    "Output",
+    "message_record",
+    "message_row",
+    "text_of",
+    "epoch_ms",
+    "DISPATCH_HINT",
+    "note_waiting",
+    "waiting_text",
+]
+
+#: What makes sent messages visible to pulls, queue offsets and lag.
+DISPATCH_HINT = "run 'storelib dispatch' (or keep 'storelib dispatch --follow' running)"
 
 #: Widest a table cell gets before it is cut (``…`` marks the cut).
 MAX_CELL = 48
@@ -97,6 +110,35 @@ class Output:
             self._print(text)
 
 
+def note_waiting(waiting: Mapping[tuple[str, int], int], topic: str, stream: IO[str] | None = None) -> None:
+    """Say on stderr how many messages sent to ``topic`` wait for dispatch (``waiting``:
+    ``MessageStore.undispatched``), if any: a look-up finds them, pulls and queue offsets do not yet.
+
+    >>> note_waiting({("Orders", 0): 2, ("Orders", 3): 1}, "Orders", sys.stdout)   # doctest: +ELLIPSIS
+    note: 3 messages sent to Orders wait for dispatch (look-ups find them; pulls, ...): run 'storelib dispatch' ...
+    """
+    n = sum(count for (t, _), count in waiting.items() if t == topic)
+    if n:
+        print(
+            f"note: {waiting_text(n, topic)} (look-ups find them; pulls, topic status and lag do not yet): "
+            f"{DISPATCH_HINT}",
+            file=stream or sys.stderr,
+        )
+
+
+def waiting_text(n: int, topic: str) -> str:
+    """How many messages wait for dispatch, in words.
+
+    >>> waiting_text(1, "Orders"), waiting_text(3, "Orders")
+    ('1 message sent to Orders waits for dispatch', '3 messages sent to Orders wait for dispatch')
+    """
+    return (
+        f"{n} message sent to {topic} waits for dispatch"
+        if n == 1
+        else f"{n} messages sent to {topic} wait for dispatch"
+    )
+
+
 def text_of(value: Any) -> str:
     """A value as a table or record shows it: times in UTC with milliseconds, maps as ``k=v``, lists joined,
     bytes as text when they are UTF-8, else as base64.
@@ -128,9 +170,23 @@ def _cell(value: Any) -> str:
     return text if len(text) <= MAX_CELL else text[: MAX_CELL - 1] + "…"
 
 
+def epoch_ms(value: dt.datetime) -> int:
+    """A time as JSON shows it: epoch milliseconds (a time without a zone is taken as UTC).
+
+    >>> epoch_ms(dt.datetime(2026, 11, 25, 6, 30, 0, 123456, tzinfo=dt.timezone.utc))
+    1795588200123
+    """
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.timezone.utc)
+    return (value - _EPOCH) // dt.timedelta(milliseconds=1)
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+
+
 def _jsonable(value: Any) -> Any:
     if isinstance(value, dt.datetime):
-        return text_of(value)
+        return epoch_ms(value)
     if isinstance(value, Mapping):
         return {str(k): _jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

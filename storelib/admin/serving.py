@@ -58,6 +58,7 @@ Any RocketMQ 5 client pointed at HOST:PORT sends, receives and acks, with tags, 
 transactions. The endpoint dispatches what arrives (unless --no-follow), delivers delayed messages and checks
 back orphaned transactions. Several endpoints over one store act as one proxy cluster.""",
         create=True,
+        conflicts=[("no_follow", "follow")],
     )
     p.add_argument("--host", default="127.0.0.1", help="listen address (0.0.0.0: all)")
     p.add_argument("--port", type=int, default=8081, help="port (0: a free one)")

@@ -6,8 +6,8 @@
 created topic Orders: 8 read / 8 write queues, perm RW-, clustered by TAGS,region
 0
 >>> main(["topic", "status", "TopicTest", "--store", store.root])   # doctest: +ELLIPSIS +NORMALIZE_WHITESPACE
-queue_id  min_offset  max_offset  last_store_time
---------  ----------  ----------  -----------------------
+queue_id  min_offset  max_offset  last_store_time          undispatched
+--------  ----------  ----------  -----------------------  ------------
        0           0  ...
        3           0  ...
 0
@@ -19,7 +19,7 @@ import argparse
 from typing import Any
 
 from storelib.admin.command import add_verb
-from storelib.admin.output import Output
+from storelib.admin.output import DISPATCH_HINT, Output, waiting_text
 from storelib.cli import Progress, non_negative_int, positive_int
 from storelib.consume.get_message import get_message
 from storelib.model.group import GroupConfig
@@ -92,11 +92,13 @@ def _list(store: MessageStore, args: argparse.Namespace, out: Output, progress: 
 
 def _delete(store: MessageStore, args: argparse.Namespace, out: Output, progress: Progress) -> str:
     store.delete_topic(args.topic)
+    progress.committed(f"the deletion of topic {args.topic}", "rerunning finds no such topic and refuses")
     return f"deleted topic {args.topic} (its messages stay until retention removes them)"
 
 
-def _status(store: MessageStore, args: argparse.Namespace, out: Output, progress: Progress) -> None:
+def _status(store: MessageStore, args: argparse.Namespace, out: Output, progress: Progress) -> str | None:
     config = store.topic_config(args.topic)
+    waiting = store.undispatched(args.topic)
     rows = []
     for q in range(config.read_queue_nums):
         max_offset = store.max_queue_offset(args.topic, q)
@@ -110,9 +112,14 @@ def _status(store: MessageStore, args: argparse.Namespace, out: Output, progress
                 "min_offset": store.min_queue_offset(args.topic, q),
                 "max_offset": max_offset,
                 "last_store_time": last,
+                "undispatched": waiting.get((args.topic, q), 0),
             }
         )
     out.table(rows)
+    total = sum(waiting.values())
+    if total and not out.as_json:
+        return f"{waiting_text(total, args.topic)}, not counted in max_offset: {DISPATCH_HINT}"
+    return None
 
 
 def _group_create(store: MessageStore, args: argparse.Namespace, out: Output, progress: Progress) -> str:
@@ -151,7 +158,16 @@ def register(sub: "argparse._SubParsersAction") -> None:
         ("create", "Create a topic, or update it (updateTopic)."),
         ("update", "Update an existing topic (updateTopic); a topic that does not exist is refused."),
     ):
-        p = add_verb(verbs, name, _create, doc, writes=True, create=name == "create", prefix="topic")
+        p = add_verb(
+            verbs,
+            name,
+            _create,
+            doc,
+            writes=True,
+            create=name == "create",
+            prefix="topic",
+            conflicts=[("queues", "read_queues"), ("queues", "write_queues")],
+        )
         p.add_argument("topic", help="topic name")
         p.add_argument(
             "--queues",
@@ -202,7 +218,12 @@ def register(sub: "argparse._SubParsersAction") -> None:
     )
     p.add_argument("topic", help="topic name")
     p = add_verb(
-        verbs, "status", _status, "Each queue's min and max offset and last store time (topicStatus).", prefix="topic"
+        verbs,
+        "status",
+        _status,
+        "Each queue's min and max offset (the next offset), last store time, and messages waiting for dispatch "
+        "(topicStatus).",
+        prefix="topic",
     )
     p.add_argument("topic", help="topic name")
 

@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 
 from storelib.admin.command import add_verb
 from storelib.admin.output import Output
-from storelib.cli import Progress, non_negative_int, positive_int
+from storelib.cli import Progress, non_negative_int, positive_int, time_ms
 from storelib.dispatch.follow import ROUND_MS
 from storelib.local.tail import TailServer
 from storelib.maintenance.upkeep import delete_expired
@@ -221,6 +221,7 @@ def register(sub: "argparse._SubParsersAction") -> None:
         "(ReputMessageService): small increments here with pyarrow, large ones as one Spark job.",
         writes=True,
         create=True,
+        needs=[(option, "follow") for option in ("interval_ms", "round_ms", "serve_pulls", "compact_every_ms")],
     )
     p.add_argument("--follow", action="store_true", help="keep dispatching as messages arrive, until SIGTERM or SIGINT")
     p.add_argument("--interval-ms", type=positive_int, default=100, help="with --follow: wait between idle rounds")
@@ -255,7 +256,7 @@ def register(sub: "argparse._SubParsersAction") -> None:
     ):
         p = add_verb(sub, name, run, doc, writes=True, create=True)
         p.add_argument(
-            "--now", type=non_negative_int, default=None, help="the time to act at, epoch ms (None: the clock)"
+            "--now", type=time_ms, default=None, help="the time to act at, epoch ms or ISO 8601 (None: the clock)"
         )
     p = add_verb(
         sub,
@@ -272,7 +273,7 @@ def register(sub: "argparse._SubParsersAction") -> None:
         help="keep files this long after their newest message (None: the file_reserved_time setting, 72)",
     )
     p.add_argument(
-        "--now", type=non_negative_int, default=None, help="the time to judge at, epoch ms (None: the clock)"
+        "--now", type=time_ms, default=None, help="the time to judge at, epoch ms or ISO 8601 (None: the clock)"
     )
     p = add_verb(
         sub,

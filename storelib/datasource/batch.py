@@ -40,7 +40,7 @@ from storelib.model.message import MessageConst
 from storelib.model.timestamps import FAR_FUTURE_MS
 from storelib.storage.commitlog_reads import read_rows
 from storelib.storage.consume_queue import read_units
-from storelib.storage.dispatched import REPUT_MARKER
+from storelib.storage.dispatched import REPUT_MARKER, undispatched_paths
 from storelib.storage.index_file import offsets_of
 from storelib.storage.tables import StoreTables
 
@@ -222,8 +222,8 @@ def _by_offsets(way: str, commitlog: Table, actions: pa.Table, offsets: Sequence
 
 def _tail(commitlog: Table, actions: pa.Table, marker: int) -> list[ReadPartition]:
     """A scan of the commitlog past a dispatch marker (what the index or consume queue does not hold yet)."""
-    tail = commitlog.prune(actions, Prune(between={"physical_offset": (marker, 2**62)}))
-    return [ReadPartition("undispatched", tuple(commitlog.paths(tail)), None, marker)] if tail.num_rows else []
+    paths = undispatched_paths(commitlog, actions, marker)
+    return [ReadPartition("undispatched", tuple(paths), None, marker)] if paths else []
 
 
 def _scan(options: SourceOptions, commitlog: Table, actions: pa.Table, pushdown: Pushdown) -> list[ReadPartition]:

@@ -4,7 +4,10 @@ RocketMQ's QueryMessageProcessor, ViewMessageById and getOffsetInQueueByTime, as
 lookup prunes the index or consume queue files by their statistics (a key's hash range, a queue),
 reads the few row groups that can match with pyarrow on this process, then reads the messages at
 the offsets it found from the commitlog files whose offset range holds them. No Spark job runs, so
-a lookup costs what it returns, not what the store holds.
+a lookup costs what it returns, not what the store holds. A look-up by key also finds the messages sent
+but not dispatched yet, as the ``rocketmq`` source does: it reads the commitlog past the index's marker
+(empty once dispatch has caught up) and files those messages as the next dispatch will; one by id reads
+the commitlog at the id's offset, dispatched or not.
 
 >>> store.query_by_id(r.msg_id).topic
 'TopicTest'
@@ -14,14 +17,17 @@ a lookup costs what it returns, not what the store holds.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
+import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from storelib.context import StoreContext
 from storelib.delta.log import add_actions
 from storelib.delta.stats import Prune
 from storelib.delta.table import Table
+from storelib.dispatch.request import REQUEST_COLUMNS, DispatchRequests
 from storelib.encoding.index_key import build_index_key, index_key_hash
 from storelib.encoding.message_id import decode_message_id, ip_bytes
 from storelib.model.errors import MessageIdError, MessageNotFoundError, StoreError
@@ -29,10 +35,8 @@ from storelib.model.message import StoredMessage
 from storelib.model.timestamps import FAR_FUTURE_MS, arrow_timestamp, epoch_ms
 from storelib.storage.commitlog_reads import read_messages
 from storelib.storage.consume_queue import min_offset, queue_max_offset
+from storelib.storage.dispatched import REPUT_MARKER, dispatched_to, queued_expression, undispatched_rows
 from storelib.storage.index_file import offsets_of
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["StoredMessage", "MessageQuery", "read_messages", "DEFAULT_QUERY_MAX_NUM", "MAX_MSGS_NUM_BATCH"]
 
@@ -48,6 +52,10 @@ class MessageQuery:
     >>> query = MessageQuery(store.context)
     >>> [m.msg_id for m in query.by_key("TopicTest", "order-1")] == [r.msg_id], query.files_touched
     (True, {'index': 1, 'commitlog': 1})
+    >>> from storelib import Message
+    >>> late = store.send(Message("TopicTest", keys=["order-1"], queue_id=2))   # not dispatched
+    >>> [m.msg_id for m in query.by_key("TopicTest", "order-1")] == [late.msg_id, r.msg_id], query.undispatched()
+    (True, {('TopicTest', 2): 1})
     >>> query.by_unique_key("TopicTest", r.uniq_key).queue_offset, query.max_queue_offset("TopicTest", r.queue_id)
     (0, 1)
     """
@@ -103,7 +111,12 @@ class MessageQuery:
             raise StoreError("key", "must be a non-empty string", value=key)
         max_num = min(max_num, MAX_MSGS_NUM_BATCH)
         lo, hi = epoch_ms(begin, "begin", default=0), epoch_ms(end, "end", default=FAR_FUTURE_MS)
-        candidates, opened = offsets_of(self.index, index_key_hash(build_index_key(topic, key)), lo, hi)
+        key_hash = index_key_hash(build_index_key(topic, key))
+        # The marker first: an index read after it holds at least up to it, so nothing falls between the two.
+        marker = self.index.view(markers=[REPUT_MARKER]).marker(REPUT_MARKER)
+        indexed, opened = offsets_of(self.index, key_hash, lo, hi)
+        waiting = self._undispatched_offsets(topic, key_hash, lo, hi, marker)
+        candidates = sorted(set(waiting).union(indexed), reverse=True)  # newest first, as offsets_of gives them
         self.files_touched = {"index": opened}
         found: list[StoredMessage] = []
         commitlog_files = 0
@@ -116,6 +129,37 @@ class MessageQuery:
                 break
         self.files_touched["commitlog"] = commitlog_files
         return found[:max_num]
+
+    def _undispatched_offsets(self, topic: str, key_hash: int, lo: int, hi: int, marker: int) -> list[int]:
+        """Commitlog offsets past the index's ``marker`` that the next dispatch files under ``key_hash`` within
+        ``[lo, hi]`` ms, newest first: the index's own rows of those messages (:class:`DispatchRequests`)."""
+        rows = undispatched_rows(self.commitlog, marker, REQUEST_COLUMNS, pc.field("topic") == topic)
+        if not rows.num_rows:
+            return []
+        entries = [cut["index"] for cut in DispatchRequests({"index": marker}, False, 0, ())(iter(rows.to_batches()))]
+        index = pa.Table.from_batches(entries)
+        stored = pc.field("store_timestamp")
+        hits = index.filter(
+            (pc.field("key_hash") == key_hash) & (stored >= arrow_timestamp(lo)) & (stored <= arrow_timestamp(hi))
+        )
+        return [int(o) for o in np.unique(hits.column("commitlog_offset").to_numpy())[::-1]]
+
+    def undispatched(self, topic: str | None = None) -> dict[tuple[str, int], int]:
+        """Messages sent but not dispatched yet, per (topic, queue) (of ``topic`` only, when given): the
+        consume queue (pulls, queue offsets) and the index do not hold them until the next dispatch, though
+        look-ups by key and id find them."""
+        wanted = queued_expression() if topic is None else queued_expression() & (pc.field("topic") == topic)
+        marker = dispatched_to(self.ctx.tables, self.ctx.config)
+        rows = undispatched_rows(self.commitlog, marker, ["topic", "queue_id"], wanted)
+        counts = rows.group_by(["topic", "queue_id"]).aggregate([([], "count_all")])
+        return {
+            (t, q): n
+            for t, q, n in zip(
+                counts.column("topic").to_pylist(),
+                counts.column("queue_id").to_pylist(),
+                counts.column("count_all").to_pylist(),
+            )
+        }
 
     def by_unique_key(self, topic: str, uniq_key: str) -> StoredMessage:
         """The message whose UNIQ_KEY (the producer's message id) is ``uniq_key``; the first stored wins."""

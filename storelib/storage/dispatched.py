@@ -1,5 +1,6 @@
 """What dispatch has done, as every reader sees it: the ``reput`` marker each dispatched table keeps in its
-Delta log, which tables dispatch writes, and which messages get a consume queue unit at all.
+Delta log, which tables dispatch writes, which messages get a consume queue unit at all, and where the
+messages past a marker are (sent, not dispatched yet: the readers that find them too read them there).
 
 >>> cq = store.context.tables.consume_queue
 >>> cq.marker(cq.snapshot(), REPUT_MARKER) == store.max_offset()
@@ -8,11 +9,12 @@ True
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from storelib.delta.stats import Prune
 from storelib.delta.table import Table
 from storelib.model.config import StoreConfig
 from storelib.model.message import SysFlag
@@ -21,7 +23,16 @@ from storelib.storage.tables import StoreTables
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["REPUT_MARKER", "queued", "queued_expression", "ahead_of_commitlog", "dispatch_targets"]
+__all__ = [
+    "REPUT_MARKER",
+    "queued",
+    "queued_expression",
+    "ahead_of_commitlog",
+    "dispatch_targets",
+    "dispatched_to",
+    "undispatched_paths",
+    "undispatched_rows",
+]
 
 #: The marker each dispatched table keeps: the commitlog offset up to which it holds rows.
 REPUT_MARKER = "reput"
@@ -75,3 +86,39 @@ def dispatch_targets(tables: StoreTables, config: StoreConfig) -> dict[str, Tabl
     if config.message_index_enable:
         targets["index"] = tables.index
     return targets
+
+
+def dispatched_to(tables: StoreTables, config: StoreConfig) -> int:
+    """The commitlog offset every dispatched table holds rows up to (the lowest ``reput`` marker): messages
+    at or past it wait for dispatch.
+
+    >>> dispatched_to(store.context.tables, store.context.config) == store.max_offset()
+    True
+    """
+    targets = dispatch_targets(tables, config).values()
+    return min(t.view(markers=[REPUT_MARKER]).marker(REPUT_MARKER) for t in targets)
+
+
+def undispatched_paths(commitlog: Table, actions: pa.Table, marker: int) -> list[str]:
+    """The commitlog files (of add ``actions``) that can hold offsets at or past ``marker``: where the messages
+    a table dispatched to ``marker`` does not hold yet are.
+
+    >>> t = store.context.tables.commitlog
+    >>> undispatched_paths(t, t.view().actions, store.max_offset()), len(undispatched_paths(t, t.view().actions, 0))
+    ([], 1)
+    """
+    return commitlog.paths(commitlog.prune(actions, Prune(between={"physical_offset": (marker, 2**62)})))
+
+
+def undispatched_rows(
+    commitlog: Table, marker: int, columns: Sequence[str], filter: pc.Expression | None = None
+) -> pa.Table:
+    """The commitlog rows at or past ``marker`` that pass ``filter``, in ``columns``, read with pyarrow.
+
+    >>> t = store.context.tables.commitlog
+    >>> undispatched_rows(t, 0, ["topic"]).column("topic").to_pylist(), undispatched_rows(t, 10**9, ["topic"]).num_rows
+    (['TopicTest'], 0)
+    """
+    paths = undispatched_paths(commitlog, commitlog.view().actions, marker)
+    past = pc.field("physical_offset") >= marker
+    return commitlog.read_arrow(paths=paths, columns=list(columns), filter=past if filter is None else past & filter)

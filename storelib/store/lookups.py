@@ -37,7 +37,8 @@ class Lookups:
 
     # ---- finding messages -------------------------------------------------------------------
     def query_by_id(self, msg_id: str) -> StoredMessage:
-        """The message with this store message id, or :class:`~storelib.model.errors.MessageNotFoundError`.
+        """The message with this store message id, dispatched or not, or
+        :class:`~storelib.model.errors.MessageNotFoundError`.
 
         An id of another store host, or a malformed id, raises :class:`~storelib.model.errors.MessageIdError`.
 
@@ -55,7 +56,8 @@ class Lookups:
         begin: Timestamp | None = None,
         end: Timestamp | None = None,
     ) -> list[StoredMessage]:
-        """Messages of ``topic`` with ``key`` among their KEYS, newest first (``max_num`` capped at 64).
+        """Messages of ``topic`` with ``key`` among their KEYS, newest first (``max_num`` capped at 64), also
+        those not dispatched yet (:meth:`undispatched`).
 
         ``begin`` and ``end`` bound the store time, inclusive: epoch milliseconds or aware datetimes.
 
@@ -88,6 +90,17 @@ class Lookups:
         True
         """
         return self._ctx.commitlog.next_offset()
+
+    def undispatched(self, topic: str | None = None) -> dict[tuple[str, int], int]:
+        """Messages sent but not dispatched yet, per (topic, queue id), of ``topic`` or of every topic: pulls,
+        queue offsets and ``consumer_lag`` do not see them until :meth:`dispatch` runs (look-ups by key and id
+        find them already). Empty when dispatch has caught up.
+
+        >>> from storelib import Message
+        >>> store.undispatched(), store.send(Message("TopicTest", queue_id=1)).queue_offset, store.undispatched()
+        ({}, 0, {('TopicTest', 1): 1})
+        """
+        return self._query.undispatched(topic)
 
     def max_queue_offset(self, topic: str, queue_id: int) -> int:
         """One past the last dispatched queue offset of (topic, queue), 0 for none (``getMaxOffsetInQueue``);

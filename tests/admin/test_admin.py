@@ -347,6 +347,7 @@ def test_every_verb_explains_its_options_with_defaults(capsys):
                     or f"(default: {action.default}" in text
                 ), (path, action.dest)
             assert action.help, (path, action.dest)
+        assert "``" not in text and ":class:" not in text, path  # no reST markup in a terminal
 
 
 @pytest.mark.slow

@@ -28,6 +28,8 @@ def test_quickstart_job(tmp_path, python_env):
     assert "OrderEvents" in text and "PaymentEvents" in text and "AuditLog" in text
     assert "messages with key 'order-200': AuditLog @ commitlog offset" in text  # 200 % 3 topics -> the third
     assert "UNIQ_KEY" in text
+    per_queue = [line.split() for line in text.splitlines() if line.startswith(("OrderEvents ", "AuditLog "))]
+    assert per_queue and all(n == m for _, _, n, m in per_queue)  # max offset: the next offset (a fresh store)
 
 
 def test_missing_java_is_a_clear_message(store, tmp_path, python_env):
