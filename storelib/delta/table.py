@@ -199,7 +199,19 @@ class Table(Reading, Committing):
 
     def refresh(self) -> None:
         """Bring the warm view forward now (what the :data:`~storelib.delta.watch.WATCHER` does for a table
-        on an object store every ``remote_look_s``, so that readers find it current)."""
+        on an object store every ``remote_look_s``, so that readers find it current). The look for new log
+        entries is made outside the table's lock, so this process's commits, which apply themselves to the
+        view under it, never wait on a look's round trips."""
+        view, now, written = self._view, time.monotonic(), commits_here(self.path)
+        if view is not None and now - self._checked < VIEW_RELOAD_S:
+            changes = changes_since(self.path, view.version)
+            with self._lock:
+                if self._view is not view:
+                    return  # moved on meanwhile (a commit of this process): the next look starts from there
+                rolled = self._rolled(view, changes)
+                if rolled is not None:
+                    self._view, self._looked, self._seen = rolled, now, written
+                    return
         with self._lock:
             self._refresh(())
 
@@ -275,7 +287,10 @@ class Table(Reading, Committing):
     def _roll(self, view: TableView) -> TableView | None:
         """``view`` brought forward through the log entries written since (itself when there are none:
         one failed open of the next entry); None when they cannot be applied."""
-        changes = changes_since(self.path, view.version)
+        return self._rolled(view, changes_since(self.path, view.version))
+
+    def _rolled(self, view: TableView, changes: LogChanges | None) -> TableView | None:
+        """``view`` with ``changes`` (read since its version) applied; None when they cannot be."""
         if changes is not None and changes.version == view.version:
             return view
         if changes is None or changes.metadata:
