@@ -22,7 +22,6 @@ import os
 import re
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -33,6 +32,7 @@ import boto3
 import pytest
 
 from storelib import MessageStore
+from tests.network import port_free
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -157,15 +157,6 @@ def _until_ready(command: str, env: dict, cwd: Path) -> subprocess.CompletedProc
     return subprocess.CompletedProcess(command, code, "".join(said["out"]), "".join(said["err"]))
 
 
-def _port_free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 @pytest.mark.parametrize("block", BLOCKS, ids=[b.where for b in BLOCKS])
 def test_the_command_block_runs_as_written(block, shell, request):
     if block.not_run:
@@ -180,7 +171,7 @@ def test_the_command_block_runs_as_written(block, shell, request):
         if command.startswith("export "):
             _exports(command, env)
             continue
-        if "--port 8081" in command and not _port_free(8081):  # another process has it: the command stands
+        if "--port 8081" in command and not port_free(8081):  # another process has it: the command stands
             command = command.replace("--port 8081", "--port 0")
         if command.startswith("storelib serve") or " --follow" in command:
             done = _until_ready(command, env, cwd)

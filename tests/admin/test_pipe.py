@@ -17,18 +17,7 @@ def test_a_reader_closing_the_output_leaves_the_send_done_and_says_so(tmp_path, 
     store.close()
     lines = tmp_path / "orders.jsonl"
     lines.write_text("".join(json.dumps({"body": f"order {i}", "keys": [f"k{i}"]}) + "\n" for i in range(5000)))
-    run = subprocess.run(
-        [
-            "bash",
-            "-c",
-            f"python -m storelib send Orders --file {lines} --json --store {root} | head -c 10 > /dev/null; "
-            'echo "exit=${PIPESTATUS[0]}" >&2',
-        ],
-        env={**python_env, "PATH": os.path.dirname(sys.executable) + os.pathsep + python_env["PATH"]},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    run = _into_head(f"send Orders --file {lines} --json --store {root}", python_env)
     assert "exit=141" in run.stderr, run.stderr[-800:]
     assert "what the command did stands" in run.stderr
     assert "half-written" not in run.stderr.lower() and "nothing was written" not in run.stderr.lower()
@@ -47,21 +36,25 @@ def test_a_pull_that_committed_says_what_stands_when_the_reader_goes(tmp_path, p
     store.send_batch([Message("Orders", body=b"x" * 16_384) for _ in range(32)])  # more than a pipe holds
     store.dispatch()
     store.close()
-    run = subprocess.run(
-        [
-            "bash",
-            "-c",
-            f"python -m storelib pull G Orders 0 --commit --json --store {root} | head -c 10 > /dev/null; "
-            'echo "exit=${PIPESTATUS[0]}" >&2',
-        ],
-        env={**python_env, "PATH": os.path.dirname(sys.executable) + os.pathsep + python_env["PATH"]},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    run = _into_head(f"pull G Orders 0 --commit --json --store {root}", python_env)
     assert "exit=141" in run.stderr, run.stderr[-800:]
     n = MessageStore.open(root).committed_offset("G", "Orders", 0)  # a pull takes at most 256 KiB
     assert n > 0 and f"what the command did stands: G's offset of Orders queue 0: {n} (rerunning pulls from {n}" in (
         run.stderr
     )
     assert "pull those again with OFFSET 0" in run.stderr and "Traceback" not in run.stderr
+
+
+def _into_head(arguments: str, python_env: dict) -> subprocess.CompletedProcess:
+    """``python -m storelib ARGUMENTS | head -c 10``, its exit code said on stderr as ``exit=N``."""
+    return subprocess.run(
+        [
+            "bash",
+            "-c",
+            f"python -m storelib {arguments} | head -c 10 > /dev/null; " + 'echo "exit=${PIPESTATUS[0]}" >&2',
+        ],
+        env={**python_env, "PATH": os.path.dirname(sys.executable) + os.pathsep + python_env["PATH"]},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )

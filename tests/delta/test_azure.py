@@ -18,6 +18,7 @@ import pytest
 
 from storelib import Message, MessageStore
 from storelib.delta.location import filesystem
+from tests.network import port_free
 
 #: Azurite's well-known development account (public, in Microsoft's documentation).
 ACCOUNT = "devstoreaccount1"
@@ -50,15 +51,6 @@ def _azurite() -> Path | None:
 PORT = 10000
 
 
-def _port_free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
-
-
 @pytest.fixture(scope="module")
 def azurite(tmp_path_factory):
     """A running Azurite blob server for the module; its options are set as the standard AZURE_* variables."""
@@ -66,7 +58,7 @@ def azurite(tmp_path_factory):
     if binary is None:
         pytest.skip("no Azurite: Node.js and npm are needed to install it")
     port = PORT
-    if not _port_free(port):
+    if not port_free(port):
         pytest.skip(f"port {port} (Azurite's, which deltalake's emulator mode needs) is taken")
     folder = tmp_path_factory.mktemp("azurite")
     proc = subprocess.Popen(
