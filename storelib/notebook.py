@@ -36,7 +36,9 @@ __all__ = ["setup", "Notebook", "EmptyResultError", "ENV_PREFIX"]
 #: Locally, parameter ``store`` is read from ``STORELIB_NOTEBOOK_STORE``, and so on.
 ENV_PREFIX = "STORELIB_NOTEBOOK_"
 #: What a store's folder may hold besides its tables, for :meth:`Notebook.fresh_store` to remove it.
-_STORE_EXTRAS = {"_staging", ".DS_Store"}
+#: The file :meth:`Notebook.fresh_store` leaves in a store it made: only such a store is removed by a later run.
+MADE_BY_NOTEBOOK = "_made_by_notebook"
+_STORE_EXTRAS = {"_staging", ".DS_Store", MADE_BY_NOTEBOOK}
 
 
 class EmptyResultError(StoreError, AssertionError):
@@ -118,13 +120,19 @@ class Notebook:
         return (self.directory / relative).resolve()
 
     def fresh_store(self) -> str:
-        """Remove what an earlier run left at :attr:`store` (a folder holding only a store's tables), so
-        every run starts empty; refuses a folder holding anything else. Returns the store's path.
+        """Remove the store an earlier run of a notebook made at :attr:`store`, so every run starts empty, and
+        mark the folder as this run's (:data:`MADE_BY_NOTEBOOK`). Nothing else is ever removed: a folder holding
+        anything but a store's tables, or a store no notebook made, is refused. Returns the store's path.
 
         >>> nb = setup({"__file__": tmp + "/demo.py", "spark": spark}, "demo", store=tmp + "/fresh")
         >>> Path(nb.fresh_store(), "commitlog").mkdir(parents=True); nb.fresh_store() == nb.store
         True
-        >>> Path(nb.store).mkdir(); _ = Path(nb.store, "notes.txt").write_text("mine")
+        >>> (Path(nb.store) / MADE_BY_NOTEBOOK).unlink(); Path(nb.store, "commitlog").mkdir()
+        >>> nb.fresh_store()  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        storelib.model.errors.StoreError: store: holds a store no notebook made; ... (got ...)
+        >>> shutil.rmtree(nb.store); Path(nb.store).mkdir(); _ = Path(nb.store, "notes.txt").write_text("mine")
         >>> nb.fresh_store()  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
@@ -135,12 +143,21 @@ class Notebook:
             return root  # an object store URI: left as it is (MessageStore.create opens what is there)
         folder = Path(root)
         if folder.is_dir():
-            foreign = sorted(p.name for p in folder.iterdir() if p.name not in TABLES and p.name not in _STORE_EXTRAS)
+            names = {p.name for p in folder.iterdir()}
+            foreign = sorted(n for n in names if n not in TABLES and n not in _STORE_EXTRAS)
             if foreign:
                 raise StoreError(
                     "store", f"holds more than a store ({', '.join(foreign[:3])}); choose an empty folder", value=root
                 )
+            if names & set(TABLES) and MADE_BY_NOTEBOOK not in names:
+                raise StoreError(
+                    "store",
+                    "holds a store no notebook made; a notebook removes only its own: choose another folder",
+                    value=root,
+                )
             shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+        (folder / MADE_BY_NOTEBOOK).write_text(f"made by the notebook {self.name}; its next run removes this store\n")
         return root
 
     def show(self, data: Any, n: int = 20, *, title: str | None = None) -> list:

@@ -109,3 +109,17 @@ def test_on_databricks_parameters_are_widgets_and_results_are_displayed(spark, t
     assert [r.n for r in rows] == [0, 1] and len(shown) == 1
     with pytest.raises(EmptyResultError):
         nb.show(spark.range(0))
+
+
+def test_a_notebook_never_removes_a_store_it_did_not_make(spark, tmp_path, monkeypatch):
+    from storelib import Message, MessageStore
+    from storelib.model.errors import StoreError
+
+    real = MessageStore.create(str(tmp_path / "real"), spark)
+    real.create_topic("Orders")
+    real.send(Message("Orders", body=b"kept"))
+    real.close()
+    monkeypatch.setenv(ENV_PREFIX + "STORE", str(tmp_path / "real"))
+    with pytest.raises(StoreError, match="holds a store no notebook made"):
+        runpy.run_path(str(ROOT / "notebooks" / "quickstart.py"), init_globals={"spark": spark}, run_name="__main__")
+    assert MessageStore.open(str(tmp_path / "real"), spark).max_offset() > 0  # still there, whole
