@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 from importlib.metadata import version
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping
@@ -39,9 +40,24 @@ __all__ = [
     "s3a_settings",
     "hadoop_version",
     "DEFAULTS_FILE",
+    "shared_file",
 ]
 
-DEFAULTS_FILE = Path(__file__).resolve().parents[1] / "spark-defaults.conf"
+
+def shared_file(name: str) -> Path:
+    """A file the project keeps beside the package (``spark-defaults.conf``, the ``sql`` folder): the checkout's
+    when storelib runs from one, else the copy an installed wheel put under ``<prefix>/share/storelib``.
+
+    >>> shared_file("sql").name, shared_file("spark-defaults.conf").exists()
+    ('sql', True)
+    """
+    here = Path(__file__).resolve().parents[1] / name
+    if here.exists():
+        return here
+    return Path(sysconfig.get_path("data")) / "share" / "storelib" / name
+
+
+DEFAULTS_FILE = shared_file("spark-defaults.conf")
 #: Spark's logging for the store's sessions: warnings and errors only (no INFO lines before a job's output).
 LOG4J2_FILE = Path(__file__).resolve().parent / "log4j2.properties"
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from storelib.datasource import register
 from storelib.model.errors import SessionError, StoreError
-from storelib.session import delta_available, delta_settings
+from storelib.session import delta_available, delta_settings, shared_file
 from storelib.storage.consume_queue import moved_min_offsets
 from storelib.store import MessageStore
 
@@ -44,7 +44,7 @@ __all__ = [
     "SQL_DIR",
 ]
 
-SQL_DIR = Path(__file__).resolve().parents[1] / "sql"
+SQL_DIR = shared_file("sql")
 _PARAM = re.compile(r"^--\s*:(\w+)\s+(string|int|bigint|timestamp)\s*(?:=\s*(\S+))?\s*$")
 _KINDS = {"string": str, "int": int, "bigint": int}
 

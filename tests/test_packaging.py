@@ -1,0 +1,80 @@
+"""The wheel: built from the checkout, installed into a fresh environment, used from another folder.
+
+The SQL files, ``spark-defaults.conf`` and the log settings travel in it (package data, or data files under
+``<prefix>/share/storelib``); the command works without the checkout. Spark is not started here (the SQL
+file's parameters are checked before it would be); the dependencies are the test environment's own.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> dict:
+    """``{"python": ..., "storelib": ..., "env": ..., "wheel": ...}`` of a fresh environment with the wheel."""
+    work = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(work), str(ROOT)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    wheel = next(work.glob("storelib-*.whl"))
+    venv = work / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q", str(wheel)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    # the dependencies from the test environment; its own storelib (the checkout's, installed editable) is
+    # reached only through a .pth file, which PYTHONPATH's folders do not run
+    env = {**os.environ, "PYTHONPATH": sysconfig.get_path("purelib")}
+    env.pop("STORELIB_STORE", None)
+    return {"python": str(python), "storelib": str(venv / "bin" / "storelib"), "env": env, "wheel": wheel}
+
+
+def test_the_wheel_holds_the_sql_files_defaults_and_log_settings(installed):
+    names = zipfile.ZipFile(installed["wheel"]).namelist()
+    sql = sorted(p.name for p in (ROOT / "sql").glob("*.sql"))
+    assert sorted(n.rsplit("/", 1)[1] for n in names if n.endswith(".sql")) == sql
+    assert any(n.endswith("share/storelib/spark-defaults.conf") for n in names)
+    assert "storelib/log4j2.properties" in names and "storelib/py.typed" in names
+
+
+def test_the_installed_command_works_from_another_folder(installed, tmp_path):
+    def run(*args: str) -> subprocess.CompletedProcess:
+        command = [installed["storelib"], *args]
+        return subprocess.run(command, cwd=tmp_path, env=installed["env"], capture_output=True, text=True, timeout=120)
+
+    where = subprocess.run(
+        [installed["python"], "-c", "import storelib, storelib.session as s; print(storelib.__file__,s.DEFAULTS_FILE)"],
+        cwd=tmp_path,
+        env=installed["env"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    module, defaults = where.stdout.split()
+    assert str(ROOT) not in module and Path(defaults).is_file() and str(ROOT) not in defaults
+    store = str(tmp_path / "store")
+    assert run("store", "create", store).returncode == 0
+    assert run("topic", "create", "Orders", "--store", store).returncode == 0
+    sent = run("send", "Orders", "--body", "hello", "--keys", "k1", "--store", store)
+    assert sent.returncode == 0, sent.stderr
+    found = run("query", "key", "Orders", "k1", "--store", store, "--json")
+    assert found.returncode == 0 and "hello" in found.stdout, found.stderr
+    refused = run("sql", "message_by_id", "--store", store)  # the installed SQL file, checked before Spark starts
+    assert refused.returncode == 2 and "message_by_id.sql needs :msg_id" in refused.stderr
