@@ -10,6 +10,7 @@ True
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -267,12 +268,55 @@ def get_spark(
     settings["spark.jars.packages"] = ",".join([delta_settings()["spark.jars.packages"], *given])
     settings.update(REQUIRED)
     settings["spark.app.name"] = app_name
+    resolving = settings["spark.jars.packages"] + "|" + settings.get("spark.jars.excludes", "")
+    kept = resolved_jars(resolving)
+    if kept:  # resolved by an earlier start: no Ivy resolution (and no report of it on stderr)
+        del settings["spark.jars.packages"]
+        settings["spark.jars"] = ",".join(j for j in (settings.get("spark.jars"), *kept) if j)
     builder = SparkSession.builder
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("STORELIB_SPARK_LOG_LEVEL") or "ERROR")
+    if not kept:
+        remember_jars(resolving, spark.sparkContext.getConf().get("spark.jars", ""))
     return ensure_session(spark)
+
+
+def _jars_record(resolving: str) -> Path:
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "storelib"
+    return cache / f"jars-{hashlib.sha256(resolving.encode()).hexdigest()[:16]}.txt"
+
+
+def resolved_jars(resolving: str) -> list[str]:
+    """The jar files an earlier session resolved for ``resolving`` (its packages and excludes), when every one
+    is still on the disk; ``[]`` otherwise (the session then resolves them with Ivy, once).
+
+    >>> resolved_jars("org.example:never-resolved:1.0|")
+    []
+    """
+    try:
+        jars = _jars_record(resolving).read_text().split()
+    except OSError:
+        return []
+    return jars if jars and all(Path(j.removeprefix("file:")).is_file() for j in jars) else []
+
+
+def remember_jars(resolving: str, jars: str) -> None:
+    """Keep the jar files Ivy resolved for ``resolving`` (a session's ``spark.jars``), for :func:`resolved_jars`.
+
+    >>> remember_jars("org.example:kept:1.0|", ""); resolved_jars("org.example:kept:1.0|")
+    []
+    """
+    local = [j for j in jars.split(",") if j.startswith(("file:", "/")) and j.endswith(".jar")]
+    if not local:
+        return
+    record = _jars_record(resolving)
+    try:
+        record.parent.mkdir(parents=True, exist_ok=True)
+        record.write_text("\n".join(local) + "\n")
+    except OSError:  # a read-only home: Ivy resolves at each start, as before
+        pass
 
 
 #: Runtime SQL settings the store relies on, set on any session it is given.

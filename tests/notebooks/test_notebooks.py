@@ -75,6 +75,7 @@ def test_quickstart_runs_as_a_script(tmp_path, python_env):
     assert out.returncode == 0, out.stderr[-3000:]
     assert "sql/messages_by_key.sql" in out.stdout and "consumer lag of Shipping" in out.stdout
     assert (tmp_path / "out" / "messages_per_queue.png").read_bytes().startswith(PNG)
+    assert ":: resolving dependencies" not in out.stderr  # Delta's jars as an earlier session resolved them
 
 
 class _Widgets:
