@@ -1,4 +1,5 @@
-"""A process that used the store exits cleanly (code 0), with or without closing it."""
+"""A process that used the store (and read one of its tables with deltalake itself) exits cleanly (code 0), with
+or without closing it."""
 
 from __future__ import annotations
 
@@ -25,6 +26,9 @@ store.dispatch()
 held = store.pull("G", "T", 0, got.next_begin_offset, suspend_timeout_ms=300)
 assert (len(got.messages), held.status) == (3, "NO_NEW_MSG"), (len(got.messages), held.status)
 assert len(store.query_by_key("%DLQ%G", "k0")) == 1
+from deltalake import DeltaTable  # a user's own read of a table, as users of Delta tables do (issue 50)
+
+assert DeltaTable(sys.argv[1] + "/commitlog").to_pyarrow_table().num_rows >= 6
 if sys.argv[3] == "spark":
     assert store.messages("%DLQ%G").count() == 3
 assert store.context.spark_started == (sys.argv[3] == "spark")
