@@ -268,6 +268,7 @@ def get_spark(
     settings["spark.jars.packages"] = ",".join([delta_settings()["spark.jars.packages"], *given])
     settings.update(REQUIRED)
     settings["spark.app.name"] = app_name
+    settings.update(console_progress(sys.stderr.isatty(), conf or {}))
     resolving = settings["spark.jars.packages"] + "|" + settings.get("spark.jars.excludes", "")
     kept = resolved_jars(resolving)
     if kept:  # resolved by an earlier start: no Ivy resolution (and no report of it on stderr)
@@ -281,6 +282,18 @@ def get_spark(
     if not kept:
         remember_jars(resolving, spark.sparkContext.getConf().get("spark.jars", ""))
     return ensure_session(spark)
+
+
+def console_progress(terminal: bool, conf: Mapping[str, str]) -> dict[str, str]:
+    """Spark's progress bar (``[Stage 3:=====>   (2 + 2) / 4]`` on stderr, for a stage past half a second) where
+    stderr is a terminal, unless ``conf`` says otherwise; nothing is changed for a pipe or a log file.
+
+    >>> console_progress(True, {}), console_progress(False, {})
+    ({'spark.ui.showConsoleProgress': 'true'}, {})
+    >>> console_progress(True, {"spark.ui.showConsoleProgress": "false"})
+    {}
+    """
+    return {"spark.ui.showConsoleProgress": "true"} if terminal and "spark.ui.showConsoleProgress" not in conf else {}
 
 
 def _jars_record(resolving: str) -> Path:
