@@ -213,7 +213,7 @@ class Producer:
                 if _ours(e):
                     raise
                 why = f"Spark could not compute the DataFrame's rows ({_gist(e)}); nothing was sent"
-                raise MessageError("df", why, value=df.columns) from None
+                raise MessageError("df", why, value=df.columns) from e
 
     # ---- lists of messages -----------------------------------------------------------------
     def encode(self, messages: Sequence[Message], topics: Mapping[str, TopicConfig]) -> list[EncodedMessage]:

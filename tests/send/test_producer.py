@@ -183,15 +183,16 @@ class TestSendDataFrame:
 
         from pyspark.errors import PySparkException
 
-        from storelib.model.errors import ExternalError
+        from storelib.model.errors import MessageError
 
         df = spark.range(0, 50, 1, 2).select(
             F.lit("TopicTest").alias("topic"),
             F.when(F.col("id") == 42, F.raise_error(F.lit("boom"))).otherwise(F.lit("b")).alias("body"),
         )
         before = store.context.tables.commitlog.snapshot().version()
-        with pytest.raises(ExternalError, match="boom") as info:  # Spark's error, under the store's hierarchy
+        with pytest.raises(MessageError, match="boom") as info:  # the frame's own failure, Spark's error chained
             store.send_dataframe(df)
+        assert info.value.field == "df"
         assert isinstance(info.value.__cause__, PySparkException)
         assert store.context.tables.commitlog.snapshot().version() == before
         staging = os.path.join(store.context.tables.commitlog.path, "_staging")
