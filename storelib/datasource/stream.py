@@ -101,6 +101,7 @@ class GroupStreamReader(DataSourceStreamReader, _AvailableNow):
             else:
                 committed = ctx.offsets.query(self.group, self.topic, q)
                 start[str(q)] = lo if committed < 0 else min(max(committed, lo), hi)
+        self._initial = start
         return start
 
     def prepareForTriggerAvailableNow(self) -> None:
@@ -108,9 +109,15 @@ class GroupStreamReader(DataSourceStreamReader, _AvailableNow):
         self._until = {str(q): hi for q, (_, hi) in self._bounds(self._context()).items()}
 
     def latestOffset(self, start: dict | None = None, limit: object = None) -> dict:
+        """The next batch's end. Spark asks from a batch's end only after writing that batch to its commit
+        log, so ``start`` is committed for the group here: when a query ends (``Trigger.AvailableNow``'s last
+        ask finds nothing new), the group's offsets equal the checkpoint's, where ``commit(end)`` alone (called
+        when Spark plans the next batch) leaves them one batch behind."""
         ends = getattr(self, "_until", None) or {str(q): hi for q, (_, hi) in self._bounds(self._context()).items()}
         if start is None:
             return ends
+        if start != getattr(self, "_initial", None):
+            self.commit(start)  # Spark plans from ``start`` only once its checkpoint's commit log holds it
         budget = getattr(limit, "max_rows", None)
         if budget is None and limit is None:
             budget = self.options.max_messages_per_trigger
