@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -34,14 +35,16 @@ def no_java(python_env, tmp_path) -> dict:
     ],
 )
 def test_a_bad_call_is_refused_before_spark_starts(no_java, argv, says):
-    for command in (["storelib", "sql"], ["storelib.sql"]):  # python -m storelib.sql: the same checks
-        if command == ["storelib.sql"] and "--store" in argv:
-            argv = ["--store", "/nonexistent/store"] + argv[:-2]
-        done = subprocess.run(
-            [sys.executable, "-m", *command, *argv], env=no_java, capture_output=True, text=True, timeout=60
-        )
-        assert done.returncode == 2 and says in done.stderr, (command, done.stderr)
-        assert len(done.stderr.splitlines()) == 1 and "Java" not in done.stderr, done.stderr
+    def refused(command: list[str]) -> tuple[list[str], subprocess.CompletedProcess]:
+        moved = command == ["storelib.sql"] and "--store" in argv  # its --store comes first
+        args = ["--store", "/nonexistent/store"] + argv[:-2] if moved else argv
+        run = [sys.executable, "-m", *command, *args]
+        return command, subprocess.run(run, env=no_java, capture_output=True, text=True, timeout=60)
+
+    with ThreadPoolExecutor(2) as pool:  # python -m storelib.sql: the same checks; both at once
+        for command, done in pool.map(refused, (["storelib", "sql"], ["storelib.sql"])):
+            assert done.returncode == 2 and says in done.stderr, (command, done.stderr)
+            assert len(done.stderr.splitlines()) == 1 and "Java" not in done.stderr, done.stderr
 
 
 def test_rows_as_a_table_and_as_json(store, capsys):
