@@ -63,9 +63,7 @@ class CommitTurn:
             self._depth += 1
             try:
                 if self._depth == 1 and is_local(self.path) and fcntl is not None:
-                    fd = os.open(
-                        os.path.join(self.path.removeprefix("file://"), COMMIT_LOCK), os.O_RDWR | os.O_CREAT, 0o644
-                    )
+                    fd = self._lock_file()
                     fcntl.flock(fd, fcntl.LOCK_EX)
                 yield self.snapshot() if snapshot else None
             except BaseException:
@@ -94,10 +92,10 @@ class CommitTurn:
             if self._depth:  # this thread holds it already
                 yield True
                 return
-            fd = os.open(os.path.join(self.path.removeprefix("file://"), COMMIT_LOCK), os.O_RDWR | os.O_CREAT, 0o644)
             try:
+                fd = self._lock_file()
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
+            except OSError:  # held by another process, or a folder this process may not write: not held
                 yield False
                 return
             self._depth += 1
@@ -109,6 +107,10 @@ class CommitTurn:
             if fd is not None:
                 os.close(fd)
             self._lock.release()
+
+    def _lock_file(self) -> int:
+        """A descriptor of the table's :data:`COMMIT_LOCK` file (made when missing), for ``flock``."""
+        return os.open(os.path.join(self.path.removeprefix("file://"), COMMIT_LOCK), os.O_RDWR | os.O_CREAT, 0o644)
 
     def snapshot(self) -> DeltaTable:
         """The warm snapshot brought to the table's newest version: for a holder of the turn (one taken with
