@@ -77,19 +77,20 @@ def _queue_continuity(consume_queue: Table) -> list[str]:
         if n != distinct or n != hi - lo + 1:
             out.append(
                 f"consume_queue: queue {row['topic']}:{row['queue_id']} holds {n} units ({distinct} distinct) for "
-                f"queue offsets {lo}..{hi}: some are missing or doubled; {_REBUILD_QUEUE}"
+                f"queue offsets {lo}..{hi}: some are missing or doubled; {_rebuild('consume_queue')}"
             )
     return out
 
 
-_REBUILD_QUEUE = "move the consume_queue folder away and dispatch again to rebuild it"
+def _rebuild(name: str) -> str:
+    return f"move the {name} folder away and dispatch again to rebuild it"
 
 
 def _repair_of(name: str, derived: dict) -> str:
     if name == "commitlog":
         return "restore it from a copy: its messages are nowhere else"
     if name in derived:
-        return f"move the {name} folder away and dispatch again to rebuild it"
+        return _rebuild(name)
     if name.endswith("_summary"):
         return f"move the {name} folder away: summaries only let filtered reads skip files"
     return "restore it from a copy"
