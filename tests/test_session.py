@@ -79,6 +79,9 @@ FOREIGN = textwrap.dedent("""
         raise AssertionError("no error")
     except StoreError as e:
         assert type(e).__name__ == "SessionError" and "io.delta:delta-spark" in str(e), e
+    from storelib.session import end_python_daemons
+    ended = end_python_daemons()                       # what runs at exit, run here to see it work
+    assert ended >= 1 and end_python_daemons() == 0, ended
     print("OK")
 """)
 
@@ -98,6 +101,7 @@ def test_a_plain_session_from_a_venv_works(tmp_path, python_env):
         [sys.executable, str(script), str(tmp_path / "store")], capture_output=True, text=True, env=env, timeout=600
     )
     assert out.returncode == 0 and out.stdout.strip().endswith("OK"), out.stdout[-1000:] + out.stderr[-3000:]
+    assert "Traceback" not in out.stderr, out.stderr[-3000:]  # no Python worker's at exit (issue 50, item 5)
 
 
 @pytest.mark.slow

@@ -323,8 +323,9 @@ Dispatcher.of(store.context, fault=lambda step: os._exit(86) if step == sys.argv
 """
 
 
-def test_dispatch_job_crash_and_rerun(spark, store, python_env):
-    """A dispatch process killed hard after writing files, then the spark-submit job run again."""
+def test_dispatch_job_crash_and_rerun(spark, store, python_env, tmp_path):
+    """A dispatch process killed hard after writing files, then the job run again through ``spark-submit``,
+    from another folder than the repository's: its log settings are still found (no INFO line, no log4j error)."""
     send_some(store, 8)
     crashed = subprocess.run(
         [sys.executable, "-c", CRASHING_DISPATCH, store.root, "index.written"],
@@ -333,11 +334,14 @@ def test_dispatch_job_crash_and_rerun(spark, store, python_env):
         text=True,
         timeout=300,
     )
-    job = [sys.executable, str(ROOT / "jobs" / "dispatch.py"), "--store", store.root]
+    submit = str(Path(sys.executable).parent / "spark-submit")
+    job = [submit, "--properties-file", str(ROOT / "spark-defaults.conf"), str(ROOT / "jobs" / "dispatch.py")]
+    job += ["--store", store.root]
     assert crashed.returncode == 86, crashed.stderr[-2000:]
     progress = store.dispatch_progress()
     assert progress["consume_queue"] == store.max_offset() and progress["index"] == 0
-    rerun = subprocess.run(job, env=python_env, capture_output=True, text=True, timeout=300)
+    rerun = subprocess.run(job, env=python_env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert not [line for line in rerun.stderr.splitlines() if " INFO " in line or "Reconfiguration failed" in line]
     assert "dispatched" in rerun.stdout
     assert_dispatched_exactly(spark, store)
