@@ -1,8 +1,9 @@
 """The wheel: built from the checkout, installed into a fresh environment, used from another folder.
 
 The SQL files, ``spark-defaults.conf`` and the log settings travel in it (package data, or data files under
-``<prefix>/share/storelib``); the command works without the checkout. Spark is not started here (the SQL
-file's parameters are checked before it would be); the dependencies are the test environment's own.
+``<prefix>/share/storelib``); the command works without the checkout, and the quick start notebook runs as a
+script from another folder (one Spark start: its SQL files and figures included). The dependencies are the test
+environment's own.
 """
 
 from __future__ import annotations
@@ -78,3 +79,30 @@ def test_the_installed_command_works_from_another_folder(installed, tmp_path):
     assert found.returncode == 0 and "hello" in found.stdout, found.stderr
     refused = run("sql", "message_by_id", "--store", store)  # the installed SQL file, checked before Spark starts
     assert refused.returncode == 2 and "message_by_id.sql needs :msg_id" in refused.stderr
+
+
+@pytest.mark.slow
+def test_the_quickstart_notebook_runs_as_a_script_with_the_wheel_from_another_folder(installed, tmp_path):
+    from storelib.notebook import ENV_PREFIX
+
+    env = {
+        **installed["env"],
+        "PYSPARK_PYTHON": installed["python"],
+        "STORELIB_SPARK_LOG_LEVEL": "ERROR",
+        ENV_PREFIX + "STORE": str(tmp_path / "store"),
+        ENV_PREFIX + "OUTPUT": str(tmp_path / "out"),
+        ENV_PREFIX + "MESSAGES": "400",
+    }
+    out = subprocess.run(
+        [installed["python"], str(ROOT / "notebooks" / "quickstart.py")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "sql/messages_by_key.sql" in out.stdout and "consumer lag of Shipping" in out.stdout
+    assert (tmp_path / "out" / "messages_per_queue.png").read_bytes().startswith(b"\x89PNG")
+    assert ":: resolving dependencies" not in out.stderr  # Delta's jars as an earlier session resolved them
+    assert "Traceback" not in out.stderr  # no Python worker's at exit either

@@ -1,15 +1,13 @@
 """The notebooks in ``notebooks/``, each run end to end against a fresh store, as a user runs them locally.
 
 In this process they run with the test session (``runpy``, as ``python notebooks/NAME.py`` would, with
-``spark`` already in their globals as on Databricks); one of them also runs as a script in a process of
-its own. Every example in them asserts what it shows, so a notebook whose example goes empty fails here.
+``spark`` already in their globals as on Databricks); the quick start also runs as a script in a process
+of its own, from the installed wheel (``tests/test_packaging.py``). Every example in them asserts what it shows, so a notebook whose example goes empty fails here.
 """
 
 from __future__ import annotations
 
 import runpy
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -54,28 +52,6 @@ def test_notebook_runs_end_to_end(spark, tmp_path, monkeypatch, path):
     for name in saved:
         data = (output / name).read_bytes()
         assert data.startswith(PNG) and len(data) > 5000, name  # a drawn figure, not an empty canvas
-
-
-@pytest.mark.slow
-def test_quickstart_runs_as_a_script(tmp_path, python_env):
-    env = {
-        **python_env,
-        ENV_PREFIX + "STORE": str(tmp_path / "store"),
-        ENV_PREFIX + "OUTPUT": str(tmp_path / "out"),
-        ENV_PREFIX + "MESSAGES": "400",
-    }
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "notebooks" / "quickstart.py")],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "sql/messages_by_key.sql" in out.stdout and "consumer lag of Shipping" in out.stdout
-    assert (tmp_path / "out" / "messages_per_queue.png").read_bytes().startswith(PNG)
-    assert ":: resolving dependencies" not in out.stderr  # Delta's jars as an earlier session resolved them
 
 
 class _Widgets:
