@@ -2,7 +2,8 @@
 
 In this process they run with the test session (``runpy``, as ``python notebooks/NAME.py`` would, with
 ``spark`` already in their globals as on Databricks); the quick start also runs as a script in a process
-of its own, from the installed wheel (``tests/test_packaging.py``). Every example in them asserts what it shows, so a notebook whose example goes empty fails here.
+of its own, from the installed wheel (``tests/test_packaging.py``). Every example in them asserts what it
+shows, so a notebook whose example goes empty fails here.
 """
 
 from __future__ import annotations
