@@ -145,6 +145,12 @@ def main(argv: list[str] | None = None) -> int:
         default=10.0,
         help="growth suite: merge fresh small files this often, as the follower does (0: never)",
     )
+    parser.add_argument(
+        "--time-travel-minutes",
+        type=int,
+        default=0,
+        help="growth suite: the store's time_travel_minutes (log entries kept that long; 0: 10 s)",
+    )
     parser.add_argument("--seconds", type=positive_int, default=60, help="online suite: how long the producers send")
     parser.add_argument(
         "--rate", type=non_negative_int, default=0, help="grpc suite: messages a second all producers send (0: no cap)"
@@ -269,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
                 compact_every_s=args.compact_every_s,
                 root=args.root,
                 progress=lambda line: print(line, file=sys.stderr, flush=True),
+                time_travel_minutes=args.time_travel_minutes,
             ),
             "admin": lambda: bench_admin(
                 spark, args.messages, root=args.root, queues=args.queues, partitions=args.partitions

@@ -196,7 +196,7 @@ class StoreContext:
     @classmethod
     def build(cls, root: str, spark: SessionSource, config: StoreConfig) -> "StoreContext":
         """The context of the store at ``root``, its tables not yet created."""
-        tables = StoreTables.at(root, dict(config.table_properties))
+        tables = StoreTables.at(root, config.delta_properties)
         tables.commitlog.sync_commits = config.flush_disk_type == "SYNC_FLUSH"  # what a send's ack promises
         return cls(
             root,

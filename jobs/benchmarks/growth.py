@@ -81,14 +81,16 @@ def bench_growth(
     compact_every_s: float = 10.0,
     root: str | None = None,
     progress: Callable[[str], object] | None = None,
+    time_travel_minutes: int = 0,
 ) -> GrowthFigures:
     """Run ``commits`` steps of send, dispatch, pull (see the module docstring); ``progress`` is handed a
-    line with each window's p50s as the window ends (a long run takes an hour or more)."""
-    from storelib import Message, MessageStore
+    line with each window's p50s as the window ends (a long run takes an hour or more). With
+    ``time_travel_minutes`` the store keeps that long a window of log entries (``StoreConfig``)."""
+    from storelib import Message, MessageStore, StoreConfig
 
     work = root or tempfile.mkdtemp(prefix="storelib-bench-")
     try:
-        store = MessageStore.create(f"{work}/growth")
+        store = MessageStore.create(f"{work}/growth", config=StoreConfig(time_travel_minutes=time_travel_minutes))
         store.create_topic(TOPIC, queues=QUEUES)
         store.subscribe(GROUP, TOPIC, "*")
         dispatcher = store.dispatcher()

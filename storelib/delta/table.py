@@ -55,6 +55,7 @@ TABLE_DEFAULTS = {"delta.checkpointInterval": "20", "delta.logRetentionDuration"
 #: orphan (:mod:`storelib.delta.orphans`) that is deleted only ``orphan_file_min_age_hours`` after that.
 TOMBSTONE_RETENTION = "interval 1 minute"
 _TOMBSTONES = "delta.deletedFileRetentionDuration"
+_LOG_RETENTION = "delta.logRetentionDuration"
 
 #: A warm view is brought forward from the log entries alone for at most this long; then delta-rs catches up
 #: (whatever the entries could not say). Below the log retention, so no entry a view still needs is cleaned up.
@@ -127,7 +128,21 @@ class Table(Reading, Committing):
                 self.spec.name, f"table at {self.path} has columns {have}, expected {self.spec.columns}"
             )
         self._shorten_tombstones(dt)
+        self._keep_log(dt)
         return self
+
+    def _keep_log(self, dt: DeltaTable) -> None:
+        """A table made with other log or tombstone retentions than the store's settings name now (such as
+        ``time_travel_minutes``) takes the ones named: time travel then reaches that far back from here on."""
+        have = dt.metadata().configuration
+        wanted = {k: self.properties[k] for k in (_LOG_RETENTION, _TOMBSTONES) if k in self.properties}
+        wanted = {k: v for k, v in wanted.items() if have.get(k) != v}
+        if not wanted:
+            return
+        try:
+            dt.alter.set_table_properties(wanted)
+        except CommitFailedError as e:  # another process's commit won: the next open tries again
+            log.info("%s: retentions left as they were for now (%s)", self.spec.name, e)
 
     @property
     def _brief(self) -> bool:

@@ -151,6 +151,11 @@ class StoreConfig:
     orphan_file_min_age_hours: int = 12
     #: Consumer offset commits kept as separate files before they are merged into one row per queue.
     consumer_offset_compact_files: int = 64
+    #: Minutes back that time travel (``VERSION AS OF``, ``versionAsOf``) reaches on every table: Delta's log
+    #: entries are kept that long past a checkpoint. 0 keeps them 10 s, for commits whose cost stays flat on
+    #: local disk (each commit lists the log's folder; the cost of a longer window is in docs/benchmarks.md).
+    #: At most ``orphan_file_min_age_hours``: the files an old version names are kept that long.
+    time_travel_minutes: int = 0
     #: Extra Delta table properties for every table the store creates.
     table_properties: Mapping[str, str] = field(default_factory=dict)
 
@@ -165,8 +170,33 @@ class StoreConfig:
             raise ConfigError(
                 "flush_disk_type", f"must be one of {', '.join(FLUSH_DISK_TYPES)}", value=self.flush_disk_type
             )
+        if self.time_travel_minutes > self.orphan_file_min_age_hours * 60:
+            raise ConfigError(
+                "time_travel_minutes",
+                f"must be at most orphan_file_min_age_hours * 60 ({self.orphan_file_min_age_hours * 60}): the files "
+                "an older version names are deleted then",
+                value=self.time_travel_minutes,
+            )
         self.store_address  # validates store_host
         self.delay_levels_ms  # validates message_delay_level
+
+    @property
+    def delta_properties(self) -> dict[str, str]:
+        """The Delta table properties these settings give every table: :attr:`table_properties`, with the log
+        and tombstone retentions of :attr:`time_travel_minutes` where that is set and the properties do not
+        name them (Delta Spark travels no further back than a table keeps its tombstones).
+
+        >>> StoreConfig(time_travel_minutes=90).delta_properties["delta.logRetentionDuration"]
+        'interval 90 minutes'
+        >>> StoreConfig(time_travel_minutes=721)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        storelib.model.errors.ConfigError: time_travel_minutes: must be at most orphan_file_min_age_hours * 60 (720)...
+        """
+        out = dict(self.table_properties)
+        if self.time_travel_minutes:
+            for key in ("delta.logRetentionDuration", "delta.deletedFileRetentionDuration"):
+                out.setdefault(key, f"interval {self.time_travel_minutes} minutes")
+        return out
 
     @property
     def store_address(self) -> tuple[str, int]:

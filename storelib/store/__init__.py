@@ -560,7 +560,8 @@ class MessageStore(Lookups, Upkeep):
         """Per queue the group reads: ``topic, queue_id, max_offset, committed_offset, lag`` (``getConsumeStats``).
 
         Queues of the group's subscribed topics, of its ``%RETRY%`` topic where it exists, and of
-        topics it committed offsets for; ``committed_offset`` is 0 where none was committed.
+        topics it committed offsets for; ``committed_offset`` is 0 where none was committed, as in RocketMQ's
+        ``getConsumeStats`` (:meth:`committed_offset`, RocketMQ's ``queryOffset``, says -1 there).
 
         >>> store.consumer_lag("GroupA").where("topic = 'TopicTest'").count()
         4

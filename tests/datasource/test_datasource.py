@@ -14,7 +14,7 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
-from storelib import Message, MessageSelector
+from storelib import Message, MessageSelector, MessageStore, StoreConfig
 from storelib.datasource.batch import plan
 from storelib.datasource.options import SourceOptions
 from storelib.datasource.pushdown import Pushdown
@@ -267,6 +267,42 @@ class TestDeltaSpark:
         assert dt.protocol().writer_features in (None, []) or "domainMetadata" not in dt.protocol().writer_features
         assert dt.metadata().configuration["delta.checkpointInterval"] == "20"
         assert spark.sql(f"SELECT count(*) AS n FROM delta.`{path}` VERSION AS OF 0").first().n == 0
+
+    @pytest.mark.parametrize("minutes", [0, 60])
+    def test_time_travel_reaches_back_as_far_as_the_setting_says(self, spark, tmp_path, minutes):
+        """Log entries half an hour old (their files' times set back) are cleaned up past the next checkpoint
+        unless ``time_travel_minutes`` keeps them: ``VERSION AS OF`` an early version works only then."""
+        import os
+        import time
+
+        root = str(tmp_path / "s")
+        store = MessageStore.create(root, spark, StoreConfig(time_travel_minutes=minutes))
+        store.create_topic("T", queues=1)
+        for i in range(25):
+            store.send(Message("T", body=b"%d" % i))
+        store.close()
+        log_dir = Path(root) / "commitlog" / "_delta_log"
+        old = time.time() - 1800
+        for entry in log_dir.iterdir():
+            os.utime(entry, (old, old))
+        store = MessageStore.open(root, spark, StoreConfig(time_travel_minutes=minutes))
+        for i in range(25):
+            store.send(Message("T", body=b"%d" % i))
+        path = store.context.tables.commitlog.path
+        store.close()
+        kept = (log_dir / f"{5:020d}.json").exists()
+        assert kept == bool(minutes)
+        if kept:
+            assert spark.sql(f"SELECT count(*) AS n FROM delta.`{path}` VERSION AS OF 5").first().n == 5
+
+    def test_a_store_takes_a_longer_time_travel_window_when_opened_with_one(self, spark, tmp_path):
+        from deltalake import DeltaTable
+
+        root = str(tmp_path / "s")
+        MessageStore.create(root, spark).close()
+        MessageStore.open(root, spark, StoreConfig(time_travel_minutes=30)).close()
+        setting = DeltaTable(root + "/commitlog").metadata().configuration["delta.logRetentionDuration"]
+        assert setting == "interval 30 minutes"
 
     def test_views_over_delta_spark(self, spark, orders):
         store, _ = orders
