@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -215,17 +213,3 @@ class TestSql:
     def test_every_sql_file_documents_a_one_liner(self):
         for path in SQL.glob("*.sql"):
             assert f"--   storelib sql {path.stem}" in path.read_text(), path.name
-
-    def test_one_liner_runs(self, filled, python_env, tmp_path):
-        """As the files' headers show it, from another folder, the store from ``$STORELIB_STORE``."""
-        store, rounds = filled
-        out = subprocess.run(
-            [sys.executable, "-m", "storelib", "sql", "message_by_id", f"msg_id={rounds[0][0].msg_id}"],
-            env={**python_env, "STORELIB_STORE": store.root},
-            capture_output=True,
-            text=True,
-            timeout=300,
-            cwd=tmp_path,
-        )
-        assert out.returncode == 0, out.stderr[-2000:]
-        assert rounds[0][0].msg_id in out.stdout
