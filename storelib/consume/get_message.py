@@ -159,9 +159,12 @@ def get_message(
         return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, nxt, min_offset, max_offset)
 
     units_per_file = config.consume_queue_file_units
-    chunks = _unit_chunks(
-        cq, queue_actions, offset, offset + scan_window(config, offset, max_offset, max_msgs), max_msgs
-    )
+    window = scan_window(config, offset, max_offset, max_msgs)
+    # A filter passes an unknown share of the units: read the scan window's units (and their ext rows) at
+    # once, which costs about what a read of the first ``max_msgs`` does (a read decodes whole row groups);
+    # without one, the first ``max_msgs`` units fill the batch.
+    filtering = message_filter is not None and not message_filter.passes_every_unit
+    chunks = _unit_chunks(cq, queue_actions, offset, offset + window, window if filtering else max_msgs)
     first = next(chunks, None)
     if first is None:
         return GetMessageResult(
