@@ -282,6 +282,8 @@ def get_spark(
         builder = builder.config(key, value)
     submitted_log_settings()
     spark = builder.getOrCreate()
+    # a session this process made: its daemons serve no one else (atexit runs this before teardown's handler)
+    atexit.register(end_python_daemons)
     spark.sparkContext.setLogLevel(os.environ.get("STORELIB_SPARK_LOG_LEVEL") or "ERROR")
     if not kept:
         remember_jars(resolving, spark.sparkContext.getConf().get("spark.jars", ""))
@@ -319,6 +321,8 @@ def end_python_daemons(timeout_s: float = 2.0) -> int:
     Spark closes its idle workers' sockets first and signals the daemons after, and a worker that sees its
     socket close in between prints a ``BrokenPipeError`` traceback on the job's stderr (about one run in
     four here, from the daemons that plan the ``rocketmq`` source's reads). Executors elsewhere end theirs.
+    :func:`get_spark` registers it for the sessions it starts; a script that starts its own session may call
+    it last (never where the driver's JVM serves other notebooks, as on Databricks).
 
     >>> end_python_daemons(0.1) >= 0
     True
@@ -444,8 +448,6 @@ def ensure_session(spark: "SparkSession") -> "SparkSession":
     for key, value in RUNTIME.items():
         spark.conf.set(key, value)
     if sc.applicationId not in _CHECKED:
-        if not _CHECKED:
-            atexit.register(end_python_daemons)  # runs before teardown's: atexit runs the last registered first
         chosen = os.environ.get("PYSPARK_PYTHON") or sc.getConf().get("spark.pyspark.python")
         if (sc.master or "").startswith("local") and not chosen and sc.pythonExec != sys.executable:
             sc.pythonExec = sys.executable  # workers of this machine, no interpreter named: this one
