@@ -35,11 +35,12 @@ def installed(tmp_path_factory) -> dict:
     venv = work / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
-    subprocess.run(
+    subprocess.run(  # with no PYTHONPATH: a checkout on it would count as storelib already installed
         [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q", str(wheel)],
         check=True,
         capture_output=True,
         timeout=300,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
     )
     # the dependencies from the test environment; its own storelib (the checkout's, installed editable) is
     # reached only through a .pth file, which PYTHONPATH's folders do not run
