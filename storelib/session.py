@@ -315,7 +315,7 @@ def submitted_log_settings() -> bool:
     return True
 
 
-def end_python_daemons(timeout_s: float = 2.0) -> int:
+def end_python_daemons(timeout_s: float = 2.0, jvm: int | None = None) -> int:
     """End the Python worker daemons of this machine's Spark driver (SIGTERM: a daemon ends its idle workers
     with it, quietly, and removes its socket); how many were ended. Runs at exit, before Spark stops itself:
     Spark closes its idle workers' sockets first and signals the daemons after, and a worker that sees its
@@ -324,15 +324,19 @@ def end_python_daemons(timeout_s: float = 2.0) -> int:
     :func:`get_spark` registers it for the sessions it starts; a script that starts its own session may call
     it last (never where the driver's JVM serves other notebooks, as on Databricks).
 
-    >>> end_python_daemons(0.1) >= 0
-    True
+    ``jvm``: the driver JVM's process id (None: the running session's). Only a process's last act: the
+    session's Python work fails from then on.
+
+    >>> end_python_daemons(0.1, jvm=os.getpid())  # this process started no daemon itself (its JVM did)
+    0
     """
     from pyspark import SparkContext
 
     if SparkContext._active_spark_context is None or not os.path.isdir("/proc"):
         return 0
-    proc = getattr(SparkContext._gateway, "proc", None)
-    jvm = proc.pid if proc is not None else os.getppid()  # under spark-submit the JVM started this interpreter
+    if jvm is None:
+        proc = getattr(SparkContext._gateway, "proc", None)
+        jvm = proc.pid if proc is not None else os.getppid()  # under spark-submit the JVM started this interpreter
     daemons = [pid for pid in _children(jvm) if b"pyspark.daemon" in _cmdline(pid)]
     for pid in daemons:
         try:
