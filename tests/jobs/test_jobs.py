@@ -192,35 +192,27 @@ def test_growth_benchmark_suite_runs(spark, tmp_path, capsys):
     assert 0 < files < 40 and tombstones > 0 and f"consume_queue at the end: {files:,} files" in out
 
 
-def test_online_benchmark_starts_its_clock_once_every_process_is_ready(tmp_path):
-    """``--suite online`` at a tiny size: every process opens the store before any sends (the clock
-    starts then, for all at once), every message sent is pulled, and each role's CPU is counted."""
+def test_online_benchmark_starts_its_clock_once_every_process_is_ready_at_the_niceness_asked(tmp_path):
+    """``--suite online`` at a tiny size: every process opens the store before any sends (the clock starts
+    then, for all at once), every message sent is pulled, each role's CPU is counted, and with
+    ``--consumer-nice`` and ``--follower-nice`` those roles run lower."""
+    import os
     from pathlib import Path
 
     from jobs.benchmarks.online import bench_online
 
-    figures = bench_online(1.5, producers=2, threads=2, window=2, consumers=1, root=str(tmp_path))
+    figures = bench_online(
+        1.5, producers=2, threads=2, window=2, consumers=2, root=str(tmp_path), consumer_nice=4, follower_nice=3
+    )
     began = float(Path(tmp_path, "go").read_text())
-    for role in ("producer0", "producer1", "consumer0"):
+    for role in ("producer0", "producer1", "consumer0", "consumer1"):
         assert Path(tmp_path, f"{role}.json.ready").stat().st_mtime <= began
     assert figures.sent > 0 and len(figures.end_to_end) == figures.sent == len(figures.acks)
     assert 1.5 <= figures.seconds < 60 and set(figures.cpu) == {"producers", "consumers", "follower"}
     assert all(s > 0 for v in figures.cpu.values() for s in v)
-
-
-def test_online_benchmark_runs_consumers_and_the_follower_at_the_niceness_asked(tmp_path):
-    """``--consumer-nice`` and ``--follower-nice``: the roles run lower, and every message is still pulled."""
-    import os
-
-    from jobs.benchmarks.online import bench_online
-
-    figures = bench_online(
-        1.0, producers=1, threads=2, window=2, consumers=2, root=str(tmp_path), consumer_nice=4, follower_nice=3
-    )
     here = os.nice(0)
     assert figures.nice == {"consumers": [min(19, here + 4)] * 2, "follower": [min(19, here + 3)]}
     assert figures.as_dict()["nice_follower"] == min(19, here + 3)
-    assert figures.sent > 0 and len(figures.end_to_end) == figures.sent
 
 
 JOBS = ["dispatch.py", "deliver_delayed.py", "check_transactions.py", "quickstart.py", "benchmark.py"]
