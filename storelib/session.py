@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Callable, Mapping
 from storelib.datasource import register
 from storelib.delta import location
 from storelib.delta.spark_read import parallelism
+from storelib.delta.teardown import stat_fields
 from storelib.model.errors import JavaNotFoundError, SessionError
 
 if TYPE_CHECKING:
@@ -350,16 +351,7 @@ def end_python_daemons(timeout_s: float = 2.0, jvm: int | None = None) -> int:
 
 
 def _children(parent: int) -> list[int]:
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    if int(f.read().rsplit(")", 1)[1].split()[1]) == parent:
-                        out.append(int(entry))
-            except (OSError, IndexError, ValueError):
-                continue
-    return out
+    return [int(e) for e in os.listdir("/proc") if e.isdigit() and stat_fields(f"/proc/{e}/stat")[1:2] == [str(parent)]]
 
 
 def _cmdline(pid: int) -> bytes:
@@ -371,11 +363,7 @@ def _cmdline(pid: int) -> bytes:
 
 
 def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
+    return stat_fields(f"/proc/{pid}/stat")[:1] not in ([], ["Z"])
 
 
 def console_progress(terminal: bool, conf: Mapping[str, str]) -> dict[str, str]:

@@ -18,7 +18,7 @@ import os
 import threading
 import time
 
-__all__ = ["settle_native_threads"]
+__all__ = ["settle_native_threads", "stat_fields"]
 
 _TASKS = "/proc/self/task"
 
@@ -38,16 +38,26 @@ def settle_native_threads(timeout_s: float = 1.0, quiet_looks: int = 3) -> bool:
     return False
 
 
+def stat_fields(path: str) -> list[str]:
+    """The fields of a Linux ``stat`` file (``/proc/PID/stat``, ``/proc/self/task/TID/stat``) after the
+    command's name: state first, then the parent's id, ...; ``[]`` once the process or thread has ended.
+
+    >>> stat_fields("/proc/self/stat")[0] in ("R", "S"), stat_fields("/proc/0/stat")
+    (True, [])
+    """
+    try:
+        with open(path) as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
 def _busy(me: int) -> bool:
     for task in os.listdir(_TASKS):
         if int(task) == me:
             continue
-        try:
-            with open(f"{_TASKS}/{task}/stat") as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue  # ended meanwhile
-        if state in ("R", "D"):
+        state = stat_fields(f"{_TASKS}/{task}/stat")[:1]  # [] when it ended meanwhile
+        if state in (["R"], ["D"]):
             return True
     return False
 
