@@ -2,12 +2,14 @@
 messages, with ``send_dataframe``'s checks and one atomic commit per write (per micro-batch).
 
 The columns are ``send_dataframe``'s (:data:`~storelib.send.arrow_frame.DATAFRAME_COLUMNS`), checked when
-the write is planned. Each task encodes its rows (:func:`~storelib.send.arrow_frame.encode_batch`),
-checks and stages them as a DataFrame send's first step does; the commit then gives the staged parts
-their offsets and commits them as the commitlog's next version (in the process Spark commits in, as
-Python data sources commit), or raises the first refused row's typed error with nothing written. A
-micro-batch commits with a marker of its query and batch id, so a batch Spark replays after a restart is
-not stored twice. A message store only appends: ``overwrite`` is refused.
+the write is planned; rows read with the source write back as they are (the store's own columns and the
+properties that repeat them are given anew: :data:`~storelib.send.arrow_frame.ASSIGNED_COLUMNS`,
+:data:`~storelib.send.arrow_frame.MIRRORED_PROPERTIES`). Each task encodes its rows
+(:func:`~storelib.send.arrow_frame.encode_batch`), checks and stages them as a DataFrame send's first step
+does; the commit then gives the staged parts their offsets and commits them as the commitlog's next version
+(in the process Spark commits in, as Python data sources commit), or raises the first refused row's typed
+error with nothing written. A micro-batch commits with a marker of its query and batch id, so a batch Spark
+replays after a restart is not stored twice. A message store only appends: ``overwrite`` is refused.
 
 >>> df = spark.createDataFrame([("TopicTest", "hello", "TagS")], "topic string, body string, tags string")
 >>> df.write.format("rocketmq").option("store", store.root).mode("append").save()

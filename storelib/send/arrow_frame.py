@@ -33,8 +33,18 @@ from storelib.encoding.record import body_crcs
 from storelib.model.errors import MessageError
 from storelib.model.message import PROPERTY_JOIN, MessageConst
 from storelib.send.frame import NULL_KEY
+from storelib.storage.schema import COMMITLOG
 
-__all__ = ["DATAFRAME_COLUMNS", "NULL_VALUE", "check_columns", "spark_types", "arrow_types", "encode_batch"]
+__all__ = [
+    "DATAFRAME_COLUMNS",
+    "ASSIGNED_COLUMNS",
+    "MIRRORED_PROPERTIES",
+    "NULL_VALUE",
+    "check_columns",
+    "spark_types",
+    "arrow_types",
+    "encode_batch",
+]
 
 _INTEGERS = ("tinyint", "smallint", "int", "bigint")
 #: The columns a DataFrame (or Arrow batch) of messages may have, and the Spark types each may have
@@ -51,6 +61,14 @@ DATAFRAME_COLUMNS: dict[str, tuple[str, ...]] = {
     "born_timestamp": ("timestamp",),
     "born_host": ("string",),
 }
+#: Columns of a stored message that the store assigns at every write (offsets, size, ids, store time and host,
+#: CRC, system flag, reconsume times): a frame read from the store (the ``rocketmq`` source's rows) may carry them
+#: and writes back as it is; the new messages get their own.
+ASSIGNED_COLUMNS = frozenset(COMMITLOG.columns) - set(DATAFRAME_COLUMNS) - {"cluster_seq"}
+#: System properties that repeat a row's own columns (``tags``, ``keys``) or the id the store gives each message:
+#: a row read from the store carries them; they are taken from the row's columns and the new id, never from the
+#: map. Every other system property in a row's map is refused with its name.
+MIRRORED_PROPERTIES = (MessageConst.TAGS, MessageConst.KEYS, MessageConst.UNIQ_KEY)
 #: How a null property value crosses (it is refused as blank): a separator, which no value may hold.
 NULL_VALUE = PROPERTY_SEPARATOR
 _OPTIONAL = {"queue_id": pa.int64(), "flag": pa.int64(), "born_host": pa.string()}
@@ -68,7 +86,9 @@ _ARROW_NAMES = {
 
 def check_columns(types: Mapping[str, str]) -> None:
     """The rule for a DataFrame's columns, given as ``{name: Spark simpleString}``: only
-    :data:`DATAFRAME_COLUMNS`, ``topic`` among them, each of one of its allowed types."""
+    :data:`DATAFRAME_COLUMNS`, ``topic`` among them, each of one of its allowed types; the store's own
+    :data:`ASSIGNED_COLUMNS` are let through and ignored."""
+    types = {name: kind for name, kind in types.items() if name not in ASSIGNED_COLUMNS}
     unknown = sorted(set(types) - set(DATAFRAME_COLUMNS))
     if unknown:
         raise MessageError("columns", f"unknown message columns {unknown}; allowed: {sorted(DATAFRAME_COLUMNS)}")
@@ -169,6 +189,7 @@ def _properties(props: pa.Array | None, n: int) -> dict[str, pa.Array]:
     props = props.cast(pa.map_(pa.string(), pa.string()))
     if isinstance(props, pa.ChunkedArray):
         props = props.combine_chunks()
+    props = _without_mirrored(props)
     names = pa.ListArray.from_arrays(props.offsets, props.keys)  # offsets and entries of the same buffers
     values = pa.ListArray.from_arrays(props.offsets, props.items)
     count = pc.if_else(pc.is_null(props), 0, pc.list_value_length(names)).cast(pa.int32())
@@ -178,6 +199,28 @@ def _properties(props: pa.Array | None, n: int) -> dict[str, pa.Array]:
         "property_values": pc.if_else(some, _join(values, PROPERTY_JOIN, NULL_VALUE), None),
         "property_count": count,
     }
+
+
+def _without_mirrored(props: pa.MapArray) -> pa.MapArray:
+    """``props`` without the :data:`MIRRORED_PROPERTIES` entries (maps that held only those become empty).
+
+    >>> m = pa.array([[("TAGS", "TagA"), ("a", "1")], None], pa.map_(pa.string(), pa.string()))
+    >>> _without_mirrored(m).to_pylist()
+    [[('a', '1')], None]
+    """
+    first, last = props.offsets[0].as_py(), props.offsets[-1].as_py()
+    entries = props.values.slice(first, last - first)  # the slice's entries: a struct of key and value
+    keys, items = entries.field(0), entries.field(1)
+    drop = pc.is_in(keys, value_set=pa.array(MIRRORED_PROPERTIES))
+    if not pc.any(drop).as_py():
+        return props
+    starts = pc.subtract(props.offsets, props.offsets[0])
+    lists = pa.ListArray.from_arrays(starts, keys)
+    keep = pc.invert(drop)
+    kept = np.bincount(pc.list_parent_indices(lists).filter(keep).to_numpy(zero_copy_only=False), minlength=len(props))
+    nulls = np.append(pc.is_null(props).to_numpy(zero_copy_only=False), False)
+    offsets = pa.array(np.concatenate([[0], np.cumsum(kept)]).astype(np.int32), mask=nulls)
+    return pa.MapArray.from_arrays(offsets, keys.filter(keep), items.filter(keep))
 
 
 def _join(lists: pa.Array, separator: str, null_as: str | None) -> pa.Array:

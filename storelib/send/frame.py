@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import zlib
 from dataclasses import dataclass
-from typing import Mapping, cast
+from typing import Mapping, Union, cast
 
 import numpy as np
 import pyarrow as pa
@@ -43,6 +43,10 @@ from storelib.model.validation import (
 from storelib.storage.schema import COMMITLOG
 
 __all__ = ["EncodedFrame", "UniqKeys", "BatchTopics", "NULL_KEY"]
+
+#: Why rows are refused: one record (an error as JSON) for every row the check hits, one per distinct topic, or
+#: one per distinct value of a column with each row's index among them.
+_Record = Union[str, list[str | None], list[str], tuple[list[str | None], np.ndarray]]
 
 
 @dataclass(frozen=True)
@@ -162,7 +166,7 @@ class EncodedFrame:
         tags = Distinct.of(batch.column("tags"))
         per_topic = topics.distinct.per_row
         # (rows refused, their record): a record per rule, or per distinct topic (an index into ``texts``).
-        checks: list[tuple[np.ndarray, str | list[str | None] | list[str]]] = [
+        checks: list[tuple[np.ndarray, _Record]] = [
             (per_topic(np.array([r is not None for r in topics.name_refusals])), topics.name_refusals),
             (pc.is_null(body).to_numpy(zero_copy_only=False), _record(BODY_NULL.error())),
             (
@@ -180,7 +184,11 @@ class EncodedFrame:
         texts: list[str | None] = [None]
         choices = []
         for _, record in checks:
-            if isinstance(record, list):  # one record per distinct topic
+            if isinstance(record, tuple):  # one record per distinct value of a column: (records, each row's)
+                per_value, rows = record
+                choices.append(len(texts) + rows)
+                texts.extend(per_value)
+            elif isinstance(record, list):  # one record per distinct topic
                 choices.append(len(texts) + topics.distinct.rows)
                 texts.extend(record)
             else:
@@ -192,19 +200,26 @@ class EncodedFrame:
         return pa.array(texts, pa.string()).take(pa.array(code))
 
     @staticmethod
-    def _property_refusals(batch: pa.RecordBatch) -> list[tuple[np.ndarray, str]]:
+    def _property_refusals(batch: pa.RecordBatch) -> list[tuple[np.ndarray, _Record]]:
         """``putUserProperty``'s checks and the encoding's separators, over the joined names and values."""
         joined_names, joined_values = batch.column("property_names"), batch.column("property_values")
         count = batch.column("property_count").to_numpy(zero_copy_only=False)
         names = Distinct.of(joined_names)
         distinct = names.values
         split = pc.split_pattern(distinct, PROPERTY_JOIN)
+        flat = pc.list_flatten(split)
+        hits = matches(pc.is_in(flat, value_set=pa.array(sorted(RESERVED_PROPERTIES))))
+        parents = pc.list_parent_indices(split).to_numpy()[hits]
         reserved_names = np.zeros(len(distinct), dtype=bool)
-        reserved_names[
-            pc.list_parent_indices(split).to_numpy()[
-                matches(pc.is_in(pc.list_flatten(split), value_set=pa.array(sorted(RESERVED_PROPERTIES))))
-            ]
-        ] = True
+        reserved_names[parents] = True
+        # each distinct set of names' first reserved one, named in its refusal as the list path names it
+        first: dict[int, str] = {}
+        for parent, name in zip(parents, flat.filter(pa.array(hits)).to_pylist()):
+            first.setdefault(int(parent), name)
+        reserved_texts = [
+            _record(RESERVED_PROPERTY.error(field=f"properties[{first[i]!r}]")) if i in first else None
+            for i in range(len(distinct) + 1)  # one past the end: rows with no properties
+        ]
         per_row = names.per_row  # null names (no properties) pass
 
         def entries(joined: pa.Array) -> np.ndarray:
@@ -220,7 +235,7 @@ class EncodedFrame:
             | matches(pc.match_substring(joined_values, PROPERTY_SEPARATOR))
         )
         return [
-            (per_row(reserved_names), _record(RESERVED_PROPERTY.error())),
+            (per_row(reserved_names), (reserved_texts, names.rows)),
             (blank, _record(BLANK_PROPERTY.error())),
             (separators, _record(PROPERTY_SEPARATORS.error())),
         ]

@@ -31,7 +31,7 @@ from storelib.model.errors import MessageError, error_from_record
 from storelib.model.message import PROPERTY_JOIN, Message, MessageConst, SendResult, SysFlag
 from storelib.model.topic import TopicConfig
 from storelib.model.validation import check_queue_id, check_send_topic, validate_message
-from storelib.send.arrow_frame import DATAFRAME_COLUMNS, NULL_VALUE, check_columns, spark_types
+from storelib.send.arrow_frame import DATAFRAME_COLUMNS, MIRRORED_PROPERTIES, NULL_VALUE, check_columns, spark_types
 from storelib.send.frame import NULL_KEY, EncodedFrame, UniqKeys
 from storelib.send.group_commit import GroupCommitProducer, then
 from storelib.send.schedule import plan_schedule, split_timer_properties, timer_deliver_ms
@@ -301,6 +301,7 @@ class Producer:
         user = F.coalesce(
             col("properties", F.lit(None).cast("map<string,string>")), F.create_map().cast("map<string,string>")
         )
+        user = F.map_filter(user, lambda name, _: ~name.isin(list(MIRRORED_PROPERTIES)))  # the columns' say
         names, values, count = self._joined_properties(user)
         # integers cross as 64 bits and are range-checked per row (EncodedFrame.refusals): no silent wrap
         given = {

@@ -138,9 +138,9 @@ BAD_ROWS = [
     ),
     pytest.param(lambda: (None, F.lit(9), None), InvalidQueueIdError, "queue_id", id="queue-id"),
     pytest.param(
-        lambda: (None, None, F.create_map(F.lit("KEYS"), F.lit("x"))),
+        lambda: (None, None, F.create_map(F.lit("a"), F.lit("1"), F.lit("DELAY"), F.lit("3"))),
         ReservedPropertyError,
-        "properties",
+        "properties['DELAY']",
         id="reserved",
     ),
     pytest.param(
