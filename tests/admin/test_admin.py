@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -361,33 +362,29 @@ def test_point_lookups_run_as_a_command_without_spark_or_java(filled, python_env
     script = Path(sys.executable).parent / "storelib"
     command = [str(script)] if script.exists() else [sys.executable, "-m", "storelib"]
     r = results[5]
-    for argv, says in [
+    python = [sys.executable, "-m", "storelib"]
+    answered = [
         (["query", "id", r.msg_id], f"OffsetID:          {r.msg_id}"),
         (["query", "key", "TopicTest", "k5"], r.msg_id),
         (["pull", "GroupP", "TopicTest", str(r.queue_id), "0"], "status=FOUND"),
         (["consumer", "progress", "GroupP"], "total lag"),
         (["topic", "status", "TopicTest"], "last_store_time"),
         (["inspect"], "commitlog offsets [0, "),
-    ]:
-        out = subprocess.run(command + argv, env=env, capture_output=True, text=True, timeout=120)
+    ]
+    runs = [command + argv for argv, _ in answered] + [
+        python + ["query", "key", "TopicTest", "nope"],
+        python + ["dispatch"],
+        python + ["topic", "list", "--store", os.devnull + "/x"],
+    ]
+
+    def run(argv: list[str]) -> subprocess.CompletedProcess:
+        return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+
+    with ThreadPoolExecutor(2) as pool:  # two at a time: none of them writes (dispatch finds nothing new)
+        outs = list(pool.map(run, runs))
+    for (argv, says), out in zip(answered, outs):
         assert out.returncode == 0 and says in out.stdout, (argv, out.stdout, out.stderr[-2000:])
-    out = subprocess.run(
-        [sys.executable, "-m", "storelib", "query", "key", "TopicTest", "nope"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert (out.returncode, out.stdout) == (1, "") and out.stderr.startswith("not found: ")
-    out = subprocess.run(
-        [sys.executable, "-m", "storelib", "dispatch"], env=env, capture_output=True, text=True, timeout=120
-    )
-    assert out.returncode == 0 and out.stdout.startswith("nothing new"), out.stderr[-2000:]  # nothing to do: no Spark
-    out = subprocess.run(
-        [sys.executable, "-m", "storelib", "topic", "list", "--store", os.devnull + "/x"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert out.returncode == 2 and "Traceback" not in out.stderr and len(out.stderr.splitlines()) == 1
+    missing, dispatched, no_store = outs[len(answered) :]
+    assert (missing.returncode, missing.stdout) == (1, "") and missing.stderr.startswith("not found: ")
+    assert dispatched.returncode == 0 and dispatched.stdout.startswith("nothing new"), dispatched.stderr[-2000:]
+    assert no_store.returncode == 2 and "Traceback" not in no_store.stderr and len(no_store.stderr.splitlines()) == 1
