@@ -23,7 +23,7 @@ got = store.pull("G", "T", 0, 0)
 for m in got.messages:
     store.send_back(m, "G", -1)
 store.dispatch()
-held = store.pull("G", "T", 0, got.next_begin_offset, suspend_timeout_ms=300)
+held = store.pull("G", "T", 0, got.next_begin_offset, suspend_timeout_ms=100)
 assert (len(got.messages), held.status) == (3, "NO_NEW_MSG"), (len(got.messages), held.status)
 assert len(store.query_by_key("%DLQ%G", "k0")) == 1
 from deltalake import DeltaTable  # a user's own read of a table, as users of Delta tables do (issue 50)
