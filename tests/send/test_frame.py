@@ -91,11 +91,14 @@ class TestEncodedFrame:
             )
             expected = None
         except StoreError as e:
-            expected = (type(e).__name__, e.field.split("[")[0])
+            expected = (type(e).__name__, e.field)
         good = self.batch([[("g", "1")]] * 3)
         bad = self.batch([list(props.items())], [tags], [keys])
         errors = self.frame().refusals(pa.Table.from_batches([good, bad]).combine_chunks().to_batches()[0]).to_pylist()
         assert errors[:3] == [None] * 3
         record = errors[3] and json.loads(errors[3])
         found = record and (record["error"], record["field"])
-        assert found == expected
+        outline = lambda f: f and (f[0], f[1].split("[")[0])  # noqa: E731  (the frame names some keys, not all)
+        assert outline(found) == outline(expected)
+        if found and "[" in found[1]:
+            assert found == expected  # a key the frame names is the one the list path names
