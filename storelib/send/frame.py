@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import zlib
 from dataclasses import dataclass
-from typing import Mapping, Union, cast
+from typing import Mapping, Sequence, Union, cast
 
 import numpy as np
 import pyarrow as pa
@@ -44,9 +44,9 @@ from storelib.storage.schema import COMMITLOG
 
 __all__ = ["EncodedFrame", "UniqKeys", "BatchTopics", "NULL_KEY"]
 
-#: Why rows are refused: one record (an error as JSON) for every row the check hits, one per distinct topic, or
-#: one per distinct value of a column with each row's index among them.
-_Record = Union[str, list[str | None], list[str], tuple[list[str | None], np.ndarray]]
+#: Why rows are refused: one record (an error as JSON) for every row the check hits, or one per distinct value of
+#: a column (a topic, a set of property names) with each row's index among them.
+_Record = Union[str, tuple[Sequence[str | None], np.ndarray]]
 
 
 @dataclass(frozen=True)
@@ -164,10 +164,10 @@ class EncodedFrame:
         if self.keys_array and keys_separators.any():
             null_keys = matches(pc.match_substring_regex(keys, NULL_KEY_PATTERN))
         tags = Distinct.of(batch.column("tags"))
-        per_topic = topics.distinct.per_row
+        per_topic, rows = topics.distinct.per_row, topics.distinct.rows
         # (rows refused, their record): a record per rule, or per distinct topic (an index into ``texts``).
         checks: list[tuple[np.ndarray, _Record]] = [
-            (per_topic(np.array([r is not None for r in topics.name_refusals])), topics.name_refusals),
+            (per_topic(np.array([r is not None for r in topics.name_refusals])), (topics.name_refusals, rows)),
             (pc.is_null(body).to_numpy(zero_copy_only=False), _record(BODY_NULL.error())),
             (
                 matches(pc.greater(pc.binary_length(body), self.max_body)),
@@ -178,19 +178,16 @@ class EncodedFrame:
             (keys_separators, _record(KEYS_SEPARATORS.error())),
             ((flag < -(2**31)) | (flag >= 2**31), _record(FLAG_RANGE.error())),
             *self._property_refusals(batch),
-            (per_topic(np.array([r is not None for r in topics.use_refusals])), topics.use_refusals),
-            (given & ((qid < 0) | (qid >= per_topic(topics.queues))), topics.queue_refusals),
+            (per_topic(np.array([r is not None for r in topics.use_refusals])), (topics.use_refusals, rows)),
+            (given & ((qid < 0) | (qid >= per_topic(topics.queues))), (topics.queue_refusals, rows)),
         ]
         texts: list[str | None] = [None]
         choices = []
         for _, record in checks:
             if isinstance(record, tuple):  # one record per distinct value of a column: (records, each row's)
-                per_value, rows = record
-                choices.append(len(texts) + rows)
+                per_value, of_row = record
+                choices.append(len(texts) + of_row)
                 texts.extend(per_value)
-            elif isinstance(record, list):  # one record per distinct topic
-                choices.append(len(texts) + topics.distinct.rows)
-                texts.extend(record)
             else:
                 choices.append(np.full(n, len(texts)))
                 texts.append(record)
