@@ -1,21 +1,24 @@
 """The ``rocketmq`` source's options in the spirit of Spark's Kafka source: several topics (a list, a pattern),
 starting offsets per topic and queue or by time, batch offset ranges, Kafka's names as aliases, refusals at
-``load()`` with the store's own errors."""
+``load()`` with the store's own errors, and every option in the guide's table."""
 
 from __future__ import annotations
 
 import json
+import re
 import time
+from pathlib import Path
 
 import pytest
 from chispa import assert_df_equality
 from pyspark.errors import AnalysisException
 
 from storelib import Message
-from storelib.datasource.options import SourceOptions
+from storelib.datasource.options import ALIASES, OPTIONS, SourceOptions
 from storelib.datasource.stream import GroupStreamReader
 from storelib.model.errors import DataSourceOptionError, InvalidTopicError, OffsetError
 
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guide.md"
 SHOWN = ["topic", "queue_id", "queue_offset", "msg_id"]
 
 
@@ -98,6 +101,13 @@ class TestParsing:
         with pytest.raises(InvalidTopicError) as e:
             SourceOptions.parse({"store": "/s", "topics": "Orders,,Audit"})
         assert e.value.field == "topics"
+
+    def test_every_option_is_in_the_guides_table(self):
+        text = GUIDE.read_text()
+        section = text[text.index("the `rocketmq` data source") :]
+        table = [line for line in section.splitlines() if line.startswith("| `")]
+        named = {n for line in table for cell in line.split("|")[1:3] for n in re.findall(r"`([^`]+)`", cell)}
+        assert set(OPTIONS.values()) | set(ALIASES) <= named
 
 
 class TestAtLoad:
