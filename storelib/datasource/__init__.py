@@ -26,6 +26,7 @@ from pyspark.sql.types import StructType
 
 from storelib.datasource.batch import MessageReader
 from storelib.datasource.options import SourceOptions
+from storelib.datasource.scope import check
 from storelib.datasource.sink import MessageStreamWriter, MessageWriter
 from storelib.datasource.stream import GroupStreamReader
 
@@ -50,7 +51,11 @@ class RocketMQDataSource(DataSource):
         return NAME
 
     def schema(self) -> StructType:
-        return SourceOptions.parse(self.options).schema()
+        """The rows' schema; Spark asks at ``load()``, so the options are checked against the store here
+        (:func:`~storelib.datasource.scope.check`: the store, its topics, the group's subscriptions)."""
+        options = SourceOptions.parse(self.options)
+        check(options)
+        return options.schema()
 
     def reader(self, schema: StructType) -> DataSourceReader:
 

@@ -29,6 +29,7 @@ from pyspark.sql.types import StructType
 
 from storelib.datasource.options import MESSAGES, SourceOptions
 from storelib.datasource.pushdown import Pushdown
+from storelib.datasource.scope import Limits, read_limits
 from storelib.delta.log import add_actions
 from storelib.delta.spark_read import contiguous_groups
 from storelib.delta.stats import Prune
@@ -73,18 +74,19 @@ class MessageReader(DataSourceReader):
         self.options = options
         self.schema = schema
         self.pushdown = Pushdown(options.arrow_schema())
+        self.limits = read_limits(options)
 
     def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
         self.pushdown = Pushdown(self.options.arrow_schema())  # Spark may hand a planned reader a new query
         yield from self.pushdown.take(filters)
 
     def partitions(self) -> Sequence[InputPartition]:
-        return plan(self.options, self.pushdown)
+        return plan(self.options, self.pushdown, self.limits)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, ReadPartition):
             return  # Spark's one empty partition when the plan has none
-        yield from read_partition(self.options, self.pushdown, partition, output_schema(self.schema))
+        yield from read_partition(self.options, self.pushdown, partition, output_schema(self.schema), self.limits)
 
 
 def output_schema(spark_schema: StructType | None) -> pa.Schema | None:
@@ -96,8 +98,10 @@ def output_schema(spark_schema: StructType | None) -> pa.Schema | None:
     return to_arrow_schema(spark_schema, timezone="UTC")
 
 
-def plan(options: SourceOptions, pushdown: Pushdown) -> list[ReadPartition]:
-    """The partitions of a read (see the module's description), planned without a Spark job."""
+def plan(options: SourceOptions, pushdown: Pushdown, limits: Limits | None = None) -> list[ReadPartition]:
+    """The partitions of a read (see the module's description), planned without a Spark job; ``limits``
+    those of the options (:func:`~storelib.datasource.scope.read_limits`, worked out when not given)."""
+    limits = read_limits(options) if limits is None else limits
     tables = StoreTables.at(options.store)
     commitlog = tables.commitlog
     actions = add_actions(commitlog.snapshot())
@@ -106,6 +110,8 @@ def plan(options: SourceOptions, pushdown: Pushdown) -> list[ReadPartition]:
         offsets = sorted({o for o in (_offset_of(i) for i in ids) if o is not None})
         return _by_offsets("msg_id", commitlog, actions, offsets)
     topics = pushdown.topics
+    if limits.topics is not None:
+        topics = [t for t in limits.topics if topics is None or t in topics]
     lo_ms, hi_ms = _time_bounds(pushdown)
     hashes = _key_hashes(options, pushdown, topics)
     if hashes is not None:
@@ -115,34 +121,47 @@ def plan(options: SourceOptions, pushdown: Pushdown) -> list[ReadPartition]:
         marker = Table.marker(tables.index.snapshot(), REPUT_MARKER)
         return _by_offsets("index", commitlog, actions, sorted(found)) + _tail(commitlog, actions, marker)
     queues = pushdown.values("queue_id")
-    if topics is not None and queues is not None:
+    lo, hi = pushdown.bounds("queue_offset")
+    ranges = None
+    if limits.ranges is not None:
+        ranges = [
+            (t, q, max(b or 0, lo or 0), min(2**62 if e is None else e, 2**62 if hi is None else hi + 1))
+            for t, q, b, e in limits.ranges
+            if (topics is None or t in topics) and (queues is None or q in queues)
+        ]
+    elif topics is not None and queues is not None:
+        ranges = [(t, q, max(0, lo or 0), 2**62 if hi is None else hi + 1) for t in topics for q in queues]
+    if ranges is not None:
+        if not ranges:
+            return []  # the options' ranges and the pushed filters leave no queue
         cq = tables.consume_queue
         cq_snapshot = cq.snapshot()
         cq_actions = add_actions(cq_snapshot)
-        lo, hi = pushdown.bounds("queue_offset")
         found_offsets: list[np.ndarray] = []
-        for topic in topics:
-            for q in queues:
-                units = read_units(
-                    cq,
-                    Table.only(cq_actions, {"topic": topic, "queue_id": q}),
-                    max(0, lo or 0),
-                    (2**62) if hi is None else hi + 1,
-                )
+        for topic, q, begin, end in ranges:
+            if begin < end:
+                units = read_units(cq, Table.only(cq_actions, {"topic": topic, "queue_id": q}), begin, end)
                 found_offsets.append(units.column("commitlog_offset").to_numpy())
         unique = np.unique(np.concatenate(found_offsets)) if found_offsets else np.array([], np.int64)
         marker = Table.marker(cq_snapshot, REPUT_MARKER)
         return _by_offsets("consume_queue", commitlog, actions, unique.tolist()) + _tail(commitlog, actions, marker)
-    return _scan(options, commitlog, actions, pushdown)
+    return _scan(options, commitlog, actions, pushdown, topics)
 
 
 def read_partition(
-    options: SourceOptions, pushdown: Pushdown, part: ReadPartition, schema: pa.Schema | None = None
+    options: SourceOptions,
+    pushdown: Pushdown,
+    part: ReadPartition,
+    schema: pa.Schema | None = None,
+    limits: Limits | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """The rows of one partition that pass every accepted filter, in the read's shape."""
+    """The rows of one partition that pass every accepted filter and are within ``limits``, in the read's shape."""
     commitlog = StoreTables.at(options.store).commitlog
     own = [n for n in MESSAGES.names]
     on_messages = pushdown.predicate(own)
+    within = limits.predicate() if limits is not None else None
+    if within is not None:
+        on_messages = within if on_messages is None else on_messages & within
     if part.offsets is not None:
         rows = read_rows(commitlog, part.paths, pa.array(part.offsets, pa.int64()))
         batches: Iterable[Any] = [rows.filter(on_messages) if on_messages is not None else rows]
@@ -226,13 +245,16 @@ def _tail(commitlog: Table, actions: pa.Table, marker: int) -> list[ReadPartitio
     return [ReadPartition("undispatched", tuple(paths), None, marker)] if paths else []
 
 
-def _scan(options: SourceOptions, commitlog: Table, actions: pa.Table, pushdown: Pushdown) -> list[ReadPartition]:
+def _scan(
+    options: SourceOptions, commitlog: Table, actions: pa.Table, pushdown: Pushdown, topics: list[str] | None
+) -> list[ReadPartition]:
     between = {}
     for column in ("physical_offset", "store_timestamp"):
         lo, hi = pushdown.bounds(column)
         if lo is not None or hi is not None:
             between[column] = (lo, hi)
-    topics = pushdown.topics
+    if topics is not None and not topics:
+        return []
     equal = {"topic": topics[0]} if topics is not None and len(topics) == 1 else None
     kept = commitlog.prune(actions, Prune(equal=equal, between={c: _closed(c, b) for c, b in between.items()}))
     paths = commitlog.paths(kept)

@@ -1,4 +1,4 @@
-"""Structured Streaming reads of the ``rocketmq`` source: a consumer group consuming one topic.
+"""Structured Streaming reads of the ``rocketmq`` source: a consumer group consuming one topic or several.
 
 Details: ``docs/internals.md``, section storelib.datasource.stream.
 
@@ -6,7 +6,7 @@ Details: ``docs/internals.md``, section storelib.datasource.stream.
 >>> reader = GroupStreamReader(SourceOptions.parse({"store": store.root, "group": "GroupS", "topic": "TopicTest"},
 ...                                                streaming=True), None)
 >>> start = reader.initialOffset(); end = reader.latestOffset(start, None)
->>> end[str(r.queue_id)], sum(end.values())
+>>> end["TopicTest"][str(r.queue_id)], sum(end["TopicTest"].values())      # per topic and queue, as Kafka's
 (1, 1)
 >>> [b.column("msg_id").to_pylist() for p in reader.partitions(start, end) for b in reader.read(p)] == [[r.msg_id]]
 True
@@ -16,12 +16,14 @@ True
 ReadAllAvailable()
 >>> reader.prepareForTriggerAvailableNow(); reader.latestOffset(end, None) == end   # Trigger.AvailableNow's end
 True
+>>> reader.latestOffset({"0": 0, "1": 0, "2": 0, "3": 0}, None) == end  # a checkpoint of an older one-topic stream
+True
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -31,16 +33,17 @@ from pyspark.sql.types import StructType
 
 from storelib.context import StoreContext
 from storelib.datasource.batch import MAX_SCAN_PARTITIONS, output_schema
+from storelib.datasource.offsets import OffsetSpec, Position, nested, queue_bounds, resolve, stream_offsets
 from storelib.datasource.options import MESSAGES, SourceOptions
+from storelib.datasource.scope import check, store_context, subscriptions
 from storelib.delta.log import add_actions
 from storelib.delta.spark_read import contiguous_groups
 from storelib.delta.stats import Prune
 from storelib.delta.table import Table
 from storelib.filter.message_filter import MessageFilter
 from storelib.filter.sql92.arrow import evaluate_batch
-from storelib.model.config import StoreConfig
-from storelib.model.errors import SubscriptionNotFoundError
-from storelib.storage.consume_queue import max_offsets, min_queue_marker, queue_files, queue_min_offset, read_units
+from storelib.model.errors import OffsetError
+from storelib.storage.consume_queue import read_units
 from storelib.storage.dispatched import queued_expression
 
 __all__ = ["GroupStreamReader", "BatchFiles"]
@@ -50,91 +53,109 @@ try:  # PySpark 4.2+
 except ImportError:  # pragma: no cover
     _AvailableNow = object  # type: ignore[assignment,misc]
 
+Offsets = dict[tuple[str, int], int]
+
 
 @dataclass(frozen=True)
 class BatchFiles(InputPartition):
     """One task of a micro-batch: the commitlog files ``paths``, of which it reads the rows between the
-    commitlog offsets ``low`` and ``high`` whose queue offsets fall in ``queues`` ((queue_id, begin, end))."""
+    commitlog offsets ``low`` and ``high`` whose queue offsets fall in ``queues`` ((topic, queue_id, begin,
+    end))."""
 
     paths: tuple[str, ...]
     low: int
     high: int
-    queues: tuple[tuple[int, int, int], ...]
+    queues: tuple[tuple[str, int, int, int], ...]
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "value", None)
 
 
 class GroupStreamReader(DataSourceStreamReader, _AvailableNow):
-    """A group's stream over one topic (see the module's description)."""
+    """A group's stream over its topics (see the module's description). The topics are fixed when the query
+    starts (a ``topicPattern``'s matches then); a query started again picks up new ones."""
 
     def __init__(self, options: SourceOptions, schema: StructType | None) -> None:
+        options.check_stream()
         self.options = options
         self.schema = schema
-        self.group, self.topic = str(options.group), str(options.topic)
-        ctx = self._context()
-        self.queues = ctx.topics.get(self.topic).read_queue_nums
-        subscription = ctx.registry.current().get((self.group, self.topic))
-        if subscription is None:
-            raise SubscriptionNotFoundError(
-                "group",
-                f"group {self.group} does not subscribe to {self.topic}: "
-                "store.subscribe(group, topic, expression) first",
-                value=self.group,
-            )
-        self.selector = subscription.selector
-        self.subscription = subscription
+        self.group = str(options.group)
+        ctx = store_context(options)
+        self.topics = check(options, ctx) or []
+        self.subscriptions = subscriptions(ctx, self.group, self.topics)
+        self.queues = {t: ctx.topics.get(t).read_queue_nums for t in self.topics}
 
     def _context(self) -> StoreContext:
-        return StoreContext.build(self.options.store, None, StoreConfig())  # type: ignore[arg-type]  # no Spark here
+        return store_context(self.options)
 
     # ---- offsets -------------------------------------------------------------------------------
+    def _flat(self, offset: Mapping) -> Offsets:
+        return stream_offsets(offset, self.topics)
+
+    def _from(self, ctx: StoreContext, bounds: Mapping, spec: OffsetSpec | None = None) -> Offsets:
+        found = resolve(ctx, spec, Position("group"), bounds, self.group)
+        return {k: v for k, v in found.items() if v is not None}
+
     def initialOffset(self) -> dict:
         ctx = self._context()
-        bounds = self._bounds(ctx)
-        start = {}
-        for q, (lo, hi) in bounds.items():
-            if self.options.starting_offsets == "latest":
-                start[str(q)] = hi
-            elif self.options.starting_offsets == "earliest":
-                start[str(q)] = lo
-            else:
-                committed = ctx.offsets.query(self.group, self.topic, q)
-                start[str(q)] = lo if committed < 0 else min(max(committed, lo), hi)
-        self._initial = start
-        return start
+        self._initial = nested(self._from(ctx, queue_bounds(ctx, self.queues), self.options.starting))
+        return self._initial
 
     def prepareForTriggerAvailableNow(self) -> None:
         """``Trigger.AvailableNow``: read up to what is there now, in batches of ``maxMessagesPerTrigger``."""
-        self._until = {str(q): hi for q, (_, hi) in self._bounds(self._context()).items()}
+        self._until = {k: hi for k, (_, hi) in queue_bounds(self._context(), self.queues).items()}
 
     def latestOffset(self, start: dict | None = None, limit: object = None) -> dict:
         """The next batch's end. Spark asks from a batch's end only after writing that batch to its commit
         log, so ``start`` is committed for the group here: when a query ends (``Trigger.AvailableNow``'s last
         ask finds nothing new), the group's offsets equal the checkpoint's, where ``commit(end)`` alone (called
-        when Spark plans the next batch) leaves them one batch behind."""
-        ends = getattr(self, "_until", None) or {str(q): hi for q, (_, hi) in self._bounds(self._context()).items()}
+        when Spark plans the next batch) leaves them one batch behind. A queue ``start`` lacks (a queue or
+        topic added since) ends this batch where the group is (its earliest offset where the group has none),
+        and is read from there on."""
+        ctx = self._context()
+        bounds = queue_bounds(ctx, self.queues)
+        ends = getattr(self, "_until", None) or {k: hi for k, (_, hi) in bounds.items()}
         if start is None:
-            return ends
+            return nested(ends)
         if start != getattr(self, "_initial", None):
             self.commit(start)  # Spark plans from ``start`` only once its checkpoint's commit log holds it
+        begins = self._flat(start)
+        self._check_loss(begins, bounds)
+        fresh = self._from(ctx, {k: b for k, b in bounds.items() if k in ends and k not in begins})
         budget = getattr(limit, "max_rows", None)
         if budget is None and limit is None:
             budget = self.options.max_messages_per_trigger
         out = {}
-        waiting = {q: max(0, ends[q] - int(start.get(q, ends[q]))) for q in ends}
+        waiting = {k: max(0, ends[k] - begins[k]) for k in ends if k in begins}
         left = budget
         busy = sum(1 for n in waiting.values() if n)
-        for q, end in ends.items():
-            begin = int(start.get(q, end))
-            if left is None:
-                out[q] = end
+        for k, end in ends.items():
+            if k not in begins:
+                out[k] = fresh.get(k, end)
                 continue
-            take = min(waiting[q], -(-left // busy)) if waiting[q] else 0  # an even share of what is left
-            busy -= 1 if waiting[q] else 0
+            if left is None:
+                out[k] = max(begins[k], end)
+                continue
+            take = min(waiting[k], -(-left // busy)) if waiting[k] else 0  # an even share of what is left
+            busy -= 1 if waiting[k] else 0
             left -= take
-            out[q] = begin + take
-        return out
+            out[k] = begins[k] + take
+        return nested(out)
+
+    def _check_loss(self, begins: Offsets, bounds: Mapping[tuple[str, int], tuple[int, int]]) -> None:
+        """``failOnDataLoss``: refuse to go on when retention removed messages the stream had not read (else,
+        as a RocketMQ consumer whose offset is too small, it reads on from the queue's min offset)."""
+        if not self.options.fail_on_data_loss:
+            return
+        for (topic, q), begin in sorted(begins.items()):
+            lo = bounds.get((topic, q), (0, 0))[0]
+            if begin < lo:
+                raise OffsetError(
+                    "failOnDataLoss",
+                    f"{topic}/{q}: offsets {begin} to {lo - 1} were removed (retention) before the stream read "
+                    "them; failOnDataLoss=false reads on from the queue's min offset",
+                    value=True,
+                )
 
     def getDefaultReadLimit(self):
         from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
@@ -142,37 +163,26 @@ class GroupStreamReader(DataSourceStreamReader, _AvailableNow):
         n = self.options.max_messages_per_trigger
         return ReadMaxRows(n) if n else ReadAllAvailable()
 
-    def _bounds(self, ctx: StoreContext) -> dict[int, tuple[int, int]]:
-        cq = ctx.tables.consume_queue
-        view = cq.view(markers=[min_queue_marker(self.topic, q) for q in range(self.queues)])
-        highs = max_offsets(view.actions)
-        return {
-            q: (
-                queue_min_offset(
-                    view.markers.get(min_queue_marker(self.topic, q)), queue_files(cq, view, self.topic, q)
-                ),
-                highs.get((self.topic, q), 0),
-            )
-            for q in range(self.queues)
-        }
-
     # ---- reading -------------------------------------------------------------------------------
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         """The commitlog files holding the batch's units, cut into runs of about equal size: a batch reads
-        each file once, whichever queues its messages belong to."""
-        ranges = tuple(
-            (int(q), int(start.get(q, hi)), int(hi))
-            for q, hi in sorted(end.items(), key=lambda kv: int(kv[0]))
-            if int(hi) > int(start.get(q, hi))
-        )
+        each file once, whichever topics and queues its messages belong to. Units retention removed are
+        skipped."""
+        begins, stops = self._flat(start), self._flat(end)
+        ctx = self._context()
+        lows = {k: lo for k, (lo, _) in queue_bounds(ctx, self.queues).items()}
+        ranges = []
+        for (topic, q), stop in sorted(stops.items()):
+            begin = max(begins.get((topic, q), stop), lows.get((topic, q), 0))
+            if stop > begin:
+                ranges.append((topic, q, begin, stop))
         if not ranges:
             return []
-        ctx = self._context()
         cq = ctx.tables.consume_queue
         actions = add_actions(cq.snapshot())
         ends = []
-        for q, begin, stop in ranges:
-            queue = Table.only(actions, {"topic": self.topic, "queue_id": q})
+        for topic, q, begin, stop in ranges:
+            queue = Table.only(actions, {"topic": topic, "queue_id": q})
             for at in (begin, stop - 1):
                 ends.append(read_units(cq, queue, at, at + 1).column("commitlog_offset").to_pylist())
         found = [o for pair in ends for o in pair]
@@ -186,36 +196,44 @@ class GroupStreamReader(DataSourceStreamReader, _AvailableNow):
             kept.column("size_bytes").to_pylist() if "size_bytes" in kept.column_names else [1] * len(paths),
             min(len(paths), MAX_SCAN_PARTITIONS),
         )
-        return [BatchFiles(tuple(run), lo, hi, ranges) for run in runs if run]
+        return [BatchFiles(tuple(run), lo, hi, tuple(ranges)) for run in runs if run]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, BatchFiles):
             return  # Spark's one empty partition when a batch has none
         ctx = self._context()
-        flt = MessageFilter(self.topic, self.selector, self.subscription)
+        filters, wanted = {}, None
+        for topic in sorted({t for t, _, _, _ in partition.queues}):
+            sub = self.subscriptions[topic]
+            flt = filters[topic] = MessageFilter(topic, sub.selector, sub)
+            queues = None
+            for t, q, begin, stop in partition.queues:
+                if t == topic:
+                    one = (pc.field("queue_id") == q) & (pc.field("queue_offset") >= begin)
+                    one = one & (pc.field("queue_offset") < stop)
+                    queues = one if queues is None else queues | one
+            mine = (pc.field("topic") == topic) & queues
+            if flt.selector.by_tags and not flt.tags_all:
+                mine = mine & flt.commitlog_expression()  # lets clustered files skip row groups by their tags
+            wanted = mine if wanted is None else wanted | mine
         where = (
-            (pc.field("topic") == self.topic)
-            & queued_expression()
+            queued_expression()
             & (pc.field("physical_offset") >= partition.low)
             & (pc.field("physical_offset") <= partition.high)
+            & wanted
         )
-        queues = None
-        for q, begin, stop in partition.queues:
-            one = (pc.field("queue_id") == q) & (pc.field("queue_offset") >= begin) & (pc.field("queue_offset") < stop)
-            queues = one if queues is None else queues | one
-        tags = flt.commitlog_expression() if flt.selector.by_tags and not flt.tags_all else None
-        if tags is not None:
-            where = where & tags  # lets clustered files skip row groups by their tags
         schema = output_schema(self.schema) or MESSAGES
-        for batch in ctx.tables.commitlog.scan(list(partition.paths), where & queues):
+        for batch in ctx.tables.commitlog.scan(list(partition.paths), where):
             rows = pa.Table.from_batches([batch])
-            rows = rows.filter(_exact(flt, rows))
-            if rows.num_rows:
-                yield from rows.select(schema.names).cast(schema).to_batches()
+            for topic, flt in filters.items():
+                mine = rows.filter(pc.equal(rows.column("topic"), topic)) if len(filters) > 1 else rows
+                mine = mine.filter(_exact(flt, mine))
+                if mine.num_rows:
+                    yield from mine.select(schema.names).cast(schema).to_batches()
 
     def commit(self, end: dict) -> None:
         if self.options.commit_offsets and end:
-            self._context().offsets.commit_many(self.group, {(self.topic, int(q)): int(o) for q, o in end.items()})
+            self._context().offsets.commit_many(self.group, self._flat(end))
 
 
 def _exact(flt: MessageFilter, rows: pa.Table) -> pa.Array:

@@ -24,21 +24,6 @@ ROOT = Path(__file__).resolve().parents[2]
 COLUMNS = ["physical_offset", "topic", "queue_id", "queue_offset", "msg_id", "tags", "keys", "uniq_key", "body"]
 
 
-@pytest.fixture
-def orders(store):
-    """60 messages over 4 queues of Orders (three tags, two keys each, property a), 50 dispatched, 10 not."""
-    store.create_topic("Orders", queues=4)
-    sent = store.send_batch(
-        [
-            Message("Orders", tags=f"T{i % 3}", keys=[f"k{i}", f"g{i % 5}"], body=b"%d" % i, properties={"a": str(i)})
-            for i in range(50)
-        ]
-    )
-    store.dispatch()
-    sent += store.send_batch([Message("Orders", tags="T9", keys=[f"k{i}"], body=b"late") for i in range(50, 60)])
-    return store, sent
-
-
 def source(spark, store, table="messages"):
     return spark.read.format("rocketmq").option("store", store.root).option("table", table).load()
 

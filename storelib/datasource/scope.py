@@ -1,0 +1,174 @@
+"""What a ``rocketmq`` read covers: its store, the topics of ``topic`` / ``topics`` / ``topicPattern``, the
+group's subscription to each, and (batch reads) the queue offset ranges of the offset options.
+
+:func:`check` is what ``load()`` runs (Spark calls the source's ``schema()`` there): a store that is not
+there, a topic it does not have, a group that does not subscribe to a topic read, or offset options naming
+a topic the read does not cover fail before any query runs, with the store's own errors. It reads the store's
+topic and subscription tables alone, never the commitlog.
+
+>>> o = SourceOptions.parse({"store": store.root, "topicPattern": "Topic.*|%RETRY%.*", "group": "GroupA"})
+>>> read_topics(store.context, o)              # a pattern skips system, retry and dead letter topics
+['TopicTest']
+>>> check(SourceOptions.parse({"store": store.root, "topic": "Nope"}))  # doctest: +NORMALIZE_WHITESPACE
+Traceback (most recent call last):
+storelib.model.errors.TopicNotFoundError: topic: topic Nope does not exist in this store; create it first
+    (got 'Nope')
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Iterable
+
+import pyarrow.compute as pc
+
+from storelib.context import StoreContext
+from storelib.datasource.offsets import Position, queue_bounds, resolve
+from storelib.datasource.options import SourceOptions
+from storelib.filter.subscription import Subscription
+from storelib.model.config import StoreConfig
+from storelib.model.errors import (
+    DataSourceOptionError,
+    StoreNotFoundError,
+    SubscriptionNotFoundError,
+    TopicNotFoundError,
+)
+from storelib.model.topic import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, is_system_topic
+
+__all__ = ["store_context", "pattern_topics", "read_topics", "subscriptions", "check", "Limits", "read_limits"]
+
+
+def store_context(options: SourceOptions) -> StoreContext:
+    """The context of the store the options name (no Spark in it), or :class:`StoreNotFoundError`."""
+    ctx = StoreContext.build(options.store, None, StoreConfig())  # type: ignore[arg-type]  # no Spark here
+    if not ctx.tables.exists():
+        raise StoreNotFoundError(
+            "store", "no store there: check the path, or make one with MessageStore.create", value=options.store
+        )
+    return ctx
+
+
+def pattern_topics(names: Iterable[str], pattern: str) -> list[str]:
+    """The topics among ``names`` that ``pattern`` matches whole (as Java's ``Pattern.matches``), system,
+    retry and dead letter topics left out (name them in ``topic`` or ``topics`` to read them).
+
+    >>> pattern_topics(["Orders", "OrdersEU", "Audit", "%RETRY%G", "SCHEDULE_TOPIC_XXXX"], "Orders.*|.*T.*")
+    ['Orders', 'OrdersEU']
+    """
+    compiled = re.compile(pattern)
+    return sorted(
+        t
+        for t in names
+        if compiled.fullmatch(t)
+        and not is_system_topic(t)
+        and not t.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX))
+    )
+
+
+def read_topics(ctx: StoreContext, options: SourceOptions) -> list[str] | None:
+    """The topics the read covers, each one the store has (None: no topic option, every topic). A pattern
+    is matched against the store's topics now: a stream keeps the topics its query started with."""
+    if options.topic_pattern is not None:
+        found = pattern_topics(ctx.topics.all(), options.topic_pattern)
+        if not found:
+            raise TopicNotFoundError(
+                "topicPattern", "matches no topic of this store (system topics left out)", value=options.topic_pattern
+            )
+        return found
+    if options.topics is None:
+        return None
+    for topic in options.topics:
+        ctx.topics.get(topic)  # TopicNotFoundError
+    return list(options.topics)
+
+
+def subscriptions(ctx: StoreContext, group: str, topics: Iterable[str]) -> dict[str, Subscription]:
+    """The group's subscription to each topic, or :class:`SubscriptionNotFoundError` naming the first it lacks."""
+    current = ctx.registry.current()
+    out = {}
+    for topic in topics:
+        found = current.get((group, topic))
+        if found is None:
+            raise SubscriptionNotFoundError(
+                "group",
+                f"group {group} does not subscribe to {topic}: store.subscribe(group, topic, expression) first",
+                value=group,
+            )
+        out[topic] = found
+    return out
+
+
+def check(options: SourceOptions, ctx: StoreContext | None = None) -> list[str] | None:
+    """Everything about the options the store can answer cheaply (see the module's description); the topics
+    the read covers."""
+    ctx = ctx or store_context(options)
+    topics = read_topics(ctx, options)
+    for spec in (options.starting, options.ending):
+        outside = sorted(set(spec.topics) - set(topics or ())) if spec is not None else []
+        if spec is not None and outside:
+            raise DataSourceOptionError(
+                spec.option, f"names topic {outside[0]}, which the read does not cover ({topics})", value=outside[0]
+            )
+    if options.group is not None and topics is not None:
+        subscriptions(ctx, options.group, topics)
+    return topics
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a batch read's options let it read (None: no limit): the topics of ``topic`` / ``topics`` /
+    ``topicPattern``, and per queue of theirs the range ``[begin, end)`` of queue offsets the offset options
+    give (None for an open end)."""
+
+    topics: tuple[str, ...] | None = None
+    ranges: tuple[tuple[str, int, int | None, int | None], ...] | None = None
+
+    def predicate(self) -> pc.Expression | None:
+        """The rows within the limits, as a pyarrow predicate over messages (None: every row).
+
+        >>> Limits(("A", "B"), (("A", 0, 2, None),)).predicate()
+        <pyarrow.compute.Expression (is_in(topic, {value_set=string:[
+          "A",
+          "B"
+        ], null_matching_behavior=MATCH}) and ((topic == "A") and ((queue_id == 0) and (queue_offset >= 2))))>
+        """
+        out = None if self.topics is None else pc.field("topic").isin(list(self.topics))
+        if self.ranges is not None:
+            either = None
+            for topic, q, begin, end in self.ranges:
+                one = pc.field("queue_id") == q
+                if begin is not None:
+                    one = one & (pc.field("queue_offset") >= begin)
+                if end is not None:
+                    one = one & (pc.field("queue_offset") < end)
+                one = (pc.field("topic") == topic) & one
+                either = one if either is None else either | one
+            ranges = either if either is not None else pc.scalar(False)
+            out = ranges if out is None else out & ranges
+        return out
+
+
+def read_limits(options: SourceOptions) -> Limits:
+    """The :class:`Limits` of a batch read: its topics, and its queues' offset ranges when an offset option
+    is set (earliest / latest: an open end; ``group``: the group's committed offset, open where it has none).
+
+    >>> read_limits(SourceOptions.parse({"store": store.root}))
+    Limits(topics=None, ranges=None)
+    >>> o = {"store": store.root, "topic": "TopicTest", "startingOffsets": '{"TopicTest": {"1": 1}}'}
+    >>> read_limits(SourceOptions.parse(o)).ranges[:2]          # (topic, queue, begin, end)
+    (('TopicTest', 0, None, None), ('TopicTest', 1, 1, None))
+    """
+    if options.topics is None and options.topic_pattern is None:
+        return Limits()
+    ctx = store_context(options)
+    topics = check(options, ctx) or []
+    if options.starting is None and options.ending is None:
+        return Limits(tuple(topics))
+    bounds = queue_bounds(ctx, {t: ctx.topics.get(t).read_queue_nums for t in topics})
+    starts = resolve(ctx, options.starting, Position("earliest"), bounds, options.group, open_ends=True)
+    ends = resolve(ctx, options.ending, Position("latest"), bounds, options.group, open_ends=True)
+    ranges = tuple((t, q, starts[(t, q)], ends[(t, q)]) for t, q in sorted(bounds))
+    if all(begin is None and end is None for _, _, begin, end in ranges):
+        return Limits(tuple(topics))  # earliest to latest: the whole topics
+    return Limits(tuple(topics), ranges)
