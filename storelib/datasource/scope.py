@@ -40,7 +40,15 @@ __all__ = ["store_context", "pattern_topics", "read_topics", "subscriptions", "c
 
 
 def store_context(options: SourceOptions) -> StoreContext:
-    """The context of the store the options name (no Spark in it), or :class:`StoreNotFoundError`."""
+    """The context of the store the options name (no Spark in it), or :class:`StoreNotFoundError`.
+
+    >>> store_context(SourceOptions.parse({"store": store.root})).root == store.root
+    True
+    >>> store_context(SourceOptions.parse({"store": "/no/store/here"}))  # doctest: +NORMALIZE_WHITESPACE
+    Traceback (most recent call last):
+    storelib.model.errors.StoreNotFoundError: store: no store there: check the path, or make one with
+        MessageStore.create (got '/no/store/here')
+    """
     ctx = StoreContext.build(options.store, None, StoreConfig())  # type: ignore[arg-type]  # no Spark here
     if not ctx.tables.exists():
         raise StoreNotFoundError(
@@ -84,7 +92,17 @@ def read_topics(ctx: StoreContext, options: SourceOptions) -> list[str] | None:
 
 
 def subscriptions(ctx: StoreContext, group: str, topics: Iterable[str]) -> dict[str, Subscription]:
-    """The group's subscription to each topic, or :class:`SubscriptionNotFoundError` naming the first it lacks."""
+    """The group's subscription to each topic, or :class:`SubscriptionNotFoundError` naming the first it lacks.
+
+    >>> from storelib import MessageSelector
+    >>> _ = store.subscribe("GroupScope", "TopicTest", MessageSelector.by_tag("TagA"))
+    >>> subscriptions(store.context, "GroupScope", ["TopicTest"])["TopicTest"].selector.expression
+    'TagA'
+    >>> subscriptions(store.context, "GroupNone", ["TopicTest"])  # doctest: +NORMALIZE_WHITESPACE
+    Traceback (most recent call last):
+    storelib.model.errors.SubscriptionNotFoundError: group: group GroupNone does not subscribe to TopicTest:
+        store.subscribe(group, topic, expression) first (got 'GroupNone')
+    """
     current = ctx.registry.current()
     out = {}
     for topic in topics:
