@@ -161,7 +161,8 @@ class StoreContext:
             config = config.replace(**settings)
         root = location.attach(root, storage_options, spark_conf)
         context = cls.build(root, spark, config)
-        problems = [p for t in context.tables.by_name().values() for p in table_problems(t)]
+        loaded: dict = {}  # the check's snapshots, which ensure() then takes
+        problems = [p for t in context.tables.by_name().values() for p in table_problems(t, loaded)]
         if problems:
             raise StoreCorruptedError(problems, root)
         if not context.tables.exists():
@@ -179,7 +180,7 @@ class StoreContext:
                     "use one that honours If-None-Match (AWS S3, MinIO, ...)",
                     value=root,
                 )
-        context.tables.ensure()
+        context.tables.ensure(loaded)
         _OPEN.add(context)
         return context
 

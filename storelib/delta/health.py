@@ -35,9 +35,10 @@ from storelib.delta.table import Table
 __all__ = ["table_problems", "damaged_files", "unsafe_commits"]
 
 
-def table_problems(table: Table) -> list[str]:
+def table_problems(table: Table, loaded: dict[str, DeltaTable] | None = None) -> list[str]:
     """What is wrong with ``table`` (see the module's description); a missing folder is not wrong
-    (the store creates its tables)."""
+    (the store creates its tables). ``loaded`` gets the snapshot read for the check, by table name, for
+    :meth:`~storelib.delta.table.Table.ensure` to take instead of loading the table again."""
     name = table.spec.name
     filesys, base = filesystem(table.path)
     info = filesys.get_file_info(base)
@@ -65,6 +66,8 @@ def table_problems(table: Table) -> list[str]:
         return []
     except (DeltaError, OSError, ValueError) as e:
         return [f"{name}: its Delta log cannot be read ({str(e).splitlines()[0][:200]})"]
+    if loaded is not None:
+        loaded[name] = dt
     named = [unquote(p) for p in add_actions(dt).column("path").to_pylist()]
     # the folder was listed before the log was read: a file committed in between is looked for again
     unlisted = sorted(p for p in named if "/" in p or p not in files)

@@ -97,11 +97,13 @@ class Table(Reading, Committing):
         return f"Table({self.spec.name!r}, {self.path!r})"
 
     # ---- lifecycle -------------------------------------------------------------------------
-    def ensure(self) -> "Table":
+    def ensure(self, dt: DeltaTable | None = None) -> "Table":
         """Create the table where absent; check its columns where present (nullable columns a newer
-        storelib appended to the spec are added to the table, older rows reading them as null)."""
+        storelib appended to the spec are added to the table, older rows reading them as null). ``dt``: a
+        snapshot of it read just before (none is loaded then)."""
         try:
-            dt = DeltaTable(self.path, storage_options=self.storage_options)
+            if dt is None:
+                dt = DeltaTable(self.path, storage_options=self.storage_options)
         except TableNotFoundError:
             if is_local(self.path):
                 os.makedirs(self.path.removeprefix("file://"), exist_ok=True)

@@ -57,8 +57,9 @@ class StoreTables:
         """
         return DeltaTable.is_deltatable(self.commitlog.path, storage_options=self.commitlog.storage_options)
 
-    def ensure(self) -> "StoreTables":
-        """Create the tables where absent; check their columns where present."""
-        for table in self.by_name().values():
-            table.ensure()
+    def ensure(self, loaded: Mapping[str, DeltaTable] | None = None) -> "StoreTables":
+        """Create the tables where absent; check their columns where present. ``loaded``: snapshots read just
+        before, by table name (:func:`~storelib.delta.health.table_problems` leaves them), not loaded again."""
+        for name, table in self.by_name().items():
+            table.ensure((loaded or {}).get(name))
         return self
