@@ -15,6 +15,7 @@ from the Parquet footer it just wrote.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import uuid
@@ -123,14 +124,16 @@ class FileSink:
         return self.files
 
     def abort(self) -> None:
-        """Close and delete everything this sink wrote."""
-        self.close()
+        """Delete everything this sink wrote, files still open or whose writing failed too. It raises nothing
+        of its own: a failed write's caller raises the write's error (a closed or broken stream would
+        otherwise hide it)."""
+        for f in self._open.values():
+            f.discard()
+        self._open.clear()
         fs, base = filesystem(self.root)
-        for f in self.files:
-            try:
-                fs.delete_file(f"{base}/{f.path}")
-            except FileNotFoundError:
-                pass
+        for done in self.files:
+            with contextlib.suppress(OSError):
+                fs.delete_file(f"{base}/{done.path}")
         self.files = []
 
 
@@ -191,6 +194,18 @@ class _OpenFile:
             writer.write_table(rows.slice(0, whole), row_group_size=max(min(whole, row_group_rows or whole), 1))
         rest = rows.slice(whole)
         self.pending, self.pending_rows = rest.to_batches(), rest.num_rows
+
+    def discard(self) -> None:
+        """Close quietly and delete whatever was written of this file (nothing is raised)."""
+        with contextlib.suppress(Exception):
+            if self.writer is not None:
+                self.writer.close()
+        with contextlib.suppress(Exception):
+            if self.writer is not None:
+                self.stream.close()
+        with contextlib.suppress(OSError):
+            if self.writer is not None:
+                self.fs.delete_file(self.path)
 
     def close(self) -> WrittenFile:
         self.flush()

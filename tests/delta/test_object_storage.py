@@ -399,6 +399,10 @@ def test_a_connection_cut_mid_commit_leaves_nothing_half_written_and_a_rerun_is_
         with pytest.raises(StoreError):
             store.send_batch([Message("TopicTest", body=b"lost", keys=["lost"])])
         proxy.cancel_cuts()
+        proxy.cut_next(100, kind="PUT", path_contains="/commitlog/part-")  # the data file's upload fails
+        with pytest.raises(StoreError, match="part-"):  # its own error, typed (not the closed stream's)
+            store.send_batch([Message("TopicTest", body=b"unwritten", keys=["unwritten"])])
+        proxy.cancel_cuts()
         rerun = store.send_batch([Message("TopicTest", body=b"b", keys=["b"])])[0]
         store.dispatch()
         messages = store.context.tables.commitlog.read_arrow(columns=["physical_offset", "size", "body"])
