@@ -20,14 +20,16 @@ import os
 import threading
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from storelib.delta.location import filesystem, is_local
+
+if TYPE_CHECKING:  # pyarrow.dataset imports pandas (0.15-0.25 s): only where a read needs it
+    import pyarrow.dataset as ds
 
 __all__ = [
     "ByteLRU",
@@ -134,6 +136,8 @@ def parquet_format(remote: bool = False):
     >>> parquet_format().default_extname, parquet_format(True) is parquet_format(True)
     ('parquet', True)
     """
+    import pyarrow.dataset as ds
+
     if not remote:
         return ds.ParquetFileFormat()
     cache = pa.CacheOptions.from_network_metrics(REMOTE_FIRST_BYTE_MS, REMOTE_MIB_PER_S)
@@ -211,6 +215,8 @@ def fragment_dataset(paths: Sequence[str], schema: pa.Schema) -> ds.FileSystemDa
     >>> fragment_dataset(t.files(t.snapshot()), t.spec.arrow).count_rows()
     1
     """
+    import pyarrow.dataset as ds
+
     made = [fragment(p) for p in paths]
     return ds.FileSystemDataset(made, schema, made[0].format, filesystem(paths[0])[0])
 

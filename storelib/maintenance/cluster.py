@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Callable, Iterator, Mapping
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from storelib.context import StoreContext
@@ -259,6 +258,8 @@ class Clusterer:
         n = len(offsets)
         if not item.ext_paths:
             return pa.nulls(n, pa.binary()), pa.nulls(n, pa.int64())
+
+        import pyarrow.dataset as ds  # imports pandas: only where clustering needs it
 
         fs = filesystem(item.ext_paths[0])[0]
         units = ds.dataset(
