@@ -77,6 +77,8 @@ class S3Figures:
     delta_spark: dict | None = None
     online: Any = None
     reads: list = ()
+    #: Requests the S3 server answered over the online suite (its set-up included), by kind.
+    online_requests: dict | None = None
 
     def read_lines(self) -> list[str]:
         out = []
@@ -101,6 +103,12 @@ class S3Figures:
         tail = [*self.read_lines(), *([f"Delta Spark over s3a: {self.delta_spark}"] if self.delta_spark else [])]
         if self.online is not None:
             tail += ["online suite on the S3 store (with the added latency):", *self.online.lines()]
+            if self.online_requests:
+                total = sum(self.online_requests.values())
+                kinds = ", ".join(f"{k} {v:,}" for k, v in sorted(self.online_requests.items()) if v)
+                tail.append(
+                    f"requests over the online suite: {total:,} ({kinds}), {total / self.online.sent:.2f} a message"
+                )
         return [head, *(op.line() for op in self.ops), *tail]
 
     def as_dict(self) -> dict:
@@ -121,6 +129,7 @@ class S3Figures:
             ],
             "delta_spark": self.delta_spark,
             "online": self.online.as_dict() if self.online is not None else None,
+            "online_requests": self.online_requests,
         }
 
 
@@ -292,20 +301,23 @@ def bench_object_storage(
             from jobs.benchmarks.online import bench_online
 
             os.makedirs(f"{work}/online-work", exist_ok=True)
-            online_figures = bench_online(
-                online_seconds,
-                store_uri=store_uri.rsplit("/", 1)[0] + "/online",
-                storage_env={**options, "AWS_ENDPOINT_URL": proxy.endpoint},
-                root=f"{work}/online-work",
-                **(online or {}),
-            )
+            with proxy.counting() as online_requests:
+                online_figures = bench_online(
+                    online_seconds,
+                    store_uri=store_uri.rsplit("/", 1)[0] + "/online",
+                    storage_env={**options, "AWS_ENDPOINT_URL": proxy.endpoint},
+                    root=f"{work}/online-work",
+                    harness={"S3 server": [moto.pid] if moto is not None else [], "latency proxy": [proxy.pid or 0]},
+                    **(online or {}),
+                )
         checked = None
         if delta_spark:
             proxy.latency_s = 0
             checked = delta_spark_reads(remote.root, remote.messages().count(), options)
         local.close()
         remote.close()
-        return S3Figures(messages, latency_ms, ops, checked, online_figures, reads)
+        counted = online_requests.counts if online_seconds else None
+        return S3Figures(messages, latency_ms, ops, checked, online_figures, reads, counted)
     finally:
         proxy.stop()
         if moto is not None:

@@ -243,6 +243,7 @@ def bench_online(
     round_ms: int | None = None,
     store_uri: str | None = None,
     storage_env: dict[str, str] | None = None,
+    harness: dict[str, list[int]] | None = None,
 ) -> OnlineFigures:
     """Run the online benchmark for ``seconds`` (see the module docstring); ``relay``: the producer
     processes hand their groups to the machine's committer (``relay_sends``); ``consumer_nice`` and
@@ -250,7 +251,8 @@ def bench_online(
     that on a saturated machine the producers' commits get the CPU first; ``tail_pulls``: the follower serves
     the consumers' pulls of the queues' tails (``--serve-pulls``, :mod:`storelib.local.tail`); ``round_ms``:
     the follower's ``--round-ms`` (None: its default); ``store_uri``: the store's root (an ``s3://`` URI, reached
-    with the ``AWS_*`` variables of ``storage_env`` in every process), else a folder of the run's."""
+    with the ``AWS_*`` variables of ``storage_env`` in every process), else a folder of the run's; ``harness``:
+    process ids of the run's other parts by role (an S3 server and its proxy), whose CPU is measured beside."""
     from storelib import Message, MessageStore
 
     work = root or tempfile.mkdtemp(prefix="storelib-bench-")
@@ -330,12 +332,15 @@ def bench_online(
         procs.extend(senders)
         _all_ready(dict(zip(outs + sends, pulling + senders)), follower, f"{work}/follower.err")
         began = _go(work)
-        others = {"consumers": pulling, "follower": [follower]}
-        cpu_before = {role: [_cpu_seconds(p.pid) for p in ps] for role, ps in others.items()}
-        nice = {role: [os.getpriority(os.PRIO_PROCESS, p.pid) for p in ps] for role, ps in others.items()}
+        others = {"consumers": [p.pid for p in pulling], "follower": [follower.pid]}
+        others.update({role: pids for role, pids in (harness or {}).items() if pids})
+        cpu_before = {role: [_cpu_seconds(pid) for pid in pids] for role, pids in others.items()}
+        nice = {
+            role: [os.getpriority(os.PRIO_PROCESS, pid) for pid in others[role]] for role in ("consumers", "follower")
+        }
         for s, out in zip(senders, sends):
             _finished(s, seconds + 300, out)
-        cpu_after = {role: [_cpu_seconds(p.pid) for p in ps] for role, ps in others.items()}
+        cpu_after = {role: [_cpu_seconds(pid) for pid in pids] for role, pids in others.items()}
         elapsed = max(json.load(open(out))["done"] for out in sends) - began
         for p, out in zip(pulling, outs):
             _finished(p, seconds + 300, out)

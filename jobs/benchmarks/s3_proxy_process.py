@@ -82,6 +82,11 @@ class ProxyProcess:
             raise RuntimeError(f"the proxy did not start (it said {self.endpoint!r})")
         return self
 
+    @property
+    def pid(self) -> int | None:
+        """The proxy process's id (None before :meth:`start`)."""
+        return None if self._process is None else self._process.pid
+
     def stop(self) -> None:
         if self._process is not None and self._process.poll() is None:
             self._process.stdin.close()
