@@ -26,6 +26,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from jobs.benchmarks import percentile
 from jobs.benchmarks.s3_proxy_process import ProxyProcess, start_moto
+from storelib.storage.schema import TABLES
+
+TABLE_NAMES = frozenset(TABLES)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -79,6 +82,8 @@ class S3Figures:
     reads: list = ()
     #: Requests the S3 server answered over the online suite (its set-up included), by kind.
     online_requests: dict | None = None
+    #: The same by (table, log or data, kind), most first.
+    online_by_table: list | None = None
 
     def read_lines(self) -> list[str]:
         out = []
@@ -109,6 +114,9 @@ class S3Figures:
                 tail.append(
                     f"requests over the online suite: {total:,} ({kinds}), {total / self.online.sent:.2f} a message"
                 )
+            if self.online_by_table:
+                top = ", ".join(f"{t} {part} {kind} {n:,}" for (t, part, kind), n in self.online_by_table[:12])
+                tail.append(f"  most made: {top}")
         return [head, *(op.line() for op in self.ops), *tail]
 
     def as_dict(self) -> dict:
@@ -131,6 +139,25 @@ class S3Figures:
             "online": self.online.as_dict() if self.online is not None else None,
             "online_requests": self.online_requests,
         }
+
+
+def _by_table(requests: list[tuple[str, str, str]]) -> list[tuple[tuple[str, str, str], int]]:
+    """Requests ``(method, kind, target)`` counted by (table, ``log`` or ``data``, kind), most first.
+
+    >>> _by_table([("GET", "GET", "/b/s/commitlog/_delta_log/1.json"), ("PUT", "PUT", "/b/s/commitlog/part-1.parquet"),
+    ...            ("GET", "LIST", "/b?list-type=2&prefix=s%2Fcommitlog%2F_delta_log%2F")])
+    [(('commitlog', 'log', 'GET'), 1), (('commitlog', 'data', 'PUT'), 1), (('commitlog', 'log', 'LIST'), 1)]
+    """
+    from collections import Counter
+    from urllib.parse import unquote
+
+    counts: Counter = Counter()
+    for _, kind, target in requests:
+        path = unquote(target.split("prefix=", 1)[1] if "prefix=" in target else target.split("?", 1)[0])
+        parts = [p for p in path.split("/") if p]
+        table = next((p for p in parts if p in TABLE_NAMES), "other")
+        counts[(table, "log" if "_delta_log" in path else "data", kind)] += 1
+    return counts.most_common()
 
 
 #: Run in a process of its own (a session with Hadoop's S3A connector): Delta Spark reads a store's commitlog.
@@ -317,7 +344,8 @@ def bench_object_storage(
         local.close()
         remote.close()
         counted = online_requests.counts if online_seconds else None
-        return S3Figures(messages, latency_ms, ops, checked, online_figures, reads, counted)
+        by_table = _by_table(proxy.requests(sum(counted.values()))) if counted else None
+        return S3Figures(messages, latency_ms, ops, checked, online_figures, reads, counted, by_table)
     finally:
         proxy.stop()
         if moto is not None:
