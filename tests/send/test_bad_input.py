@@ -421,13 +421,14 @@ def test_every_bad_input_gets_its_typed_error(spark, small_store):
     assert wrong == []
 
 
-def test_send_dataframe_refuses_duplicate_columns_by_name(spark, small_store):
+def test_send_dataframe_refuses_duplicate_columns_by_name(spark, small_store, capfd):
     df = spark.range(3).select(F.lit("TopicTest").alias("topic"), F.lit("a").alias("tags"), F.lit("b").alias("TAGS"))
     before = commitlog_version(small_store)
     with pytest.raises(MessageError, match=r"more than one column named \['tags'\]") as info:
         small_store.send_dataframe(df)
     assert info.value.field == "columns"
     assert commitlog_version(small_store) == before
+    assert "AMBIGUOUS_REFERENCE" not in capfd.readouterr().err  # refused before Spark analyses (and logs) it
 
 
 def test_send_dataframe_refuses_a_streaming_frame(spark, small_store):
