@@ -19,6 +19,7 @@ from storelib.datasource.batch import plan
 from storelib.datasource.options import SourceOptions
 from storelib.datasource.pushdown import Pushdown
 from storelib.sql import register_views
+from tests.datasource.streams import stream_once
 
 ROOT = Path(__file__).resolve().parents[2]
 COLUMNS = ["physical_offset", "topic", "queue_id", "queue_offset", "msg_id", "tags", "keys", "uniq_key", "body"]
@@ -124,24 +125,7 @@ class TestBatch:
 
 class TestStream:
     def run(self, spark, store, group, out, ck, **options):
-        reader = (
-            spark.readStream.format("rocketmq")
-            .option("store", store.root)
-            .option("group", group)
-            .option("topic", "Orders")
-        )
-        for k, v in options.items():
-            reader = reader.option(k, str(v))
-        q = (
-            reader.load()
-            .writeStream.format("parquet")
-            .option("path", out)
-            .option("checkpointLocation", ck)
-            .trigger(availableNow=True)
-            .start()
-        )
-        q.awaitTermination()
-        return q
+        return stream_once(spark, store, out, ck, group=group, topic="Orders", **options)
 
     def test_tag_group_in_batches_then_restart(self, spark, orders, tmp_path):
         store, sent = orders

@@ -17,6 +17,7 @@ from storelib import Message
 from storelib.datasource.options import ALIASES, OPTIONS, SourceOptions
 from storelib.datasource.stream import GroupStreamReader
 from storelib.model.errors import DataSourceOptionError, InvalidTopicError, OffsetError
+from tests.datasource.streams import stream_once
 
 GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guide.md"
 SHOWN = ["topic", "queue_id", "queue_offset", "msg_id"]
@@ -174,21 +175,16 @@ class TestStream:
         store.subscribe("GM", "Audit", "*")
         store.dispatch()
         out, ck = str(tmp_path / "out"), str(tmp_path / "ck")
-        q = (
-            spark.readStream.format("rocketmq")
-            .option("store", store.root)
-            .option("group", "GM")
-            .option("subscribe", "Orders,Audit")
-            .option("startingOffsets", '{"Orders": {"0": 3}}')  # the other queues: from the group's offsets
-            .option("maxOffsetsPerTrigger", 20)
-            .load()
-            .writeStream.format("parquet")
-            .option("path", out)
-            .option("checkpointLocation", ck)
-            .trigger(availableNow=True)
-            .start()
+        q = stream_once(  # the other queues start from the group's offsets
+            spark,
+            store,
+            out,
+            ck,
+            group="GM",
+            subscribe="Orders,Audit",
+            startingOffsets='{"Orders": {"0": 3}}',
+            maxOffsetsPerTrigger=20,
         )
-        q.awaitTermination()
         want = store.messages().where(
             "topic = 'Audit' OR topic = 'Orders' AND tags IN ('T1', 'T9') AND NOT (queue_id = 0 AND queue_offset < 3)"
         )
