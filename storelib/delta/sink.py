@@ -197,15 +197,11 @@ class _OpenFile:
 
     def discard(self) -> None:
         """Close quietly and delete whatever was written of this file (nothing is raised)."""
-        with contextlib.suppress(Exception):
-            if self.writer is not None:
-                self.writer.close()
-        with contextlib.suppress(Exception):
-            if self.writer is not None:
-                self.stream.close()
-        with contextlib.suppress(OSError):
-            if self.writer is not None:
-                self.fs.delete_file(self.path)
+        if self.writer is None:  # nothing opened, nothing written
+            return
+        for step in (self.writer.close, self.stream.close, lambda: self.fs.delete_file(self.path)):
+            with contextlib.suppress(Exception):
+                step()
 
     def close(self) -> WrittenFile:
         self.flush()
