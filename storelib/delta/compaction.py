@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from storelib.delta.commit import CommitConflict, WrittenFile, remove_actions, with_retries
+from storelib.delta.files import remember_sizes
 from storelib.delta.log import add_actions
 from storelib.delta.sink import Summarizer
 from storelib.delta.spark_read import read_paths
@@ -191,7 +192,9 @@ def compact_here(
         files: list[WrittenFile] = []
         try:
             for group in groups:
-                data = table.read_arrow(paths=[table.path_of(r["path"]) for r in group])
+                paths = [table.path_of(r["path"]) for r in group]
+                remember_sizes(paths, [r["size_bytes"] for r in group])  # on an object store: no HEAD a file
+                data = table.read_arrow(paths=paths)
                 if order:
                     data = data.sort_by([(c, "ascending") for c in order])
                 files += write_files(

@@ -54,6 +54,18 @@ def test_look_ups_and_pulls_open_data_files_without_a_head_request(proxied):
     assert proxy.counts()["GET"] > 0 and _data_heads(proxy) == []
 
 
+def test_merging_small_files_opens_them_without_a_head_request(proxied):
+    """A follower merges its tables' small files every few rounds: their sizes come from the log."""
+    store, proxy = proxied
+    for i in range(3):
+        store.send_batch([Message("TopicTest", body=b"x%d" % i, keys=[f"s{i}"], queue_id=0)])
+        store.dispatch()
+    proxy.reset()
+    merged = store.dispatcher().compact_fresh()
+    assert merged["commitlog"][0] >= 3 and merged["consume_queue"][0] >= 3 and merged["index"][0] >= 3
+    assert _data_heads(proxy) == []
+
+
 def test_the_watcher_brings_a_view_forward_with_another_process_s_commits(proxied, python_env):
     store, proxy = proxied
     table = store.context.tables.commitlog
