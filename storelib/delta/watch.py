@@ -115,7 +115,11 @@ class Watcher:
                 upcoming = [self._looked.get(t, now) + t.spec.remote_look_s - now for t in tables]
             if due:
                 assert self._pool is not None
-                for outcome in list(self._pool.map(_look, due)):
+                try:
+                    outcomes = list(self._pool.map(_look, due))
+                except RuntimeError:  # its pool takes no more work: the process is exiting
+                    return
+                for outcome in outcomes:
                     if outcome is not None:
                         log.debug("watch: %s", outcome)
             if not tables:

@@ -154,3 +154,26 @@ def test_a_dispatch_round_reads_new_files_without_heads_and_no_old_log_entry(pro
     assert _data_heads(proxy) == []
     assert min(_log_versions_read(proxy, "consume_queue")) >= before  # no replay of the log for its marker
     assert sum(store.max_queue_offset("TopicTest", q) for q in range(2)) == 23  # every unit, once
+
+
+def test_a_watcher_whose_pool_takes_no_more_work_ends_quietly(monkeypatch):
+    """At a process's exit the watcher's look pool can stop taking work while its thread runs: the thread ends,
+    and no traceback reaches stderr (seen at the end of scripts on S3 before)."""
+    import threading
+
+    class Quick:
+        spec = type("Spec", (), {"remote_look_s": 0.0})()
+
+        def refresh(self):
+            pass
+
+    raised: list = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: raised.append(args.exc_value))
+    watcher, table = Watcher(), Quick()
+    watcher.watch(table)
+    watcher._pool.shutdown()
+    deadline = time.monotonic() + 5
+    while watcher.watching(table) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    watcher.stop()
+    assert not watcher.watching(table) and raised == []
