@@ -642,7 +642,9 @@ def main(argv: list[str] | None = None) -> int:
     stopped = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
-        stopped.set()
+        # set from a thread: the handler may run inside stopped.wait() with its lock held (stdlib only here;
+        # the library's storelib.delta.teardown.set_from_signal_handler)
+        threading.Thread(target=stopped.set, daemon=True).start()
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)

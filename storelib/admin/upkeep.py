@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 from storelib.admin.command import add_verb
 from storelib.admin.output import Output
 from storelib.cli import Progress, non_negative_int, positive_int, time_ms
+from storelib.delta.teardown import set_from_signal_handler
 from storelib.dispatch.follow import ROUND_MS
 from storelib.local.tail import TailServer
 from storelib.maintenance.upkeep import delete_expired
@@ -51,7 +52,7 @@ def _follow(store: MessageStore, args: argparse.Namespace, progress: Progress) -
 
     def on_signal(signum: int, frame: object) -> None:
         why.append(signal.Signals(signum).name)
-        stop.set()
+        set_from_signal_handler(stop)
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)

@@ -5,7 +5,8 @@ system) returns while some of its native threads are still finishing. A process 
 Arrow's thread pools down under them, and about one run in eight aborts (``terminate called without an
 active exception``, exit 134) after its work is done (delta-rs #2184, apache/arrow #34314; measured: 7 of 60
 runs of a script that only reads a table so, 0 of 60 with this). Importing storelib registers
-:func:`settle_native_threads` to run at exit, while those libraries are still alive.
+:func:`settle_native_threads` to run at exit, while those libraries are still alive. A long-running
+command ends on SIGTERM through :func:`set_from_signal_handler`.
 
 >>> settle_native_threads(0.5)
 True
@@ -18,7 +19,7 @@ import os
 import threading
 import time
 
-__all__ = ["settle_native_threads", "stat_fields"]
+__all__ = ["settle_native_threads", "stat_fields", "set_from_signal_handler"]
 
 _TASKS = "/proc/self/task"
 
@@ -63,3 +64,16 @@ def _busy(me: int) -> bool:
 
 
 atexit.register(settle_native_threads)
+
+
+def set_from_signal_handler(event: threading.Event) -> None:
+    """Set ``event`` from a signal handler without deadlocking: on a thread of its own. A handler runs in the
+    main thread between two of its steps, and when those are inside ``event.wait()`` with the event's lock held,
+    ``event.set()`` there waits for that lock for ever (a follower killed with its endpoint hung so in about one
+    run in twelve).
+
+    >>> stop = threading.Event()
+    >>> set_from_signal_handler(stop); stop.wait(5)
+    True
+    """
+    threading.Thread(target=event.set, name="storelib-signal", daemon=True).start()

@@ -22,6 +22,7 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol.service_pb2_grpc import add_MessagingServiceServicer_to_server
 
 from storelib.delta import location
+from storelib.delta.teardown import set_from_signal_handler
 from storelib.model.errors import StoreError
 from storelib.schedule.check import check_transactions
 from storelib.schedule.deliver import deliver, may_hold_scheduled
@@ -128,7 +129,7 @@ class Endpoint:
 
     def request_stop(self) -> None:
         """Ask :meth:`wait` to return (safe from a signal handler); :meth:`stop` then stops."""
-        self._stop.set()
+        set_from_signal_handler(self._stop)
 
     def wait(self) -> None:
         """Block until :meth:`stop` (from another thread or a signal handler)."""
