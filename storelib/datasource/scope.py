@@ -36,7 +36,16 @@ from storelib.model.errors import (
 )
 from storelib.model.topic import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, is_system_topic
 
-__all__ = ["store_context", "pattern_topics", "read_topics", "subscriptions", "check", "Limits", "read_limits"]
+__all__ = [
+    "store_context",
+    "pattern_topics",
+    "read_topics",
+    "subscriptions",
+    "check",
+    "Limits",
+    "read_limits",
+    "within_ranges",
+]
 
 
 def store_context(options: SourceOptions) -> StoreContext:
@@ -153,18 +162,31 @@ class Limits:
         """
         out = None if self.topics is None else pc.field("topic").isin(list(self.topics))
         if self.ranges is not None:
-            either = None
-            for topic, q, begin, end in self.ranges:
-                one = pc.field("queue_id") == q
-                if begin is not None:
-                    one = one & (pc.field("queue_offset") >= begin)
-                if end is not None:
-                    one = one & (pc.field("queue_offset") < end)
-                one = (pc.field("topic") == topic) & one
-                either = one if either is None else either | one
-            ranges = either if either is not None else pc.scalar(False)
+            ranges = within_ranges(self.ranges)
             out = ranges if out is None else out & ranges
         return out
+
+
+def within_ranges(ranges: Iterable[tuple[str, int, int | None, int | None]]) -> pc.Expression:
+    """The messages in one of ``ranges`` (``(topic, queue_id, begin, end)``: queue offsets ``[begin, end)``, None
+    an open end), as a pyarrow predicate; no range, no message. A batch read's offset options and a stream's
+    micro-batch both read so.
+
+    >>> within_ranges([("A", 0, 2, None)])
+    <pyarrow.compute.Expression ((topic == "A") and ((queue_id == 0) and (queue_offset >= 2)))>
+    >>> within_ranges([])
+    <pyarrow.compute.Expression false>
+    """
+    either = None
+    for topic, q, begin, end in ranges:
+        one = pc.field("queue_id") == q
+        if begin is not None:
+            one = one & (pc.field("queue_offset") >= begin)
+        if end is not None:
+            one = one & (pc.field("queue_offset") < end)
+        one = (pc.field("topic") == topic) & one
+        either = one if either is None else either | one
+    return either if either is not None else pc.scalar(False)
 
 
 def read_limits(options: SourceOptions) -> Limits:

@@ -35,7 +35,7 @@ from storelib.context import StoreContext
 from storelib.datasource.batch import MAX_SCAN_PARTITIONS, output_schema
 from storelib.datasource.offsets import OffsetSpec, Position, nested, queue_bounds, resolve, stream_offsets
 from storelib.datasource.options import MESSAGES, SourceOptions
-from storelib.datasource.scope import check, store_context, subscriptions
+from storelib.datasource.scope import check, store_context, subscriptions, within_ranges
 from storelib.delta.log import add_actions
 from storelib.delta.spark_read import contiguous_groups
 from storelib.delta.stats import Prune
@@ -206,13 +206,7 @@ class GroupStreamReader(DataSourceStreamReader, _AvailableNow):
         for topic in sorted({t for t, _, _, _ in partition.queues}):
             sub = self.subscriptions[topic]
             flt = filters[topic] = MessageFilter(topic, sub.selector, sub)
-            queues = None
-            for t, q, begin, stop in partition.queues:
-                if t == topic:
-                    one = (pc.field("queue_id") == q) & (pc.field("queue_offset") >= begin)
-                    one = one & (pc.field("queue_offset") < stop)
-                    queues = one if queues is None else queues | one
-            mine = (pc.field("topic") == topic) & queues
+            mine = within_ranges(r for r in partition.queues if r[0] == topic)
             if flt.selector.by_tags and not flt.tags_all:
                 mine = mine & flt.commitlog_expression()  # lets clustered files skip row groups by their tags
             wanted = mine if wanted is None else wanted | mine
