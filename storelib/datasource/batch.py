@@ -51,6 +51,8 @@ __all__ = ["MessageReader", "ReadPartition", "plan", "by_key_rows", "MAX_SCAN_PA
 OFFSETS_PER_PARTITION = 64 * 1024
 #: A scan is cut into at most this many partitions unless the ``partitions`` option says otherwise.
 MAX_SCAN_PARTITIONS = 256
+#: An end past every queue offset and commitlog offset (an open end of a range).
+_NO_END = 2**62
 
 
 @dataclass(frozen=True)
@@ -122,15 +124,16 @@ def plan(options: SourceOptions, pushdown: Pushdown, limits: Limits | None = Non
         return _by_offsets("index", commitlog, actions, sorted(found)) + _tail(commitlog, actions, marker)
     queues = pushdown.values("queue_id")
     lo, hi = pushdown.bounds("queue_offset")
+    low, high = max(0, lo or 0), _NO_END if hi is None else hi + 1  # the pushed filters' queue offsets
     ranges = None
     if limits.ranges is not None:
         ranges = [
-            (t, q, max(b or 0, lo or 0), min(2**62 if e is None else e, 2**62 if hi is None else hi + 1))
+            (t, q, max(b or 0, low), min(_NO_END if e is None else e, high))
             for t, q, b, e in limits.ranges
             if (topics is None or t in topics) and (queues is None or q in queues)
         ]
     elif topics is not None and queues is not None:
-        ranges = [(t, q, max(0, lo or 0), 2**62 if hi is None else hi + 1) for t in topics for q in queues]
+        ranges = [(t, q, low, high) for t in topics for q in queues]
     if ranges is not None:
         if not ranges:
             return []  # the options' ranges and the pushed filters leave no queue
@@ -274,4 +277,4 @@ def _closed(column: str, bounds: tuple) -> tuple:
             lo or dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc),
             hi or dt.datetime(9999, 1, 1, tzinfo=dt.timezone.utc),
         )
-    return (0 if lo is None else lo, 2**62 if hi is None else hi)
+    return (0 if lo is None else lo, _NO_END if hi is None else hi)
