@@ -25,13 +25,14 @@ from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from storelib.delta.commit import Committing, commits_here
+from storelib.delta.files import map_io
 from storelib.delta.location import is_local, options_for
 from storelib.delta.log import LogChanges, TableView, add_actions, apply_changes, changes_since, tombstones
 from storelib.delta.reading import Reading
 from storelib.delta.spec import TableSpec
 from storelib.delta.stats import Prune, narrowed
 from storelib.delta.turn import CommitTurn
-from storelib.delta.watch import WATCHER
+from storelib.delta.watch import WATCHER, watching_asked
 from storelib.model.errors import StoreStateError
 
 __all__ = ["Table", "TABLE_DEFAULTS", "TOMBSTONE_RETENTION"]
@@ -181,7 +182,7 @@ class Table(Reading, Committing):
         doc="What reaches the table's object store (:func:`~storelib.delta.location.options_for`); None on local disk.",
     )
 
-    def view(self, markers: Iterable[str] = ()) -> TableView:
+    def view(self, markers: Iterable[str] = (), watch: bool | None = None) -> TableView:
         """The newest snapshot as a :class:`TableView`, kept warm between calls.
 
         The first call loads the table. A later call opens the next version's log entry: while there
@@ -189,18 +190,22 @@ class Table(Reading, Committing):
         them and applies their file and ``txn`` actions to the view (:mod:`storelib.delta.log`), so a
         refresh costs what was committed since, not what the table holds. At least every
         :data:`VIEW_RELOAD_S` seconds (or when the entries cannot be read) it catches up through
-        delta-rs instead. ``markers`` names the ``txn`` app ids the caller will ask the view for.
+        delta-rs instead. ``markers`` names the ``txn`` app ids the caller will ask the view for. On an object
+        store the :data:`~storelib.delta.watch.WATCHER` then keeps the view current, unless ``watch`` is false
+        (None: unless asked within :func:`~storelib.delta.watch.unwatched`).
 
         >>> t = store.context.tables.commitlog
         >>> t.view(markers=["commitlog"]) is t.view()          # nothing committed in between
         True
         """
         wanted = tuple(markers)
+        watch = watching_asked() if watch is None else watch
         if not self._local:
             view = self._view
             if view is not None and commits_here(self.path) == self._seen and self._current():
                 # (this process's own commits are seen at once)
-                WATCHER.watch(self)
+                if watch:
+                    WATCHER.watch(self)
                 if all(m in view.markers for m in wanted):
                     return view
                 with self._lock:
@@ -210,9 +215,24 @@ class Table(Reading, Committing):
                         return filled
         with self._lock:
             view = self._refresh(wanted)
-        if not self._local:
+        if not self._local and watch:
             WATCHER.watch(self)
         return view
+
+    @staticmethod
+    def views(tables: Iterable[tuple["Table", Iterable[str]]]) -> list[TableView]:
+        """Several tables' :meth:`view` (each with the markers named beside it), brought forward at once: on an
+        object store each look is a round trip. Watched as :meth:`view` would from the calling thread.
+
+        >>> tables = store.context.tables
+        >>> [v.version for v in Table.views([(tables.commitlog, ["commitlog"]), (tables.topic_config, [])])] == [
+        ...     tables.commitlog.view().version, tables.topic_config.view().version]
+        True
+        """
+        asked = [(t, tuple(m)) for t, m in tables]
+        watch = watching_asked()
+        remote = not all(t._local for t, _ in asked)
+        return map_io(lambda tm: tm[0].view(markers=tm[1], watch=watch), asked, remote=remote)
 
     def refresh(self) -> None:
         """Bring the warm view forward now (what the :data:`~storelib.delta.watch.WATCHER` does for a table

@@ -5,6 +5,8 @@ reads a table keeps it watched: one thread of the process brings each watched ta
 every ``remote_look_s`` of its spec, so a pull or a look-up finds the view current and waits for no
 look of its own. A table nobody has asked for in :data:`IDLE_S` is no longer watched (so an idle
 process makes no requests); the next ask brings its view forward on the asker's thread, as before.
+A batch read, which plans once and does not come back soon, asks :func:`unwatched`: its views are
+brought forward for it, and no thread keeps looking at them afterwards.
 
 >>> class Seen:
 ...     spec = type("Spec", (), {"remote_look_s": 0.05})()
@@ -21,20 +23,47 @@ process makes no requests); the next ask brings its view forward on the asker's 
 from __future__ import annotations
 
 import atexit
+import contextlib
+import contextvars
 import logging
 import os
 import threading
 import time
 import weakref
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Iterator
 
-__all__ = ["Watcher", "WATCHER", "IDLE_S"]
+__all__ = ["Watcher", "WATCHER", "IDLE_S", "unwatched", "watching_asked"]
 
 log = logging.getLogger(__name__)
 
 #: A watched table nobody has asked for in this long is no longer looked at.
 IDLE_S = 10.0
+
+_UNWATCHED: contextvars.ContextVar[bool] = contextvars.ContextVar("storelib_unwatched", default=False)
+
+
+@contextlib.contextmanager
+def unwatched() -> Iterator[None]:
+    """Within this block (on this thread), asking for a table's view does not start watching it: for a batch
+    read, whose planner looks once. A table watched already (a consumer in the same process) stays so.
+
+    >>> with unwatched():
+    ...     watching_asked()
+    False
+    >>> watching_asked()
+    True
+    """
+    token = _UNWATCHED.set(True)
+    try:
+        yield
+    finally:
+        _UNWATCHED.reset(token)
+
+
+def watching_asked() -> bool:
+    """Whether a view asked for now should be kept watched (false within :func:`unwatched`)."""
+    return not _UNWATCHED.get()
 
 
 class Watcher:

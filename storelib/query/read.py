@@ -20,6 +20,7 @@ from storelib.delta.spark_read import RowGroups, read_paths, read_row_groups
 from storelib.delta.spec import spark_schema
 from storelib.delta.stats import Prune
 from storelib.delta.table import Table
+from storelib.delta.watch import unwatched
 from storelib.encoding.ext_addr import MAX_EXT_ADDR
 from storelib.encoding.ext_addr import is_ext_addr_column as is_ext_addr
 from storelib.filter.message_filter import MessageFilter
@@ -311,13 +312,28 @@ def plan_read(
     >>> len(plan.commitlog_files()), plan.filter.passes_every_unit
     (1, False)
     """
-    mf = _message_filter(ctx, topic, selector, group)
+    with unwatched():  # a batch read looks once: no thread need keep these tables current for it
+        return _plan(ctx, topic, selector, group)
 
-    ext, cq, clog = ctx.tables.consume_queue_ext, ctx.tables.consume_queue, ctx.tables.commitlog
-    ext_view, cq_view = ext.view(markers=[REPUT_MARKER]), cq.view(markers=[REPUT_MARKER])
+
+def _plan(ctx: StoreContext, topic: str, selector: MessageSelector | str | None, group: str | None) -> ReadPlan:
+    tables = ctx.tables
+    ext, cq, clog = tables.consume_queue_ext, tables.consume_queue, tables.commitlog
+    groups = [(tables.subscription, ()), (tables.subscription_group, ())] if group is not None else []
+    ext_view, cq_view, clog_view, *_ = Table.views(
+        [
+            (ext, [REPUT_MARKER]),
+            (cq, [REPUT_MARKER]),
+            (clog, ()),
+            (tables.commitlog_summary, ()),
+            (tables.topic_config, ()),
+            *groups,
+        ]
+    )  # looked at together, then read as they stand
+    mf = _message_filter(ctx, topic, selector, group)
     end = min(cq_view.marker(REPUT_MARKER), ext_view.marker(REPUT_MARKER))
     of_topic = Prune(equal={"topic": topic})
-    topic_files = Table.prune(clog.view().actions, of_topic)
+    topic_files = Table.prune(clog_view.actions, of_topic)
     clustered_mask = pa.array([is_clustered(p) for p in topic_files.column("path").to_pylist()], pa.bool_())
     clustered = topic_files.filter(clustered_mask)
     fresh = topic_files.filter(pc.invert(clustered_mask))

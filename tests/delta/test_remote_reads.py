@@ -17,7 +17,7 @@ from chispa import assert_df_equality
 from storelib import Message, MessageStore
 from storelib.delta import files
 from storelib.delta.table import WATCH_SLACK_S
-from storelib.delta.watch import Watcher
+from storelib.delta.watch import WATCHER, Watcher
 
 
 @pytest.fixture
@@ -96,6 +96,24 @@ def test_a_view_is_not_served_past_its_bound_while_its_looks_fail(proxied):
         table.view()
     proxy.cancel_cuts()
     assert table.view().version >= 1
+
+
+def test_a_batch_read_looks_once_and_leaves_nothing_watched(proxied):
+    """A read plans once: its tables are looked at together, and no thread keeps looking after it."""
+    store, proxy = proxied
+    store.send_batch([Message("TopicTest", body=b"r%d" % i, tags=f"Tag{i % 2}") for i in range(10)])
+    store.dispatch()
+    WATCHER.stop()  # what sending and dispatching here asked to watch
+    time.sleep(0.3)
+    proxy.reset()
+    assert store.read("TopicTest", "Tag1").count() == 5
+    tables = store.context.tables
+    assert not any(WATCHER.watching(t) for t in (tables.commitlog, tables.consume_queue, tables.consume_queue_ext))
+    made = proxy.counts()
+    time.sleep(3 * tables.commitlog.spec.remote_look_s)
+    assert proxy.counts() == made  # nothing made after the read
+    looks = [path for _, kind, path in proxy.requests() if kind == "HEAD" and "_delta_log" in path]
+    assert looks and len(looks) == len(set(looks))  # each table looked at once at most
 
 
 def test_the_watcher_stops_looking_at_a_table_nobody_asks_for():
