@@ -58,8 +58,9 @@ TOMBSTONE_RETENTION = "interval 1 minute"
 _TOMBSTONES = "delta.deletedFileRetentionDuration"
 _LOG_RETENTION = "delta.logRetentionDuration"
 
-#: A warm view is brought forward from the log entries alone for at most this long; then delta-rs catches up
-#: (whatever the entries could not say). Below the log retention, so no entry a view still needs is cleaned up.
+#: A warm view not looked at for this long catches up through delta-rs instead of from the log entries: an
+#: entry written since its last look may be older than this, and the log's retention (above this) may have
+#: cleaned it up. While it is looked at more often, every look reads only the entries since (a HEAD when none).
 VIEW_RELOAD_S = 5.0
 
 #: While the watcher keeps an object store's table current, a view looked at this much longer ago than the
@@ -89,7 +90,6 @@ class Table(Reading, Committing):
         self._view: TableView | None = None
         self._lock = threading.Lock()
         self._memo: dict[str, tuple[int, Any]] = {}
-        self._checked = 0.0
         self._turns = CommitTurn(self.path, self.snapshot)
         self._cleaned: float | None = None  # when this handle's commits last cleaned up the log
         self._local, self._looked, self._seen = is_local(self.path), 0.0, 0
@@ -188,11 +188,11 @@ class Table(Reading, Committing):
         The first call loads the table. A later call opens the next version's log entry: while there
         is none, the view stands; when there are new entries, it reads
         them and applies their file and ``txn`` actions to the view (:mod:`storelib.delta.log`), so a
-        refresh costs what was committed since, not what the table holds. At least every
-        :data:`VIEW_RELOAD_S` seconds (or when the entries cannot be read) it catches up through
-        delta-rs instead. ``markers`` names the ``txn`` app ids the caller will ask the view for. On an object
-        store the :data:`~storelib.delta.watch.WATCHER` then keeps the view current, unless ``watch`` is false
-        (None: unless asked within :func:`~storelib.delta.watch.unwatched`).
+        refresh costs what was committed since, not what the table holds. A view not looked at for
+        :data:`VIEW_RELOAD_S` seconds (or whose entries cannot be read) catches up through delta-rs instead.
+        ``markers`` names the ``txn`` app ids the caller will ask the view for. On an object store the
+        :data:`~storelib.delta.watch.WATCHER` then keeps the view current, unless ``watch`` is false (None:
+        unless asked within :func:`~storelib.delta.watch.unwatched`).
 
         >>> t = store.context.tables.commitlog
         >>> t.view(markers=["commitlog"]) is t.view()          # nothing committed in between
@@ -240,7 +240,7 @@ class Table(Reading, Committing):
         entries is made outside the table's lock, so this process's commits, which apply themselves to the
         view under it, never wait on a look's round trips."""
         view, now, written = self._view, time.monotonic(), commits_here(self.path)
-        if view is not None and now - self._checked < VIEW_RELOAD_S:
+        if view is not None and now - self._looked < VIEW_RELOAD_S:
             changes = changes_since(self.path, view.version)
             with self._lock:
                 if self._view is not view:
@@ -268,7 +268,7 @@ class Table(Reading, Committing):
 
     def _brought_forward(self, wanted: tuple[str, ...], now: float) -> TableView:
         view = self._view
-        if view is not None and now - self._checked < VIEW_RELOAD_S:
+        if view is not None and now - self._looked < VIEW_RELOAD_S:
             rolled = self._roll(view)
             filled = None if rolled is None else self._with_markers(rolled, wanted)
             if filled is not None:
@@ -279,7 +279,6 @@ class Table(Reading, Committing):
         else:
             self._warm.update_incremental()
         self._rolled_txns = {}
-        self._checked = now
         version = self._warm.version()
         same = view is not None and view.version == version
         names = set(wanted) | (set(view.markers) if view is not None else set())

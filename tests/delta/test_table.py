@@ -363,6 +363,23 @@ class TestWarmViews:
         assert view.marker("commitlog") == store.max_offset()
         self.assert_same_view(view, t)
 
+    def test_a_view_looked_at_within_the_interval_never_reloads(self, store, monkeypatch):
+        """Each look is timed from the last: a view looked at more often than VIEW_RELOAD_S rolls forward for as
+        long as it is looked at (a reload on an object store costs a listing and reads of the log)."""
+        import storelib.delta.table as table_module
+
+        monkeypatch.setattr(table_module, "VIEW_RELOAD_S", 0.5)
+        t = Table(store.context.tables.commitlog.path, store.context.tables.commitlog.spec)
+        t.view(markers=["commitlog"])
+        monkeypatch.setattr(t, "_warm", None)  # a reload would need a snapshot
+        monkeypatch.setattr(t, "snapshot", lambda version=None: pytest.fail("reloaded"))
+        for _ in range(6):  # 1.5 s of looks, three times the interval
+            store.send(Message("TopicTest", body=b"x"))
+            time.sleep(0.25)
+            assert t.view(markers=["commitlog"]).marker("commitlog") == store.max_offset()
+        monkeypatch.undo()
+        self.assert_same_view(t.view(), t)
+
     def test_reload_after_the_interval_gives_the_same_view(self, store, monkeypatch):
         import storelib.delta.table as table_module
 
