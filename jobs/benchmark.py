@@ -15,6 +15,7 @@
     python jobs/benchmark.py --suite flush                     # what SYNC_FLUSH costs a group commit
     python jobs/benchmark.py --suite s3 --messages 10000 --latency-ms 20   # requests and latency on an S3 store
     python jobs/benchmark.py --suite grpc --seconds 30 --producers 2 --consumers 2   # RocketMQ's client, storelib serve
+    python jobs/benchmark.py --suite grpc --floor --seconds 20   # the same clients against a server storing nothing
 
 Prints messages per second and the ratio to the baseline measured in the same run.
 """
@@ -154,6 +155,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=positive_int, default=60, help="online suite: how long the producers send")
     parser.add_argument(
         "--rate", type=non_negative_int, default=0, help="grpc suite: messages a second all producers send (0: no cap)"
+    )
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="grpc suite: the clients against a server that stores nothing (jobs/benchmarks/grpc_floor.py)",
     )
     parser.add_argument("--producers", type=positive_int, default=4, help="online suite: producer processes")
     parser.add_argument("--threads", type=positive_int, default=16, help="online suite: sending threads per producer")
@@ -305,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
                 consumers=args.consumers,
                 root=args.root,
                 rate=args.rate,
+                floor=args.floor,
             ),
             "flush": lambda: bench_flush(args.commits or 200, root=args.root),
             "schedule": lambda: bench_schedule(

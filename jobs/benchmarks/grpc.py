@@ -156,12 +156,14 @@ def bench_grpc(
     serve_prefix: tuple[str, ...] = (),
     follower_process: bool = False,
     rate: int = 0,
+    floor: bool = False,
 ) -> GrpcFigures:
     """Run the gRPC suite for ``seconds`` (see the module docstring), then, with ``baseline``, the in-process
     online suite with as many producer and consumer processes. ``rate``: the producers together send at most
     this many messages a second (0: as fast as acks come back), to time end to end at a load the consumers
     keep up with; ``serve_prefix`` runs the endpoint under another command (a profiler); ``follower_process``:
-    the endpoint leaves dispatch to a ``storelib dispatch --follow`` process of its own."""
+    the endpoint leaves dispatch to a ``storelib dispatch --follow`` process of its own; ``floor``: the clients
+    talk to :mod:`jobs.benchmarks.grpc_floor` (nothing stored) instead, to measure what they alone can do."""
     from storelib import MessageStore
 
     work = root or tempfile.mkdtemp(prefix="storelib-bench-grpc-")
@@ -172,16 +174,18 @@ def bench_grpc(
         store.create_topic(TOPIC, queues=QUEUES)
         store.close()
         with open(f"{work}/serve.err", "w") as err:
+            serve = ["-m", "jobs.benchmarks.grpc_floor"] if floor else ["-m", "storelib", "serve"]
+            serve += [] if floor else ["--store", f"{work}/grpc", "--port", "0"]
             server = subprocess.Popen(
-                [*serve_prefix, sys.executable, "-m", "storelib", "serve", "--store", f"{work}/grpc", "--port", "0"]
-                + (["--no-follow"] if follower_process else []),
+                [*serve_prefix, sys.executable, *serve] + (["--no-follow"] if follower_process and not floor else []),
+                cwd=ROOT,
                 env=env,
                 stdout=subprocess.PIPE,
                 stderr=err,
                 text=True,
             )
         procs.append(server)
-        if follower_process:
+        if follower_process and not floor:
             with open(f"{work}/follower.err", "w") as err:
                 procs.append(
                     subprocess.Popen(
