@@ -62,7 +62,11 @@ def unwatched() -> Iterator[None]:
 
 
 def watching_asked() -> bool:
-    """Whether a view asked for now should be kept watched (false within :func:`unwatched`)."""
+    """Whether a view asked for now should be kept watched (false within :func:`unwatched`).
+
+    >>> watching_asked()
+    True
+    """
     return not _UNWATCHED.get()
 
 

@@ -9,7 +9,7 @@ Details: ``docs/internals.md``, section storelib.query.read.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable
 
 import numpy as np
 import pyarrow as pa
@@ -303,6 +303,7 @@ class ReadPlan:
         return units.where(F.col("topic") == self.filter.topic)
 
 
+@unwatched()  # a batch read plans once: no thread need keep its tables current afterwards
 def plan_read(
     ctx: StoreContext, topic: str, selector: MessageSelector | str | None = None, group: str | None = None
 ) -> ReadPlan:
@@ -312,24 +313,11 @@ def plan_read(
     >>> len(plan.commitlog_files()), plan.filter.passes_every_unit
     (1, False)
     """
-    with unwatched():  # a batch read looks once: no thread need keep these tables current for it
-        return _plan(ctx, topic, selector, group)
-
-
-def _plan(ctx: StoreContext, topic: str, selector: MessageSelector | str | None, group: str | None) -> ReadPlan:
-    tables = ctx.tables
-    ext, cq, clog = tables.consume_queue_ext, tables.consume_queue, tables.commitlog
-    groups = [(tables.subscription, ()), (tables.subscription_group, ())] if group is not None else []
-    ext_view, cq_view, clog_view, *_ = Table.views(
-        [
-            (ext, [REPUT_MARKER]),
-            (cq, [REPUT_MARKER]),
-            (clog, ()),
-            (tables.commitlog_summary, ()),
-            (tables.topic_config, ()),
-            *groups,
-        ]
-    )  # looked at together, then read as they stand
+    t = ctx.tables
+    ext, cq, clog = t.consume_queue_ext, t.consume_queue, t.commitlog
+    looks: list[tuple[Table, Iterable[str]]] = [(ext, [REPUT_MARKER]), (cq, [REPUT_MARKER]), (clog, ())]
+    looks += [(t.commitlog_summary, ()), (t.topic_config, ())] + ([(t.subscription, ())] if group is not None else [])
+    ext_view, cq_view, clog_view, *_ = Table.views(looks)  # looked at together, then read as they stand
     mf = _message_filter(ctx, topic, selector, group)
     end = min(cq_view.marker(REPUT_MARKER), ext_view.marker(REPUT_MARKER))
     of_topic = Prune(equal={"topic": topic})

@@ -40,7 +40,8 @@ def _f(name: str, kind: pa.DataType, comment: str, nullable: bool = True) -> pa.
 
 
 #: Settings tables (topics, groups, subscriptions, checkers) change seldom: on an object store their views look
-#: for other processes' changes once a second (this process's own are seen at once).
+#: for other processes' changes once a second (this process's own are seen at once). So do the summaries: their
+#: rows describe data files by path, which never change, so a view a second old only skips less.
 CONFIG_LOOK_S = 1.0
 
 COMMITLOG = TableSpec(
@@ -178,6 +179,7 @@ COMMITLOG_SUMMARY = TableSpec(
         "One row per row group of a clustered commitlog file: what its tag codes and bitmaps can "
         "match, so a filtered read skips row groups without opening them."
     ),
+    remote_look_s=CONFIG_LOOK_S,
 )
 
 CONSUME_QUEUE = TableSpec(
@@ -286,6 +288,7 @@ EXT_SUMMARY = TableSpec(
         "One row per consume_queue_ext file: what its bitmaps and tag codes can match, so a selective "
         "read skips files without opening them."
     ),
+    remote_look_s=CONFIG_LOOK_S,
 )
 
 SUBSCRIPTION = TableSpec(
