@@ -18,21 +18,18 @@ import re
 import unicodedata
 from typing import Callable, Mapping, cast
 
+from sqlglot import exp
+
 from storelib.filter.sql92.tree import (
-    Between,
-    Comparison,
-    InList,
-    IsNull,
+    MATCHES,
     JavaType,
     JavaValue,
-    Literal,
-    Logic,
-    Match,
-    Negate,
     Node,
-    Not,
-    Property,
-    Truth,
+    is_truth,
+    java_type,
+    java_value,
+    negated_predicate,
+    terms,
 )
 
 __all__ = [
@@ -204,9 +201,10 @@ def _ordering(op: str, left: Node, right: Node, props: Mapping[str, str]) -> boo
     rv = node_value(right, props)
     if rv is None:
         return None
-    if left.type is S and right.type is S:  # two Strings are ordered as doubles
+    lt, rt = java_type(left), java_type(right)
+    if lt is S and rt is S:  # two Strings are ordered as doubles
         return _ORDER[op](_double_compare(java_parse_double(lv), java_parse_double(rv)))  # type: ignore[arg-type]
-    return _ORDER[op](java_compare(left.type, lv, right.type, rv))
+    return _ORDER[op](java_compare(lt, lv, rt, rv))
 
 
 def _equal(left: Node, right: Node, props: Mapping[str, str]) -> bool | None:
@@ -217,7 +215,7 @@ def _equal(left: Node, right: Node, props: Mapping[str, str]) -> bool | None:
         return None
     if rv is None:
         return False
-    return java_compare(left.type, lv, right.type, rv) == 0
+    return java_compare(java_type(left), lv, java_type(right), rv) == 0
 
 
 def _and(values: Callable[[int], bool | None], count: int, stop: bool) -> bool | None:
@@ -231,55 +229,63 @@ def _and(values: Callable[[int], bool | None], count: int, stop: bool) -> bool |
     return None if saw_null else not stop
 
 
-_MATCHERS: dict[str, Callable[[str, str], bool]] = {
-    "CONTAINS": lambda s, p: p in s,
-    "STARTSWITH": str.startswith,
-    "ENDSWITH": str.endswith,
+_MATCHERS: dict[type[exp.Expr], Callable[[str, str], bool]] = {
+    MATCHES["CONTAINS"]: lambda s, p: p in s,
+    MATCHES["STARTSWITH"]: str.startswith,
+    MATCHES["ENDSWITH"]: str.endswith,
 }
+_ORDERINGS: dict[type[exp.Expr], str] = {exp.GT: ">", exp.GTE: ">=", exp.LT: "<", exp.LTE: "<="}
+_LEAVES = (exp.Literal, exp.Boolean, exp.Null)
 
 
 def node_value(node: Node, props: Mapping[str, str]) -> JavaValue:
     """The Java value of ``node``; raises :class:`JavaEvaluationError` where RocketMQ throws.
 
-    >>> node_value(Property("a"), {"a": "7"}), node_value(Literal(3, JavaType.INT), {})
+    >>> from storelib.filter.sql92.tree import literal, prop
+    >>> node_value(prop("a"), {"a": "7"}), node_value(literal(3, JavaType.INT), {})
     ('7', 3)
     """
-    if isinstance(node, Property):
-        return props.get(node.name)
-    if isinstance(node, Literal):
-        return node.value
-    if isinstance(node, Negate):
-        v = node_value(node.operand, props)
-        return -v if v is not None and node.operand.type in JavaType.numeric() else None  # type: ignore[operator]
-    if isinstance(node, Not):
-        v = node_value(node.operand, props)
+    if isinstance(node, exp.Column):
+        value = props.get(node.name)
+        return (None if value is None else False) if is_truth(node) else value
+    if isinstance(node, _LEAVES):
+        return java_value(node)
+    if isinstance(node, exp.Paren):
+        return node_value(node.this, props)
+    if isinstance(node, exp.Neg):
+        v = node_value(node.this, props)
+        return -v if v is not None and java_type(node.this) in JavaType.numeric() else None  # type: ignore[operator]
+    inner, negated = negated_predicate(node)
+    if isinstance(node, exp.Not) and not negated:
+        v = node_value(node.this, props)
         return None if v is None else not v
-    if isinstance(node, Truth):
-        return None if node_value(node.operand, props) is None else False
-    if isinstance(node, Logic):
+    if isinstance(node, (exp.And, exp.Or)):
+        chain = terms(node)
         return _and(
-            lambda i: cast("bool | None", node_value(node.terms[i], props)),  # a Logic's terms are boolean
-            len(node.terms),
-            node.op == "OR",
+            lambda i: cast("bool | None", node_value(chain[i], props)),  # a chain's terms are boolean
+            len(chain),
+            isinstance(node, exp.Or),
         )
-    if isinstance(node, Comparison):
-        if node.op in ("=", "<>"):
-            eq = _equal(node.left, node.right, props)
-            return eq if node.op == "=" or eq is None else not eq
-        return _ordering(node.op, node.left, node.right, props)
-    if isinstance(node, IsNull):
-        return (node_value(node.operand, props) is None) is not node.negated
-    if isinstance(node, Between):
-        ops = (("<", node.low), (">", node.high)) if node.negated else ((">=", node.low), ("<=", node.high))
-        return _and(lambda i: _ordering(ops[i][0], node.value, ops[i][1], props), 2, node.negated)
-    if isinstance(node, InList):
-        v = node_value(node.operand, props)
-        return None if v is None else (v in node.values) is not node.negated
-    if isinstance(node, Match):
-        if not node.pattern:
+    if isinstance(node, (exp.EQ, exp.NEQ)):
+        eq = _equal(node.this, node.expression, props)
+        return eq if isinstance(node, exp.EQ) or eq is None else not eq
+    if type(node) in _ORDERINGS:
+        return _ordering(_ORDERINGS[type(node)], node.this, node.expression, props)
+    if isinstance(inner, exp.Is):
+        return (node_value(inner.this, props) is None) is not negated
+    if isinstance(inner, exp.Between):
+        low, high = inner.args["low"], inner.args["high"]
+        ops = (("<", low), (">", high)) if negated else ((">=", low), ("<=", high))
+        return _and(lambda i: _ordering(ops[i][0], inner.this, ops[i][1], props), 2, negated)
+    if isinstance(inner, exp.In):
+        v = node_value(inner.this, props)
+        return None if v is None else (v in {e.this for e in inner.expressions}) is not negated
+    if type(inner) in _MATCHERS:
+        pattern = inner.expression.this
+        if not pattern:
             return False
-        v = node_value(node.operand, props)
+        v = node_value(inner.this, props)
         if not isinstance(v, str):  # null, a number or a Boolean
             return False
-        return _MATCHERS[node.op](v, node.pattern) is not node.negated
+        return _MATCHERS[type(inner)](v, pattern) is not negated
     raise TypeError(f"not a SQL92 node: {node!r}")
