@@ -6,9 +6,9 @@ evaluator walks them; this dialect reads every valid selector into the same expr
 is :class:`~storelib.filter.sql92.parser.Sql92Parser`, which builds those expressions directly: sqlglot's
 public parse needs the whole token list and stops with its own messages, where RocketMQ's rules (the
 first offending token, with RocketMQ's message and position, the text not read past it) are checked as
-the tree is built; and it recurses 20 Python frames per level of parentheses (7 per NOT), so RocketMQ's
-100 levels need a raised recursion limit, and parses at 2-3 us/char where ours takes 1.2-1.5 us/char
-(30K-240K characters). Details: ``docs/internals.md``.
+the tree is built; it recurses 20 Python frames per level of parentheses (27 per ``NOT (``), so under
+Python's default limit it reads 48 levels of parentheses where RocketMQ allows 100; and it parses at
+1.9-3.1 us/char where ours takes 1.6-2.0 (30K-240K characters, both linear). Details: ``docs/internals.md``.
 
 >>> sqlglot.transpile("a BETWEEN 1 AND 2 AND b NOT CONTAINS 'x'", read=RocketMQSQL92, write="spark")
 ["a BETWEEN 1 AND 2 AND NOT CONTAINS(b, 'x')"]
@@ -59,9 +59,10 @@ __all__ = [
     "spark_sql",
 ]
 
-#: The deepest tree shown as Spark SQL (:func:`~storelib.filter.sql92.tree.depth`). sqlglot's parser and
-#: generator recurse through several Python frames per level of nesting (20 per parenthesis), so under
-#: Python's default recursion limit they do not reach RocketMQ's ``MAX_NESTING`` (100). Deeper trees
+#: The deepest tree shown as Spark SQL (:func:`~storelib.filter.sql92.tree.depth`). sqlglot's parser
+#: recurses through 20 Python frames per level of parentheses, 27 per ``NOT (``: under Python's default
+#: recursion limit it reads 36 levels of ``NOT (`` (48 of parentheses), where RocketMQ allows
+#: ``MAX_NESTING`` (100), and a display is read inside whatever stack its caller has used. Deeper trees
 #: have no Spark SQL for display; they are filtered all the same (the evaluators walk the tree itself).
 DISPLAY_MAX_DEPTH = 24
 
