@@ -112,7 +112,7 @@ LOGIC_TABLES = {
 
 
 def outcome_table(node: Node) -> tuple[list[Node], list | int]:
-    """``(children, table)`` for a Comparison, NOT, unary minus, IS NULL or CONTAINS-like node whose
+    """``(children, table)`` for a comparison, NOT, unary minus, IS NULL or CONTAINS-like node whose
     outcome depends on property text only through null tests and ``Boolean.valueOf``: the children
     that read properties, in order, and the node's state nested by each one's index, the index of a
     property child being its class (:data:`PROPERTY_CLASSES`), of another child its state.
