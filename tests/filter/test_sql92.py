@@ -28,6 +28,8 @@ from storelib.filter.sql92 import (
     compile_sql92,
     parse_sql92,
 )
+from storelib.filter.sql92 import tree as T
+from storelib.filter.sql92.arrow import evaluate_batch
 from storelib.filter.sql92.dialect import (
     DISPLAY_MAX_DEPTH,
     MATCH_TOKENS,
@@ -36,23 +38,10 @@ from storelib.filter.sql92.dialect import (
     to_sqlglot,
     typed_tree,
 )
-from storelib.filter.sql92.java import JavaEvaluationError, java_parse_double, java_parse_int, java_parse_long
+from storelib.filter.sql92.java import JavaEvaluationError, evaluate, java_parse_double, java_parse_int, java_parse_long
 from storelib.filter.sql92.lexer import tokenize_sql92
-from storelib.filter.sql92.spark import to_columns
-from storelib.filter.sql92.tree import (
-    Between,
-    Comparison,
-    InList,
-    IsNull,
-    JavaType,
-    Literal,
-    Logic,
-    Match,
-    Negate,
-    Not,
-    Property,
-    Truth,
-)
+from storelib.filter.sql92.spark import to_column, to_columns
+from storelib.filter.sql92.tree import JavaType, depth, java_type, java_value, terms, walk
 from storelib.model.config import StoreConfig
 from storelib.model.errors import FilterExpressionError
 from tests.conformance import load_cases
@@ -60,8 +49,19 @@ from tests.conformance import load_cases
 INT, LONG, DOUBLE, STRING, BOOLEAN = JavaType.INT, JavaType.LONG, JavaType.DOUBLE, JavaType.STRING, JavaType.BOOLEAN
 
 
-def a_eq(value: int) -> Comparison:
-    return Comparison("=", Property("a"), Literal(value, INT))
+def a_eq(value: int) -> T.Node:
+    return T.comparison("=", T.prop("a"), T.literal(value, INT))
+
+
+def signature(tree: T.Node) -> list[tuple[str, JavaType, int, object]]:
+    """What sqlglot's equality leaves out: every node's Java type, depth and literal value."""
+    return [(type(n).__name__, java_type(n), depth(n), java_value(n)) for n in walk(tree)]
+
+
+def assert_tree(got: T.Node, expected: T.Node) -> None:
+    """The same sqlglot expression, its nodes typed alike."""
+    assert got == expected, (got.sql(), expected.sql())
+    assert signature(got) == signature(expected), got.sql()
 
 
 # -- literal cases: (expression, properties, RocketMQ's answer), grouped by concept --------------
@@ -248,65 +248,82 @@ def test_spark_on_conformance_cases(spark_answers):
 
 
 def test_not_binds_tighter_than_comparisons():
-    assert parse_sql92("NOT a = 1").tree == Comparison("=", Not(Truth(Property("a"))), Literal(1, INT))
-    assert parse_sql92("NOT (a = 1)").tree == Not(a_eq(1))
-    assert parse_sql92("NOT a IS NULL").tree == IsNull(Not(Truth(Property("a"))))
+    assert_tree(parse_sql92("NOT a = 1").tree, T.comparison("=", T.not_(T.truth(T.prop("a"))), T.literal(1, INT)))
+    assert_tree(parse_sql92("NOT (a = 1)").tree, T.not_(a_eq(1)))
+    assert_tree(parse_sql92("NOT a IS NULL").tree, T.is_null(T.not_(T.truth(T.prop("a")))))
     for text in ("NOT a > 1", "NOT a BETWEEN 1 AND 2", "NOT a IN ('x')"):
         with pytest.raises(FilterExpressionError):
             parse_sql92(text)
 
 
-def test_and_binds_tighter_than_or_and_chains_are_flat():
-    b2, c3 = (Comparison("=", Property(n), Literal(v, INT)) for n, v in (("b", 2), ("c", 3)))
-    assert parse_sql92("a = 1 OR b = 2 AND c = 3").tree == Logic("OR", (a_eq(1), Logic("AND", (b2, c3))))
-    assert parse_sql92("a = 1 AND b = 2 OR c = 3").tree == Logic("OR", (Logic("AND", (a_eq(1), b2)), c3))
-    assert parse_sql92("a = 1 AND b = 2 AND c = 3").tree == Logic("AND", (a_eq(1), b2, c3))
-    assert parse_sql92("a = 1 AND (b = 2 AND c = 3)").tree == Logic("AND", (a_eq(1), Logic("AND", (b2, c3))))
+def test_and_binds_tighter_than_or_and_chains_are_left_deep():
+    def b2() -> T.Node:
+        return T.comparison("=", T.prop("b"), T.literal(2, INT))
+
+    def c3() -> T.Node:
+        return T.comparison("=", T.prop("c"), T.literal(3, INT))
+
+    and_, or_ = (lambda x, y: T.logic("AND", x, y)), (lambda x, y: T.logic("OR", x, y))
+    assert_tree(parse_sql92("a = 1 OR b = 2 AND c = 3").tree, or_(a_eq(1), and_(b2(), c3())))
+    assert_tree(parse_sql92("a = 1 AND b = 2 OR c = 3").tree, or_(and_(a_eq(1), b2()), c3()))
+    chain = parse_sql92("a = 1 AND b = 2 AND c = 3").tree
+    assert_tree(chain, and_(and_(a_eq(1), b2()), c3()))
+    assert depth(chain) == 2 and [t.sql() for t in terms(chain)] == ["a = 1", "b = 2", "c = 3"]
+    nested = parse_sql92("a = 1 AND (b = 2 AND c = 3)").tree
+    assert_tree(nested, and_(a_eq(1), and_(b2(), c3())))
+    assert depth(nested) == 3 and len(terms(nested)) == 2
 
 
 def test_between_takes_the_first_and():
     tree = parse_sql92("a BETWEEN 1 AND 2 AND b IS NULL").tree
-    assert tree == Logic("AND", (Between(Property("a"), Literal(1, INT), Literal(2, INT)), IsNull(Property("b"))))
+    between = T.between(T.prop("a"), T.literal(1, INT), T.literal(2, INT))
+    assert_tree(tree, T.logic("AND", between, T.is_null(T.prop("b"))))
 
 
 def test_each_operator_builds_its_node():
-    assert parse_sql92("a <> 'x'").tree == Comparison("<>", Property("a"), Literal("x", STRING))
-    assert parse_sql92("a NOT IN ('x','y')").tree == InList(Property("a"), ("x", "y"), negated=True)
-    assert parse_sql92("a NOT ENDSWITH 'z'").tree == Match("ENDSWITH", Property("a"), "z", negated=True)
-    assert parse_sql92("a IS NOT NULL").tree == IsNull(Property("a"), negated=True)
-    assert parse_sql92("-a < 1").tree == Comparison("<", Negate(Property("a")), Literal(1, INT))
-    assert parse_sql92("+a < +1").tree == Comparison("<", Property("a"), Literal(1, INT))
+    assert_tree(parse_sql92("a <> 'x'").tree, T.comparison("<>", T.prop("a"), T.literal("x", STRING)))
+    assert_tree(parse_sql92("a NOT IN ('x','y')").tree, T.in_list(T.prop("a"), ("x", "y"), negated=True))
+    assert_tree(parse_sql92("a NOT ENDSWITH 'z'").tree, T.match("ENDSWITH", T.prop("a"), "z", negated=True))
+    assert_tree(parse_sql92("a IS NOT NULL").tree, T.is_null(T.prop("a"), negated=True))
+    assert_tree(parse_sql92("-a < 1").tree, T.comparison("<", T.negate(T.prop("a")), T.literal(1, INT)))
+    assert_tree(parse_sql92("+a < +1").tree, T.comparison("<", T.prop("a"), T.literal(1, INT)))
+    # sqlglot's own expressions, as its builders make them
+    assert parse_sql92("a NOT IN ('x')").tree == exp.Not(this=exp.column("a").isin("x"))
+    assert parse_sql92("NOT (a CONTAINS 'x')").tree == exp.Not(
+        this=exp.Paren(this=exp.Contains(this=exp.column("a"), expression=exp.Literal.string("x")))
+    )
 
 
 @pytest.mark.parametrize(
     "literal, expected",
     [
-        ("5", Literal(5, INT)),
-        ("0", Literal(0, INT)),
-        ("10L", Literal(10, INT)),
-        ("10l", Literal(10, INT)),
-        ("2147483647", Literal(2147483647, INT)),
-        ("2147483648", Literal(2147483648, LONG)),
-        ("9223372036854775807", Literal(9223372036854775807, LONG)),
-        ("1.5", Literal(1.5, DOUBLE)),
-        ("5.", Literal(5.0, DOUBLE)),
-        (".5", Literal(0.5, DOUBLE)),
-        ("1e3", Literal(1000.0, DOUBLE)),
-        ("1.5E-3", Literal(0.0015, DOUBLE)),
-        ("5e+2", Literal(500.0, DOUBLE)),
-        ("00.5", Literal(0.5, DOUBLE)),
-        ("4.9e-324", Literal(5e-324, DOUBLE)),
-        ("'it''s'", Literal("it's", STRING)),
-        ("''", Literal("", STRING)),
-        ("'a\nb'", Literal("a\nb", STRING)),
-        ("TRUE", Literal(True, BOOLEAN)),
-        ("false", Literal(False, BOOLEAN)),
-        ("-5", Negate(Literal(5, INT))),
-        ("-2147483648", Negate(Literal(2147483648, LONG))),
+        ("5", ("literal", 5, INT)),
+        ("0", ("literal", 0, INT)),
+        ("10L", ("literal", 10, INT)),
+        ("10l", ("literal", 10, INT)),
+        ("2147483647", ("literal", 2147483647, INT)),
+        ("2147483648", ("literal", 2147483648, LONG)),
+        ("9223372036854775807", ("literal", 9223372036854775807, LONG)),
+        ("1.5", ("literal", 1.5, DOUBLE)),
+        ("5.", ("literal", 5.0, DOUBLE)),
+        (".5", ("literal", 0.5, DOUBLE)),
+        ("1e3", ("literal", 1000.0, DOUBLE)),
+        ("1.5E-3", ("literal", 0.0015, DOUBLE)),
+        ("5e+2", ("literal", 500.0, DOUBLE)),
+        ("00.5", ("literal", 0.5, DOUBLE)),
+        ("4.9e-324", ("literal", 5e-324, DOUBLE)),
+        ("'it''s'", ("literal", "it's", STRING)),
+        ("''", ("literal", "", STRING)),
+        ("'a\nb'", ("literal", "a\nb", STRING)),
+        ("TRUE", ("literal", True, BOOLEAN)),
+        ("false", ("literal", False, BOOLEAN)),
+        ("-5", ("negate", T.literal(5, INT))),
+        ("-2147483648", ("negate", T.literal(2147483648, LONG))),
     ],
 )
 def test_literal_forms(literal, expected):
-    assert parse_sql92(f"a = {literal}").tree.right == expected
+    kind, *args = expected
+    assert_tree(parse_sql92(f"a = {literal}").tree.expression, getattr(T, kind)(*args))
 
 
 @pytest.mark.parametrize(
@@ -610,7 +627,7 @@ def test_fuzz_only_filter_expression_errors_and_linear_work():
 def test_long_valid_expressions_parse_in_linear_work():
     for text, count in [("a = 1" + " AND a = 1" * 6000, 6001), ("a = 1" + " OR b IN ('x')" * 4000, 4001)]:
         expression, steps, consumed = checked_parse(text)
-        assert expression is not None and len(expression.tree.terms) == count  # type: ignore[attr-defined]
+        assert expression is not None and len(terms(expression.tree)) == count
         assert steps <= STEPS_PER_CHAR * len(text) + STEPS_CONSTANT and consumed == len(tokenize_sql92(text)[0])
 
 
@@ -622,7 +639,7 @@ def test_a_text_refused_early_is_not_read_further():
 
 def test_over_long_text_is_refused_at_the_limit_before_it_is_read():
     longest = "a = 1" + " " * (MAX_EXPRESSION_LENGTH - 5)
-    assert parse_sql92(longest).tree == a_eq(1)
+    assert_tree(parse_sql92(longest).tree, a_eq(1))
     for text in (longest + " ", "'" + "x" * MAX_EXPRESSION_LENGTH, ")" * 10**6):
         with pytest.raises(FilterExpressionError) as e:
             parse_sql92(text)
@@ -671,7 +688,8 @@ def test_nesting_at_the_limit_parses_and_one_deeper_is_refused():
     assert e.value.position == 1 + 8 * MAX_NESTING + 1
     shape = lambda k: "(" * k + "a" + ") CONTAINS 'x' = TRUE AND b OR c" * k  # noqa: E731 (four levels a parenthesis)
     deepest = parse_sql92(shape(MAX_NESTING // 4)).tree
-    assert deepest.depth == MAX_NESTING and pickle.loads(pickle.dumps(deepest)) == deepest and str(deepest)
+    assert depth(deepest) == MAX_NESTING and T.canonical(deepest)
+    assert_tree(pickle.loads(pickle.dumps(deepest)), deepest)  # the Java types travel with the tree
     with pytest.raises(FilterExpressionError, match="nested more than"):
         parse_sql92(shape(MAX_NESTING // 4 + 1))
 
@@ -685,8 +703,8 @@ def test_custom_limits_through_keyword_arguments():
         compile_sql92("a = 'xyz'", max_length=8)
     assert e.value.position == 8
     long = "a = 1" + " OR a = 1" * 10_000
-    assert len(parse_sql92(long, max_length=len(long)).tree.terms) == 10_001  # type: ignore[attr-defined]
-    assert parse_sql92("(" * 120 + "a" + ")" * 120, max_nesting=121).tree == Truth(Property("a"))
+    assert len(terms(parse_sql92(long, max_length=len(long)).tree)) == 10_001
+    assert_tree(parse_sql92("(" * 120 + "a" + ")" * 120, max_nesting=121).tree, T.truth(T.prop("a")))
 
 
 def test_store_settings_are_the_limits(spark, store_path):
@@ -722,7 +740,7 @@ def test_canonical_text_and_expression_object():
     assert e.properties == frozenset({"a", "b", "c"}) and isinstance(e, Sql92Expression)
     for text, _, _ in LITERAL_CASES:
         tree = parse_sql92(text).tree
-        assert parse_sql92(str(tree)).tree == tree, text
+        assert_tree(parse_sql92(T.canonical(tree)).tree, tree)
 
 
 # -- the sqlglot dialect ------------------------------------------------------------------------------
@@ -801,9 +819,9 @@ def test_dialect_reads_every_valid_selector_as_the_parser_of_record():
             tree = parse_sql92(text).tree
         except FilterExpressionError:
             continue
-        if tree.depth + _parentheses_depth(text) > DISPLAY_MAX_DEPTH:  # deeper than sqlglot's recursion reaches
+        if depth(tree) + _parentheses_depth(text) > DISPLAY_MAX_DEPTH:  # deeper than sqlglot's recursion reaches
             continue
-        assert typed_tree(sqlglot.parse_one(text, read=RocketMQSQL92)) == tree, text
+        assert_tree(typed_tree(sqlglot.parse_one(text, read=RocketMQSQL92)), tree)
         checked += 1
     assert checked > 1000
 
@@ -832,9 +850,11 @@ def test_expressions_built_with_sqlglot_are_checked_as_text_is():
         expression=exp.Between(this=b, low=exp.Literal.number(1), high=exp.Literal.number("10L")),
     )
     e = Sql92Expression.from_sqlglot(built)
-    assert e.tree == Logic(
-        "OR", (InList(Property("a"), ("x",), negated=True), Between(Property("b"), Literal(1, INT), Literal(10, INT)))
+    expected = (
+        T.in_list(T.prop("a"), ("x",), negated=True),
+        T.between(T.prop("b"), T.literal(1, INT), T.literal(10, INT)),
     )
+    assert_tree(e.tree, T.logic("OR", *expected))
     assert e.evaluate({"a": "x", "b": "5"}) and not e.evaluate({"a": "x", "b": "50"})
     for refused, reason in [
         (a.eq(exp.Null()), "NULL cannot be compared"),
@@ -848,6 +868,46 @@ def test_expressions_built_with_sqlglot_are_checked_as_text_is():
         Sql92Expression.from_sqlglot(exp.Not(this=exp.Not(this=a)), max_nesting=1)
 
 
+def test_the_evaluators_walk_sqlglot_expressions(spark):
+    """A tree built with sqlglot's own builders and typed by ``typed_tree`` is the tree the parser builds,
+    and the Python, Arrow and Spark evaluators walk it to the parsed text's answers."""
+    import pyarrow as pa
+
+    a, b, c, d = (exp.column(name) for name in "abcd")
+    built = exp.or_(
+        exp.and_(a.eq(exp.Literal.number(5)), exp.Not(this=b.isin("x", "y"))),  # and_/or_ wrap in Paren
+        exp.Contains(this=c, expression=exp.Literal.string("z")),
+        exp.Between(this=d, low=exp.Literal.number("1.5"), high=exp.Literal.number("10L")),
+        exp.Not(this=exp.column("e")),
+    )
+    text = "a = 5 AND b NOT IN ('x', 'y') OR c CONTAINS 'z' OR d BETWEEN 1.5 AND 10L OR NOT e"
+    tree, parsed = typed_tree(built), parse_sql92(text)
+    assert isinstance(parsed.tree, exp.Or) and isinstance(tree, exp.Or)
+    assert_tree(tree, parsed.tree)
+    assert java_type(tree.expression.this) is BOOLEAN and java_type(terms(tree)[2].args["high"]) is INT  # NOT e; 10L
+    maps = [
+        {"a": "5", "b": "w"},
+        {"a": "5", "b": "x"},
+        {"a": "5.0"},
+        {"c": "xyz"},
+        {"d": "2"},
+        {"d": "10.5", "e": "x"},
+        {"d": "abc"},
+        {"e": "true"},
+        {},
+    ]
+    expected = [parsed.evaluate(m) for m in maps]
+    assert [evaluate(tree, m) for m in maps] == expected
+    assert True in expected and False in expected
+    props = pa.array([list(m.items()) for m in maps], pa.map_(pa.string(), pa.string()))
+    assert evaluate_batch(tree, props).to_pylist() == expected
+    df = spark.createDataFrame([(i, m) for i, m in enumerate(maps)], "i int, properties map<string,string>")
+    rows = df.select("i", to_column(tree).alias("match")).collect()
+    assert [r.match for r in sorted(rows, key=lambda r: r.i)] == expected
+    with pytest.raises(ValueError, match="not a typed SQL92 node"):  # the Java types are the tree's own
+        evaluate(built, {})
+
+
 def test_spark_sql_of_deep_trees_within_the_display_depth_and_none_beyond():
     shapes = [
         lambda k: "NOT " * k + "a",
@@ -858,12 +918,12 @@ def test_spark_sql_of_deep_trees_within_the_display_depth_and_none_beyond():
     ]
     for make in shapes:
         deepest = 1
-        while parse_sql92(make(deepest + 1)).tree.depth <= DISPLAY_MAX_DEPTH:
+        while depth(parse_sql92(make(deepest + 1)).tree) <= DISPLAY_MAX_DEPTH:
             deepest += 1
         e = parse_sql92(make(deepest))
         assert e.spark_sql and Sql92Expression.from_sqlglot(e.sqlglot) == e
         deeper = parse_sql92(make(deepest + 1))
-        assert deeper.tree.depth > DISPLAY_MAX_DEPTH and deeper.spark_sql is None
+        assert depth(deeper.tree) > DISPLAY_MAX_DEPTH and deeper.spark_sql is None
         with pytest.raises(ValueError, match="DISPLAY_MAX_DEPTH"):
             _ = deeper.sqlglot
     long = parse_sql92("a = 1" + " OR b IN ('x')" * 4000)  # long chains are loops in sqlglot too
@@ -1142,7 +1202,7 @@ def test_random_expressions_python_vs_spark(spark):
 # -- long chains -------------------------------------------------------------------------------------
 
 
-def test_a_long_chain_is_one_flat_node():
+def test_a_long_chain_is_one_level_deep():
     tree = parse_sql92(" AND ".join(f"a{i} = {i}" for i in range(3000))).tree
-    assert isinstance(tree, Logic) and len(tree.terms) == 3000
+    assert isinstance(tree, exp.And) and len(terms(tree)) == 3000 and depth(tree) == 2
     assert parse_sql92("(a = 1 AND b = 2) AND c = 3").tree == parse_sql92("a = 1 AND b = 2 AND c = 3").tree

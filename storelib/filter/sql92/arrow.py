@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from sqlglot import exp
 
 from storelib.encoding.properties import property_array
 from storelib.filter.sql92.java import ASCII_DIGITS, JAVA_DOUBLE_SYNTAX, UNICODE_DIGITS, java_parse_double
@@ -37,18 +38,15 @@ from storelib.filter.sql92.states import (
     state_of,
 )
 from storelib.filter.sql92.tree import (
-    Between,
-    Comparison,
-    InList,
-    IsNull,
+    MATCHES,
     JavaType,
-    Logic,
-    Match,
-    Negate,
     Node,
-    Property,
-    Truth,
+    between_pair,
+    is_property,
+    is_truth,
+    negated_predicate,
     property_names,
+    terms,
 )
 
 __all__ = ["ArrowSql92", "evaluate_batch"]
@@ -65,6 +63,8 @@ _DIGIT_CLASSES = tuple(
     (f"[{''.join(u for u, a in zip(UNICODE_DIGITS, ASCII_DIGITS) if a == d)}]", d) for d in "0123456789"
 )
 _TESTS = {"CONTAINS": pc.match_substring, "STARTSWITH": pc.starts_with, "ENDSWITH": pc.ends_with}
+_MATCH_NAMES = {kind: name for name, kind in MATCHES.items()}
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
 _LOGIC = {op: np.asarray(table, dtype=np.uint8) for op, table in LOGIC_TABLES.items()}
 _CODES = tuple(np.uint8(s) for s in (FALSE, TRUE, NULL, ERROR))
 #: Which of (below, equal, above) the constant a number comparison holds for -> the numpy test.
@@ -138,49 +138,52 @@ class ArrowSql92:
 
     def _compile(self, node: Node) -> int:
         """The slot of the states of a boolean (or always-null) node."""
-        if node in self._slots:
+        if node in self._slots:  # a sqlglot expression hashes its subtree once and keeps the hash
             return self._slots[node]
-        if isinstance(node, Between):
-            ops, logic = (("<", ">"), "OR") if node.negated else ((">=", "<="), "AND")
-            pair = (Comparison(ops[0], node.value, node.low), Comparison(ops[1], node.value, node.high))
-            self._slots[node] = self._compile(Logic(logic, pair))
+        if isinstance(node, exp.Paren):
+            self._slots[node] = self._compile(node.this)
             return self._slots[node]
-        if isinstance(node, Logic) and property_names(node):
-            slot = self._compile(node.terms[0])
-            for i, term in enumerate(node.terms[1:], 2):  # left to right, pairwise
-                step: Step = ("logic", node.op, (slot, self._compile(term)))
-                # an intermediate is keyed by its step (two slots combined): hashing the node of a
-                # long chain at every term would make compiling it quadratic
-                slot = self._add(node if i == len(node.terms) else step, step)
+        inner, negated = negated_predicate(node)
+        if isinstance(inner, exp.Between):
+            self._slots[node] = self._compile(between_pair(inner, negated))
+            return self._slots[node]
+        if isinstance(node, (exp.And, exp.Or)) and property_names(node):
+            chain, op = terms(node), node.key.upper()
+            slot = self._compile(chain[0])
+            for i, term in enumerate(chain[1:], 2):  # left to right, pairwise
+                step: Step = ("logic", op, (slot, self._compile(term)))
+                # an intermediate is keyed by its step (two slots combined)
+                slot = self._add(node if i == len(chain) else step, step)
             return slot
         return self._add(node, self._step(node))
 
     def _step(self, node: Node) -> Step:
         if not property_names(node):
             return ("constant", state_of(node), ())
-        if isinstance(node, Truth):
-            return ("truth", node.operand.name, ())
-        if isinstance(node, Comparison) and reads_text(node):
-            if isinstance(node.left, Property) and isinstance(node.right, Property):
-                return ("two_properties", (node.left.name, node.right.name, *outcomes(node)), ())
+        if is_truth(node):
+            return ("truth", node.name, ())
+        if isinstance(node, _COMPARISONS) and reads_text(node):
+            if is_property(node.this) and is_property(node.expression):
+                return ("two_properties", (node.this.name, node.expression.name, *outcomes(node)), ())
             c = constant_comparison(node)
             return ({S: "equals_string", B: "equals_boolean"}.get(c.java_type, "compare_number"), c, ())
-        if isinstance(node, (IsNull, InList, Match)) and isinstance(node.operand, Property):
-            hit, miss = (FALSE, TRUE) if node.negated else (TRUE, FALSE)
-            if isinstance(node, IsNull):
-                return ("is_null", (node.operand.name, hit, miss), ())
-            if isinstance(node, InList):
-                return ("in_list", (node.operand.name, pa.array(node.values, pa.string()), hit, miss), ())
-            if not node.pattern:  # an empty pattern is FALSE, even negated
+        inner, negated = negated_predicate(node)
+        if isinstance(inner, (exp.Is, exp.In, *MATCHES.values())) and is_property(inner.this):
+            hit, miss = (FALSE, TRUE) if negated else (TRUE, FALSE)
+            name = inner.this.name
+            if isinstance(inner, exp.Is):
+                return ("is_null", (name, hit, miss), ())
+            if isinstance(inner, exp.In):
+                return ("in_list", (name, pa.array([e.this for e in inner.expressions], pa.string()), hit, miss), ())
+            pattern = inner.expression.this
+            if not pattern:  # an empty pattern is FALSE, even negated
                 return ("constant", FALSE, ())
-            return ("match", (node.operand.name, node.op, node.pattern, hit, miss), ())
-        if isinstance(node, Negate) and isinstance(node.operand, Property):
+            return ("match", (name, _MATCH_NAMES[type(inner)], pattern, hit, miss), ())
+        if isinstance(node, exp.Neg) and is_property(node.this):
             return ("constant", NULL, ())  # -'text' is null
         children, table = outcome_table(node)
         slots = tuple(
-            self._add(("class", c.name), ("property_class", c.name, ()))
-            if isinstance(c, Property)
-            else self._compile(c)
+            self._add(("class", c.name), ("property_class", c.name, ())) if is_property(c) else self._compile(c)
             for c in children
         )
         return ("lookup_table", np.asarray(table, dtype=np.uint8), slots)

@@ -1,7 +1,14 @@
 """RocketMQ's SQL92 selector language as a sqlglot dialect, built from sqlglot's public extension points only.
 
-It reads every valid selector as RocketMQ does and serves display (``spark_sql``); the store's parser of
-record is its own (:data:`DISPLAY_MAX_DEPTH` says why). Details: ``docs/internals.md``.
+The store's typed tree is sqlglot's own expressions (:mod:`~storelib.filter.sql92.tree`), and every
+evaluator walks them; this dialect reads every valid selector into the same expressions
+(:func:`typed_tree`) and gives the Spark SQL shown for display (:func:`spark_sql`). The parser of record
+is :class:`~storelib.filter.sql92.parser.Sql92Parser`, which builds those expressions directly: sqlglot's
+public parse needs the whole token list and stops with its own messages, where RocketMQ's rules (the
+first offending token, with RocketMQ's message and position, the text not read past it) are checked as
+the tree is built; it recurses 20 Python frames per level of parentheses (27 per ``NOT (``), so under
+Python's default limit it reads 48 levels of parentheses where RocketMQ allows 100; and it parses at
+1.9-3.1 us/char where ours takes 1.6-2.0 (30K-240K characters, both linear). Details: ``docs/internals.md``.
 
 >>> sqlglot.transpile("a BETWEEN 1 AND 2 AND b NOT CONTAINS 'x'", read=RocketMQSQL92, write="spark")
 ["a BETWEEN 1 AND 2 AND NOT CONTAINS(b, 'x')"]
@@ -20,19 +27,25 @@ from sqlglot.tokens import Token, TokenType
 from storelib.filter.sql92.lexer import KEYWORDS, OPERATORS, Sql92Lexer
 from storelib.filter.sql92.parser import number_literal
 from storelib.filter.sql92.tree import (
-    Between,
-    Comparison,
-    InList,
-    IsNull,
+    COMPARISONS,
+    MATCHES,
+    NEGATABLE,
     JavaType,
-    Literal,
-    Logic,
-    Match,
-    Negate,
     Node,
-    Not,
-    Property,
-    Truth,
+    between,
+    canonical,
+    comparison,
+    depth,
+    in_list,
+    is_null,
+    is_property,
+    literal,
+    logic,
+    match,
+    negate,
+    not_,
+    prop,
+    truth,
 )
 
 __all__ = [
@@ -46,12 +59,11 @@ __all__ = [
     "spark_sql",
 ]
 
-#: The deepest tree the dialect reads (:attr:`~storelib.filter.sql92.tree.Node.depth`). sqlglot's parser
-#: recurses through some thirty frames per level of nesting, so under Python's default recursion limit
-#: it reads about 35 levels of NOT, where RocketMQ allows ``MAX_NESTING`` (100): this is one reason the
-#: store's parser of record is its own (:class:`~storelib.filter.sql92.parser.Sql92Parser`, which also
-#: names the first offending token of a refused text and stops reading there). Deeper trees have no
-#: sqlglot form and no Spark SQL for display; they are filtered all the same.
+#: The deepest tree shown as Spark SQL (:func:`~storelib.filter.sql92.tree.depth`). sqlglot's parser
+#: recurses through 20 Python frames per level of parentheses, 27 per ``NOT (``: under Python's default
+#: recursion limit it reads 36 levels of ``NOT (`` (48 of parentheses), where RocketMQ allows
+#: ``MAX_NESTING`` (100), and a display is read inside whatever stack its caller has used. Deeper trees
+#: have no Spark SQL for display; they are filtered all the same (the evaluators walk the tree itself).
 DISPLAY_MAX_DEPTH = 24
 
 #: Texts that read differently with sqlglot's own precedence, and RocketMQ's reading, which the dialect's
@@ -70,20 +82,13 @@ PRECEDENCE_CASES = (
 #: for them, and RANGE_PARSERS are keyed by token type: these three LIKE-family types are free here,
 #: since RocketMQ's grammar has no LIKE (the word is a property name to its lexer).
 MATCH_TOKENS = {"CONTAINS": TokenType.LIKE, "STARTSWITH": TokenType.ILIKE, "ENDSWITH": TokenType.RLIKE}
-_MATCH_EXPRESSIONS = {"CONTAINS": exp.Contains, "STARTSWITH": exp.StartsWith, "ENDSWITH": exp.EndsWith}
+_MATCH_EXPRESSIONS = MATCHES
 
 
 #: Operands written bare; anything else is parenthesized, so RocketMQ's grammar reads the text as the
 #: tree it came from whatever the two grammars' precedences (as the typed tree's canonical text does).
 _ATOMS = (exp.Column, exp.Literal, exp.Boolean, exp.Null, exp.Paren)
-_COMPARISONS: dict[type[exp.Expr], str] = {
-    exp.EQ: "=",
-    exp.NEQ: "<>",
-    exp.GT: ">",
-    exp.GTE: ">=",
-    exp.LT: "<",
-    exp.LTE: "<=",
-}
+_COMPARISONS: dict[type[exp.Expr], str] = {kind: op for op, kind in COMPARISONS.items()}
 
 
 def _operand(self: generator.Generator, node: exp.Expr) -> str:
@@ -241,7 +246,8 @@ class RocketMQSQL92(Dialect):
 
 
 def to_sqlglot(tree: Node) -> exp.Expr:
-    """The sqlglot expression of a typed tree: its canonical text read by the dialect.
+    """The dialect's own reading of a typed tree's canonical text (with the ``Paren`` nodes sqlglot's
+    generators need to write it back), for trees no deeper than :data:`DISPLAY_MAX_DEPTH`.
 
     >>> from storelib.filter.sql92 import parse_sql92
     >>> to_sqlglot(parse_sql92("NOT a = 1").tree).sql(dialect=RocketMQSQL92)
@@ -251,24 +257,25 @@ def to_sqlglot(tree: Node) -> exp.Expr:
     ...
     ValueError: the tree nests 31 deep, more than the dialect reads (DISPLAY_MAX_DEPTH = 24)
     """
-    if tree.depth > DISPLAY_MAX_DEPTH:
+    if depth(tree) > DISPLAY_MAX_DEPTH:
         raise ValueError(
-            f"the tree nests {tree.depth} deep, more than the dialect reads (DISPLAY_MAX_DEPTH = {DISPLAY_MAX_DEPTH})"
+            f"the tree nests {depth(tree)} deep, more than the dialect reads (DISPLAY_MAX_DEPTH = {DISPLAY_MAX_DEPTH})"
         )
-    return sqlglot.parse_one(str(tree), read=RocketMQSQL92)
+    return sqlglot.parse_one(canonical(tree), read=RocketMQSQL92)
 
 
 def spark_sql(tree: Node) -> str | None:
-    """Spark SQL for a typed tree (display only: property names stand for the properties' values), or
-    None for a tree deeper than :data:`DISPLAY_MAX_DEPTH`.
+    """Spark SQL for a typed tree, ``sqlglot.transpile`` of its canonical text from the dialect (display
+    only: property names stand for the properties' values), or None for a tree deeper than
+    :data:`DISPLAY_MAX_DEPTH`.
 
     >>> from storelib.filter.sql92 import parse_sql92
     >>> spark_sql(parse_sql92("a STARTSWITH 'x' OR b NOT IN ('y')").tree)
     "STARTSWITH(a, 'x') OR NOT b IN ('y')"
     """
-    if tree.depth > DISPLAY_MAX_DEPTH:
+    if depth(tree) > DISPLAY_MAX_DEPTH:
         return None
-    return to_sqlglot(tree).sql(dialect="spark")
+    return sqlglot.transpile(canonical(tree), read=RocketMQSQL92, write="spark")[0]
 
 
 _CONNECTORS: dict[type[exp.Expr], str] = {exp.And: "AND", exp.Or: "OR"}
@@ -276,15 +283,15 @@ _MATCH_NAMES: dict[type[exp.Expr], str] = {kind: name for name, kind in _MATCH_E
 
 
 def typed_tree(expression: exp.Expr) -> Node:
-    """The typed tree of a sqlglot expression the dialect read from a valid selector: the tree
-    :class:`~storelib.filter.sql92.parser.Sql92Parser` builds from the same text (a bare property
-    where a boolean is needed becomes a :class:`~storelib.filter.sql92.tree.Truth`, a chain of one
-    connector one :class:`~storelib.filter.sql92.tree.Logic`). It checks shapes, not RocketMQ's rules:
-    ValueError for what has no typed form.
+    """The typed tree of a sqlglot expression the dialect read from a valid selector (or one built with
+    sqlglot's builders in that shape): the tree :class:`~storelib.filter.sql92.parser.Sql92Parser` builds
+    from the same text, every node typed (a bare property where a boolean is needed is read as a
+    boolean, parentheses are dropped but for ``NOT (predicate)``). It checks shapes, not RocketMQ's
+    rules: ValueError for what has no typed form. The expression itself is left as it is.
 
     >>> from storelib.filter.sql92 import parse_sql92
     >>> tree = typed_tree(sqlglot.parse_one("NOT a = 1 OR b IN ('x')", read=RocketMQSQL92))
-    >>> str(tree), tree == parse_sql92("NOT a = 1 OR b IN ('x')").tree
+    >>> canonical(tree), tree == parse_sql92("NOT a = 1 OR b IN ('x')").tree
     ("(NOT a) = 1 OR b IN ('x')", True)
     """
     return _boolean(_typed(expression))
@@ -292,7 +299,7 @@ def typed_tree(expression: exp.Expr) -> Node:
 
 def _boolean(node: Node) -> Node:
     """asBooleanExpression: a bare property read as a boolean."""
-    return Truth(node) if isinstance(node, Property) else node
+    return truth(node) if is_property(node) else node  # type: ignore[arg-type]
 
 
 def _unparen(node: exp.Expr) -> exp.Expr:
@@ -304,47 +311,49 @@ def _unparen(node: exp.Expr) -> exp.Expr:
 def _typed(e: exp.Expr) -> Node:
     e = _unparen(e)
     if type(e) in _CONNECTORS:
-        # A chain of one connector is left-deep in sqlglot (parenthesized on the left or not), one
-        # flat Logic in the typed tree: walked as a loop, since a chain can be thousands long.
+        # A chain of one connector is left-deep in sqlglot (parenthesized on the left or not): walked
+        # as a loop, since a chain can be thousands long.
         kind, rights = type(e), []
         while type(e) is kind:
             rights.append(e.expression)
             e = _unparen(e.this)
-        terms = [_boolean(_typed(e))] + [_boolean(_typed(r)) for r in reversed(rights)]
-        return Logic(_CONNECTORS[kind], tuple(terms))
+        chain = _boolean(_typed(e))
+        for right in reversed(rights):
+            chain = logic(_CONNECTORS[kind], chain, _boolean(_typed(right)))
+        return chain
     if isinstance(e, exp.Column):
-        return Property(e.name)
+        return prop(e.name)
     if isinstance(e, exp.Literal):
-        return Literal(e.this, JavaType.STRING) if e.is_string else number_literal(e.this)
+        return literal(e.this, JavaType.STRING) if e.is_string else number_literal(e.this)
     if isinstance(e, exp.Boolean):
-        return Literal(bool(e.this), JavaType.BOOLEAN)
+        return literal(bool(e.this), JavaType.BOOLEAN)
     if isinstance(e, exp.Null):
-        return Literal(None, JavaType.NULL)
+        return literal(None, JavaType.NULL)
     if isinstance(e, exp.Neg):
-        return Negate(_typed(e.this))
+        return negate(_typed(e.this))
     if isinstance(e, exp.Not):
         inner: exp.Expr = e.this  # a predicate right under NOT, not in parentheses, is a negated predicate
-        if isinstance(inner, (exp.Is, exp.In, exp.Between, *_MATCH_NAMES)):
+        if isinstance(inner, NEGATABLE):
             return _predicate_node(inner, True)
-        return Not(_boolean(_typed(inner)))
-    if isinstance(e, (*_COMPARISONS, exp.Is, exp.In, exp.Between, *_MATCH_NAMES)):
+        return not_(_boolean(_typed(inner)))
+    if isinstance(e, (*_COMPARISONS, *NEGATABLE)):
         return _predicate_node(e, False)
     raise ValueError(f"no SQL92 form for {e.sql()!r}")
 
 
 def _predicate_node(e: exp.Expr, negated: bool) -> Node:
     if isinstance(e, exp.Is) and isinstance(e.expression, exp.Null):
-        return IsNull(_typed(e.this), negated)
+        return is_null(_typed(e.this), negated)
     if (
         isinstance(e, exp.In)
-        and isinstance(operand := _typed(e.this), Property)
+        and isinstance(operand := _typed(e.this), exp.Column)
         and all(isinstance(v, exp.Literal) and v.is_string for v in e.expressions)
     ):
-        return InList(operand, tuple(v.this for v in e.expressions), negated)
+        return in_list(operand, tuple(v.this for v in e.expressions), negated)
     if isinstance(e, exp.Between):
-        return Between(_typed(e.this), _typed(e.args["low"]), _typed(e.args["high"]), negated)
+        return between(_typed(e.this), _typed(e.args["low"]), _typed(e.args["high"]), negated)
     if type(e) in _MATCH_NAMES and isinstance(e.expression, exp.Literal) and e.expression.is_string:
-        return Match(_MATCH_NAMES[type(e)], _typed(e.this), e.expression.this, negated)
+        return match(_MATCH_NAMES[type(e)], _typed(e.this), e.expression.this, negated)
     if type(e) in _COMPARISONS and not negated:
-        return Comparison(_COMPARISONS[type(e)], _typed(e.this), _typed(e.expression))
+        return comparison(_COMPARISONS[type(e)], _typed(e.this), _typed(e.expression))
     raise ValueError(f"no SQL92 form for {e.sql()!r}")

@@ -11,6 +11,7 @@ canonical SQL92 text or as Spark SQL (through the sqlglot dialect, display only)
 
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Mapping
@@ -22,7 +23,7 @@ from storelib.filter.sql92.dialect import RocketMQSQL92, spark_sql, to_sqlglot
 from storelib.filter.sql92.java import evaluate
 from storelib.filter.sql92.parser import MAX_EXPRESSION_LENGTH, MAX_NESTING, Sql92Parser
 from storelib.filter.sql92.spark import to_column
-from storelib.filter.sql92.tree import Node, property_names
+from storelib.filter.sql92.tree import Node, canonical, property_names
 from storelib.model.errors import FilterExpressionError
 
 __all__ = ["Sql92Expression", "parse_sql92", "compile_sql92"]
@@ -32,12 +33,13 @@ __all__ = ["Sql92Expression", "parse_sql92", "compile_sql92"]
 class Sql92Expression:
     """A parsed, validated SQL92 subscription expression.
 
-    ``text`` is what the subscriber sent, ``tree`` the typed tree, ``properties`` the property
-    names it reads; ``str()`` is a canonical text that parses back to the same tree.
+    ``text`` is what the subscriber sent, ``tree`` the typed tree (a sqlglot expression whose nodes carry
+    their Java types: :mod:`~storelib.filter.sql92.tree`), ``properties`` the property names it reads;
+    ``str()`` is a canonical text that parses back to the same tree.
 
     >>> e = parse_sql92("a BETWEEN 1 AND 9 AND TAGS IS NOT NULL")
-    >>> sorted(e.properties), e.evaluate({"a": "5", "TAGS": "x"}), e.evaluate({"a": "5"})
-    (['TAGS', 'a'], True, False)
+    >>> sorted(e.properties), e.evaluate({"a": "5", "TAGS": "x"}), e.evaluate({"a": "5"}), type(e.tree).__name__
+    (['TAGS', 'a'], True, False, 'And')
     >>> df = spark.createDataFrame([({"a": "5", "TAGS": "x"},)], "properties map<string,string>")
     >>> df.where(e.to_column()).count()
     1
@@ -57,8 +59,9 @@ class Sql92Expression:
 
     @property
     def sqlglot(self) -> exp.Expr:
-        """The expression as a sqlglot expression of the :class:`RocketMQSQL92` dialect (ValueError for a
-        tree deeper than :data:`~storelib.filter.sql92.dialect.DISPLAY_MAX_DEPTH`).
+        """The dialect's own reading of the canonical text, with the ``Paren`` nodes sqlglot's generators
+        need (``tree`` keeps none but for ``NOT (predicate)``); ValueError for a tree deeper than
+        :data:`~storelib.filter.sql92.dialect.DISPLAY_MAX_DEPTH`.
 
         >>> type(parse_sql92("a NOT IN ('x') OR b").sqlglot).__name__
         'Or'
@@ -80,7 +83,8 @@ class Sql92Expression:
 
     @property
     def spark_sql(self) -> str | None:
-        """The expression as Spark SQL, from the sqlglot dialect (for display: Columns come from the tree);
+        """The expression as Spark SQL, ``sqlglot.transpile`` from the dialect (display only: Columns are
+        built from the tree);
         None for a tree deeper than :data:`~storelib.filter.sql92.dialect.DISPLAY_MAX_DEPTH`.
 
         >>> parse_sql92("NOT a CONTAINS 'x' AND b IS NOT NULL").spark_sql
@@ -106,10 +110,10 @@ class Sql92Expression:
         return to_column(self.tree, properties)
 
     def __str__(self) -> str:
-        return str(self.tree)
+        return canonical(self.tree)
 
     def __repr__(self) -> str:
-        return f"Sql92Expression({str(self.tree)!r})"
+        return f"Sql92Expression({canonical(self.tree)!r})"
 
 
 def parse_sql92(
@@ -146,6 +150,11 @@ def parse_sql92(
 
 @lru_cache(maxsize=256)
 def _parse(text: str, max_nesting: int) -> Sql92Expression:
+    # A long text becomes hundreds of thousands of small objects (sqlglot nodes, their args and meta),
+    # none garbage while the parse runs: the cyclic collector's passes over them would make a parse of
+    # 240K characters half again as slow per character as one of 30K. It is paused for the parse only.
+    collecting = gc.isenabled()
+    gc.disable()
     try:
         tree = Sql92Parser().parse_text(text, max_nesting)
     except FilterExpressionError:
@@ -154,6 +163,9 @@ def _parse(text: str, max_nesting: int) -> Sql92Expression:
         raise FilterExpressionError("expression nested too deeply", text, 0) from None
     except Exception as e:  # never let a Python error escape as anything else
         raise FilterExpressionError(f"invalid expression ({type(e).__name__}: {e})", text, 0) from None
+    finally:
+        if collecting:
+            gc.enable()
     return Sql92Expression(text, tree)
 
 

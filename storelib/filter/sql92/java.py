@@ -16,29 +16,29 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from typing import Callable, Mapping, cast
+from functools import lru_cache
+from typing import Callable, Mapping, Sequence
+
+from sqlglot import exp
 
 from storelib.filter.sql92.tree import (
-    Between,
-    Comparison,
-    InList,
-    IsNull,
+    MATCHES,
     JavaType,
     JavaValue,
-    Literal,
-    Logic,
-    Match,
-    Negate,
     Node,
-    Not,
-    Property,
-    Truth,
+    is_truth,
+    java_type,
+    java_value,
+    negated_predicate,
+    terms,
 )
 
 __all__ = [
     "JavaEvaluationError",
     "evaluate",
     "node_value",
+    "value_of",
+    "compiled",
     "java_compare",
     "java_parse_int",
     "java_parse_long",
@@ -77,6 +77,10 @@ class JavaEvaluationError(Exception):
     """What RocketMQ's evaluator throws (NumberFormatException, ClassCastException): no match."""
 
 
+#: A node compiled by :func:`value_of`: its Java value for a message's properties.
+Value = Callable[[Mapping[str, str]], JavaValue]
+
+
 def evaluate(tree: Node, properties: Mapping[str, str]) -> bool:
     """True exactly where RocketMQ's evaluator returns Boolean TRUE; null and exceptions are False.
 
@@ -85,7 +89,7 @@ def evaluate(tree: Node, properties: Mapping[str, str]) -> bool:
     True
     """
     try:
-        return node_value(tree, properties) is True
+        return compiled(tree)(properties) is True
     except JavaEvaluationError:
         return False
 
@@ -197,89 +201,143 @@ _ORDER: dict[str, Callable[[int], bool]] = {
 }
 
 
-def _ordering(op: str, left: Node, right: Node, props: Mapping[str, str]) -> bool | None:
-    lv = node_value(left, props)
-    if lv is None:
-        return None  # the right side is not even evaluated
-    rv = node_value(right, props)
-    if rv is None:
-        return None
-    if left.type is S and right.type is S:  # two Strings are ordered as doubles
-        return _ORDER[op](_double_compare(java_parse_double(lv), java_parse_double(rv)))  # type: ignore[arg-type]
-    return _ORDER[op](java_compare(left.type, lv, right.type, rv))
-
-
-def _equal(left: Node, right: Node, props: Mapping[str, str]) -> bool | None:
-    lv, rv = node_value(left, props), node_value(right, props)
-    if lv is None and rv is None:
-        return True
-    if lv is None:
-        return None
-    if rv is None:
-        return False
-    return java_compare(left.type, lv, right.type, rv) == 0
-
-
-def _and(values: Callable[[int], bool | None], count: int, stop: bool) -> bool | None:
-    """Left-to-right AND (``stop=False``) or OR (``stop=True``) with short-circuit and null."""
+def _and(values: Sequence[Value], stop: bool, props: Mapping[str, str]) -> bool | None:
+    """Left-to-right AND (``stop=False``) or OR (``stop=True``) of boolean values, with short-circuit and null."""
     saw_null = False
-    for i in range(count):
-        v = values(i)
+    for value in values:
+        v = value(props)
         if v is stop:
             return stop
         saw_null = saw_null or v is None
     return None if saw_null else not stop
 
 
-_MATCHERS: dict[str, Callable[[str, str], bool]] = {
-    "CONTAINS": lambda s, p: p in s,
-    "STARTSWITH": str.startswith,
-    "ENDSWITH": str.endswith,
+_MATCHERS: dict[type[exp.Expr], Callable[[str, str], bool]] = {
+    MATCHES["CONTAINS"]: lambda s, p: p in s,
+    MATCHES["STARTSWITH"]: str.startswith,
+    MATCHES["ENDSWITH"]: str.endswith,
 }
+_ORDERINGS: dict[type[exp.Expr], str] = {exp.GT: ">", exp.GTE: ">=", exp.LT: "<", exp.LTE: "<="}
+_LEAVES = (exp.Literal, exp.Boolean, exp.Null)
 
 
 def node_value(node: Node, props: Mapping[str, str]) -> JavaValue:
     """The Java value of ``node``; raises :class:`JavaEvaluationError` where RocketMQ throws.
 
-    >>> node_value(Property("a"), {"a": "7"}), node_value(Literal(3, JavaType.INT), {})
+    >>> from storelib.filter.sql92.tree import literal, prop
+    >>> node_value(prop("a"), {"a": "7"}), node_value(literal(3, JavaType.INT), {})
     ('7', 3)
     """
-    if isinstance(node, Property):
-        return props.get(node.name)
-    if isinstance(node, Literal):
-        return node.value
-    if isinstance(node, Negate):
-        v = node_value(node.operand, props)
-        return -v if v is not None and node.operand.type in JavaType.numeric() else None  # type: ignore[operator]
-    if isinstance(node, Not):
-        v = node_value(node.operand, props)
-        return None if v is None else not v
-    if isinstance(node, Truth):
-        return None if node_value(node.operand, props) is None else False
-    if isinstance(node, Logic):
-        return _and(
-            lambda i: cast("bool | None", node_value(node.terms[i], props)),  # a Logic's terms are boolean
-            len(node.terms),
-            node.op == "OR",
-        )
-    if isinstance(node, Comparison):
-        if node.op in ("=", "<>"):
-            eq = _equal(node.left, node.right, props)
-            return eq if node.op == "=" or eq is None else not eq
-        return _ordering(node.op, node.left, node.right, props)
-    if isinstance(node, IsNull):
-        return (node_value(node.operand, props) is None) is not node.negated
-    if isinstance(node, Between):
-        ops = (("<", node.low), (">", node.high)) if node.negated else ((">=", node.low), ("<=", node.high))
-        return _and(lambda i: _ordering(ops[i][0], node.value, ops[i][1], props), 2, node.negated)
-    if isinstance(node, InList):
-        v = node_value(node.operand, props)
-        return None if v is None else (v in node.values) is not node.negated
-    if isinstance(node, Match):
-        if not node.pattern:
-            return False
-        v = node_value(node.operand, props)
-        if not isinstance(v, str):  # null, a number or a Boolean
-            return False
-        return _MATCHERS[node.op](v, node.pattern) is not node.negated
+    return value_of(node)(props)
+
+
+def compiled(tree: Node) -> Value:
+    """:func:`value_of` a whole tree, kept for the trees evaluated most recently (a subscription's
+    expression is evaluated on every message a pull looks at).
+
+    >>> from storelib.filter.sql92 import parse_sql92
+    >>> tree = parse_sql92("a > 5").tree
+    >>> compiled(tree) is compiled(tree), compiled(tree)({"a": "7"})
+    (True, True)
+    """
+    # Equal sqlglot expressions are typed alike wherever the builders type them by their place in the
+    # tree; only the root's place is not in the expression (a property read as a boolean, or not).
+    return _compiled(tree, java_type(tree))
+
+
+@lru_cache(maxsize=1024)
+def _compiled(tree: Node, kind: JavaType) -> Value:
+    return value_of(tree)
+
+
+def value_of(node: Node) -> Value:
+    """The tree as a Python function of the properties: each node's static Java types and constants
+    worked out once, so that evaluating a message only runs what depends on its properties.
+
+    >>> from storelib.filter.sql92 import parse_sql92
+    >>> value = value_of(parse_sql92("a BETWEEN 1 AND 5 OR b IS NULL").tree)
+    >>> value({"a": "3", "b": "x"}), value({"a": "9", "b": "x"}), value({"a": "9"})
+    (True, False, True)
+    """
+    kind = type(node)
+    if kind is exp.Column:
+        name = node.name
+        if is_truth(node):  # a String is no Boolean: FALSE, or null when absent
+            return lambda props: None if props.get(name) is None else False
+        return lambda props: props.get(name)
+    if isinstance(node, _LEAVES):
+        constant = java_value(node)
+        return lambda props: constant
+    if kind is exp.Paren:
+        return value_of(node.this)
+    if kind is exp.Neg:
+        operand = value_of(node.this)
+        if java_type(node.this) not in JavaType.numeric():
+            return lambda props: (operand(props), None)[1]  # evaluated all the same: it may throw
+        return lambda props: None if (v := operand(props)) is None else -v  # type: ignore[operator]
+    predicate, negated = negated_predicate(node)
+    if kind is exp.Not and not negated:
+        operand = value_of(node.this)
+        return lambda props: None if (v := operand(props)) is None else not v
+    if kind in (exp.And, exp.Or):
+        values, stop = [value_of(t) for t in terms(node)], kind is exp.Or
+        return lambda props: _and(values, stop, props)
+    if kind in (exp.EQ, exp.NEQ):
+        return _equality(node.this, node.expression, kind is exp.NEQ)
+    if kind in _ORDERINGS:
+        return _ordering(_ORDERINGS[kind], node.this, node.expression)
+    if isinstance(predicate, exp.Is):
+        operand = value_of(predicate.this)
+        return lambda props: (operand(props) is None) is not negated
+    if isinstance(predicate, exp.Between):
+        low, high = predicate.args["low"], predicate.args["high"]
+        ops = (("<", low), (">", high)) if negated else ((">=", low), ("<=", high))
+        bounds = [_ordering(op, predicate.this, bound) for op, bound in ops]
+        return lambda props: _and(bounds, negated, props)
+    if isinstance(predicate, exp.In):
+        operand, members = value_of(predicate.this), frozenset(e.this for e in predicate.expressions)
+        return lambda props: None if (v := operand(props)) is None else (v in members) is not negated
+    if type(predicate) in _MATCHERS:
+        return _match(_MATCHERS[type(predicate)], value_of(predicate.this), predicate.expression.this, negated)
     raise TypeError(f"not a SQL92 node: {node!r}")
+
+
+def _ordering(op: str, left: Node, right: Node) -> Value:
+    lv_of, rv_of, lt, rt, holds = value_of(left), value_of(right), java_type(left), java_type(right), _ORDER[op]
+
+    def value(props: Mapping[str, str]) -> bool | None:
+        lv = lv_of(props)
+        if lv is None:
+            return None  # the right side is not even evaluated
+        rv = rv_of(props)
+        if rv is None:
+            return None
+        if lt is S and rt is S:  # two Strings are ordered as doubles
+            return holds(_double_compare(java_parse_double(lv), java_parse_double(rv)))  # type: ignore[arg-type]
+        return holds(java_compare(lt, lv, rt, rv))
+
+    return value
+
+
+def _equality(left: Node, right: Node, negated: bool) -> Value:
+    lv_of, rv_of, lt, rt = value_of(left), value_of(right), java_type(left), java_type(right)
+
+    def value(props: Mapping[str, str]) -> bool | None:
+        lv, rv = lv_of(props), rv_of(props)
+        if lv is None and rv is None:
+            eq = True
+        elif lv is None:
+            return None
+        elif rv is None:
+            eq = False
+        else:
+            eq = java_compare(lt, lv, rt, rv) == 0
+        return eq is not negated
+
+    return value
+
+
+def _match(test: Callable[[str, str], bool], operand: Value, pattern: str, negated: bool) -> Value:
+    if not pattern:
+        return lambda props: False
+    return lambda props: isinstance(v := operand(props), str) and test(v, pattern) is not negated

@@ -1,4 +1,5 @@
-"""RocketMQ's SQL92 selector grammar: a recursive-descent parser building the typed tree, with RocketMQ's checks.
+"""RocketMQ's SQL92 selector grammar: a recursive-descent parser building the typed tree (sqlglot
+expressions, :mod:`~storelib.filter.sql92.tree`), with RocketMQ's checks.
 
 The grammar is RocketMQ's ``SelectorParser.jj`` (ActiveMQ's JMS selector without LIKE, arithmetic,
 hex and octal): ``OR`` < ``AND`` < ``= <> IS [NOT] NULL`` < ``> >= < <= [NOT] BETWEEN / IN /
@@ -9,35 +10,43 @@ numbers and properties can be ordered, ``IN`` needs a property, ``BETWEEN`` boun
 with a :class:`~storelib.model.errors.FilterExpressionError` naming the first offending token. Unlike
 RocketMQ, text left over after a complete expression is an error, not silently ignored.
 
->>> str(Sql92Parser().parse_text("a between 1 and 5 and TAGS in ('TagA','TagB')"))
-"a BETWEEN 1 AND 5 AND TAGS IN ('TagA', 'TagB')"
+>>> tree = Sql92Parser().parse_text("a between 1 and 5 and TAGS in ('TagA','TagB')")
+>>> type(tree).__name__, canonical(tree)
+('And', "a BETWEEN 1 AND 5 AND TAGS IN ('TagA', 'TagB')")
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 from typing import Iterable, Iterator, NoReturn
 
+from sqlglot import exp
 from sqlglot.tokens import Token, TokenType
 
 from storelib.filter.sql92.java import java_compare
 from storelib.filter.sql92.lexer import Sql92Lexer
 from storelib.filter.sql92.tree import (
-    Between,
-    Comparison,
-    InList,
-    IsNull,
     JavaType,
-    Literal,
-    Logic,
-    Match,
-    Negate,
     Node,
-    Not,
-    Property,
-    Truth,
+    between,
+    canonical,
+    comparison,
+    depth,
+    in_list,
+    is_boolean,
+    is_null,
+    java_type,
+    java_value,
+    literal,
+    logic,
+    match,
+    negate,
+    not_,
+    prop,
+    set_pos,
+    truth,
 )
+from storelib.filter.sql92.tree import pos as node_pos
 from storelib.model.errors import FilterExpressionError
 
 __all__ = ["Sql92Parser", "number_literal", "MAX_NESTING", "MAX_EXPRESSION_LENGTH"]
@@ -52,6 +61,7 @@ MAX_EXPRESSION_LENGTH = 64 * 1024
 _DECIMAL = re.compile(r"(0|[1-9][0-9]*)[lL]?")
 _INT_MAX, _LONG_MAX = 2**31 - 1, 2**63 - 1
 _LOGIC_LEVELS = ((TokenType.OR, "OR"), (TokenType.AND, "AND"))
+_CONNECTORS = (exp.Or, exp.And)
 _OPERAND_ENDS = {
     TokenType.VAR,
     TokenType.NUMBER,
@@ -73,7 +83,7 @@ class Sql92Parser:
     Every error is a :class:`FilterExpressionError` naming the first offending token.
 
     >>> parser = Sql92Parser()
-    >>> str(parser.parse_text("a = 1 OR b")), parser.consumed, parser.lexer.steps <= 4 * 10 + 4
+    >>> canonical(parser.parse_text("a = 1 OR b")), parser.consumed, parser.lexer.steps <= 4 * 10 + 4
     ('a = 1 OR b', 5, True)
     """
 
@@ -91,7 +101,7 @@ class Sql92Parser:
         """The tree of ``sql``, lexed as it is parsed; ``lexer`` keeps the lexer (and its steps).
 
         >>> parser = Sql92Parser()
-        >>> str(parser.parse_text("a IS NULL = TRUE")), parser.consumed
+        >>> canonical(parser.parse_text("a IS NULL = TRUE")), parser.consumed
         ('(a IS NULL) = TRUE', 5)
         """
         self.lexer = Sql92Lexer(sql)
@@ -100,7 +110,7 @@ class Sql92Parser:
     def parse_selector(self, tokens: Iterable[Token], sql: str, max_nesting: int = MAX_NESTING) -> Node:
         """The tree of one whole selector, or :class:`FilterExpressionError`.
 
-        >>> str(Sql92Parser().parse_selector(Sql92Lexer("NOT a = 1"), "NOT a = 1"))
+        >>> canonical(Sql92Parser().parse_selector(Sql92Lexer("NOT a = 1"), "NOT a = 1"))
         '(NOT a) = 1'
         """
         self.sql, self._stream, self.consumed = sql, iter(tokens), 0
@@ -148,7 +158,7 @@ class Sql92Parser:
     def _built(self, node: Node, tok: Token) -> Node:
         """``node``, unless its operators nest deeper than the limit (then refused at ``tok``, its operator):
         ``a IS NULL IS NULL ...`` nests as deep as parentheses do, and so does what the tree's users walk."""
-        if node.depth > self._max_nesting:
+        if depth(node) > self._max_nesting:
             self._too_deep(tok)
         return node
 
@@ -158,7 +168,7 @@ class Sql92Parser:
     # -- errors ---------------------------------------------------------------------------------
 
     def _fail(self, reason: str, at: Token | Node | None) -> NoReturn:
-        pos = len(self.sql) if at is None else at.start if isinstance(at, Token) else at.pos
+        pos = len(self.sql) if at is None else at.start if isinstance(at, Token) else node_pos(at)
         raise FilterExpressionError(reason, self.sql, pos)
 
     def _unexpected(self, expected: str) -> NoReturn:
@@ -196,27 +206,26 @@ class Sql92Parser:
 
     def _or(self, level: int = 0) -> Node:
         """``and (OR and)*`` at level 0, ``equality (AND equality)*`` at level 1: left-associative, each
-        side a boolean expression, one flat :class:`Logic` (a left operand that is the same operator in
-        parentheses is merged into it). One method for both keeps the stack shallow per nesting level."""
+        side a boolean expression, one left-deep chain of ``exp.And``/``exp.Or`` (a left operand that is
+        the same operator in parentheses is the start of the chain). One method for both keeps the stack
+        shallow per nesting level."""
         token, name = _LOGIC_LEVELS[level]
         left = self._or(1) if level == 0 else self._equality()
         if not self._take(token):
             return left
         op = self.previous
         first = self._as_boolean(left, op)
-        if isinstance(first, Logic) and first.op == name:  # merged
-            terms, depth = list(first.terms), first.depth - 1
-        else:
-            terms, depth = [first], first.depth
+        chain, deepest = first, depth(first) - 1 if type(first) is _CONNECTORS[level] else depth(first)
         while True:
-            if depth >= self._max_nesting:  # the Logic node is one level above its deepest term
+            if deepest >= self._max_nesting:  # the chain is one level above its deepest term
                 self._too_deep(op)
-            terms.append(self._as_boolean(self._or(1) if level == 0 else self._equality(), None))
-            depth = max(depth, terms[-1].depth)
-            if depth >= self._max_nesting:
+            term = self._as_boolean(self._or(1) if level == 0 else self._equality(), None)
+            deepest = max(deepest, depth(term))
+            if deepest >= self._max_nesting:
                 self._too_deep(op)
+            chain = logic(name, chain, term, node_pos(first))
             if not self._take(token):
-                return Logic(name, tuple(terms), pos=first.pos)
+                return chain
             op = self.previous
 
     def _equality(self) -> Node:
@@ -227,17 +236,17 @@ class Sql92Parser:
                 assert op is not None  # the token _take_any stepped past
                 right = self._comparison()
                 for side, at in ((left, op), (right, right)):
-                    if isinstance(side, Literal) and side.type is JavaType.NULL:
+                    if isinstance(side, exp.Null):
                         self._fail(f"NULL cannot be compared with '{op.text}', use IS [NOT] NULL", at)
-                if _is_boolean_literal(left) and isinstance(right, Literal) and not _is_boolean_literal(right):
+                if _is_boolean_literal(left) and _is_literal(right) and not _is_boolean_literal(right):
                     self._fail(f"{_show(left)} cannot be compared with {_show(right)}", right)
-                left = self._built(Comparison(op.text, left, right, pos=left.pos), op)
+                left = self._built(comparison(op.text, left, right), op)
             elif self._take(TokenType.IS):
                 op = self.previous
                 assert op is not None  # the token _take stepped past
                 negated = self._take(TokenType.NOT)
                 self._expect(TokenType.NULL, "NULL" if negated else "NULL or NOT NULL")
-                left = self._built(IsNull(left, negated, pos=left.pos), op)
+                left = self._built(is_null(left, negated), op)
             else:
                 return left
 
@@ -252,7 +261,7 @@ class Sql92Parser:
                 self._step()
                 self._orderable(left, tok)
                 right = self._unary()
-                left = self._built(Comparison(tok.text, left, self._orderable(right, None), pos=left.pos), tok)
+                left = self._built(comparison(tok.text, left, self._orderable(right, None)), tok)
                 continue
             negated = kind == TokenType.NOT
             if negated:
@@ -268,7 +277,7 @@ class Sql92Parser:
                 op = self.current.text
                 self._step()
                 pattern = self._expect(TokenType.STRING, f"a string literal after {op}").text
-                left = self._built(Match(op, left, pattern, negated, pos=left.pos), tok)
+                left = self._built(match(op, left, pattern, negated), tok)
             elif kind == TokenType.BETWEEN:
                 self._step()
                 self._orderable(left, tok)
@@ -277,22 +286,22 @@ class Sql92Parser:
                 high = self._orderable(self._unary(), None)
                 if (
                     not negated
-                    and isinstance(low, Literal)
-                    and isinstance(high, Literal)
-                    and java_compare(high.type, high.value, low.type, low.value) < 0
+                    and _is_literal(low)
+                    and _is_literal(high)
+                    and java_compare(java_type(high), java_value(high), java_type(low), java_value(low)) < 0
                 ):
-                    self._fail(f"BETWEEN bounds out of order: {low} is greater than {high}", high)
-                left = self._built(Between(left, low, high, negated, pos=left.pos), tok)
+                    self._fail(f"BETWEEN bounds out of order: {canonical(low)} is greater than {canonical(high)}", high)
+                left = self._built(between(left, low, high, negated), tok)
             elif kind == TokenType.IN:
                 self._step()
-                if not isinstance(left, Property):
+                if not isinstance(left, exp.Column):
                     self._fail("IN needs a property on its left", tok)
                 self._expect(TokenType.L_PAREN, "'(' after IN")
                 values = [self._expect(TokenType.STRING, "a string literal in the IN list").text]
                 while self._take(TokenType.COMMA):
                     values.append(self._expect(TokenType.STRING, "a string literal in the IN list").text)
                 self._expect(TokenType.R_PAREN, "',' or ')' in the IN list")
-                left = InList(left, tuple(values), negated, pos=left.pos)  # depth 1: its operand is a property
+                left = in_list(left, tuple(values), negated)  # depth 1: its operand is a property
             else:
                 return left
 
@@ -302,12 +311,12 @@ class Sql92Parser:
         try:
             if tok is not None:  # else no sign nor NOT: the end, which _primary reports
                 if self._take(TokenType.PLUS):
-                    return replace(self._unary(), pos=tok.start)
+                    return set_pos(self._unary(), tok.start)
                 if self._take(TokenType.DASH):
-                    return self._built(Negate(self._unary(), pos=tok.start), tok)
+                    return self._built(negate(self._unary(), tok.start), tok)
                 if self._take(TokenType.NOT):
                     operand = self._unary()
-                    return self._built(Not(self._as_boolean(operand, None), pos=tok.start), tok)
+                    return self._built(not_(self._as_boolean(operand, None), tok.start), tok)
             return self._primary()
         finally:
             self._depth -= 1
@@ -318,20 +327,20 @@ class Sql92Parser:
             if self._take(TokenType.L_PAREN):
                 inner = self._or()
                 self._expect(TokenType.R_PAREN, "')'")
-                return replace(inner, pos=tok.start)
+                return set_pos(inner, tok.start)
             if self._take(TokenType.VAR):
-                return Property(tok.text, pos=tok.start)
+                return prop(tok.text, tok.start)
             if self._take(TokenType.STRING):
-                return Literal(tok.text, JavaType.STRING, pos=tok.start)
+                return literal(tok.text, JavaType.STRING, tok.start)
             if self._take_any((TokenType.TRUE, TokenType.FALSE)):
-                return Literal(tok.token_type == TokenType.TRUE, JavaType.BOOLEAN, pos=tok.start)
+                return literal(tok.token_type == TokenType.TRUE, JavaType.BOOLEAN, tok.start)
             if self._take(TokenType.NULL):
-                return Literal(None, JavaType.NULL, pos=tok.start)
+                return literal(None, JavaType.NULL, tok.start)
             if self._take(TokenType.NUMBER):
                 return self._number(tok)
         self._unexpected("a property, a literal, '(', NOT, '+' or '-'")
 
-    def _number(self, tok: Token) -> Literal:
+    def _number(self, tok: Token) -> Node:
         try:
             return number_literal(tok.text, tok.start)
         except ValueError as e:
@@ -344,36 +353,40 @@ class Sql92Parser:
 
     def _as_boolean(self, node: Node, blame: Token | None) -> Node:
         """asBooleanExpression: a property becomes a boolean cast; a string/number is refused."""
-        if node.is_boolean:
+        if is_boolean(node):
             return node
-        if isinstance(node, Property):
-            return Truth(node, pos=node.pos)
+        if isinstance(node, exp.Column):
+            return truth(node)
         self._fail(f"{_show(node)} is not a boolean expression", blame or node)
 
     def _orderable(self, node: Node, blame: Token | None) -> Node:
         """checkLessThanOperand: only numbers, properties and negations can be ordered."""
-        if node.is_boolean or (isinstance(node, Literal) and node.type not in JavaType.numeric()):
+        if is_boolean(node) or (_is_literal(node) and java_type(node) not in JavaType.numeric()):
             self._fail(f"{_show(node)} cannot be ordered (only numbers and properties can)", blame or node)
         return node
 
 
 def _show(node: Node) -> str:
     """A node's text for messages, quoted unless it is a string literal (already quoted)."""
-    text = str(node)
-    return text if isinstance(node, Literal) and node.type is JavaType.STRING else f"'{text}'"
+    text = canonical(node)
+    return text if isinstance(node, exp.Literal) and node.is_string else f"'{text}'"
+
+
+def _is_literal(node: Node) -> bool:
+    return isinstance(node, (exp.Literal, exp.Boolean, exp.Null))
 
 
 def _is_boolean_literal(node: Node) -> bool:
-    return isinstance(node, Literal) and node.type is JavaType.BOOLEAN
+    return isinstance(node, exp.Boolean)
 
 
-def number_literal(text: str, pos: int = 0) -> Literal:
+def number_literal(text: str, at: int = 0) -> Node:
     """The literal of a number token, as ConstantExpression.createFromDecimal / createFloat make it:
     Long range, then Integer if it fits; a float must be a finite double of at least Double.MIN_VALUE
     (so ``0.0`` is refused, with ValueError).
 
-    >>> number_literal("10L"), number_literal("2147483648").type, number_literal(".5").type
-    (Literal(value=10, java_type=<JavaType.INT: 'Integer'>), <JavaType.LONG: 'Long'>, <JavaType.DOUBLE: 'Double'>)
+    >>> [(n.sql(), java_type(n).value, java_value(n)) for n in map(number_literal, ("10L", "2147483648", ".5"))]
+    [('10', 'Integer', 10), ('2147483648', 'Long', 2147483648), ('0.5', 'Double', 0.5)]
     """
     m = _DECIMAL.fullmatch(text)
     if m:
@@ -381,8 +394,8 @@ def number_literal(text: str, pos: int = 0) -> Literal:
         value = int(m.group(1)) if len(m.group(1)) <= 19 else _LONG_MAX + 1
         if value > _LONG_MAX:
             raise ValueError(f"{text} is out of the range of a long")
-        return Literal(value, JavaType.INT if value <= _INT_MAX else JavaType.LONG, pos=pos)
+        return literal(value, JavaType.INT if value <= _INT_MAX else JavaType.LONG, at)
     number = float(text)
     if number == 0.0 or number == float("inf"):
         raise ValueError(f"{text} is outside RocketMQ's float range [4.9E-324, 1.8E308]")
-    return Literal(number, JavaType.DOUBLE, pos=pos)
+    return literal(number, JavaType.DOUBLE, at)

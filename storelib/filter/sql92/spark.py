@@ -16,6 +16,7 @@ from typing import Callable, Sequence
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
+from sqlglot import exp
 
 from storelib.filter.sql92.java import ASCII_DIGITS, JAVA_DOUBLE_SYNTAX, JAVA_INT_SYNTAX, UNICODE_DIGITS
 from storelib.filter.sql92.states import (
@@ -31,18 +32,15 @@ from storelib.filter.sql92.states import (
     state_of,
 )
 from storelib.filter.sql92.tree import (
-    Between,
-    Comparison,
-    InList,
-    IsNull,
+    MATCHES,
     JavaType,
-    Logic,
-    Match,
-    Negate,
     Node,
-    Property,
-    Truth,
+    between_pair,
+    is_property,
+    is_truth,
+    negated_predicate,
     property_names,
+    terms,
 )
 
 __all__ = ["to_column", "to_columns"]
@@ -50,7 +48,8 @@ __all__ = ["to_column", "to_columns"]
 S, B, D = JavaType.STRING, JavaType.BOOLEAN, JavaType.DOUBLE
 _SPARK_TYPES = {JavaType.INT: "int", JavaType.LONG: "bigint", D: "double"}
 _JAVA_TRIM = r"^[\x00-\x20]+|[\x00-\x20]+\z"  # String.trim; \z, as $ also matches before a final \n
-_TESTS = {"CONTAINS": F.contains, "STARTSWITH": F.startswith, "ENDSWITH": F.endswith}
+_TESTS = {MATCHES["CONTAINS"]: F.contains, MATCHES["STARTSWITH"]: F.startswith, MATCHES["ENDSWITH"]: F.endswith}
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
 _ORDER: dict[str, Callable[[Column, Column], Column]] = {
     ">": operator.gt,
     ">=": operator.ge,
@@ -96,17 +95,17 @@ class _Compiler:
             self._columns[key] = build()
         return self._columns[key]
 
-    def prop(self, node: Property) -> Column:
+    def prop(self, node: Node) -> Column:
         return self._cached(("prop", node.name), lambda: F.try_element_at(self.props, F.lit(node.name)))
 
-    def absent(self, node: Property) -> Column:
+    def absent(self, node: Node) -> Column:
         return self._cached(("absent", node.name), lambda: F.isnull(self.prop(node)))
 
-    def truthy(self, node: Property) -> Column:
+    def truthy(self, node: Node) -> Column:
         """Boolean.valueOf of the property: "true" in any case (FALSE when absent)."""
         return self._cached(("truthy", node.name), lambda: F.equal_null(F.lower(self.prop(node)), F.lit("true")))
 
-    def parsed(self, node: Property, java_type: JavaType) -> Column:
+    def parsed(self, node: Node, java_type: JavaType) -> Column:
         """Integer/Long/Double.valueOf of the property, NULL where Java throws (or it is absent)."""
         return self._cached(("parsed", node.name, java_type), lambda: _parse(self.prop(node), java_type))
 
@@ -137,26 +136,27 @@ class _Compiler:
         """The state Column of a boolean (or always-null) node."""
         if not property_names(node):
             return self.code(state_of(node))
-        if isinstance(node, Truth):
-            return self.cases((self.absent(node.operand), NULL), otherwise=FALSE)
-        if isinstance(node, Logic):
-            table = LOGIC_TABLES[node.op]
+        if isinstance(node, exp.Paren):
+            return self.state(node.this)
+        if is_truth(node):
+            return self.cases((self.absent(node), NULL), otherwise=FALSE)
+        if isinstance(node, (exp.And, exp.Or)):
+            table = LOGIC_TABLES[node.key.upper()]
             # AND and OR are associative over the four states: a balanced fold gives the same state
             # with a plan log2(n) deep, where a left fold of a long chain overflows Spark's stack
-            states = [self.state(t) for t in node.terms]
+            states = [self.state(t) for t in terms(node)]
             while len(states) > 1:
                 pairs = [self.lookup(table, (a, b)) for a, b in zip(states[::2], states[1::2])]
                 states = pairs + states[len(pairs) * 2 :]
             return states[0]
-        if isinstance(node, Between):
-            ops, logic = (("<", ">"), "OR") if node.negated else ((">=", "<="), "AND")
-            pair = (Comparison(ops[0], node.value, node.low), Comparison(ops[1], node.value, node.high))
-            return self.state(Logic(logic, pair))
-        if isinstance(node, Comparison) and reads_text(node):
+        inner, negated = negated_predicate(node)
+        if isinstance(inner, exp.Between):
+            return self.state(between_pair(inner, negated))
+        if isinstance(node, _COMPARISONS) and reads_text(node):
             return self._text_comparison(node)
-        if isinstance(node, (IsNull, InList, Match)) and isinstance(node.operand, Property):
-            return self._property_test(node)
-        if isinstance(node, Negate) and isinstance(node.operand, Property):
+        if isinstance(inner, (exp.Is, exp.In, *MATCHES.values())) and is_property(inner.this):
+            return self._property_test(inner, negated)
+        if isinstance(node, exp.Neg) and is_property(node.this):
             return self.code(NULL)  # -'text' is null
         return self._by_table(node)
 
@@ -165,18 +165,16 @@ class _Compiler:
         children, table = outcome_table(node)
         assert children, "a node reading properties has a non-constant child"
         indexes = [
-            self.cases((self.absent(c), 0), (self.truthy(c), 1), otherwise=2)
-            if isinstance(c, Property)
-            else self.state(c)
+            self.cases((self.absent(c), 0), (self.truthy(c), 1), otherwise=2) if is_property(c) else self.state(c)
             for c in children
         ]
         return self.lookup(table, indexes)  # type: ignore[arg-type]
 
     # -- what depends on property text -----------------------------------------------------------
 
-    def _text_comparison(self, node: Comparison) -> Column:
-        if isinstance(node.left, Property) and isinstance(node.right, Property):
-            return self._two_properties(node.left, node.right, *outcomes(node))
+    def _text_comparison(self, node: Node) -> Column:
+        if is_property(node.this) and is_property(node.expression):
+            return self._two_properties(node.this, node.expression, *outcomes(node))
         c = constant_comparison(node)
         absent_ = self.absent(c.prop)
         if c.java_type is S:
@@ -200,7 +198,7 @@ class _Compiler:
         )
         return F.nvl(outcome, self.cases((absent_, c.absent), otherwise=ERROR))
 
-    def sign(self, prop: Property, java_type: JavaType, value: int | float) -> Column:
+    def sign(self, prop: Node, java_type: JavaType, value: int | float) -> Column:
         """Sign (-1.0/0.0/1.0) of Java's compare of the parsed property with ``value``; NULL if the
         property is absent or does not parse. NaN is above everything. An int/long difference that
         overflows (try_subtract gives NULL) has the sign of the property: they have opposite signs."""
@@ -208,7 +206,7 @@ class _Compiler:
         sign = F.signum(F.try_subtract(parsed, F.lit(value)))
         return F.nanvl(sign, F.lit(1.0)) if java_type is D else F.nvl(sign, F.signum(parsed))
 
-    def _two_properties(self, left: Property, right: Property, op: str, hit: int, miss: int) -> Column:
+    def _two_properties(self, left: Node, right: Node, op: str, hit: int, miss: int) -> Column:
         a, b, a_absent, b_absent = self.prop(left), self.prop(right), self.absent(left), self.absent(right)
         if op == "=":  # null = null is TRUE, null = x null, x = null FALSE, else String.equals
             return self.cases((F.equal_null(a, b), hit), (a_absent, NULL), otherwise=miss)
@@ -222,16 +220,18 @@ class _Compiler:
             otherwise=miss,
         )
 
-    def _property_test(self, node: IsNull | InList | Match) -> Column:
-        hit, miss = (FALSE, TRUE) if node.negated else (TRUE, FALSE)
-        absent, p = self.absent(node.operand), self.prop(node.operand)  # type: ignore[arg-type]
-        if isinstance(node, IsNull):
+    def _property_test(self, node: Node, negated: bool) -> Column:
+        hit, miss = (FALSE, TRUE) if negated else (TRUE, FALSE)
+        absent, p = self.absent(node.this), self.prop(node.this)
+        if isinstance(node, exp.Is):
             return self.cases((absent, hit), otherwise=miss)
-        if isinstance(node, InList):
-            return self.cases((absent, NULL), (F.array_contains(_string_array(node.values), p), hit), otherwise=miss)
-        if not node.pattern:  # an empty pattern is FALSE, even negated
+        if isinstance(node, exp.In):
+            values = [e.this for e in node.expressions]
+            return self.cases((absent, NULL), (F.array_contains(_string_array(values), p), hit), otherwise=miss)
+        pattern = node.expression.this
+        if not pattern:  # an empty pattern is FALSE, even negated
             return self.code(FALSE)
-        found = _TESTS[node.op](p, F.lit(node.pattern))
+        found = _TESTS[type(node)](p, F.lit(pattern))
         return self.cases((absent, FALSE), (found, hit), otherwise=miss)
 
 

@@ -1,4 +1,4 @@
-"""States of SQL92 nodes, and the tables that combine them, for compilations of the tree.
+"""States of SQL92 nodes, and the tables that combine them, for compilations of the tree (sqlglot expressions).
 
 A compiled SQL92 tree (a Spark Column in :mod:`~storelib.filter.sql92.spark`, numpy arrays over
 Arrow batches in :mod:`~storelib.filter.sql92.arrow`) gives each boolean node a *state* per row, its
@@ -14,30 +14,32 @@ a property compared with a constant gives.
 >>> LOGIC_TABLES["AND"][NULL][FALSE], LOGIC_TABLES["OR"][ERROR][TRUE], state_of(parse_sql92("1 = 1.0").tree)
 (0, 3, 1)
 >>> children, table = outcome_table(parse_sql92("(a > 1) = TRUE").tree)
->>> [str(c) for c in children], table                     # by the state of a > 1
+>>> [c.sql() for c in children], table                     # by the state of a > 1
 (['a > 1'], [0, 1, 2, 3])
 """
 
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
+
+from sqlglot import exp
 
 from storelib.filter.sql92.java import JavaEvaluationError, node_value
 from storelib.filter.sql92.tree import (
-    Comparison,
-    IsNull,
     JavaType,
     JavaValue,
-    Literal,
-    Logic,
-    Match,
-    Negate,
     Node,
-    Not,
-    Property,
+    comparison,
+    is_property,
+    java_type,
+    literal,
+    logic,
+    negate,
+    operands,
     property_names,
+    rebuild,
 )
 
 __all__ = [
@@ -53,6 +55,7 @@ __all__ = [
     "constant_comparison",
     "outcomes",
     "PROPERTY_CLASSES",
+    "OPERATORS",
 ]
 
 #: The states of a boolean node: FALSE, TRUE, null, an exception.
@@ -70,18 +73,20 @@ _ORDER: dict[str, Callable[[Any, Any], bool]] = {
 }
 # Stand-ins for a child whose state is only known per row: one node per state (0..3) that
 # evaluates to FALSE, TRUE, null or throws; for a property, one per class of PROPERTY_CLASSES.
-_THROWS = Comparison("=", Literal("x", S), Literal(1, JavaType.INT))
+_THROWS = comparison("=", literal("x", S), literal(1, JavaType.INT))
 _STAND_INS = {
-    B: (Literal(False, B), Literal(True, B), Literal(None, B), _THROWS),
-    JavaType.NULL: (Literal(None, JavaType.NULL),) * 3 + (Negate(_THROWS),),
+    B: (literal(False, B), literal(True, B), literal(None, B), _THROWS),
+    JavaType.NULL: (literal(None, JavaType.NULL),) * 3 + (negate(_THROWS.copy()),),
 }
-_PROPERTY_STAND_INS = (Literal(None, S), Literal("true", S), Literal("x", S))
-_CHILD_FIELDS = {
-    Comparison: ("left", "right"),
-    Not: ("operand",),
-    Negate: ("operand",),
-    IsNull: ("operand",),
-    Match: ("operand",),
+_PROPERTY_STAND_INS = (literal(None, S), literal("true", S), literal("x", S))
+#: The operator of each comparison expression.
+OPERATORS: dict[type[exp.Expr], str] = {
+    exp.EQ: "=",
+    exp.NEQ: "<>",
+    exp.GT: ">",
+    exp.GTE: ">=",
+    exp.LT: "<",
+    exp.LTE: "<=",
 }
 
 
@@ -101,12 +106,13 @@ def state_of(node: Node) -> int:
 
 #: AND/OR of two states: ``LOGIC_TABLES[op][left][right]``.
 LOGIC_TABLES = {
-    op: [[state_of(Logic(op, (a, b))) for b in _STAND_INS[B]] for a in _STAND_INS[B]] for op in ("AND", "OR")
+    op: [[state_of(logic(op, a.copy(), b.copy())) for b in _STAND_INS[B]] for a in _STAND_INS[B]]
+    for op in ("AND", "OR")
 }
 
 
 def outcome_table(node: Node) -> tuple[list[Node], list | int]:
-    """``(children, table)`` for a Comparison, NOT, unary minus, IS NULL or CONTAINS-like node whose
+    """``(children, table)`` for a comparison, NOT, unary minus, IS NULL or CONTAINS-like node whose
     outcome depends on property text only through null tests and ``Boolean.valueOf``: the children
     that read properties, in order, and the node's state nested by each one's index, the index of a
     property child being its class (:data:`PROPERTY_CLASSES`), of another child its state.
@@ -115,23 +121,21 @@ def outcome_table(node: Node) -> tuple[list[Node], list | int]:
     >>> outcome_table(parse_sql92("NOT (a > 1)").tree)[1]      # by the state of a > 1
     [1, 0, 2, 3]
     >>> children, table = outcome_table(parse_sql92("(b > 1) = a").tree)
-    >>> [str(c) for c in children], table[FALSE]       # a absent, "true", other: Boolean vs String throws
+    >>> [c.sql() for c in children], table[FALSE]       # a absent, "true", other: Boolean vs String throws
     (['b > 1', 'a'], [0, 3, 3])
     """
-    fields = _CHILD_FIELDS[type(node)]
     varying: list[Node] = []
     axes: list[Sequence[Node]] = []
-    for name in fields:
-        child = getattr(node, name)
+    for child in operands(node):
         if not property_names(child):
             axes.append((child,))
             continue
         varying.append(child)
-        axes.append(_PROPERTY_STAND_INS if isinstance(child, Property) else _STAND_INS[child.type])
+        axes.append(_PROPERTY_STAND_INS if is_property(child) else _STAND_INS[java_type(child)])
 
     def fill(axis: int, chosen: tuple[Node, ...]) -> list | int:
         if axis == len(axes):
-            return state_of(replace(node, **dict(zip(fields, chosen))))  # type: ignore[arg-type]
+            return state_of(rebuild(node, chosen))
         if len(axes[axis]) == 1:  # a constant child: no dimension of its own
             return fill(axis + 1, chosen + (axes[axis][0],))
         return [fill(axis + 1, chosen + (stand_in,)) for stand_in in axes[axis]]
@@ -139,7 +143,7 @@ def outcome_table(node: Node) -> tuple[list[Node], list | int]:
     return varying, fill(0, ())
 
 
-def reads_text(node: Comparison) -> bool:
+def reads_text(node: Node) -> bool:
     """Whether a comparison depends on property text beyond null tests: property vs property, or
     property vs a constant that is not null and does not throw (and is a number when ordering).
 
@@ -147,8 +151,8 @@ def reads_text(node: Comparison) -> bool:
     >>> [reads_text(parse_sql92(t).tree) for t in ("a > 5", "a = b", "-a > 5", "a = TRUE", "a = (b > 1)")]
     [True, True, False, True, False]
     """
-    for side in (node.left, node.right):
-        if isinstance(side, Property):
+    for side in (node.this, node.expression):
+        if is_property(side):
             continue
         if property_names(side):
             return False
@@ -156,7 +160,7 @@ def reads_text(node: Comparison) -> bool:
             value = node_value(side, {})
         except JavaEvaluationError:
             return False
-        if value is None or (node.op not in ("=", "<>") and side.type not in JavaType.numeric()):
+        if value is None or (OPERATORS[type(node)] not in ("=", "<>") and java_type(side) not in JavaType.numeric()):
             return False
     return True
 
@@ -175,7 +179,7 @@ class ConstantComparison:
     ('a', 5, 'Integer', (0, 0, 1), 2)
     """
 
-    prop: Property
+    prop: exp.Column
     value: JavaValue
     java_type: JavaType
     absent: int
@@ -186,7 +190,7 @@ class ConstantComparison:
     throws: bool = False
 
 
-def constant_comparison(node: Comparison) -> ConstantComparison:
+def constant_comparison(node: Node) -> ConstantComparison:
     """The :class:`ConstantComparison` of a property compared with a constant (see the class).
 
     >>> from storelib.filter.sql92 import parse_sql92
@@ -195,25 +199,25 @@ def constant_comparison(node: Comparison) -> ConstantComparison:
     ('s', 'x', 1, 0, 1)
     """
     op, hit, miss = outcomes(node)
-    prop_left = isinstance(node.left, Property)
-    prop: Property = node.left if prop_left else node.right  # type: ignore[assignment]
-    constant = node.right if prop_left else node.left
+    prop_left = is_property(node.this)
+    prop: exp.Column = node.this if prop_left else node.expression
+    constant = node.expression if prop_left else node.this
     # An absent property gives null, except in 'x' = prop, FALSE (so 'x' <> prop is TRUE).
     absent = miss if op == "=" and not prop_left else NULL
     by_sign = tuple(hit if _ORDER[op](s if prop_left else -s, 0) else miss for s in (-1, 0, 1))
     return ConstantComparison(
         prop,
         node_value(constant, {}),
-        constant.type,
+        java_type(constant),
         absent,
         hit,
         miss,
         by_sign,  # type: ignore[arg-type]
-        throws=constant.type is B and not prop_left,
+        throws=java_type(constant) is B and not prop_left,
     )
 
 
-def outcomes(node: Comparison) -> tuple[str, int, int]:
+def outcomes(node: Node) -> tuple[str, int, int]:
     """``(op, hit, miss)``: the states where ``op`` holds and where it does not; ``<>`` is ``NOT (=)``
     (the outcomes swapped; null stays null).
 
@@ -221,4 +225,5 @@ def outcomes(node: Comparison) -> tuple[str, int, int]:
     >>> outcomes(parse_sql92("a <> b").tree), outcomes(parse_sql92("a > b").tree)
     (('=', 0, 1), ('>', 1, 0))
     """
-    return ("=", FALSE, TRUE) if node.op == "<>" else (node.op, TRUE, FALSE)
+    op = OPERATORS[type(node)]
+    return ("=", FALSE, TRUE) if op == "<>" else (op, TRUE, FALSE)
