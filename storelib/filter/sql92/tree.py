@@ -86,6 +86,11 @@ class JavaType(enum.Enum):
 
     @staticmethod
     def numeric() -> frozenset[JavaType]:
+        """The numeric types (Integer, Long, Double), which compare with one another.
+
+        >>> JavaType.LONG in JavaType.numeric(), JavaType.STRING in JavaType.numeric()
+        (True, False)
+        """
         return _NUMERIC
 
 
@@ -147,12 +152,20 @@ def depth(node: Node) -> int:
 
 
 def pos(node: Node) -> int:
-    """The 0-based offset in the text of the node's first token (for error messages)."""
+    """The 0-based offset in the text of the node's first token (for error messages).
+
+    >>> pos(prop("a", 4)), pos(set_pos(prop("a", 4), 3))
+    (4, 3)
+    """
     return node.meta_get("pos", 0)
 
 
 def set_pos(node: Node, at: int) -> Node:
-    """``node``, its position moved to ``at`` (a parenthesis or sign before it)."""
+    """``node``, its position moved to ``at`` (a parenthesis or sign before it).
+
+    >>> pos(set_pos(literal(1, JavaType.INT, 5), 4))
+    4
+    """
     node.meta["pos"] = at
     return node
 
@@ -175,12 +188,20 @@ def is_boolean(node: Node) -> bool:
 
 
 def is_property(node: Node) -> bool:
-    """A property read as its String value."""
+    """A property read as its String value.
+
+    >>> is_property(prop("a")), is_property(truth(prop("a"))), is_property(literal("a", JavaType.STRING))
+    (True, False, False)
+    """
     return isinstance(node, exp.Column) and java_type(node) is JavaType.STRING
 
 
 def is_truth(node: Node) -> bool:
-    """A property read as a boolean: FALSE when present (a String is no Boolean), null when absent."""
+    """A property read as a boolean: FALSE when present (a String is no Boolean), null when absent.
+
+    >>> is_truth(truth(prop("a"))), is_truth(prop("a"))
+    (True, False)
+    """
     return isinstance(node, exp.Column) and java_type(node) is JavaType.BOOLEAN
 
 
@@ -261,7 +282,11 @@ def prop(name: str, at: int = 0) -> exp.Column:
 
 
 def truth(column: exp.Column) -> exp.Column:
-    """asBooleanExpression of a property: the same column, read as a boolean (typed in place)."""
+    """asBooleanExpression of a property: the same column, read as a boolean (typed in place).
+
+    >>> java_type(truth(prop("a"))), canonical(not_(truth(prop("a"))))
+    (<JavaType.BOOLEAN: 'Boolean'>, 'NOT a')
+    """
     return _typed(column, JavaType.BOOLEAN, 1, pos(column))  # type: ignore[return-value]
 
 
@@ -323,21 +348,33 @@ def is_null(operand: Node, negated: bool = False, at: int | None = None) -> Node
 
 
 def between(value: Node, low: Node, high: Node, negated: bool = False, at: int | None = None) -> Node:
-    """``v BETWEEN lo AND hi`` is ``v >= lo AND v <= hi``; NOT BETWEEN is ``v < lo OR v > hi``."""
+    """``v BETWEEN lo AND hi`` is ``v >= lo AND v <= hi``; NOT BETWEEN is ``v < lo OR v > hi``.
+
+    >>> canonical(between(prop("a"), literal(1, JavaType.INT), literal(5, JavaType.INT), negated=True))
+    'a NOT BETWEEN 1 AND 5'
+    """
     node = exp.Between(this=value, low=low, high=high)
     height = 1 + max(depth(value), depth(low), depth(high))
     return _negated(node, negated, height, pos(value) if at is None else at)
 
 
 def in_list(operand: exp.Column, values: tuple[str, ...], negated: bool = False, at: int | None = None) -> Node:
-    """``prop [NOT] IN ('a', 'b')``: string literals only; null when the property is absent."""
+    """``prop [NOT] IN ('a', 'b')``: string literals only; null when the property is absent.
+
+    >>> canonical(in_list(prop("t"), ("a", "b")))
+    "t IN ('a', 'b')"
+    """
     node = exp.In(this=operand, expressions=[exp.Literal.string(v) for v in values])
     return _negated(node, negated, 1, pos(operand) if at is None else at)
 
 
 def match(op: str, operand: Node, pattern: str, negated: bool = False, at: int | None = None) -> Node:
     """``x [NOT] CONTAINS|STARTSWITH|ENDSWITH 'p'``: FALSE (never null) for an absent or non-String
-    operand and for an empty pattern."""
+    operand and for an empty pattern.
+
+    >>> canonical(match("STARTSWITH", prop("a"), "x", negated=True))
+    "a NOT STARTSWITH 'x'"
+    """
     node = MATCHES[op](this=operand, expression=exp.Literal.string(pattern))
     return _negated(node, negated, 1 + depth(operand), pos(operand) if at is None else at)
 
@@ -378,7 +415,11 @@ def rebuild(node: Node, children: tuple[Node, ...]) -> Node:
 
 
 def quote(text: str) -> str:
-    """A SQL92 string literal for ``text`` (``'`` doubled)."""
+    """A SQL92 string literal for ``text`` (``'`` doubled).
+
+    >>> print(quote("it's"))
+    'it''s'
+    """
     return "'" + text.replace("'", "''") + "'"
 
 
