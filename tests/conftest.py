@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -26,12 +27,25 @@ def store_path(tmp_path) -> str:
     return str(tmp_path / "store")
 
 
-@pytest.fixture
-def store(spark, store_path):
+@pytest.fixture(scope="session")
+def _fresh_store(spark, tmp_path_factory) -> str:
+    """The template every ``store`` is a copy of: made once (a create costs ~100 ms, a copy and open ~25)."""
     from storelib import MessageStore
 
-    s = MessageStore.create(store_path, spark)
-    s.create_topic("TopicTest", queues=4)
+    root = str(tmp_path_factory.mktemp("template") / "store")
+    made = MessageStore.create(root, spark)
+    made.create_topic("TopicTest", queues=4)
+    made.close()
+    return root
+
+
+@pytest.fixture
+def store(spark, store_path, _fresh_store):
+    """A fresh store at ``store_path`` with ``TopicTest`` (4 queues): a copy of one made once per run."""
+    from storelib import MessageStore
+
+    shutil.copytree(_fresh_store, store_path)
+    s = MessageStore.open(store_path, spark)
     yield s
     s.close()  # its producers, and the machine's committer role with them (storelib.local.relay)
 
