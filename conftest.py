@@ -10,7 +10,6 @@ its own copy of the seeded store, so examples never depend on each other's order
 from __future__ import annotations
 
 import re
-import shutil
 import sys
 from pathlib import Path
 
@@ -18,6 +17,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
+
+from tests.stores import copy_store  # noqa: E402
 
 #: Tight on purpose: dispatch and bulk sends must never collect per-message data to the driver.
 MAX_RESULT_SIZE = "4m"
@@ -77,7 +78,7 @@ def _doctest_globals(request, doctest_namespace, tmp_path):
 
         seed, sent = request.getfixturevalue("_seeded_store")
         copy = str(tmp_path / "store")
-        shutil.copytree(seed, copy)
+        copy_store(seed, copy)
         doctest_namespace["store"] = MessageStore.open(copy, request.getfixturevalue("spark"))
         doctest_namespace["r"] = sent
     yield

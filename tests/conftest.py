@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -11,6 +10,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from tests.stores import copy_store  # noqa: E402
 
 
 @pytest.fixture
@@ -29,9 +30,7 @@ def store_path(tmp_path) -> str:
 
 @pytest.fixture(scope="session")
 def _fresh_store(spark, tmp_path_factory) -> str:
-    """The template every ``store`` is a copy of: made once (a create costs ~100 ms, a copy and open ~25). Copies
-    get new file times: Delta dates a version by its log entry's, and time travel refuses versions older than
-    the table's tombstone retention (a minute for a local store's)."""
+    """The template every ``store`` is a copy of (:func:`tests.stores.copy_store`)."""
     from storelib import MessageStore
 
     root = str(tmp_path_factory.mktemp("template") / "store")
@@ -46,7 +45,7 @@ def store(spark, store_path, _fresh_store):
     """A fresh store at ``store_path`` with ``TopicTest`` (4 queues): a copy of one made once per run."""
     from storelib import MessageStore
 
-    shutil.copytree(_fresh_store, store_path, copy_function=shutil.copy)  # files dated now, as if just made
+    copy_store(_fresh_store, store_path)
     s = MessageStore.open(store_path, spark)
     yield s
     s.close()  # its producers, and the machine's committer role with them (storelib.local.relay)

@@ -173,11 +173,13 @@ def bench_grpc(
         store = MessageStore.create(f"{work}/grpc")
         store.create_topic(TOPIC, queues=QUEUES)
         store.close()
+        follower_process = follower_process and not floor
+        serve = (
+            ["jobs.benchmarks.grpc_floor"] if floor else ["storelib", "serve", "--store", f"{work}/grpc", "--port", "0"]
+        )
         with open(f"{work}/serve.err", "w") as err:
-            serve = ["-m", "jobs.benchmarks.grpc_floor"] if floor else ["-m", "storelib", "serve"]
-            serve += [] if floor else ["--store", f"{work}/grpc", "--port", "0"]
             server = subprocess.Popen(
-                [*serve_prefix, sys.executable, *serve] + (["--no-follow"] if follower_process and not floor else []),
+                [*serve_prefix, sys.executable, "-m", *serve] + (["--no-follow"] if follower_process else []),
                 cwd=ROOT,
                 env=env,
                 stdout=subprocess.PIPE,
@@ -185,7 +187,7 @@ def bench_grpc(
                 text=True,
             )
         procs.append(server)
-        if follower_process and not floor:
+        if follower_process:
             with open(f"{work}/follower.err", "w") as err:
                 procs.append(
                     subprocess.Popen(
