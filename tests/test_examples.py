@@ -6,7 +6,10 @@ this checks that none is missing from the public surface.
 
 from __future__ import annotations
 
+import ast
 import inspect
+import subprocess
+import sys
 
 import pytest
 
@@ -41,7 +44,6 @@ def test_handle_methods_have_examples(name):
 def _callables_without_examples() -> list[str]:
     """Public functions, classes' public methods and properties of every module (its ``__all__``) that
     show no example: not in their own docstring, their class's, or their module's."""
-    import ast
     from pathlib import Path
 
     missing = []
@@ -75,3 +77,25 @@ def _callables_without_examples() -> list[str]:
 
 def test_every_public_callable_of_the_library_has_an_example():
     assert _callables_without_examples() == []
+
+
+def test_the_lazy_exports_are_the_type_checkers_imports():
+    """``storelib`` imports its public names on first use; the imports type checkers see name the same
+    ones, from the same modules."""
+    tree = ast.parse(open(storelib.__file__).read())
+    guarded = next(n for n in tree.body if isinstance(n, ast.If) and getattr(n.test, "id", "") == "TYPE_CHECKING")
+    seen = {alias.name: node.module for node in guarded.body for alias in node.names}
+    assert seen == storelib._HOMES
+    assert sorted(storelib.__all__) == sorted(["StoreError", *seen])
+
+
+def test_importing_one_layer_does_not_import_the_handle():
+    """A Spark worker that reads a stream imports the data source, not the whole library."""
+    code = (
+        "import sys, storelib.datasource.stream; "
+        "print('storelib.store' in sys.modules, 'storelib.consume.pop' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "False"]
+    with pytest.raises(AttributeError, match="no attribute 'Nothing'"):
+        storelib.Nothing  # noqa: B018
