@@ -221,13 +221,19 @@ class GroupStreamReader(DataSourceStreamReader, _AvailableNow):
             rows = pa.Table.from_batches([batch])
             for topic, flt in filters.items():
                 mine = rows.filter(pc.equal(rows.column("topic"), topic)) if len(filters) > 1 else rows
-                mine = mine.filter(_exact(flt, mine))
+                if not _passes_every_row(flt):  # else the scan's predicate was the whole test: no copy
+                    mine = mine.filter(_exact(flt, mine))
                 if mine.num_rows:
                     yield from mine.select(schema.names).cast(schema).to_batches()
 
     def commit(self, end: dict) -> None:
         if self.options.commit_offsets and end:
             self._context().offsets.commit_many(self.group, self._flat(end))
+
+
+def _passes_every_row(flt: MessageFilter) -> bool:
+    """Whether stage 2 keeps every row the scan returns: a ``*`` subscription with no SQL92 and no class."""
+    return flt.tags_all and not flt.selector.is_sql92 and flt.class_filter is None
 
 
 def _exact(flt: MessageFilter, rows: pa.Table) -> pa.Array:
