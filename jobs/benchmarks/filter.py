@@ -17,7 +17,9 @@ against the plain scan of the same (clustered) files and against the fresh store
 compaction against a bare Spark read-sort-write of the same rows, pulls and key look-ups on the
 fresh and on the clustered store, the Bloom false positive rate of every group, and Spark's floor: the
 smallest Spark job (one row to the ``noop`` sink), which no read through Spark can beat, so a read cannot
-be 10x faster than a scan that takes less than 10 floors.
+be 10x faster than a scan that takes less than 10 floors; the same floor for a job with a Python task (the
+reads of kept row groups are such jobs); and the topic's commitlog bytes before and after clustering (a
+read that must scan every clustered file is bounded by their ratio).
 
 Bytes read are what the processes read during each read (``rchar`` of ``/proc/<pid>/io``, Linux),
 the fewest over its repeats as its time is the best.
@@ -27,8 +29,9 @@ message does not match, the share whose bitmap still hits the group's bits.
 >>> BURST_RUN
 20000
 >>> figures = FilterFigures(100, [ReadFigure("tag burst (clustered)", 0.47, 0.58, 1, 1, 1)], spark_floor_seconds=0.061)
->>> figures.lines()[-1]
-'spark floor  0.061 s (the smallest Spark job): no read is 10x faster than a scan under 0.61 s: tag burst (clustered)'
+>>> line = figures.lines()[-1]
+>>> line[:45], "under 0.61 s" in line, line.split(": ")[-1]
+('spark floor  0.061 s (the smallest Spark job)', True, 'tag burst (clustered)')
 """
 
 from __future__ import annotations
@@ -152,6 +155,10 @@ class FilterFigures:
     lookup_files: dict[str, int] = field(default_factory=dict)
     #: The best time of the smallest Spark job: no read through Spark is faster.
     spark_floor_seconds: float = 0.0
+    #: The best time of the smallest job with a Python task (as reads of kept row groups are).
+    python_floor_seconds: float = 0.0
+    #: The topic's commitlog files, in bytes, as sent (``fresh``) and after clustering (``clustered``).
+    commitlog_bytes: dict[str, int] = field(default_factory=dict)
 
     def lines(self) -> list[str]:
         rates = sorted(self.false_positive_rates.values())
@@ -179,12 +186,23 @@ class FilterFigures:
                 f"{kind:<30} p50 {1000 * percentile(times, 0.5):7.1f} ms  p99 {1000 * percentile(times, 0.99):7.1f} ms"
                 + (f"  commitlog files {self.lookup_files[kind]}" if kind in self.lookup_files else "")
             )
-        if self.spark_floor_seconds:
-            floor = self.spark_floor_seconds
-            below = [r.name for r in self.reads if r.baseline_seconds < 10 * floor]
+        for what, floor in (
+            ("spark floor ", self.spark_floor_seconds),
+            ("python floor", self.python_floor_seconds),
+        ):
+            if floor:
+                below = [r.name for r in self.reads if (r.fresh_scan_seconds or r.baseline_seconds) < 10 * floor]
+                job = "the smallest Spark job" if what.startswith("spark") else "the smallest job with a Python task"
+                out.append(
+                    f"{what} {floor:.3f} s ({job}): no such read is 10x faster than a scan (fresh where "
+                    f"clustered) under {10 * floor:.2f} s: {', '.join(below) or 'no case'}"
+                )
+        fresh, clustered = self.commitlog_bytes.get("fresh"), self.commitlog_bytes.get("clustered")
+        if fresh and clustered:
             out.append(
-                f"spark floor  {floor:.3f} s (the smallest Spark job): no read is 10x faster than a scan under "
-                f"{10 * floor:.2f} s: {', '.join(below) or 'no case'}"
+                f"layout       commitlog {clustered / 2**20:.1f} MiB clustered vs {fresh / 2**20:.1f} MiB as sent = "
+                f"{100 * (clustered / fresh - 1):+.1f}%: a read that must scan every clustered file is at most "
+                f"{fresh / clustered:.2f}x of the fresh scan"
             )
         return out
 
@@ -225,6 +243,8 @@ class FilterFigures:
                 for k, t in self.point_reads.items()
             },
             "spark_floor_seconds": round(self.spark_floor_seconds, 3),
+            "python_floor_seconds": round(self.python_floor_seconds, 3),
+            "commitlog_bytes": self.commitlog_bytes,
         }
 
 
@@ -347,12 +367,15 @@ def bench_filtering(
         fresh = _measure_cases(spark, store, "fresh")
         figures.reads.extend(fresh)
         figures.spark_floor_seconds = _spark_floor(spark)
+        figures.python_floor_seconds = _python_floor(spark)
+        figures.commitlog_bytes["fresh"] = _topic_bytes(store)
         _point_reads(store, figures, "fresh", queues, pulls)
         figures.bare_sort_seconds = _bare_sort(spark, store, f"{work}/bare")
         began = time.perf_counter()
         cluster_commitlog(store.context, settle_ms=0)  # what compact() adds for the commitlog
         figures.compact_seconds = time.perf_counter() - began
         store.compact(settle_ms=0)  # the other tables
+        figures.commitlog_bytes["clustered"] = _topic_bytes(store)
         for figure, before in zip(_measure_cases(spark, store, "clustered"), fresh):
             figures.reads.append(
                 ReadFigure(
@@ -378,6 +401,22 @@ def bench_filtering(
 def _spark_floor(spark: "SparkSession", repeats: int = 5) -> float:
     """The best of ``repeats`` runs (after a warm-up) of the smallest Spark job: one row to the ``noop`` sink."""
     return _measure_pair(spark, lambda: spark.range(1), None, repeats=repeats)[0][0]
+
+
+def _python_floor(spark: "SparkSession", repeats: int = 5) -> float:
+    """The best of ``repeats`` runs (after a warm-up) of the smallest job with a Python task: one row through
+    ``mapInArrow`` to the ``noop`` sink."""
+    return _measure_pair(spark, lambda: spark.range(1).mapInArrow(lambda it: it, "id long"), None, repeats)[0][0]
+
+
+def _topic_bytes(store) -> int:
+    """The bytes of the commitlog's data files holding the topic's messages."""
+    from storelib.delta.log import add_actions
+    from storelib.delta.stats import Prune
+
+    commitlog = store.context.tables.commitlog
+    kept = commitlog.prune(add_actions(commitlog.snapshot()), Prune(equal={"topic": TOPIC}))
+    return sum(kept.column("size_bytes").to_pylist())
 
 
 def _measure_cases(spark: "SparkSession", store, label: str) -> list[ReadFigure]:
