@@ -41,7 +41,6 @@ from storelib.delta.spark_read import contiguous_groups
 from storelib.delta.stats import Prune
 from storelib.delta.table import Table
 from storelib.filter.message_filter import MessageFilter
-from storelib.filter.sql92.arrow import evaluate_batch
 from storelib.model.errors import OffsetError
 from storelib.storage.consume_queue import read_units
 from storelib.storage.dispatched import queued_expression
@@ -243,8 +242,9 @@ def _exact(flt: MessageFilter, rows: pa.Table) -> pa.Array:
     keep = pa.array(np.ones(n, dtype=bool))
     if selector.by_tags and not flt.tags_all and flt.data.tags_set:
         keep = pc.fill_null(pc.is_in(rows.column("tags"), pa.array(sorted(flt.data.tags_set), pa.string())), False)
-    if selector.is_sql92:
-        keep = pc.fill_null(evaluate_batch(flt.sql.tree, rows.column("properties")), False)
+    check = flt.commitlog_check()
+    if check is not None:
+        keep = check(rows)
     cf = flt.class_filter
     if cf is not None and n:
         kept = rows.filter(keep)

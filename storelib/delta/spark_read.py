@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator, Sequence, TypeVar
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -57,15 +57,20 @@ class RowGroups:
 
 
 def read_row_groups(
-    spark: "SparkSession", schema: pa.Schema, reads: Sequence[RowGroups], filter: pc.Expression | None = None
+    spark: "SparkSession",
+    schema: pa.Schema,
+    reads: Sequence[RowGroups],
+    filter: pc.Expression | None = None,
+    check: Callable[[pa.RecordBatch], pa.Array] | None = None,
 ) -> "DataFrame":
-    """The rows (of a table with ``schema``) in ``reads`` that pass ``filter``, as a DataFrame: one Spark
-    job whose tasks each read a contiguous share of ``reads`` with pyarrow."""
+    """The rows (of a table with ``schema``) in ``reads`` that pass ``filter`` and ``check`` (a test pyarrow's
+    expressions cannot state, e.g. a SQL92 selector's; it runs in the tasks, sent to them by value), as a
+    DataFrame: one Spark job whose tasks each read a contiguous share of ``reads`` with pyarrow."""
     reads = list(reads)
     total = sum(r.bytes for r in reads)
     tasks = max(1, min(len(reads), max(parallelism(spark), -(-total // TASK_BYTES))))
     shares = contiguous_groups(reads, [max(1, r.bytes) for r in reads], tasks) if reads else []
-    task = functools.partial(_read_shares, schema, shares, filter)
+    task = functools.partial(_read_shares, schema, shares, filter, check)
     return spark.range(len(shares), numPartitions=max(1, len(shares))).mapInArrow(task, spark_schema(schema))
 
 
@@ -88,7 +93,11 @@ def read_paths(
 
 
 def _read_shares(
-    schema: pa.Schema, shares: list[list[RowGroups]], filter: pc.Expression | None, tasks: Iterator[pa.RecordBatch]
+    schema: pa.Schema,
+    shares: list[list[RowGroups]],
+    filter: pc.Expression | None,
+    check: Callable[[pa.RecordBatch], pa.Array] | None,
+    tasks: Iterator[pa.RecordBatch],
 ) -> Iterator[pa.RecordBatch]:
     """One executor task: the shares whose numbers ``tasks`` holds, read and filtered."""
     for task in tasks:
@@ -97,10 +106,14 @@ def _read_shares(
             remember_sizes([r.path for r in known], [r.file_size for r in known])
             for read in shares[i]:
                 if read.row_groups is None:
-                    yield from scan_files([read.path], schema, filter, _BATCH_ROWS)
-                    continue
-                groups = fragment(read.path).subset(row_group_ids=list(read.row_groups))
-                yield from groups.to_table(schema=schema, filter=filter).to_batches(max_chunksize=_BATCH_ROWS)
+                    batches: Iterable[pa.RecordBatch] = scan_files([read.path], schema, filter, _BATCH_ROWS)
+                else:
+                    groups = fragment(read.path).subset(row_group_ids=list(read.row_groups))
+                    batches = groups.to_table(schema=schema, filter=filter).to_batches(max_chunksize=_BATCH_ROWS)
+                for batch in batches:
+                    kept = batch if check is None or not batch.num_rows else batch.filter(check(batch))
+                    if kept.num_rows:
+                        yield kept
 
 
 def contiguous_groups(items: Sequence[T], sizes: Sequence[int], groups: int) -> list[list[T]]:

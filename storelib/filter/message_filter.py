@@ -11,7 +11,7 @@ Details: ``docs/internals.md``, section storelib.filter.message_filter.
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -21,6 +21,7 @@ from storelib.filter.bloom import BloomFilter, may_match_column
 from storelib.filter.class_filter import ClassFilter
 from storelib.filter.selector import MessageSelector, sql92_limits
 from storelib.filter.sql92 import parse_sql92
+from storelib.filter.sql92.arrow import evaluate_batch
 from storelib.filter.summary import bitmap_hits, subscription_key
 from storelib.filter.tag import build_subscription, code_match_column, tag_match_column
 
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
     from storelib.filter.summary import FileSummary
     from storelib.model.config import StoreConfig
 
-__all__ = ["MessageFilter"]
+__all__ = ["MessageFilter", "properties_pass"]
 
 
 class MessageFilter:
@@ -165,6 +166,19 @@ class MessageFilter:
             return tag_match_column(self.data, F.col("tags"))
         return self.sql.to_column("properties")
 
+    def commitlog_check(self) -> "Callable[[pa.RecordBatch | pa.Table], pa.BooleanArray] | None":
+        """Step 2 of a SQL92 selector over Arrow rows, as a function small enough to send to Spark's tasks (None
+        for tag and class selectors, whose step 2 is :meth:`commitlog_expression`).
+
+        >>> check = MessageFilter("TopicTest", MessageSelector.by_sql("a > 5")).commitlog_check()
+        >>> props = pa.array([[("a", "7")], [("a", "1")]], pa.map_(pa.string(), pa.string()))
+        >>> check(pa.table({"properties": props})).to_pylist()
+        [True, False]
+        """
+        if not self.selector.is_sql92:
+            return None
+        return functools.partial(properties_pass, self.sql.text)
+
     def commitlog_expression(self):
         """Step 2 of a tag or class selector as a pyarrow expression over ``tags`` (None: every row passes),
         for rows read with pyarrow.
@@ -253,3 +267,14 @@ class MessageFilter:
         if self.selector.by_tags:
             return self.data.matches_tag(tags)
         return self.sql.evaluate(properties or {})
+
+
+def properties_pass(text: str, rows: pa.RecordBatch | pa.Table) -> pa.BooleanArray:
+    """TRUE where the SQL92 expression ``text`` holds for a row's ``properties`` (RocketMQ's evaluator: Boolean
+    TRUE), FALSE elsewhere; the expression is parsed once per process (:func:`~storelib.filter.sql92.parse_sql92`).
+
+    >>> props = pa.array([[("region", "r2")], None], pa.map_(pa.string(), pa.string()))
+    >>> properties_pass("region = 'r2'", pa.table({"properties": props})).to_pylist()
+    [True, False]
+    """
+    return evaluate_batch(parse_sql92(text).tree, rows.column("properties"))

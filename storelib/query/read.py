@@ -198,11 +198,10 @@ class ReadPlan:
         schema = spark_schema(COMMITLOG.arrow)
         parts = []
         if self.row_groups is not None and self.clustered_actions.num_rows:  # already cut to the topic's rows
-            parts.append(
-                read_row_groups(spark, COMMITLOG.arrow, self.row_groups, self.arrow_rows()).where(
-                    self.filter.commitlog_column()
-                )
-            )
+            # a SQL92 selector's exact check runs in the tasks: only the rows that pass reach Spark
+            check = self.filter.commitlog_check()
+            rows = read_row_groups(spark, COMMITLOG.arrow, self.row_groups, self.arrow_rows(), check)
+            parts.append(rows if check is not None else rows.where(self.filter.commitlog_column()))
         elif self.clustered_actions.num_rows:
             df = self.commitlog.read_files(spark, self.clustered_actions)
             if self.ranges is not None:
