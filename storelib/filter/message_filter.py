@@ -177,7 +177,7 @@ class MessageFilter:
         """
         if not self.selector.is_sql92:
             return None
-        return functools.partial(properties_pass, self.sql.text)
+        return functools.partial(properties_pass, self.sql.text, **sql92_limits(self.config))
 
     def commitlog_expression(self):
         """Step 2 of a tag or class selector as a pyarrow expression over ``tags`` (None: every row passes),
@@ -269,12 +269,13 @@ class MessageFilter:
         return self.sql.evaluate(properties or {})
 
 
-def properties_pass(text: str, rows: pa.RecordBatch | pa.Table) -> pa.BooleanArray:
+def properties_pass(text: str, rows: pa.RecordBatch | pa.Table, **limits: int) -> pa.BooleanArray:
     """TRUE where the SQL92 expression ``text`` holds for a row's ``properties`` (RocketMQ's evaluator: Boolean
-    TRUE), FALSE elsewhere; the expression is parsed once per process (:func:`~storelib.filter.sql92.parse_sql92`).
+    TRUE), FALSE elsewhere; the expression is parsed once per process (:func:`~storelib.filter.sql92.parse_sql92`,
+    with the store's ``limits``, :func:`~storelib.filter.selector.sql92_limits`).
 
     >>> props = pa.array([[("region", "r2")], None], pa.map_(pa.string(), pa.string()))
     >>> properties_pass("region = 'r2'", pa.table({"properties": props})).to_pylist()
     [True, False]
     """
-    return evaluate_batch(parse_sql92(text).tree, rows.column("properties"))
+    return evaluate_batch(parse_sql92(text, **limits).tree, rows.column("properties"))

@@ -723,6 +723,14 @@ def test_store_settings_are_the_limits(spark, store_path):
     store.subscribe("GroupL", "TopicTest", MessageSelector.by_sql(longer))
     assert store.subscription("GroupL", "TopicTest").compiled.text == longer
     assert store.read("TopicTest", MessageSelector.by_sql(longer)).count() == 0
+    # the Arrow check sent to pyarrow tasks parses with the store's limits too
+    import pyarrow as pa
+
+    from storelib.filter.message_filter import MessageFilter
+
+    check = MessageFilter("TopicTest", MessageSelector.by_sql(longer), config=store.context.config).commitlog_check()
+    props = pa.array([[("a", "y")], [("a", "y"), ("TAGS", "T")]], pa.map_(pa.string(), pa.string()))
+    assert check(pa.table({"properties": props})).to_pylist() == [True, False]
     for refused in ("NOT NOT NOT a", "a = '" + "x" * 2 * MAX_EXPRESSION_LENGTH + "'"):
         with pytest.raises(FilterExpressionError):
             store.subscribe("GroupL", "TopicTest", MessageSelector.by_sql(refused))
