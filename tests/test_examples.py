@@ -10,6 +10,7 @@ import ast
 import inspect
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -44,8 +45,6 @@ def test_handle_methods_have_examples(name):
 def _callables_without_examples() -> list[str]:
     """Public functions, classes' public methods and properties of every module (its ``__all__``) that
     show no example: not in their own docstring, their class's, or their module's."""
-    from pathlib import Path
-
     missing = []
     for path in sorted((Path(storelib.__file__).parent).rglob("*.py")):
         tree = ast.parse(path.read_text())
@@ -95,7 +94,10 @@ def test_importing_one_layer_does_not_import_the_handle():
         "import sys, storelib.datasource.stream; "
         "print('storelib.store' in sys.modules, 'storelib.consume.pop' in sys.modules)"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    root = Path(storelib.__file__).parent.parent
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root
+    ).stdout.split()
     assert out == ["False", "False"]
     with pytest.raises(AttributeError, match="no attribute 'Nothing'"):
         storelib.Nothing  # noqa: B018

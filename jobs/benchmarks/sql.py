@@ -139,8 +139,19 @@ def _timed(action) -> float:
     return time.perf_counter() - start
 
 
+def _stream(spark: "SparkSession", store, group: str, checkpoint: str, starting: str | None = None) -> None:
+    """A group's stream of the topic (Trigger.AvailableNow into ``noop``), from a new checkpoint, to its end."""
+    reader = spark.readStream.format("rocketmq").option("store", store.root).option("group", group)
+    reader = reader.option("topic", TOPIC).option("commitOffsets", "false")
+    if starting is not None:
+        reader = reader.option("startingOffsets", starting)
+    writer = reader.load().writeStream.format("noop").option("checkpointLocation", checkpoint)
+    writer.trigger(availableNow=True).start().awaitTermination()
+
+
 def _stream_bounds(spark: "SparkSession", store, paths: list[str], work: str) -> dict[str, tuple[float, float]]:
-    """``python_source`` and ``stream_start`` (see the module's description), the best of two runs each."""
+    """``python_source`` and ``stream_start`` (see the module's description): the better of two runs each, after
+    a warm-up."""
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
     from storelib.datasource.batch import output_schema
@@ -178,21 +189,7 @@ def _stream_bounds(spark: "SparkSession", store, paths: list[str], work: str) ->
     bare = [_timed(lambda: noop(spark.read.format("storelib_bench_bare").load())) for _ in range(3)]
     scan = [_timed(lambda: noop(spark.read.parquet(*paths))) for _ in range(3)]
     floor = [_timed(lambda: noop(spark.range(1))) for _ in range(3)]
-    starts = []
-    for i in range(3):
-        q = (
-            spark.readStream.format("rocketmq")
-            .option("store", store.root)
-            .option("group", "G_ALL")
-            .option("topic", TOPIC)
-            .option("startingOffsets", "latest")
-            .option("commitOffsets", "false")
-            .load()
-            .writeStream.format("noop")
-            .option("checkpointLocation", f"{work}/ck-start-{i}")
-            .trigger(availableNow=True)
-        )
-        starts.append(_timed(lambda q=q: q.start().awaitTermination()))
+    starts = [_timed(lambda i=i: _stream(spark, store, "G_ALL", f"{work}/ck-start-{i}", "latest")) for i in range(3)]
     # the first run of each warms up (a new Python worker, the JIT)
     return {"python_source": (min(bare[1:]), min(scan[1:])), "stream_start": (min(starts[1:]), min(floor[1:]))}
 
@@ -320,28 +317,16 @@ def bench_sql(
             ("stream_tag", "G_TAG", F.col("tags") == "Tag7"),
         ):
 
-            def stream(run: int, group: str = group) -> None:
-                (
-                    spark.readStream.format("rocketmq")
-                    .option("store", store.root)
-                    .option("group", group)
-                    .option("topic", TOPIC)
-                    .option("commitOffsets", "false")
-                    .load()
-                    .writeStream.format("noop")
-                    .option("checkpointLocation", f"{work}/ck-{group}-{run}")  # each run from the start
-                    .trigger(availableNow=True)
-                    .start()
-                    .awaitTermination()
-                )
-
             def scan(t=test) -> None:
                 spark.read.parquet(*paths).where((F.col("topic") == TOPIC) & t).write.format("noop").mode(
                     "overwrite"
                 ).save()
 
             # the better of two runs each, alternating: the first of a kind pays its warm-up
-            runs = [(_timed(lambda i=i: stream(i)), _timed(scan)) for i in range(2)]
+            runs = [
+                (_timed(lambda i=i, g=group: _stream(spark, store, g, f"{work}/ck-{g}-{i}")), _timed(scan))
+                for i in range(2)
+            ]
             streams[kind], scans[kind] = min(r[0] for r in runs), min(r[1] for r in runs)
         bounds = _stream_bounds(spark, store, paths, work)
         return SqlFigures(n, times, files, statistics.median(join), streams, scans, _table_reads(spark, store), bounds)
