@@ -25,7 +25,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator, Mapping, Sequence
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -220,8 +219,9 @@ class GroupStreamReader(DataSourceStreamReader, _AvailableNow):
             rows = pa.Table.from_batches([batch])
             for topic, flt in filters.items():
                 mine = rows.filter(pc.equal(rows.column("topic"), topic)) if len(filters) > 1 else rows
-                if not _passes_every_row(flt):  # else the scan's predicate was the whole test: no copy
-                    mine = mine.filter(_exact(flt, mine))
+                keep = _exact(flt, mine)
+                if keep is not None:
+                    mine = mine.filter(keep)
                 if mine.num_rows:
                     yield from mine.select(schema.names).cast(schema).to_batches()
 
@@ -230,24 +230,16 @@ class GroupStreamReader(DataSourceStreamReader, _AvailableNow):
             self._context().offsets.commit_many(self.group, self._flat(end))
 
 
-def _passes_every_row(flt: MessageFilter) -> bool:
-    """Whether stage 2 keeps every row the scan returns: a ``*`` subscription with no SQL92 and no class."""
-    return flt.tags_all and not flt.selector.is_sql92 and flt.class_filter is None
-
-
-def _exact(flt: MessageFilter, rows: pa.Table) -> pa.Array:
-    """Stage 2 over commitlog rows: what a consumer of the group keeps."""
-    n = rows.num_rows
-    selector = flt.selector
-    keep = pa.array(np.ones(n, dtype=bool))
-    if selector.by_tags and not flt.tags_all and flt.data.tags_set:
-        keep = pc.fill_null(pc.is_in(rows.column("tags"), pa.array(sorted(flt.data.tags_set), pa.string())), False)
+def _exact(flt: MessageFilter, rows: pa.Table) -> pa.Array | None:
+    """Stage 2 over commitlog rows, beyond what the scan's predicate already tested (the topic, the ranges and a
+    tag or class selector's tags): a SQL92 selector's check, a class selector's class; None when nothing is left
+    to test (the rows pass as read, with no copy)."""
     check = flt.commitlog_check()
-    if check is not None:
-        keep = check(rows)
+    keep = check(rows) if check is not None else None
     cf = flt.class_filter
-    if cf is not None and n:
-        kept = rows.filter(keep)
+    if cf is not None and rows.num_rows:
+        kept = rows if keep is None else rows.filter(keep)
         decided = kept.column("physical_offset").filter(pa.array(cf.match_rows(kept), pa.bool_()))
-        keep = pc.and_(keep, pc.is_in(rows.column("physical_offset"), decided))
+        in_class = pc.is_in(rows.column("physical_offset"), decided)
+        keep = in_class if keep is None else pc.and_(keep, in_class)
     return keep

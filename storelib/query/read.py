@@ -198,10 +198,10 @@ class ReadPlan:
         schema = spark_schema(COMMITLOG.arrow)
         parts = []
         if self.row_groups is not None and self.clustered_actions.num_rows:  # already cut to the topic's rows
-            # a SQL92 selector's exact check runs in the tasks: only the rows that pass reach Spark
+            # the exact check runs in the tasks (a tag selector's in arrow_rows, a SQL92 one's as the commitlog
+            # check): only the rows that pass reach Spark
             check = self.filter.commitlog_check()
-            rows = read_row_groups(spark, COMMITLOG.arrow, self.row_groups, self.arrow_rows(), check)
-            parts.append(rows if check is not None else rows.where(self.filter.commitlog_column()))
+            parts.append(read_row_groups(spark, COMMITLOG.arrow, self.row_groups, self.arrow_rows(), check))
         elif self.clustered_actions.num_rows:
             df = self.commitlog.read_files(spark, self.clustered_actions)
             if self.ranges is not None:
@@ -256,7 +256,8 @@ class ReadPlan:
 
     def arrow_rows(self) -> pc.Expression:
         """The rows a read keeps, as a pyarrow expression: the topic's dispatched, queued messages that
-        pass the selector's exact tag check (all of them for a SQL92 selector, checked later).
+        pass the selector's exact tag check (all of them for a SQL92 selector: its check is
+        ``MessageFilter.commitlog_check``, run beside this one in the row group tasks).
 
         >>> rows = pa.table({"topic": ["TopicTest", "TopicTest", "Other", "TopicTest"],
         ...                  "tags": ["TagA", "TagA", "TagA", "TagB"],
