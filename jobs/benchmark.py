@@ -38,6 +38,7 @@ from jobs.benchmarks.grpc import bench_grpc  # noqa: E402
 from jobs.benchmarks.object_storage import bench_object_storage  # noqa: E402
 from jobs.benchmarks.online import bench_online  # noqa: E402
 from jobs.benchmarks.pull import bench_pull  # noqa: E402
+from jobs.benchmarks.s3_proxy_process import S3_SERVERS  # noqa: E402
 from jobs.benchmarks.schedule import bench_schedule  # noqa: E402
 from jobs.benchmarks.send import bench_key_lookup, bench_send_and_dispatch  # noqa: E402
 from jobs.benchmarks.sql import bench_sql  # noqa: E402
@@ -109,6 +110,13 @@ def main(argv: list[str] | None = None) -> int:
         "default: a local moto_server the suite starts",
     )
     parser.add_argument("--latency-ms", type=float, default=20.0, help="s3 suite: latency added to every request")
+    parser.add_argument(
+        "--s3-server",
+        choices=S3_SERVERS,
+        default="moto",
+        help="s3 suite without --store-uri: the local S3 server to start (go: jobs/benchmarks/s3server, built with "
+        "the go command; it costs a small fraction of moto's CPU a request)",
+    )
     parser.add_argument(
         "--online-seconds",
         type=non_negative_int,
@@ -295,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
                 root=args.root,
                 store_uri=args.store_uri,
                 delta_spark=args.delta_spark,
+                s3_server=args.s3_server,
                 online_seconds=args.online_seconds,
                 online={
                     "producers": args.producers,

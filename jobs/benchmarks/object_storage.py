@@ -1,7 +1,8 @@
 """Object storage: what each operation costs in requests and time on an S3 store, beside the same on local disk.
 
 The suite fills two stores with the same N messages (one on local disk, one on an S3-compatible server,
-``--store-uri``, or a local ``moto_server`` it starts), puts a counting proxy with ``--latency-ms`` added to
+``--store-uri``, or a local S3 server it starts: ``moto_server``, or with ``--s3-server go`` the Go one of
+``jobs/benchmarks/s3server``), puts a counting proxy with ``--latency-ms`` added to
 every request in front of the S3 server (:mod:`jobs.benchmarks.s3_proxy`), and measures on both: a key
 look-up, a pull of 32, a group commit of 32 messages, and a follower's dispatch round of that commit.
 For each it reports p50 and p99 and the requests (GET, PUT, LIST, HEAD, DELETE) one operation makes on
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 from jobs.benchmarks import percentile
-from jobs.benchmarks.s3_proxy_process import ProxyProcess, start_moto
+from jobs.benchmarks.s3_proxy_process import ProxyProcess, start_s3_server
 from storelib.delta.watch import WATCHER, unwatched
 from storelib.storage.schema import TABLES
 
@@ -245,17 +246,19 @@ def bench_object_storage(
     delta_spark: bool = False,
     online_seconds: float = 0,
     online: dict | None = None,
+    s3_server: str = "moto",
 ) -> S3Figures:
     """Fill a local and an S3 store with ``messages`` and measure look-ups, pulls, group commits and follower
-    rounds on both; the S3 side through a counting proxy adding ``latency_ms`` to each request."""
+    rounds on both; the S3 side through a counting proxy adding ``latency_ms`` to each request. Without
+    ``store_uri``, a local ``s3_server`` (:data:`~jobs.benchmarks.s3_proxy_process.S3_SERVERS`) is started."""
     from storelib import Message, MessageStore
 
     work = root or tempfile.mkdtemp(prefix="storelib-s3bench-")
-    moto = None
+    server = None
     if store_uri is None:
         import boto3
 
-        port, moto = start_moto()
+        port, server = start_s3_server(s3_server)
         upstream = ("127.0.0.1", port)
         bucket = f"bench-{os.getpid()}"
         boto3.client(
@@ -337,7 +340,10 @@ def bench_object_storage(
                     store_uri=store_uri.rsplit("/", 1)[0] + "/online",
                     storage_env={**options, "AWS_ENDPOINT_URL": proxy.endpoint},
                     root=f"{work}/online-work",
-                    harness={"S3 server": [moto.pid] if moto is not None else [], "latency proxy": [proxy.pid or 0]},
+                    harness={
+                        "S3 server": [server.pid] if server is not None else [],
+                        "latency proxy": [proxy.pid or 0],
+                    },
                     **(online or {}),
                 )
         checked = None
@@ -351,7 +357,7 @@ def bench_object_storage(
         return S3Figures(messages, latency_ms, ops, checked, online_figures, reads, counted, by_table)
     finally:
         proxy.stop()
-        if moto is not None:
-            moto.terminate()
+        if server is not None:
+            server.terminate()
         if root is None:
             shutil.rmtree(work, ignore_errors=True)

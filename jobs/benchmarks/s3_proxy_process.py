@@ -21,7 +21,7 @@ from typing import Any, Iterator
 
 ROOT = Path(__file__).resolve().parents[2]
 
-__all__ = ["ProxyProcess", "serve", "start_moto"]
+__all__ = ["ProxyProcess", "serve", "start_moto", "start_go_s3", "start_s3_server", "S3_SERVERS"]
 
 
 def start_moto(extra_env: dict[str, str] | None = None) -> tuple[int, subprocess.Popen]:
@@ -52,6 +52,47 @@ def start_moto(extra_env: dict[str, str] | None = None) -> tuple[int, subprocess
                 process.kill()
                 raise RuntimeError("moto_server did not start: pip install 'moto[server]'") from None
             time.sleep(0.1)
+
+
+def start_go_s3() -> tuple[int, subprocess.Popen]:
+    """The Go S3 server of ``jobs/benchmarks/s3server`` (gofakes3, in memory) on a free port of the loopback,
+    built with ``go`` on first use into a cache folder; returns ``(port, process)``. It costs a small fraction of
+    moto's CPU a request, so a benchmark on a machine of two cores measures the store rather than the server."""
+    import hashlib
+    import os
+    import shutil
+
+    source = ROOT / "jobs" / "benchmarks" / "s3server"
+    if shutil.which("go") is None:
+        raise RuntimeError("the Go S3 server needs the go command on PATH (https://go.dev/dl/); or use moto")
+    digest = hashlib.sha256(b"".join((source / f).read_bytes() for f in ("main.go", "go.mod", "go.sum"))).hexdigest()
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "storelib"
+    binary = cache / f"s3server-{digest[:16]}"
+    if not binary.exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        built = subprocess.run(
+            ["go", "build", "-o", str(binary) + ".tmp", "."], cwd=source, capture_output=True, text=True, timeout=600
+        )
+        if built.returncode != 0:
+            raise RuntimeError(f"go build of {source} failed: {built.stderr.strip()[-500:]}")
+        os.replace(str(binary) + ".tmp", binary)
+    process = subprocess.Popen([str(binary), "-addr", "127.0.0.1:0"], stdout=subprocess.PIPE, text=True)
+    endpoint = process.stdout.readline().strip()
+    if not endpoint.startswith("http://"):
+        process.kill()
+        raise RuntimeError(f"the Go S3 server did not start (it said {endpoint!r})")
+    return int(endpoint.rsplit(":", 1)[1]), process
+
+
+#: The local S3 servers a benchmark can start, by name.
+S3_SERVERS = ("moto", "go")
+
+
+def start_s3_server(kind: str = "moto") -> tuple[int, subprocess.Popen]:
+    """A local S3 server of ``kind`` (:data:`S3_SERVERS`): ``(port, process)``."""
+    if kind not in S3_SERVERS:
+        raise ValueError(f"no S3 server {kind!r}: one of {', '.join(S3_SERVERS)}")
+    return start_go_s3() if kind == "go" else start_moto()
 
 
 class ProxyProcess:

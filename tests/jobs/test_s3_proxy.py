@@ -13,6 +13,7 @@ import hashlib
 import http.client
 import io
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -370,3 +371,51 @@ def test_main_prints_the_endpoint_and_the_counts(moto_port):
         process.kill()
     assert process.returncode == 0
     assert "HEAD=1" in out and "total=1" in out
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("go") is None, reason="the Go S3 server is built with the go command, absent here")
+def test_the_go_s3_server_keeps_pyarrow_bodies_and_refuses_a_second_put_of_a_delta_version(tmp_path):
+    """The benchmarks' Go S3 server (``--s3-server go``): pyarrow's aws-chunked bodies stored as written, and a
+    Delta commit of a version that exists refused (the conditional put that keeps offsets exact)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from deltalake import CommitProperties, DeltaTable, write_deltalake
+    from deltalake.exceptions import CommitFailedError
+    from pyarrow import fs
+
+    from jobs.benchmarks.s3_proxy_process import start_s3_server
+
+    port, process = start_s3_server("go")
+    try:
+        endpoint = f"http://127.0.0.1:{port}"
+        _client(endpoint).create_bucket(Bucket=BUCKET)
+        s3 = fs.S3FileSystem(
+            access_key="k", secret_key="s", region="us-east-1", endpoint_override=endpoint, scheme="http"
+        )
+        rows = pa.table({"n": pa.array(range(1000), pa.int64())})
+        pq.write_table(rows, f"{BUCKET}/rows.parquet", filesystem=s3)
+        assert pq.read_table(f"{BUCKET}/rows.parquet", filesystem=s3).equals(rows)
+        with s3.open_output_stream(f"{BUCKET}/big") as out:  # multipart: over pyarrow's 10 MiB part
+            out.write(b"x" * (11 * 2**20))
+        assert s3.get_file_info(f"{BUCKET}/big").size == 11 * 2**20
+
+        options = {
+            "AWS_ENDPOINT_URL": endpoint,
+            "AWS_ALLOW_HTTP": "true",
+            "AWS_ACCESS_KEY_ID": "k",
+            "AWS_SECRET_ACCESS_KEY": "s",
+            "AWS_REGION": "us-east-1",
+        }
+        uri = f"s3://{BUCKET}/table"
+        write_deltalake(uri, rows, storage_options=options)
+        first, second = (DeltaTable(uri, storage_options=options) for _ in range(2))
+        write_deltalake(first, rows, mode="append")
+        with pytest.raises(CommitFailedError):  # version 1 exists: the stale writer's put of it is refused
+            second.create_write_transaction(
+                [], mode="append", schema=second.schema(), commit_properties=CommitProperties(max_commit_retries=0)
+            )
+        assert DeltaTable(uri, storage_options=options).version() == 1
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
