@@ -21,7 +21,15 @@ from typing import Any, Iterator
 
 ROOT = Path(__file__).resolve().parents[2]
 
-__all__ = ["ProxyProcess", "serve", "start_moto", "start_go_s3", "start_s3_server", "S3_SERVERS"]
+__all__ = [
+    "GoModulesUnreachable",
+    "ProxyProcess",
+    "S3_SERVERS",
+    "serve",
+    "start_go_s3",
+    "start_moto",
+    "start_s3_server",
+]
 
 
 def start_moto(extra_env: dict[str, str] | None = None) -> tuple[int, subprocess.Popen]:
@@ -54,6 +62,10 @@ def start_moto(extra_env: dict[str, str] | None = None) -> tuple[int, subprocess
             time.sleep(0.1)
 
 
+class GoModulesUnreachable(RuntimeError):
+    """``go build`` of the Go S3 server could not download its modules (no route to the Go module proxy)."""
+
+
 def start_go_s3() -> tuple[int, subprocess.Popen]:
     """The Go S3 server of ``jobs/benchmarks/s3server`` (gofakes3, in memory) on a free port of the loopback,
     built with ``go`` on first use into a cache folder; returns ``(port, process)``. It costs a small fraction of
@@ -74,7 +86,10 @@ def start_go_s3() -> tuple[int, subprocess.Popen]:
             ["go", "build", "-o", str(binary) + ".tmp", "."], cwd=source, capture_output=True, text=True, timeout=600
         )
         if built.returncode != 0:
-            raise RuntimeError(f"go build of {source} failed: {built.stderr.strip()[-500:]}")
+            unreachable = any(w in built.stderr for w in ("dial tcp", "i/o timeout", "no such host", "proxy.golang"))
+            raise (GoModulesUnreachable if unreachable else RuntimeError)(
+                f"go build of {source} failed: {built.stderr.strip()[-500:]}"
+            )
         os.replace(str(binary) + ".tmp", binary)
     process = subprocess.Popen([str(binary), "-addr", "127.0.0.1:0"], stdout=subprocess.PIPE, text=True)
     endpoint = process.stdout.readline().strip()

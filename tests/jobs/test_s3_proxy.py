@@ -384,9 +384,12 @@ def test_the_go_s3_server_keeps_pyarrow_bodies_and_refuses_a_second_put_of_a_del
     from deltalake.exceptions import CommitFailedError
     from pyarrow import fs
 
-    from jobs.benchmarks.s3_proxy_process import start_s3_server
+    from jobs.benchmarks.s3_proxy_process import GoModulesUnreachable, start_s3_server
 
-    port, process = start_s3_server("go")
+    try:
+        port, process = start_s3_server("go")
+    except GoModulesUnreachable as e:  # a machine with go but no route to its module proxy
+        pytest.skip(str(e).splitlines()[0])
     try:
         endpoint = f"http://127.0.0.1:{port}"
         _client(endpoint).create_bucket(Bucket=BUCKET)
