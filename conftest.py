@@ -88,17 +88,6 @@ def _doctest_globals(request, doctest_namespace, tmp_path):
     doctest_namespace.pop("r", None)
 
 
-def pytest_sessionstart(session):
-    """Compile the project's modules to bytecode once, before the run: the suite starts a few hundred Python
-    processes (commands, jobs, producers, Spark's workers), and under ``PYTHONDONTWRITEBYTECODE`` (which the
-    machines this suite runs on may set) each would otherwise compile every module it imports again (0.1 s of a 0.7 s
-    ``import storelib.store``, measured). Python does the same on its own where that variable is unset."""
-    import compileall
-
-    for package in ("storelib", "jobs", "tests"):
-        compileall.compile_dir(str(ROOT / package), quiet=2)
-
-
 def pytest_unconfigure(config):
     """Say, as the run's last line, when RocketMQ's reference cases were not checked because their folder is absent."""
     reporter = config.pluginmanager.get_plugin("terminalreporter")
