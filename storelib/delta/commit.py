@@ -187,6 +187,7 @@ class Committing:
         ``removes`` name get the time of their removal as their modification time, before the commit
         (:data:`TOMBSTONE_RETENTION`).
         """
+        self._turns.spent()  # whatever the outcome, the snapshot a turn holds is no longer the table's newest
         self.stamp(a.path for a in removes)
         if self.sync_commits:  # the files first, so that no entry on the disk names a file that is not
             flush_to_disk([f"{self.path}/{f.path}" for f in files], self.path)

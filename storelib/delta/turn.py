@@ -47,17 +47,32 @@ class CommitTurn:
         self._lock = threading.RLock()
         self._depth = 0
         self._committer: DeltaTable | None = None
+        self._fresh = False  # the outermost hold brought the snapshot forward, and no commit was tried since
 
     def forget(self) -> None:
         """Drop the warm snapshot (the next turn loads the table again)."""
         with self._lock:
             self._committer = None
 
+    def spent(self) -> None:
+        """Say a commit to the table was tried: a hold taken inside another brings the snapshot forward again,
+        rather than taking the one the outer hold brought (:meth:`hold`)."""
+        self._fresh = False
+
     @contextlib.contextmanager
     def hold(self, snapshot: bool = True) -> Iterator[DeltaTable | None]:
         """Hold the turn and yield the table's newest snapshot (only the log entries since the last turn are
         read), or None with ``snapshot=False``. A thread holding the turn may take it again (a group commit
-        holds it while it gathers its group and appends)."""
+        holds it while it gathers its group and appends). A hold inside one that brought the snapshot forward
+        gets that snapshot as it is, unless a commit was tried since (:meth:`spent`): on an object store the
+        look would be a round trip more, and another machine's commit meanwhile is refused at the conditional
+        put, as any other would be.
+
+        >>> turn = CommitTurn(store.context.tables.topic_config.path, store.context.tables.topic_config.snapshot)
+        >>> with turn.hold() as outer, turn.hold() as inner:
+        ...     inner is outer
+        True
+        """
         with self._lock:
             fd = None
             self._depth += 1
@@ -65,12 +80,22 @@ class CommitTurn:
                 if self._depth == 1 and is_local(self.path) and fcntl is not None:
                     fd = self._lock_file()
                     fcntl.flock(fd, fcntl.LOCK_EX)
-                yield self.snapshot() if snapshot else None
+                if not snapshot:
+                    yield None
+                elif self._fresh and self._committer is not None:  # brought forward by the hold this one is in
+                    self._fresh = False
+                    yield self._committer
+                else:
+                    held = self.snapshot()
+                    self._fresh = self._depth == 1
+                    yield held
             except BaseException:
                 self._committer = None  # whatever failed, the next turn starts from a fresh load
                 raise
             finally:
                 self._depth -= 1
+                if not self._depth:
+                    self._fresh = False
                 if fd is not None:
                     os.close(fd)
 

@@ -405,7 +405,7 @@ class _Leader:
             self._append,
             max_batch=64,
             name="storelib-relay-committer",
-            turn=lambda: table.commit_turn(snapshot=False),
+            turn=table.commit_turn,  # the snapshot brought forward first: groups arriving meanwhile join
         )
         server.serve(self._take)
 

@@ -183,15 +183,16 @@ class Producer:
                 max_batch=max_batch,
                 on_close=relay.release,
             )
-        # Without a machine's committer, this producer's group waits for the commit turn, so that
-        # everything sent while other processes commit joins it.
+        # Without a machine's committer, this producer's group waits for the commit turn, and is taken once the
+        # turn's snapshot is brought forward, so that everything sent while other writers commit, and during
+        # that look (a round trip on an object store), joins it.
         return GroupCommitProducer(
             encode,
             lambda group: results(relay.commit(commitlog.stage(group))),
             linger_ms=linger_ms,
             max_batch=max_batch,
             on_close=relay.release,
-            turn=lambda: commitlog.table.commit_turn(snapshot=False),
+            turn=commitlog.table.commit_turn,
         )
 
     def send_dataframe(self, commitlog: CommitLog, topics: Mapping[str, TopicConfig], df: "DataFrame") -> AppendResult:

@@ -525,6 +525,32 @@ def test_commits_clean_up_expired_log_entries_at_most_once_per_interval(tmp_path
     assert Table.marker(t.snapshot(), "m") == 0 and t.snapshot().version() == 10  # created, then 10 commits
 
 
+def test_a_turn_inside_a_turn_takes_its_snapshot_until_a_commit_is_tried(tmp_path):
+    """A group commit holds the turn, brings the snapshot forward, takes its group, then appends inside a second
+    hold: that hold takes the same snapshot (no look again: a round trip on an object store). Another writer's
+    commit meanwhile is refused at the commit, as it would be on an object store; after any commit is tried, a
+    hold inside looks again."""
+    from storelib.delta.commit import CommitConflict
+    from storelib.storage.schema import TOPIC_CONFIG
+
+    t = Table(str(tmp_path / "t"), TOPIC_CONFIG).ensure()
+    other = Table(t.path, TOPIC_CONFIG)  # another writer: a process of its own
+    with t.commit_turn() as outer:
+        assert outer is not None
+        seen = outer.version()
+        other.commit(other.snapshot(), [], markers={"m": 1})  # lands while the turn is held
+        with pytest.raises(CommitConflict):
+            with t.commit_turn() as inner:
+                assert inner is outer and inner.version() == seen  # taken as the outer hold brought it
+                t.commit(inner, [], markers={"m": 2})
+        with t.commit_turn() as again:  # a commit was tried: this hold looks again
+            assert again is not None and again.version() == seen + 1
+            assert t.commit(again, [], markers={"m": 3}) == seen + 2
+        with t.commit_turn() as after:
+            assert after is not None and after.version() == seen + 2  # and after a commit that landed, too
+    assert Table.marker(t.snapshot(), "m") == 3
+
+
 class TestLogChanges:
     """Bringing a view forward from log entries alone (storelib.delta.log)."""
 
