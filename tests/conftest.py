@@ -86,19 +86,23 @@ class S3Server:
     def env(self) -> dict:
         return {**os.environ, **self.options}
 
-    def bucket(self, prefix: str = "store") -> str:
-        """A new, empty bucket; returns its ``s3://`` URI."""
+    def client(self):
+        """A boto3 client of the server (to look at what the store wrote)."""
         import boto3
 
-        self._buckets += 1
-        name = f"{prefix.lower()}-{os.getpid()}-{self._buckets}"
-        boto3.client(
+        return boto3.client(
             "s3",
             endpoint_url=self.endpoint,
             aws_access_key_id="testing",
             aws_secret_access_key="testing",
             region_name="us-east-1",
-        ).create_bucket(Bucket=name)
+        )
+
+    def bucket(self, prefix: str = "store") -> str:
+        """A new, empty bucket; returns its ``s3://`` URI."""
+        self._buckets += 1
+        name = f"{prefix.lower()}-{os.getpid()}-{self._buckets}"
+        self.client().create_bucket(Bucket=name)
         return f"s3://{name}"
 
 

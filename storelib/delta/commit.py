@@ -28,6 +28,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, PostCommitHookProperties, RemoveAction
 
+from storelib.delta.checkpoints import CHECKPOINTS, checkpoint_interval
 from storelib.delta.files import map_io
 from storelib.delta.location import filesystem, is_local
 from storelib.delta.log import LogChanges, committed_by, entry_path
@@ -120,6 +121,7 @@ class Committing:
     sync_commits: bool = False
     _turns: "CommitTurn"
     _cleaned: float | None
+    _checkpoint_every: int | None = None  # the table's checkpoint interval, read at this handle's first commit
     snapshot: Callable[..., DeltaTable]
 
     @contextlib.contextmanager
@@ -183,7 +185,9 @@ class Committing:
 
         Exactly one version is tried, so whatever the caller computed from ``dt`` (offsets,
         progress) is still true when the commit lands. On a conflict the files are deleted. Expired log
-        entries are cleaned up by at most one commit every :data:`LOG_CLEANUP_EVERY_S`. The files
+        entries are cleaned up by at most one commit every :data:`LOG_CLEANUP_EVERY_S`; on an object store the
+        checkpoint a commit makes due, and the clean-up after it, are written beside the commit
+        (:mod:`storelib.delta.checkpoints`). The files
         ``removes`` name get the time of their removal as their modification time, before the commit
         (:data:`TOMBSTONE_RETENTION`).
         """
@@ -200,9 +204,12 @@ class Committing:
             app_transactions=txns or None,
             custom_metadata={"storelib.operation": operation, **(info or {}), COMMIT_ID: commit_id},
         )
-        now = time.monotonic()
-        clean = self._cleaned is None or now - self._cleaned >= LOG_CLEANUP_EVERY_S
-        hooks = PostCommitHookProperties(cleanup_expired_logs=None if clean else False)  # None: as the table says
+        now, remote = time.monotonic(), not is_local(self.path)
+        clean = not remote and (self._cleaned is None or now - self._cleaned >= LOG_CLEANUP_EVERY_S)
+        hooks = PostCommitHookProperties(
+            create_checkpoint=not remote,
+            cleanup_expired_logs=None if clean else False,  # None: as the table says
+        )
         try:
             dt.create_write_transaction(
                 actions, mode="append", schema=dt.schema(), commit_properties=props, post_commithook_properties=hooks
@@ -225,6 +232,10 @@ class Committing:
             raise  # it did not reach the store: nothing is committed (the files are orphans for the sweep)
         if clean:
             self._cleaned = now
+        if remote:
+            self._checkpoint_every = self._checkpoint_every or checkpoint_interval(dt)
+            if (dt.version() + 1) % self._checkpoint_every == 0:
+                CHECKPOINTS.due(self.path, self.snapshot, dt.version() + 1)
         self._flushed(dt.version() + 1)
         self.touched()
         if not rebase:  # landed exactly after dt's version: the view here may take it as it is

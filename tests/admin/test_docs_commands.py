@@ -28,7 +28,6 @@ import threading
 import time
 from pathlib import Path
 
-import boto3
 import pytest
 
 from storelib import MessageStore
@@ -186,12 +185,6 @@ def test_the_command_block_runs_as_written(block, shell, request):
 
 
 def _bucket(s3, name: str) -> None:
-    client = boto3.client(
-        "s3",
-        endpoint_url=s3.endpoint,
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-        region_name="us-east-1",
-    )
+    client = s3.client()
     if name not in {b["Name"] for b in client.list_buckets().get("Buckets", [])}:
         client.create_bucket(Bucket=name)

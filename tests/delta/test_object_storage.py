@@ -237,11 +237,7 @@ def test_bad_roots_are_refused_by_name_before_anything_is_written(spark, s3):
     bucket = s3.bucket()
     with pytest.raises(StoreNotFoundError, match="no store at"):
         MessageStore.open(bucket + "/nothing", spark, storage_options=s3.options)
-    import boto3
-
-    listed = boto3.client(
-        "s3", endpoint_url=s3.endpoint, aws_access_key_id="k", aws_secret_access_key="s", region_name="us-east-1"
-    ).list_objects_v2(Bucket=bucket[len("s3://") :])
+    listed = s3.client().list_objects_v2(Bucket=bucket[len("s3://") :])
     assert listed.get("KeyCount", 0) == 0  # nothing was written
 
 
@@ -256,16 +252,7 @@ def test_a_server_that_ignores_conditional_puts_is_refused_at_create(spark, s3):
             MessageStore.create(bucket + "/unsafe", spark, storage_options=options)
         proxy.ignore_conditions(False)  # the same server, honouring If-None-Match: the store is made
         MessageStore.create(bucket + "/safe", spark, storage_options=options).close()
-    import boto3
-
-    keys = [
-        o["Key"]
-        for o in boto3.client(
-            "s3", endpoint_url=s3.endpoint, aws_access_key_id="k", aws_secret_access_key="s", region_name="us-east-1"
-        )
-        .list_objects_v2(Bucket=bucket[len("s3://") :])
-        .get("Contents", [])
-    ]
+    keys = [o["Key"] for o in s3.client().list_objects_v2(Bucket=bucket[len("s3://") :]).get("Contents", [])]
     # refused before any of the store was written (pyarrow leaves an empty marker of the probe's folder)
     assert [k for k in keys if k.startswith("unsafe/")] == ["unsafe/_storelib_probe/"]
     assert [k for k in keys if k.startswith("safe/commitlog/")]
@@ -420,3 +407,49 @@ def test_a_warm_view_on_s3_gives_a_marker_first_asked_for_between_two_looks(s3_s
     s3_store.send(Message("TopicTest", body=b"x"))
     table.view()  # looked just now, without markers
     assert table.view(markers=["commitlog"]).marker("commitlog") == s3_store.max_offset() > 0
+
+
+def test_checkpoints_on_s3_are_written_beside_the_commits_and_a_failed_one_fails_no_commit(s3):
+    """On an object store a commit that makes a checkpoint due leaves it to a thread of its own: a checkpoint
+    whose upload is cut fails no commit; the next interval's is written, and the log entries before it, past
+    the log's retention, are deleted after it."""
+    from jobs.benchmarks.s3_proxy_process import ProxyProcess
+    from storelib.delta.checkpoints import CHECKPOINTS
+    from storelib.delta.table import Table
+    from storelib.storage.schema import TOPIC_CONFIG
+
+    with ProxyProcess("127.0.0.1", s3.port) as proxy:
+        root = location.attach(
+            s3.bucket() + "/t",
+            {**s3.options, "AWS_ENDPOINT_URL": proxy.endpoint, "max_retries": "1", "retry_timeout": "2s"},
+        )
+        t = Table(
+            root, TOPIC_CONFIG, {"delta.checkpointInterval": "2", "delta.logRetentionDuration": "interval 0 seconds"}
+        ).ensure()
+
+        def commit(marks):
+            for m in marks:
+                with t.commit_turn() as dt:
+                    t.commit(dt, [], markers={"m": m})
+
+        bucket, prefix = root.removeprefix("s3://").split("/", 1)
+        client = s3.client()
+
+        def log_names():
+            listed = client.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/_delta_log/").get("Contents", [])
+            return sorted(o["Key"].rsplit("/", 1)[1] for o in listed)
+
+        assert CHECKPOINTS.wait(60)
+        failed, written = CHECKPOINTS.failed, CHECKPOINTS.written
+        proxy.cut_next(100, kind="PUT", path_contains=".checkpoint.parquet")
+        commit([1, 2])  # version 2 makes a checkpoint due; its upload is cut
+        assert CHECKPOINTS.wait(60) and (CHECKPOINTS.failed, CHECKPOINTS.written) == (failed + 1, written)
+        assert Table.marker(t.snapshot(), "m") == 2 and not [n for n in log_names() if "checkpoint" in n]
+        proxy.cancel_cuts()
+        commit([3, 4])  # version 4's is written
+        assert CHECKPOINTS.wait(60) and CHECKPOINTS.written == written + 1
+        names = log_names()
+        assert "00000000000000000004.checkpoint.parquet" in names and "_last_checkpoint" in names
+        assert [n for n in names if n.endswith(".json")] == ["00000000000000000004.json"]  # the rest expired
+        snapshot = t.snapshot()
+        assert (snapshot.version(), Table.marker(snapshot, "m")) == (4, 4)
