@@ -20,6 +20,7 @@ from typing import Callable, Iterator
 
 from deltalake import DeltaTable
 
+from storelib.delta.commit import CommitConflict
 from storelib.delta.location import is_local
 
 try:
@@ -89,8 +90,10 @@ class CommitTurn:
                     held = self.snapshot()
                     self._fresh = self._depth == 1
                     yield held
+            except CommitConflict:  # the snapshot is behind, not broken: the next turn reads the entries since
+                raise
             except BaseException:
-                self._committer = None  # whatever failed, the next turn starts from a fresh load
+                self._committer = None  # whatever else failed, the next turn starts from a fresh load
                 raise
             finally:
                 self._depth -= 1

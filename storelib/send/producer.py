@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Sequence
 
 import pyarrow as pa
 
+from storelib.delta.location import is_local
 from storelib.encoding.uniq_id import UniqIdGenerator, local_ip, month_start_ms, uniq_id_prefix_hex
 from storelib.local.relay import RELAY_IN_FLIGHT, relay_for
 from storelib.model.config import StoreConfig
@@ -35,7 +36,14 @@ from storelib.send.arrow_frame import DATAFRAME_COLUMNS, MIRRORED_PROPERTIES, NU
 from storelib.send.frame import NULL_KEY, EncodedFrame, UniqKeys
 from storelib.send.group_commit import GroupCommitProducer, then
 from storelib.send.schedule import plan_schedule, split_timer_properties, timer_deliver_ms
-from storelib.storage.commitlog import AppendResult, CommitLog, EncodedMessage, now_millis
+from storelib.storage.commitlog import (
+    COMMITLOG_MARKER,
+    AppendResult,
+    CommitLog,
+    EncodedMessage,
+    now_millis,
+    queue_marker,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -147,7 +155,10 @@ class Producer:
         (:mod:`storelib.local.relay`). The topics' configuration is read (``topics()``, a look at the topic
         table's log) once per commit, not once per message, and again at once for a topic it does not know
         yet, as a broker keeps its topic table in memory. With ``encoded``, what is sent is already an
-        :class:`~storelib.storage.commitlog.EncodedMessage`.
+        :class:`~storelib.storage.commitlog.EncodedMessage`. On an object store the producer loads what a commit
+        reads (the commitlog's snapshot, the markers of the known topics' queues) before it returns, as a
+        RocketMQ producer's ``start()`` connects before the first send: the first sends do not wait for those
+        round trips.
 
         >>> ctx = store.context
         >>> with ctx.producer.group_commit(ctx.commitlog, ctx.topics.all) as p:
@@ -155,6 +166,10 @@ class Producer:
         True
         """
         known = [topics()]
+        if not is_local(commitlog.table.path):  # any process's producer may become the machine's committer
+            queues = [queue_marker(name, q) for name, t in known[0].items() for q in range(t.write_queue_nums)]
+            with commitlog.table.commit_turn():
+                commitlog.table.view(markers=[COMMITLOG_MARKER, *queues])
         relay = relay_for(commitlog).acquire()
 
         def encode(message: Message) -> EncodedMessage:

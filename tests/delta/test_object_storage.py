@@ -453,3 +453,29 @@ def test_checkpoints_on_s3_are_written_beside_the_commits_and_a_failed_one_fails
         assert [n for n in names if n.endswith(".json")] == ["00000000000000000004.json"]  # the rest expired
         snapshot = t.snapshot()
         assert (snapshot.version(), Table.marker(snapshot, "m")) == (4, 4)
+
+
+def test_a_producer_on_s3_reads_the_log_before_its_first_send_not_in_it(spark, s3):
+    """A producer made on an object store loads what a commit reads (the commitlog's snapshot, its queues'
+    markers) as it starts: its first send reads no more of the log than its second."""
+    from jobs.benchmarks.s3_proxy_process import ProxyProcess
+
+    def log_reads(proxy, before):
+        return [r for r in proxy.requests(last=100_000)[before:] if r[1] == "GET" and "/_delta_log/" in r[2]]
+
+    with ProxyProcess("127.0.0.1", s3.port) as proxy:
+        options = {**s3.options, "AWS_ENDPOINT_URL": proxy.endpoint}
+        made = MessageStore.create(s3.bucket() + "/store", spark, storage_options=options)
+        made.create_topic("TopicTest", queues=4)
+        for q in range(4):
+            made.send(Message("TopicTest", body=b"x", queue_id=q))
+        made.close()
+        store = MessageStore.open(made.root, spark, storage_options=options)  # as a producer's process opens it
+        with store.producer() as p:
+            reads = []
+            for q in (1, 2):
+                before = len(proxy.requests(last=100_000))
+                p.send(Message("TopicTest", body=b"y", queue_id=q))
+                reads.append(log_reads(proxy, before))
+        store.close()
+    assert len(reads[0]) <= len(reads[1]), [len(r) for r in reads]
