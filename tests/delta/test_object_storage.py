@@ -479,3 +479,29 @@ def test_a_producer_on_s3_reads_the_log_before_its_first_send_not_in_it(spark, s
                 reads.append(log_reads(proxy, before))
         store.close()
     assert len(reads[0]) <= len(reads[1]), [len(r) for r in reads]
+
+
+def test_a_checkpoint_made_due_as_the_process_exits_is_written_before_it_ends(s3, python_env):
+    """A commit made while the interpreter exits (an ``atexit`` handler, after Python has joined its threads)
+    makes a checkpoint due: it is written before the process ends, and the process ends cleanly (a checkpoint
+    thread left inside delta-rs as the interpreter tears down ended it with SIGSEGV)."""
+    root = s3.bucket() + "/t"
+    script = f"""
+import atexit
+from storelib.delta import location
+from storelib.delta.table import Table
+from storelib.storage.schema import TOPIC_CONFIG
+root = location.attach({root!r})
+t = Table(root, TOPIC_CONFIG, {{"delta.checkpointInterval": "1"}}).ensure()
+def commit_at_exit():
+    with t.commit_turn() as dt:
+        t.commit(dt, [], markers={{"m": 1}})
+atexit.register(commit_at_exit)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], env={**python_env, **s3.options}, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    bucket, prefix = root.removeprefix("s3://").split("/", 1)
+    listed = s3.client().list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/_delta_log/").get("Contents", [])
+    assert f"{prefix}/_delta_log/00000000000000000001.checkpoint.parquet" in [o["Key"] for o in listed]
