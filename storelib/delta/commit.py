@@ -32,11 +32,11 @@ from storelib.delta.checkpoints import CHECKPOINTS, checkpoint_interval
 from storelib.delta.files import map_io
 from storelib.delta.location import filesystem, is_local
 from storelib.delta.log import LogChanges, committed_by, entry_path
+from storelib.delta.turn import CommitConflict, CommitTurn
 from storelib.model.errors import ConcurrentWriteError
 
 if TYPE_CHECKING:
     from storelib.delta.spec import TableSpec
-    from storelib.delta.turn import CommitTurn
 
 __all__ = [
     "Committing",
@@ -72,10 +72,6 @@ def commits_here(path: str) -> int:
     0
     """
     return _WRITTEN.get(path, 0)
-
-
-class CommitConflict(Exception):
-    """Another writer committed the version we meant to write; re-read and try again."""
 
 
 @dataclass(frozen=True)
@@ -119,7 +115,7 @@ class Committing:
     #: Whether a commit returns only once its files and log entry are on the disk (a local table; the
     #: commitlog's under ``flush_disk_type`` SYNC_FLUSH).
     sync_commits: bool = False
-    _turns: "CommitTurn"
+    _turns: CommitTurn
     _cleaned: float | None
     _checkpoint_every: int | None = None  # the table's checkpoint interval, read at this handle's first commit
     snapshot: Callable[..., DeltaTable]

@@ -20,7 +20,6 @@ from typing import Callable, Iterator
 
 from deltalake import DeltaTable
 
-from storelib.delta.commit import CommitConflict
 from storelib.delta.location import is_local
 
 try:
@@ -28,10 +27,15 @@ try:
 except ImportError:  # not POSIX: only this process's threads take turns
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["CommitTurn", "COMMIT_LOCK"]
+__all__ = ["CommitTurn", "CommitConflict", "COMMIT_LOCK"]
 
 #: The hidden file whose ``flock`` is a table's commit turn on this machine.
 COMMIT_LOCK = "_storelib_commit.lock"
+
+
+class CommitConflict(Exception):
+    """Another writer committed the version we meant to write; re-read and try again (raised by
+    :meth:`~storelib.delta.commit.Committing.commit`; a turn keeps its snapshot through it)."""
 
 
 class CommitTurn:
