@@ -26,7 +26,9 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
+from storelib.delta.files import map_io
 from storelib.delta.location import filesystem, is_local
 from storelib.delta.stats import STATS_KEYS
 
@@ -40,6 +42,7 @@ __all__ = [
     "entry_path",
     "entry_actions",
     "changes_since",
+    "txn_versions",
     "apply_changes",
     "committed_by",
     "tombstones",
@@ -119,6 +122,48 @@ def changes_since(table_path: str, version: int) -> LogChanges | None:
         except (ValueError, KeyError, TypeError):
             return None
         changes.version += 1
+
+
+def txn_versions(table_path: str, version: int) -> dict[str, int] | None:
+    """Every ``txn`` marker of version ``version`` of the table, in one read of its log: the newest checkpoint's
+    markers (the one ``_last_checkpoint`` names, at or before ``version``), then those of the entries after it,
+    read at once. None when the log cannot be read so (a checkpoint in parts, an entry gone): ask delta-rs.
+
+    delta-rs reads the log again for each marker asked (``DeltaTable.transaction_version``): on an object store a
+    view asking for 16 queues' markers of a table of 17 versions made 273 requests, one of 17 GETs each (measured).
+
+    >>> t = store.context.tables.commitlog
+    >>> view = t.view(markers=["commitlog"])
+    >>> txn_versions(t.path, view.version)["commitlog"] == view.marker("commitlog")
+    True
+    """
+    base, found = -1, {}
+    try:
+        last = json.loads(_read_entry(f"{table_path.rstrip('/')}/_delta_log/_last_checkpoint"))
+    except FileNotFoundError:
+        last = None
+    except (OSError, ValueError):
+        return None
+    if last is not None and int(last.get("version", -1)) <= version:
+        if last.get("parts"):
+            return None
+        base = int(last["version"])
+        fs, log = filesystem(f"{table_path.rstrip('/')}/_delta_log/{base:020d}.checkpoint.parquet")
+        try:
+            txns = pq.read_table(log, columns=["txn"], filesystem=fs).column("txn").drop_null().to_pylist()
+        except (OSError, KeyError, pa.ArrowInvalid):
+            return None
+        found = {t["appId"]: int(t["version"]) for t in txns}
+    try:
+        versions = list(range(base + 1, version + 1))
+        entries = map_io(lambda v: entry_actions(table_path, v), versions, remote=not is_local(table_path))
+    except (OSError, ValueError):  # an entry cleaned up, or not JSON
+        return None
+    for actions in entries:
+        for action in actions:
+            if "txn" in action:
+                found[action["txn"]["appId"]] = int(action["txn"]["version"])
+    return found
 
 
 def entry_actions(table_path: str, version: int) -> list[dict[str, Any]]:

@@ -27,7 +27,15 @@ from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from storelib.delta.commit import Committing, commits_here
 from storelib.delta.files import map_io
 from storelib.delta.location import is_local, options_for
-from storelib.delta.log import LogChanges, TableView, add_actions, apply_changes, changes_since, tombstones
+from storelib.delta.log import (
+    LogChanges,
+    TableView,
+    add_actions,
+    apply_changes,
+    changes_since,
+    tombstones,
+    txn_versions,
+)
 from storelib.delta.reading import Reading
 from storelib.delta.spec import TableSpec
 from storelib.delta.stats import Prune, narrowed
@@ -282,10 +290,8 @@ class Table(Reading, Committing):
         version = self._warm.version()
         same = view is not None and view.version == version
         names = set(wanted) | (set(view.markers) if view is not None else set())
-        found = {
-            m: view.markers[m] if view is not None and same and m in view.markers else self._warm.transaction_version(m)
-            for m in names
-        }
+        found = {m: view.markers[m] for m in names if view is not None and same and m in view.markers}
+        found.update(self._markers_of(self._warm, [m for m in names if m not in found]))
         actions = (
             view.actions if view is not None and same else narrowed(add_actions(self._warm), self.spec.view_statistics)
         )
@@ -315,10 +321,20 @@ class Table(Reading, Committing):
             return view
         if self._warm is None:
             return None
-        known = {m: self._rolled_txns.get(m, self._warm.transaction_version(m)) for m in missing}
+        known = self._markers_of(self._warm, [m for m in missing if m not in self._rolled_txns])
+        known.update({m: self._rolled_txns[m] for m in missing if m in self._rolled_txns})
         return TableView(
             view.version, view.actions, {**view.markers, **{m: None if v is None else int(v) for m, v in known.items()}}
         )
+
+    def _markers_of(self, dt: DeltaTable, names: list[str]) -> dict[str, int | None]:
+        """The ``txn`` markers ``names`` of snapshot ``dt`` (None where none): on an object store from one read of
+        the log (:func:`~storelib.delta.log.txn_versions`), where delta-rs would read it again for each name."""
+        if not self._local and len(names) > 1:  # one: the same read either way
+            every = txn_versions(self.path, dt.version())
+            if every is not None:
+                return {m: every.get(m) for m in names}
+        return {m: dt.transaction_version(m) for m in names}
 
     def _roll(self, view: TableView) -> TableView | None:
         """``view`` brought forward through the log entries written since (itself when there are none:

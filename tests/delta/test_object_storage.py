@@ -505,3 +505,38 @@ atexit.register(commit_at_exit)
     bucket, prefix = root.removeprefix("s3://").split("/", 1)
     listed = s3.client().list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/_delta_log/").get("Contents", [])
     assert f"{prefix}/_delta_log/00000000000000000001.checkpoint.parquet" in [o["Key"] for o in listed]
+
+
+def test_a_view_reads_the_markers_it_asks_for_in_one_read_of_the_log(s3):
+    """delta-rs reads the log again for each ``txn`` marker asked (on an object store, each entry's GET every
+    time); a view asking for several reads the log once: the newest checkpoint's markers, then the entries after
+    it. Whatever the layout of the log, the markers are delta-rs's own."""
+    from jobs.benchmarks.s3_proxy_process import ProxyProcess
+    from storelib.delta.checkpoints import CHECKPOINTS
+    from storelib.delta.log import txn_versions
+    from storelib.delta.table import Table
+    from storelib.storage.schema import TOPIC_CONFIG
+
+    with ProxyProcess("127.0.0.1", s3.port) as proxy:
+        root = location.attach(s3.bucket() + "/t", {**s3.options, "AWS_ENDPOINT_URL": proxy.endpoint})
+        names = [f"m{i}" for i in range(8)]
+        t = Table(root, TOPIC_CONFIG, {"delta.checkpointInterval": "6"}).ensure()
+        for i in range(10):  # versions 1-10: each sets one marker, two of them twice; a checkpoint at 6
+            with t.commit_turn() as dt:
+                t.commit(dt, [], markers={names[i % 8]: 100 + i})
+        assert CHECKPOINTS.wait(60)
+        snapshot = t.snapshot()
+        expected = {n: snapshot.transaction_version(n) for n in names}
+        assert (
+            txn_versions(root, snapshot.version())
+            == expected
+            == {n: 100 + i + (8 if i < 2 else 0) for i, n in enumerate(names)}
+        )
+        assert txn_versions(root, 4) == {n: 100 + i for i, n in enumerate(names[:4])}  # before the checkpoint
+
+        fresh = Table(root, TOPIC_CONFIG)  # nothing warm, as in a process that just opened the store
+        before = len(proxy.requests(last=100_000))
+        view = fresh.view(markers=names, watch=False)
+        entries = [r for r in proxy.requests(last=100_000)[before:] if r[1] == "GET" and r[2].endswith(".json")]
+        assert {n: view.marker(n) for n in names} == expected
+        assert len(entries) <= 3 * (snapshot.version() - 6), len(entries)  # delta-rs's load, then one read: not 8
