@@ -98,6 +98,13 @@ class S3Server:
             region_name="us-east-1",
         )
 
+    def keys(self, uri: str) -> list[str]:
+        """The keys under an ``s3://bucket[/prefix]`` URI, relative to it, sorted (what the store wrote there)."""
+        bucket, _, prefix = uri.removeprefix("s3://").partition("/")
+        start = f"{prefix.rstrip('/')}/" if prefix else ""
+        listed = self.client().list_objects_v2(Bucket=bucket, Prefix=start).get("Contents", [])
+        return sorted(o["Key"][len(start) :] for o in listed)
+
     def bucket(self, prefix: str = "store") -> str:
         """A new, empty bucket; returns its ``s3://`` URI."""
         self._buckets += 1

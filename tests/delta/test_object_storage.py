@@ -41,6 +41,15 @@ def fill(store: MessageStore, spark) -> None:
     )
 
 
+def log_gets(proxy, since: int, suffix: str = "") -> list[tuple[str, str, str]]:
+    """The GETs of Delta log files (named ``...suffix``) the proxy passed after its first ``since`` requests."""
+    return [
+        r
+        for r in proxy.requests(last=100_000)[since:]
+        if r[1] == "GET" and "/_delta_log/" in r[2] and r[2].endswith(suffix)
+    ]
+
+
 def rows(store: MessageStore, topic: str = "TopicTest"):
     return store.messages(topic).select(*COLUMNS).orderBy("physical_offset")
 
@@ -237,8 +246,7 @@ def test_bad_roots_are_refused_by_name_before_anything_is_written(spark, s3):
     bucket = s3.bucket()
     with pytest.raises(StoreNotFoundError, match="no store at"):
         MessageStore.open(bucket + "/nothing", spark, storage_options=s3.options)
-    listed = s3.client().list_objects_v2(Bucket=bucket[len("s3://") :])
-    assert listed.get("KeyCount", 0) == 0  # nothing was written
+    assert s3.keys(bucket) == []  # nothing was written
 
 
 def test_a_server_that_ignores_conditional_puts_is_refused_at_create(spark, s3):
@@ -252,7 +260,7 @@ def test_a_server_that_ignores_conditional_puts_is_refused_at_create(spark, s3):
             MessageStore.create(bucket + "/unsafe", spark, storage_options=options)
         proxy.ignore_conditions(False)  # the same server, honouring If-None-Match: the store is made
         MessageStore.create(bucket + "/safe", spark, storage_options=options).close()
-    keys = [o["Key"] for o in s3.client().list_objects_v2(Bucket=bucket[len("s3://") :]).get("Contents", [])]
+    keys = s3.keys(bucket)
     # refused before any of the store was written (pyarrow leaves an empty marker of the probe's folder)
     assert [k for k in keys if k.startswith("unsafe/")] == ["unsafe/_storelib_probe/"]
     assert [k for k in keys if k.startswith("safe/commitlog/")]
@@ -432,23 +440,18 @@ def test_checkpoints_on_s3_are_written_beside_the_commits_and_a_failed_one_fails
                 with t.commit_turn() as dt:
                     t.commit(dt, [], markers={"m": m})
 
-        bucket, prefix = root.removeprefix("s3://").split("/", 1)
-        client = s3.client()
-
-        def log_names():
-            listed = client.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/_delta_log/").get("Contents", [])
-            return sorted(o["Key"].rsplit("/", 1)[1] for o in listed)
-
         assert CHECKPOINTS.wait(60)
         failed, written = CHECKPOINTS.failed, CHECKPOINTS.written
         proxy.cut_next(100, kind="PUT", path_contains=".checkpoint.parquet")
         commit([1, 2])  # version 2 makes a checkpoint due; its upload is cut
         assert CHECKPOINTS.wait(60) and (CHECKPOINTS.failed, CHECKPOINTS.written) == (failed + 1, written)
-        assert Table.marker(t.snapshot(), "m") == 2 and not [n for n in log_names() if "checkpoint" in n]
+        assert Table.marker(t.snapshot(), "m") == 2 and not [
+            n for n in s3.keys(root + "/_delta_log") if "checkpoint" in n
+        ]
         proxy.cancel_cuts()
         commit([3, 4])  # version 4's is written
         assert CHECKPOINTS.wait(60) and CHECKPOINTS.written == written + 1
-        names = log_names()
+        names = s3.keys(root + "/_delta_log")
         assert "00000000000000000004.checkpoint.parquet" in names and "_last_checkpoint" in names
         assert [n for n in names if n.endswith(".json")] == ["00000000000000000004.json"]  # the rest expired
         snapshot = t.snapshot()
@@ -459,9 +462,6 @@ def test_a_producer_on_s3_reads_the_log_before_its_first_send_not_in_it(spark, s
     """A producer made on an object store loads what a commit reads (the commitlog's snapshot, its queues'
     markers) as it starts: its first send reads no more of the log than its second."""
     from jobs.benchmarks.s3_proxy_process import ProxyProcess
-
-    def log_reads(proxy, before):
-        return [r for r in proxy.requests(last=100_000)[before:] if r[1] == "GET" and "/_delta_log/" in r[2]]
 
     with ProxyProcess("127.0.0.1", s3.port) as proxy:
         options = {**s3.options, "AWS_ENDPOINT_URL": proxy.endpoint}
@@ -476,7 +476,7 @@ def test_a_producer_on_s3_reads_the_log_before_its_first_send_not_in_it(spark, s
             for q in (1, 2):
                 before = len(proxy.requests(last=100_000))
                 p.send(Message("TopicTest", body=b"y", queue_id=q))
-                reads.append(log_reads(proxy, before))
+                reads.append(log_gets(proxy, before))
         store.close()
     assert len(reads[0]) <= len(reads[1]), [len(r) for r in reads]
 
@@ -502,9 +502,7 @@ atexit.register(commit_at_exit)
         [sys.executable, "-c", script], env={**python_env, **s3.options}, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    bucket, prefix = root.removeprefix("s3://").split("/", 1)
-    listed = s3.client().list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/_delta_log/").get("Contents", [])
-    assert f"{prefix}/_delta_log/00000000000000000001.checkpoint.parquet" in [o["Key"] for o in listed]
+    assert "00000000000000000001.checkpoint.parquet" in s3.keys(root + "/_delta_log")
 
 
 def test_a_view_reads_the_markers_it_asks_for_in_one_read_of_the_log(s3):
@@ -537,6 +535,6 @@ def test_a_view_reads_the_markers_it_asks_for_in_one_read_of_the_log(s3):
         fresh = Table(root, TOPIC_CONFIG)  # nothing warm, as in a process that just opened the store
         before = len(proxy.requests(last=100_000))
         view = fresh.view(markers=names, watch=False)
-        entries = [r for r in proxy.requests(last=100_000)[before:] if r[1] == "GET" and r[2].endswith(".json")]
+        entries = log_gets(proxy, before, ".json")
         assert {n: view.marker(n) for n in names} == expected
         assert len(entries) <= 3 * (snapshot.version() - 6), len(entries)  # delta-rs's load, then one read: not 8
