@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Se
 from urllib.parse import unquote
 
 import pyarrow as pa
-from deltalake import CommitProperties, DeltaTable, Transaction
-from deltalake.exceptions import CommitFailedError
+from deltalake import CommitProperties, DeltaTable, Transaction, WriterProperties
+from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import AddAction, PostCommitHookProperties, RemoveAction
 
 from storelib.delta.checkpoints import CHECKPOINTS, checkpoint_interval
@@ -194,6 +194,85 @@ class Committing:
         actions: list[AddAction | RemoveAction] = [f.add_action(data_change) for f in files]
         actions.extend(removes)
         txns = [Transaction(app, int(v)) for app, v in (markers or {}).items()]
+        props, hooks, commit_id, clean = self._commit_settings(txns, operation, info, rebase)
+        try:
+            dt.create_write_transaction(
+                actions, mode="append", schema=dt.schema(), commit_properties=props, post_commithook_properties=hooks
+            )
+        except (CommitFailedError, OSError) as e:
+            landed = self._refused(dt, e, commit_id)
+            if landed is not None:
+                return landed
+            self.discard(files)
+            raise CommitConflict(str(e)) from None
+        version = self._landed(dt, dt.version() + 1, clean)
+        if not rebase:  # landed exactly after dt's version: the view here may take it as it is
+            self._committed(dt.version(), _own_changes(version, actions, txns))
+        return version
+
+    def commit_rows(
+        self,
+        dt: DeltaTable,
+        data: pa.Table,
+        writer_properties: WriterProperties,
+        *,
+        markers: Mapping[str, int] | None = None,
+        operation: str = "WRITE",
+        info: Mapping[str, Any] | None = None,
+        rebase: bool = False,
+    ) -> int:
+        """Write ``data`` into one new file and commit it (and ``markers``) as the version right after ``dt``'s, as
+        :meth:`commit` does, but with delta-rs writing the file (``writer_properties``: the table's Parquet
+        settings). ``dt`` is then that new version: delta-rs keeps the snapshot of the commit it wrote (its
+        ``create_write_transaction`` drops it), so the table's turn needs no look before its next commit here
+        (:meth:`CommitTurn.kept`). For a few rows on an object store, where that look is three requests.
+
+        ``rebase`` lets the commit land after commits made since ``dt`` that set none of its ``markers`` (Delta's
+        conflict check refuses it when one did): for appends whose every writer sets the markers their offsets
+        come from (the commitlog's), which then pass another process's merges rather than be refused by them.
+
+        >>> from storelib.delta.spec import TableSpec
+        >>> from storelib.delta.sink import writer_properties
+        >>> from storelib.delta.table import Table
+        >>> t = Table(tmp + "/rows", TableSpec("rows", pa.schema([("id", pa.int64())]))).ensure()
+        >>> with t.commit_turn() as dt:
+        ...     t.commit_rows(dt, pa.table({"id": [1, 2]}), writer_properties(t.spec), markers={"m": 2}), dt.version()
+        (1, 1)
+        >>> t.read_arrow().num_rows, t.marker(t.snapshot(), "m")
+        (2, 2)
+        """
+        from deltalake import write_deltalake
+
+        self._turns.spent()
+        base = dt.version()
+        txns = [Transaction(app, int(v)) for app, v in (markers or {}).items()]
+        props, hooks, commit_id, clean = self._commit_settings(txns, operation, info, rebase)
+        try:
+            write_deltalake(
+                dt,
+                data,
+                mode="append",
+                writer_properties=writer_properties,
+                commit_properties=props,
+                post_commithook_properties=hooks,
+            )
+        except (DeltaError, OSError) as e:  # the file delta-rs wrote, if any, is an orphan for the sweep
+            landed = self._refused(dt, e, commit_id, base)
+            if landed is not None:
+                return landed
+            raise CommitConflict(str(e)) from None
+        version = self._landed(dt, dt.version(), clean)
+        self._turns.kept(dt)  # the newest this process knows of, rebased or not
+        if version == base + 1:  # rebased, the view would need the markers of the commits it passed: it reads them
+            self._kept(dt, base, {t.app_id: int(t.version) for t in txns})
+        return version
+
+    def _commit_settings(
+        self, txns: list[Transaction], operation: str, info: Mapping[str, Any] | None, rebase: bool
+    ) -> tuple[CommitProperties, PostCommitHookProperties, str, bool]:
+        """What every commit here gives delta-rs: its retries (none unless ``rebase``), ``txns``, its info with
+        a fresh commit id, and its post-commit hooks (none on an object store: :mod:`storelib.delta.checkpoints`);
+        and whether it cleans up the log (at most every :data:`LOG_CLEANUP_EVERY_S`, on local disk)."""
         commit_id = uuid.uuid4().hex
         props = CommitProperties(
             max_commit_retries=15 if rebase else 0,
@@ -206,37 +285,39 @@ class Committing:
             create_checkpoint=not remote,
             cleanup_expired_logs=None if clean else False,  # None: as the table says
         )
-        try:
-            dt.create_write_transaction(
-                actions, mode="append", schema=dt.schema(), commit_properties=props, post_commithook_properties=hooks
+        return props, hooks, commit_id, clean
+
+    def _refused(self, dt: DeltaTable, e: Exception, commit_id: str, base: int | None = None) -> int | None:
+        """After delta-rs raised ``e`` on a commit: its version if it landed all the same (its answer lost), else
+        None (a :class:`CommitFailedError` is a conflict; any other error, which did not reach the store, is
+        raised: nothing is committed, and the files are orphans for the sweep)."""
+        landed = committed_by(self.path, dt.version() if base is None else base, COMMIT_ID, commit_id)
+        if landed is not None:
+            self._flushed(landed)
+            self.touched()
+            log.warning(
+                "%s: version %d was committed although its writer was told otherwise (%s)",
+                self.spec.name,
+                landed,
+                str(e).splitlines()[0][:200],
             )
-        except (CommitFailedError, OSError) as e:
-            landed = committed_by(self.path, dt.version(), COMMIT_ID, commit_id)  # its answer lost, it landed
-            if landed is not None:
-                self._flushed(landed)
-                self.touched()
-                log.warning(
-                    "%s: version %d was committed although its writer was told otherwise (%s)",
-                    self.spec.name,
-                    landed,
-                    str(e).splitlines()[0][:200],
-                )
-                return landed
-            if isinstance(e, CommitFailedError):
-                self.discard(files)
-                raise CommitConflict(str(e)) from None
-            raise  # it did not reach the store: nothing is committed (the files are orphans for the sweep)
+            return landed
+        if not isinstance(e, CommitFailedError):
+            raise e
+        return None
+
+    def _landed(self, dt: DeltaTable, version: int, clean: bool) -> int:
+        """The bookkeeping after ``version`` landed: the log's clean-up time, the checkpoint it makes due on an
+        object store, its entry on the disk, this process's count of commits."""
         if clean:
-            self._cleaned = now
-        if remote:
+            self._cleaned = time.monotonic()
+        if not is_local(self.path):
             self._checkpoint_every = self._checkpoint_every or checkpoint_interval(dt)
-            if (dt.version() + 1) % self._checkpoint_every == 0:
-                CHECKPOINTS.due(self.path, self.snapshot, dt.version() + 1)
-        self._flushed(dt.version() + 1)
+            if version % self._checkpoint_every == 0:
+                CHECKPOINTS.due(self.path, self.snapshot, version)
+        self._flushed(version)
         self.touched()
-        if not rebase:  # landed exactly after dt's version: the view here may take it as it is
-            self._committed(dt.version(), _own_changes(dt.version() + 1, actions, txns))
-        return dt.version() + 1
+        return version
 
     def _flushed(self, version: int) -> None:
         """With :attr:`sync_commits`, version ``version``'s log entry and the log folder's entry of it on the disk."""
@@ -246,6 +327,10 @@ class Committing:
     def _committed(self, base: int, changes: LogChanges) -> None:
         """This process's commit of version ``base + 1`` (:class:`~storelib.delta.table.Table` applies it to its
         warm view, which then needs no read of the entry just written)."""
+
+    def _kept(self, dt: DeltaTable, base: int, txns: Mapping[str, int]) -> None:
+        """This process's commit of version ``base + 1``, with delta-rs's snapshot ``dt`` of it (:meth:`commit_rows`;
+        :class:`~storelib.delta.table.Table` takes it as its warm view)."""
 
     def touched(self) -> None:
         """Say this process committed to the table (views of it here look at the log at their next call)."""

@@ -19,17 +19,21 @@ import contextlib
 import datetime as _dt
 import json
 import uuid
-from typing import Any, Iterable, Iterator, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Protocol, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from deltalake import ColumnProperties, WriterProperties
 
 from storelib.delta.commit import WrittenFile
 from storelib.delta.files import SMALL_FILE_ROWS, map_io
 from storelib.delta.location import filesystem, is_local
 
-__all__ = ["FileSink", "Summarizer", "written_file"]
+if TYPE_CHECKING:
+    from storelib.delta.spec import TableSpec
+
+__all__ = ["FileSink", "Summarizer", "written_file", "writer_properties"]
 
 _STATS_STRING_PREFIX = 32
 
@@ -135,6 +139,51 @@ class FileSink:
             with contextlib.suppress(OSError):
                 fs.delete_file(f"{base}/{done.path}")
         self.files = []
+
+
+def writer_properties(spec: "TableSpec") -> WriterProperties:
+    """The Parquet settings :class:`FileSink` gives a small file of ``spec``'s table (snappy, its row groups, the
+    columns it encodes with a dictionary, with ``DELTA_BINARY_PACKED`` and with statistics), for delta-rs's writer
+    when delta-rs writes a few rows itself (:meth:`~storelib.delta.commit.Committing.commit_rows`).
+
+    >>> from storelib.storage.schema import COMMITLOG
+    >>> props = writer_properties(COMMITLOG)
+    >>> props.max_row_group_size, props.column_properties["topic"].dictionary_enabled
+    (8192, True)
+    """
+    leaves = [n for n in _leaves(spec.arrow)]
+    dictionary = set(leaves if spec.dictionary is None else spec.dictionary) - set(spec.delta_encoded)
+    statistics = set(leaves if spec.statistics is None else spec.statistics)
+    columns = {
+        name: ColumnProperties(
+            dictionary_enabled=name in dictionary,
+            statistics_enabled="CHUNK" if name in statistics else "NONE",
+            encoding="DELTA_BINARY_PACKED" if name in spec.delta_encoded else None,
+        )
+        for name in leaves
+    }
+    return WriterProperties(compression="SNAPPY", max_row_group_size=spec.row_group_rows, column_properties=columns)
+
+
+def _leaves(schema: pa.Schema) -> list[str]:
+    """The dotted paths of the schema's leaf columns, as Parquet names them (``properties.key_value.key``)."""
+    out: list[str] = []
+
+    def walk(prefix: str, kind: pa.DataType) -> None:
+        if pa.types.is_map(kind):
+            walk(f"{prefix}.key_value.key", kind.key_type)
+            walk(f"{prefix}.key_value.value", kind.item_type)
+        elif pa.types.is_struct(kind):
+            for f in kind:
+                walk(f"{prefix}.{f.name}", f.type)
+        elif pa.types.is_list(kind) or pa.types.is_large_list(kind):
+            walk(f"{prefix}.list.element", kind.value_type)
+        else:
+            out.append(prefix)
+
+    for f in schema:
+        walk(f.name, f.type)
+    return out
 
 
 class _OpenFile:

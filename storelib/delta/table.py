@@ -313,6 +313,20 @@ class Table(Reading, Committing):
             markers = {m: changes.txns.get(m, v) for m, v in view.markers.items()}
             self._view, self._seen = TableView(changes.version, actions, markers), commits_here(self.path)
 
+    def _kept(self, dt: DeltaTable, base: int, txns: Mapping[str, int]) -> None:
+        """This process's own commit of version ``base + 1``, whose snapshot ``dt`` delta-rs kept: taken as the warm
+        view where that stands at ``base`` (its files as ``dt`` has them; no read of the entry just written)."""
+        with self._lock:
+            view = self._view
+            if view is None or view.version != base:
+                return
+            actions = narrowed(add_actions(dt), self.spec.view_statistics)
+            if actions.schema != view.actions.schema:  # a column the view has not (a first file with statistics)
+                return
+            self._rolled_txns.update(txns)
+            markers = {m: txns.get(m, v) for m, v in view.markers.items()}
+            self._view, self._seen = TableView(base + 1, actions, markers), commits_here(self.path)
+
     def _with_markers(self, view: TableView, wanted: tuple[str, ...]) -> TableView | None:
         """``view`` that also knows the markers ``wanted``: as of the warm snapshot, unless a log entry rolled
         over since set one (no request); None when one is missing and there is no warm snapshot to ask."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import time
 from typing import Callable, Iterator
 
 from deltalake import DeltaTable
@@ -27,10 +28,15 @@ try:
 except ImportError:  # not POSIX: only this process's threads take turns
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["CommitTurn", "CommitConflict", "COMMIT_LOCK"]
+__all__ = ["CommitTurn", "CommitConflict", "COMMIT_LOCK", "KEPT_S"]
 
 #: The hidden file whose ``flock`` is a table's commit turn on this machine.
 COMMIT_LOCK = "_storelib_commit.lock"
+
+#: Seconds after a commit here that kept its snapshot (:meth:`CommitTurn.kept`) during which the next turn on an
+#: object store commits on that snapshot without looking at the log first. Past it, other writers (a follower's
+#: merges, another machine's producers) have likely committed, and a refused commit costs more than the look.
+KEPT_S = 1.0
 
 
 class CommitConflict(Exception):
@@ -53,16 +59,27 @@ class CommitTurn:
         self._depth = 0
         self._committer: DeltaTable | None = None
         self._fresh = False  # the outermost hold brought the snapshot forward, and no commit was tried since
+        self._kept: float | None = None  # when the warm snapshot was last the newest this process knew of
 
     def forget(self) -> None:
         """Drop the warm snapshot (the next turn loads the table again)."""
         with self._lock:
-            self._committer = None
+            self._committer, self._kept = None, None
 
     def spent(self) -> None:
         """Say a commit to the table was tried: a hold taken inside another brings the snapshot forward again,
         rather than taking the one the outer hold brought (:meth:`hold`)."""
         self._fresh = False
+        self._kept = None
+
+    def kept(self, snapshot: DeltaTable) -> None:
+        """Say a commit here left ``snapshot`` (the warm one) at the version it made: on an object store it is then
+        taken as it is by the holds of the next :data:`KEPT_S`, as after a look (:meth:`hold`)."""
+        if snapshot is self._committer and not is_local(self.path):
+            self._kept = time.monotonic()
+
+    def _is_kept(self) -> bool:
+        return self._kept is not None and time.monotonic() - self._kept < KEPT_S
 
     @contextlib.contextmanager
     def hold(self, snapshot: bool = True) -> Iterator[DeltaTable | None]:
@@ -71,7 +88,9 @@ class CommitTurn:
         holds it while it gathers its group and appends). A hold inside one that brought the snapshot forward
         gets that snapshot as it is, unless a commit was tried since (:meth:`spent`): on an object store the
         look would be a round trip more, and another machine's commit meanwhile is refused at the conditional
-        put, as any other would be.
+        put, as any other would be. On an object store, for the same reason, the holds of the :data:`KEPT_S`
+        after a look, or after a commit here that kept its snapshot (:meth:`kept`), take it as it is; a commit
+        refused meanwhile (:class:`CommitConflict`) has the next hold look.
 
         >>> turn = CommitTurn(store.context.tables.topic_config.path, store.context.tables.topic_config.snapshot)
         >>> with turn.hold() as outer, turn.hold() as inner:
@@ -90,9 +109,14 @@ class CommitTurn:
                 elif self._fresh and self._committer is not None:  # brought forward by the hold this one is in
                     self._fresh = False
                     yield self._committer
+                elif self._depth == 1 and self._committer is not None and self._is_kept():
+                    self._fresh = True  # looked at or moved by a commit here just now: taken as it is
+                    yield self._committer
                 else:
                     held = self.snapshot()
                     self._fresh = self._depth == 1
+                    if self._fresh and not is_local(self.path):
+                        self._kept = time.monotonic()
                     yield held
             except CommitConflict:  # the snapshot is behind, not broken: the next turn reads the entries since
                 raise

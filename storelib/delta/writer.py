@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Se
 import pyarrow as pa
 
 from storelib.delta.commit import WrittenFile
-from storelib.delta.sink import FileSink, Summarizer
+from storelib.delta.location import is_local
+from storelib.delta.sink import FileSink, Summarizer, writer_properties
 from storelib.delta.spark_read import contiguous_groups, parallelism
 from storelib.delta.spec import spark_schema
 from storelib.delta.table import Table
@@ -322,6 +323,10 @@ def write_rows(
     right after ``snapshot``.
 
     Returns (version, files); raises :class:`~storelib.delta.table.CommitConflict` (files deleted) to be retried.
+    On an object store, rows of an unclustered table that fit one file are written by delta-rs as it commits
+    them (:meth:`~storelib.delta.commit.Committing.commit_rows`: the table's turn then needs no look before its
+    next commit here); the files returned are then none. ``rebase=True`` (there: see ``commit_rows``) lets
+    the commit pass commits that set none of its markers; on local disk writers take turns, and it is ignored.
 
     >>> table = store.context.tables.topic_config
     >>> snapshot = table.snapshot()
@@ -329,5 +334,9 @@ def write_rows(
     >>> version == snapshot.version() + 1
     True
     """
+    rebase = commit.pop("rebase", False)
+    if not is_local(table.path) and not table.spec.cluster_by and set(commit) <= {"markers", "operation", "info"}:
+        if data.nbytes < (target_file_size or Target.target_file_size):  # one file, which delta-rs writes
+            return table.commit_rows(snapshot, data, writer_properties(table.spec), rebase=rebase, **commit), []
     files = write_files(table, data, prefix=prefix, target_file_size=target_file_size)
     return table.commit(snapshot, files, **commit), files

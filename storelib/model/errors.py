@@ -237,7 +237,7 @@ class StoreIOError(StoreError, OSError):
 
 
 #: Libraries whose exceptions are translated at the public API's boundary.
-_EXTERNAL = ("py4j", "pyspark", "pyarrow", "deltalake", "_deltalake")
+_EXTERNAL = ("py4j", "pyspark", "pyarrow", "deltalake", "_deltalake", "_internal")  # deltalake 1.x's: _internal
 
 
 def translate_external(func: Any) -> Any:

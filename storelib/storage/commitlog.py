@@ -282,6 +282,7 @@ class CommitLog:
                 markers=markers,
                 operation=operation,
                 info={"storelib.messages": str(batch.num_rows), **(info or {})},
+                rebase=True,  # every append sets COMMITLOG_MARKER: one made since refuses this one; a merge does not
             )
             landed = rows.select(LANDED) if results else None
             return AppendResult(

@@ -481,6 +481,54 @@ def test_a_producer_on_s3_reads_the_log_before_its_first_send_not_in_it(spark, s
     assert len(reads[0]) <= len(reads[1]), [len(r) for r in reads]
 
 
+def test_a_producer_on_s3_commits_on_the_snapshot_its_last_commit_kept_and_passes_merges(spark, s3, monkeypatch):
+    """On an object store a send's commit keeps delta-rs's snapshot of it, so the next send reads nothing of the
+    log before its data file goes up. A merge of the commitlog made meanwhile by another process (it sets no
+    marker) is passed, not conflicted with; another process's append refuses the next send's first try, which
+    then looks and lands after it. Offsets stay contiguous throughout."""
+    from jobs.benchmarks.s3_proxy_process import ProxyProcess
+    from storelib.delta.compaction import compact_here
+    from storelib.delta.table import Table
+    from storelib.storage.schema import COMMITLOG
+
+    monkeypatch.setattr("storelib.delta.turn.KEPT_S", 600.0)  # however slow the merge below
+
+    def looks_of_send(producer, body: bytes):
+        """The send's result, and the LISTs of the commitlog's log (a look's) made before its data file's PUT
+        (the watcher's looks at the log, in the background, are single reads of entries: no LIST)."""
+        before = len(proxy.requests(last=100_000))
+        result = producer.send(Message("TopicTest", body=body))
+        made = [r for r in proxy.requests(last=100_000)[before:] if "/commitlog" in r[2]]
+        put = next(i for i, r in enumerate(made) if r[1] == "PUT" and "/_delta_log/" not in r[2])
+        return result, [r for r in made[:put] if r[1] == "LIST"]
+
+    with ProxyProcess("127.0.0.1", s3.port) as proxy:
+        options = {**s3.options, "AWS_ENDPOINT_URL": proxy.endpoint}
+        store = MessageStore.create(s3.bucket() + "/store", spark, storage_options=options)
+        store.create_topic("TopicTest", queues=1)
+        other = MessageStore.open(store.root, spark, storage_options=options)  # another process's handle
+        with store.producer() as p:
+            sent = [p.send(Message("TopicTest", body=b"0"))]
+            result, looks = looks_of_send(p, b"1")
+            sent.append(result)
+            assert looks == []  # its data file went up before any look at the log
+            log = Table(other.context.tables.commitlog.path, COMMITLOG)
+            assert compact_here(log, small_bytes=1 << 30)[0] >= 2  # another process merges the small files
+            merged = log.snapshot().version()
+            result, looks = looks_of_send(p, b"2")
+            sent.append(result)
+            assert looks == []  # on the snapshot from before the merge
+            assert store.context.tables.commitlog.snapshot().version() == merged + 1  # and passed it
+            other.send(Message("TopicTest", body=b"3"))  # another process appends
+            sent.append(p.send(Message("TopicTest", body=b"4")))
+        other.close()
+        assert [r.queue_offset for r in sent] == [0, 1, 2, 4]
+        assert MessageStore.verify(store.root, spark, full=True) == []
+        bodies = [r.body for r in store.messages("TopicTest").select("body").collect()]
+        assert sorted(bodies) == [b"0", b"1", b"2", b"3", b"4"]
+        store.close()
+
+
 def test_a_checkpoint_made_due_as_the_process_exits_is_written_before_it_ends(s3, python_env):
     """A commit made while the interpreter exits (an ``atexit`` handler, after Python has joined its threads)
     makes a checkpoint due: it is written before the process ends, and the process ends cleanly (a checkpoint

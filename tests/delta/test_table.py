@@ -552,6 +552,35 @@ def test_a_turn_inside_a_turn_takes_its_snapshot_until_a_commit_is_tried(tmp_pat
     assert Table.marker(t.snapshot(), "m") == 3
 
 
+def test_rows_delta_rs_writes_pass_commits_that_set_none_of_their_markers_and_are_refused_by_one_that_did(tmp_path):
+    """``commit_rows``: delta-rs writes the file and keeps the snapshot of the commit (the handle moves to it, and
+    the warm view holds it as committed). With ``rebase`` it lands after commits made since its snapshot that
+    set none of its markers (a merge); one that set a marker it sets (another append) refuses it, its offsets
+    computed from a marker that moved. Without ``rebase`` any commit since refuses it."""
+    from storelib.delta.commit import CommitConflict
+    from storelib.delta.sink import writer_properties
+
+    spec = TableSpec("t", pa.schema([("id", pa.int64())]))
+    t = Table(str(tmp_path / "t"), spec).ensure()
+    other = Table(t.path, spec)  # another writer: a process of its own
+    rows = pa.table({"id": pa.array([1, 2], pa.int64())})
+    props = writer_properties(spec)
+    with t.commit_turn() as dt:
+        assert t.commit_rows(dt, rows, props, markers={"end": 2}) == dt.version() == 1
+    assert t.view(markers=["end"]).marker("end") == 2 and t.view().actions.num_rows == 1
+    stale = t.snapshot()
+    other.commit(other.snapshot(), [], markers={"progress": 7})  # sets none of the append's markers
+    with pytest.raises(CommitConflict):
+        t.commit_rows(t.snapshot(1), rows, props, markers={"end": 4})  # exactly the next version, or nothing
+    assert t.commit_rows(stale, rows, props, markers={"end": 4}, rebase=True) == stale.version() == 3
+    stale = t.snapshot()
+    other.commit(other.snapshot(), [], markers={"end": 5})  # an append: it moved the marker this one read
+    with pytest.raises(CommitConflict):
+        t.commit_rows(stale, rows, props, markers={"end": 6}, rebase=True)
+    assert t.read_arrow().num_rows == 4 and Table.marker(t.snapshot(), "end") == 5
+    assert Table.marker(t.snapshot(), "progress") == 7
+
+
 class TestLogChanges:
     """Bringing a view forward from log entries alone (storelib.delta.log)."""
 
