@@ -75,6 +75,36 @@ def test_a_linger_gathers_async_sends_into_one_commit(store):
         producer.send(Message("TopicTest"))
 
 
+def test_after_a_commit_of_several_callers_the_next_group_regathers_and_a_lone_sender_never_waits():
+    """``regather_ms``: the callers a commit of several answered, sending again within it, share the next commit
+    (without it, the first to come back would be committed alone); a lone sender's next send is not held."""
+    groups: list[list[int]] = []
+    committing, queued = threading.Event(), threading.Event()
+
+    def append(group):
+        committing.set()
+        queued.wait()  # the first commit lasts until the next two sends are queued: they share the second
+        groups.append(list(group))
+        return list(group)
+
+    with GroupCommitProducer(lambda m: m, append, regather_ms=600) as p:
+        first = [p.send_async(0)]
+        committing.wait(5)
+        first += [p.send_async(1), p.send_async(2)]
+        queued.set()
+        assert [f.result() for f in first] == [0, 1, 2] and groups == [[0], [1, 2]]
+        later = [p.send_async(10)]
+        time.sleep(0.1)  # well inside the 600 ms
+        later.append(p.send_async(11))
+        assert [f.result() for f in later] == [10, 11]
+    assert groups[-1] == [10, 11], groups
+    with GroupCommitProducer(lambda m: m, append, regather_ms=60_000) as lone:
+        assert [lone.send(i) for i in range(3)] == [0, 1, 2]  # a minute's regathering each would time the test out
+    assert groups[-3:] == [[0], [1], [2]]
+    with pytest.raises(ConfigError, match="regather_ms"):
+        GroupCommitProducer(lambda m: m, append, regather_ms=-1)
+
+
 def test_max_batch_splits_groups_and_flush_waits(store):
     with store.producer(linger_ms=500, max_batch=4) as producer:
         futures = [producer.send_async(Message("TopicTest", queue_id=1)) for _ in range(10)]
