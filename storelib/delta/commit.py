@@ -263,7 +263,7 @@ class Committing:
             raise CommitConflict(str(e)) from None
         version = self._landed(dt, dt.version(), clean)
         self._turns.kept(dt)  # the newest this process knows of, rebased or not
-        if version == base + 1:  # rebased, the view would need the markers of the commits it passed: it reads them
+        if version == base + 1:  # not rebased: the view takes it (past others' commits it reads their markers)
             self._kept(dt, base, {t.app_id: int(t.version) for t in txns})
         return version
 

@@ -33,9 +33,10 @@ __all__ = ["CommitTurn", "CommitConflict", "COMMIT_LOCK", "KEPT_S"]
 #: The hidden file whose ``flock`` is a table's commit turn on this machine.
 COMMIT_LOCK = "_storelib_commit.lock"
 
-#: Seconds after a commit here that kept its snapshot (:meth:`CommitTurn.kept`) during which the next turn on an
-#: object store commits on that snapshot without looking at the log first. Past it, other writers (a follower's
-#: merges, another machine's producers) have likely committed, and a refused commit costs more than the look.
+#: Seconds after a turn's look at the log, or a commit here that kept its snapshot (:meth:`CommitTurn.kept`),
+#: during which the turns on an object store take that snapshot without looking again. Past it, other writers (a
+#: follower's merges, another machine's producers) have likely committed, and a refused commit costs more than
+#: the look.
 KEPT_S = 1.0
 
 

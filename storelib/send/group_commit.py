@@ -69,8 +69,8 @@ def then(future: "Future[T]", call: Callable[[T], R]) -> "Future[R]":
 #: group with no look at the log first (:data:`storelib.delta.turn.KEPT_S`); that look (three requests) was
 #: the time in which the senders a commit answered sent again and their groups reached the committer (tens of
 #: milliseconds, across processes). Without a wait they missed the next commit: ack p50 385 ms against 263 at
-#: ``--window 24``; with 30 ms, 234-249 ms; 15 ms: 278 ms, 45 ms: 248 ms (the online suite on the Go server,
-#: 20 ms a request).
+#: ``--window 24``; with 30 ms, 234-254 ms; 15 ms: 278 ms, 45 ms: 248 ms (the online suite on the Go server,
+#: 20 ms a request, four groups in flight a producer).
 REMOTE_REGATHER_MS = 30
 
 
