@@ -95,6 +95,7 @@ class Table(Reading, Committing):
         self.properties = dict(properties or {})
         self._warm: DeltaTable | None = None
         self._rolled_txns: dict[str, int] = {}  # txn markers of the log entries rolled over since _warm's version
+        self._txns: tuple[int, dict[str, int]] | None = None  # every txn marker of one version (_markers_of)
         self._view: TableView | None = None
         self._lock = threading.Lock()
         self._memo: dict[str, tuple[int, Any]] = {}
@@ -177,7 +178,7 @@ class Table(Reading, Committing):
         """Drop the warm snapshot, view and memos (native delta-rs and Arrow objects) this handle keeps."""
         WATCHER.forget(self)
         with self._lock:
-            self._warm, self._view = None, None
+            self._warm, self._view, self._txns = None, None, None
             self._memo.clear()
         self._turns.forget()
 
@@ -343,10 +344,16 @@ class Table(Reading, Committing):
 
     def _markers_of(self, dt: DeltaTable, names: list[str]) -> dict[str, int | None]:
         """The ``txn`` markers ``names`` of snapshot ``dt`` (None where none): on an object store from one read of
-        the log (:func:`~storelib.delta.log.txn_versions`), where delta-rs would read it again for each name."""
-        if not self._local and len(names) > 1:  # one: the same read either way
-            every = txn_versions(self.path, dt.version())
+        the log (:func:`~storelib.delta.log.txn_versions`), where delta-rs would read it again for each name, kept
+        for that version (a version's markers never change), so a marker asked for later (another queue's, at
+        its first pull) costs no request."""
+        if not names:
+            return {}
+        if not self._local:
+            version, kept = dt.version(), self._txns
+            every = kept[1] if kept is not None and kept[0] == version else txn_versions(self.path, version)
             if every is not None:
+                self._txns = (version, every)
                 return {m: every.get(m) for m in names}
         return {m: dt.transaction_version(m) for m in names}
 

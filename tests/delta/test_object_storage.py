@@ -586,3 +586,9 @@ def test_a_view_reads_the_markers_it_asks_for_in_one_read_of_the_log(s3):
         entries = log_gets(proxy, before, ".json")
         assert {n: view.marker(n) for n in names} == expected
         assert len(entries) <= 3 * (snapshot.version() - 6), len(entries)  # delta-rs's load, then one read: not 8
+
+        one = Table(root, TOPIC_CONFIG)  # asked one marker at a time (a queue's, at its first pull)
+        assert one.view(markers=names[:1], watch=False).marker(names[0]) == expected[names[0]]
+        before = len(proxy.requests(last=100_000))
+        assert [one.view(markers=[n], watch=False).marker(n) for n in names[1:]] == [expected[n] for n in names[1:]]
+        assert log_gets(proxy, before) == []  # the first read kept every marker of the version
