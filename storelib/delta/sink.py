@@ -151,7 +151,7 @@ def writer_properties(spec: "TableSpec") -> WriterProperties:
     >>> props.max_row_group_size, props.column_properties["topic"].dictionary_enabled
     (8192, True)
     """
-    leaves = [n for n in _leaves(spec.arrow)]
+    leaves = _leaves(spec.arrow)
     dictionary = set(leaves if spec.dictionary is None else spec.dictionary) - set(spec.delta_encoded)
     statistics = set(leaves if spec.statistics is None else spec.statistics)
     columns = {

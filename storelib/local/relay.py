@@ -50,7 +50,7 @@ from storelib.local.wire import (
     unpack,
 )
 from storelib.model.errors import StoreStateError
-from storelib.send.group_commit import REMOTE_REGATHER_MS, GroupCommitProducer, completed
+from storelib.send.group_commit import GroupCommitProducer, completed, regather_ms
 from storelib.storage.commitlog import LANDED, STAGED_SCHEMA, CommitLog
 from storelib.storage.schema import COMMITLOG
 
@@ -78,8 +78,8 @@ LOOK_BACK_S = 5.0
 
 #: Groups a producer keeps handed on to the leader at once: one in its commit, others waiting to join the
 #: next (so a group never waits in its own process for the last one to land). On an object store with 20 ms a
-#: request (the online suite, ``--window 24``, the Go server): 2 gave ack p99 586-818 ms, 4 gave 487-528 and
-#: 8 gave 509, at p50 234-249 ms.
+#: request (the online suite, ``--window 24``, the Go server): 2 gave ack p99 586-818 ms, 4 gave 487-543 (five
+#: runs) and 8 gave 509 (one), at p50 234-254 ms.
 RELAY_IN_FLIGHT = 4
 
 
@@ -406,7 +406,7 @@ class _Leader:
             self._check,
             self._append,
             max_batch=64,
-            regather_ms=0 if is_local(table.path) else REMOTE_REGATHER_MS,
+            regather_ms=regather_ms(table.path),
             name="storelib-relay-committer",
             turn=table.commit_turn,  # the snapshot brought forward first: groups arriving meanwhile join
         )

@@ -34,7 +34,7 @@ from storelib.model.topic import TopicConfig
 from storelib.model.validation import check_queue_id, check_send_topic, validate_message
 from storelib.send.arrow_frame import DATAFRAME_COLUMNS, MIRRORED_PROPERTIES, NULL_VALUE, check_columns, spark_types
 from storelib.send.frame import NULL_KEY, EncodedFrame, UniqKeys
-from storelib.send.group_commit import REMOTE_REGATHER_MS, GroupCommitProducer, then
+from storelib.send.group_commit import GroupCommitProducer, regather_ms, then
 from storelib.send.schedule import plan_schedule, split_timer_properties, timer_deliver_ms
 from storelib.storage.commitlog import (
     COMMITLOG_MARKER,
@@ -208,7 +208,7 @@ class Producer:
             max_batch=max_batch,
             on_close=relay.release,
             turn=commitlog.table.commit_turn,
-            regather_ms=0 if is_local(commitlog.table.path) else REMOTE_REGATHER_MS,
+            regather_ms=regather_ms(commitlog.table.path),
         )
 
     def send_dataframe(self, commitlog: CommitLog, topics: Mapping[str, TopicConfig], df: "DataFrame") -> AppendResult:
