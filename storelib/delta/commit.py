@@ -31,7 +31,8 @@ from deltalake.transaction import AddAction, PostCommitHookProperties, RemoveAct
 from storelib.delta.checkpoints import CHECKPOINTS, checkpoint_interval
 from storelib.delta.files import map_io
 from storelib.delta.location import filesystem, is_local
-from storelib.delta.log import LogChanges, committed_by, entry_path
+from storelib.delta.log import LogChanges, add_actions, apply_changes, committed_by, entry_path
+from storelib.delta.stats import narrowed
 from storelib.delta.turn import CommitConflict, CommitTurn
 from storelib.model.errors import ConcurrentWriteError
 
@@ -200,14 +201,15 @@ class Committing:
                 actions, mode="append", schema=dt.schema(), commit_properties=props, post_commithook_properties=hooks
             )
         except (CommitFailedError, OSError) as e:
-            landed = self._refused(dt, e, commit_id)
+            landed = self._refused(e, commit_id, dt.version())
             if landed is not None:
                 return landed
             self.discard(files)
             raise CommitConflict(str(e)) from None
         version = self._landed(dt, dt.version() + 1, clean)
         if not rebase:  # landed exactly after dt's version: the view here may take it as it is
-            self._committed(dt.version(), _own_changes(version, actions, txns))
+            changes = _own_changes(version, actions, txns)
+            self._committed(dt.version(), changes.txns, lambda view_actions: apply_changes(view_actions, changes))
         return version
 
     def commit_rows(
@@ -257,14 +259,15 @@ class Committing:
                 post_commithook_properties=hooks,
             )
         except (DeltaError, OSError) as e:  # the file delta-rs wrote, if any, is an orphan for the sweep
-            landed = self._refused(dt, e, commit_id, base)
+            landed = self._refused(e, commit_id, base)
             if landed is not None:
                 return landed
             raise CommitConflict(str(e)) from None
         version = self._landed(dt, dt.version(), clean)
         self._turns.kept(dt)  # the newest this process knows of, rebased or not
         if version == base + 1:  # not rebased: the view takes it (past others' commits it reads their markers)
-            self._kept(dt, base, {t.app_id: int(t.version) for t in txns})
+            files = lambda _: narrowed(add_actions(dt), self.spec.view_statistics)  # noqa: E731  (as dt has them)
+            self._committed(base, {t.app_id: int(t.version) for t in txns}, files)
         return version
 
     def _commit_settings(
@@ -287,11 +290,11 @@ class Committing:
         )
         return props, hooks, commit_id, clean
 
-    def _refused(self, dt: DeltaTable, e: Exception, commit_id: str, base: int | None = None) -> int | None:
-        """After delta-rs raised ``e`` on a commit: its version if it landed all the same (its answer lost), else
-        None (a :class:`CommitFailedError` is a conflict; any other error, which did not reach the store, is
-        raised: nothing is committed, and the files are orphans for the sweep)."""
-        landed = committed_by(self.path, dt.version() if base is None else base, COMMIT_ID, commit_id)
+    def _refused(self, e: Exception, commit_id: str, base: int) -> int | None:
+        """After delta-rs raised ``e`` on a commit made on version ``base``: its version if it landed all the same
+        (its answer lost), else None (a :class:`CommitFailedError` is a conflict; any other error, which did not
+        reach the store, is raised: nothing is committed, and the files are orphans for the sweep)."""
+        landed = committed_by(self.path, base, COMMIT_ID, commit_id)
         if landed is not None:
             self._flushed(landed)
             self.touched()
@@ -324,13 +327,10 @@ class Committing:
         if self.sync_commits:
             flush_to_disk([entry_path(self.path, version)], f"{self.path}/_delta_log")
 
-    def _committed(self, base: int, changes: LogChanges) -> None:
-        """This process's commit of version ``base + 1`` (:class:`~storelib.delta.table.Table` applies it to its
-        warm view, which then needs no read of the entry just written)."""
-
-    def _kept(self, dt: DeltaTable, base: int, txns: Mapping[str, int]) -> None:
-        """This process's commit of version ``base + 1``, with delta-rs's snapshot ``dt`` of it (:meth:`commit_rows`;
-        :class:`~storelib.delta.table.Table` takes it as its warm view)."""
+    def _committed(self, base: int, txns: Mapping[str, int], files: Callable[[pa.Table], pa.Table | None]) -> None:
+        """This process's commit of version ``base + 1``, which set ``txns``; ``files`` makes the add actions after
+        it from those before (:class:`~storelib.delta.table.Table` applies it to its warm view, which then needs
+        no read of the entry just written)."""
 
     def touched(self) -> None:
         """Say this process committed to the table (views of it here look at the log at their next call)."""

@@ -299,30 +299,17 @@ class Table(Reading, Committing):
         self._view = TableView(version, actions, {m: None if v is None else int(v) for m, v in found.items()})
         return self._view
 
-    def _committed(self, base: int, changes: LogChanges) -> None:
-        """This process's own commit of version ``base + 1``, applied to the warm view where it stands at
-        ``base``: the next :meth:`view` here holds it without reading the entry back (on an object store, a
-        round trip on the committer's path)."""
+    def _committed(self, base: int, txns: Mapping[str, int], files: Callable[[pa.Table], pa.Table | None]) -> None:
+        """This process's own commit of version ``base + 1``, which set ``txns``, applied to the warm view where it
+        stands at ``base`` (``files`` makes its add actions after the commit from those before; None, or other
+        columns, and the view reads the entry instead): the next :meth:`view` here holds it without reading the
+        entry back (on an object store, a round trip on the committer's path)."""
         with self._lock:
             view = self._view
             if view is None or view.version != base:
                 return
-            actions = apply_changes(view.actions, changes)
-            if actions is None:
-                return
-            self._rolled_txns.update(changes.txns)
-            markers = {m: changes.txns.get(m, v) for m, v in view.markers.items()}
-            self._view, self._seen = TableView(changes.version, actions, markers), commits_here(self.path)
-
-    def _kept(self, dt: DeltaTable, base: int, txns: Mapping[str, int]) -> None:
-        """This process's own commit of version ``base + 1``, whose snapshot ``dt`` delta-rs kept: taken as the warm
-        view where that stands at ``base`` (its files as ``dt`` has them; no read of the entry just written)."""
-        with self._lock:
-            view = self._view
-            if view is None or view.version != base:
-                return
-            actions = narrowed(add_actions(dt), self.spec.view_statistics)
-            if actions.schema != view.actions.schema:  # a column the view has not (a first file with statistics)
+            actions = files(view.actions)
+            if actions is None or actions.schema != view.actions.schema:
                 return
             self._rolled_txns.update(txns)
             markers = {m: txns.get(m, v) for m, v in view.markers.items()}
