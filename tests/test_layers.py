@@ -19,7 +19,7 @@ LAYERS = [
     ["storelib.filter"],
     ["storelib.delta"],
     ["storelib.storage"],
-    ["storelib.send", "storelib.local.relay"],  # the relay: the producers' committer
+    ["storelib.send", "storelib.local.relay", "storelib.local.landing"],  # the relay: the producers' committer
     ["storelib.context"],
     ["storelib.dispatch"],
     ["storelib.query"],

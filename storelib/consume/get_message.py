@@ -25,7 +25,7 @@ from storelib.context import StoreContext
 from storelib.delta.log import TableView
 from storelib.delta.table import Table
 from storelib.model.message import StoredMessage
-from storelib.storage.commitlog import COMMITLOG_MARKER
+from storelib.storage.commitlog import COMMITLOG_MARKER, queue_marker
 from storelib.storage.commitlog_reads import min_physical_offset, read_messages
 from storelib.storage.consume_queue import (
     CQ_STORE_UNIT_SIZE,
@@ -148,6 +148,10 @@ def get_message(
         return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
     min_offset, max_offset = queue_offsets(cq, cq_view, topic, queue_id)
 
+    if offset > max_offset and offset <= commitlog.view(markers=[queue_marker(topic, queue_id)]).marker(
+        queue_marker(topic, queue_id)
+    ):  # in the commitlog, not yet in the consume queue: a follower's tail answered up to here (TailServer.land)
+        return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, min_offset, max_offset)
     if max_offset == 0:
         return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, min_offset, max_offset)
     if offset < min_offset:

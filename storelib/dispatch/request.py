@@ -36,7 +36,14 @@ from storelib.storage import consume_queue, consume_queue_ext, index_file
 if TYPE_CHECKING:
     from storelib.dispatch.calc_bitmap import FilterBitmaps
 
-__all__ = ["DispatchRequests", "CommitlogFiles", "REQUEST_COLUMNS", "deliver_times", "timer_out_times"]
+__all__ = [
+    "DispatchRequests",
+    "CommitlogFiles",
+    "REQUEST_COLUMNS",
+    "deliver_times",
+    "timer_out_times",
+    "queued_units",
+]
 
 #: The commitlog columns a dispatch reads (plus ``properties`` when a delay level or bitmap needs it).
 REQUEST_COLUMNS = (
@@ -204,6 +211,24 @@ class DispatchRequests:
 
     def index(self, b: pa.RecordBatch) -> pa.RecordBatch:
         return index_file.entries(b, self.index_shift)
+
+
+def queued_units(rows: pa.Table, delays_ms: Sequence[int]) -> pa.Table:
+    """Of committed commitlog ``rows`` (every column), those a consume queue gets, each with its unit's real
+    tag code (``tags_code``, as a dispatch computes it, ext units aside): what a follower's tail takes of a
+    commit that has just landed (:meth:`storelib.local.tail.TailServer.land`).
+
+    >>> queued_units(store.context.tables.commitlog.read_arrow(), (1000,)).column("tags_code").to_pylist()
+    [2598919]
+    """
+    requests = DispatchRequests({"consume_queue": 0}, False, 0, tuple(delays_ms))
+    out = []
+    for batch in rows.to_batches():
+        queued = requests._rows_for(batch, False, 0)
+        out.append(queued.append_column("tags_code", requests._tags_code(queued)))
+    if not out:
+        return rows.append_column("tags_code", pa.array([], pa.int64()))
+    return pa.Table.from_batches(out)
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ import pyarrow.compute as pc
 
 from storelib.delta.location import is_local
 from storelib.delta.log import entry_actions
+from storelib.local.landing import LandedFeed
 from storelib.local.wire import (
     ANSWER,
     DECLINED,
@@ -410,6 +411,9 @@ class _Leader:
             name="storelib-relay-committer",
             turn=table.commit_turn,  # the snapshot brought forward first: groups arriving meanwhile join
         )
+        #: Each commit's rows go on to the follower of this machine, if one listens (a pull need not wait
+        #: for its round).
+        self.landing = LandedFeed(table.path)
         server.serve(self._take)
 
     @classmethod
@@ -442,8 +446,10 @@ class _Leader:
     def _append(self, groups: Sequence[Group]) -> list[pa.Table]:
         rows = pa.concat_tables([g.rows for g in groups])
         info = {REQUESTS_INFO: ",".join(g.request_id for g in groups)}
-        landed = self.relay.commitlog.append_arrow(rows, results="arrow", info=info).landed
-        assert landed is not None  # results="arrow", and every group has rows
+        result = self.relay.commitlog.append_arrow(rows, results="arrow", info=info)
+        landed = result.landed
+        assert landed is not None and result.written is not None  # results="arrow", and every group has rows
+        self.landing.hand(result.written)
         out, at = [], 0
         for g in groups:
             out.append(landed.slice(at, g.rows.num_rows))
@@ -465,6 +471,7 @@ class _Leader:
         self.server.stop()  # no new producer connects; groups are declined from now on
         self.committer.close()
         self.server.close(wait_s=30)  # the groups committed are answered before their connections end
+        self.landing.close()
         os.close(self._lock_fd)
         with self.relay._lock:
             self.relay.commits += self.committer.commits

@@ -33,9 +33,11 @@ from storelib.consume.get_message import (
     total_physical_memory,
 )
 from storelib.context import StoreContext
+from storelib.dispatch.request import queued_units
 from storelib.encoding.ext_addr import MAX_EXT_ADDR
 from storelib.filter.message_filter import MessageFilter
 from storelib.filter.selector import MessageSelector
+from storelib.local.landing import landing_address
 from storelib.local.tails import TAIL_UNITS, Tail, Tails, by_queue
 from storelib.local.wire import ANSWER, Client, Request, Server, local_address, pack, unpack
 from storelib.model.errors import StoreStateError
@@ -43,7 +45,7 @@ from storelib.model.message import MESSAGE_COLUMNS, StoredMessage
 from storelib.storage.commitlog import COMMITLOG_MARKER
 from storelib.storage.commitlog_reads import message_rows, min_physical_offset
 from storelib.storage.consume_queue import min_queue_marker, queue_files, queue_offsets, read_units
-from storelib.storage.schema import COMMITLOG
+from storelib.storage.schema import COMMITLOG, CONSUME_QUEUE
 
 __all__ = [
     "TailServer",
@@ -75,6 +77,7 @@ class _Handing(enum.Enum):
 
 _HANDING = _Handing.HANDING
 _UNIT_COLUMNS = ["queue_offset", "commitlog_offset", "size", "tags_code"]
+_UNIT_SCHEMA = pa.schema([CONSUME_QUEUE.arrow.field(c) for c in _UNIT_COLUMNS])
 #: The messages' columns as the tail keeps and sends them.
 MESSAGE_SCHEMA = pa.schema([COMMITLOG.arrow.field(c) for c in MESSAGE_COLUMNS])
 
@@ -119,6 +122,9 @@ class TailServer:
         self._filters: dict[tuple[str, str], tuple[MessageFilter, bool]] = {}
         self._memory = total_physical_memory()
         self._server: Server | None = None
+        self._landing: Server | None = None
+        #: Commits whose landed rows the machine's committer handed here (:meth:`land`).
+        self.landed = 0
 
     def __enter__(self) -> "TailServer":
         return self.start()
@@ -132,13 +138,19 @@ class TailServer:
         if server is not None:
             self._server, self.serving = server, True
             server.serve(self._take)
+            landing = landing_address(self.ctx.tables.commitlog.path)
+            self._landing = Server.bind(landing, "storelib-landed") if landing is not None else None
+            if self._landing is not None:
+                self._landing.serve(self._take_landed)
         return self
 
     def close(self) -> None:
         """Stop serving; consumers then read the tables themselves."""
         server, self._server, self.serving = self._server, None, False
-        if server is not None:
-            server.close()
+        landing, self._landing = self._landing, None
+        for s in (server, landing):
+            if s is not None:
+                s.close()
         with self._lock:
             self._tails.clear()
 
@@ -178,9 +190,9 @@ class TailServer:
             "no tail"
             if tail is None
             else "tail behind"
-            if tail.end != max_offset
+            if tail.end < max_offset
             else "offset outside"
-            if not max(tail.start, min_offset) <= offset <= max_offset
+            if not max(tail.start, min_offset) <= offset <= tail.end
             else None
         )
         if why == "tail behind" and self._handing:  # _refresh has just let go of a hand-over waited for too long
@@ -188,6 +200,7 @@ class TailServer:
         if why is not None or tail is None:
             self.declined[why or "no tail"] += 1
             return None
+        max_offset = tail.end  # past the consume queue's end by units landed, not yet committed to it (land)
         head = {
             "min_offset": min_offset,
             "max_offset": max_offset,
@@ -334,15 +347,18 @@ class TailServer:
             log.debug("tail pulls: %s's tail dropped to stay within tail_pulls_max_mb", key)
 
     def _unread(self, actions: pa.Table) -> list[str]:
-        """Of the new files, those that may hold units a tail lacks: not a file of one queue whose units
-        are all before its tail's end (those published, or of a queue nobody asked for)."""
+        """Of the new files, those that may hold units a tail lacks: not a merge's rewrite (``dataChange``
+        false: the units of files seen before), nor a file of one queue whose units are all before its tail's
+        end (those published, or of a queue nobody asked for)."""
         out = []
         stats = {
             c: actions.column(c).to_pylist() if c in actions.column_names else [None] * actions.num_rows
-            for c in ("min.topic", "max.topic", "min.queue_id", "max.queue_id", "max.queue_offset")
+            for c in ("min.topic", "max.topic", "min.queue_id", "max.queue_id", "max.queue_offset", "data_change")
         }
         for i, path in enumerate(actions.column("path").to_pylist()):
             topic, queue_id, top = stats["min.topic"][i], stats["min.queue_id"][i], stats["max.queue_offset"][i]
+            if stats["data_change"][i] is False:
+                continue
             if None in (topic, queue_id, top) or topic != stats["max.topic"][i] or queue_id != stats["max.queue_id"][i]:
                 out.append(path)  # several queues (a merged file), or no statistics
             elif (tail := self._tails.get((topic, queue_id))) is not None and top >= tail.end:
@@ -351,12 +367,12 @@ class TailServer:
 
     def _start(self, key: tuple[str, int], units: pa.Table, end: int) -> None:
         got = units.column("queue_offset").to_numpy()
-        if not len(got) or got[-1] != end - 1 or (np.diff(got) != 1).any():
-            return  # a gap, or nothing yet: the next new units start it
-        messages = self._messages(units)
-        if messages is not None:
-            self._tails[key] = Tail(units, messages)
-            self._trim()
+        if len(got) and got[-1] == end - 1 and (np.diff(got) == 1).all():  # else a gap, or nothing yet
+            messages = self._messages(units)
+            if messages is not None:
+                self._tails[key] = Tail(units, messages)
+        self._tails.reach(key, end)  # units landed past the consume queue's end join it, or start the tail
+        self._trim()
 
     def _extend(self, rows: pa.Table) -> None:
         """Add each tail's new units, those past its end. A merged file's older units must be the tail's own:
@@ -390,8 +406,43 @@ class TailServer:
                 del self._tails[key]
                 continue
             self._tails[key] = self._tails[key].extended(mine, messages.slice(at, mine.num_rows))
+            self._tails.reach(key)
             at += mine.num_rows
         self._trim()
+
+    def land(self, rows: pa.Table) -> None:
+        """Take the rows of a commit that has just landed in the commitlog (every column, as committed; from
+        the machine's committer, :class:`~storelib.local.landing.LandedFeed`): the units they make join the
+        tails, before any round has committed them, and wake the pulls held for them. Units that do not follow
+        a tail's end, or of a queue with no tail yet, wait until the rounds bring the ones between, or its first
+        pull starts its tail from them (:meth:`Tails.land`); within ``tail_pulls_max_mb``.
+
+        >>> from storelib.storage.commitlog import EncodedMessage, now_millis
+        >>> log = store.context.commitlog
+        >>> with TailServer(store.context) as server:
+        ...     _ = server.get("TopicTest", r.queue_id, 0, 32, "*")
+        ...     staged = log.stage([EncodedMessage("TopicTest", r.queue_id, 0, 0, b"l", {}, now_millis(), "h:0")])
+        ...     sent = log.append_arrow(staged, results="arrow")
+        ...     server.land(sent.written)          # before any round dispatched it
+        ...     server.get("TopicTest", r.queue_id, sent.landed["queue_offset"][0].as_py(), 32, "*")[0]["status"]
+        <GetMessageStatus.FOUND: 'FOUND'>
+        """
+        queued = queued_units(rows, self.ctx.config.delay_levels_ms)
+        with self._lock:
+            self.landed += 1
+            grew = False
+            for key, (mine, offsets) in by_queue(queued).items():  # a queue not pulled yet too: kept ahead
+                if (np.diff(offsets) != 1).any():
+                    continue  # not one run (the same rows handed twice?): the rounds bring them
+                units = mine.select(["queue_offset", "physical_offset", "size", "tags_code"])
+                run = Tail(
+                    units.rename_columns(_UNIT_COLUMNS).cast(_UNIT_SCHEMA),
+                    mine.select(MESSAGE_SCHEMA.names).cast(MESSAGE_SCHEMA),
+                )
+                grew = self._tails.land(key, run) or grew
+            self._trim()
+            if grew:
+                self._grown.notify_all()
 
     def _messages(self, units: pa.Table) -> pa.Table | None:
         """The message of each unit, in the units' order (None: some are not in the commitlog)."""
@@ -404,6 +455,13 @@ class TailServer:
         return rows.take(at).cast(MESSAGE_SCHEMA)
 
     # ---- the wire ----------------------------------------------------------------------------------
+    def _take_landed(self, request: Request) -> None:
+        """A commit's landed rows from the machine's committer; answered once taken."""
+        _, rows = unpack(request.body)
+        if rows is not None:
+            self.land(rows)
+        request.answer(ANSWER)
+
     def _take(self, request: Request) -> None:
         """A consumer's pull: the tail's answer (a JSON head and the messages' rows), or declined (read the
         tables); answered before the connection's next pull is read (a held pull holds its connection)."""

@@ -68,7 +68,7 @@ class Tail:
 
 class Tails(dict):
     """Tails by ``(topic, queue_id)``, with the bytes they hold (``nbytes``); :meth:`trim` keeps them within
-    ``budget`` bytes.
+    ``budget`` bytes. Units landed past a tail's end wait ``ahead`` of it (:meth:`land`) until it reaches them.
 
     >>> tails = Tails(budget=1)
     >>> tails[("T", 0)] = Tail(pa.table({"queue_offset": [0], "size": [90]}), pa.table({"body": [b"x"]}))
@@ -80,6 +80,8 @@ class Tails(dict):
         super().__init__()
         self.budget = budget
         self.nbytes = 0
+        #: Runs of units landed past a queue's tail (or before it has one), by queue.
+        self.ahead: dict[tuple[str, int], Tail] = {}
 
     def __setitem__(self, key: tuple[str, int], tail: Tail) -> None:
         old = self.get(key)
@@ -89,6 +91,69 @@ class Tails(dict):
     def __delitem__(self, key: tuple[str, int]) -> None:
         self.nbytes -= self[key].nbytes
         super().__delitem__(key)
+        self._set_ahead(key, None)
+
+    def land(self, key: tuple[str, int], run: Tail) -> bool:
+        """Add ``run`` (units just landed in the commitlog, contiguous, with their messages) to ``key``'s
+        tail: its part past the tail's end where it reaches the tail; else it waits ahead (after the run
+        waiting there when it continues that one, else in its place: the newer run) until the tail grows
+        to it (:meth:`reach`). Whether the tail grew.
+
+        >>> tails = Tails(budget=1 << 20)
+        >>> def run(*offsets):
+        ...     units = pa.table({"queue_offset": list(offsets), "commitlog_offset": [o * 10 for o in offsets],
+        ...                       "size": [10] * len(offsets)})
+        ...     return Tail(units, pa.table({"queue_offset": list(offsets)}))
+        >>> tails[("T", 0)] = run(0, 1)
+        >>> tails.land(("T", 0), run(3, 4)), tails[("T", 0)].end      # a unit short: it waits ahead
+        (False, 2)
+        >>> tails.land(("T", 0), run(1, 2)), tails[("T", 0)].end      # the tail reaches it, and the run ahead
+        (True, 5)
+        """
+        tail = self.get(key)
+        if tail is not None and run.start <= tail.end:
+            grew = self._join(key, tail, run)
+            return self.reach(key) or grew
+        ahead = self.ahead.get(key)
+        if ahead is not None and ahead.end == run.start:
+            run = ahead.extended(run.units, run.messages)
+        self._set_ahead(key, run)
+        return self.reach(key)
+
+    def reach(self, key: tuple[str, int], end: int | None = None) -> bool:
+        """Join the run waiting ahead of ``key``'s tail once the tail's end reaches it; a queue with no tail
+        starts one from the run where it begins at ``end`` (the queue's end in the consume queue). Whether
+        the tail grew."""
+        ahead, tail = self.ahead.get(key), self.get(key)
+        if ahead is None or (ahead.start > tail.end if tail is not None else ahead.start != end):
+            return False
+        self._set_ahead(key, None)
+        if tail is None:
+            self[key] = ahead
+            return True
+        return self._join(key, tail, ahead)
+
+    def _join(self, key: tuple[str, int], tail: Tail, run: Tail) -> bool:
+        """``tail`` with the part of ``run`` (starting at or before its end) past its end; the units of the
+        run it holds must be the same ones (else it is dropped: a topic deleted and sent to again, started
+        again when next asked for). Whether it grew."""
+        lo = max(run.start, tail.start)
+        held = tail.units.column("commitlog_offset").slice(lo - tail.start).to_numpy()
+        if not np.array_equal(held, run.units.column("commitlog_offset").slice(lo - run.start, len(held)).to_numpy()):
+            del self[key]
+            return False
+        if run.end <= tail.end:
+            return False
+        cut = tail.end - run.start
+        self[key] = tail.extended(run.units.slice(cut), run.messages.slice(cut))
+        return True
+
+    def _set_ahead(self, key: tuple[str, int], run: Tail | None) -> None:
+        old = self.ahead.pop(key, None)
+        self.nbytes -= old.nbytes if old is not None else 0
+        if run is not None:
+            self.ahead[key] = run
+            self.nbytes += run.nbytes
 
     def pop(self, key: tuple[str, int], *default):
         if key not in self:
@@ -99,6 +164,7 @@ class Tails(dict):
 
     def clear(self) -> None:
         super().clear()
+        self.ahead.clear()
         self.nbytes = 0
 
     def trim(self, asked: Callable[[tuple[str, int]], float]) -> list[tuple[str, int]]:
@@ -107,24 +173,30 @@ class Tails(dict):
         dropped: list[tuple[str, int]] = []
         if self.nbytes <= self.budget:  # the common case, looked at on every pull: no sort
             return dropped
-        for key in sorted(self, key=asked):
+        for key in sorted(set(self) | set(self.ahead), key=asked):
             if self.nbytes <= self.budget:
                 break
-            del self[key]
+            if key in self:
+                del self[key]
+            self._set_ahead(key, None)
             dropped.append(key)
         return dropped
 
 
-def by_queue(rows: pa.Table, queues: Iterable[tuple[str, int]]) -> dict[tuple[str, int], tuple[pa.Table, np.ndarray]]:
-    """``rows`` (units with ``topic`` and ``queue_id``) of each queue among ``queues`` that has any, in queue
-    offset order (stable), with their offsets; one sort for all of them.
+def by_queue(
+    rows: pa.Table, queues: Iterable[tuple[str, int]] | None = None
+) -> dict[tuple[str, int], tuple[pa.Table, np.ndarray]]:
+    """``rows`` (units with ``topic`` and ``queue_id``) of each queue among ``queues`` (None: every queue) that
+    has any, in queue offset order (stable), with their offsets; one sort for all of them.
 
     >>> rows = pa.table({"topic": ["T", "T", "U", "T"], "queue_id": [1, 0, 1, 1], "queue_offset": [5, 0, 9, 4]})
     >>> {k: v[1].tolist() for k, v in sorted(by_queue(rows, [("T", 1), ("U", 1), ("U", 2)]).items())}
     {('T', 1): [4, 5], ('U', 1): [9]}
+    >>> sorted(by_queue(rows))
+    [('T', 0), ('T', 1), ('U', 1)]
     """
-    wanted = set(queues)
-    if not rows.num_rows or not wanted:
+    wanted = set(queues) if queues is not None else None
+    if not rows.num_rows or wanted == set():
         return {}
     topics = pc.dictionary_encode(rows.column("topic")).combine_chunks()
     names, codes = topics.dictionary.to_pylist(), topics.indices.to_numpy()
@@ -136,7 +208,7 @@ def by_queue(rows: pa.Table, queues: Iterable[tuple[str, int]]) -> dict[tuple[st
     out, ordered = {}, None
     for lo, hi in zip(starts.tolist(), ends.tolist()):
         key = (names[codes[lo]], int(queue_ids[lo]))
-        if key in wanted:
+        if wanted is None or key in wanted:
             ordered = rows.take(order) if ordered is None else ordered
             out[key] = (ordered.slice(lo, hi - lo), offsets[lo:hi])
     return out

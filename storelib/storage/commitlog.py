@@ -179,8 +179,9 @@ class AppendResult:
     count: int
     rows: list[dict] | None = None
     queues: dict[tuple[str, int], tuple[int, int]] | None = None
-    #: Where each row landed (:data:`LANDED` columns), for ``append_arrow(..., results="arrow")``.
+    #: With ``append_arrow(..., results="arrow")``: where each row landed (:data:`LANDED` columns), and the rows.
     landed: pa.Table | None = None
+    written: pa.Table | None = None
 
 
 class CommitLog:
@@ -246,7 +247,7 @@ class CommitLog:
         messages a delivery moves), placed with numpy in row order, atomically with ``progress``'s
         markers. No rows and a ``progress`` commit the markers alone. ``results`` adds where each
         row landed (``AppendResult.rows``: its id, topic, queue and offsets; ``"arrow"``: the same as
-        ``AppendResult.landed``, a table). ``info`` joins the commit's info.
+        ``AppendResult.landed``, a table, and the rows as ``written``). ``info`` joins the commit's info.
 
         >>> rows = store.context.tables.commitlog.read_arrow(columns=STAGED_SCHEMA.names)
         >>> result = store.context.commitlog.append_arrow(rows)
@@ -274,10 +275,11 @@ class CommitLog:
             rows = place._row_batch(batch, offsets, place._queue_offsets(batch, counters))
             end = start + int(sizes.sum())
             markers = {**extra, COMMITLOG_MARKER: end, **{queue_marker(t, q): n for (t, q), n in counters.items()}}
+            written = pa.Table.from_batches([rows])
             version, _ = write_rows(
                 self.table,
                 snapshot,
-                pa.Table.from_batches([rows]),
+                written,
                 target_file_size=self.config.target_file_size,
                 markers=markers,
                 operation=operation,
@@ -286,13 +288,11 @@ class CommitLog:
             )
             landed = rows.select(LANDED) if results else None
             return AppendResult(
-                version,
-                start,
-                end,
-                batch.num_rows,
+                *(version, start, end, batch.num_rows),
                 rows=landed.to_pylist() if results is True and landed is not None else None,
                 queues={k: (first[k], counters[k]) for k in first},
                 landed=pa.Table.from_batches([landed]) if results == "arrow" else None,
+                written=written if results == "arrow" else None,
             )
 
         return with_retries(self.table, self.config.max_commit_attempts, step, what=operation.lower(), serial=True)

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from storelib import Message, MessageSelector, MessageStore
+from storelib.local.relay import relay_for
 from storelib.local.tail import TailServer, tail_client
 
 #: Small queue files and transfer limits, so scans stop at a file's end and batches fill by bytes or count.
@@ -311,3 +312,66 @@ def test_a_held_pull_waits_at_the_follower_and_wakes_when_a_round_is_handed_over
         assert [int(m.properties["n"]) for m in p.messages] == [10, 12]
         assert 400 <= p.suspended_ms < 10_000 and client.answered >= answered + 2  # the pull, the wait that woke
         assert p.messages == reading.pull("GroupT", "TopicTest", 0, 5, 32).messages
+
+
+def test_a_relayed_send_is_pulled_from_the_tail_before_any_round_and_the_round_changes_nothing(
+    stores, store_path, spark
+):
+    """The machine's committer hands each commit's rows to the follower's tail as it lands
+    (storelib.local.landing): a held pull returns a message no round has dispatched yet, a queue nobody had
+    pulled starts its tail from them, and once the round runs every pull is the tables' answer again."""
+    import threading
+
+    serving, asking, reading = stores
+    serving.create_topic("TopicNew", queues=1)
+    serving.subscribe("GroupN", "TopicNew", "*")
+    relaying = MessageStore.open(store_path, spark, relay_sends=True, **SETTINGS)
+    _send(serving, 20)
+    client = tail_client(asking.context)
+    try:
+        with TailServer(serving.context) as server:
+            assert _pulls(asking) == _pulls(reading)  # every queue's tail started
+            top = asking.get_message("GroupT", "TopicTest", 0, 0).max_offset
+            later = threading.Timer(
+                0.3, lambda: relaying.send(Message("TopicTest", body=b"r0", tags="TagA", queue_id=0))
+            )
+            later.start()
+            p = asking.pull("GroupT", "TopicTest", 0, top, 32, suspend_timeout_ms=20_000)
+            later.join()
+            assert [m.body for m in p.messages] == [b"r0"] and p.next_begin_offset == top + 1
+            assert p.max_offset == top + 1 and p.suspended_ms < 10_000 and server.landed == 1
+            # not in the consume queue yet: the tables say so, and a consumer at the tail's end reading them waits
+            assert reading.get_message("GroupT", "TopicTest", 0, 0).max_offset == top
+            held = reading.pull("GroupT", "TopicTest", 0, top + 1, 32)
+            assert (held.status.value, held.next_begin_offset) == ("NO_NEW_MSG", top + 1)
+            beyond = reading.pull("GroupT", "TopicTest", 0, top + 2, 32)
+            assert beyond.status.value == "OFFSET_ILLEGAL"  # past the commitlog's end too: moved, as before
+            committer = relay_for(relaying.context.commitlog).committer
+            commits = committer.commits
+            futures = [relaying.send_async(Message("TopicNew", body=b"n%d" % i)) for i in range(3)] + [
+                relaying.send_async(Message("TopicTest", body=b"r%d" % i, tags="TagB", queue_id=i % 2))
+                for i in range(1, 5)
+            ]
+            [f.result() for f in futures]
+            deadline = time.monotonic() + 30
+            while server.landed < 1 + committer.commits - commits and time.monotonic() < deadline:
+                time.sleep(0.01)
+            answered = client.answered
+            fresh = asking.pull("GroupN", "TopicNew", 0, 0, 32)  # its tail starts from the rows landed
+            assert [m.body for m in fresh.messages] == [b"n0", b"n1", b"n2"] and client.answered == answered + 1
+            tagged = asking.pull("GroupT", "TopicTest", 1, top, 32, selector="TagB")
+            assert [m.body for m in tagged.messages] == [b"r1", b"r3"]
+            dispatcher = serving.dispatcher()
+            dispatcher.feed = server
+            dispatcher.run()
+            assert _pulls(asking) == _pulls(reading)
+            assert (
+                asking.pull("GroupN", "TopicNew", 0, 0, 32).messages
+                == reading.pull("GroupN", "TopicNew", 0, 0, 32).messages
+            )
+            assert all(
+                t.units.column("queue_offset").to_pylist() == list(range(t.start, t.end))
+                for t in server._tails.values()
+            )
+    finally:
+        relaying.close()
