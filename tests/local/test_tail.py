@@ -197,20 +197,29 @@ def test_the_tails_stay_within_tail_pulls_max_mb_the_least_recently_pulled_going
             s.close()
 
 
-def test_a_killed_serving_follower_loses_and_repeats_nothing(store, python_env):
+@pytest.mark.parametrize("relayed", [False, True], ids=["sent", "relayed"])
+def test_a_killed_serving_follower_loses_and_repeats_nothing(store, python_env, relayed):
     """``storelib dispatch --follow`` (which serves pulls unless told ``--no-serve-pulls``) in its own process;
     a consumer long-polls through it, the follower is killed, the consumer goes on from the tables, and gets
-    every message once, in order."""
+    every message once, in order. Relayed: the sends go through the machine's committer, which hands each
+    commit's rows to the follower as it lands, so pulls are answered ahead of the consume queue's commits."""
     store.subscribe("GroupT", "TopicTest", "*")
     asking = MessageStore.open(store.root, store.context.spark)
+    sending = MessageStore.open(store.root, store.context.spark, relay_sends=True) if relayed else store
     client = tail_client(asking.context)
     command = [sys.executable, "-m", "storelib", "dispatch", "--follow", "--interval-ms", "20", "--store", store.root]
+    if relayed:  # after its first round, the follower's next is ten minutes away: the rest reach the tail landed
+        command += ["--round-ms", "600000"]
     follower = subprocess.Popen(command, env=python_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     got, offset, sent = [], 0, 0
 
     def send(n: int) -> None:
         nonlocal sent
-        store.send_batch([Message("TopicTest", body=str(sent + i).encode(), queue_id=0) for i in range(n)])
+        messages = [Message("TopicTest", body=str(sent + i).encode(), queue_id=0) for i in range(n)]
+        if relayed:  # one at a time, in order, through the committer
+            [sending.send(m) for m in messages]
+        else:
+            store.send_batch(messages)
         sent += n
 
     def consume(until: int, deadline_s: float = 120) -> None:
@@ -231,6 +240,10 @@ def test_a_killed_serving_follower_loses_and_repeats_nothing(store, python_env):
         follower.kill()
         follower.communicate(timeout=60)
         answered = client.answered
+        if relayed:  # the consumer is past the consume queue's end: reading the tables, it waits there
+            assert store.get_message("GroupT", "TopicTest", 0, 0).max_offset < offset == sent
+            p = asking.pull("GroupT", "TopicTest", 0, offset, 8)
+            assert (p.status.value, p.next_begin_offset, p.messages) == ("NO_NEW_MSG", offset, [])
         send(9)
         store.dispatch()  # no follower now: a one-off dispatch
         consume(sent)
@@ -240,6 +253,8 @@ def test_a_killed_serving_follower_loses_and_repeats_nothing(store, python_env):
             follower.kill()
             follower.communicate(timeout=60)
         asking.close()
+        if relayed:
+            sending.close()
     assert got == list(range(sent))
 
 
