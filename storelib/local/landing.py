@@ -53,7 +53,8 @@ def landing_address(commitlog_path: str) -> str | None:
 
 class LandedFeed:
     """Hands the rows of each commit to the follower listening on :func:`landing_address`, in commit order,
-    from a thread of its own: :meth:`hand` never waits. Rows are dropped, and counted, where no follower
+    from a thread of its own (the commits that land while one is handed on go together next): :meth:`hand`
+    never waits. Rows are dropped, and counted, where no follower
     listens or the thread is :data:`LANDED_WAITING` commits behind.
 
     >>> feed = LandedFeed("/tmp/nowhere/commitlog")
@@ -99,14 +100,28 @@ class LandedFeed:
 
     def _run(self) -> None:
         while (rows := self._waiting.get()) is not None:
+            taken = [rows]  # and every commit that landed while the last was handed on: one hand-off for all
+            while len(taken) < LANDED_WAITING and (more := self._take_waiting()) is not None:
+                taken.append(more)
             client = self._connected()
-            reply = client.call(*pack(rows=rows), timeout=_TIMEOUT_S) if client is not None else None
+            joined = pa.concat_tables(taken) if len(taken) > 1 else rows
+            reply = client.call(*pack(rows=joined), timeout=_TIMEOUT_S) if client is not None else None
             if reply is not None and reply[0] == ANSWER:
-                self.handed += 1
+                self.handed += len(taken)
                 continue
-            self.dropped += 1
+            self.dropped += len(taken)
             if client is not None and reply is None:  # the follower is gone or too slow: look again later
                 self._client, self._down_until = None, time.monotonic() + _LOOK_AGAIN_S
+
+    def _take_waiting(self) -> pa.Table | None:
+        """The next commit's rows already waiting, or None (none, or the feed is closing: put back)."""
+        try:
+            rows = self._waiting.get_nowait()
+        except queue.Empty:
+            return None
+        if rows is None:
+            self._waiting.put(None)  # the close, for the loop to see after this hand-off
+        return rows
 
     def _connected(self) -> Client | None:
         if self._client is None and time.monotonic() >= self._down_until:

@@ -77,6 +77,8 @@ class _Handing(enum.Enum):
 
 _HANDING = _Handing.HANDING
 _UNIT_COLUMNS = ["queue_offset", "commitlog_offset", "size", "tags_code"]
+#: The units' columns as a tail keeps them, from whichever source (a table's files, a round, landed rows):
+#: a tail's chunks are joined, so they must agree, nullability too.
 _UNIT_SCHEMA = pa.schema([CONSUME_QUEUE.arrow.field(c) for c in _UNIT_COLUMNS])
 #: The messages' columns as the tail keeps and sends them.
 MESSAGE_SCHEMA = pa.schema([COMMITLOG.arrow.field(c) for c in MESSAGE_COLUMNS])
@@ -370,7 +372,7 @@ class TailServer:
         if len(got) and got[-1] == end - 1 and (np.diff(got) == 1).all():  # else a gap, or nothing yet
             messages = self._messages(units)
             if messages is not None:
-                self._tails[key] = Tail(units, messages)
+                self._tails[key] = Tail(units.select(_UNIT_COLUMNS).cast(_UNIT_SCHEMA), messages)
         self._tails.reach(key, end)  # units landed past the consume queue's end join it, or start the tail
         self._trim()
 
@@ -396,7 +398,7 @@ class TailServer:
             mine = mine.filter(pa.array(keep)) if not keep.all() else mine
             got = got[keep]
             if got[0] == tail.end and (np.diff(got) == 1).all():
-                news[key] = mine.select(_UNIT_COLUMNS)
+                news[key] = mine.select(_UNIT_COLUMNS).cast(_UNIT_SCHEMA)  # one layout, whichever the source
             else:
                 del self._tails[key]  # not contiguous with what it held
         messages = self._messages(pa.concat_tables(list(news.values()))) if news else None
@@ -428,19 +430,24 @@ class TailServer:
         <GetMessageStatus.FOUND: 'FOUND'>
         """
         queued = queued_units(rows, self.ctx.config.delay_levels_ms)
+        units = queued.select(["queue_offset", "physical_offset", "size", "tags_code"])
+        units = units.rename_columns(_UNIT_COLUMNS).cast(_UNIT_SCHEMA)
+        both = pa.Table.from_arrays(
+            [*units.columns, *queued.select(MESSAGE_SCHEMA.names).cast(MESSAGE_SCHEMA).columns],
+            schema=pa.schema([*(f.with_name(f"unit.{f.name}") for f in _UNIT_SCHEMA), *MESSAGE_SCHEMA]),
+        )
         with self._lock:
-            self.landed += 1
             grew = False
-            for key, (mine, offsets) in by_queue(queued).items():  # a queue not pulled yet too: kept ahead
+            for key, (mine, offsets) in by_queue(both).items():  # a queue not pulled yet too: kept ahead
                 if (np.diff(offsets) != 1).any():
                     continue  # not one run (the same rows handed twice?): the rounds bring them
-                units = mine.select(["queue_offset", "physical_offset", "size", "tags_code"])
                 run = Tail(
-                    units.rename_columns(_UNIT_COLUMNS).cast(_UNIT_SCHEMA),
-                    mine.select(MESSAGE_SCHEMA.names).cast(MESSAGE_SCHEMA),
+                    mine.select([f"unit.{c}" for c in _UNIT_COLUMNS]).rename_columns(_UNIT_COLUMNS),
+                    mine.select(MESSAGE_SCHEMA.names),
                 )
                 grew = self._tails.land(key, run) or grew
             self._trim()
+            self.landed += 1
             if grew:
                 self._grown.notify_all()
 

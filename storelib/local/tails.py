@@ -16,13 +16,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["Tail", "Tails", "by_queue", "TAIL_UNITS", "UNIT_BYTES"]
+__all__ = ["Tail", "Tails", "by_queue", "TAIL_UNITS", "UNIT_BYTES", "MAX_CHUNKS"]
 
 #: Units (with their messages) the follower keeps of each queue it was asked for (a quarter of them when
 #: first asked; up to a quarter more between two cuts): a consumer further behind reads the tables itself.
 TAIL_UNITS = 4_096
 #: Bytes a tail counts for a unit beyond its message's stored size: its four columns.
 UNIT_BYTES = 32
+#: Chunks a tail's columns may have before they are joined into one (a concatenation, a slice and a read
+#: cost per chunk: a tail grown by a few units a commit reaches hundreds of them).
+MAX_CHUNKS = 32
 
 
 def _held(units: pa.Table) -> int:
@@ -63,6 +66,8 @@ class Tail:
         if units.num_rows > TAIL_UNITS * 5 // 4:
             cut = units.num_rows - TAIL_UNITS
             return Tail(units.slice(cut).combine_chunks(), messages.slice(cut).combine_chunks())
+        if units.column(0).num_chunks > MAX_CHUNKS:  # every step costs per chunk: joined now and then
+            return Tail(units.combine_chunks(), messages.combine_chunks(), nbytes)
         return Tail(units, messages, nbytes)
 
 
@@ -109,6 +114,8 @@ class Tails(dict):
         (False, 2)
         >>> tails.land(("T", 0), run(1, 2)), tails[("T", 0)].end      # the tail reaches it, and the run ahead
         (True, 5)
+        >>> tails.land(("T", 0), run(2, 3)), tails[("T", 0)].end      # units it holds (a round brought them first)
+        (False, 5)
         """
         tail = self.get(key)
         if tail is not None and run.start <= tail.end:
@@ -137,8 +144,8 @@ class Tails(dict):
         """``tail`` with the part of ``run`` (starting at or before its end) past its end; the units of the
         run it holds must be the same ones (else it is dropped: a topic deleted and sent to again, started
         again when next asked for). Whether it grew."""
-        lo = max(run.start, tail.start)
-        held = tail.units.column("commitlog_offset").slice(lo - tail.start).to_numpy()
+        lo, hi = max(run.start, tail.start), min(run.end, tail.end)  # the units both hold
+        held = tail.units.column("commitlog_offset").slice(lo - tail.start, max(0, hi - lo)).to_numpy()
         if not np.array_equal(held, run.units.column("commitlog_offset").slice(lo - run.start, len(held)).to_numpy()):
             del self[key]
             return False

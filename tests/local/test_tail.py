@@ -6,6 +6,8 @@ import subprocess
 import sys
 import time
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from storelib import Message, MessageSelector, MessageStore
@@ -388,5 +390,32 @@ def test_a_relayed_send_is_pulled_from_the_tail_before_any_round_and_the_round_c
                 t.units.column("queue_offset").to_pylist() == list(range(t.start, t.end))
                 for t in server._tails.values()
             )
+    finally:
+        relaying.close()
+
+
+def test_a_round_extends_a_tail_that_landed_rows_took_ahead(stores, store_path, spark):
+    """Units from the tables, from landed rows and from a round's hand-over join one tail: a round bringing
+    units past what landed (a commit made without the committer) extends it, the landed ones checked."""
+    serving, asking, reading = stores
+    relaying = MessageStore.open(store_path, spark, relay_sends=True, **SETTINGS)
+    _send(serving, 20)
+    try:
+        with TailServer(serving.context) as server:
+            assert _pulls(asking) == _pulls(reading)  # the tails started from the tables
+            relaying.send(Message("TopicTest", body=b"landed", queue_id=0))
+            deadline = time.monotonic() + 30
+            while server.landed < 1 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert server._tails[("TopicTest", 0)].end == 11
+            serving.send_batch([Message("TopicTest", body=b"%d" % i, queue_id=i % 2) for i in range(4)])
+            assert serving.dispatch().consume_queue_rows == 5  # committed here, not landed
+            units = serving.context.tables.consume_queue.read_arrow(filter=pc.field("queue_offset") >= 10)
+            server.publish(pa.Table.from_arrays(units.columns, names=units.column_names))  # nullable columns
+            assert {k: (t.start, t.end) for k, t in server._tails.items()} == {
+                ("TopicTest", 0): (0, 13),
+                ("TopicTest", 1): (0, 12),
+            }
+            assert _pulls(asking) == _pulls(reading)
     finally:
         relaying.close()
