@@ -19,7 +19,6 @@ the follower's rounds, as every other commit's do.
 
 from __future__ import annotations
 
-import logging
 import queue
 import threading
 import time
@@ -29,8 +28,6 @@ import pyarrow as pa
 from storelib.local.wire import ANSWER, Client, local_address, pack
 
 __all__ = ["LandedFeed", "landing_address", "LANDED_WAITING"]
-
-log = logging.getLogger(__name__)
 
 #: Commits' rows a feed keeps waiting for its thread at most; past that a commit's are dropped (the
 #: follower's rounds bring them).
@@ -54,8 +51,8 @@ def landing_address(commitlog_path: str) -> str | None:
 class LandedFeed:
     """Hands the rows of each commit to the follower listening on :func:`landing_address`, in commit order,
     from a thread of its own (the commits that land while one is handed on go together next): :meth:`hand`
-    never waits. Rows are dropped, and counted, where no follower
-    listens or the thread is :data:`LANDED_WAITING` commits behind.
+    never waits. Rows are dropped, and counted, where no follower listens or the thread is
+    :data:`LANDED_WAITING` commits behind.
 
     >>> feed = LandedFeed("/tmp/nowhere/commitlog")
     >>> feed.hand(pa.table({"x": [1]})); feed.close()
