@@ -51,7 +51,10 @@ def landing_address(commitlog_path: str) -> str | None:
 class LandedFeed:
     """Hands the rows of each commit to the follower listening on :func:`landing_address`, in commit order,
     from a thread of its own (the commits that land while one is handed on go together next): :meth:`hand`
-    never waits. Rows are dropped, and counted, where no follower listens or the thread is
+    never waits. A commit's rows go no sooner than ``after_s`` after it landed: the consumers they wake then
+    leave the machine's CPU to the producers the commit answered while those send again (the committer's
+    regather; with 30 ms on the S3 store, 5,083–5,098 msg/s against 4,972–4,981 handed at once, end to end
+    p50 302–303 against 309 ms). Rows are dropped, and counted, where no follower listens or the thread is
     :data:`LANDED_WAITING` commits behind.
 
     >>> feed = LandedFeed("/tmp/nowhere/commitlog")
@@ -60,12 +63,13 @@ class LandedFeed:
     (0, 1)
     """
 
-    def __init__(self, commitlog_path: str):
+    def __init__(self, commitlog_path: str, after_s: float = 0.0):
         self.address = landing_address(commitlog_path)
+        self.after_s = after_s
         #: Commits whose rows a follower took, and those dropped.
         self.handed = 0
         self.dropped = 0
-        self._waiting: "queue.Queue[pa.Table | None]" = queue.Queue(LANDED_WAITING)
+        self._waiting: "queue.Queue[tuple[float, pa.Table] | None]" = queue.Queue(LANDED_WAITING)
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._client: Client | None = None
@@ -80,7 +84,7 @@ class LandedFeed:
                 self._thread = threading.Thread(target=self._run, name="storelib-landed", daemon=True)
                 self._thread.start()
         try:
-            self._waiting.put_nowait(rows)
+            self._waiting.put_nowait((time.monotonic(), rows))
         except queue.Full:
             self.dropped += 1
 
@@ -96,7 +100,9 @@ class LandedFeed:
             self._client = None
 
     def _run(self) -> None:
-        while (rows := self._waiting.get()) is not None:
+        while (item := self._waiting.get()) is not None:
+            at, rows = item
+            time.sleep(max(0.0, at + self.after_s - time.monotonic()))
             taken = [rows]  # and every commit that landed while the last was handed on: one hand-off for all
             while len(taken) < LANDED_WAITING and (more := self._take_waiting()) is not None:
                 taken.append(more)
@@ -113,12 +119,13 @@ class LandedFeed:
     def _take_waiting(self) -> pa.Table | None:
         """The next commit's rows already waiting, or None (none, or the feed is closing: put back)."""
         try:
-            rows = self._waiting.get_nowait()
+            item = self._waiting.get_nowait()
         except queue.Empty:
             return None
-        if rows is None:
+        if item is None:
             self._waiting.put(None)  # the close, for the loop to see after this hand-off
-        return rows
+            return None
+        return item[1]
 
     def _connected(self) -> Client | None:
         if self._client is None and time.monotonic() >= self._down_until:

@@ -412,8 +412,8 @@ class _Leader:
             turn=table.commit_turn,  # the snapshot brought forward first: groups arriving meanwhile join
         )
         #: Each commit's rows go on to the follower of this machine, if one listens (a pull need not wait
-        #: for its round).
-        self.landing = LandedFeed(table.path)
+        #: for its round), once the producers the commit answered have had the regather to send again.
+        self.landing = LandedFeed(table.path, after_s=regather_ms(table.path) / 1000)
         server.serve(self._take)
 
     @classmethod
