@@ -77,8 +77,7 @@ class _Handing(enum.Enum):
 
 _HANDING = _Handing.HANDING
 _UNIT_COLUMNS = ["queue_offset", "commitlog_offset", "size", "tags_code"]
-#: The units' columns as a tail keeps them, from whichever source (a table's files, a round, landed rows):
-#: a tail's chunks are joined, so they must agree, nullability too.
+#: The units' columns as landed rows make them (what joins a tail takes its layout: :meth:`Tail.extended`).
 _UNIT_SCHEMA = pa.schema([CONSUME_QUEUE.arrow.field(c) for c in _UNIT_COLUMNS])
 #: The messages' columns as the tail keeps and sends them.
 MESSAGE_SCHEMA = pa.schema([COMMITLOG.arrow.field(c) for c in MESSAGE_COLUMNS])
@@ -372,7 +371,7 @@ class TailServer:
         if len(got) and got[-1] == end - 1 and (np.diff(got) == 1).all():  # else a gap, or nothing yet
             messages = self._messages(units)
             if messages is not None:
-                self._tails[key] = Tail(units.select(_UNIT_COLUMNS).cast(_UNIT_SCHEMA), messages)
+                self._tails[key] = Tail(units, messages)
         self._tails.reach(key, end)  # units landed past the consume queue's end join it, or start the tail
         self._trim()
 
@@ -398,7 +397,7 @@ class TailServer:
             mine = mine.filter(pa.array(keep)) if not keep.all() else mine
             got = got[keep]
             if got[0] == tail.end and (np.diff(got) == 1).all():
-                news[key] = mine.select(_UNIT_COLUMNS).cast(_UNIT_SCHEMA)  # one layout, whichever the source
+                news[key] = mine.select(_UNIT_COLUMNS)
             else:
                 del self._tails[key]  # not contiguous with what it held
         messages = self._messages(pa.concat_tables(list(news.values()))) if news else None

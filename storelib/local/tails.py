@@ -62,6 +62,9 @@ class Tail:
         ([b'a', b'b'], 314)
         """
         nbytes = self.nbytes + _held(units)
+        if units.schema != self.units.schema or messages.schema != self.messages.schema:
+            # from another source (a table's files, a round, landed rows): joined in the tail's own layout
+            units, messages = units.cast(self.units.schema), messages.cast(self.messages.schema)
         units, messages = pa.concat_tables([self.units, units]), pa.concat_tables([self.messages, messages])
         if units.num_rows > TAIL_UNITS * 5 // 4:
             cut = units.num_rows - TAIL_UNITS
