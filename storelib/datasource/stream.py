@@ -22,9 +22,11 @@ True
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Iterator, Mapping, Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -34,7 +36,7 @@ from storelib.context import StoreContext
 from storelib.datasource.batch import MAX_SCAN_PARTITIONS, output_schema
 from storelib.datasource.offsets import OffsetSpec, Position, nested, queue_bounds, resolve, stream_offsets
 from storelib.datasource.options import MESSAGES, SourceOptions
-from storelib.datasource.scope import check, store_context, subscriptions, within_ranges
+from storelib.datasource.scope import check, ranges_mask, store_context, subscriptions
 from storelib.delta.log import add_actions
 from storelib.delta.spark_read import contiguous_groups
 from storelib.delta.stats import Prune
@@ -42,7 +44,7 @@ from storelib.delta.table import Table
 from storelib.filter.message_filter import MessageFilter
 from storelib.model.errors import OffsetError
 from storelib.storage.consume_queue import read_units
-from storelib.storage.dispatched import queued_expression
+from storelib.storage.dispatched import queued_mask
 
 __all__ = ["GroupStreamReader", "BatchFiles"]
 
@@ -197,25 +199,19 @@ class GroupStreamReader(DataSourceStreamReader, _AvailableNow):
         return [BatchFiles(tuple(run), lo, hi, tuple(ranges)) for run in runs if run]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """The partition's rows: its files' row groups decoded once (those whose statistics leave no row of
+        the batch skipped), cut to the batch's rows by numpy masks, then each topic's exact check."""
         if not isinstance(partition, BatchFiles):
             return  # Spark's one empty partition when a batch has none
         ctx = self._context()
-        filters, wanted = {}, None
-        for topic in sorted({t for t, _, _, _ in partition.queues}):
+        topics = sorted({t for t, _, _, _ in partition.queues})
+        filters = {}
+        for topic in topics:
             sub = self.subscriptions[topic]
-            flt = filters[topic] = MessageFilter(topic, sub.selector, sub)
-            mine = within_ranges(r for r in partition.queues if r[0] == topic)
-            if flt.selector.by_tags and not flt.tags_all:
-                mine = mine & flt.commitlog_expression()  # lets clustered files skip row groups by their tags
-            wanted = mine if wanted is None else wanted | mine
-        where = (
-            queued_expression()
-            & (pc.field("physical_offset") >= partition.low)
-            & (pc.field("physical_offset") <= partition.high)
-            & wanted
-        )
+            filters[topic] = MessageFilter(topic, sub.selector, sub)
         schema = output_schema(self.schema) or MESSAGES
-        for batch in ctx.tables.commitlog.scan(list(partition.paths), where):
+        rows_of = functools.partial(_batch_rows, partition, filters)
+        for batch in ctx.tables.commitlog.scan(list(partition.paths), prune=_prune(partition, filters), keep=rows_of):
             rows = pa.Table.from_batches([batch])
             for topic, flt in filters.items():
                 mine = rows.filter(pc.equal(rows.column("topic"), topic)) if len(filters) > 1 else rows
@@ -228,6 +224,35 @@ class GroupStreamReader(DataSourceStreamReader, _AvailableNow):
     def commit(self, end: dict) -> None:
         if self.options.commit_offsets and end:
             self._context().offsets.commit_many(self.group, self._flat(end))
+
+
+def _prune(partition: BatchFiles, filters: Mapping[str, MessageFilter]) -> pc.Expression:
+    """What a micro-batch's row groups must be able to hold, for their statistics: its commitlog offsets, its
+    topics and, for a tag selector, its tags (clustered files keep a tag's rows together)."""
+    either = None
+    for topic, flt in filters.items():
+        mine = pc.field("topic") == topic
+        tags = flt.commitlog_expression() if flt.selector.by_tags and not flt.tags_all else None
+        mine = mine if tags is None else mine & tags
+        either = mine if either is None else either | mine
+    return (pc.field("physical_offset") >= partition.low) & (pc.field("physical_offset") <= partition.high) & either
+
+
+def _batch_rows(partition: BatchFiles, filters: Mapping[str, MessageFilter], batch: pa.RecordBatch) -> np.ndarray:
+    """The rows of ``batch`` the micro-batch reads: queued messages in its offsets' ranges passing their
+    topic's tag test, as a numpy mask (the tasks' part of :func:`_prune`, tested row by row)."""
+    offsets = batch.column("physical_offset").to_numpy()
+    keep = (offsets >= partition.low) & (offsets <= partition.high)
+    keep &= queued_mask(batch.column("sysflag")).to_numpy(zero_copy_only=False)
+    keep &= ranges_mask(batch, partition.queues)
+    for topic, flt in filters.items():
+        tags = flt.commitlog_tags_mask(batch) if flt.selector.by_tags and not flt.tags_all else None
+        if tags is not None:
+            passed = pc.fill_null(tags, False).to_numpy(zero_copy_only=False)
+            if len(filters) > 1:  # other topics' rows are not this one's to test
+                passed |= pc.fill_null(pc.not_equal(batch.column("topic"), topic), True).to_numpy(zero_copy_only=False)
+            keep &= passed
+    return keep
 
 
 def _exact(flt: MessageFilter, rows: pa.Table) -> pa.Array | None:

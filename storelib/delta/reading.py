@@ -8,7 +8,7 @@ by Spark over a pruned file list or on this process with pyarrow (point reads ke
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 from urllib.parse import unquote
 
 import pyarrow as pa
@@ -179,17 +179,24 @@ class Reading:
         return small, large
 
     def scan(
-        self, paths: Sequence[str], filter: pc.Expression | None = None, batch_size: int = 64 * 1024
+        self,
+        paths: Sequence[str],
+        filter: pc.Expression | None = None,
+        batch_size: int = 64 * 1024,
+        *,
+        prune: pc.Expression | None = None,
+        keep: Callable[[pa.RecordBatch], Any] | None = None,
     ) -> Iterator[pa.RecordBatch]:
         """The rows of data files (full paths, from :meth:`paths`) that pass ``filter``, streamed in Arrow
         batches with pyarrow on this process, on one thread (an executor task's share of a read); row
-        groups whose statistics rule the filter out are not decoded.
+        groups whose statistics rule the filter out are not decoded. Or those ``keep`` (a vectorized
+        mask) keeps, of the row groups ``prune`` leaves: :func:`~storelib.delta.files.scan_files`.
 
         >>> t = store.context.tables.commitlog
         >>> [b.num_rows for b in t.scan(t.files(t.snapshot()), pc.field("topic") == "TopicTest")]
         [1]
         """
-        return scan_files(paths, self.spec.arrow, filter, batch_size)
+        return scan_files(paths, self.spec.arrow, filter, batch_size, prune=prune, keep=keep)
 
     def read_row_groups(
         self,

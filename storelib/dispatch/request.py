@@ -32,6 +32,7 @@ from storelib.encoding.tags import tags_codes
 from storelib.model.message import MessageConst, SysFlag
 from storelib.model.topic import SCHEDULE_TOPIC, TIMER_TOPIC
 from storelib.storage import consume_queue, consume_queue_ext, index_file
+from storelib.storage.dispatched import queued_mask
 
 if TYPE_CHECKING:
     from storelib.dispatch.calc_bitmap import FilterBitmaps
@@ -136,11 +137,11 @@ class DispatchRequests:
     @staticmethod
     def _rows_for(batch: pa.RecordBatch, index: bool, start: int) -> pa.RecordBatch:
         """The batch's rows from commitlog offset ``start`` on that the index (``index``) or a queue gets."""
-        kind = pc.bit_wise_and(batch.column("sysflag"), SysFlag.TRANSACTION_ROLLBACK_TYPE)
         if index:
+            kind = pc.bit_wise_and(batch.column("sysflag"), SysFlag.TRANSACTION_ROLLBACK_TYPE)
             wanted = pc.not_equal(kind, SysFlag.TRANSACTION_ROLLBACK_TYPE)
         else:
-            wanted = pc.is_in(kind, pa.array(SysFlag.QUEUED_TRANSACTION_TYPES, pa.int32()))
+            wanted = queued_mask(batch.column("sysflag"))
         keep = pc.and_(wanted, pc.greater_equal(batch.column("physical_offset"), start))
         return batch if pc.all(keep).as_py() else batch.filter(keep)
 

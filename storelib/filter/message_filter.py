@@ -189,11 +189,25 @@ class MessageFilter:
         ], null_matching_behavior=MATCH})>
         """
 
+        tags = self._commitlog_tags()
+        return None if tags is None else pc.field("tags").isin(tags)
+
+    def commitlog_tags_mask(self, rows: "pa.RecordBatch | pa.Table") -> "pa.Array | pa.ChunkedArray | None":
+        """:meth:`commitlog_expression` over rows already read: a boolean array (None: every row passes).
+
+        >>> flt = MessageFilter("TopicTest", MessageSelector.by_tag("TagA || TagB"))
+        >>> flt.commitlog_tags_mask(pa.table({"tags": ["TagB", "TagC", None]})).to_pylist()
+        [True, False, False]
+        """
+        tags = self._commitlog_tags()
+        return None if tags is None else pc.is_in(rows.column("tags"), value_set=tags)
+
+    def _commitlog_tags(self) -> "pa.Array | None":
         if not self.selector.by_tags:
             raise NotImplementedError("SQL92 is checked by Spark columns")
         if self.data.class_filter_mode or not self.data.tags_set:
             return None
-        return pc.field("tags").isin(pa.array(sorted(self.data.tags_set), pa.string()))
+        return pa.array(sorted(self.data.tags_set), pa.string())
 
     # ---- file level ----------------------------------------------------------------------------
     def may_skip_file(self, summary: "FileSummary") -> bool:

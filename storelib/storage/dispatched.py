@@ -27,6 +27,7 @@ __all__ = [
     "REPUT_MARKER",
     "queued",
     "queued_expression",
+    "queued_mask",
     "ahead_of_commitlog",
     "dispatch_targets",
     "dispatched_to",
@@ -59,6 +60,16 @@ def queued_expression():
     """
     kind = pc.bit_wise_and(pc.field("sysflag"), pa.scalar(SysFlag.TRANSACTION_ROLLBACK_TYPE, pa.int32()))
     return kind.isin(list(SysFlag.QUEUED_TRANSACTION_TYPES))
+
+
+def queued_mask(sysflag: "pa.Array | pa.ChunkedArray") -> pa.Array:
+    """:func:`queued` over a ``sysflag`` array already read: a boolean array, no expression evaluated row by row.
+
+    >>> queued_mask(pa.array([0, 4, 8, 12], pa.int32())).to_pylist()
+    [True, False, True, False]
+    """
+    kind = pc.bit_wise_and(sysflag, pa.scalar(SysFlag.TRANSACTION_ROLLBACK_TYPE, sysflag.type))
+    return pc.is_in(kind, pa.array(SysFlag.QUEUED_TRANSACTION_TYPES, sysflag.type))
 
 
 def ahead_of_commitlog(markers: Mapping[str, int], end: int) -> list[str]:
