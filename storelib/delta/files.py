@@ -44,6 +44,7 @@ __all__ = [
     "remember_sizes",
     "small_file",
     "scan_files",
+    "kept_batches",
     "keyed_rows",
     "FOOTER_CACHE_BYTES",
     "SMALL_FILE_CACHE_BYTES",
@@ -342,20 +343,34 @@ def _kept_batches(
         found = fragment(path)
         if prune is not None:
             found = found.subset(filter=prune)  # the row groups statistics leave, none decoded yet
-            if not found.row_groups:
-                continue
-        for batch in found.to_batches(schema=schema, batch_size=batch_size, use_threads=False):
-            if keep is None:
-                yield batch
-                continue
-            mask = keep(batch)
-            passed = (
-                int(pc.sum(mask).as_py() or 0) if isinstance(mask, (pa.Array, pa.ChunkedArray)) else int(mask.sum())
-            )
-            if passed == batch.num_rows:
-                yield batch
-            elif passed:
-                yield batch.filter(mask if isinstance(mask, pa.Array) else pa.array(mask, pa.bool_()))
+        yield from kept_batches(found, schema, keep, batch_size)
+
+
+def kept_batches(
+    found: "ds.ParquetFileFragment",
+    schema: pa.Schema,
+    keep: Callable[[pa.RecordBatch], Any] | None,
+    batch_size: int = 64 * 1024,
+) -> Iterator[pa.RecordBatch]:
+    """The rows of a data file's row groups (``found``: its :func:`fragment`, or a subset of it) in ``schema``
+    that ``keep`` (None: all) keeps, decoded on this thread; a batch all of whose rows pass, uncopied.
+
+    >>> t = store.context.tables.commitlog
+    >>> [b.num_rows for b in kept_batches(fragment(t.files(t.snapshot())[0]), t.spec.arrow, None)]
+    [1]
+    """
+    if not found.row_groups:
+        return
+    for batch in found.to_batches(schema=schema, batch_size=batch_size, use_threads=False):
+        if keep is None:
+            yield batch
+            continue
+        mask = keep(batch)
+        passed = int(pc.sum(mask).as_py() or 0) if isinstance(mask, (pa.Array, pa.ChunkedArray)) else int(mask.sum())
+        if passed == batch.num_rows:
+            yield batch
+        elif passed:
+            yield batch.filter(mask if isinstance(mask, pa.Array) else pa.array(mask, pa.bool_()))
 
 
 def keyed_rows(

@@ -9,7 +9,7 @@ the only way Spark reads the store's files (Spark's own Parquet reader would nee
 >>> import pyarrow.compute as pc
 >>> t = store.context.tables.commitlog
 >>> reads = [RowGroups(t.files(t.snapshot())[0], None, 100)]
->>> read_row_groups(spark, t.spec.arrow, reads, pc.field("topic") == "TopicTest").count()
+>>> read_row_groups(spark, t.spec.arrow, reads, keep=lambda b: pc.equal(b.column("topic"), "TopicTest")).count()
 1
 """
 
@@ -18,12 +18,12 @@ from __future__ import annotations
 import functools
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from storelib.delta.files import fragment, remember_sizes, scan_files
+from storelib.delta.files import fragment, kept_batches, remember_sizes
 from storelib.delta.location import is_local
 from storelib.delta.spec import spark_schema
 
@@ -60,17 +60,18 @@ def read_row_groups(
     spark: "SparkSession",
     schema: pa.Schema,
     reads: Sequence[RowGroups],
-    filter: pc.Expression | None = None,
-    check: Callable[[pa.RecordBatch], pa.Array] | None = None,
+    prune: pc.Expression | None = None,
+    keep: Callable[[pa.RecordBatch], Any] | None = None,
 ) -> "DataFrame":
-    """The rows (of a table with ``schema``) in ``reads`` that pass ``filter`` and ``check`` (a test pyarrow's
-    expressions cannot state, e.g. a SQL92 selector's; it runs in the tasks, sent to them by value), as a
-    DataFrame: one Spark job whose tasks each read a contiguous share of ``reads`` with pyarrow."""
+    """The rows (of a table with ``schema``) in ``reads`` that ``keep`` keeps (a vectorized mask of a decoded
+    batch, e.g. a SQL92 selector's test, which pyarrow's expressions cannot state; it runs in the tasks, sent
+    to them by value), as a DataFrame: one Spark job whose tasks each read a contiguous share of ``reads``
+    with pyarrow. Of a whole file, only the row groups whose statistics do not rule ``prune`` out are read."""
     reads = list(reads)
     total = sum(r.bytes for r in reads)
     tasks = max(1, min(len(reads), max(parallelism(spark), -(-total // TASK_BYTES))))
     shares = contiguous_groups(reads, [max(1, r.bytes) for r in reads], tasks) if reads else []
-    task = functools.partial(_read_shares, schema, shares, filter, check)
+    task = functools.partial(_read_shares, schema, shares, prune, keep)
     return spark.range(len(shares), numPartitions=max(1, len(shares))).mapInArrow(task, spark_schema(schema))
 
 
@@ -95,25 +96,22 @@ def read_paths(
 def _read_shares(
     schema: pa.Schema,
     shares: list[list[RowGroups]],
-    filter: pc.Expression | None,
-    check: Callable[[pa.RecordBatch], pa.Array] | None,
+    prune: pc.Expression | None,
+    keep: Callable[[pa.RecordBatch], Any] | None,
     tasks: Iterator[pa.RecordBatch],
 ) -> Iterator[pa.RecordBatch]:
-    """One executor task: the shares whose numbers ``tasks`` holds, read and filtered."""
+    """One executor task: the shares whose numbers ``tasks`` holds, read and kept."""
     for task in tasks:
         for i in task.column(0).to_pylist():
             known = [r for r in shares[i] if r.file_size is not None]
             remember_sizes([r.path for r in known], [r.file_size for r in known])
             for read in shares[i]:
-                if read.row_groups is None:
-                    batches: Iterable[pa.RecordBatch] = scan_files([read.path], schema, filter, _BATCH_ROWS)
-                else:
-                    groups = fragment(read.path).subset(row_group_ids=list(read.row_groups))
-                    batches = groups.to_table(schema=schema, filter=filter).to_batches(max_chunksize=_BATCH_ROWS)
-                for batch in batches:
-                    kept = batch if check is None or not batch.num_rows else batch.filter(check(batch))
-                    if kept.num_rows:
-                        yield kept
+                found = fragment(read.path)
+                if read.row_groups is not None:
+                    found = found.subset(row_group_ids=list(read.row_groups))
+                elif prune is not None:
+                    found = found.subset(filter=prune)
+                yield from kept_batches(found, schema, keep, _BATCH_ROWS)
 
 
 def contiguous_groups(items: Sequence[T], sizes: Sequence[int], groups: int) -> list[list[T]]:

@@ -8,8 +8,9 @@ Details: ``docs/internals.md``, section storelib.query.read.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 import numpy as np
 import pyarrow as pa
@@ -29,8 +30,9 @@ from storelib.filter.subscription import check_selector
 from storelib.model.errors import FilterError
 from storelib.model.message import SysFlag
 from storelib.query.class_scan import read_kept
+from storelib.query.seq_ranges import any_between, cap, merged
 from storelib.storage.commitlog import is_clustered
-from storelib.storage.dispatched import REPUT_MARKER, queued, queued_expression
+from storelib.storage.dispatched import REPUT_MARKER, queued, queued_expression, queued_mask
 from storelib.storage.schema import COMMITLOG, CONSUME_QUEUE, CONSUME_QUEUE_EXT
 from storelib.storage.summaries import read_row_group_summaries, read_summaries
 
@@ -200,12 +202,11 @@ class ReadPlan:
         if self.row_groups is not None and self.clustered_actions.num_rows:  # already cut to the topic's rows
             # the exact check runs in the tasks (a tag selector's in arrow_rows, a SQL92 one's as the commitlog
             # check): only the rows that pass reach Spark
-            check = self.filter.commitlog_check()
-            parts.append(read_row_groups(spark, COMMITLOG.arrow, self.row_groups, self.arrow_rows(), check))
+            parts.append(read_row_groups(spark, COMMITLOG.arrow, self.row_groups, keep=self.arrow_mask()))
         elif self.clustered_actions.num_rows:
             df = self.commitlog.read_files(spark, self.clustered_actions)
             if self.ranges is not None:
-                df = df.where(_any_between(F.col("cluster_seq"), self.ranges, F.lit))
+                df = df.where(any_between(F.col("cluster_seq"), self.ranges, F.lit))
             parts.append(self._of_topic(df, self.clustered_actions))
         if self.fresh_actions.num_rows:
             df = self.commitlog.read_files(spark, self.fresh_actions)
@@ -248,9 +249,7 @@ class ReadPlan:
         (1, 1)
         """
         rows = self.arrow_rows()
-        clustered = (
-            rows if self.ranges is None else rows & _any_between(pc.field("cluster_seq"), self.ranges, pc.scalar)
-        )
+        clustered = rows if self.ranges is None else rows & any_between(pc.field("cluster_seq"), self.ranges, pc.scalar)
         files = self.commitlog.paths(self.clustered_actions), self.commitlog.paths(self.fresh_actions)
         return files[0] + files[1], [clustered] * len(files[0]) + [rows] * len(files[1])
 
@@ -270,6 +269,19 @@ class ReadPlan:
         rows = (pc.field("topic") == self.filter.topic) & (pc.field("physical_offset") < self.end) & queued_expression()
         tags = None if self.filter.selector.is_sql92 else self.filter.commitlog_expression()
         return rows if tags is None else rows & tags
+
+    def arrow_mask(self) -> Callable[[pa.RecordBatch], np.ndarray]:
+        """:meth:`arrow_rows` and a SQL92 selector's exact check over decoded rows, as a function small enough
+        to send to Spark's tasks that gives a numpy mask (no expression tested row by row).
+
+        >>> rows = pa.record_batch({"topic": ["TopicTest", "TopicTest", "Other", "TopicTest"],
+        ...                         "tags": ["TagA", "TagA", "TagA", "TagB"],
+        ...                         "physical_offset": [0, 10**12, 0, 0], "sysflag": pa.array([0] * 4, pa.int32())})
+        >>> plan_read(store.context, "TopicTest", "TagA").arrow_mask()(rows).tolist()
+        [True, False, False, False]
+        """
+        tags = None if self.filter.selector.is_sql92 else self.filter.commitlog_tags()
+        return functools.partial(_kept_rows, self.filter.topic, self.end, tags, self.filter.commitlog_check())
 
     def units(self, spark) -> "DataFrame":
         """Every unit of the topic's consume queue files with its real tag code, bitmap and filter version."""
@@ -500,45 +512,25 @@ def _plan_clustered(
             reads.append(RowGroups(ctx.tables.commitlog.path_of(path), tuple(kept_groups), cost, sizes[path]))
             estimate += cost
     kept = clustered.filter(pa.array([p in keep_paths for p in paths], pa.bool_()))
-    return (None if ranges is None else _cap(_merge(ranges), MAX_RANGES)), kept, estimate, reads
+    return (None if ranges is None else cap(merged(ranges), MAX_RANGES)), kept, estimate, reads
 
 
-def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Sorted ranges with adjacent and overlapping ones joined.
-
-    >>> _merge([(5, 9), (0, 4), (20, 30)])
-    [(0, 9), (20, 30)]
-    """
-    out: list[list[int]] = []
-    for lo, hi in sorted(ranges):
-        if out and lo <= out[-1][1] + 1:
-            out[-1][1] = max(out[-1][1], hi)
-        else:
-            out.append([lo, hi])
-    return [(lo, hi) for lo, hi in out]
-
-
-def _cap(ranges: list[tuple[int, int]], limit: int) -> list[tuple[int, int]]:
-    """At most ``limit`` ranges covering ``ranges``: the two with the smallest gap are joined first."""
-    spans = list(ranges)
-    while len(spans) > limit:
-        gaps = np.array([spans[i + 1][0] - spans[i][1] for i in range(len(spans) - 1)])
-        cut = np.sort(np.argsort(gaps, kind="stable")[: len(spans) - limit])
-        for i in cut[::-1]:
-            spans[i : i + 2] = [(spans[i][0], spans[i + 1][1])]
-    return spans
-
-
-def _any_between(col, ranges: list[tuple[int, int]], lit):
-    """``col`` in any of ``ranges``, as a balanced OR (Spark converts it to a Parquet filter recursively);
-    ``col`` a Spark Column (``lit`` is ``F.lit``) or a pyarrow expression (``pc.scalar``)."""
-    if not ranges:
-        return lit(False)
-    if len(ranges) == 1:
-        lo, hi = ranges[0]
-        return (col >= lit(lo)) & (col <= lit(hi))
-    mid = len(ranges) // 2
-    return _any_between(col, ranges[:mid], lit) | _any_between(col, ranges[mid:], lit)
+def _kept_rows(
+    topic: str,
+    end: int,
+    tags: pa.Array | None,
+    check: Callable[[pa.RecordBatch], pa.Array] | None,
+    rows: pa.RecordBatch,
+) -> np.ndarray:
+    """:meth:`ReadPlan.arrow_mask`'s test of a batch of commitlog rows."""
+    keep = pc.fill_null(pc.equal(rows.column("topic"), topic), False).to_numpy(zero_copy_only=False)
+    keep &= rows.column("physical_offset").to_numpy() < end
+    keep &= queued_mask(rows.column("sysflag")).to_numpy(zero_copy_only=False)
+    if tags is not None:
+        keep &= pc.is_in(rows.column("tags"), value_set=tags).to_numpy(zero_copy_only=False)
+    if check is not None and keep.any():
+        keep &= pc.fill_null(check(rows), False).to_numpy(zero_copy_only=False)
+    return keep
 
 
 def read_topic(

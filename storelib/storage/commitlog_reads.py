@@ -105,33 +105,37 @@ def read_rows(
             [p for p in paths if not is_clustered(p)], "physical_offset", values=wanted, columns=columns
         )
     ]
-    test = pc.field("physical_offset").isin(offsets)
 
     def clustered(path: str) -> pa.Table | None:  # rows are not in offset order: find their row groups first
-        sorted_offsets, groups = _locator(path)
+        sorted_offsets, groups, within, group_rows = _locator(path)
         at = np.searchsorted(sorted_offsets, wanted)
         found = at < len(sorted_offsets)
         found[found] &= sorted_offsets[at[found]] == wanted[found]
         if not found.any():
             return None
-        return commitlog.read_row_groups(path, sorted(set(groups[at[found]].tolist())), columns=columns, filter=test)
+        their_groups, their_rows = groups[at[found]], within[at[found]]
+        chosen = np.unique(their_groups)  # decoded in this order, one after the other
+        firsts = np.concatenate([[0], np.cumsum(group_rows[chosen])[:-1]])
+        rows = commitlog.read_row_groups(path, chosen.tolist(), columns=columns)
+        return rows.take(firsts[np.searchsorted(chosen, their_groups)] + their_rows)  # no test of every row
 
     parts.extend(p for p in map_io(clustered, list(filter(is_clustered, paths))) if p is not None)
     return pa.concat_tables(parts)
 
 
 @functools.lru_cache(maxsize=64)
-def _locator(path: str) -> tuple[np.ndarray, np.ndarray]:
-    """A clustered file's physical offsets, sorted, and the row group of each: one column read,
-    once per process (data files never change)."""
+def _locator(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A clustered file's physical offsets, sorted, with the row group of each and its row in that group,
+    and the rows of each row group: one column read, once per process (data files never change)."""
     found = fragment(path)  # its footer kept, opened without a HEAD where its size is known
-    sizes = [found.metadata.row_group(i).num_rows for i in range(found.metadata.num_row_groups)]
+    sizes = np.array([found.metadata.row_group(i).num_rows for i in range(found.metadata.num_row_groups)])
     offsets = (
         found.to_table(columns=["physical_offset"], use_threads=False).column(0).to_numpy()
     )  # ranges read at once (pre-buffered)
     groups = np.repeat(np.arange(len(sizes), dtype=np.int32), sizes)
+    within = np.arange(len(offsets), dtype=np.int64) - np.repeat(np.cumsum(sizes) - sizes, sizes)
     order = np.argsort(offsets, kind="stable")
-    return offsets[order], groups[order]
+    return offsets[order], groups[order], within[order], sizes
 
 
 def message_batch(messages: Sequence["StoredMessage"]) -> pa.RecordBatch:
