@@ -9,7 +9,7 @@ the only way Spark reads the store's files (Spark's own Parquet reader would nee
 >>> import pyarrow.compute as pc
 >>> t = store.context.tables.commitlog
 >>> reads = [RowGroups(t.files(t.snapshot())[0], None, 100)]
->>> read_row_groups(spark, t.spec.arrow, reads, keep=lambda b: pc.equal(b.column("topic"), "TopicTest")).count()
+>>> read_row_groups(spark, t.spec.arrow, reads, pc.field("topic") == "TopicTest").count()
 1
 """
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, TypeVar
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -60,18 +60,17 @@ def read_row_groups(
     spark: "SparkSession",
     schema: pa.Schema,
     reads: Sequence[RowGroups],
-    prune: pc.Expression | None = None,
-    keep: Callable[[pa.RecordBatch], Any] | None = None,
+    filter: pc.Expression | None = None,
+    check: Callable[[pa.RecordBatch], pa.Array] | None = None,
 ) -> "DataFrame":
-    """The rows (of a table with ``schema``) in ``reads`` that ``keep`` keeps (a vectorized mask of a decoded
-    batch, e.g. a SQL92 selector's test, which pyarrow's expressions cannot state; it runs in the tasks, sent
-    to them by value), as a DataFrame: one Spark job whose tasks each read a contiguous share of ``reads``
-    with pyarrow. Of a whole file, only the row groups whose statistics do not rule ``prune`` out are read."""
+    """The rows (of a table with ``schema``) in ``reads`` that pass ``filter`` and ``check`` (a test pyarrow's
+    expressions cannot state, e.g. a SQL92 selector's; it runs in the tasks, sent to them by value), as a
+    DataFrame: one Spark job whose tasks each read a contiguous share of ``reads`` with pyarrow."""
     reads = list(reads)
     total = sum(r.bytes for r in reads)
     tasks = max(1, min(len(reads), max(parallelism(spark), -(-total // TASK_BYTES))))
     shares = contiguous_groups(reads, [max(1, r.bytes) for r in reads], tasks) if reads else []
-    task = functools.partial(_read_shares, schema, shares, prune, keep)
+    task = functools.partial(_read_shares, schema, shares, filter, check)
     return spark.range(len(shares), numPartitions=max(1, len(shares))).mapInArrow(task, spark_schema(schema))
 
 
@@ -96,11 +95,11 @@ def read_paths(
 def _read_shares(
     schema: pa.Schema,
     shares: list[list[RowGroups]],
-    prune: pc.Expression | None,
-    keep: Callable[[pa.RecordBatch], Any] | None,
+    filter: pc.Expression | None,
+    check: Callable[[pa.RecordBatch], pa.Array] | None,
     tasks: Iterator[pa.RecordBatch],
 ) -> Iterator[pa.RecordBatch]:
-    """One executor task: the shares whose numbers ``tasks`` holds, read and kept."""
+    """One executor task: the shares whose numbers ``tasks`` holds, read and filtered."""
     for task in tasks:
         for i in task.column(0).to_pylist():
             known = [r for r in shares[i] if r.file_size is not None]
@@ -109,9 +108,12 @@ def _read_shares(
                 found = fragment(read.path)
                 if read.row_groups is not None:
                     found = found.subset(row_group_ids=list(read.row_groups))
-                elif prune is not None:
-                    found = found.subset(filter=prune)
-                yield from kept_batches(found, schema, keep, _BATCH_ROWS)
+                elif filter is not None:
+                    found = found.subset(filter=filter)  # the row groups statistics leave
+                for batch in kept_batches(found, schema, filter, _BATCH_ROWS):
+                    kept = batch if check is None else batch.filter(check(batch))
+                    if kept.num_rows:
+                        yield kept
 
 
 def contiguous_groups(items: Sequence[T], sizes: Sequence[int], groups: int) -> list[list[T]]:

@@ -8,9 +8,8 @@ Details: ``docs/internals.md``, section storelib.query.read.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Iterable
 
 import numpy as np
 import pyarrow as pa
@@ -32,7 +31,7 @@ from storelib.model.message import SysFlag
 from storelib.query.class_scan import read_kept
 from storelib.query.seq_ranges import any_between, cap, merged
 from storelib.storage.commitlog import is_clustered
-from storelib.storage.dispatched import REPUT_MARKER, queued, queued_expression, queued_mask
+from storelib.storage.dispatched import REPUT_MARKER, queued, queued_expression
 from storelib.storage.schema import COMMITLOG, CONSUME_QUEUE, CONSUME_QUEUE_EXT
 from storelib.storage.summaries import read_row_group_summaries, read_summaries
 
@@ -202,7 +201,8 @@ class ReadPlan:
         if self.row_groups is not None and self.clustered_actions.num_rows:  # already cut to the topic's rows
             # the exact check runs in the tasks (a tag selector's in arrow_rows, a SQL92 one's as the commitlog
             # check): only the rows that pass reach Spark
-            parts.append(read_row_groups(spark, COMMITLOG.arrow, self.row_groups, keep=self.arrow_mask()))
+            check = self.filter.commitlog_check()
+            parts.append(read_row_groups(spark, COMMITLOG.arrow, self.row_groups, self.arrow_rows(), check))
         elif self.clustered_actions.num_rows:
             df = self.commitlog.read_files(spark, self.clustered_actions)
             if self.ranges is not None:
@@ -269,19 +269,6 @@ class ReadPlan:
         rows = (pc.field("topic") == self.filter.topic) & (pc.field("physical_offset") < self.end) & queued_expression()
         tags = None if self.filter.selector.is_sql92 else self.filter.commitlog_expression()
         return rows if tags is None else rows & tags
-
-    def arrow_mask(self) -> Callable[[pa.RecordBatch], np.ndarray]:
-        """:meth:`arrow_rows` and a SQL92 selector's exact check over decoded rows, as a function small enough
-        to send to Spark's tasks that gives a numpy mask (no expression tested row by row).
-
-        >>> rows = pa.record_batch({"topic": ["TopicTest", "TopicTest", "Other", "TopicTest"],
-        ...                         "tags": ["TagA", "TagA", "TagA", "TagB"],
-        ...                         "physical_offset": [0, 10**12, 0, 0], "sysflag": pa.array([0] * 4, pa.int32())})
-        >>> plan_read(store.context, "TopicTest", "TagA").arrow_mask()(rows).tolist()
-        [True, False, False, False]
-        """
-        tags = None if self.filter.selector.is_sql92 else self.filter.commitlog_tags()
-        return functools.partial(_kept_rows, self.filter.topic, self.end, tags, self.filter.commitlog_check())
 
     def units(self, spark) -> "DataFrame":
         """Every unit of the topic's consume queue files with its real tag code, bitmap and filter version."""
@@ -513,24 +500,6 @@ def _plan_clustered(
             estimate += cost
     kept = clustered.filter(pa.array([p in keep_paths for p in paths], pa.bool_()))
     return (None if ranges is None else cap(merged(ranges), MAX_RANGES)), kept, estimate, reads
-
-
-def _kept_rows(
-    topic: str,
-    end: int,
-    tags: pa.Array | None,
-    check: Callable[[pa.RecordBatch], pa.Array] | None,
-    rows: pa.RecordBatch,
-) -> np.ndarray:
-    """:meth:`ReadPlan.arrow_mask`'s test of a batch of commitlog rows."""
-    keep = pc.fill_null(pc.equal(rows.column("topic"), topic), False).to_numpy(zero_copy_only=False)
-    keep &= rows.column("physical_offset").to_numpy() < end
-    keep &= queued_mask(rows.column("sysflag")).to_numpy(zero_copy_only=False)
-    if tags is not None:
-        keep &= pc.is_in(rows.column("tags"), value_set=tags).to_numpy(zero_copy_only=False)
-    if check is not None and keep.any():
-        keep &= pc.fill_null(check(rows), False).to_numpy(zero_copy_only=False)
-    return keep
 
 
 def read_topic(
