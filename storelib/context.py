@@ -25,7 +25,6 @@ from storelib.delta import location
 from storelib.delta.health import table_problems, unsafe_commits
 from storelib.model.config import StoreConfig
 from storelib.model.errors import StorageAccessError, StoreCorruptedError, StoreNotFoundError
-from storelib.send.producer import Producer
 from storelib.storage.commitlog import CommitLog
 from storelib.storage.consumer_offset import ConsumerOffsetTable
 from storelib.storage.group_config import GroupConfigTable
@@ -37,6 +36,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from storelib.send.group_commit import GroupCommitProducer
+    from storelib.send.producer import Producer
 
 #: A session, or what starts one when the store first needs it (:attr:`StoreContext.spark`).
 SessionSource = Union["SparkSession", Callable[[], "SparkSession"]]
@@ -99,9 +99,20 @@ class StoreContext:
     groups: GroupConfigTable
     offsets: ConsumerOffsetTable
     registry: SubscriptionRegistry
-    producer: Producer
     arrivals: MessageArrivals
+    _producer: "Producer | None" = field(default=None, repr=False)
     _sends: "GroupCommitProducer | None" = field(default=None, repr=False)
+
+    @property
+    def producer(self) -> "Producer":
+        """What encodes this process's sends (its born host, its message ids), made on first use: a process
+        that only reads (a stream's, an executor's) never imports the send path."""
+        with _LAZY:
+            if self._producer is None:
+                from storelib.send.producer import Producer
+
+                self._producer = Producer(self.config)
+            return self._producer
 
     @property
     def sends(self) -> "GroupCommitProducer":
@@ -209,13 +220,12 @@ class StoreContext:
             GroupConfigTable(tables.subscription_group, config),
             ConsumerOffsetTable(tables.consumer_offset, config),
             SubscriptionRegistry(tables.subscription, config),
-            Producer(config),
             MessageArrivals(),
         )
 
 
 #: Guards what a context makes on first use (its session, its default producer).
-_LAZY = threading.Lock()
+_LAZY = threading.RLock()  # the default producer makes the process's producer first
 
 #: Contexts opened and not closed yet: released before the interpreter exits, while the native
 #: runtimes whose objects they hold (Arrow's thread pools, delta-rs) are still alive.

@@ -24,11 +24,8 @@ from typing import TYPE_CHECKING
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, DataSourceWriter
 from pyspark.sql.types import StructType
 
-from storelib.datasource.batch import MessageReader
 from storelib.datasource.options import SourceOptions
 from storelib.datasource.scope import check
-from storelib.datasource.sink import MessageStreamWriter, MessageWriter
-from storelib.datasource.stream import GroupStreamReader
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -57,19 +54,25 @@ class RocketMQDataSource(DataSource):
         check(options)
         return options.schema()
 
+    # each part imported where Spark asks for it: a stream's own Python process, and the executors' workers
+    # that read it, import the stream's layers only, not the writers' send path
     def reader(self, schema: StructType) -> DataSourceReader:
+        from storelib.datasource.batch import MessageReader
 
         return MessageReader(SourceOptions.parse(self.options), schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from storelib.datasource.stream import GroupStreamReader
 
         return GroupStreamReader(SourceOptions.parse(self.options, streaming=True), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from storelib.datasource.sink import MessageWriter
 
         return MessageWriter(SourceOptions.parse(self.options, writing=True), schema, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool):
+        from storelib.datasource.sink import MessageStreamWriter
 
         return MessageStreamWriter(SourceOptions.parse(self.options, writing=True), schema, overwrite)
 

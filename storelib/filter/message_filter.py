@@ -20,8 +20,6 @@ import pyarrow.compute as pc
 from storelib.filter.bloom import BloomFilter, may_match_column
 from storelib.filter.class_filter import ClassFilter
 from storelib.filter.selector import MessageSelector, sql92_limits
-from storelib.filter.sql92 import parse_sql92
-from storelib.filter.sql92.arrow import evaluate_batch
 from storelib.filter.summary import bitmap_hits, subscription_key
 from storelib.filter.tag import build_subscription, code_match_column, tag_match_column
 
@@ -113,6 +111,8 @@ class MessageFilter:
             return None
         if self.subscription is not None and self.subscription.selector == self.selector:
             return self.subscription.compiled
+        from storelib.filter.sql92 import parse_sql92  # sqlglot, imported where a SQL92 selector is
+
         return parse_sql92(self.selector.expression, **sql92_limits(self.config))
 
     @property
@@ -297,4 +297,7 @@ def properties_pass(text: str, rows: pa.RecordBatch | pa.Table, **limits: int) -
     >>> properties_pass("region = 'r2'", pa.table({"properties": props})).to_pylist()
     [True, False]
     """
+    from storelib.filter.sql92 import parse_sql92
+    from storelib.filter.sql92.arrow import evaluate_batch
+
     return evaluate_batch(parse_sql92(text, **limits).tree, rows.column("properties"))

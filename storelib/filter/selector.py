@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from storelib.filter.sql92 import parse_sql92
 from storelib.filter.tag import ExpressionType, build_subscription
 from storelib.model.errors import FilterClassError, FilterExpressionError, FilterNotSupportedError
 
@@ -144,6 +143,8 @@ class MessageSelector:
             (max_filter_expression_length) ...
         """
         if self.is_sql92:
+            from storelib.filter.sql92 import parse_sql92  # sqlglot, imported where a SQL92 selector is
+
             parse_sql92(self.expression, **sql92_limits(config))
         elif self.by_tags:
             build_subscription(topic, self.expression, TAG if self.is_class else self.expression_type)

@@ -11,14 +11,17 @@ from __future__ import annotations
 import datetime as dt
 import functools
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from storelib.filter.bloom import BloomFilterData
 from storelib.filter.class_filter import ClassFilter, load_filter
 from storelib.filter.selector import MessageSelector, sql92_limits
-from storelib.filter.sql92 import Sql92Expression, parse_sql92
 from storelib.filter.tag import ExpressionType, SubscriptionData, build_subscription
 from storelib.model.config import StoreConfig
 from storelib.model.errors import FilterNotSupportedError
+
+if TYPE_CHECKING:
+    from storelib.filter.sql92 import Sql92Expression
 
 __all__ = ["Subscription", "check_selector"]
 
@@ -60,7 +63,11 @@ class Subscription:
     @functools.cached_property
     def compiled(self) -> "Sql92Expression | None":
         """The SQL92 expression, parsed (``None`` for tag subscriptions)."""
-        return parse_sql92(self.selector.expression, **sql92_limits(self.config)) if self.is_sql92 else None
+        if not self.is_sql92:
+            return None
+        from storelib.filter.sql92 import parse_sql92  # sqlglot, imported where a SQL92 selector is
+
+        return parse_sql92(self.selector.expression, **sql92_limits(self.config))
 
 
 def check_selector(
