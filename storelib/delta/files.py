@@ -45,6 +45,7 @@ __all__ = [
     "small_file",
     "scan_files",
     "kept_batches",
+    "row_groups_of",
     "keyed_rows",
     "FOOTER_CACHE_BYTES",
     "SMALL_FILE_CACHE_BYTES",
@@ -274,6 +275,28 @@ def _small_rows(path: str, schema: pa.Schema) -> tuple[pa.Table | None, int]:
     if found.metadata.num_rows > SMALL_FILE_ROWS and not remote_small:
         return None, 0
     return _decoded(found, path, schema)
+
+
+def row_groups_of(
+    path: str, schema: pa.Schema, row_groups: Sequence[int], columns: Sequence[str] | None = None
+) -> pa.Table:
+    """Rows of some row groups of one data file (of a table with ``schema``), in ``columns`` (None: all), decoded
+    on this thread; a local file whose columns are the table's without a dataset scan's set-up (29 row groups
+    of a clustered commitlog file, the columns of a pull: 24-33 against 37 ms).
+
+    >>> t = store.context.tables.commitlog
+    >>> row_groups_of(t.files(t.snapshot())[0], t.spec.arrow, [0], ["msg_id", "physical_offset"]).column_names
+    ['msg_id', 'physical_offset']
+    """
+    found = fragment(path)
+    names = list(columns) if columns else schema.names
+    if is_local(path) and found.physical_schema.equals(schema, check_metadata=False):
+        fs, local = filesystem(path)
+        wanted = pa.schema([schema.field(n) for n in names])
+        with pq.ParquetFile(local, metadata=found.metadata, filesystem=fs) as file:
+            read = file.read_row_groups(list(row_groups), columns=names, use_threads=False).select(names)
+        return pa.Table.from_arrays(read.columns, schema=wanted)
+    return found.subset(row_group_ids=list(row_groups)).to_table(schema=schema, columns=names, use_threads=False)
 
 
 def _decoded(found: Any, path: str, schema: pa.Schema) -> tuple[pa.Table, int]:

@@ -16,12 +16,12 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable
 
 from storelib.delta.files import (
-    fragment,
     fragment_dataset,
     is_local,
     keyed_rows,
     map_io,
     remember_sizes,
+    row_groups_of,
     scan_files,
     small_file,
 )
@@ -198,18 +198,12 @@ class Reading:
         """
         return scan_files(paths, self.spec.arrow, filter, batch_size, prune=prune, keep=keep)
 
-    def read_row_groups(
-        self,
-        path: str,
-        row_groups: Sequence[int],
-        columns: Sequence[str] | None = None,
-        filter: pc.Expression | None = None,
-    ) -> pa.Table:
-        """Rows of some row groups of one data file (a full path, from :meth:`paths`), with pyarrow.
+    def read_row_groups(self, path: str, row_groups: Sequence[int], columns: Sequence[str] | None = None) -> pa.Table:
+        """Rows of some row groups of one data file (a full path, from :meth:`paths`), with pyarrow
+        (:func:`~storelib.delta.files.row_groups_of`).
 
         >>> t = store.context.tables.commitlog
         >>> t.read_row_groups(t.files(t.snapshot())[0], [0], columns=["physical_offset"]).num_rows
         1
         """
-        groups = fragment(path).subset(row_group_ids=list(row_groups))
-        return groups.to_table(schema=self.spec.arrow, columns=list(columns) if columns else None, filter=filter)
+        return row_groups_of(path, self.spec.arrow, row_groups, columns)
