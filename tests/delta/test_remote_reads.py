@@ -21,14 +21,14 @@ from storelib.delta.watch import WATCHER, Watcher
 
 
 @pytest.fixture
-def proxied(s3, spark):
-    """A store on the S3 server reached through the counting proxy: ``(store, proxy)``."""
+def proxied(s3, s3_template, spark):
+    """A store on the S3 server (``TopicTest``, 2 queues: a copy of one made once per run) reached through the
+    counting proxy: ``(store, proxy)``."""
     from jobs.benchmarks.s3_proxy_process import ProxyProcess
 
     with ProxyProcess("127.0.0.1", s3.port) as proxy:
         options = {**s3.options, "AWS_ENDPOINT_URL": proxy.endpoint, "max_retries": "1", "retry_timeout": "2s"}
-        store = MessageStore.create(s3.bucket() + "/store", spark, storage_options=options)
-        store.create_topic("TopicTest", queues=2)
+        store = MessageStore.open(s3.copy(s3_template(2)), spark, storage_options=options)
         yield store, proxy
         proxy.cancel_cuts()
         store.close()

@@ -68,11 +68,10 @@ CLIENT = textwrap.dedent("""
 
 
 @pytest.fixture
-def s3_store(spark, s3, python_env):
-    """The same on the suite's S3 server (the machine's committer keyed by the store's URI), and the
-    environment its other processes reach the server with."""
-    s = MessageStore.create(s3.bucket() + "/store", spark, storage_options=s3.options, relay_sends=True)
-    s.create_topic("TopicTest", queues=4)
+def s3_store(spark, s3, s3_template, python_env):
+    """The same on the suite's S3 server (the machine's committer keyed by the store's URI; a copy of a store
+    made once per run), and the environment its other processes reach the server with."""
+    s = MessageStore.open(s3.copy(s3_template(4)), spark, storage_options=s3.options, relay_sends=True)
     yield s, {**python_env, **s3.options}
     s.close()
 
