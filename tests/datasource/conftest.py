@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from storelib import Message
+from tests.stores import built, opened_copy
 
 
-@pytest.fixture
-def orders(store):
+def fill_orders(store) -> list:
     """60 messages over 4 queues of Orders (three tags, two keys each, property a), 50 dispatched, 10 not."""
     store.create_topic("Orders", queues=4)
     sent = store.send_batch(
@@ -19,4 +19,19 @@ def orders(store):
     )
     store.dispatch()
     sent += store.send_batch([Message("Orders", tags="T9", keys=[f"k{i}"], body=b"late") for i in range(50, 60)])
-    return store, sent
+    return sent
+
+
+@pytest.fixture(scope="session")
+def _orders(spark, _fresh_store, tmp_path_factory):
+    """The template every ``orders`` is a copy of, and its send results."""
+    return built(_fresh_store, tmp_path_factory.mktemp("orders"), spark, fill_orders)
+
+
+@pytest.fixture
+def orders(spark, store_path, _orders):
+    """``(store, sent)``: a store with TopicTest and :func:`fill_orders`'s Orders, and the send results, in
+    offset order (a copy of a store made once per run)."""
+    template, sent = _orders
+    with opened_copy(template, store_path, spark) as store:
+        yield store, list(sent)

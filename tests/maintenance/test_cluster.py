@@ -15,6 +15,7 @@ from storelib import Message, MessageSelector
 from storelib.maintenance.cluster import cluster_commitlog
 from storelib.storage.commitlog import is_clustered
 from storelib.storage.schema import CLUSTERED_ROW_GROUP_ROWS
+from tests.stores import built, opened_copy
 
 N = 3 * CLUSTERED_ROW_GROUP_ROWS + 200  # a few row groups per clustered file
 
@@ -47,13 +48,24 @@ def commitlog_files(store) -> list[str]:
     return t.files(t.snapshot())
 
 
-@pytest.fixture
-def filled(store):
+def subscribed_and_filled(store) -> None:
     store.subscribe("GRare", "TopicTest", MessageSelector.by_sql("v = '7'"))
     store.subscribe("GTag", "TopicTest", "TagRare || Tag3")
     store.subscribe("GAll", "TopicTest", "*")
     fill(store)
-    return store
+
+
+@pytest.fixture(scope="module")
+def _filled(spark, _fresh_store, tmp_path_factory) -> str:
+    """The template every ``filled`` is a copy of."""
+    return built(_fresh_store, tmp_path_factory.mktemp("filled"), spark, subscribed_and_filled)[0]
+
+
+@pytest.fixture
+def filled(spark, store_path, _filled):
+    """Three groups and :func:`fill`'s messages in three commits, dispatched (a copy of a store made once)."""
+    with opened_copy(_filled, store_path, spark) as store:
+        yield store
 
 
 class TestClusteringKeepsEveryAddress:
