@@ -19,6 +19,7 @@ from storelib.model.errors import (
     TopicPermissionError,
 )
 from storelib.model.topic import PERM_READ, validate_topic
+from tests.stores import opened_copy
 
 
 def commitlog_version(store):
@@ -69,12 +70,10 @@ BAD_MESSAGES = [
 
 
 @pytest.fixture
-def small_store(spark, store_path):
-    from storelib import MessageStore
-
-    s = MessageStore.create(store_path, spark, config=StoreConfig(max_message_size=1024))
-    s.create_topic("TopicTest", queues=4)
-    return s
+def small_store(spark, store_path, _fresh_store):
+    """A fresh store with ``TopicTest`` (4 queues; a copy of the run's template), opened with a 1 KiB limit."""
+    with opened_copy(_fresh_store, store_path, spark, config=StoreConfig(max_message_size=1024)) as s:
+        yield s
 
 
 @pytest.mark.parametrize("message, error, field", BAD_MESSAGES)
