@@ -384,21 +384,25 @@ def kept_batches(
             yield batch
             continue
         mask = _mask(batch, keep)
-        passed = int(pc.sum(mask).as_py() or 0) if isinstance(mask, (pa.Array, pa.ChunkedArray)) else int(mask.sum())
+        passed = int(mask.sum())
         if passed == batch.num_rows:
             yield batch
         elif passed:
-            if isinstance(mask, pa.ChunkedArray):
-                mask = mask.combine_chunks()
-            yield batch.filter(mask if isinstance(mask, pa.Array) else pa.array(mask, pa.bool_()))
+            yield batch.filter(pa.array(mask, pa.bool_()))
 
 
-def _mask(batch: pa.RecordBatch, keep: "Callable[[pa.RecordBatch], Any] | pc.Expression") -> Any:
-    if not isinstance(keep, pc.Expression):
-        return keep(batch)
-    import pyarrow.dataset as ds
+def _mask(batch: pa.RecordBatch, keep: "Callable[[pa.RecordBatch], Any] | pc.Expression") -> np.ndarray:
+    """``keep``'s test of ``batch`` as a numpy mask (null: not kept)."""
+    if isinstance(keep, pc.Expression):
+        import pyarrow.dataset as ds
 
-    return ds.dataset(pa.Table.from_batches([batch])).to_table(columns={"keep": keep}, use_threads=False).column(0)
+        found = ds.dataset(pa.Table.from_batches([batch])).to_table(columns={"keep": keep}, use_threads=False)
+        mask: Any = found.column(0).combine_chunks()
+    else:
+        mask = keep(batch)
+    if isinstance(mask, (pa.Array, pa.ChunkedArray)):
+        return pc.fill_null(mask, False).to_numpy(zero_copy_only=False)
+    return np.asarray(mask, dtype=bool)
 
 
 def keyed_rows(
