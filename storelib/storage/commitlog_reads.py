@@ -107,35 +107,37 @@ def read_rows(
     ]
 
     def clustered(path: str) -> pa.Table | None:  # rows are not in offset order: find their row groups first
-        sorted_offsets, groups, within, group_rows = _locator(path)
+        sorted_offsets, rows_at, firsts = _locator(path)
         at = np.searchsorted(sorted_offsets, wanted)
         found = at < len(sorted_offsets)
         found[found] &= sorted_offsets[at[found]] == wanted[found]
         if not found.any():
             return None
-        their_groups, their_rows = groups[at[found]], within[at[found]]
+        their_rows = rows_at[at[found]]  # in the file
+        their_groups = np.searchsorted(firsts, their_rows, side="right") - 1
         chosen = np.unique(their_groups)  # decoded in this order, one after the other
-        firsts = np.concatenate([[0], np.cumsum(group_rows[chosen])[:-1]])
+        sizes = np.diff(firsts)[chosen]
+        decoded_firsts = np.cumsum(sizes) - sizes
         rows = commitlog.read_row_groups(path, chosen.tolist(), columns=columns)
-        return rows.take(firsts[np.searchsorted(chosen, their_groups)] + their_rows)  # no test of every row
+        at_decoded = decoded_firsts[np.searchsorted(chosen, their_groups)] + their_rows - firsts[their_groups]
+        return rows.take(at_decoded)  # by position: no row is tested
 
     parts.extend(p for p in map_io(clustered, list(filter(is_clustered, paths))) if p is not None)
     return pa.concat_tables(parts)
 
 
 @functools.lru_cache(maxsize=64)
-def _locator(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """A clustered file's physical offsets, sorted, with the row group of each and its row in that group,
-    and the rows of each row group: one column read, once per process (data files never change)."""
+def _locator(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A clustered file's physical offsets, sorted, with the row of each in the file, and the first row of
+    each row group (and, last, the number of rows): one column read, once per process (data files never change).
+    """
     found = fragment(path)  # its footer kept, opened without a HEAD where its size is known
-    sizes = np.array([found.metadata.row_group(i).num_rows for i in range(found.metadata.num_row_groups)])
+    sizes = [found.metadata.row_group(i).num_rows for i in range(found.metadata.num_row_groups)]
     offsets = (
         found.to_table(columns=["physical_offset"], use_threads=False).column(0).to_numpy()
     )  # ranges read at once (pre-buffered)
-    groups = np.repeat(np.arange(len(sizes), dtype=np.int32), sizes)
-    within = np.arange(len(offsets), dtype=np.int64) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-    order = np.argsort(offsets, kind="stable")
-    return offsets[order], groups[order], within[order], sizes
+    order = np.argsort(offsets, kind="stable").astype(np.int32)
+    return offsets[order], order, np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
 
 
 def message_batch(messages: Sequence["StoredMessage"]) -> pa.RecordBatch:
