@@ -9,7 +9,6 @@ its own copy of the seeded store, so examples never depend on each other's order
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 from pathlib import Path
@@ -23,13 +22,6 @@ from tests.stores import copy_store  # noqa: E402
 
 #: Tight on purpose: dispatch and bulk sends must never collect per-message data to the driver.
 MAX_RESULT_SIZE = "4m"
-
-#: JVM options for every Spark driver the run starts (its subprocesses inherit them: spark-submit's launcher
-#: adds ``$SPARK_SUBMIT_OPTS`` to the driver's command, beside the session's own ``extraJavaOptions``). The
-#: client compiler only: a test's driver lives seconds, and C2 compiling Spark's start-up code on two cores
-#: cost about 4 s of each start (measured: 10-14 s to a session and a first job with it, 7-9 s without).
-JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
-os.environ["SPARK_SUBMIT_OPTS"] = f"{os.environ.get('SPARK_SUBMIT_OPTS', '')} {JVM_OPTIONS}".strip()
 
 
 @pytest.fixture(scope="session")
