@@ -1,15 +1,18 @@
 """Stores copied from a template made once per run: a create costs ~100 ms, a copy and an open ~25.
 
-A module whose tests each start from the same filled store builds it once (:func:`built`) and gives each test
-a copy (:func:`opened_copy`): a test's writes land in its own copy, never in another test's store.
+A module whose tests each start from the same filled store builds it once and gives each test
+a copy (:func:`copied_per_test`): a test's writes land in its own copy, never in another test's store.
 """
 
 from __future__ import annotations
 
+import copy
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, TypeVar
+
+import pytest
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -26,16 +29,32 @@ def copy_store(template: str, dest: str) -> None:
     shutil.copytree(template, dest, copy_function=shutil.copy)
 
 
-def built(
-    fresh: str, folder: Path, spark: "SparkSession", build: "Callable[[MessageStore], T]", **settings: object
-) -> tuple[str, T]:
-    """A template store: a copy of ``fresh`` (the run's empty store) in ``folder``, opened with ``settings``,
-    filled by ``build`` and closed; its root and what ``build`` returned (send results, say)."""
+def copied_per_test(build: "Callable[[MessageStore], object]", *, with_value: bool = True):
+    """A fixture giving each test an open copy of one store ``build`` filled once per run (and a copy of what
+    ``build`` returned, send results say, as ``(store, value)`` unless ``with_value`` is false): a test's
+    writes land in its own copy, never in another test's store."""
+    made: dict[str, tuple[str, object]] = {}
+
+    @pytest.fixture
+    def fixture(spark, store_path, _fresh_store, tmp_path_factory):
+        if "template" not in made:
+            made["template"] = _built(_fresh_store, tmp_path_factory.mktemp(build.__name__), spark, build)
+        root, value = made["template"]
+        with opened_copy(root, store_path, spark) as store:
+            yield (store, copy.deepcopy(value)) if with_value else store
+
+    fixture.__doc__ = build.__doc__
+    return fixture
+
+
+def _built(fresh: str, folder: Path, spark: "SparkSession", build: "Callable[[MessageStore], T]") -> tuple[str, T]:
+    """A template store: a copy of ``fresh`` (the run's empty store) in ``folder``, filled by ``build`` and
+    closed; its root and what ``build`` returned."""
     from storelib import MessageStore
 
     root = str(folder / "store")
     copy_store(fresh, root)
-    store = MessageStore.open(root, spark, **settings)
+    store = MessageStore.open(root, spark)
     try:
         value = build(store)
     finally:

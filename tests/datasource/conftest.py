@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import pytest
-
 from storelib import Message
-from tests.stores import built, opened_copy
+from tests.stores import copied_per_test
 
 
 def fill_orders(store) -> list:
@@ -22,16 +20,6 @@ def fill_orders(store) -> list:
     return sent
 
 
-@pytest.fixture(scope="session")
-def _orders(spark, _fresh_store, tmp_path_factory):
-    """The template every ``orders`` is a copy of, and its send results."""
-    return built(_fresh_store, tmp_path_factory.mktemp("orders"), spark, fill_orders)
-
-
-@pytest.fixture
-def orders(spark, store_path, _orders):
-    """``(store, sent)``: a store with TopicTest and :func:`fill_orders`'s Orders, and the send results, in
-    offset order (a copy of a store made once per run)."""
-    template, sent = _orders
-    with opened_copy(template, store_path, spark) as store:
-        yield store, list(sent)
+#: ``(store, sent)``: a store with TopicTest and :func:`fill_orders`'s Orders, and the send results, in offset
+#: order (a copy of a store made once per run).
+orders = copied_per_test(fill_orders)

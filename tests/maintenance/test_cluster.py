@@ -15,7 +15,7 @@ from storelib import Message, MessageSelector
 from storelib.maintenance.cluster import cluster_commitlog
 from storelib.storage.commitlog import is_clustered
 from storelib.storage.schema import CLUSTERED_ROW_GROUP_ROWS
-from tests.stores import built, opened_copy
+from tests.stores import copied_per_test
 
 N = 3 * CLUSTERED_ROW_GROUP_ROWS + 200  # a few row groups per clustered file
 
@@ -55,17 +55,8 @@ def subscribed_and_filled(store) -> None:
     fill(store)
 
 
-@pytest.fixture(scope="module")
-def _filled(spark, _fresh_store, tmp_path_factory) -> str:
-    """The template every ``filled`` is a copy of."""
-    return built(_fresh_store, tmp_path_factory.mktemp("filled"), spark, subscribed_and_filled)[0]
-
-
-@pytest.fixture
-def filled(spark, store_path, _filled):
-    """Three groups and :func:`fill`'s messages in three commits, dispatched (a copy of a store made once)."""
-    with opened_copy(_filled, store_path, spark) as store:
-        yield store
+#: Three groups and :func:`fill`'s messages in three commits, dispatched (a copy of a store made once).
+filled = copied_per_test(subscribed_and_filled, with_value=False)
 
 
 class TestClusteringKeepsEveryAddress:

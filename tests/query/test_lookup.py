@@ -15,7 +15,7 @@ from storelib.encoding.index_key import index_key_hash
 from storelib.model.errors import MessageIdError, MessageNotFoundError, StoreError
 from storelib.query.lookup import MessageQuery
 from storelib.sql import SqlParameterError, register_views, run_file
-from tests.stores import built, opened_copy
+from tests.stores import copied_per_test
 
 ROOT = Path(__file__).resolve().parents[2]
 SQL = ROOT / "sql"
@@ -37,18 +37,8 @@ def three_rounds(store) -> list:
     return results
 
 
-@pytest.fixture(scope="module")
-def _filled(spark, _fresh_store, tmp_path_factory):
-    """The template every ``filled`` is a copy of, and its send results by round."""
-    return built(_fresh_store, tmp_path_factory.mktemp("filled"), spark, three_rounds)
-
-
-@pytest.fixture
-def filled(spark, store_path, _filled):
-    """``(store, results)``: :func:`three_rounds` in a copy of a store made once, and its send results by round."""
-    template, results = _filled
-    with opened_copy(template, store_path, spark) as store:
-        yield store, [list(r) for r in results]
+#: ``(store, results)``: :func:`three_rounds` in a copy of a store made once, and its send results by round.
+filled = copied_per_test(three_rounds)
 
 
 class TestById:
