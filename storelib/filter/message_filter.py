@@ -189,7 +189,7 @@ class MessageFilter:
         ], null_matching_behavior=MATCH})>
         """
 
-        tags = self.commitlog_tags()
+        tags = self._commitlog_tags()
         return None if tags is None else pc.field("tags").isin(tags)
 
     def commitlog_tags_mask(self, rows: "pa.RecordBatch | pa.Table") -> "pa.Array | pa.ChunkedArray | None":
@@ -199,15 +199,11 @@ class MessageFilter:
         >>> flt.commitlog_tags_mask(pa.table({"tags": ["TagB", "TagC", None]})).to_pylist()
         [True, False, False]
         """
-        tags = self.commitlog_tags()
+        tags = self._commitlog_tags()
         return None if tags is None else pc.is_in(rows.column("tags"), value_set=tags)
 
-    def commitlog_tags(self) -> "pa.Array | None":
-        """The tags a tag or class selector's step 2 keeps over commitlog rows (None: every row passes).
-
-        >>> MessageFilter("TopicTest", MessageSelector.by_tag("TagB || TagA")).commitlog_tags().to_pylist()
-        ['TagA', 'TagB']
-        """
+    def _commitlog_tags(self) -> "pa.Array | None":
+        """The tags a tag or class selector's step 2 keeps over commitlog rows (None: every row passes)."""
         if not self.selector.by_tags:
             raise NotImplementedError("SQL92 is checked by Spark columns")
         if self.data.class_filter_mode or not self.data.tags_set:
