@@ -23,7 +23,6 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping
 
-from storelib.datasource import register
 from storelib.delta import location
 from storelib.delta.spark_read import parallelism
 from storelib.delta.teardown import stat_fields
@@ -231,6 +230,8 @@ def session_source(
     >>> session_source(spark)[0] is spark
     True
     """
+    if spark is None and "pyspark.sql" not in sys.modules:  # no session can be active: PySpark is not imported
+        return get_spark, default_settings()
     from pyspark.sql import SparkSession
 
     active = spark or SparkSession.getActiveSession()
@@ -450,6 +451,8 @@ def ensure_session(spark: "SparkSession") -> "SparkSession":
         if settings:
             location.register(location.ANY_ROOT, settings)
     location.ship(spark)  # before the source: its workers get the environment it is registered with
+    from storelib.datasource import register  # PySpark's data source classes: only once a session is there
+
     register(spark)  # after pythonExec: the source's planning workers run the interpreter it names
     return spark
 

@@ -22,7 +22,6 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from storelib.datasource import register
 from storelib.model.errors import SessionError, StoreError
 from storelib.session import delta_available, delta_settings, shared_file
 from storelib.storage.consume_queue import moved_min_offsets
@@ -82,6 +81,8 @@ def register_views(spark: "SparkSession", store: "MessageStore", *, delta: bool 
             df = _served(spark, store, df)
         df.createOrReplaceTempView(name)
         names.append(name)
+    from storelib.datasource import register  # PySpark's data source classes: with the session, not the command
+
     register(spark)
     for name in ("messages", "messages_by_key"):
         # The always-true filter makes Spark hand the source every query's filters. PySpark 4.2 keeps the

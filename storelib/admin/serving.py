@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 from storelib.admin.command import add_verb
 from storelib.admin.output import Output
 from storelib.cli import Progress
-from storelib.serve import Endpoint
 
 if TYPE_CHECKING:
     from storelib.store import MessageStore
@@ -24,6 +23,8 @@ __all__ = ["register"]
 
 def _serve(store: "MessageStore", args: argparse.Namespace, out: Output, progress: Progress) -> str:
     """Serve until SIGTERM or SIGINT; acks are stored, so stopping anywhere loses nothing."""
+    from storelib.serve import Endpoint  # gRPC only for this verb
+
     why: list[str] = []
     endpoint = Endpoint(
         store,

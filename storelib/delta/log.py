@@ -272,4 +272,5 @@ def add_actions(dt: DeltaTable) -> pa.Table:
     >>> add_actions(store.context.tables.commitlog.snapshot()).column("num_records").to_pylist()
     [1]
     """
-    return pa.table(dt.get_add_actions(flatten=True))
+    # From the Arrow stream itself: pa.table() would first ask whether it is a pandas frame, importing pandas.
+    return pa.RecordBatchReader.from_stream(dt.get_add_actions(flatten=True)).read_all()

@@ -28,10 +28,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from storelib.filter.bloom import BloomFilter, BloomFilterData, bitmap_array  # noqa: F401  (BloomFilter: the doctest)
-from storelib.filter.sql92.arrow import ArrowSql92
-from storelib.filter.sql92.tree import Node
 
 if TYPE_CHECKING:
+    from storelib.filter.sql92.arrow import ArrowSql92
+    from storelib.filter.sql92.tree import Node
     from storelib.filter.subscription import Subscription
 
 __all__ = ["FilterBitmaps"]
@@ -82,6 +82,8 @@ class FilterBitmaps:
     @functools.cached_property
     def _compiled(self) -> list[tuple[ArrowSql92, list[BloomFilterData]]]:
         """Per topic of :attr:`topics`: its subscriptions' trees compiled together, and their Bloom data."""
+        from storelib.filter.sql92.arrow import ArrowSql92  # sqlglot, imported where a SQL92 subscription is
+
         return [
             (
                 ArrowSql92([tree for t, tree, _ in self.subscriptions if t == topic]),

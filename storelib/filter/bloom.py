@@ -15,14 +15,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import reduce
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql import Column
-from pyspark.sql import functions as F
 
 from storelib.model.errors import BloomFilterError
+
+if TYPE_CHECKING:  # Spark only where a Column is built: the commands and the endpoint never start it
+    from pyspark.sql import Column
 
 __all__ = [
     "murmur3_128_as_long",
@@ -320,6 +321,9 @@ def bitmap_column(matches: Sequence[tuple[Column, BloomFilterData]], bit_num: in
     >>> [bytes(r[0]).hex() for r in df.select(bitmap_column([(F.col("a") > 1, data)], 112)).collect()]
     ['0000000500000000000008000000', '0000000000000000000000000000']
     """
+    from pyspark.sql import Column
+    from pyspark.sql import functions as F
+
     if not _is_int(bit_num) or not 1 <= bit_num <= _INT_MAX:
         raise BloomFilterError("bit_num", f"must be an int in [1, {_INT_MAX}]", value=bit_num)
     n_bytes = (bit_num + 7) // 8
@@ -410,6 +414,9 @@ def is_hit_column(bitmap: Column, data: BloomFilterData) -> Column:
     >>> [r[0] for r in df.select(is_hit_column(F.col("filter_bitmap"), data)).collect()]
     [True, False]
     """
+    from pyspark.sql import Column
+    from pyspark.sql import functions as F
+
     if not isinstance(data, BloomFilterData):
         raise BloomFilterError("data", "must be a BloomFilterData", value=data)
     tests = []
@@ -431,6 +438,8 @@ def may_match_column(bitmap: Column, data: BloomFilterData) -> Column:
     >>> [r[0] for r in df.select(may_match_column(F.col("filter_bitmap"), data)).collect()]
     [True, True, False]
     """
+    from pyspark.sql import functions as F
+
     if not isinstance(data, BloomFilterData):
         raise BloomFilterError("data", "must be a BloomFilterData", value=data)
     if data.bit_num % 8:

@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import unicodedata
 from dataclasses import dataclass, field
-from typing import Iterable
-
-from pyspark.sql import Column
-from pyspark.sql import functions as F
+from typing import TYPE_CHECKING, Iterable
 
 from storelib.encoding.hashcode import java_string_hash
 from storelib.encoding.tags import tags_code as _tags_code
 from storelib.model.errors import FilterError, FilterExpressionError
 from storelib.model.timestamps import now_ms
 from storelib.model.validation import lone_surrogate
+
+if TYPE_CHECKING:  # Spark, imported where a Column is built: the commands and the endpoint never start it
+    from pyspark.sql import Column
 
 __all__ = [
     "ExpressionType",
@@ -271,6 +271,8 @@ def code_match_column(sub: SubscriptionData, tags_code: Column) -> Column:
     >>> [r[0] for r in df.select(code_match_column(sub, F.col("tags_code"))).collect()]
     [True, False, True]
     """
+    from pyspark.sql import functions as F
+
     if sub.class_filter_mode or not ExpressionType.is_tag_type(sub.expression_type) or sub.is_sub_all:
         return F.lit(True)
     codes = sorted(sub.code_set)
@@ -293,6 +295,8 @@ def tag_match_column(sub: SubscriptionData, tags: Column) -> Column:
     >>> [r[0] for r in df.select(tag_match_column(sub, F.col("tags"))).collect()]
     [True, False, False]
     """
+    from pyspark.sql import functions as F
+
     if sub.class_filter_mode or not sub.tags_set:
         return F.lit(True)
     return tags.isNotNull() & tags.isin(sorted(sub.tags_set))

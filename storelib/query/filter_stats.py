@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pyspark.sql import functions as F
-
 from storelib.context import StoreContext
 from storelib.delta.stats import Prune
 from storelib.filter.class_batch import FilterFailure
@@ -73,6 +71,8 @@ def filter_stats(
 ) -> FilterStats:
     """Count what each stage of a filtered read of ``topic`` does (one Spark job; a class filter runs in a
     second, on the executors, which also count its failures)."""
+    from pyspark.sql import functions as F
+
     plan = plan_read(ctx, topic, selector, group)
     spark = ctx.spark
     units = plan.units(spark).withColumn("_pass", plan.filter.consume_queue_column())

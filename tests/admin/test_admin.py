@@ -388,3 +388,21 @@ def test_point_lookups_run_as_a_command_without_spark_or_java(filled, python_env
     assert (missing.returncode, missing.stdout) == (1, "") and missing.stderr.startswith("not found: ")
     assert dispatched.returncode == 0 and dispatched.stdout.startswith("nothing new"), dispatched.stderr[-2000:]
     assert no_store.returncode == 2 and "Traceback" not in no_store.stderr and len(no_store.stderr.splitlines()) == 1
+
+
+def test_a_command_that_needs_no_spark_imports_no_pyspark_sqlglot_or_grpc(filled, python_env):
+    """Commands that answer with pyarrow alone import only what they use: no PySpark (0.1 s at each start),
+    no sqlglot (a tag subscription needs no SQL92) and no gRPC (only ``serve`` does)."""
+    store, results = filled
+    store.subscribe("GroupP", "TopicTest", "TagA || TagB")
+    script = f"""
+import sys
+from storelib.admin import main
+for argv in (["query", "key", "TopicTest", "k5"], ["pull", "GroupP", "TopicTest", "{results[5].queue_id}", "0"],
+             ["topic", "list"], ["consumer", "progress", "GroupP"], ["dispatch"]):
+    assert main([*argv, "--store", {store.root!r}]) == 0, argv
+print(sorted(m for m in ("pyspark", "sqlglot", "grpc", "storelib.serve") if m in sys.modules))
+"""
+    out = subprocess.run([sys.executable, "-c", script], env=python_env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.splitlines()[-1] == "[]"

@@ -14,17 +14,18 @@ from __future__ import annotations
 import gc
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
-from pyspark.sql import Column
 from sqlglot import exp
 
 from storelib.filter.sql92.dialect import RocketMQSQL92, spark_sql, to_sqlglot
 from storelib.filter.sql92.java import evaluate
 from storelib.filter.sql92.parser import MAX_EXPRESSION_LENGTH, MAX_NESTING, Sql92Parser
-from storelib.filter.sql92.spark import to_column
 from storelib.filter.sql92.tree import Node, canonical, property_names
 from storelib.model.errors import FilterExpressionError
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
 
 __all__ = ["Sql92Expression", "parse_sql92", "compile_sql92"]
 
@@ -107,6 +108,8 @@ class Sql92Expression:
         >>> df.where(parse_sql92("a > 5").to_column("props")).count()
         1
         """
+        from storelib.filter.sql92.spark import to_column  # Spark, imported where a Column is built
+
         return to_column(self.tree, properties)
 
     def __str__(self) -> str:
