@@ -29,7 +29,6 @@ if TYPE_CHECKING:
     from storelib.filter.bloom import BloomFilter, BloomFilterData
     from storelib.filter.class_filter import ClassFilter
     from storelib.filter.subscription import Subscription
-    from storelib.filter.summary import FileSummary
     from storelib.model.config import StoreConfig
 
 __all__ = ["MessageFilter", "properties_pass"]
@@ -55,11 +54,10 @@ class MessageFilter:
     >>> ext.where(tag.consume_queue_column()).count()
     1
     >>> import pyarrow as pa
-    >>> from storelib.filter.summary import FileSummary
     >>> units = pa.table({"tags_code": [2598919, 7], "filter_bitmap": pa.nulls(2, pa.binary()),
     ...                   "filter_version": pa.nulls(2, pa.int64())})
-    >>> tag.consume_queue_mask(units).tolist(), tag.may_skip_file(FileSummary(None, None, [7]))
-    ([True, False], True)
+    >>> tag.consume_queue_mask(units).tolist(), tag.skippable(pa.table({"tags_codes": [[7]]})).tolist()
+    ([True, False], [True])
     >>> ext.select(sql.trusted_bitmap().alias("t")).first().t          # no Bloom data registered: not trusted
     False
     """
@@ -210,24 +208,6 @@ class MessageFilter:
             return None
         return pa.array(sorted(self.data.tags_set), pa.string())
 
-    # ---- file level ----------------------------------------------------------------------------
-    def may_skip_file(self, summary: "FileSummary") -> bool:
-        """True when a consume_queue_ext file's summary proves none of its units passes step 1."""
-        if self.selector.by_tags:
-            if self.tags_all or summary.codes is None:
-                return False
-            return not any(self.data.matches_code(c) for c in summary.codes)
-        if self.bloom is None:
-            return False
-        assert self.subscription is not None and self.version is not None  # the Bloom data's subscription
-        if subscription_key(self.subscription.group, self.version) in summary.no_hit:
-            return True
-        if summary.bitmap is None or summary.version_min is None:
-            return False
-        if summary.version_min < self.version or len(summary.bitmap) * 8 != self.bloom.bit_num:
-            return False
-        return not self._hit(summary.bitmap)
-
     # ---- Arrow, for units read on the driver --------------------------------------------------------
     def consume_queue_mask(self, units: "pa.Table") -> "np.ndarray":
         """Step 1 for a table of units (``tags_code``, ``filter_bitmap``, ``filter_version``), vectorized."""
@@ -243,19 +223,52 @@ class MessageFilter:
             )
         if self.bloom is None:
             return np.ones(n, dtype=bool)
+        return self._bitmap_passes(units.column("filter_bitmap"), units.column("filter_version"))
 
-        versions = pc.fill_null(units.column("filter_version"), -1).to_numpy()
+    def _bitmap_passes(self, bitmaps: "pa.ChunkedArray", versions: "pa.ChunkedArray") -> np.ndarray:
+        """Per row: may its Bloom bitmap hold a match? Only a bitmap computed knowing this subscription (its
+        version at least the subscription's registry version) and of the subscription's length can say no."""
+        assert self.bloom is not None  # asked only of a filter that uses_bitmap
         width = self.bloom.bit_num // 8 if self.bloom.bit_num % 8 == 0 else -1
-        sized = pc.fill_null(pc.equal(pc.binary_length(units.column("filter_bitmap")), width), False).to_numpy(
-            zero_copy_only=False
-        )
-        trusted = (versions >= self.version) & sized
+        sized = pc.fill_null(pc.equal(pc.binary_length(bitmaps), width), False).to_numpy(zero_copy_only=False)
+        trusted = (pc.fill_null(versions, -1).to_numpy() >= self.version) & sized
         passed = ~trusted
         if trusted.any():
             rows = np.flatnonzero(trusted)
-            bitmaps = units.column("filter_bitmap").take(rows).combine_chunks()
-            passed[rows] = bitmap_hits(bitmaps, self.bloom)
+            passed[rows] = bitmap_hits(bitmaps.take(rows).combine_chunks(), self.bloom)
         return passed
+
+    # ---- summaries of files and row groups ------------------------------------------------------
+    def skippable(self, summaries: "pa.Table") -> np.ndarray:
+        """Per summary row (of a consume_queue_ext file or a clustered row group, :mod:`storelib.filter.summary`):
+        does it prove that none of its units passes step 1? Columns ``tags_codes`` (a tag selector: none of the
+        codes matches, and the list is known) or ``no_hit``, ``filter_bitmap_or`` and ``filter_version_min`` (a
+        SQL92 selector with Bloom data: its subscription is listed as hitting nothing, or the OR of the bitmaps,
+        computed knowing it, misses its bits).
+
+        >>> tag = MessageFilter("TopicTest", MessageSelector.by_tag("TagA"))
+        >>> tag.skippable(pa.table({"tags_codes": pa.array([[7], [7, 2598919], None], pa.list_(pa.int64()))})).tolist()
+        [True, False, False]
+        """
+        n = summaries.num_rows
+        if self.selector.by_tags:
+            if self.tags_all:
+                return np.zeros(n, dtype=bool)
+            lists = summaries.column("tags_codes").combine_chunks()
+            codes = pc.list_flatten(lists)
+            matching = [c for c in pc.unique(codes).to_pylist() if self.data.matches_code(c)]  # the rule's one home
+            hit = pc.is_in(codes, value_set=pa.array(matching, pa.int64())).to_numpy(zero_copy_only=False)
+            matched = np.zeros(n, dtype=bool)
+            matched[pc.list_parent_indices(lists).to_numpy()[hit]] = True
+            return ~matched & lists.is_valid().to_numpy(zero_copy_only=False)
+        if self.bloom is None:
+            return np.zeros(n, dtype=bool)
+        assert self.subscription is not None and self.version is not None  # the Bloom data's subscription
+        lists = summaries.column("no_hit").combine_chunks()
+        listed = pc.equal(pc.list_flatten(lists), subscription_key(self.subscription.group, self.version))
+        skip = np.zeros(n, dtype=bool)
+        skip[pc.list_parent_indices(lists).to_numpy()[listed.to_numpy(zero_copy_only=False)]] = True
+        return skip | ~self._bitmap_passes(summaries.column("filter_bitmap_or"), summaries.column("filter_version_min"))
 
     # ---- Python, for point reads -----------------------------------------------------------------
     def is_matched_by_consume_queue(

@@ -14,7 +14,7 @@ A read skips an ext file its summary proves holds no row for the subscription; h
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -31,9 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ExtSummarizer",
-    "FileSummary",
     "RowGroupSummarizer",
-    "RowGroupSummary",
     "subscription_key",
     "summarizer_for",
     "bitmap_hits",
@@ -169,24 +167,6 @@ def _hits(matrix: np.ndarray, data: "BloomFilterData") -> np.ndarray:
     return hit
 
 
-class FileSummary:
-    """A file's summary as read back: bitmap OR, lowest filter version, tag codes (each may be None)."""
-
-    __slots__ = ("bitmap", "version_min", "codes", "no_hit")
-
-    def __init__(
-        self,
-        bitmap: bytes | None,
-        version_min: int | None,
-        codes: Sequence[int] | None,
-        no_hit: Sequence[str] | None = None,
-    ):
-        self.bitmap = bitmap
-        self.version_min = version_min
-        self.codes = None if codes is None else frozenset(codes)
-        self.no_hit = frozenset(no_hit or ())
-
-
 class RowGroupSummarizer:
     """A :class:`~storelib.delta.sink.Summarizer` for clustered commitlog files: one
     :class:`ExtSummarizer` summary per row group of ``row_group_rows`` rows (the writer cuts row
@@ -256,23 +236,3 @@ class RowGroupSummarizer:
         if state["current"] is not None and state["rows"]:
             self._close(state)
         return json.dumps(state["done"]) if state["done"] else None
-
-
-class RowGroupSummary:
-    """One clustered row group as read back: where it is, its ``cluster_seq`` range, its summary."""
-
-    __slots__ = ("path", "row_group", "num_records", "seq_min", "seq_max", "topics", "summary", "topic")
-
-    def __init__(
-        self,
-        path: str,
-        row_group: int,
-        num_records: int,
-        seq_min: int,
-        seq_max: int,
-        topics: int,
-        summary: FileSummary,
-        topic: str | None = None,
-    ):
-        self.path, self.row_group, self.num_records = path, row_group, num_records
-        self.seq_min, self.seq_max, self.topics, self.summary, self.topic = seq_min, seq_max, topics, summary, topic

@@ -329,11 +329,13 @@ def plan_read(
     # the fresh tail: which consume queue files may hold a passing unit, and where they point
     ext_actions = Table.prune(ext_view.actions, of_topic)
     fresh_units = ext_actions.num_rows and fresh.num_rows and not mf.tags_all
-    summaries = read_summaries(ctx.tables.ext_summary, topic) if fresh_units else {}
-    keep = np.array(
-        [not (p in summaries and mf.may_skip_file(summaries[p])) for p in ext_actions.column("path").to_pylist()],
-        dtype=bool,
-    )
+    keep = np.ones(ext_actions.num_rows, dtype=bool)
+    if fresh_units:
+        summaries = read_summaries(ctx.tables.ext_summary, topic)
+        skipped_paths = summaries.column("path").filter(mf.skippable(summaries))
+        keep = ~pc.is_in(ext_actions.column("path"), value_set=skipped_paths.combine_chunks()).to_numpy(
+            zero_copy_only=False
+        )
     records = _column(ext_actions, "num_records", 0)
     skipped = ext_actions.filter(pa.array(~keep))
     ext_actions = ext_actions.filter(pa.array(keep))
@@ -447,59 +449,45 @@ def _plan_clustered(
 ) -> tuple[list[tuple[int, int]] | None, pa.Table, int, list[RowGroups]]:
     """The clustered files to read, the ``cluster_seq`` ranges of their kept row groups, the bytes
     that costs, and the same as row groups per file (full paths, for pyarrow tasks); ``counts`` gets
-    the row group counters."""
+    the row group counters. A file whose row group summaries do not add up to its rows is read whole.
+    Vectorized over the row groups: at 10^7 messages a topic's clustered files hold about 10^4."""
     counts.update(row_groups=0, skipped_by_statistics=0, skipped_by_bitmap=0, row_groups_read=0)
     total = int(_column(clustered, "size_bytes", 0).sum())
     if clustered.num_rows == 0 or mf.tags_all:
         return None, clustered, total, []
     paths = clustered.column("path").to_pylist()
-    sizes = dict(zip(paths, _column(clustered, "size_bytes", 0).tolist()))
-    rows = dict(zip(paths, _column(clustered, "num_records", 0).tolist()))
-    seq_lo = (
-        dict(zip(paths, clustered.column("min.cluster_seq").to_pylist()))
-        if "min.cluster_seq" in clustered.column_names
-        else {}
-    )
-    seq_hi = (
-        dict(zip(paths, clustered.column("max.cluster_seq").to_pylist()))
-        if "max.cluster_seq" in clustered.column_names
-        else {}
-    )
+    sizes, rows = _column(clustered, "size_bytes", 0), _column(clustered, "num_records", 0)
     groups = read_row_group_summaries(ctx.tables.commitlog_summary, mf.topic, paths)
-    keep_paths: set[str] = set()
-    ranges: list[tuple[int, int]] | None = []
+    of = pc.index_in(groups.column("path"), value_set=pa.array(paths, pa.string())).to_numpy(zero_copy_only=False)
+    records = _column(groups, "num_records", 0)
+    summed = np.bincount(of, weights=records, minlength=len(paths)).astype(np.int64) == rows
+    summed &= np.bincount(of, minlength=len(paths)) > 0
+    in_summed = summed[of]  # row groups of the files read by their summaries
+    skip = mf.skippable(groups)
+    kept = in_summed & ~skip
+    counts["row_groups"] = int(in_summed.sum())
+    counts["skipped_by_statistics" if mf.selector.by_tags else "skipped_by_bitmap"] = int((in_summed & skip).sum())
+    counts["row_groups_read"] = int(kept.sum())
+    kept_rows = np.bincount(of[kept], weights=records[kept], minlength=len(paths)).astype(np.int64)
+    numbers = _column(groups, "row_group", 0)
+    firsts = np.searchsorted(of[kept], np.arange(len(paths) + 1))  # groups is sorted by path: kept ones too
+    kept_numbers = numbers[kept]
     reads: list[RowGroups] = []
-    estimate = 0
-    for path in paths:
-        summaries = groups.get(path)
-        if not summaries or sum(g.num_records for g in summaries) != rows[path]:  # not summed up: read it whole
-            keep_paths.add(path)
-            reads.append(RowGroups(ctx.tables.commitlog.path_of(path), None, sizes[path], sizes[path]))
-            estimate += sizes[path]
-            lo, hi = seq_lo.get(path), seq_hi.get(path)
-            if ranges is not None and lo is not None and hi is not None:
-                ranges.append((lo, hi))
-            else:
-                ranges = None
-            continue
-        counts["row_groups"] += len(summaries)
-        kept_rows, kept_groups = 0, []
-        for g in summaries:
-            if mf.may_skip_file(g.summary):
-                counts["skipped_by_statistics" if mf.selector.by_tags else "skipped_by_bitmap"] += 1
-                continue
-            counts["row_groups_read"] += 1
-            kept_rows += g.num_records
-            kept_groups.append(g.row_group)
-            if ranges is not None:
-                ranges.append((g.seq_min, g.seq_max))
-        if kept_rows:
-            keep_paths.add(path)
-            cost = int(sizes[path] * kept_rows / max(1, rows[path]))
-            reads.append(RowGroups(ctx.tables.commitlog.path_of(path), tuple(kept_groups), cost, sizes[path]))
-            estimate += cost
-    kept = clustered.filter(pa.array([p in keep_paths for p in paths], pa.bool_()))
-    return (None if ranges is None else cap(merged(ranges), MAX_RANGES)), kept, estimate, reads
+    keep = ~summed | (kept_rows > 0)
+    for i in np.flatnonzero(keep).tolist():
+        chosen = tuple(kept_numbers[firsts[i] : firsts[i + 1]].tolist()) if summed[i] else None
+        cost = int(sizes[i] * kept_rows[i] / max(1, rows[i])) if summed[i] else int(sizes[i])
+        reads.append(RowGroups(ctx.tables.commitlog.path_of(paths[i]), chosen, cost, int(sizes[i])))
+    spans = [(_column(groups, "cluster_seq_min", 0)[kept], _column(groups, "cluster_seq_max", 0)[kept])]
+    whole = keep & ~summed  # read whole: their own cluster_seq statistics are their ranges, if they have both
+    if whole.any():
+        lows, highs = _stat(clustered, "min.cluster_seq"), _stat(clustered, "max.cluster_seq")
+        bounds = [(lows[i], highs[i]) for i in np.flatnonzero(whole).tolist()]
+        if any(lo is None or hi is None for lo, hi in bounds):
+            return None, clustered.filter(pa.array(keep)), sum(r.bytes for r in reads), reads
+        spans.append((np.array([lo for lo, _ in bounds]), np.array([hi for _, hi in bounds])))
+    ranges = merged([(lo, hi) for los, his in spans for lo, hi in zip(los.tolist(), his.tolist())])
+    return cap(ranges, MAX_RANGES), clustered.filter(pa.array(keep)), sum(r.bytes for r in reads), reads
 
 
 def read_topic(

@@ -3,8 +3,8 @@ summaries of :mod:`storelib.filter.summary`, recorded before their data files ar
 committed file has one; a file without one is simply read), read back by filtered reads, compacted
 and forgotten with the files they sum up.
 
->>> sorted(read_summaries(store.context.tables.ext_summary, "Nowhere"))
-[]
+>>> read_summaries(store.context.tables.ext_summary, "Nowhere").num_rows
+0
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from storelib.delta.log import add_actions
 from storelib.delta.stats import Prune
 from storelib.delta.table import Table
 from storelib.delta.writer import write_files, write_rows
-from storelib.filter.summary import FileSummary, RowGroupSummary
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -62,24 +61,21 @@ def record_summaries(table: Table, files: Sequence[WrittenFile], attempts: int =
     return _append(table, rows, attempts)
 
 
-def read_summaries(table: Table, topic: str) -> dict[str, FileSummary]:
-    """Summaries of the topic's ext files, by add path.
+def read_summaries(table: Table, topic: str) -> pa.Table:
+    """Summaries of the topic's ext files, a row per file (``path``, ``filter_bitmap_or``, ``filter_version_min``,
+    ``tags_codes``, ``no_hit``), for :meth:`~storelib.filter.message_filter.MessageFilter.skippable`.
 
     >>> from storelib import Message, MessageSelector
     >>> _ = store.subscribe("GroupS", "TopicTest", MessageSelector.by_sql("a > 3"))  # the topic gets ext units
     >>> _ = store.send(Message("TopicTest", tags="TagA", properties={"a": "5"})); _ = store.dispatch()
-    >>> [sorted(s.codes) for s in read_summaries(store.context.tables.ext_summary, "TopicTest").values()]
+    >>> read_summaries(store.context.tables.ext_summary, "TopicTest").column("tags_codes").to_pylist()
     [[2598919]]
     """
-    rows = table.read_arrow(
+    return table.read_arrow(
         prune=Prune(equal={"topic": topic}),
         filter=pc.field("topic") == topic,
         columns=["path", "filter_bitmap_or", "filter_version_min", "tags_codes", "no_hit"],
-    ).to_pylist()
-    return {
-        r["path"]: FileSummary(r["filter_bitmap_or"], r["filter_version_min"], r["tags_codes"], r["no_hit"])
-        for r in rows
-    }
+    )
 
 
 def record_row_group_summaries(table: Table, files: Sequence[WrittenFile], attempts: int = 50) -> int:
@@ -153,59 +149,43 @@ def compact_summaries(
     return with_retries(table, attempts, step, what=f"compact {table.spec.name}", serial=True)
 
 
-def read_row_group_summaries(table: Table, topic: str, paths: "Iterable[str]") -> dict[str, list[RowGroupSummary]]:
-    """Row group summaries of the given clustered commitlog files (add paths) that hold ``topic``, by path.
-    A row group whose first row is of another topic is listed too when it spans several topics. The
-    summary table is read once per version and kept (it is small: a row per 1,024 messages).
+def read_row_group_summaries(table: Table, topic: str, paths: "Iterable[str]") -> pa.Table:
+    """Row group summaries of the given clustered commitlog files (add paths) that hold ``topic``, a row per row
+    group sorted by path and row group: ``path``, ``row_group``, ``num_records``, ``cluster_seq_min`` and
+    ``_max``, and the summary's columns (:func:`read_summaries`). A row group whose first row is of another
+    topic is listed too when it spans several topics. The summary table is read once per version and kept
+    (it is small: a row per 1,024 messages).
 
-    >>> read_row_group_summaries(store.context.tables.commitlog_summary, "TopicTest", [])
-    {}
+    >>> read_row_group_summaries(store.context.tables.commitlog_summary, "TopicTest", []).num_rows
+    0
     """
-    wanted = set(paths)
-    if not wanted:
-        return {}
     every = table.memo(
         "row_group_summaries",
-        lambda view: _by_path(
-            table.read_view(
-                view,
-                columns=[
-                    "path",
-                    "row_group",
-                    "topic",
-                    "topics",
-                    "num_records",
-                    "cluster_seq_min",
-                    "cluster_seq_max",
-                    "filter_bitmap_or",
-                    "filter_version_min",
-                    "tags_codes",
-                    "no_hit",
-                ],
-            )
+        lambda view: table.read_view(view, columns=_ROW_GROUP_COLUMNS).sort_by(
+            [("path", "ascending"), ("row_group", "ascending")]
         ),
     )  # read once per version of the summary table
-    return {p: [g for g in every[p] if g.topics > 1 or g.topic == topic] for p in wanted if p in every}
+    wanted = pa.array(sorted(set(paths)), pa.string())
+    held = pc.and_(
+        pc.is_in(every.column("path"), value_set=wanted),
+        pc.or_(pc.greater(every.column("topics"), 1), pc.equal(every.column("topic"), topic)),
+    )
+    return every.filter(pc.fill_null(held, False))
 
 
-def _by_path(rows: pa.Table) -> dict[str, list[RowGroupSummary]]:
-    out: dict[str, list[RowGroupSummary]] = {}
-    for r in rows.to_pylist():
-        out.setdefault(r["path"], []).append(
-            RowGroupSummary(
-                r["path"],
-                r["row_group"],
-                r["num_records"],
-                r["cluster_seq_min"],
-                r["cluster_seq_max"],
-                r["topics"],
-                FileSummary(r["filter_bitmap_or"], r["filter_version_min"], r["tags_codes"], r["no_hit"]),
-                r["topic"],
-            )
-        )
-    for groups in out.values():
-        groups.sort(key=lambda g: g.row_group)
-    return out
+_ROW_GROUP_COLUMNS = [
+    "path",
+    "row_group",
+    "topic",
+    "topics",
+    "num_records",
+    "cluster_seq_min",
+    "cluster_seq_max",
+    "filter_bitmap_or",
+    "filter_version_min",
+    "tags_codes",
+    "no_hit",
+]
 
 
 def forget_summaries(table: Table, live: "Iterable[str]", min_age_ms: int = 3_600_000, attempts: int = 50) -> int:
