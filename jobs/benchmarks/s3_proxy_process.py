@@ -32,6 +32,21 @@ __all__ = [
 ]
 
 
+#: ``moto_server`` as its ``main`` runs it, with two costs per request taken out: its dispatcher lists moto's
+#: package folders to find the service a request is for (15% of the server's time), under a lock every request
+#: takes; and werkzeug logs a line per request. A store's S3 work took 25-30% less time (measured).
+_MOTO_SERVER = """
+import logging
+import moto.backends as backends
+if hasattr(backends, "list_of_moto_modules"):
+    modules = tuple(backends.list_of_moto_modules())
+    backends.list_of_moto_modules = lambda: modules
+logging.getLogger("werkzeug").setLevel(logging.ERROR)
+from moto.server import main
+main()
+"""
+
+
 def start_moto(extra_env: dict[str, str] | None = None) -> tuple[int, subprocess.Popen]:
     """``moto_server`` (the test extra installs it) on a free port of the loopback, answering; returns
     ``(port, process)``. ``extra_env``: its environment's additions (``INITIAL_NO_AUTH_ACTION_COUNT=0``
@@ -45,7 +60,7 @@ def start_moto(extra_env: dict[str, str] | None = None) -> tuple[int, subprocess
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     process = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        [sys.executable, "-c", _MOTO_SERVER, "-H", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         env={**os.environ, **(extra_env or {})},
