@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Callable, Mapping, Union, cast
 
 from storelib.delta import location
 from storelib.delta.health import table_problems, unsafe_commits
-from storelib.model.config import StoreConfig
+from storelib.model.config import SPARK_CONF_PREFIX, StoreConfig
 from storelib.model.errors import StorageAccessError, StoreCorruptedError, StoreNotFoundError
 from storelib.storage.commitlog import CommitLog
 from storelib.storage.consumer_offset import ConsumerOffsetTable
@@ -164,7 +164,7 @@ class StoreContext:
                 {
                     k: v
                     for k, v in spark_conf.items()
-                    if k.startswith("spark.storelib.") and not k.startswith(location.CONF_PREFIX)
+                    if k.startswith(SPARK_CONF_PREFIX) and not k.startswith(location.CONF_PREFIX)
                 },
                 **settings,
             )
