@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Mapping, Union, cast
 
 from storelib.delta import location
+from storelib.delta.files import map_io
 from storelib.delta.health import table_problems, unsafe_commits
 from storelib.model.config import SPARK_CONF_PREFIX, StoreConfig
 from storelib.model.errors import StorageAccessError, StoreCorruptedError, StoreNotFoundError
@@ -173,7 +174,9 @@ class StoreContext:
         root = location.attach(root, storage_options, spark_conf)
         context = cls.build(root, spark, config)
         loaded: dict = {}  # the check's snapshots, which ensure() then takes
-        problems = [p for t in context.tables.by_name().values() for p in table_problems(t, loaded)]
+        tables = list(context.tables.by_name().values())  # on an object store, looked at all at once
+        checks = map_io(lambda t: table_problems(t, loaded), tables, remote=not location.is_local(root))
+        problems = [p for found in checks for p in found]
         if problems:
             raise StoreCorruptedError(problems, root)
         if not context.tables.exists():

@@ -10,11 +10,15 @@ table read whole, the commitlog's offsets and its bodies' CRCs too. What each ch
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import numpy as np
 import pyarrow as pa
 
 from storelib.context import StoreContext
+from storelib.delta.files import map_io
 from storelib.delta.health import damaged_files, table_problems
+from storelib.delta.location import is_local
 from storelib.delta.log import add_actions
 from storelib.delta.table import Table
 from storelib.encoding.record import crc_mismatches, message_lengths
@@ -36,7 +40,8 @@ _REBUILD = (
 def check_store(ctx: StoreContext) -> None:
     """Raise :class:`~storelib.model.errors.StoreCorruptedError` when the checks across tables find a
     problem (the tables themselves were checked by ``StoreContext.open``)."""
-    problems = _across_tables(ctx, full=False) + lost_tail_problems(ctx.tables.commitlog)
+    checks = [lambda: _across_tables(ctx, full=False), lambda: lost_tail_problems(ctx.tables.commitlog)]
+    problems = [p for found in map_io(lambda check: check(), checks, remote=not is_local(ctx.root)) for p in found]
     if problems:
         raise StoreCorruptedError(problems, ctx.root)
 
@@ -105,15 +110,15 @@ def _crcs(rows: pa.Table) -> str | None:
 
 
 def _across_tables(ctx: StoreContext, full: bool) -> list[str]:
-    commitlog = ctx.tables.commitlog.snapshot()
+    targets = dispatch_targets(ctx.tables, ctx.config)
+    # the logs and the expired runs, read at once on an object store
+    reads: list[Callable[[], Any]] = [ctx.tables.commitlog.snapshot, *(t.snapshot for t in targets.values())]
+    reads.append(lambda: read_runs(ctx.tables.commitlog_expired))
+    commitlog, *snapshots, runs = map_io(lambda read: read(), reads, remote=not is_local(ctx.root))
     end = Table.marker(commitlog, COMMITLOG_MARKER)
-    markers = {
-        name: Table.marker(table.snapshot(), REPUT_MARKER)
-        for name, table in dispatch_targets(ctx.tables, ctx.config).items()
-    }
+    markers = {name: Table.marker(snapshot, REPUT_MARKER) for name, snapshot in zip(targets, snapshots)}
     problems = [f"{p}: {_REBUILD}" for p in ahead_of_commitlog(markers, end)]
     actions = add_actions(commitlog)
-    runs = read_runs(ctx.tables.commitlog_expired)
     problems += _commitlog_ranges(actions, end, _longest_message(ctx), runs)
     if full and not problems:
         problems += _commitlog_continuity(ctx.tables.commitlog, actions, end, runs)
