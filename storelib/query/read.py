@@ -459,6 +459,8 @@ def _plan_clustered(
     sizes, rows = _column(clustered, "size_bytes", 0), _column(clustered, "num_records", 0)
     groups = read_row_group_summaries(ctx.tables.commitlog_summary, mf.topic, paths)
     of = pc.index_in(groups.column("path"), value_set=pa.array(paths, pa.string())).to_numpy(zero_copy_only=False)
+    order = np.argsort(of, kind="stable")  # by file as ``paths`` has them, each file's row groups in order
+    of, groups = of[order], groups.take(order)
     records = _column(groups, "num_records", 0)
     summed = np.bincount(of, weights=records, minlength=len(paths)).astype(np.int64) == rows
     summed &= np.bincount(of, minlength=len(paths)) > 0
@@ -470,7 +472,7 @@ def _plan_clustered(
     counts["row_groups_read"] = int(kept.sum())
     kept_rows = np.bincount(of[kept], weights=records[kept], minlength=len(paths)).astype(np.int64)
     numbers = _column(groups, "row_group", 0)
-    firsts = np.searchsorted(of[kept], np.arange(len(paths) + 1))  # groups is sorted by path: kept ones too
+    firsts = np.searchsorted(of[kept], np.arange(len(paths) + 1))  # where each file's kept row groups start
     kept_numbers = numbers[kept]
     reads: list[RowGroups] = []
     keep = ~summed | (kept_rows > 0)
@@ -478,16 +480,16 @@ def _plan_clustered(
         chosen = tuple(kept_numbers[firsts[i] : firsts[i + 1]].tolist()) if summed[i] else None
         cost = int(sizes[i] * kept_rows[i] / max(1, rows[i])) if summed[i] else int(sizes[i])
         reads.append(RowGroups(ctx.tables.commitlog.path_of(paths[i]), chosen, cost, int(sizes[i])))
-    spans = [(_column(groups, "cluster_seq_min", 0)[kept], _column(groups, "cluster_seq_max", 0)[kept])]
-    whole = keep & ~summed  # read whole: their own cluster_seq statistics are their ranges, if they have both
-    if whole.any():
-        lows, highs = _stat(clustered, "min.cluster_seq"), _stat(clustered, "max.cluster_seq")
-        bounds = [(lows[i], highs[i]) for i in np.flatnonzero(whole).tolist()]
-        if any(lo is None or hi is None for lo, hi in bounds):
-            return None, clustered.filter(pa.array(keep)), sum(r.bytes for r in reads), reads
-        spans.append((np.array([lo for lo, _ in bounds]), np.array([hi for _, hi in bounds])))
-    ranges = merged([(lo, hi) for los, his in spans for lo, hi in zip(los.tolist(), his.tolist())])
-    return cap(ranges, MAX_RANGES), clustered.filter(pa.array(keep)), sum(r.bytes for r in reads), reads
+    kept_files, estimate = clustered.filter(pa.array(keep)), sum(r.bytes for r in reads)
+    lows = _column(groups, "cluster_seq_min", 0)[kept].tolist()
+    highs = _column(groups, "cluster_seq_max", 0)[kept].tolist()
+    whole_lows, whole_highs = _stat(clustered, "min.cluster_seq"), _stat(clustered, "max.cluster_seq")
+    for i in np.flatnonzero(keep & ~summed).tolist():  # read whole: their own cluster_seq statistics are their range
+        if whole_lows[i] is None or whole_highs[i] is None:
+            return None, kept_files, estimate, reads
+        lows.append(whole_lows[i])
+        highs.append(whole_highs[i])
+    return cap(merged(list(zip(lows, highs))), MAX_RANGES), kept_files, estimate, reads
 
 
 def read_topic(

@@ -314,3 +314,25 @@ def test_summaries_of_removed_files_are_forgotten(filled):
     assert forget_summaries(summaries, live, min_age_ms=0) == 1  # the first file's summaries
     assert forget_summaries(summaries, live, min_age_ms=0) == 0
     assert filled.explain_read("TopicTest", MessageSelector.by_tag("TagRare")).row_groups_considered == 4
+
+
+def test_each_clustered_file_is_planned_with_its_own_row_groups(spark, store_path):
+    """Three clustered files of different lengths, taken in the log's order and in the reverse: each is read for
+    the row groups of its own that hold the tag (a plan once matched summaries to files by their names' order)."""
+    from storelib import MessageStore
+    from storelib.query import read
+
+    store = MessageStore.create(store_path, spark, target_file_size=4096)  # each file a clustering bin of its own
+    store.create_topic("TopicTest", queues=2)
+    for n in (2 * CLUSTERED_ROW_GROUP_ROWS + 100, CLUSTERED_ROW_GROUP_ROWS + 100, 3 * CLUSTERED_ROW_GROUP_ROWS + 100):
+        store.send_batch([Message("TopicTest", tags="TagRare" if i % 100 == 7 else f"Tag{i % 10}") for i in range(n)])
+        store.dispatch()
+    assert cluster_commitlog(store.context, settle_ms=0).files_added == 3
+    want = {f: tuple(i for i, t in enumerate(_row_group_tags(f)) if "TagRare" in t) for f in commitlog_files(store)}
+    assert len(set(want.values())) == 3  # TagRare sorts last: in each file's last row group, a different one
+    actions = store.context.tables.commitlog.view().actions
+    mf = read._message_filter(store.context, "TopicTest", MessageSelector.by_tag("TagRare"), None)
+    for order in (actions, actions.take(list(range(actions.num_rows))[::-1])):
+        reads = read._plan_clustered(store.context, mf, order, {})[3]
+        assert {r.path: r.row_groups for r in reads} == want
+    store.close()
