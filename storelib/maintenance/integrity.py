@@ -40,8 +40,7 @@ _REBUILD = (
 def check_store(ctx: StoreContext) -> None:
     """Raise :class:`~storelib.model.errors.StoreCorruptedError` when the checks across tables find a
     problem (the tables themselves were checked by ``StoreContext.open``)."""
-    checks = [lambda: _across_tables(ctx, full=False), lambda: lost_tail_problems(ctx.tables.commitlog)]
-    problems = [p for found in map_io(lambda check: check(), checks, remote=not is_local(ctx.root)) for p in found]
+    problems = _across_tables(ctx, full=False) + lost_tail_problems(ctx.tables.commitlog)
     if problems:
         raise StoreCorruptedError(problems, ctx.root)
 
