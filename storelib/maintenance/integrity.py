@@ -10,8 +10,6 @@ table read whole, the commitlog's offsets and its bodies' CRCs too. What each ch
 
 from __future__ import annotations
 
-from typing import Any, Callable
-
 import numpy as np
 import pyarrow as pa
 
@@ -110,10 +108,9 @@ def _crcs(rows: pa.Table) -> str | None:
 
 def _across_tables(ctx: StoreContext, full: bool) -> list[str]:
     targets = dispatch_targets(ctx.tables, ctx.config)
-    # the logs and the expired runs, read at once on an object store
-    reads: list[Callable[[], Any]] = [ctx.tables.commitlog.snapshot, *(t.snapshot for t in targets.values())]
-    reads.append(lambda: read_runs(ctx.tables.commitlog_expired))
-    commitlog, *snapshots, runs = map_io(lambda read: read(), reads, remote=not is_local(ctx.root))
+    tables = [ctx.tables.commitlog, *targets.values()]  # their logs, read at once on an object store
+    commitlog, *snapshots = map_io(lambda t: t.snapshot(), tables, remote=not is_local(ctx.root))
+    runs = read_runs(ctx.tables.commitlog_expired)  # not on map_io's threads: its reads may use them
     end = Table.marker(commitlog, COMMITLOG_MARKER)
     markers = {name: Table.marker(snapshot, REPUT_MARKER) for name, snapshot in zip(targets, snapshots)}
     problems = [f"{p}: {_REBUILD}" for p in ahead_of_commitlog(markers, end)]
